@@ -1,0 +1,97 @@
+# localdns build. `make deps` once on a fresh Debian 12 machine (root), then
+# `make`, `make run`, `make test`, `make fuzz`, `make bench`.
+
+CC       ?= gcc
+BUILD    := build
+VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+# Every library comes through pkg-config.
+PKGS     := yaml-0.1 json-c liburcu-memb
+TEST_PKGS := cmocka
+
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+            -DLOCALDNS_VERSION='"$(VERSION)"' -DLOCALDNS_GIT_REV='"$(GIT_REV)"'
+LDLIBS   += $(PKG_LIBS) -pthread
+
+LIB_SRC  := $(wildcard src/*/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB      := $(BUILD)/liblocaldns.a
+BIN      := $(BUILD)/localdns
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+# Debian package names: build, unit test, integration test, fuzz, bench.
+DEPS := gcc make pkg-config git \
+        libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
+        libunbound-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
+        libcurl4-openssl-dev libmicrohttpd-dev \
+        clang libclang-rt-14-dev \
+        python3 dnsutils knot-dnsutils dnsperf iproute2 procps
+
+.PHONY: all deps run test unit integration fuzz bench clean
+
+all: $(BIN)
+
+deps:
+	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	    | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:" $$missing; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/obj/cmd/localdns/main.o $(LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
+	    $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
+
+run: $(BIN)
+	$(BIN) --config deploy/examples/local.yaml
+
+test: deps
+	$(MAKE) unit integration fuzz
+
+unit: $(UNIT_BIN)
+	tests/unit/run.sh $(UNIT_BIN)
+
+integration: $(BIN)
+	python3 tests/integration/run.py --binary $(BIN)
+
+# Fuzz targets: clang's libFuzzer with ASan and UBSan over the codec sources.
+FUZZ_TIME ?= 30
+FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ_LIB_SRC := $(wildcard src/dns/*.c)
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) src/dns/dns.h
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -o $@ $< $(FUZZ_LIB_SRC)
+
+fuzz: $(FUZZ_BIN)
+	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
+
+bench: $(BIN)
+	tests/bench/static_qps.sh $(BIN)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/localdns/main.d

@@ -1,0 +1,184 @@
+/*
+ * config — the YAML configuration (ConfigMap key config.yaml) as a typed,
+ * validated struct.
+ *
+ * Owns: reading the file with libyaml, applying defaults, checking every
+ * value (unknown keys, wrong types, bad IPs, durations, sizes), loading
+ * static.files, and reporting the first problem as "FILE:LINE:COL: what is
+ * wrong" (1-based line and column of the offending node).
+ *
+ * Must never: act on the configuration (bind, resolve, log): it only
+ * describes it. A failed load leaves nothing allocated and changes nothing,
+ * so a running daemon keeps its current config when a new one is bad.
+ *
+ * The key names are a public contract (docs/configuration.md, the product
+ * brief section 3): add keys freely, never rename one.
+ */
+#ifndef LOCALDNS_CONFIG_H
+#define LOCALDNS_CONFIG_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define CONFIG_ERR_MAX 512
+
+/* Where a value came from, for messages that name FILE:LINE:COL. */
+struct config_pos {
+	const char *file; /* points into struct config's file list */
+	unsigned line;
+	unsigned col;
+};
+
+/* An IP literal (no port). */
+struct config_ip {
+	int family; /* AF_INET or AF_INET6 */
+	union {
+		struct in_addr v4;
+		struct in6_addr v6;
+	};
+	char text[48]; /* as normalised by inet_ntop */
+};
+
+/* "ip", "ip:port" or "[ipv6]:port"; the port defaults per use (53). */
+struct config_hostport {
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	char text[64]; /* normalised "ip:port" / "[ip6]:port" */
+};
+
+struct config_srv {
+	uint16_t priority;
+	uint16_t weight;
+	uint16_t port;
+	char *target;
+};
+
+/* One entry of static.records (or of a static.files file). */
+struct config_record {
+	struct config_pos pos;
+	char *name;
+	uint32_t ttl; /* seconds; default cluster.ttl */
+	struct config_ip *a;      size_t n_a;
+	struct config_ip *aaaa;   size_t n_aaaa;
+	char *cname;              /* NULL when absent */
+	struct config_srv *srv;   size_t n_srv;
+	char **txt;               size_t n_txt;   /* each string <= 255 bytes */
+	char **ptr;               size_t n_ptr;
+};
+
+struct config_forward_zone {
+	char *zone;
+	struct config_hostport *servers;
+	size_t n_servers;
+};
+
+enum config_interface_kind { CONFIG_IF_DUMMY, CONFIG_IF_LOOPBACK };
+enum config_pods_mode { CONFIG_PODS_DISABLED, CONFIG_PODS_INSECURE, CONFIG_PODS_VERIFIED };
+enum config_log_level { CONFIG_LOG_DEBUG, CONFIG_LOG_INFO, CONFIG_LOG_WARN, CONFIG_LOG_ERROR };
+enum config_log_format { CONFIG_LOG_LOGFMT, CONFIG_LOG_JSON };
+
+/* Durations are kept in milliseconds, sizes in bytes, TTLs in seconds. */
+struct config {
+	char **files; size_t n_files; /* files[0] is the main file */
+
+	struct {
+		struct config_ip *addresses; size_t n_addresses;
+		uint16_t port;                 /* 53 */
+		unsigned workers;              /* 0 = one per CPU we may run on */
+		unsigned tcp_max_connections;  /* 1024, across all workers */
+		uint64_t tcp_idle_timeout_ms;  /* 10s */
+		uint16_t udp_max_payload;      /* 1232: largest UDP reply we send */
+		uint64_t udp_rcvbuf;           /* 4MiB: SO_RCVBUF per UDP socket */
+	} listen;
+
+	struct {
+		bool manage;                   /* true */
+		char *name;                    /* "localdns" */
+		enum config_interface_kind kind; /* dummy */
+	} interface;
+
+	struct {
+		bool enabled;                  /* true */
+		char *table;                   /* "localdns" */
+		struct config_ip *intercept; size_t n_intercept;
+		bool teardown;                 /* false */
+		uint64_t reassert_interval_ms; /* 30s */
+	} nftables;
+
+	struct {
+		char *domain;                  /* "cluster.local" (no trailing dot) */
+		uint32_t ttl;                  /* 5 */
+		enum config_pods_mode pods;    /* insecure */
+		struct config_hostport *fallback_servers; size_t n_fallback_servers;
+	} cluster;
+
+	struct {
+		bool enabled;                  /* true */
+		char *kubeconfig;              /* "" = in-cluster */
+		char *node_name;               /* "" = $NODE_NAME */
+	} kubernetes;
+
+	struct {
+		struct config_record *records; size_t n_records; /* inline + files */
+		char **files; size_t n_files;
+	} statics;
+
+	struct {
+		struct config_hostport *servers; size_t n_servers;
+		char *resolv_conf;             /* "/etc/resolv.conf" */
+		bool recursive;                /* false */
+		bool dnssec;                   /* false */
+		uint64_t timeout_ms;           /* 2s */
+		struct config_forward_zone *forward_zones; size_t n_forward_zones;
+	} upstream;
+
+	struct {
+		uint64_t size;                 /* 64MiB */
+		uint32_t min_ttl;              /* 0 */
+		uint32_t max_ttl;              /* 86400 */
+		bool serve_stale;              /* true */
+		uint32_t stale_max_age;        /* 86400 */
+		bool prefetch;                 /* true */
+	} cache;
+
+	struct { char *listen; } health;   /* "169.254.20.10:8080" ("" = off) */
+	struct { char *listen; } metrics;  /* "0.0.0.0:9253" ("" = off) */
+
+	struct {
+		enum config_log_level level;   /* info */
+		enum config_log_format format; /* logfmt */
+	} log;
+
+	struct { char *socket; } control;  /* "/run/localdns/control.sock" */
+
+	struct {
+		bool enabled;                  /* false: CH TXT queries get REFUSED */
+		char *version;                 /* answer to version.bind */
+		char *id;                      /* answer to id.server; "" = hostname */
+	} chaos;
+};
+
+/*
+ * Load and validate the file at path (and the static.files it names).
+ * Returns 0 and a new config in *out, or -1 with "FILE:LINE:COL: message"
+ * (or "FILE: message" when there is no position, e.g. unreadable file) in
+ * err, and *out untouched.
+ */
+int config_load(const char *path, struct config **out, char *err, size_t errlen);
+
+/* The same from a string; `name` stands in for the file name in messages. */
+int config_load_string(const char *name, const char *yaml, size_t len,
+		       struct config **out, char *err, size_t errlen);
+
+void config_free(struct config *cfg);
+
+/* "10s" -> 10000; units ms, s, m, h, d; -1 on error. */
+int config_parse_duration_ms(const char *text, uint64_t *out);
+
+/* "64MiB" -> 67108864; units B, KiB, MiB, GiB, K, M, G (K = 1000); -1 on error. */
+int config_parse_size(const char *text, uint64_t *out);
+
+#endif

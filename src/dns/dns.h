@@ -1,0 +1,229 @@
+/*
+ * dns — the DNS wire codec used on the query hot path.
+ *
+ * Owns: parsing one query message into a struct dns_query, converting names
+ * between text and wire form, and writing a response into a caller-supplied
+ * buffer (header, echoed question, resource records with name compression,
+ * EDNS0 OPT, clean truncation).
+ *
+ * Must never: allocate, lock, log, make a syscall, or read or write outside
+ * the buffers it is given. Every function here is safe on hostile input; the
+ * fuzz target in tests/fuzz/ holds it to that.
+ *
+ * Names inside this module are in uncompressed wire form ("\3www\7example\3com\0")
+ * and, unless said otherwise, lower-cased: that is the form the lookup tables
+ * in zone/ (and later cluster/ and cache/) key on.
+ */
+#ifndef LOCALDNS_DNS_H
+#define LOCALDNS_DNS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DNS_HEADER_LEN 12
+#define DNS_MAX_NAME 255      /* wire length, root label included */
+#define DNS_MAX_LABEL 63
+#define DNS_MAX_UDP_PLAIN 512 /* RFC 1035 limit for a client without EDNS */
+#define DNS_MAX_MESSAGE 65535 /* TCP frame limit */
+#define DNS_EDNS_MIN_PAYLOAD 512
+#define DNS_COOKIE_MAX 40     /* 8-byte client cookie + 8..32-byte server cookie */
+#define DNS_COMPRESS_SLOTS 64 /* name positions remembered for compression */
+
+enum dns_type {
+	DNS_T_A = 1,
+	DNS_T_NS = 2,
+	DNS_T_CNAME = 5,
+	DNS_T_SOA = 6,
+	DNS_T_PTR = 12,
+	DNS_T_HINFO = 13,
+	DNS_T_MX = 15,
+	DNS_T_TXT = 16,
+	DNS_T_AAAA = 28,
+	DNS_T_SRV = 33,
+	DNS_T_OPT = 41,
+	DNS_T_IXFR = 251,
+	DNS_T_AXFR = 252,
+	DNS_T_ANY = 255,
+};
+
+enum dns_class {
+	DNS_C_IN = 1,
+	DNS_C_CH = 3,
+	DNS_C_ANY = 255,
+};
+
+enum dns_rcode {
+	DNS_R_NOERROR = 0,
+	DNS_R_FORMERR = 1,
+	DNS_R_SERVFAIL = 2,
+	DNS_R_NXDOMAIN = 3,
+	DNS_R_NOTIMP = 4,
+	DNS_R_REFUSED = 5,
+	DNS_R_BADVERS = 16, /* extended: only expressible with an OPT record */
+};
+
+enum dns_opcode {
+	DNS_OP_QUERY = 0,
+};
+
+/* Header flag bits as they sit in the 16-bit flags word. */
+#define DNS_F_QR 0x8000
+#define DNS_F_AA 0x0400
+#define DNS_F_TC 0x0200
+#define DNS_F_RD 0x0100
+#define DNS_F_RA 0x0080
+#define DNS_F_AD 0x0020
+#define DNS_F_CD 0x0010
+#define DNS_OPCODE(flags) (((flags) >> 11) & 0xf)
+
+/* EDNS0 option codes we understand; every other option is ignored. */
+#define DNS_EDNS_OPT_COOKIE 10
+#define DNS_EDNS_DO 0x8000 /* in the OPT record's TTL field, low 16 bits */
+
+enum dns_parse_result {
+	DNS_PARSE_OK,      /* q is complete: answer it */
+	DNS_PARSE_DROP,    /* not worth a reply: shorter than a header, or QR=1 */
+	DNS_PARSE_FORMERR, /* reply with dns_error_reply(..., DNS_R_FORMERR) */
+	DNS_PARSE_NOTIMP,  /* opcode other than QUERY: reply NOTIMP */
+	DNS_PARSE_BADVERS, /* EDNS version > 0: reply BADVERS (needs q's OPT data) */
+};
+
+/*
+ * One parsed query. It holds copies, not pointers, so it stays valid after
+ * the packet buffer is reused. Fields past qclass are meaningful only when
+ * dns_parse_query returned DNS_PARSE_OK (or BADVERS, for the EDNS fields).
+ */
+struct dns_query {
+	uint16_t id;
+	uint16_t flags;          /* the query's flags word as received */
+	bool question_ok;        /* the question parsed (may echo it in errors) */
+	uint16_t qtype;
+	uint16_t qclass;
+	uint16_t qname_len;      /* wire length of qname, root label included */
+	uint8_t qname_labels;    /* label count, root excluded */
+	uint8_t qname[DNS_MAX_NAME];      /* lower-cased, uncompressed */
+	uint8_t qname_orig[DNS_MAX_NAME]; /* the client's letter case */
+
+	bool has_edns;
+	uint8_t edns_version;
+	bool edns_do;
+	uint16_t edns_udp_size;  /* as sent, not clamped */
+	uint8_t cookie_len;      /* 0, or 8..40 when a well-formed cookie came */
+	uint8_t cookie[DNS_COOKIE_MAX];
+};
+
+/*
+ * Parse the query in pkt[0..len). Exactly one question; compression pointers
+ * must point backwards and stay inside the packet (loops are impossible);
+ * labels <= 63 bytes, names <= 255; at most one OPT record, owned by the
+ * root, in the additional section. Answer and authority records, and
+ * additional records other than OPT, are skipped after a bounds check.
+ */
+enum dns_parse_result dns_parse_query(const uint8_t *pkt, size_t len,
+				      struct dns_query *q);
+
+/*
+ * Read a possibly compressed name starting at pkt[*pos] into out (lower-
+ * cased when lower is true). On success *pos is advanced past the name as
+ * it sits in the packet and the wire length is returned; -1 on any error.
+ */
+int dns_name_read(const uint8_t *pkt, size_t len, size_t *pos,
+		  uint8_t out[DNS_MAX_NAME], bool lower);
+
+/*
+ * Text to lower-cased wire name ("db.prod.svc.cluster.local" or with a
+ * trailing dot; "." is the root). No escapes; rejects empty labels, labels
+ * over 63 bytes and names over 255. Returns the wire length or -1.
+ */
+int dns_name_from_text(const char *text, uint8_t out[DNS_MAX_NAME]);
+
+/*
+ * Wire name to dotted text with a trailing dot ("." for the root). Bytes
+ * other than letters, digits, '-', '_' and '*' are written as \DDD.
+ * Returns the text length, or -1 if out is too small (1024 always fits).
+ */
+int dns_name_to_text(const uint8_t *name, char *out, size_t outlen);
+
+/* Wire length of an uncompressed name (root label included). */
+size_t dns_name_len(const uint8_t *name);
+
+/* True when name equals suffix or lies below it (both lower-cased). */
+bool dns_name_is_subdomain(const uint8_t *name, const uint8_t *suffix);
+
+/* ASCII-only lower-casing of a name in place; leaves length bytes alone. */
+void dns_name_lower(uint8_t *name);
+
+enum dns_section {
+	DNS_SEC_ANSWER,
+	DNS_SEC_AUTHORITY,
+	DNS_SEC_ADDITIONAL,
+};
+
+/*
+ * A response under construction. Sections are appended in order (answer,
+ * authority, additional). The writer never writes past `limit`; room for the
+ * OPT record is held back from the start when the query had EDNS.
+ */
+struct dns_writer {
+	uint8_t *buf;
+	size_t limit;            /* largest message allowed for this reply */
+	size_t len;              /* bytes written so far */
+	size_t question_end;     /* offset just past the echoed question */
+	size_t reserve;          /* bytes kept back for the OPT record */
+	const struct dns_query *q;
+	uint16_t count[3];       /* records per section */
+	enum dns_section section;
+	bool truncated;          /* an answer/authority record did not fit */
+	uint8_t ncomp;
+	uint16_t comp[DNS_COMPRESS_SLOTS]; /* offsets of names we can point to */
+};
+
+/*
+ * Start a response to q in buf (buf must hold at least `limit` bytes; limit
+ * at least DNS_HEADER_LEN + q's question + 11). Writes the header (ID, opcode
+ * and RD copied, CD copied, QR and RA set, rcode) and echoes the question in
+ * the client's letter case.
+ */
+void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
+			const struct dns_query *q, enum dns_rcode rcode);
+
+/* Set or clear AA. */
+void dns_response_set_aa(struct dns_writer *w, bool aa);
+
+/* Change the rcode (low 4 bits go in the header, the rest in OPT). */
+void dns_response_set_rcode(struct dns_writer *w, enum dns_rcode rcode);
+
+/*
+ * Append one record. owner is a lower-cased wire name, or NULL for "the
+ * question name" (written as a pointer to it, so the client sees its own
+ * case). rdata is in uncompressed wire form; names inside it are compressed
+ * for NS, CNAME, PTR, SOA and MX and never for other types (SRV targets must
+ * not be compressed, RFC 2782). Returns false when the record does not fit:
+ * in the answer or authority section that marks the message truncated and
+ * every later add is refused; in the additional section the record is just
+ * left out (RFC 2181 section 9).
+ */
+bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
+			 const uint8_t *owner, uint16_t type, uint16_t rclass,
+			 uint32_t ttl, const uint8_t *rdata, uint16_t rdlen);
+
+/*
+ * Close the message: if it was truncated, roll back to header + question and
+ * set TC; add the OPT record when the query had one (our payload size, DO
+ * echoed, extended rcode, the client cookie echoed); fix the section counts.
+ * `udp_payload` is the payload size we advertise. Returns the length.
+ */
+size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload);
+
+/*
+ * Reply to a query that failed to parse (FORMERR) or that we do not
+ * implement (NOTIMP): ID, opcode and RD copied, QR set, no sections unless q
+ * says the question parsed, in which case it is echoed. Needs at least a
+ * full header in pkt. Returns the reply length, or 0 if nothing should go out.
+ */
+size_t dns_error_reply(const uint8_t *pkt, size_t len,
+		       const struct dns_query *q, enum dns_rcode rcode,
+		       uint8_t *out, size_t outlen);
+
+#endif

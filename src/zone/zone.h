@@ -1,0 +1,70 @@
+/*
+ * zone — an immutable table of local records and the logic that answers a
+ * query from it.
+ *
+ * Owns: owner name -> RRsets (rdata in uncompressed wire form), the list of
+ * zones we are authoritative for (each with its SOA), empty non-terminals,
+ * and the answer rules for local data: exact matches, CNAME chains followed
+ * inside the table, NXDOMAIN vs NODATA with the SOA in authority under an
+ * authoritative zone, minimal ANY (RFC 8482).
+ *
+ * Must never: change a table after zone_builder_finish (workers read it with
+ * no lock; a new table is built and swapped in by the owner, see query/),
+ * or allocate while answering.
+ *
+ * Lookup is one open-addressing hash probe per name on the lower-cased wire
+ * form; building is O(records) and happens off the hot path.
+ */
+#ifndef LOCALDNS_ZONE_H
+#define LOCALDNS_ZONE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dns/dns.h"
+
+struct zone_table;
+struct zone_builder;
+
+struct zone_builder *zone_builder_new(void);
+void zone_builder_free(struct zone_builder *b);
+
+/*
+ * Declare an authoritative zone: the apex gets an SOA (CoreDNS's shape:
+ * ns.dns.<apex> hostmaster.<apex> serial 7200 1800 86400 <ttl>) and an NS
+ * record; names below it that are not in the table answer NXDOMAIN.
+ */
+int zone_builder_add_authority(struct zone_builder *b, const uint8_t *apex,
+			       uint32_t ttl, uint32_t serial, const char **why);
+
+/*
+ * Add one record (class IN). Rejects, with a reason in *why: a CNAME next to
+ * other data at the same owner, a second CNAME, rdata that does not match
+ * its type's shape. Duplicate records are kept once.
+ */
+int zone_builder_add_rr(struct zone_builder *b, const uint8_t *owner,
+			uint16_t type, uint32_t ttl, const uint8_t *rdata,
+			uint16_t rdlen, const char **why);
+
+/* Freeze the builder into a table (the builder is consumed). NULL on ENOMEM. */
+struct zone_table *zone_builder_finish(struct zone_builder *b);
+
+void zone_table_free(struct zone_table *t);
+
+/* Number of owner names in the table (empty non-terminals excluded). */
+size_t zone_table_size(const struct zone_table *t);
+
+enum zone_result {
+	ZONE_NOT_LOCAL, /* no local data covers the name: w is untouched */
+	ZONE_ANSWERED,  /* w holds the whole answer, rcode and AA included */
+};
+
+/*
+ * Answer q from t into w (which dns_response_begin has started). A name
+ * outside every authoritative zone is answered only when it is in the table.
+ * A CNAME whose target leaves local data ends the chain at that CNAME.
+ */
+enum zone_result zone_answer(const struct zone_table *t,
+			     const struct dns_query *q, struct dns_writer *w);
+
+#endif
