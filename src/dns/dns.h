@@ -175,15 +175,17 @@ struct dns_writer {
 	uint16_t count[3];       /* records per section */
 	enum dns_section section;
 	bool truncated;          /* an answer/authority record did not fit */
+	uint16_t rcode;          /* full rcode: low 4 bits to the header, rest to OPT */
 	uint8_t ncomp;
 	uint16_t comp[DNS_COMPRESS_SLOTS]; /* offsets of names we can point to */
 };
 
 /*
  * Start a response to q in buf (buf must hold at least `limit` bytes; limit
- * at least DNS_HEADER_LEN + q's question + 11). Writes the header (ID, opcode
- * and RD copied, CD copied, QR and RA set, rcode) and echoes the question in
- * the client's letter case.
+ * at least DNS_HEADER_LEN + q's question + the 11-byte OPT record). Writes
+ * the header (ID, opcode and RD copied, CD copied, QR and RA set, rcode) and echoes the question in the client's letter case. If
+ * limit is too small, or q->question_ok is false, nothing is written and
+ * dns_response_finish returns 0.
  */
 void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 			const struct dns_query *q, enum dns_rcode rcode);
@@ -191,7 +193,10 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 /* Set or clear AA. */
 void dns_response_set_aa(struct dns_writer *w, bool aa);
 
-/* Change the rcode (low 4 bits go in the header, the rest in OPT). */
+/*
+ * Change the rcode (low 4 bits go in the header, the rest in OPT). An
+ * extended rcode cannot be expressed without OPT: such replies say SERVFAIL.
+ */
 void dns_response_set_rcode(struct dns_writer *w, enum dns_rcode rcode);
 
 /*
@@ -211,7 +216,8 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 /*
  * Close the message: if it was truncated, roll back to header + question and
  * set TC; add the OPT record when the query had one (our payload size, DO
- * echoed, extended rcode, the client cookie echoed); fix the section counts.
+ * echoed, extended rcode; no COOKIE option: we do not mint server cookies and
+ * RFC 7873 5.3 clients drop a reply whose cookie lacks one); fix the counts.
  * `udp_payload` is the payload size we advertise. Returns the length.
  */
 size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload);

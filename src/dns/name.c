@@ -1,0 +1,175 @@
+/*
+ * dns/name — domain names: reading a (possibly compressed) name out of a
+ * packet, text <-> wire conversion, length, lower-casing and the subdomain
+ * test. Everything here works on bounded buffers and never trusts a length
+ * byte further than the buffer it sits in.
+ */
+#include "dns/dns.h"
+
+#include <string.h>
+
+/*
+ * Strictly backward pointers already make loops impossible, but a chain of
+ * pointers to pointers adds no bytes to the name, so without a cap a hostile
+ * packet could make us hop once per two bytes of packet. A legitimate name
+ * needs at most one hop per label.
+ */
+#define MAX_POINTER_HOPS ((DNS_MAX_NAME + 1) / 2)
+
+static uint8_t ascii_lower(uint8_t c)
+{
+	return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + ('a' - 'A')) : c;
+}
+
+int dns_name_read(const uint8_t *pkt, size_t len, size_t *pos,
+		  uint8_t out[DNS_MAX_NAME], bool lower)
+{
+	size_t cur = *pos;
+	size_t resume = 0; /* where the caller continues: set at the first pointer */
+	size_t out_len = 0;
+	unsigned hops = 0;
+
+	for (;;) {
+		if (cur >= len)
+			return -1;
+		uint8_t b = pkt[cur];
+
+		if ((b & 0xC0) == 0xC0) {
+			if (cur + 1 >= len || ++hops > MAX_POINTER_HOPS)
+				return -1;
+			size_t target = ((size_t)(b & 0x3F) << 8) | pkt[cur + 1];
+			if (target >= cur)
+				return -1;
+			if (resume == 0)
+				resume = cur + 2;
+			cur = target;
+			continue;
+		}
+		if (b & 0xC0)
+			return -1; /* 0x40 extended and 0x80 reserved label types */
+		if (b == 0)
+			break;
+		/* +1 for the length byte, +1 for the root label still to come */
+		if (cur + 1 + b > len || out_len + 1 + b + 1 > DNS_MAX_NAME)
+			return -1;
+		out[out_len++] = b;
+		for (size_t i = 1; i <= b; i++)
+			out[out_len++] = lower ? ascii_lower(pkt[cur + i]) : pkt[cur + i];
+		cur += 1 + b;
+	}
+	out[out_len++] = 0;
+	*pos = resume ? resume : cur + 1;
+	return (int)out_len;
+}
+
+int dns_name_from_text(const char *text, uint8_t out[DNS_MAX_NAME])
+{
+	if (strcmp(text, ".") == 0) {
+		out[0] = 0;
+		return 1;
+	}
+
+	size_t out_len = 0;
+	const char *p = text;
+
+	while (*p) {
+		size_t label = strcspn(p, ".");
+		if (label == 0 || label > DNS_MAX_LABEL)
+			return -1;
+		if (out_len + 1 + label + 1 > DNS_MAX_NAME)
+			return -1;
+		out[out_len++] = (uint8_t)label;
+		for (size_t i = 0; i < label; i++)
+			out[out_len++] = ascii_lower((uint8_t)p[i]);
+		p += label;
+		if (*p == '.')
+			p++; /* the trailing dot is optional, so "a." and "a" agree */
+	}
+	if (out_len == 0)
+		return -1; /* "" is not a name; the root is spelled "." */
+	out[out_len++] = 0;
+	return (int)out_len;
+}
+
+static bool is_plain_text_byte(uint8_t c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '*';
+}
+
+int dns_name_to_text(const uint8_t *name, char *out, size_t outlen)
+{
+	size_t n = 0;
+	size_t pos = 0;
+
+	if (name[0] == 0) {
+		if (outlen < 2)
+			return -1;
+		memcpy(out, ".", 2);
+		return 1;
+	}
+	while (name[pos] != 0) {
+		uint8_t label = name[pos];
+		if (label > DNS_MAX_LABEL || pos + 1 + label >= DNS_MAX_NAME)
+			return -1;
+		for (size_t i = 1; i <= label; i++) {
+			uint8_t c = name[pos + i];
+			size_t width = is_plain_text_byte(c) ? 1 : 4;
+			/* every label byte is still followed by a dot and the NUL,
+			 * so passing this check also makes room for those */
+			if (n + width + 2 > outlen)
+				return -1;
+			if (width == 1) {
+				out[n++] = (char)c;
+			} else {
+				out[n++] = '\\';
+				out[n++] = (char)('0' + c / 100);
+				out[n++] = (char)('0' + c / 10 % 10);
+				out[n++] = (char)('0' + c % 10);
+			}
+		}
+		out[n++] = '.';
+		pos += 1 + label;
+	}
+	out[n] = '\0';
+	return (int)n;
+}
+
+size_t dns_name_len(const uint8_t *name)
+{
+	size_t pos = 0;
+
+	/* stops at DNS_MAX_NAME so a corrupt name cannot walk off its buffer */
+	while (pos < DNS_MAX_NAME && name[pos] != 0)
+		pos += 1 + name[pos];
+	return pos + 1;
+}
+
+bool dns_name_is_subdomain(const uint8_t *name, const uint8_t *suffix)
+{
+	size_t name_len = dns_name_len(name);
+	size_t suffix_len = dns_name_len(suffix);
+
+	if (suffix_len > name_len)
+		return false;
+
+	/* The suffix must start on one of name's label boundaries, otherwise
+	 * "xcluster.local" would count as being under "cluster.local". */
+	size_t start = name_len - suffix_len;
+	size_t pos = 0;
+	while (pos < start)
+		pos += 1 + name[pos];
+	return pos == start && memcmp(name + pos, suffix, suffix_len) == 0;
+}
+
+void dns_name_lower(uint8_t *name)
+{
+	size_t pos = 0;
+
+	while (pos < DNS_MAX_NAME && name[pos] != 0) {
+		uint8_t label = name[pos];
+		for (size_t i = 1; i <= label && pos + i < DNS_MAX_NAME; i++)
+			name[pos + i] = ascii_lower(name[pos + i]);
+		pos += 1 + label;
+	}
+}

@@ -1,0 +1,439 @@
+/*
+ * dns/write — building replies: the response writer (header, echoed
+ * question, records with name compression, the EDNS0 OPT record, clean
+ * truncation) and dns_error_reply for queries we cannot or will not parse.
+ * Every byte written is checked against the writer's limit first.
+ */
+#include "dns/dns.h"
+
+#include <string.h>
+
+#define RR_FIXED_LEN 10   /* type, class, TTL, rdlength */
+#define OPT_RR_LEN 11     /* root owner + RR_FIXED_LEN */
+#define MAX_POINTER 0x3FFF
+#define FLAGS_OPCODE_MASK 0x7800
+#define FLAGS_RCODE_MASK 0x000F
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)(v >> 16));
+	put16(p + 2, (uint16_t)v);
+}
+
+static uint8_t ascii_lower(uint8_t c)
+{
+	return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + ('a' - 'A')) : c;
+}
+
+/*
+ * BADVERS and friends need OPT's extended-rcode byte. Without OPT the low
+ * four bits alone would read as NOERROR (16 & 0xF == 0), a lie; SERVFAIL
+ * at least tells the client the answer is not usable. In practice BADVERS
+ * only arises from a query that carried OPT, so this is a safety net.
+ */
+static uint16_t header_rcode(uint16_t rcode, bool has_opt)
+{
+	if (rcode > FLAGS_RCODE_MASK && !has_opt)
+		return DNS_R_SERVFAIL;
+	return rcode & FLAGS_RCODE_MASK;
+}
+
+/*
+ * Cookies are parsed and validated (a malformed one is FORMERR) but not
+ * answered: RFC 7873 5.3 has clients discard a reply whose COOKIE lacks a
+ * server cookie, and we do not mint server cookies yet, so the compliant
+ * reply is one with no COOKIE option at all (section 5.2.1's "ignore").
+ */
+static size_t opt_record_len(const struct dns_query *q)
+{
+	return q->has_edns ? OPT_RR_LEN : 0;
+}
+
+static void write_question(uint8_t *at, const struct dns_query *q)
+{
+	memcpy(at, q->qname_orig, q->qname_len);
+	put16(at + q->qname_len, q->qtype);
+	put16(at + q->qname_len + 2, q->qclass);
+}
+
+static void remember_name_offset(struct dns_writer *w, size_t off)
+{
+	if (w->ncomp < DNS_COMPRESS_SLOTS && off <= MAX_POINTER)
+		w->comp[w->ncomp++] = (uint16_t)off;
+}
+
+static void remember_question_labels(struct dns_writer *w)
+{
+	const uint8_t *name = w->q->qname_orig;
+	size_t len = w->q->qname_len;
+
+	for (size_t pos = 0; pos < len && name[pos] != 0; pos += 1 + name[pos])
+		remember_name_offset(w, DNS_HEADER_LEN + pos);
+}
+
+void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
+			const struct dns_query *q, enum dns_rcode rcode)
+{
+	size_t qname_len = q->qname_len;
+
+	w->buf = buf;
+	w->limit = limit;
+	w->len = 0;
+	w->question_end = 0;
+	w->reserve = opt_record_len(q);
+	w->q = q;
+	memset(w->count, 0, sizeof(w->count));
+	w->section = DNS_SEC_ANSWER;
+	w->rcode = (uint16_t)rcode;
+	w->ncomp = 0;
+
+	/* len == 0 marks a writer that never started: adds are refused and
+	 * finish returns 0, so a misuse cannot write past the buffer. */
+	w->truncated = true;
+	if (!q->question_ok || qname_len == 0 || qname_len > DNS_MAX_NAME ||
+	    limit < DNS_HEADER_LEN + qname_len + 4 + w->reserve)
+		return;
+	w->truncated = false;
+
+	uint16_t flags = DNS_F_QR | DNS_F_RA |
+			 (q->flags & (FLAGS_OPCODE_MASK | DNS_F_RD | DNS_F_CD));
+	put16(buf, q->id);
+	put16(buf + 2, flags);
+	put16(buf + 4, 1);
+	memset(buf + 6, 0, 6);
+	write_question(buf + DNS_HEADER_LEN, q);
+	w->len = w->question_end = DNS_HEADER_LEN + qname_len + 4;
+	remember_question_labels(w);
+}
+
+void dns_response_set_aa(struct dns_writer *w, bool aa)
+{
+	if (w->len == 0)
+		return;
+	uint16_t flags = get16(w->buf + 2);
+	put16(w->buf + 2, aa ? (flags | DNS_F_AA) : (flags & ~DNS_F_AA));
+}
+
+void dns_response_set_rcode(struct dns_writer *w, enum dns_rcode rcode)
+{
+	w->rcode = (uint16_t)rcode; /* reaches the header in dns_response_finish */
+}
+
+static bool labels_equal_nocase(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ascii_lower(a[i]) != ascii_lower(b[i]))
+			return false;
+	return true;
+}
+
+/*
+ * Does the name at message offset `off` spell `name`? The message side may
+ * itself end in a pointer, so it is followed; everything stays below w->len
+ * (a slot can mark a name still being written, which ends at w->len).
+ */
+static bool message_name_equals(const struct dns_writer *w, size_t off,
+				const uint8_t *name)
+{
+	size_t npos = 0;
+
+	for (;;) {
+		if (off >= w->len)
+			return false;
+		uint8_t b = w->buf[off];
+		if ((b & 0xC0) == 0xC0) {
+			if (off + 1 >= w->len)
+				return false;
+			size_t target = ((size_t)(b & 0x3F) << 8) | w->buf[off + 1];
+			/* we only ever write backward pointers; insisting on
+			 * it keeps this walk provably finite */
+			if (target >= off)
+				return false;
+			off = target;
+			continue;
+		}
+		if (b != name[npos])
+			return false;
+		if (b == 0)
+			return true;
+		if (off + 1 + b > w->len ||
+		    !labels_equal_nocase(w->buf + off + 1, name + npos + 1, b))
+			return false;
+		off += 1 + b;
+		npos += 1 + b;
+	}
+}
+
+static bool find_compression_target(const struct dns_writer *w,
+				    const uint8_t *suffix, uint16_t *target)
+{
+	for (uint8_t i = 0; i < w->ncomp; i++) {
+		if (message_name_equals(w, w->comp[i], suffix)) {
+			*target = w->comp[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool put_bytes(struct dns_writer *w, const void *p, size_t n, size_t end)
+{
+	if (n > end - w->len)
+		return false;
+	memcpy(w->buf + w->len, p, n);
+	w->len += n;
+	return true;
+}
+
+static bool put_pointer(struct dns_writer *w, uint16_t target, size_t end)
+{
+	uint8_t ptr[2];
+
+	put16(ptr, (uint16_t)(0xC000 | target));
+	return put_bytes(w, ptr, 2, end);
+}
+
+/*
+ * Write an uncompressed wire name, replacing its longest suffix already in
+ * the message with a pointer. Labels written out are remembered as targets
+ * for later names. The name is caller-supplied, so a walk past DNS_MAX_NAME
+ * is refused rather than trusted.
+ */
+static bool put_name(struct dns_writer *w, const uint8_t *name, size_t end)
+{
+	size_t pos = 0;
+
+	while (name[pos] != 0) {
+		uint8_t label = name[pos];
+		uint16_t target;
+
+		if (label > DNS_MAX_LABEL || pos + 1 + label >= DNS_MAX_NAME)
+			return false;
+		if (find_compression_target(w, name + pos, &target))
+			return put_pointer(w, target, end);
+		size_t at = w->len;
+		if (!put_bytes(w, name + pos, 1 + (size_t)label, end))
+			return false;
+		remember_name_offset(w, at);
+		pos += 1 + label;
+	}
+	return put_bytes(w, "", 1, end);
+}
+
+static bool put_owner(struct dns_writer *w, const uint8_t *owner, size_t end)
+{
+	if (owner == NULL)
+		return put_pointer(w, DNS_HEADER_LEN, end); /* the client's own case */
+	return put_name(w, owner, end);
+}
+
+/* Where a type's rdata holds names we may compress (RFC 3597 section 4
+ * limits compression to the RFC 1035 types): fixed bytes, names, fixed bytes. */
+struct rdata_shape {
+	uint8_t prefix;
+	uint8_t names;
+	uint8_t suffix;
+};
+
+static struct rdata_shape compressible_shape(uint16_t type)
+{
+	switch (type) {
+	case DNS_T_NS:
+	case DNS_T_CNAME:
+	case DNS_T_PTR:
+		return (struct rdata_shape){0, 1, 0};
+	case DNS_T_MX:
+		return (struct rdata_shape){2, 1, 0};
+	case DNS_T_SOA:
+		return (struct rdata_shape){0, 2, 20};
+	default:
+		return (struct rdata_shape){0, 0, 0};
+	}
+}
+
+/* Length of the uncompressed name at p, which may not run past n bytes; -1
+ * when it does, or when it is not a plain wire name. */
+static int bounded_name_len(const uint8_t *p, size_t n)
+{
+	size_t pos = 0;
+
+	while (pos < n && pos < DNS_MAX_NAME) {
+		uint8_t label = p[pos];
+		if (label == 0)
+			return (int)pos + 1;
+		if (label > DNS_MAX_LABEL)
+			return -1;
+		pos += 1 + label;
+	}
+	return -1;
+}
+
+static bool rdata_fits_shape(const uint8_t *rdata, size_t rdlen,
+			     struct rdata_shape shape)
+{
+	size_t off = shape.prefix;
+
+	for (uint8_t i = 0; i < shape.names; i++) {
+		if (off > rdlen)
+			return false;
+		int n = bounded_name_len(rdata + off, rdlen - off);
+		if (n < 0)
+			return false;
+		off += (size_t)n;
+	}
+	return off + shape.suffix == rdlen;
+}
+
+static bool put_compressed_rdata(struct dns_writer *w, const uint8_t *rdata,
+				 uint16_t rdlen, struct rdata_shape shape,
+				 size_t end)
+{
+	size_t off = shape.prefix;
+
+	if (!put_bytes(w, rdata, shape.prefix, end))
+		return false;
+	for (uint8_t i = 0; i < shape.names; i++) {
+		if (!put_name(w, rdata + off, end))
+			return false;
+		off += dns_name_len(rdata + off);
+	}
+	return put_bytes(w, rdata + off, rdlen - off, end);
+}
+
+/* Rdata that does not match its type's shape goes out verbatim: we never
+ * reinterpret bytes we cannot vouch for. */
+static bool put_rdata(struct dns_writer *w, uint16_t type, const uint8_t *rdata,
+		      uint16_t rdlen, size_t end)
+{
+	struct rdata_shape shape = compressible_shape(type);
+
+	if (shape.names > 0 && rdata_fits_shape(rdata, rdlen, shape))
+		return put_compressed_rdata(w, rdata, rdlen, shape, end);
+	return put_bytes(w, rdata, rdlen, end);
+}
+
+static bool put_rr(struct dns_writer *w, const uint8_t *owner, uint16_t type,
+		   uint16_t rclass, uint32_t ttl, const uint8_t *rdata,
+		   uint16_t rdlen, size_t end)
+{
+	if (!put_owner(w, owner, end) || RR_FIXED_LEN > end - w->len)
+		return false;
+	uint8_t *fixed = w->buf + w->len;
+	put16(fixed, type);
+	put16(fixed + 2, rclass);
+	put32(fixed + 4, ttl);
+	w->len += RR_FIXED_LEN;
+
+	size_t rdata_start = w->len;
+	if (!put_rdata(w, type, rdata, rdlen, end))
+		return false;
+	/* compression only shrinks rdata, so this still fits in 16 bits */
+	put16(fixed + 8, (uint16_t)(w->len - rdata_start));
+	return true;
+}
+
+bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
+			 const uint8_t *owner, uint16_t type, uint16_t rclass,
+			 uint32_t ttl, const uint8_t *rdata, uint16_t rdlen)
+{
+	if (w->truncated || section < w->section || section > DNS_SEC_ADDITIONAL)
+		return false;
+	w->section = section;
+
+	size_t start_len = w->len;
+	uint8_t start_ncomp = w->ncomp;
+	if (put_rr(w, owner, type, rclass, ttl, rdata, rdlen, w->limit - w->reserve)) {
+		w->count[section]++;
+		return true;
+	}
+	/* Undo the partial record, and forget names that pointed into it. */
+	w->len = start_len;
+	w->ncomp = start_ncomp;
+	if (section != DNS_SEC_ADDITIONAL)
+		w->truncated = true; /* RFC 2181 9: additional data may just be omitted */
+	return false;
+}
+
+/* Space for this was held back in w->reserve since dns_response_begin. */
+static void put_opt(struct dns_writer *w, uint16_t udp_payload)
+{
+	const struct dns_query *q = w->q;
+	uint8_t *p = w->buf + w->len;
+	uint32_t ttl = ((uint32_t)(w->rcode >> 4) << 24) |
+		       (q->edns_do ? DNS_EDNS_DO : 0); /* version 0 in bits 16..23 */
+
+	p[0] = 0;
+	put16(p + 1, DNS_T_OPT);
+	put16(p + 3, udp_payload);
+	put32(p + 5, ttl);
+	put16(p + 9, 0); /* no options: see opt_record_len */
+	w->len += OPT_RR_LEN;
+}
+
+size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload)
+{
+	if (w->len == 0)
+		return 0;
+
+	bool has_opt = w->q->has_edns;
+	uint16_t flags = get16(w->buf + 2) & ~FLAGS_RCODE_MASK;
+	if (w->truncated) {
+		w->len = w->question_end;
+		memset(w->count, 0, sizeof(w->count));
+		flags |= DNS_F_TC;
+	}
+	flags |= header_rcode(w->rcode, has_opt);
+
+	uint16_t arcount = w->count[DNS_SEC_ADDITIONAL];
+	if (has_opt) {
+		put_opt(w, udp_payload);
+		arcount++;
+	}
+	put16(w->buf + 2, flags);
+	put16(w->buf + 6, w->count[DNS_SEC_ANSWER]);
+	put16(w->buf + 8, w->count[DNS_SEC_AUTHORITY]);
+	put16(w->buf + 10, arcount);
+	return w->len;
+}
+
+/* out may be the very buffer pkt points into: the header is read in full
+ * before anything is written. */
+size_t dns_error_reply(const uint8_t *pkt, size_t len,
+		       const struct dns_query *q, enum dns_rcode rcode,
+		       uint8_t *out, size_t outlen)
+{
+	if (len < DNS_HEADER_LEN || outlen < DNS_HEADER_LEN)
+		return 0;
+	uint16_t id = get16(pkt);
+	uint16_t qflags = get16(pkt + 2);
+	if (qflags & DNS_F_QR)
+		return 0; /* never answer a response: that is how reply loops start */
+
+	uint16_t flags = DNS_F_QR | (qflags & (FLAGS_OPCODE_MASK | DNS_F_RD)) |
+			 header_rcode((uint16_t)rcode, false);
+	size_t n = DNS_HEADER_LEN;
+	bool echo = q && q->question_ok && q->qname_len > 0 &&
+		    q->qname_len <= DNS_MAX_NAME &&
+		    DNS_HEADER_LEN + (size_t)q->qname_len + 4 <= outlen;
+
+	put16(out, id);
+	put16(out + 2, flags);
+	put16(out + 4, echo ? 1 : 0);
+	memset(out + 6, 0, 6);
+	if (echo) {
+		write_question(out + n, q);
+		n += q->qname_len + 4;
+	}
+	return n;
+}

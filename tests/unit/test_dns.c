@@ -1,0 +1,1588 @@
+/*
+ * Unit tests for src/dns: query parsing, names, the response writer and
+ * error replies. Packets are assembled by hand here, and responses are read
+ * back with a reader of this file's own, so the codec is never checked
+ * against itself.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dns/dns.h"
+
+/* ---- packet assembly ---------------------------------------------------- */
+
+struct pkt {
+	uint8_t b[DNS_MAX_MESSAGE];
+	size_t len;
+};
+
+static void put_u8(struct pkt *p, uint8_t v)
+{
+	assert_true(p->len < sizeof(p->b));
+	p->b[p->len++] = v;
+}
+
+static void put_u16(struct pkt *p, uint16_t v)
+{
+	put_u8(p, (uint8_t)(v >> 8));
+	put_u8(p, (uint8_t)v);
+}
+
+static void put_u32(struct pkt *p, uint32_t v)
+{
+	put_u16(p, (uint16_t)(v >> 16));
+	put_u16(p, (uint16_t)v);
+}
+
+static void put_raw(struct pkt *p, const void *data, size_t n)
+{
+	assert_true(p->len + n <= sizeof(p->b));
+	if (n) /* data may be NULL for an empty OPT */
+		memcpy(p->b + p->len, data, n);
+	p->len += n;
+}
+
+/* Dotted text to wire form, letter case kept ("." or "" is the root). */
+static size_t text_to_wire(const char *text, uint8_t *out)
+{
+	size_t n = 0;
+
+	while (*text) {
+		size_t label = strcspn(text, ".");
+		out[n++] = (uint8_t)label;
+		memcpy(out + n, text, label);
+		n += label;
+		text += label;
+		if (*text == '.')
+			text++;
+	}
+	out[n++] = 0;
+	return n;
+}
+
+static void put_name(struct pkt *p, const char *text)
+{
+	uint8_t wire[1024];
+	put_raw(p, wire, text_to_wire(text, wire));
+}
+
+static void put_header(struct pkt *p, uint16_t id, uint16_t flags, uint16_t qd,
+		       uint16_t an, uint16_t ns, uint16_t ar)
+{
+	p->len = 0;
+	put_u16(p, id);
+	put_u16(p, flags);
+	put_u16(p, qd);
+	put_u16(p, an);
+	put_u16(p, ns);
+	put_u16(p, ar);
+}
+
+static void set_count(struct pkt *p, int index, uint16_t v)
+{
+	p->b[4 + 2 * index] = (uint8_t)(v >> 8);
+	p->b[5 + 2 * index] = (uint8_t)v;
+}
+
+static void put_question(struct pkt *p, const char *name, uint16_t type)
+{
+	put_name(p, name);
+	put_u16(p, type);
+	put_u16(p, DNS_C_IN);
+}
+
+/* A standard query with RD set: header + one question, counts otherwise 0. */
+static void build_query(struct pkt *p, const char *name, uint16_t type)
+{
+	put_header(p, 0x1234, DNS_F_RD, 1, 0, 0, 0);
+	put_question(p, name, type);
+}
+
+/* Appends an OPT record (root owner) and bumps arcount. */
+static void put_opt(struct pkt *p, uint16_t udp, uint32_t ttl,
+		    const uint8_t *rdata, uint16_t rdlen)
+{
+	put_u8(p, 0);
+	put_u16(p, DNS_T_OPT);
+	put_u16(p, udp);
+	put_u32(p, ttl);
+	put_u16(p, rdlen);
+	put_raw(p, rdata, rdlen);
+	uint16_t ar = (uint16_t)((p->b[10] << 8) | p->b[11]);
+	set_count(p, 3, (uint16_t)(ar + 1));
+}
+
+/* An option list holding one COOKIE of n bytes (0xA0, 0xA1, ...). */
+static uint16_t cookie_option(uint8_t *out, uint16_t n)
+{
+	out[0] = 0;
+	out[1] = DNS_EDNS_OPT_COOKIE;
+	out[2] = (uint8_t)(n >> 8);
+	out[3] = (uint8_t)n;
+	for (uint16_t i = 0; i < n; i++)
+		out[4 + i] = (uint8_t)(0xA0 + i);
+	return (uint16_t)(4 + n);
+}
+
+static void put_a_record(struct pkt *p, const char *owner)
+{
+	static const uint8_t addr[4] = {10, 0, 0, 1};
+
+	put_name(p, owner);
+	put_u16(p, DNS_T_A);
+	put_u16(p, DNS_C_IN);
+	put_u32(p, 60);
+	put_u16(p, 4);
+	put_raw(p, addr, 4);
+}
+
+static enum dns_parse_result parse(struct pkt *p, struct dns_query *q)
+{
+	return dns_parse_query(p->b, p->len, q);
+}
+
+static void parse_ok(struct pkt *p, struct dns_query *q)
+{
+	assert_int_equal(parse(p, q), DNS_PARSE_OK);
+}
+
+static size_t wire(const char *text, uint8_t out[DNS_MAX_NAME])
+{
+	int n = dns_name_from_text(text, out);
+	assert_true(n > 0);
+	return (size_t)n;
+}
+
+/* ---- an independent reader for responses -------------------------------- */
+
+static uint16_t rd16(const uint8_t *b)
+{
+	return (uint16_t)((b[0] << 8) | b[1]);
+}
+
+static uint32_t rd32(const uint8_t *b)
+{
+	return ((uint32_t)rd16(b) << 16) | rd16(b + 2);
+}
+
+/* Reads a name as dotted text without a trailing dot ("" for the root);
+ * *pointer tells whether the name as written used compression. */
+static void read_name(const uint8_t *m, size_t len, size_t *pos, char *out,
+		      bool *pointer)
+{
+	size_t cur = *pos, n = 0;
+	bool jumped = false;
+	int hops = 0;
+
+	for (;;) {
+		assert_true(cur < len);
+		uint8_t b = m[cur];
+		if ((b & 0xC0) == 0xC0) {
+			assert_true(cur + 1 < len);
+			size_t target = (size_t)((b & 0x3F) << 8 | m[cur + 1]);
+			assert_true(target < cur);
+			assert_true(++hops < 128);
+			if (!jumped)
+				*pos = cur + 2;
+			jumped = true;
+			cur = target;
+			continue;
+		}
+		assert_true(b <= 63);
+		if (b == 0)
+			break;
+		assert_true(cur + 1 + b <= len);
+		if (n)
+			out[n++] = '.';
+		memcpy(out + n, m + cur + 1, b);
+		n += b;
+		cur += 1 + b;
+	}
+	out[n] = '\0';
+	if (!jumped)
+		*pos = cur + 1;
+	if (pointer)
+		*pointer = jumped;
+}
+
+struct rr_view {
+	char owner[300];
+	bool owner_pointer;
+	size_t owner_off;
+	uint16_t type, rclass;
+	uint32_t ttl;
+	uint16_t rdlen;
+	size_t rdoff;
+};
+
+#define MAX_VIEW_RRS 4000
+
+struct msg_view {
+	uint16_t id, flags, qd, an, ns, ar;
+	char qname[300];
+	uint16_t qtype, qclass;
+	int nrr;
+	struct rr_view rr[MAX_VIEW_RRS];
+};
+
+static struct msg_view view; /* big: kept off the stack */
+
+/* Reads the whole message and asserts it ends exactly at len. */
+static struct msg_view *read_msg(const uint8_t *m, size_t len)
+{
+	struct msg_view *v = &view;
+
+	memset(v, 0, sizeof(*v));
+	assert_true(len >= DNS_HEADER_LEN);
+	v->id = rd16(m);
+	v->flags = rd16(m + 2);
+	v->qd = rd16(m + 4);
+	v->an = rd16(m + 6);
+	v->ns = rd16(m + 8);
+	v->ar = rd16(m + 10);
+	size_t pos = DNS_HEADER_LEN;
+	if (v->qd) {
+		assert_int_equal(v->qd, 1);
+		read_name(m, len, &pos, v->qname, NULL);
+		assert_true(pos + 4 <= len);
+		v->qtype = rd16(m + pos);
+		v->qclass = rd16(m + pos + 2);
+		pos += 4;
+	}
+	int total = v->an + v->ns + v->ar;
+	assert_true(total <= MAX_VIEW_RRS);
+	for (int i = 0; i < total; i++) {
+		struct rr_view *rr = &v->rr[i];
+		rr->owner_off = pos;
+		read_name(m, len, &pos, rr->owner, &rr->owner_pointer);
+		assert_true(pos + 10 <= len);
+		rr->type = rd16(m + pos);
+		rr->rclass = rd16(m + pos + 2);
+		rr->ttl = rd32(m + pos + 4);
+		rr->rdlen = rd16(m + pos + 8);
+		rr->rdoff = pos + 10;
+		pos += 10 + rr->rdlen;
+		assert_true(pos <= len);
+	}
+	v->nrr = total;
+	assert_int_equal(pos, len);
+	return v;
+}
+
+static const struct rr_view *find_opt(const struct msg_view *v)
+{
+	for (int i = v->an + v->ns; i < v->nrr; i++)
+		if (v->rr[i].type == DNS_T_OPT)
+			return &v->rr[i];
+	return NULL;
+}
+
+/* ---- parse: header and question ----------------------------------------- */
+
+static void test_parse_plain_query(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	uint8_t expect[DNS_MAX_NAME];
+
+	build_query(&p, "www.example.com", DNS_T_AAAA);
+	parse_ok(&p, &q);
+	assert_int_equal(q.id, 0x1234);
+	assert_int_equal(q.flags, DNS_F_RD);
+	assert_true(q.question_ok);
+	assert_int_equal(q.qtype, DNS_T_AAAA);
+	assert_int_equal(q.qclass, DNS_C_IN);
+	assert_int_equal(q.qname_len, 17);
+	assert_int_equal(q.qname_labels, 3);
+	assert_memory_equal(q.qname, expect, wire("www.example.com", expect));
+	assert_false(q.has_edns);
+	assert_int_equal(q.cookie_len, 0);
+}
+
+static void test_parse_keeps_client_case(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "WwW.ExAmPle.COM", DNS_T_A);
+	parse_ok(&p, &q);
+	assert_memory_equal(q.qname, "\3www\7example\3com", 17);
+	assert_memory_equal(q.qname_orig, "\3WwW\7ExAmPle\3COM", 17);
+}
+
+static void test_parse_root_question(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "", DNS_T_NS);
+	parse_ok(&p, &q);
+	assert_int_equal(q.qname_len, 1);
+	assert_int_equal(q.qname_labels, 0);
+	assert_int_equal(q.qname[0], 0);
+}
+
+static void test_parse_qdcount_not_one_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 1, 0, 0, 0, 0, 0);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+	assert_false(q.question_ok);
+
+	put_header(&p, 1, 0, 2, 0, 0, 0);
+	put_question(&p, "a.example", DNS_T_A);
+	put_question(&p, "b.example", DNS_T_A);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_drops_responses_and_runts(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	p.b[2] |= 0x80; /* QR */
+	assert_int_equal(parse(&p, &q), DNS_PARSE_DROP);
+
+	build_query(&p, "example.com", DNS_T_A);
+	assert_int_equal(dns_parse_query(p.b, 11, &q), DNS_PARSE_DROP);
+	assert_int_equal(dns_parse_query(p.b, 0, &q), DNS_PARSE_DROP);
+}
+
+static void test_parse_opcode_not_query_is_notimp(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 77, (uint16_t)(2 << 11) | DNS_F_RD, 1, 0, 0, 0);
+	put_question(&p, "Status.Example", DNS_T_A);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_NOTIMP);
+	assert_int_equal(q.id, 77);
+	assert_int_equal(DNS_OPCODE(q.flags), 2);
+	assert_true(q.question_ok);
+	assert_memory_equal(q.qname_orig, "\6Status\7Example", 16);
+
+	/* a question that does not parse still gets NOTIMP, just no echo */
+	put_header(&p, 78, (uint16_t)(5 << 11), 1, 0, 0, 0);
+	put_u8(&p, 40); /* label running off the end */
+	assert_int_equal(parse(&p, &q), DNS_PARSE_NOTIMP);
+	assert_false(q.question_ok);
+}
+
+static void build_query_with_labels(struct pkt *p, const int *labels, int n)
+{
+	put_header(p, 1, 0, 1, 0, 0, 0);
+	for (int i = 0; i < n; i++) {
+		put_u8(p, (uint8_t)labels[i]);
+		for (int j = 0; j < labels[i]; j++)
+			put_u8(p, 'a');
+	}
+	put_u8(p, 0);
+	put_u16(p, DNS_T_A);
+	put_u16(p, DNS_C_IN);
+}
+
+static void test_parse_label_limit(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query_with_labels(&p, (int[]){63, 3}, 2);
+	parse_ok(&p, &q);
+	build_query_with_labels(&p, (int[]){64, 3}, 2);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_name_limit(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	/* 3 * 64 + 62 + root = 255 */
+	build_query_with_labels(&p, (int[]){63, 63, 63, 61}, 4);
+	parse_ok(&p, &q);
+	assert_int_equal(q.qname_len, 255);
+	assert_int_equal(q.qname_labels, 4);
+
+	build_query_with_labels(&p, (int[]){63, 63, 63, 62}, 4);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_bad_label_types(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	for (uint8_t type = 0x40; type; type = (uint8_t)(type << 1)) {
+		put_header(&p, 1, 0, 1, 0, 0, 0);
+		put_u8(&p, 1);
+		put_u8(&p, 'a');
+		put_u8(&p, type | 1);
+		put_u8(&p, 'b');
+		put_u8(&p, 0);
+		put_u16(&p, DNS_T_A);
+		put_u16(&p, DNS_C_IN);
+		assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+	}
+}
+
+static void test_parse_pointer_loop_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 1, 0, 1, 0, 0, 0);
+	put_u16(&p, 0xC00C); /* the name at 12 points at itself */
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_forward_pointer_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 1, 0, 1, 0, 0, 0);
+	put_u16(&p, 0xC000 | 18); /* points past itself, at the name below */
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_name(&p, "example.com");
+	assert_int_equal(p.b[18], 7);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_pointer_out_of_bounds_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 1, 0, 1, 0, 0, 0);
+	put_u8(&p, 1);
+	put_u8(&p, 'a');
+	put_u16(&p, 0xC000 | 0x3FFF);
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+
+	/* a pointer cut in half by the end of the packet */
+	put_header(&p, 1, 0, 1, 0, 0, 0);
+	put_u8(&p, 0xC0);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_truncated_question_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	for (size_t cut = DNS_HEADER_LEN; cut < p.len; cut++)
+		assert_int_equal(dns_parse_query(p.b, cut, &q), DNS_PARSE_FORMERR);
+	assert_int_equal(dns_parse_query(p.b, p.len, &q), DNS_PARSE_OK);
+}
+
+static void test_parse_backward_pointer_in_additional(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "www.example.com", DNS_T_A);
+	set_count(&p, 3, 2);
+	put_u16(&p, 0xC00C); /* the question name */
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 1);
+	put_u16(&p, 4);
+	put_u32(&p, 0x0A000001);
+	put_u8(&p, 3);
+	put_raw(&p, "ftp", 3);
+	put_u16(&p, 0xC000 | 16); /* "example.com" inside the question */
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 1);
+	put_u16(&p, 4);
+	put_u32(&p, 0x0A000002);
+	parse_ok(&p, &q);
+	assert_false(q.has_edns);
+}
+
+static void test_parse_record_overrun_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	set_count(&p, 1, 1); /* an answer record that is not there */
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+	assert_true(q.question_ok); /* still echoable in the FORMERR */
+
+	build_query(&p, "example.com", DNS_T_A);
+	set_count(&p, 2, 1);
+	put_a_record(&p, "example.com");
+	p.b[p.len - 5] = 5; /* rdlength 5, one byte more than there is */
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+
+	build_query(&p, "example.com", DNS_T_A);
+	set_count(&p, 3, 1);
+	put_a_record(&p, "example.com");
+	assert_int_equal(dns_parse_query(p.b, p.len - 6, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_parse_ignores_trailing_bytes(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	put_u32(&p, 0xDEADBEEF);
+	parse_ok(&p, &q);
+	assert_int_equal(q.qtype, DNS_T_A);
+}
+
+static void test_parse_leaves_policy_to_caller(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_AXFR);
+	parse_ok(&p, &q);
+	assert_int_equal(q.qtype, DNS_T_AXFR);
+
+	build_query(&p, "version.bind", DNS_T_TXT);
+	p.b[p.len - 1] = DNS_C_CH;
+	parse_ok(&p, &q);
+	assert_int_equal(q.qclass, DNS_C_CH);
+}
+
+/* ---- parse: EDNS -------------------------------------------------------- */
+
+static void test_edns_size_and_do(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, DNS_EDNS_DO, NULL, 0);
+	parse_ok(&p, &q);
+	assert_true(q.has_edns);
+	assert_int_equal(q.edns_udp_size, 1232);
+	assert_true(q.edns_do);
+	assert_int_equal(q.edns_version, 0);
+	assert_int_equal(q.cookie_len, 0);
+
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 100, 0, NULL, 0); /* kept as sent, below the 512 floor */
+	parse_ok(&p, &q);
+	assert_int_equal(q.edns_udp_size, 100);
+	assert_false(q.edns_do);
+}
+
+static void test_edns_version_1_is_badvers(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 4096, (1u << 16) | DNS_EDNS_DO, NULL, 0);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_BADVERS);
+	assert_true(q.has_edns);
+	assert_int_equal(q.edns_version, 1);
+	assert_true(q.edns_do);
+	assert_int_equal(q.edns_udp_size, 4096);
+	assert_true(q.question_ok);
+}
+
+static void test_edns_two_opts_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, 0, NULL, 0);
+	put_opt(&p, 1232, 0, NULL, 0);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_edns_opt_owner_must_be_root(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	set_count(&p, 3, 1);
+	put_name(&p, "example.com");
+	put_u16(&p, DNS_T_OPT);
+	put_u16(&p, 1232);
+	put_u32(&p, 0);
+	put_u16(&p, 0);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_edns_opt_outside_additional_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	for (int section = 1; section <= 2; section++) {
+		build_query(&p, "example.com", DNS_T_A);
+		put_opt(&p, 1232, 0, NULL, 0);
+		set_count(&p, 3, 0);
+		set_count(&p, section, 1);
+		assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+	}
+}
+
+static void test_edns_truncated_options_is_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	uint8_t opts[64];
+
+	/* option length claims 8 bytes, only 4 follow inside the rdata */
+	uint16_t n = cookie_option(opts, 8);
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, 0, opts, (uint16_t)(n - 4));
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+
+	/* half an option header */
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, 0, opts, 2);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+}
+
+static void test_edns_cookie_stored(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	uint8_t opts[64];
+
+	uint16_t n = cookie_option(opts, 8);
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, 0, opts, n);
+	parse_ok(&p, &q);
+	assert_int_equal(q.cookie_len, 8);
+	assert_memory_equal(q.cookie, opts + 4, 8);
+
+	n = cookie_option(opts, 40);
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, 0, opts, n);
+	parse_ok(&p, &q);
+	assert_int_equal(q.cookie_len, 40);
+	assert_memory_equal(q.cookie, opts + 4, 40);
+}
+
+static void test_edns_bad_cookie_length_is_formerr(void **state)
+{
+	(void)state;
+	static const uint16_t bad[] = {0, 5, 7, 9, 15, 41};
+	struct pkt p;
+	struct dns_query q;
+	uint8_t opts[64];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint16_t n = cookie_option(opts, bad[i]);
+		build_query(&p, "example.com", DNS_T_A);
+		put_opt(&p, 1232, 0, opts, n);
+		assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+	}
+}
+
+static void test_edns_unknown_option_ignored(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	uint8_t opts[64] = {0, 8, 0, 4, 0, 1, 24, 0}; /* ECS-shaped, code 8 */
+
+	uint16_t n = cookie_option(opts + 8, 8);
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 1232, 0, opts, (uint16_t)(8 + n));
+	parse_ok(&p, &q);
+	assert_true(q.has_edns);
+	assert_int_equal(q.cookie_len, 8);
+	assert_memory_equal(q.cookie, opts + 12, 8);
+}
+
+/* ---- dns_name_read ------------------------------------------------------ */
+
+static void test_name_read_follows_pointer_and_lowers(void **state)
+{
+	(void)state;
+	struct pkt p;
+	uint8_t out[DNS_MAX_NAME];
+
+	build_query(&p, "WWW.Example.COM", DNS_T_A);
+	size_t name2 = p.len;
+	put_u8(&p, 3);
+	put_raw(&p, "Ftp", 3);
+	put_u16(&p, 0xC000 | 16);
+	put_u8(&p, 0xEE); /* whatever follows the name */
+
+	size_t pos = name2;
+	int n = dns_name_read(p.b, p.len, &pos, out, true);
+	assert_int_equal(n, 17);
+	assert_memory_equal(out, "\3ftp\7example\3com", 17);
+	assert_int_equal(pos, name2 + 6); /* just past the pointer */
+
+	pos = name2;
+	n = dns_name_read(p.b, p.len, &pos, out, false);
+	assert_memory_equal(out, "\3Ftp\7Example\3COM", 17);
+
+	pos = p.len; /* nothing left to read */
+	assert_int_equal(dns_name_read(p.b, p.len, &pos, out, true), -1);
+	assert_int_equal(pos, p.len);
+}
+
+static void test_name_read_pointer_chain_limit(void **state)
+{
+	(void)state;
+	static uint8_t buf[3 + 2 * 300] = {1, 'a', 0};
+	uint8_t name[DNS_MAX_NAME];
+
+	for (size_t i = 0; i < 300; i++) {
+		size_t at = 3 + 2 * i, target = i ? at - 2 : 0;
+		buf[at] = (uint8_t)(0xC0 | target >> 8);
+		buf[at + 1] = (uint8_t)target;
+	}
+	/* a long but legal chain, then one no real name needs */
+	size_t pos = 3 + 2 * 99;
+	assert_int_equal(dns_name_read(buf, sizeof(buf), &pos, name, true), 3);
+	assert_int_equal(pos, 3 + 2 * 100);
+	pos = 3 + 2 * 299;
+	assert_int_equal(dns_name_read(buf, sizeof(buf), &pos, name, true), -1);
+}
+
+/* ---- names -------------------------------------------------------------- */
+
+static void test_name_text_round_trip(void **state)
+{
+	(void)state;
+	uint8_t w[DNS_MAX_NAME];
+	char text[1024];
+
+	assert_int_equal(dns_name_from_text("Db.Prod.svc.Cluster.local", w), 27);
+	assert_memory_equal(w, "\2db\4prod\3svc\7cluster\5local", 27);
+	assert_int_equal(dns_name_to_text(w, text, sizeof(text)), 26);
+	assert_string_equal(text, "db.prod.svc.cluster.local.");
+
+	assert_int_equal(dns_name_from_text("db.prod.svc.cluster.local.", w), 27);
+	assert_int_equal(dns_name_len(w), 27);
+
+	assert_int_equal(dns_name_from_text(".", w), 1);
+	assert_int_equal(w[0], 0);
+	assert_int_equal(dns_name_to_text(w, text, sizeof(text)), 1);
+	assert_string_equal(text, ".");
+
+	assert_int_equal(dns_name_from_text("_http._tcp.*.x-y", w), 18);
+	assert_int_equal(dns_name_to_text(w, text, sizeof(text)), 17);
+	assert_string_equal(text, "_http._tcp.*.x-y.");
+}
+
+static void test_name_from_text_errors(void **state)
+{
+	(void)state;
+	uint8_t w[DNS_MAX_NAME];
+	char text[300];
+
+	assert_int_equal(dns_name_from_text("", w), -1);
+	assert_int_equal(dns_name_from_text("a..b", w), -1);
+	assert_int_equal(dns_name_from_text(".a", w), -1);
+	assert_int_equal(dns_name_from_text("a.b..", w), -1);
+
+	memset(text, 'x', 64);
+	text[64] = '\0';
+	assert_int_equal(dns_name_from_text(text, w), -1);
+	text[63] = '\0';
+	assert_int_equal(dns_name_from_text(text, w), 65);
+
+	/* 63.63.63.61 is 255 bytes of wire; one more letter is too many */
+	memset(text, 'x', 253);
+	text[63] = text[127] = text[191] = '.';
+	text[253] = '\0';
+	assert_int_equal(dns_name_from_text(text, w), 255);
+	text[253] = 'x';
+	text[254] = '\0';
+	assert_int_equal(dns_name_from_text(text, w), -1);
+}
+
+static void test_name_to_text_escapes_and_limits(void **state)
+{
+	(void)state;
+	char text[64];
+	static const uint8_t odd[] = {4, 'a', '.', ' ', 0xFF, 1, 'Z', 0};
+
+	assert_int_equal(dns_name_to_text(odd, text, sizeof(text)), 16);
+	assert_string_equal(text, "a\\046\\032\\255.Z.");
+	assert_int_equal(dns_name_to_text(odd, text, 16), -1); /* no room for NUL */
+	assert_int_equal(dns_name_to_text(odd, text, 17), 16);
+	assert_int_equal(dns_name_to_text((const uint8_t *)"", text, 1), -1);
+	assert_int_equal(dns_name_to_text((const uint8_t *)"\101a", text, sizeof(text)), -1);
+}
+
+static void test_name_subdomain(void **state)
+{
+	(void)state;
+	uint8_t name[DNS_MAX_NAME], suffix[DNS_MAX_NAME], root[DNS_MAX_NAME];
+
+	wire(".", root);
+	wire("cluster.local", suffix);
+
+	wire("db.prod.svc.cluster.local", name);
+	assert_true(dns_name_is_subdomain(name, suffix));
+	wire("cluster.local", name);
+	assert_true(dns_name_is_subdomain(name, suffix));
+	wire("xcluster.local", name);
+	assert_false(dns_name_is_subdomain(name, suffix));
+	wire("cluster.localx", name);
+	assert_false(dns_name_is_subdomain(name, suffix));
+	wire("local", name);
+	assert_false(dns_name_is_subdomain(name, suffix));
+	assert_true(dns_name_is_subdomain(name, root));
+	assert_false(dns_name_is_subdomain(root, suffix));
+	/* a label whose bytes look like a length byte must not fool the walk */
+	wire("a\7cluster.local", name);
+	assert_false(dns_name_is_subdomain(name, suffix));
+}
+
+static void test_name_len_and_lower(void **state)
+{
+	(void)state;
+	uint8_t name[] = "\3WwW\2A1\3C-M";
+
+	assert_int_equal(dns_name_len(name), 12);
+	assert_int_equal(dns_name_len((const uint8_t *)""), 1);
+	dns_name_lower(name);
+	assert_memory_equal(name, "\3www\2a1\3c-m", 12);
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+static uint8_t out[DNS_MAX_MESSAGE];
+
+static void parse_query(const char *name, uint16_t type, struct dns_query *q)
+{
+	struct pkt p;
+
+	build_query(&p, name, type);
+	parse_ok(&p, q);
+}
+
+static void parse_edns_query(const char *name, uint16_t type, uint16_t cookie,
+			     struct dns_query *q)
+{
+	struct pkt p;
+	uint8_t opts[64];
+
+	build_query(&p, name, type);
+	put_opt(&p, 1232, DNS_EDNS_DO, opts, cookie ? cookie_option(opts, cookie) : 0);
+	parse_ok(&p, q);
+}
+
+static bool add_a(struct dns_writer *w, enum dns_section s, const char *owner,
+		  uint8_t last)
+{
+	uint8_t name[DNS_MAX_NAME];
+	const uint8_t addr[4] = {10, 0, 0, last};
+
+	if (owner)
+		wire(owner, name);
+	return dns_response_add_rr(w, s, owner ? name : NULL, DNS_T_A, DNS_C_IN,
+				   300, addr, 4);
+}
+
+static bool add_name_rr(struct dns_writer *w, enum dns_section s,
+			const char *owner, uint16_t type, const char *target)
+{
+	uint8_t name[DNS_MAX_NAME], rdata[DNS_MAX_NAME];
+	size_t n = wire(target, rdata);
+
+	if (owner)
+		wire(owner, name);
+	return dns_response_add_rr(w, s, owner ? name : NULL, type, DNS_C_IN, 300,
+				   rdata, (uint16_t)n);
+}
+
+static void test_response_round_trip(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	struct dns_writer w;
+
+	put_header(&p, 0xBEEF, DNS_F_RD | DNS_F_CD | DNS_F_AD, 1, 0, 0, 0);
+	put_question(&p, "WWW.Example.com", DNS_T_A);
+	parse_ok(&p, &q);
+
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	dns_response_set_aa(&w, true);
+	assert_true(add_name_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, "web.example.com"));
+	assert_true(add_a(&w, DNS_SEC_ANSWER, "web.example.com", 7));
+	assert_true(add_name_rr(&w, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, "ns1.example.com"));
+	assert_true(add_a(&w, DNS_SEC_ADDITIONAL, "ns1.example.com", 53));
+	size_t len = dns_response_finish(&w, 1232);
+
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->id, 0xBEEF);
+	assert_int_equal(v->flags, DNS_F_QR | DNS_F_AA | DNS_F_RD | DNS_F_RA | DNS_F_CD);
+	assert_int_equal(v->qd, 1);
+	assert_int_equal(v->an, 2);
+	assert_int_equal(v->ns, 1);
+	assert_int_equal(v->ar, 1); /* no OPT: the query had none */
+	assert_string_equal(v->qname, "WWW.Example.com");
+	assert_int_equal(v->qtype, DNS_T_A);
+	assert_int_equal(v->qclass, DNS_C_IN);
+
+	/* answer 1: owner is the 0xC00C pointer, target "web" + pointer to
+	 * the question's "Example.com" at offset 16 */
+	const struct rr_view *cname = &v->rr[0];
+	assert_int_equal(rd16(out + cname->owner_off), 0xC00C);
+	assert_string_equal(cname->owner, "WWW.Example.com");
+	assert_int_equal(cname->type, DNS_T_CNAME);
+	assert_int_equal(cname->ttl, 300);
+	assert_int_equal(cname->rdlen, 6);
+	assert_memory_equal(out + cname->rdoff, "\3web\xC0\x10", 6);
+
+	/* answer 2: its owner is exactly the CNAME target, so one pointer */
+	const struct rr_view *a = &v->rr[1];
+	assert_int_equal(rd16(out + a->owner_off), 0xC000 | cname->rdoff);
+	assert_string_equal(a->owner, "web.Example.com");
+	assert_int_equal(a->rdlen, 4);
+	assert_int_equal(out[a->rdoff + 3], 7);
+
+	const struct rr_view *ns = &v->rr[2];
+	assert_int_equal(rd16(out + ns->owner_off), 0xC010);
+	assert_int_equal(ns->type, DNS_T_NS);
+	assert_memory_equal(out + ns->rdoff, "\3ns1\xC0\x10", 6);
+
+	const struct rr_view *glue = &v->rr[3];
+	assert_int_equal(rd16(out + glue->owner_off), 0xC000 | ns->rdoff);
+	assert_int_equal(out[glue->rdoff + 3], 53);
+}
+
+static void test_response_srv_target_not_compressed(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t rdata[6 + DNS_MAX_NAME] = {0, 10, 0, 5, 0x1F, 0x90};
+
+	parse_query("_http._tcp.web.svc.cluster.local", DNS_T_SRV, &q);
+	size_t tlen = wire("web.svc.cluster.local", rdata + 6);
+	uint16_t rdlen = (uint16_t)(6 + tlen);
+
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_SRV,
+					DNS_C_IN, 30, rdata, rdlen));
+	assert_true(add_a(&w, DNS_SEC_ADDITIONAL, "web.svc.cluster.local", 9));
+	size_t len = dns_response_finish(&w, 1232);
+
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->an, 1);
+	assert_int_equal(v->ar, 1);
+	assert_int_equal(v->rr[0].rdlen, rdlen);
+	assert_memory_equal(out + v->rr[0].rdoff, rdata, rdlen);
+	/* the additional owner points into the question (offset 12 + 6 + 5),
+	 * never into the SRV rdata */
+	assert_int_equal(rd16(out + v->rr[1].owner_off), 0xC000 | 23);
+	assert_string_equal(v->rr[1].owner, "web.svc.cluster.local");
+}
+
+static void test_response_mx_and_soa_compressed(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t mx[2 + DNS_MAX_NAME] = {0, 10};
+	uint8_t soa[2 * DNS_MAX_NAME + 20];
+	uint8_t apex[DNS_MAX_NAME];
+	char text[300];
+
+	parse_query("example.org", DNS_T_MX, &q);
+	size_t mxlen = 2 + wire("mail.example.org", mx + 2);
+	size_t soalen = wire("ns.dns.example.org", soa);
+	soalen += wire("hostmaster.example.org", soa + soalen);
+	for (int i = 0; i < 20; i++)
+		soa[soalen++] = (uint8_t)(i + 1);
+	wire("example.org", apex);
+
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_MX,
+					DNS_C_IN, 60, mx, (uint16_t)mxlen));
+	assert_true(dns_response_add_rr(&w, DNS_SEC_AUTHORITY, apex, DNS_T_SOA,
+					DNS_C_IN, 60, soa, (uint16_t)soalen));
+	size_t len = dns_response_finish(&w, 1232);
+
+	struct msg_view *v = read_msg(out, len);
+	const struct rr_view *m = &v->rr[0], *s = &v->rr[1];
+	assert_int_equal(m->rdlen, 2 + 7);
+	assert_int_equal(rd16(out + m->rdoff), 10);
+	assert_memory_equal(out + m->rdoff + 2, "\4mail\xC0\x0C", 7);
+
+	assert_int_equal(rd16(out + s->owner_off), 0xC00C);
+	assert_int_equal(s->rdlen, (3 + 4 + 2) + (11 + 2) + 20);
+	size_t pos = s->rdoff;
+	read_name(out, len, &pos, text, NULL);
+	assert_string_equal(text, "ns.dns.example.org");
+	read_name(out, len, &pos, text, NULL);
+	assert_string_equal(text, "hostmaster.example.org");
+	assert_memory_equal(out + pos, soa + soalen - 20, 20);
+}
+
+static void test_response_malformed_cname_rdata_copied_verbatim(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	static const uint8_t junk[] = {3, 'a', 'b'}; /* label runs past rdata */
+
+	parse_query("example.org", DNS_T_CNAME, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_CNAME,
+					DNS_C_IN, 60, junk, sizeof(junk)));
+	size_t len = dns_response_finish(&w, 512);
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->rr[0].rdlen, sizeof(junk));
+	assert_memory_equal(out + v->rr[0].rdoff, junk, sizeof(junk));
+}
+
+static void test_response_compresses_other_names(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t root[DNS_MAX_NAME];
+	uint8_t ns[DNS_MAX_NAME];
+	size_t nslen = wire("a.root-servers.net", ns);
+
+	wire(".", root);
+	parse_query("a.example.com", DNS_T_A, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	/* repeated labels: "x" must not match the half-written "x.x..." */
+	assert_true(add_a(&w, DNS_SEC_ANSWER, "x.x.other.net", 1));
+	assert_true(add_a(&w, DNS_SEC_ANSWER, "www.other.net", 2));
+	assert_true(dns_response_add_rr(&w, DNS_SEC_AUTHORITY, root, DNS_T_NS,
+					DNS_C_IN, 60, ns, (uint16_t)nslen));
+	size_t len = dns_response_finish(&w, 512);
+
+	struct msg_view *v = read_msg(out, len);
+	const struct rr_view *first = &v->rr[0], *second = &v->rr[1], *top = &v->rr[2];
+	assert_string_equal(first->owner, "x.x.other.net");
+	assert_false(first->owner_pointer);
+	assert_memory_equal(out + first->owner_off, "\1x\1x\5other\3net", 15);
+	assert_string_equal(second->owner, "www.other.net");
+	assert_memory_equal(out + second->owner_off, "\3www", 4);
+	assert_int_equal(rd16(out + second->owner_off + 4), 0xC000 | (first->owner_off + 4));
+	assert_string_equal(top->owner, "");
+	assert_int_equal(out[top->owner_off], 0);
+	assert_int_equal(top->rdoff, top->owner_off + 1 + 10);
+	/* "net" is already there: a, root-servers, then a pointer */
+	assert_int_equal(top->rdlen, 2 + 13 + 2);
+}
+
+static void test_response_rdata_not_matching_type_copied(void **state)
+{
+	(void)state;
+	static const struct {
+		uint16_t type;
+		uint8_t rdata[16];
+		uint16_t rdlen;
+	} cases[] = {
+		{DNS_T_MX, {0}, 1},                          /* no room for preference */
+		{DNS_T_NS, {0x41, 'a', 0}, 3},               /* 0x40 label type */
+		{DNS_T_PTR, {1, 'a', 0, 0}, 4},              /* bytes after the name */
+		{DNS_T_SOA, {1, 'a', 0, 1, 'b', 0}, 6},      /* no serial..minimum */
+		{DNS_T_CNAME, {0xC0, 0x0C}, 2},              /* a pointer, not a name */
+	};
+	struct dns_query q;
+	struct dns_writer w;
+
+	parse_query("example.org", DNS_T_ANY, &q);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+		assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, cases[i].type,
+						DNS_C_IN, 60, cases[i].rdata,
+						cases[i].rdlen));
+		size_t len = dns_response_finish(&w, 512);
+		assert_int_equal(len, w.question_end + 2 + 10 + cases[i].rdlen);
+		assert_memory_equal(out + len - cases[i].rdlen, cases[i].rdata,
+				    cases[i].rdlen);
+	}
+}
+
+static void test_response_rollback_inside_rdata(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t mx[2 + DNS_MAX_NAME] = {0, 5};
+	uint16_t mxlen = (uint16_t)(2 + wire("mail.elsewhere.test", mx + 2));
+
+	parse_query("example.org", DNS_T_MX, &q);
+	/* room for owner and fixed part, and for all but the last byte of the
+	 * rdata: the record fails before, inside and after the first label */
+	for (size_t spare = 0; spare < mxlen; spare++) {
+		size_t limit = 12 + 13 + 4 + 2 + 10 + spare;
+		for (int section = DNS_SEC_ANSWER; section <= DNS_SEC_ADDITIONAL; section++) {
+			dns_response_begin(&w, out, limit, &q, DNS_R_NOERROR);
+			uint8_t ncomp = w.ncomp;
+			assert_false(dns_response_add_rr(&w, (enum dns_section)section, NULL,
+							 DNS_T_MX, DNS_C_IN, 60, mx, mxlen));
+			assert_int_equal(w.len, w.question_end);
+			assert_int_equal(w.ncomp, ncomp);
+			assert_int_equal(w.truncated, section != DNS_SEC_ADDITIONAL);
+			size_t len = dns_response_finish(&w, 512);
+			struct msg_view *v = read_msg(out, len);
+			assert_int_equal(v->an + v->ns + v->ar, 0);
+			assert_int_equal((v->flags & DNS_F_TC) != 0,
+					 section != DNS_SEC_ADDITIONAL);
+		}
+	}
+}
+
+static void test_response_no_pointers_past_16k(void **state)
+{
+	(void)state;
+	static uint8_t txt[20000];
+	struct dns_query q;
+	struct dns_writer w;
+
+	for (size_t i = 0; i < sizeof(txt); i += 200)
+		txt[i] = 199;
+	parse_query("big.example.com", DNS_T_TXT, &q);
+	dns_response_begin(&w, out, DNS_MAX_MESSAGE, &q, DNS_R_NOERROR);
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_TXT,
+					DNS_C_IN, 60, txt, sizeof(txt)));
+	assert_true(add_a(&w, DNS_SEC_ADDITIONAL, "a.other.net", 1));
+	assert_true(add_a(&w, DNS_SEC_ADDITIONAL, "a.other.net", 2));
+	size_t len = dns_response_finish(&w, 1232);
+
+	/* both beyond offset 0x3FFF, so neither can be a pointer target */
+	struct msg_view *v = read_msg(out, len);
+	for (int i = 1; i <= 2; i++) {
+		assert_true(v->rr[i].owner_off > 0x3FFF);
+		assert_false(v->rr[i].owner_pointer);
+		assert_string_equal(v->rr[i].owner, "a.other.net");
+	}
+}
+
+static void test_response_many_owners_round_trip(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	char owner[64];
+
+	parse_query("svc.example.com", DNS_T_A, &q);
+	dns_response_begin(&w, out, DNS_MAX_MESSAGE, &q, DNS_R_NOERROR);
+	for (int i = 0; i < 500; i++) {
+		snprintf(owner, sizeof(owner), "h%d.%s.example.com", i, i % 2 ? "odd" : "even");
+		assert_true(add_a(&w, DNS_SEC_ANSWER, owner, (uint8_t)i));
+	}
+	size_t len = dns_response_finish(&w, 1232);
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->an, 500);
+	assert_int_equal(w.ncomp, DNS_COMPRESS_SLOTS);
+	for (int i = 0; i < 500; i++) {
+		snprintf(owner, sizeof(owner), "h%d.%s.example.com", i, i % 2 ? "odd" : "even");
+		assert_string_equal(v->rr[i].owner, owner);
+		assert_true(v->rr[i].owner_pointer);
+	}
+}
+
+static void test_response_truncates_at_512(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	int added = 0;
+
+	parse_edns_query("Big.Example.com", DNS_T_A, 0, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	size_t question_end = w.len;
+	while (add_a(&w, DNS_SEC_ANSWER, NULL, (uint8_t)added))
+		added++;
+	assert_true(added > 10 && added < 40);
+	assert_true(w.truncated);
+	assert_false(add_a(&w, DNS_SEC_ADDITIONAL, "ns.example.com", 1));
+
+	size_t len = dns_response_finish(&w, 1232);
+	assert_int_equal(len, question_end + 11);
+	struct msg_view *v = read_msg(out, len);
+	assert_true(v->flags & DNS_F_TC);
+	assert_int_equal(v->qd, 1);
+	assert_int_equal(v->an, 0);
+	assert_int_equal(v->ns, 0);
+	assert_int_equal(v->ar, 1);
+	assert_string_equal(v->qname, "Big.Example.com");
+	const struct rr_view *opt = find_opt(v);
+	assert_non_null(opt);
+	assert_int_equal(opt->rclass, 1232);
+	assert_true(opt->ttl & DNS_EDNS_DO);
+}
+
+static void test_response_truncates_without_edns(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t txt[256];
+
+	memset(txt, 'x', sizeof(txt));
+	txt[0] = 255;
+	parse_query("txt.example.com", DNS_T_TXT, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_TXT,
+					DNS_C_IN, 1, txt, sizeof(txt)));
+	assert_false(dns_response_add_rr(&w, DNS_SEC_AUTHORITY, NULL, DNS_T_TXT,
+					 DNS_C_IN, 1, txt, sizeof(txt)));
+	size_t len = dns_response_finish(&w, 0);
+	struct msg_view *v = read_msg(out, len);
+	assert_true(v->flags & DNS_F_TC);
+	assert_int_equal(v->an + v->ns + v->ar, 0);
+	assert_int_equal(len, w.question_end);
+}
+
+static void test_response_additional_overflow_omitted(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t txt[200];
+
+	memset(txt, 'y', sizeof(txt));
+	txt[0] = 199;
+	parse_edns_query("svc.example.com", DNS_T_A, 8, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_TXT,
+					DNS_C_IN, 1, txt, sizeof(txt)));
+	assert_true(dns_response_add_rr(&w, DNS_SEC_ADDITIONAL, NULL, DNS_T_TXT,
+					DNS_C_IN, 1, txt, sizeof(txt)));
+	size_t before = w.len;
+	assert_false(dns_response_add_rr(&w, DNS_SEC_ADDITIONAL, NULL, DNS_T_TXT,
+					 DNS_C_IN, 1, txt, sizeof(txt)));
+	assert_int_equal(w.len, before);
+	assert_false(w.truncated);
+	assert_true(add_a(&w, DNS_SEC_ADDITIONAL, "small.example.com", 2));
+
+	size_t len = dns_response_finish(&w, 1232);
+	assert_true(len <= DNS_MAX_UDP_PLAIN);
+	struct msg_view *v = read_msg(out, len);
+	assert_false(v->flags & DNS_F_TC);
+	assert_int_equal(v->an, 1);
+	assert_int_equal(v->ar, 3); /* TXT, A, OPT */
+	assert_non_null(find_opt(v));
+	assert_string_equal(v->rr[2].owner, "small.example.com");
+}
+
+static void test_response_opt_always_fits(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+
+	for (uint16_t cookie = 0; cookie <= 40; cookie = cookie ? cookie + 8 : 8) {
+		parse_edns_query("fill.example.com", DNS_T_A, cookie, &q);
+		for (size_t limit = 100; limit <= 600; limit += 7) {
+			dns_response_begin(&w, out, limit, &q, DNS_R_NOERROR);
+			for (uint8_t i = 0; add_a(&w, DNS_SEC_ADDITIONAL, "n.example.com", i); i++)
+				;
+			size_t len = dns_response_finish(&w, 1232);
+			assert_true(len > 0 && len <= limit);
+			assert_non_null(find_opt(read_msg(out, len)));
+		}
+	}
+}
+
+static void test_response_tcp_limit_carries_big_answer(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+
+	parse_edns_query("many.example.com", DNS_T_A, 0, &q);
+	dns_response_begin(&w, out, DNS_MAX_MESSAGE, &q, DNS_R_NOERROR);
+	for (int i = 0; i < 3000; i++)
+		assert_true(add_a(&w, DNS_SEC_ANSWER, NULL, (uint8_t)i));
+	size_t len = dns_response_finish(&w, 1232);
+	assert_true(len > 3000 * 16);
+	struct msg_view *v = read_msg(out, len);
+	assert_false(v->flags & DNS_F_TC);
+	assert_int_equal(v->an, 3000);
+	assert_int_equal(v->ar, 1);
+	assert_int_equal(v->rr[2999].rdlen, 4);
+}
+
+static void test_response_badvers(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	struct dns_writer w;
+
+	build_query(&p, "example.com", DNS_T_A);
+	put_opt(&p, 4096, 1u << 16, NULL, 0);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_BADVERS);
+
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_BADVERS);
+	size_t len = dns_response_finish(&w, 1232);
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->flags & 0xF, 0);
+	assert_int_equal(v->qd, 1);
+	const struct rr_view *opt = find_opt(v);
+	assert_non_null(opt);
+	assert_int_equal(opt->ttl >> 24, 1);       /* 16 >> 4 */
+	assert_int_equal((opt->ttl >> 16) & 0xFF, 0); /* we speak version 0 */
+	assert_int_equal(opt->rclass, 1232);
+	assert_int_equal(opt->owner[0], '\0');
+}
+
+static void test_response_carries_no_cookie(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+
+	for (uint16_t sent = 8; sent <= 24; sent += 16) {
+		parse_edns_query("example.com", DNS_T_A, sent, &q);
+		dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+		size_t len = dns_response_finish(&w, 1232);
+		const struct rr_view *opt = find_opt(read_msg(out, len));
+		assert_non_null(opt);
+		assert_int_equal(q.cookie_len, sent); /* parsed ... */
+		assert_int_equal(opt->rdlen, 0);      /* ... but not answered */
+	}
+}
+
+static void test_response_rcodes(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+
+	parse_query("gone.example.com", DNS_T_A, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	dns_response_set_rcode(&w, DNS_R_NXDOMAIN);
+	dns_response_set_aa(&w, true);
+	dns_response_set_aa(&w, false);
+	size_t len = dns_response_finish(&w, 1232);
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->flags & 0xF, DNS_R_NXDOMAIN);
+	assert_false(v->flags & DNS_F_AA);
+
+	/* an extended rcode with no OPT to carry it must not read as NOERROR */
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_BADVERS);
+	len = dns_response_finish(&w, 1232);
+	v = read_msg(out, len);
+	assert_int_equal(v->flags & 0xF, DNS_R_SERVFAIL);
+	assert_int_equal(v->ar, 0);
+}
+
+static void test_response_section_order_enforced(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+
+	parse_query("example.com", DNS_T_A, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_true(add_a(&w, DNS_SEC_AUTHORITY, "example.com", 1));
+	assert_false(add_a(&w, DNS_SEC_ANSWER, NULL, 2));
+	assert_false(w.truncated);
+	assert_true(add_a(&w, DNS_SEC_ADDITIONAL, NULL, 3));
+	size_t len = dns_response_finish(&w, 512);
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->an, 0);
+	assert_int_equal(v->ns, 1);
+	assert_int_equal(v->ar, 1);
+}
+
+static void test_response_limit_too_small(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+
+	parse_edns_query("example.com", DNS_T_A, 8, &q);
+	/* header 12 + question 17 + OPT 11 = 40 (the cookie is not answered) */
+	memset(out, 0xEE, 64);
+	dns_response_begin(&w, out, 39, &q, DNS_R_NOERROR);
+	dns_response_set_aa(&w, true);
+	assert_false(add_a(&w, DNS_SEC_ADDITIONAL, NULL, 1));
+	assert_int_equal(dns_response_finish(&w, 1232), 0);
+	for (size_t i = 0; i < 64; i++)
+		assert_int_equal(out[i], 0xEE); /* nothing written at all */
+
+	dns_response_begin(&w, out, 40, &q, DNS_R_NOERROR);
+	assert_int_equal(dns_response_finish(&w, 1232), 40);
+
+	q.question_ok = false;
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_int_equal(dns_response_finish(&w, 1232), 0);
+}
+
+/* ---- error replies ------------------------------------------------------ */
+
+static void test_error_reply_formerr(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 0x4242, DNS_F_RD | DNS_F_CD, 2, 0, 0, 0);
+	put_question(&p, "a.example", DNS_T_A);
+	put_question(&p, "b.example", DNS_T_A);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+
+	size_t len = dns_error_reply(p.b, p.len, &q, DNS_R_FORMERR, out, sizeof(out));
+	assert_int_equal(len, DNS_HEADER_LEN);
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->id, 0x4242);
+	assert_int_equal(v->flags, DNS_F_QR | DNS_F_RD | DNS_R_FORMERR);
+	assert_int_equal(v->qd + v->an + v->ns + v->ar, 0);
+
+	/* question parsed, a later record did not: the question is echoed */
+	build_query(&p, "Echo.Example", DNS_T_MX);
+	set_count(&p, 1, 1);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_FORMERR);
+	len = dns_error_reply(p.b, p.len, &q, DNS_R_FORMERR, out, sizeof(out));
+	v = read_msg(out, len);
+	assert_int_equal(v->qd, 1);
+	assert_string_equal(v->qname, "Echo.Example");
+	assert_int_equal(v->qtype, DNS_T_MX);
+	assert_int_equal(v->an, 0);
+
+	/* no parsed query at all */
+	len = dns_error_reply(p.b, p.len, NULL, DNS_R_FORMERR, out, sizeof(out));
+	assert_int_equal(len, DNS_HEADER_LEN);
+}
+
+static void test_error_reply_notimp_in_place(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	put_header(&p, 9, (uint16_t)(4 << 11) | DNS_F_RD, 1, 0, 0, 0);
+	put_question(&p, "Notify.Example", DNS_T_SOA);
+	assert_int_equal(parse(&p, &q), DNS_PARSE_NOTIMP);
+
+	/* reply over the query's own buffer, as a server would */
+	size_t len = dns_error_reply(p.b, p.len, &q, DNS_R_NOTIMP, p.b, sizeof(p.b));
+	struct msg_view *v = read_msg(p.b, len);
+	assert_int_equal(v->id, 9);
+	assert_int_equal(v->flags, DNS_F_QR | (4 << 11) | DNS_F_RD | DNS_R_NOTIMP);
+	assert_int_equal(v->qd, 1);
+	assert_string_equal(v->qname, "Notify.Example");
+	assert_int_equal(v->qtype, DNS_T_SOA);
+}
+
+static void test_error_reply_refuses(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+
+	build_query(&p, "example.com", DNS_T_A);
+	parse_ok(&p, &q);
+	assert_int_equal(dns_error_reply(p.b, 11, NULL, DNS_R_FORMERR, out, sizeof(out)), 0);
+	assert_int_equal(dns_error_reply(p.b, p.len, &q, DNS_R_FORMERR, out, 11), 0);
+	/* not enough room for the question: header alone still goes out */
+	assert_int_equal(dns_error_reply(p.b, p.len, &q, DNS_R_FORMERR, out, 20), 12);
+	p.b[2] |= 0x80;
+	assert_int_equal(dns_error_reply(p.b, p.len, NULL, DNS_R_FORMERR, out, sizeof(out)), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_plain_query),
+		cmocka_unit_test(test_parse_keeps_client_case),
+		cmocka_unit_test(test_parse_root_question),
+		cmocka_unit_test(test_parse_qdcount_not_one_is_formerr),
+		cmocka_unit_test(test_parse_drops_responses_and_runts),
+		cmocka_unit_test(test_parse_opcode_not_query_is_notimp),
+		cmocka_unit_test(test_parse_label_limit),
+		cmocka_unit_test(test_parse_name_limit),
+		cmocka_unit_test(test_parse_bad_label_types),
+		cmocka_unit_test(test_parse_pointer_loop_is_formerr),
+		cmocka_unit_test(test_parse_forward_pointer_is_formerr),
+		cmocka_unit_test(test_parse_pointer_out_of_bounds_is_formerr),
+		cmocka_unit_test(test_parse_truncated_question_is_formerr),
+		cmocka_unit_test(test_parse_backward_pointer_in_additional),
+		cmocka_unit_test(test_parse_record_overrun_is_formerr),
+		cmocka_unit_test(test_parse_ignores_trailing_bytes),
+		cmocka_unit_test(test_parse_leaves_policy_to_caller),
+		cmocka_unit_test(test_edns_size_and_do),
+		cmocka_unit_test(test_edns_version_1_is_badvers),
+		cmocka_unit_test(test_edns_two_opts_is_formerr),
+		cmocka_unit_test(test_edns_opt_owner_must_be_root),
+		cmocka_unit_test(test_edns_opt_outside_additional_is_formerr),
+		cmocka_unit_test(test_edns_truncated_options_is_formerr),
+		cmocka_unit_test(test_edns_cookie_stored),
+		cmocka_unit_test(test_edns_bad_cookie_length_is_formerr),
+		cmocka_unit_test(test_edns_unknown_option_ignored),
+		cmocka_unit_test(test_name_read_follows_pointer_and_lowers),
+		cmocka_unit_test(test_name_read_pointer_chain_limit),
+		cmocka_unit_test(test_name_text_round_trip),
+		cmocka_unit_test(test_name_from_text_errors),
+		cmocka_unit_test(test_name_to_text_escapes_and_limits),
+		cmocka_unit_test(test_name_subdomain),
+		cmocka_unit_test(test_name_len_and_lower),
+		cmocka_unit_test(test_response_round_trip),
+		cmocka_unit_test(test_response_srv_target_not_compressed),
+		cmocka_unit_test(test_response_mx_and_soa_compressed),
+		cmocka_unit_test(test_response_malformed_cname_rdata_copied_verbatim),
+		cmocka_unit_test(test_response_compresses_other_names),
+		cmocka_unit_test(test_response_rdata_not_matching_type_copied),
+		cmocka_unit_test(test_response_rollback_inside_rdata),
+		cmocka_unit_test(test_response_no_pointers_past_16k),
+		cmocka_unit_test(test_response_many_owners_round_trip),
+		cmocka_unit_test(test_response_truncates_at_512),
+		cmocka_unit_test(test_response_truncates_without_edns),
+		cmocka_unit_test(test_response_additional_overflow_omitted),
+		cmocka_unit_test(test_response_opt_always_fits),
+		cmocka_unit_test(test_response_tcp_limit_carries_big_answer),
+		cmocka_unit_test(test_response_badvers),
+		cmocka_unit_test(test_response_carries_no_cookie),
+		cmocka_unit_test(test_response_rcodes),
+		cmocka_unit_test(test_response_section_order_enforced),
+		cmocka_unit_test(test_response_limit_too_small),
+		cmocka_unit_test(test_error_reply_formerr),
+		cmocka_unit_test(test_error_reply_notimp_in_place),
+		cmocka_unit_test(test_error_reply_refuses),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
