@@ -1,0 +1,94 @@
+/*
+ * zone/internal.h — the table's layout, shared by table.c (building) and
+ * answer.c (reading). Nothing outside src/zone/ includes this.
+ */
+#ifndef LOCALDNS_ZONE_INTERNAL_H
+#define LOCALDNS_ZONE_INTERNAL_H
+
+#include "zone/zone.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+struct zone_rdata {
+	uint16_t len;
+	uint8_t data[];
+};
+
+struct zone_rrset {
+	uint16_t type;
+	uint16_t count;
+	uint32_t ttl;
+	struct zone_rdata **rdata;
+};
+
+/* An owner name; an empty non-terminal is a node with no RRsets. */
+struct zone_node {
+	uint16_t name_len;
+	uint16_t n_rrsets;
+	struct zone_rrset *rrsets;
+	uint8_t name[]; /* lower-cased wire form */
+};
+
+/* The hash is kept beside the pointer so a probe rarely touches a node. */
+struct zone_slot {
+	uint32_t hash;
+	struct zone_node *node;
+};
+
+struct zone_authority {
+	uint16_t apex_len;
+	uint8_t apex[DNS_MAX_NAME];
+};
+
+struct zone_table {
+	struct zone_slot *slots;
+	size_t mask; /* slots - 1; slots is a power of two, at most half full */
+	size_t n_nodes;
+	size_t n_empty;
+	struct zone_authority *authorities;
+	size_t n_authorities;
+};
+
+uint32_t zone_hash_name(const uint8_t *name, size_t len);
+
+static inline const struct zone_node *zone_find(const struct zone_table *t,
+						const uint8_t *name, size_t len)
+{
+	uint32_t h = zone_hash_name(name, len);
+
+	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+		const struct zone_slot *s = &t->slots[i];
+		if (!s->node)
+			return NULL;
+		if (s->hash == h && s->node->name_len == len &&
+		    memcmp(s->node->name, name, len) == 0)
+			return s->node;
+	}
+}
+
+static inline const struct zone_rrset *zone_node_rrset(const struct zone_node *n,
+						       uint16_t type)
+{
+	for (uint16_t i = 0; i < n->n_rrsets; i++)
+		if (n->rrsets[i].type == type)
+			return &n->rrsets[i];
+	return NULL;
+}
+
+/* The deepest authoritative zone holding name, or NULL. */
+static inline const struct zone_authority *
+zone_authority_for(const struct zone_table *t, const uint8_t *name)
+{
+	const struct zone_authority *best = NULL;
+
+	for (size_t i = 0; i < t->n_authorities; i++) {
+		const struct zone_authority *a = &t->authorities[i];
+		if ((!best || a->apex_len > best->apex_len) &&
+		    dns_name_is_subdomain(name, a->apex))
+			best = a;
+	}
+	return best;
+}
+
+#endif

@@ -1,0 +1,414 @@
+/*
+ * Unit tests for zone/: building the local table and answering from it
+ * (exact matches, NXDOMAIN vs NODATA, empty non-terminals, CNAME chains,
+ * SRV additionals, minimal ANY, conflicts), read back through the codec.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "dns/dns.h"
+#include "zone/zone.h"
+
+struct rr {
+	uint8_t owner[DNS_MAX_NAME];
+	uint16_t type, rclass;
+	uint32_t ttl;
+	const uint8_t *rdata;
+	uint16_t rdlen;
+};
+
+struct reply {
+	uint8_t buf[4096];
+	size_t len;
+	uint16_t flags;
+	uint16_t count[4];
+	struct rr rr[64];
+	size_t n_rr;
+};
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+/* Parse a reply we built: header, skip the question, read every record. */
+static void read_reply(struct reply *r)
+{
+	uint8_t qname[DNS_MAX_NAME];
+	size_t pos = DNS_HEADER_LEN;
+
+	r->flags = get16(r->buf + 2);
+	for (int i = 0; i < 4; i++)
+		r->count[i] = get16(r->buf + 4 + 2 * i);
+	assert_int_equal(r->count[0], 1);
+	assert_true(dns_name_read(r->buf, r->len, &pos, qname, true) > 0);
+	pos += 4;
+	r->n_rr = (size_t)r->count[1] + r->count[2] + r->count[3];
+	assert_true(r->n_rr <= 64);
+	for (size_t i = 0; i < r->n_rr; i++) {
+		struct rr *rr = &r->rr[i];
+		assert_true(dns_name_read(r->buf, r->len, &pos, rr->owner, true) > 0);
+		assert_true(pos + 10 <= r->len);
+		rr->type = get16(r->buf + pos);
+		rr->rclass = get16(r->buf + pos + 2);
+		rr->ttl = (uint32_t)get16(r->buf + pos + 4) << 16 | get16(r->buf + pos + 6);
+		rr->rdlen = get16(r->buf + pos + 8);
+		rr->rdata = r->buf + pos + 10;
+		pos += 10u + rr->rdlen;
+		assert_true(pos <= r->len);
+	}
+	assert_int_equal(pos, r->len);
+}
+
+static const uint8_t *wire(const char *text)
+{
+	static uint8_t names[8][DNS_MAX_NAME];
+	static int next;
+	uint8_t *out = names[next++ % 8];
+
+	assert_true(dns_name_from_text(text, out) > 0);
+	return out;
+}
+
+static void add(struct zone_builder *b, const char *owner, uint16_t type,
+		const void *rdata, size_t len)
+{
+	const char *why = NULL;
+
+	assert_int_equal(zone_builder_add_rr(b, wire(owner), type, 30, rdata,
+					     (uint16_t)len, &why), 0);
+}
+
+static void add_name_rr(struct zone_builder *b, const char *owner, uint16_t type,
+			const char *target)
+{
+	const uint8_t *t = wire(target);
+	add(b, owner, type, t, dns_name_len(t));
+}
+
+static struct zone_table *demo_table(void)
+{
+	struct zone_builder *b = zone_builder_new();
+	const char *why = NULL;
+	uint8_t srv[6 + DNS_MAX_NAME] = {0, 1, 0, 100, 0x0c, 0xea};
+	const uint8_t *target = wire("db.prod.svc.cluster.local");
+	size_t srv_len = 6 + dns_name_len(target);
+
+	memcpy(srv + 6, target, dns_name_len(target)); /* before wire() reuses it */
+	assert_non_null(b);
+	assert_int_equal(zone_builder_add_authority(b, wire("cluster.local"), 5, 1, &why), 0);
+	add(b, "db.prod.svc.cluster.local", DNS_T_A, "\x0a\x00\x00\x05", 4);
+	add(b, "db.prod.svc.cluster.local", DNS_T_A, "\x0a\x00\x00\x06", 4);
+	add(b, "db.prod.svc.cluster.local", DNS_T_A, "\x0a\x00\x00\x05", 4); /* duplicate */
+	add(b, "db.prod.svc.cluster.local", DNS_T_AAAA,
+	    "\xfd\x00\0\0\0\0\0\0\0\0\0\0\0\0\0\x05", 16);
+	add_name_rr(b, "www.prod.svc.cluster.local", DNS_T_CNAME, "db.prod.svc.cluster.local");
+	add_name_rr(b, "gone.prod.svc.cluster.local", DNS_T_CNAME, "nothing.prod.svc.cluster.local");
+	add_name_rr(b, "legacy.corp.internal", DNS_T_CNAME, "db.prod.svc.cluster.local");
+	add_name_rr(b, "out.prod.svc.cluster.local", DNS_T_CNAME, "example.org");
+	add(b, "_mysql._tcp.db.prod.svc.cluster.local", DNS_T_SRV, srv, srv_len);
+	add(b, "host.corp.internal", DNS_T_A, "\xc0\x00\x02\x01", 4);
+	struct zone_table *t = zone_builder_finish(b);
+	assert_non_null(t);
+	return t;
+}
+
+static void make_query(struct dns_query *q, const char *name, uint16_t qtype)
+{
+	memset(q, 0, sizeof *q);
+	q->id = 0x1234;
+	q->qtype = qtype;
+	q->qclass = DNS_C_IN;
+	int len = dns_name_from_text(name, q->qname);
+	assert_true(len > 0);
+	q->qname_len = (uint16_t)len;
+	memcpy(q->qname_orig, q->qname, (size_t)len);
+	q->question_ok = true;
+}
+
+static enum zone_result ask(const struct zone_table *t, const char *name,
+			    uint16_t qtype, struct reply *r)
+{
+	struct dns_query q;
+	struct dns_writer w;
+
+	make_query(&q, name, qtype);
+	dns_response_begin(&w, r->buf, sizeof r->buf, &q, DNS_R_NOERROR);
+	enum zone_result res = zone_answer(t, &q, &w);
+	r->len = dns_response_finish(&w, 1232);
+	read_reply(r);
+	return res;
+}
+
+static int rcode(const struct reply *r)
+{
+	return r->flags & 0xf;
+}
+
+static void test_exact_match_answers_every_record_once(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	assert_int_equal(ask(t, "db.prod.svc.cluster.local", DNS_T_A, &r), ZONE_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_true(r.flags & DNS_F_AA);
+	assert_int_equal(r.count[1], 2); /* the duplicate was dropped */
+	assert_int_equal(r.rr[0].type, DNS_T_A);
+	assert_int_equal(r.rr[0].ttl, 30);
+	assert_memory_equal(r.rr[0].rdata, "\x0a\x00\x00\x05", 4);
+	assert_memory_equal(r.rr[1].rdata, "\x0a\x00\x00\x06", 4);
+	zone_table_free(t);
+}
+
+static void test_unknown_name_in_zone_is_nxdomain_with_soa(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	assert_int_equal(ask(t, "nope.prod.svc.cluster.local", DNS_T_A, &r), ZONE_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NXDOMAIN);
+	assert_int_equal(r.count[1], 0);
+	assert_int_equal(r.count[2], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SOA);
+	assert_memory_equal(r.rr[0].owner, wire("cluster.local"), 15);
+	zone_table_free(t);
+}
+
+static void test_existing_name_other_type_is_nodata(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "db.prod.svc.cluster.local", DNS_T_TXT, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 0);
+	assert_int_equal(r.count[2], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SOA);
+	zone_table_free(t);
+}
+
+static void test_empty_non_terminal_is_nodata_not_nxdomain(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[2], 1);
+	ask(t, "prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	ask(t, "_tcp.db.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(zone_table_size(t), 8); /* apex + 7 owners, ENTs not counted */
+	zone_table_free(t);
+}
+
+static void test_apex_has_soa_and_ns(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "cluster.local", DNS_T_SOA, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SOA);
+	/* mname ns.dns.cluster.local, rname hostmaster.cluster.local, minimum = ttl */
+	uint8_t name[DNS_MAX_NAME];
+	size_t pos = (size_t)(r.rr[0].rdata - r.buf);
+	assert_true(dns_name_read(r.buf, r.len, &pos, name, true) > 0);
+	assert_memory_equal(name, wire("ns.dns.cluster.local"), 22);
+	assert_true(dns_name_read(r.buf, r.len, &pos, name, true) > 0);
+	assert_memory_equal(name, wire("hostmaster.cluster.local"), 26);
+	assert_int_equal(get16(r.buf + pos + 18), 5);
+	ask(t, "cluster.local", DNS_T_NS, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_NS);
+	zone_table_free(t);
+}
+
+static void test_cname_chain_is_followed_locally(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "www.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 3);
+	assert_int_equal(r.rr[0].type, DNS_T_CNAME);
+	assert_int_equal(r.rr[1].type, DNS_T_A);
+	assert_memory_equal(r.rr[1].owner, wire("db.prod.svc.cluster.local"), 27);
+	/* Asking for the CNAME itself gives just the CNAME. */
+	ask(t, "www.prod.svc.cluster.local", DNS_T_CNAME, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_CNAME);
+	zone_table_free(t);
+}
+
+static void test_cname_to_missing_local_name_is_nxdomain(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "gone.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NXDOMAIN); /* RFC 6604 */
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_CNAME);
+	assert_int_equal(r.count[2], 1);
+	zone_table_free(t);
+}
+
+static void test_cname_leaving_local_data_stops_at_the_cname(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "out.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.count[2], 0);
+	zone_table_free(t);
+}
+
+static void test_names_outside_zones_answer_exact_matches_only(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "legacy.corp.internal", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 3); /* CNAME into the cluster zone, then 2 A */
+	ask(t, "host.corp.internal", DNS_T_AAAA, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR); /* NODATA, no SOA to give */
+	assert_int_equal(r.count[1] + r.count[2], 0);
+	assert_int_equal(ask(t, "other.corp.internal", DNS_T_A, &r), ZONE_NOT_LOCAL);
+	assert_int_equal(ask(t, "corp.internal", DNS_T_A, &r), ZONE_NOT_LOCAL);
+	assert_int_equal(ask(t, "example.org", DNS_T_A, &r), ZONE_NOT_LOCAL);
+	zone_table_free(t);
+}
+
+static void test_srv_adds_target_addresses(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "_mysql._tcp.db.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SRV);
+	assert_int_equal(get16(r.rr[0].rdata + 4), 3306);
+	assert_int_equal(r.count[3], 3); /* two A and one AAAA */
+	assert_int_equal(r.rr[1].type, DNS_T_A);
+	assert_int_equal(r.rr[3].type, DNS_T_AAAA);
+	zone_table_free(t);
+}
+
+static void test_any_is_answered_with_one_rrset(void **state)
+{
+	struct zone_table *t = demo_table();
+	struct reply r;
+	(void)state;
+
+	ask(t, "db.prod.svc.cluster.local", DNS_T_ANY, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 2);
+	assert_int_equal(r.rr[0].type, r.rr[1].type);
+	zone_table_free(t);
+}
+
+static void test_cname_conflicts_are_rejected(void **state)
+{
+	struct zone_builder *b = zone_builder_new();
+	const uint8_t *target = wire("x.example");
+	const char *why = NULL;
+	(void)state;
+
+	add(b, "a.example", DNS_T_A, "\x01\x02\x03\x04", 4);
+	assert_int_equal(zone_builder_add_rr(b, wire("a.example"), DNS_T_CNAME, 5, target,
+					     (uint16_t)dns_name_len(target), &why), -1);
+	assert_non_null(strstr(why, "CNAME"));
+	add_name_rr(b, "c.example", DNS_T_CNAME, "x.example");
+	assert_int_equal(zone_builder_add_rr(b, wire("c.example"), DNS_T_A, 5,
+					     (const uint8_t *)"\1\2\3\4", 4, &why), -1);
+	assert_int_equal(zone_builder_add_rr(b, wire("c.example"), DNS_T_CNAME, 5,
+					     wire("y.example"), 11, &why), -1);
+	zone_builder_free(b);
+}
+
+static void test_malformed_rdata_is_rejected(void **state)
+{
+	struct zone_builder *b = zone_builder_new();
+	const char *why = NULL;
+	(void)state;
+
+	assert_int_equal(zone_builder_add_rr(b, wire("a.example"), DNS_T_A, 5,
+					     (const uint8_t *)"\1\2\3", 3, &why), -1);
+	assert_int_equal(zone_builder_add_rr(b, wire("a.example"), DNS_T_CNAME, 5,
+					     (const uint8_t *)"\3abc", 4, &why), -1);
+	assert_int_equal(zone_builder_add_rr(b, wire("a.example"), DNS_T_TXT, 5,
+					     (const uint8_t *)"\5ab", 3, &why), -1);
+	assert_int_equal(zone_builder_add_rr(b, wire("a.example"), DNS_T_ANY, 5,
+					     (const uint8_t *)"", 0, &why), -1);
+	zone_builder_free(b);
+}
+
+static void test_many_names_survive_table_growth(void **state)
+{
+	struct zone_builder *b = zone_builder_new();
+	const char *why = NULL;
+	char name[64];
+	struct reply r;
+	(void)state;
+
+	assert_int_equal(zone_builder_add_authority(b, wire("cluster.local"), 5, 1, &why), 0);
+	for (int i = 0; i < 5000; i++) {
+		uint8_t ip[4] = {10, (uint8_t)(i >> 16), (uint8_t)(i >> 8), (uint8_t)i};
+		snprintf(name, sizeof name, "s%d.ns%d.svc.cluster.local", i, i % 7);
+		add(b, name, DNS_T_A, ip, 4);
+	}
+	struct zone_table *t = zone_builder_finish(b);
+	assert_non_null(t);
+	assert_int_equal(zone_table_size(t), 5001);
+	ask(t, "s4321.ns2.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_memory_equal(r.rr[0].rdata, "\x0a\x00\x10\xe1", 4);
+	ask(t, "ns3.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	ask(t, "ns9.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NXDOMAIN);
+	zone_table_free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exact_match_answers_every_record_once),
+		cmocka_unit_test(test_unknown_name_in_zone_is_nxdomain_with_soa),
+		cmocka_unit_test(test_existing_name_other_type_is_nodata),
+		cmocka_unit_test(test_empty_non_terminal_is_nodata_not_nxdomain),
+		cmocka_unit_test(test_apex_has_soa_and_ns),
+		cmocka_unit_test(test_cname_chain_is_followed_locally),
+		cmocka_unit_test(test_cname_to_missing_local_name_is_nxdomain),
+		cmocka_unit_test(test_cname_leaving_local_data_stops_at_the_cname),
+		cmocka_unit_test(test_names_outside_zones_answer_exact_matches_only),
+		cmocka_unit_test(test_srv_adds_target_addresses),
+		cmocka_unit_test(test_any_is_answered_with_one_rrset),
+		cmocka_unit_test(test_cname_conflicts_are_rejected),
+		cmocka_unit_test(test_malformed_rdata_is_rejected),
+		cmocka_unit_test(test_many_names_survive_table_growth),
+	};
+	return cmocka_run_group_tests_name("zone", tests, NULL, NULL);
+}
