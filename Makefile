@@ -14,7 +14,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+CFLAGS   += -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
             -DLOCALDNS_VERSION='"$(VERSION)"' -DLOCALDNS_GIT_REV='"$(GIT_REV)"'
 LDLIBS   += $(PKG_LIBS) -pthread
 
@@ -60,7 +60,11 @@ $(BIN): $(BUILD)/obj/cmd/localdns/main.o $(LIB)
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
-	    $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
+	    $(LDFLAGS) $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
+
+# test_query counts every allocator and mutex call the library makes.
+$(BUILD)/tests/test_query: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc \
+	-Wl,--wrap=free,--wrap=pthread_mutex_lock
 
 run: $(BIN)
 	$(BIN) --config deploy/examples/local.yaml
@@ -82,7 +86,7 @@ FUZZ_LIB_SRC := $(wildcard src/dns/*.c)
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) src/dns/dns.h
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
+	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -o $@ $< $(FUZZ_LIB_SRC)
 
 fuzz: $(FUZZ_BIN)

@@ -1,0 +1,208 @@
+/*
+ * localdns — command line entry point.
+ *
+ *   localdns --config FILE         serve in the foreground
+ *   localdns --check-config FILE   validate and exit 0, or 1 with FILE:LINE:COL
+ *   localdns --version | --help
+ *
+ * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
+ * the answer sources); workers never see a signal.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-memb.h>
+
+#include "config/config.h"
+#include "log/log.h"
+#include "query/query.h"
+#include "server/server.h"
+
+static const char usage_text[] =
+	"usage: localdns --config FILE\n"
+	"       localdns --check-config FILE\n"
+	"       localdns --version | --help\n"
+	"\n"
+	"A node-local DNS cache for Kubernetes.\n"
+	"\n"
+	"  -c, --config FILE        serve with this configuration (YAML)\n"
+	"  -C, --check-config FILE  validate FILE; print FILE:LINE:COL on error, exit 1\n"
+	"  -V, --version            print the version and exit\n"
+	"  -h, --help               print this help and exit\n"
+	"\n"
+	"See docs/configuration.md for every configuration key.\n";
+
+/* Load the config and everything built from it; both or neither. */
+static int load(const char *path, struct config **cfg, struct query_sources **sources,
+		char *err, size_t errlen)
+{
+	if (config_load(path, cfg, err, errlen) < 0)
+		return -1;
+	*sources = query_sources_build(*cfg, err, errlen);
+	if (!*sources) {
+		config_free(*cfg);
+		*cfg = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static int check_config(const char *path)
+{
+	struct config *cfg;
+	struct query_sources *sources;
+	char err[CONFIG_ERR_MAX];
+
+	if (load(path, &cfg, &sources, err, sizeof err) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	printf("%s: configuration is valid\n", path);
+	urcu_memb_register_thread();
+	query_sources_publish(sources);
+	query_sources_retire();
+	urcu_memb_unregister_thread();
+	config_free(cfg);
+	return 0;
+}
+
+/* Say plainly which configured features this build does not act on yet. */
+static void warn_inactive_features(const struct config *cfg)
+{
+	if (cfg->interface.manage)
+		log_warn("interface.manage is set but link management is not in this build; "
+			 "listen addresses must already exist");
+	if (cfg->nftables.enabled)
+		log_warn("nftables.enabled is set but nftables capture is not in this build");
+	if (cfg->kubernetes.enabled)
+		log_warn("kubernetes.enabled is set but the Kubernetes watch is not in this build; "
+			 "cluster names come from static records only");
+}
+
+static void log_serving(const struct config *cfg, const struct server *s)
+{
+	char port[8], workers[16];
+
+	snprintf(port, sizeof port, "%u", cfg->listen.port);
+	snprintf(workers, sizeof workers, "%u", server_workers(s));
+	for (size_t i = 0; i < cfg->listen.n_addresses; i++)
+		log_info("listening", "address", cfg->listen.addresses[i].text, "port", port,
+			 "protocols", "udp,tcp");
+	log_info("serving", "workers", workers, "config", cfg->files[0]);
+}
+
+/* SIGHUP: rebuild the answer sources; a bad file leaves the running set. */
+static void reload(const char *path)
+{
+	struct config *cfg;
+	struct query_sources *sources;
+	char err[CONFIG_ERR_MAX];
+
+	if (load(path, &cfg, &sources, err, sizeof err) < 0) {
+		log_error("reload failed; keeping the running configuration", "error", err);
+		return;
+	}
+	query_sources_publish(sources);
+	log_info("reloaded answer sources (listen and worker changes need a restart)",
+		 "config", path);
+	config_free(cfg);
+}
+
+static void log_totals(const struct server *s)
+{
+	struct query_stats st;
+	char received[24], dropped[24];
+
+	server_stats(s, &st);
+	snprintf(received, sizeof received, "%llu", (unsigned long long)st.received);
+	snprintf(dropped, sizeof dropped, "%llu", (unsigned long long)st.dropped);
+	log_info("stopped", "queries", received, "dropped", dropped);
+}
+
+static int serve(const char *path)
+{
+	struct config *cfg;
+	struct query_sources *sources;
+	struct server *server;
+	char err[CONFIG_ERR_MAX];
+	sigset_t signals;
+	int sig = 0;
+
+	if (load(path, &cfg, &sources, err, sizeof err) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
+	warn_inactive_features(cfg);
+	urcu_memb_register_thread();
+	query_sources_publish(sources);
+
+	/* Blocked before any thread starts, so only sigwait below sees them. */
+	sigemptyset(&signals);
+	sigaddset(&signals, SIGTERM);
+	sigaddset(&signals, SIGINT);
+	sigaddset(&signals, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &signals, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	server = server_start(cfg, err, sizeof err);
+	if (!server) {
+		log_error("cannot start", "error", err);
+		query_sources_retire();
+		urcu_memb_unregister_thread();
+		config_free(cfg);
+		return 1;
+	}
+	log_serving(cfg, server);
+	while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
+		reload(path);
+	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	log_totals(server);
+	server_stop(server);
+	query_sources_retire();
+	urcu_memb_unregister_thread();
+	config_free(cfg);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{"config", required_argument, NULL, 'c'},
+		{"check-config", required_argument, NULL, 'C'},
+		{"version", no_argument, NULL, 'V'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *config_path = NULL, *check_path = NULL;
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, "c:C:Vh", options, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config_path = optarg;
+			break;
+		case 'C':
+			check_path = optarg;
+			break;
+		case 'V':
+			printf("localdns %s (%s)\n", LOCALDNS_VERSION, LOCALDNS_GIT_REV);
+			return 0;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 0;
+		default:
+			fputs(usage_text, stderr);
+			return 2;
+		}
+	}
+	if (optind < argc || (!config_path && !check_path)) {
+		fputs(usage_text, stderr);
+		return 2;
+	}
+	if (check_path)
+		return check_config(check_path);
+	return serve(config_path);
+}

@@ -1,0 +1,200 @@
+/* query — see query.h. */
+#include "query/query.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu/urcu-memb.h>
+
+#include "dns/dns.h"
+#include "static/static.h"
+
+static struct query_sources *current_sources;
+
+/* One TXT character-string; longer text is cut at 255 bytes. */
+static uint16_t txt_rdata(uint8_t out[256], const char *text)
+{
+	size_t len = strlen(text);
+
+	if (len > 255)
+		len = 255;
+	out[0] = (uint8_t)len;
+	memcpy(out + 1, text, len);
+	return (uint16_t)(len + 1);
+}
+
+static void set_chaos_identity(struct query_sources *s, const struct config *cfg)
+{
+	char host[256] = "";
+	const char *id = cfg->chaos.id;
+
+	if (!id || !*id) {
+		gethostname(host, sizeof host - 1);
+		id = host;
+	}
+	s->chaos_enabled = cfg->chaos.enabled;
+	s->chaos_version_len = txt_rdata(s->chaos_version, cfg->chaos.version ? cfg->chaos.version : "");
+	s->chaos_id_len = txt_rdata(s->chaos_id, id);
+}
+
+struct query_sources *query_sources_build(const struct config *cfg, char *err,
+					  size_t errlen)
+{
+	struct query_sources *s = calloc(1, sizeof *s);
+
+	if (!s) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	s->zone = static_zone_build(cfg, (uint32_t)time(NULL), err, errlen);
+	if (!s->zone) {
+		free(s);
+		return NULL;
+	}
+	s->udp_max_payload = cfg->listen.udp_max_payload;
+	set_chaos_identity(s, cfg);
+	return s;
+}
+
+static void free_sources(struct query_sources *s)
+{
+	if (!s)
+		return;
+	zone_table_free(s->zone);
+	free(s);
+}
+
+void query_sources_publish(struct query_sources *s)
+{
+	struct query_sources *old = rcu_xchg_pointer(&current_sources, s);
+
+	if (old) {
+		urcu_memb_synchronize_rcu();
+		free_sources(old);
+	}
+}
+
+void query_sources_retire(void)
+{
+	free_sources(rcu_xchg_pointer(&current_sources, NULL));
+}
+
+/* RFC 6891 6.2.5: never below 512; never above what we are willing to send. */
+static size_t udp_reply_limit(const struct dns_query *q, const struct query_sources *s)
+{
+	size_t limit;
+
+	if (!q->has_edns)
+		return DNS_MAX_UDP_PLAIN;
+	limit = q->edns_udp_size < DNS_EDNS_MIN_PAYLOAD ? DNS_EDNS_MIN_PAYLOAD : q->edns_udp_size;
+	return limit < s->udp_max_payload ? limit : s->udp_max_payload;
+}
+
+static const uint8_t version_bind[] = "\7version\4bind";
+static const uint8_t id_server[] = "\2id\6server";
+
+/* CH TXT version.bind / id.server (RFC 4892), only when the operator opts in. */
+static void answer_chaos(const struct dns_query *q, const struct query_sources *s,
+			 struct dns_writer *w)
+{
+	const uint8_t *rdata = NULL;
+	uint16_t len = 0;
+
+	if (q->qtype == DNS_T_TXT || q->qtype == DNS_T_ANY) {
+		if (memcmp(q->qname, version_bind, sizeof version_bind) == 0) {
+			rdata = s->chaos_version;
+			len = s->chaos_version_len;
+		} else if (memcmp(q->qname, id_server, sizeof id_server) == 0) {
+			rdata = s->chaos_id;
+			len = s->chaos_id_len;
+		}
+	}
+	if (!s->chaos_enabled || !rdata) {
+		dns_response_set_rcode(w, DNS_R_REFUSED);
+		return;
+	}
+	dns_response_set_aa(w, true);
+	dns_response_add_rr(w, DNS_SEC_ANSWER, NULL, DNS_T_TXT, DNS_C_CH, 0, rdata, len);
+}
+
+static void answer_in(const struct dns_query *q, const struct query_sources *s,
+		      struct dns_writer *w)
+{
+	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED)
+		return;
+	/* No upstream path in this release: tell the client to ask elsewhere. */
+	dns_response_set_rcode(w, DNS_R_REFUSED);
+}
+
+static size_t answer(const struct dns_query *q, const struct query_sources *s,
+		     uint8_t *out, size_t limit)
+{
+	struct dns_writer w;
+
+	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
+	if (q->qtype == DNS_T_AXFR || q->qtype == DNS_T_IXFR)
+		dns_response_set_rcode(&w, DNS_R_REFUSED); /* we serve no zones to copy */
+	else if (q->qclass == DNS_C_CH)
+		answer_chaos(q, s, &w);
+	else if (q->qclass == DNS_C_IN)
+		answer_in(q, s, &w);
+	else
+		dns_response_set_rcode(&w, DNS_R_REFUSED);
+	return dns_response_finish(&w, s->udp_max_payload);
+}
+
+static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len)
+{
+	if (len == 0) {
+		st->dropped++;
+		return;
+	}
+	unsigned rcode = reply[3] & 0xf;
+	if (rcode < 6)
+		st->rcode[rcode]++;
+	else
+		st->rcode_other++;
+	if (reply[2] & (DNS_F_TC >> 8))
+		st->truncated++;
+}
+
+size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
+		    enum query_transport transport, struct query_stats *stats)
+{
+	const struct query_sources *s = rcu_dereference(current_sources);
+	struct dns_query q;
+	size_t len = 0, limit;
+
+	stats->received++;
+	switch (dns_parse_query(in, inlen, &q)) {
+	case DNS_PARSE_DROP:
+		break;
+	case DNS_PARSE_FORMERR:
+		len = dns_error_reply(in, inlen, &q, DNS_R_FORMERR, out, outcap);
+		break;
+	case DNS_PARSE_NOTIMP:
+		len = dns_error_reply(in, inlen, &q, DNS_R_NOTIMP, out, outcap);
+		break;
+	case DNS_PARSE_BADVERS:
+	case DNS_PARSE_OK:
+		if (!s) {
+			len = dns_error_reply(in, inlen, &q, DNS_R_SERVFAIL, out, outcap);
+			break;
+		}
+		limit = transport == QUERY_TCP ? DNS_MAX_MESSAGE : udp_reply_limit(&q, s);
+		if (limit > outcap)
+			limit = outcap;
+		if (q.has_edns && q.edns_version > 0) {
+			struct dns_writer w;
+			dns_response_begin(&w, out, limit, &q, DNS_R_BADVERS);
+			len = dns_response_finish(&w, s->udp_max_payload);
+		} else {
+			len = answer(&q, s, out, limit);
+		}
+		break;
+	}
+	count_reply(stats, out, len);
+	return len;
+}

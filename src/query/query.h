@@ -1,0 +1,69 @@
+/*
+ * query — the per-query pipeline: parse, pick the source, write the reply.
+ *
+ * Owns: the rules that are not about any one data source (opcode, class,
+ * zone transfers, CHAOS identity, the UDP size limit, EDNS errors) and the
+ * current set of answer sources, published with RCU so a reload swaps it
+ * while workers keep answering.
+ *
+ * Must never: allocate, lock, or make a syscall in query_handle; block a
+ * worker; free sources a worker may still be reading (query_sources_publish
+ * waits for a grace period first).
+ *
+ * Order of sources: local zone (cluster domain + static records), then
+ * REFUSED for everything else. The upstream path plugs in after the zone.
+ */
+#ifndef LOCALDNS_QUERY_H
+#define LOCALDNS_QUERY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "zone/zone.h"
+
+/* What a worker counts; one instance per worker, so no atomics are needed. */
+struct query_stats {
+	uint64_t received;
+	uint64_t dropped;          /* no reply sent (QR=1, runt packets) */
+	uint64_t rcode[6];         /* NOERROR .. REFUSED */
+	uint64_t rcode_other;      /* BADVERS and anything above REFUSED */
+	uint64_t truncated;
+};
+
+/* Everything a query may be answered from; immutable once published. */
+struct query_sources {
+	struct zone_table *zone;
+	uint16_t udp_max_payload;
+	bool chaos_enabled;
+	uint8_t chaos_version[256]; /* TXT rdata: one character-string */
+	uint16_t chaos_version_len;
+	uint8_t chaos_id[256];
+	uint16_t chaos_id_len;
+};
+
+/*
+ * Build sources from a loaded config. NULL with "FILE:LINE:COL: message"
+ * in err when the static data cannot be built.
+ */
+struct query_sources *query_sources_build(const struct config *cfg, char *err,
+					  size_t errlen);
+
+/* Make s current; the previous set is freed once no worker can see it. */
+void query_sources_publish(struct query_sources *s);
+
+/* Free the current set at shutdown, after every worker has stopped. */
+void query_sources_retire(void);
+
+enum query_transport { QUERY_UDP, QUERY_TCP };
+
+/*
+ * Answer the message in[0..inlen) into out (outcap >= DNS_MAX_MESSAGE for
+ * TCP, >= udp_max_payload for UDP). Returns the reply length, or 0 when no
+ * reply should be sent. The caller holds the RCU read lock.
+ */
+size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
+		    enum query_transport transport, struct query_stats *stats);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * server/internal.h — worker and connection layout shared by the files of
+ * src/server/. Nothing outside src/server/ includes this.
+ */
+#ifndef LOCALDNS_SERVER_INTERNAL_H
+#define LOCALDNS_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "dns/dns.h"
+#include "server/server.h"
+
+#define UDP_BATCH 64          /* datagrams per recvmmsg/sendmmsg */
+#define UDP_ROUNDS 8          /* batches per wake-up before others get a turn */
+#define UDP_IN_MAX 4096       /* larger queries are dropped (MSG_TRUNC) */
+#define UDP_OUT_MAX 4096      /* >= the largest listen.udp_max_payload */
+#define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
+#define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
+
+/* What an epoll event is about: kind in the high half, index in the low. */
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN };
+#define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
+#define EV_KIND(data) ((enum event_kind)((data) >> 32))
+#define EV_INDEX(data) ((uint32_t)(data))
+
+struct tcp_conn {
+	bool open;              /* false (calloc's zero) when the slot is free */
+	int fd;
+	uint32_t active_pos;    /* where this slot sits in worker.active */
+	uint64_t last_active_ms;
+	size_t in_len;
+	uint8_t *pending;       /* reply bytes the socket has not taken yet */
+	size_t pending_len;
+	size_t pending_off;
+	uint8_t in[2 + TCP_QUERY_MAX];
+};
+
+struct udp_batch {
+	struct mmsghdr rx[UDP_BATCH];
+	struct mmsghdr tx[UDP_BATCH];
+	struct iovec rx_iov[UDP_BATCH];
+	struct iovec tx_iov[UDP_BATCH];
+	struct sockaddr_storage peer[UDP_BATCH];
+	uint8_t in[UDP_BATCH][UDP_IN_MAX];
+	uint8_t out[UDP_BATCH][UDP_OUT_MAX];
+};
+
+struct worker {
+	struct server *server;
+	unsigned id;
+	pthread_t thread;
+	int epfd;
+	int *udp_fds;            /* one per listen address */
+	int *tcp_fds;
+	size_t n_fds;
+	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE, once per loop turn */
+	struct query_stats stats;
+
+	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
+	uint32_t *free_slots;    /* stack of free conn indexes, lowest on top */
+	uint32_t n_free;
+	uint32_t *active;        /* open conn indexes, so sweeps touch only those */
+	uint32_t n_active;
+	uint32_t max_conns;
+
+	struct udp_batch udp;
+	uint8_t tcp_out[TCP_OUT_SCRATCH];
+};
+
+struct server {
+	struct worker **workers;
+	unsigned n_workers;
+	int stop_fd;                  /* eventfd: readable once stop begins */
+	atomic_uint tcp_conns;        /* open connections across workers */
+	unsigned tcp_max_conns;
+	uint64_t tcp_idle_timeout_ms;
+};
+
+void *worker_main(void *arg);
+
+/* UDP (udp.c). */
+void udp_drain(struct worker *w, int fd);
+
+/* TCP (tcp.c). */
+void tcp_accept(struct worker *w, int listen_fd);
+void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events);
+void tcp_sweep_idle(struct worker *w);
+bool tcp_flush_all(struct worker *w);
+void tcp_close_all(struct worker *w);
+
+uint64_t server_now_ms(void);
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * server — the sockets and worker threads that carry DNS over UDP and TCP.
+ *
+ * Owns: one worker thread per CPU (listen.workers), each with its own epoll
+ * loop and its own SO_REUSEPORT UDP socket and TCP listener per listen
+ * address; UDP in recvmmsg/sendmmsg batches; TCP with 2-byte framing,
+ * pipelining, partial reads and writes, an idle timeout and a connection cap
+ * shared by all workers; orderly shutdown.
+ *
+ * Must never: bind a wildcard address; take a lock or allocate per query
+ * (a connection that cannot take its reply at once is the only place that
+ * allocates: it buffers the rest); let one connection or socket starve the
+ * others (each wake-up handles a bounded amount of work).
+ */
+#ifndef LOCALDNS_SERVER_H
+#define LOCALDNS_SERVER_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+#include "query/query.h"
+
+struct server;
+
+/*
+ * Bind every socket (so an unusable address fails here, with the address in
+ * err) and start the workers. Sources must already be published.
+ */
+struct server *server_start(const struct config *cfg, char *err, size_t errlen);
+
+/*
+ * Stop accepting, answer what has already arrived, flush replies (at most
+ * about one second), join the workers and free everything.
+ */
+void server_stop(struct server *s);
+
+/* Sum of every worker's counters (read racily; fine for reporting). */
+void server_stats(const struct server *s, struct query_stats *sum);
+
+/* Number of worker threads. */
+unsigned server_workers(const struct server *s);
+
+#endif

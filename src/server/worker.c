@@ -1,0 +1,107 @@
+/*
+ * server/worker.c — one worker's event loop.
+ *
+ * Each worker owns its sockets, connections and counters outright, so the
+ * loop shares nothing with other workers but the stop eventfd, the TCP
+ * connection count (touched on accept and close only) and the RCU-published
+ * answer sources. The RCU read lock is held across one batch of work, never
+ * across epoll_wait.
+ */
+#include "server/internal.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <urcu/urcu-memb.h>
+
+#define MAX_EVENTS 64
+#define SHUTDOWN_FLUSH_MS 1000
+
+static int sweep_interval_ms(const struct worker *w)
+{
+	uint64_t half = w->server->tcp_idle_timeout_ms / 2;
+
+	return half < 50 ? 50 : half > 1000 ? 1000 : (int)half;
+}
+
+static void handle_event(struct worker *w, const struct epoll_event *ev)
+{
+	uint32_t index = EV_INDEX(ev->data.u64);
+
+	switch (EV_KIND(ev->data.u64)) {
+	case EV_UDP:
+		udp_drain(w, w->udp_fds[index]);
+		break;
+	case EV_LISTEN:
+		tcp_accept(w, w->tcp_fds[index]);
+		break;
+	case EV_CONN:
+		tcp_conn_event(w, index, ev->events);
+		break;
+	case EV_STOP:
+		break;
+	}
+}
+
+/* Returns when the stop eventfd fires. */
+static void serve(struct worker *w)
+{
+	struct epoll_event events[MAX_EVENTS];
+	uint64_t last_sweep = server_now_ms();
+	bool stopping = false;
+
+	while (!stopping) {
+		urcu_memb_thread_offline();
+		int n = epoll_wait(w->epfd, events, MAX_EVENTS, sweep_interval_ms(w));
+		urcu_memb_thread_online();
+		w->now_ms = server_now_ms();
+		if (n < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < n; i++) {
+			if (EV_KIND(events[i].data.u64) == EV_STOP)
+				stopping = true;
+			else
+				handle_event(w, &events[i]);
+		}
+		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
+			tcp_sweep_idle(w);
+			last_sweep = w->now_ms;
+		}
+	}
+}
+
+/*
+ * Stop accepting, answer the datagrams the kernel already queued for us,
+ * then give pending TCP replies a bounded time to drain.
+ */
+static void shut_down(struct worker *w)
+{
+	struct epoll_event events[MAX_EVENTS];
+	uint64_t deadline = server_now_ms() + SHUTDOWN_FLUSH_MS;
+
+	for (size_t i = 0; i < w->n_fds; i++)
+		epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->tcp_fds[i], NULL);
+	for (size_t i = 0; i < w->n_fds; i++)
+		udp_drain(w, w->udp_fds[i]);
+	while (!tcp_flush_all(w) && (w->now_ms = server_now_ms()) < deadline) {
+		urcu_memb_thread_offline();
+		int n = epoll_wait(w->epfd, events, MAX_EVENTS, 50);
+		urcu_memb_thread_online();
+		for (int i = 0; i < n; i++)
+			if (EV_KIND(events[i].data.u64) == EV_CONN)
+				tcp_conn_event(w, EV_INDEX(events[i].data.u64),
+					       events[i].events & ~(uint32_t)EPOLLIN);
+	}
+	tcp_close_all(w);
+}
+
+void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	urcu_memb_register_thread();
+	w->now_ms = server_now_ms();
+	serve(w);
+	shut_down(w);
+	urcu_memb_unregister_thread();
+	return NULL;
+}

@@ -1,0 +1,332 @@
+/*
+ * Unit tests for query/: the rules above the data sources (opcode, class,
+ * zone transfers, CHAOS, EDNS version, UDP size), and the hot-path promise:
+ * answering allocates nothing and takes no mutex. This binary is linked
+ * with --wrap for the allocator and pthread_mutex_lock (see the Makefile),
+ * so every call from the library is counted.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <urcu/urcu-memb.h>
+
+#include "config/config.h"
+#include "dns/dns.h"
+#include "query/query.h"
+
+static bool counting;
+static unsigned long forbidden_calls;
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t size);
+void __real_free(void *p);
+int __real_pthread_mutex_lock(pthread_mutex_t *m);
+
+void *__wrap_malloc(size_t size)
+{
+	forbidden_calls += counting;
+	return __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	forbidden_calls += counting;
+	return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t size)
+{
+	forbidden_calls += counting;
+	return __real_realloc(p, size);
+}
+
+void __wrap_free(void *p)
+{
+	forbidden_calls += counting && p;
+	__real_free(p);
+}
+
+int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
+{
+	forbidden_calls += counting;
+	return __real_pthread_mutex_lock(m);
+}
+
+static const char config_yaml[] =
+	"listen: {addresses: [127.0.0.1], port: 5353, udp_max_payload: 1232}\n"
+	"chaos: {enabled: true, version: \"test-version\", id: \"node-a\"}\n"
+	"static:\n"
+	"  records:\n"
+	"    - {name: db.prod.svc.cluster.local, a: [10.0.0.5], aaaa: [\"fd00::5\"]}\n"
+	"    - {name: big.prod.svc.cluster.local, a: [10.0.1.1, 10.0.1.2, 10.0.1.3,\n"
+	"       10.0.1.4, 10.0.1.5, 10.0.1.6, 10.0.1.7, 10.0.1.8, 10.0.1.9, 10.0.1.10,\n"
+	"       10.0.1.11, 10.0.1.12, 10.0.1.13, 10.0.1.14, 10.0.1.15, 10.0.1.16,\n"
+	"       10.0.1.17, 10.0.1.18, 10.0.1.19, 10.0.1.20, 10.0.1.21, 10.0.1.22,\n"
+	"       10.0.1.23, 10.0.1.24, 10.0.1.25, 10.0.1.26, 10.0.1.27, 10.0.1.28,\n"
+	"       10.0.1.29, 10.0.1.30, 10.0.1.31, 10.0.1.32]}\n";
+
+static int setup(void **state)
+{
+	struct config *cfg;
+	char err[CONFIG_ERR_MAX];
+	(void)state;
+
+	urcu_memb_register_thread();
+	if (config_load_string("test.yaml", config_yaml, sizeof config_yaml - 1, &cfg, err,
+			       sizeof err) < 0) {
+		print_error("%s\n", err);
+		return -1;
+	}
+	struct query_sources *s = query_sources_build(cfg, err, sizeof err);
+	config_free(cfg);
+	if (!s) {
+		print_error("%s\n", err);
+		return -1;
+	}
+	query_sources_publish(s);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	query_sources_retire();
+	urcu_memb_unregister_thread();
+	return 0;
+}
+
+struct msg {
+	uint8_t buf[512];
+	size_t len;
+};
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+/* A query with one question; edns_version < 0 means no OPT record. */
+static void build_query(struct msg *m, const char *name, uint16_t qtype, uint16_t qclass,
+			uint16_t flags, int edns_version, uint16_t edns_size)
+{
+	memset(m, 0, sizeof *m);
+	put16(m->buf, 0xbeef);
+	put16(m->buf + 2, flags);
+	put16(m->buf + 4, 1);
+	int n = dns_name_from_text(name, m->buf + DNS_HEADER_LEN);
+	assert_true(n > 0);
+	m->len = DNS_HEADER_LEN + (size_t)n;
+	put16(m->buf + m->len, qtype);
+	put16(m->buf + m->len + 2, qclass);
+	m->len += 4;
+	if (edns_version >= 0) {
+		uint8_t *p = m->buf + m->len;
+		p[0] = 0;
+		put16(p + 1, DNS_T_OPT);
+		put16(p + 3, edns_size);
+		p[5] = 0;
+		p[6] = (uint8_t)edns_version;
+		put16(p + 7, 0);
+		put16(p + 9, 0);
+		m->len += 11;
+		put16(m->buf + 10, 1);
+	}
+}
+
+struct answer {
+	uint8_t buf[DNS_MAX_MESSAGE];
+	size_t len;
+};
+
+static void handle(const struct msg *m, enum query_transport tr, struct answer *a)
+{
+	struct query_stats st = {0};
+
+	urcu_memb_read_lock();
+	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, tr, &st);
+	urcu_memb_read_unlock();
+	assert_int_equal(st.received, 1);
+}
+
+static int rcode_of(const struct answer *a)
+{
+	return a->buf[3] & 0xf;
+}
+
+static void test_static_answer(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_RD, 0, 4096);
+	handle(&m, QUERY_UDP, &a);
+	assert_true(a.len > DNS_HEADER_LEN);
+	assert_int_equal(get16(a.buf), 0xbeef);
+	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
+	assert_int_equal(get16(a.buf + 6), 1);
+	assert_int_equal(get16(a.buf + 10), 1); /* the OPT record */
+}
+
+static void test_non_local_name_is_refused(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "example.org", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_REFUSED);
+}
+
+static void test_zone_transfers_are_refused(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "cluster.local", DNS_T_AXFR, DNS_C_IN, 0, -1, 0);
+	handle(&m, QUERY_TCP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_REFUSED);
+	build_query(&m, "cluster.local", DNS_T_IXFR, DNS_C_IN, 0, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_REFUSED);
+}
+
+static void test_chaos_identity_when_enabled(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "version.bind", DNS_T_TXT, DNS_C_CH, 0, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
+	assert_int_equal(get16(a.buf + 6), 1);
+	assert_non_null(memmem(a.buf, a.len, "\014test-version", 13));
+	build_query(&m, "ID.Server", DNS_T_TXT, DNS_C_CH, 0, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_non_null(memmem(a.buf, a.len, "\006node-a", 7));
+	build_query(&m, "hostname.bind", DNS_T_TXT, DNS_C_CH, 0, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_REFUSED);
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, 4 /* HS */, 0, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_REFUSED);
+}
+
+static void test_bad_edns_version_gets_badvers(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 1, 1232);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), 0);        /* BADVERS = 16: low bits 0 ... */
+	assert_int_equal(get16(a.buf + 6), 0);
+	assert_int_equal(get16(a.buf + 10), 1);
+	assert_int_equal(a.buf[a.len - 11 + 5], 1); /* ... and extended rcode 1 in OPT */
+}
+
+static void test_other_opcodes_get_notimp_and_responses_are_dropped(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 2 << 11, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_NOTIMP);
+	assert_int_equal(get16(a.buf), 0xbeef);
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_QR, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(a.len, 0);
+}
+
+static void test_udp_limit_follows_edns_size_and_our_cap(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	/* 32 A records: ~540 bytes, over 512 but under 1232. */
+	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
+	handle(&m, QUERY_UDP, &a);
+	assert_true(a.buf[2] & (DNS_F_TC >> 8));
+	assert_int_equal(get16(a.buf + 6), 0);
+	assert_true(a.len <= 512);
+	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 0, 100);
+	handle(&m, QUERY_UDP, &a); /* sizes below 512 count as 512 */
+	assert_true(a.buf[2] & (DNS_F_TC >> 8));
+	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 0, 4096);
+	handle(&m, QUERY_UDP, &a);
+	assert_false(a.buf[2] & (DNS_F_TC >> 8));
+	assert_int_equal(get16(a.buf + 6), 32);
+	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
+	handle(&m, QUERY_TCP, &a);
+	assert_false(a.buf[2] & (DNS_F_TC >> 8));
+	assert_int_equal(get16(a.buf + 6), 32);
+}
+
+static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
+{
+	static const struct { const char *name; uint16_t type; uint16_t cls; int edns; } cases[] = {
+		{"db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0},
+		{"db.prod.svc.cluster.local", DNS_T_AAAA, DNS_C_IN, -1},
+		{"nope.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0},
+		{"svc.cluster.local", DNS_T_TXT, DNS_C_IN, 0},
+		{"big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, -1},
+		{"example.org", DNS_T_A, DNS_C_IN, 0},
+		{"version.bind", DNS_T_TXT, DNS_C_CH, -1},
+		{"db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 1},
+	};
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	forbidden_calls = 0;
+	for (int round = 0; round < 100; round++) {
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			build_query(&m, cases[i].name, cases[i].type, cases[i].cls, 0,
+				    cases[i].edns, 1232);
+			counting = true;
+			handle(&m, round % 2 ? QUERY_TCP : QUERY_UDP, &a);
+			counting = false;
+			assert_true(a.len > 0);
+		}
+	}
+	assert_int_equal(forbidden_calls, 0);
+	/* The counter itself works: building sources does allocate. */
+	counting = true;
+	free(malloc(1));
+	counting = false;
+	assert_int_equal(forbidden_calls, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_static_answer),
+		cmocka_unit_test(test_non_local_name_is_refused),
+		cmocka_unit_test(test_zone_transfers_are_refused),
+		cmocka_unit_test(test_chaos_identity_when_enabled),
+		cmocka_unit_test(test_bad_edns_version_gets_badvers),
+		cmocka_unit_test(test_other_opcodes_get_notimp_and_responses_are_dropped),
+		cmocka_unit_test(test_udp_limit_follows_edns_size_and_our_cap),
+		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
+	};
+	return cmocka_run_group_tests_name("query", tests, setup, teardown);
+}
