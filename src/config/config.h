@@ -123,6 +123,7 @@ struct config {
 
 	struct {
 		struct config_record *records; size_t n_records; /* inline + files */
+		/* As opened: a relative path gets the config file's directory. */
 		char **files; size_t n_files;
 	} statics;
 
@@ -169,7 +170,11 @@ struct config {
  */
 int config_load(const char *path, struct config **out, char *err, size_t errlen);
 
-/* The same from a string; `name` stands in for the file name in messages. */
+/*
+ * The same from a string; `name` stands in for the file name in messages,
+ * and its directory part (none: the current directory) is where relative
+ * paths in the document (static.files, ...) are resolved.
+ */
 int config_load_string(const char *name, const char *yaml, size_t len,
 		       struct config **out, char *err, size_t errlen);
 
@@ -180,5 +185,28 @@ int config_parse_duration_ms(const char *text, uint64_t *out);
 
 /* "64MiB" -> 67108864; units B, KiB, MiB, GiB, K, M, G (K = 1000); -1 on error. */
 int config_parse_size(const char *text, uint64_t *out);
+
+/*
+ * The loader's scalar parsers, shared with tools and tests so each syntax
+ * has one definition. Each returns 0, or -1 with *why set to a static
+ * phrase that reads after the quoted input: "\"10\" has no unit (...)".
+ */
+int config_value_duration_ms(const char *text, uint64_t *out, const char **why);
+int config_value_size(const char *text, uint64_t *out, const char **why);
+/* Decimal digits only; a leading zero is refused (YAML 1.1 reads 010 as octal). */
+int config_value_uint(const char *text, uint64_t *out, const char **why);
+/* Exactly "true" or "false" (not YAML 1.1's yes/no/on/off). */
+int config_value_bool(const char *text, bool *out, const char **why);
+/* One IPv4 or IPv6 literal; no prefix length, no zone index. */
+int config_value_ip(const char *text, struct config_ip *out, const char **why);
+/* "ip", "ip:port", "[ip6]:port" or a bare "ip6"; default_port 0 = port required. */
+int config_value_hostport(const char *text, uint16_t default_port,
+			  struct config_hostport *out, const char **why);
+/*
+ * Check a DNS name in place and normalise it: one trailing dot dropped,
+ * lower-cased. Letters, digits, '-' and '_'; labels 1..63, name <= 253.
+ * The root and wildcards ("*.example") are refused.
+ */
+int config_value_name(char *name, const char **why);
 
 #endif

@@ -309,11 +309,11 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		}
 	}
 	assert_int_equal(forbidden_calls, 0);
-	/* The counter itself works: building sources does allocate. */
+	/* The wrap reaches library code: a builder allocates and frees. */
 	counting = true;
-	free(malloc(1));
+	zone_builder_free(zone_builder_new());
 	counting = false;
-	assert_int_equal(forbidden_calls, 2);
+	assert_true(forbidden_calls >= 2);
 }
 
 int main(void)
