@@ -13,9 +13,12 @@ TEST_PKGS := cmocka
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 
-CFLAGS   ?= -O2 -g
-CFLAGS   += -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+# OPTFLAGS and SANITIZE may be set on the command line; CFLAGS is built here.
+OPTFLAGS ?= -O2 -g
+SANITIZE ?=
+CFLAGS   = $(OPTFLAGS) $(SANITIZE) -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
             -DLOCALDNS_VERSION='"$(VERSION)"' -DLOCALDNS_GIT_REV='"$(GIT_REV)"'
+LDFLAGS  += $(SANITIZE)
 LDLIBS   += $(PKG_LIBS) -pthread
 
 LIB_SRC  := $(wildcard src/*/*.c)
@@ -55,7 +58,7 @@ $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BIN): $(BUILD)/obj/cmd/localdns/main.o $(LIB)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
