@@ -37,17 +37,25 @@ DEPS := gcc make pkg-config git \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps
 
-.PHONY: all deps run test unit integration fuzz bench clean
+.PHONY: all deps run test unit integration sanitize fuzz bench clean
 
 all: $(BIN)
 
-deps:
-	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+# The benchmark's peer (Unbound) is installed only for `make bench`.
+BENCH_DEPS := unbound
+
+# Installs whichever of $(1) are missing, with one apt-get call.
+define apt_install
+	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 	    | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:" $$missing; \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	fi
+endef
+
+deps:
+	$(call apt_install,$(DEPS))
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -73,13 +81,20 @@ run: $(BIN)
 	$(BIN) --config deploy/examples/local.yaml
 
 test: deps
-	$(MAKE) unit integration fuzz
+	$(MAKE) unit integration sanitize fuzz
 
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
 integration: $(BIN)
 	python3 tests/integration/run.py --binary $(BIN)
+
+# The unit and integration suites again, built with ASan and UBSan: any
+# memory error or leak in the daemon fails the run.
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+sanitize:
+	$(MAKE) BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)" \
+	    unit integration
 
 # Fuzz targets: clang's libFuzzer with ASan and UBSan over the codec sources.
 FUZZ_TIME ?= 30
@@ -96,6 +111,7 @@ fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
 
 bench: $(BIN)
+	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 
 clean:

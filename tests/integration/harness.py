@@ -1,0 +1,580 @@
+"""harness: run localdns for integration tests (stdlib only).
+
+A test is a plain function `def test_xxx(env)`. `env` (an Env) gives it:
+  env.server          a shared daemon with the standard records (STANDARD)
+  env.start(...)      a daemon of its own with config overrides
+  env.run(args)       run the binary with arguments (CLI tests)
+  env.tmp             a temporary directory removed after the test
+Daemons listen on 127.0.0.1 (and ::1 when asked) on a free port, log to a
+file in their temp dir, and are stopped (SIGTERM, then SIGKILL) after the
+test, or at exit whatever happens. Only loopback addresses are ever used.
+
+dig()/kdig() run the real tools with bounded +time/+tries and parse their
+text output into a ToolReply; dnsmsg has the raw-socket side.
+"""
+
+import copy
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import dnsmsg
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+_live_procs = set()   # every daemon process still possibly running
+_live_dirs = set()    # every temp dir still to remove
+
+
+class Skip(Exception):
+    """Raised by a test that cannot run here (e.g. no ::1)."""
+
+
+def cleanup_all():
+    for p in list(_live_procs):
+        _kill(p)
+    for d in list(_live_dirs):
+        shutil.rmtree(d, ignore_errors=True)
+        _live_dirs.discard(d)
+
+
+def _kill(p):
+    try:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(2)
+    except Exception:
+        pass
+    _live_procs.discard(p)
+
+
+def mkdtemp(prefix="localdns-it-"):
+    d = tempfile.mkdtemp(prefix=prefix)
+    _live_dirs.add(d)
+    return d
+
+
+def rmtemp(d):
+    shutil.rmtree(d, ignore_errors=True)
+    _live_dirs.discard(d)
+
+
+# ------------------------------------------------------------------ YAML out
+
+def _scalar(v):
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, int):
+        return str(v)
+    return json.dumps(str(v))  # a JSON string is a YAML double-quoted scalar
+
+
+def to_yaml(obj, indent=0):
+    """A small YAML emitter: block mappings, block sequences of mappings,
+    flow sequences of scalars. Enough for our configs."""
+    pad = "  " * indent
+    lines = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, dict):
+                if v:
+                    lines.append("%s%s:" % (pad, k))
+                    lines.append(to_yaml(v, indent + 1))
+                else:
+                    lines.append("%s%s: {}" % (pad, k))
+            elif isinstance(v, list):
+                if v and any(isinstance(x, (dict, list)) for x in v):
+                    lines.append("%s%s:" % (pad, k))
+                    lines.append(to_yaml(v, indent + 1))
+                else:
+                    lines.append("%s%s: [%s]" % (pad, k, ", ".join(
+                        _scalar(x) for x in v)))
+            else:
+                lines.append("%s%s: %s" % (pad, k, _scalar(v)))
+    elif isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, dict):
+                sub = to_yaml(item, indent + 1).split("\n")
+                lines.append("%s- %s" % (pad, sub[0].lstrip()))
+                lines.extend(sub[1:])
+            else:
+                lines.append("%s- %s" % (pad, _scalar(item)))
+    return "\n".join(l for l in lines if l != "")
+
+
+def deep_merge(base, over):
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+# ------------------------------------------------------------- test data
+
+BIG_A = ["10.1.0.%d" % i for i in range(1, 41)]                  # 40 A
+BIG_TXT = [("%02d" % i) + "x" * 198 for i in range(30)]          # 30 x 200 B
+
+STANDARD_RECORDS = [
+    {"name": "db.prod.svc.cluster.local", "a": ["10.0.0.5"],
+     "aaaa": ["fd00::5"]},
+    {"name": "web.prod.svc.cluster.local", "ttl": "30s", "a": ["10.0.0.6"]},
+    {"name": "alias.prod.svc.cluster.local",
+     "cname": "db.prod.svc.cluster.local"},
+    {"name": "alias2.prod.svc.cluster.local",
+     "cname": "alias.prod.svc.cluster.local"},
+    {"name": "ext.prod.svc.cluster.local", "cname": "www.example.com"},
+    {"name": "_mysql._tcp.db.prod.svc.cluster.local",
+     "srv": [{"priority": 0, "weight": 100, "port": 3306,
+              "target": "db.prod.svc.cluster.local"}]},
+    {"name": "_http._tcp.web.prod.svc.cluster.local",
+     "srv": [{"priority": 10, "weight": 60, "port": 8080,
+              "target": "web.prod.svc.cluster.local"},
+             {"priority": 20, "weight": 40, "port": 8081,
+              "target": "db.prod.svc.cluster.local"}]},
+    {"name": "txt.prod.svc.cluster.local",
+     "txt": ["hello world", "v=spf1 -all"]},
+    {"name": "5.0.0.10.in-addr.arpa", "ptr": ["db.prod.svc.cluster.local"]},
+    {"name": "legacy.corp.internal", "cname": "db.prod.svc.cluster.local"},
+    {"name": "host.corp.internal", "ttl": "60s", "a": ["192.0.2.10"]},
+    {"name": "big.prod.svc.cluster.local", "a": BIG_A},
+    {"name": "bigtxt.prod.svc.cluster.local", "txt": BIG_TXT},
+]
+
+# A record loaded from static.files (relative path next to the config).
+STANDARD_FILE_NAME = "extra-records.yaml"
+STANDARD_FILE_RECORDS = [
+    {"name": "fromfile.prod.svc.cluster.local", "a": ["10.0.0.9"]},
+]
+
+
+def base_config(port, addresses=("127.0.0.1",)):
+    return {
+        "listen": {"addresses": list(addresses), "port": port, "workers": 2,
+                   "tcp_max_connections": 64, "tcp_idle_timeout": "10s",
+                   "udp_max_payload": 1232},
+        "interface": {"manage": False},
+        "nftables": {"enabled": False},
+        "kubernetes": {"enabled": False},
+        "health": {"listen": ""},
+        "metrics": {"listen": ""},
+        "control": {"socket": ""},
+        "cluster": {"domain": "cluster.local", "ttl": "5s"},
+        "chaos": {"enabled": False, "version": "x", "id": "y"},
+        "static": {"records": copy.deepcopy(STANDARD_RECORDS),
+                   "files": [STANDARD_FILE_NAME]},
+    }
+
+
+def static_file_yaml(records):
+    """A static.files file: a YAML sequence of records at the top level."""
+    return to_yaml(records) + "\n"
+
+
+# ------------------------------------------------------------- free ports
+
+def have_ipv6_loopback():
+    try:
+        out = subprocess.run(["ip", "-6", "addr", "show", "lo"],
+                             capture_output=True, text=True, timeout=5).stdout
+    except Exception:
+        return False
+    if "::1" not in out:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def free_port(hosts=("127.0.0.1",)):
+    """A port free for both UDP and TCP on every host (bind 0, then check)."""
+    for _ in range(50):
+        socks = []
+        try:
+            fam = dnsmsg.family_of(hosts[0])
+            t = socket.socket(fam, socket.SOCK_STREAM)
+            socks.append(t)
+            t.bind((hosts[0], 0))
+            port = t.getsockname()[1]
+            for i, h in enumerate(hosts):
+                fam = dnsmsg.family_of(h)
+                for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+                    if i == 0 and kind == socket.SOCK_STREAM:
+                        continue
+                    s = socket.socket(fam, kind)
+                    socks.append(s)
+                    if fam == socket.AF_INET6:
+                        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    s.bind((h, port))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port found")
+
+
+# ------------------------------------------------------------- the daemon
+
+class DaemonError(AssertionError):
+    pass
+
+
+class Daemon:
+    """One localdns process with its config in its own temp dir."""
+
+    def __init__(self, binary, config=None, files=None, host="127.0.0.1",
+                 config_text=None, wait=True, tmpdir=None, config_file=None,
+                 port=None):
+        """config: a dict written as YAML; or config_text as is; or
+        config_file, an existing file used in place (then port= says where
+        it listens). files: {relative path: text} written next to it."""
+        self.binary = binary
+        self.dir = tmpdir or mkdtemp()
+        self.config = config
+        self.host = host
+        self.port = port if port is not None else (
+            config["listen"]["port"] if config else None)
+        for rel, text in (files or {}).items():
+            path = os.path.join(self.dir, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        if config_file is not None:
+            self.config_path = config_file
+        else:
+            self.config_path = os.path.join(self.dir, "config.yaml")
+            with open(self.config_path, "w") as f:
+                f.write(config_text if config_text is not None
+                        else to_yaml(config) + "\n")
+        self.log_path = os.path.join(self.dir, "stderr.log")
+        self.out_path = os.path.join(self.dir, "stdout.log")
+        self._log = open(self.log_path, "wb")
+        self._out = open(self.out_path, "wb")
+        self.proc = subprocess.Popen(
+            [binary, "--config", self.config_path], stdin=subprocess.DEVNULL,
+            stdout=self._out, stderr=self._log,
+            cwd="/")  # not the config's dir: static.files must resolve
+                      # against the config file, not the working directory
+        _live_procs.add(self.proc)
+        if wait:
+            self.wait_ready()
+
+    # -- lifecycle
+    def alive(self):
+        return self.proc.poll() is None
+
+    def stderr(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def tail(self, n=15):
+        lines = self.stderr().rstrip("\n").split("\n")
+        return "\n".join(lines[-n:])
+
+    def wait_ready(self, timeout=5.0):
+        """Poll with a UDP query until any reply comes, then check TCP."""
+        deadline = time.monotonic() + timeout
+        probe = dnsmsg.build_query("db.prod.svc.cluster.local", "A")
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise DaemonError("daemon exited with status %s before "
+                                  "answering; stderr:\n%s"
+                                  % (self.proc.returncode, self.tail()))
+            if dnsmsg.udp_exchange(self.host, self.port, probe,
+                                   timeout=0.1) is not None:
+                break
+        else:
+            raise DaemonError("daemon did not answer UDP within %.0fs; "
+                              "stderr:\n%s" % (timeout, self.tail()))
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), 0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise DaemonError("daemon answers UDP but TCP connect fails")
+
+    def stop(self, sig=signal.SIGTERM, timeout=2.0):
+        """Signal and wait; returns (exit status, seconds taken). Kills it
+        if it has not exited within timeout (status is then None)."""
+        if not self.alive():
+            return self.proc.returncode, 0.0
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(2)
+            rc = None
+        dt = time.monotonic() - t0
+        _live_procs.discard(self.proc)
+        return rc, dt
+
+    def close(self):
+        _kill(self.proc)
+        for f in (self._log, self._out):
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    # -- queries
+    def udp(self, name, qt="A", **kw):
+        return dnsmsg.udp_query(self.host, self.port, name, qt, **kw)
+
+    def tcp(self, name, qt="A", **kw):
+        return dnsmsg.tcp_query(self.host, self.port, name, qt, **kw)
+
+    def udp_raw(self, pkt, timeout=1.0):
+        return dnsmsg.udp_exchange(self.host, self.port, pkt, timeout)
+
+    def dig(self, *args, **kw):
+        return dig(self.host, self.port, *args, **kw)
+
+    def kdig(self, *args, **kw):
+        return kdig(self.host, self.port, *args, **kw)
+
+
+# ------------------------------------------------------------- dig / kdig
+
+class ToolReply:
+    """What dig/kdig printed, parsed: status, flags, sections of RRs
+    (name, ttl, class, type, rdata text), EDNS line, raw text."""
+
+    def __init__(self, text, rc):
+        self.text = text
+        self.rc = rc
+        self.status = None
+        self.flags = set()
+        self.id = None
+        self.edns = None         # the EDNS pseudo-section text or None
+        self.cookie = None       # server cookie hex as printed
+        self.question = []
+        self.answer = []
+        self.authority = []
+        self.additional = []
+        self.truncated_retry = ";; Truncated, retrying in TCP mode" in text
+        self._parse()
+
+    def _parse(self):
+        # Only the last reply printed counts (dig prints the TCP retry's).
+        blocks = self.text.split("->>HEADER<<-")
+        if len(blocks) < 2:
+            return
+        last = "->>HEADER<<-" + blocks[-1]
+        m = re.search(r"status: ([A-Z0-9]+)", last)
+        self.status = m.group(1) if m else None
+        m = re.search(r"id: (\d+)", last)
+        self.id = int(m.group(1)) if m else None
+        m = re.search(r"^;; [Ff]lags: ([a-z ]*)[;]", last, re.M)
+        if m:
+            self.flags = set(m.group(1).split())
+        section = None
+        for line in last.split("\n"):
+            s = line.strip()
+            sm = re.match(r"^;; (\w+) (?:PSEUDO)?SECTION:", s)
+            if sm:
+                section = sm.group(1).lower()
+                continue
+            if not s:
+                continue
+            if section == "opt" or section == "edns":
+                if s.startswith("; EDNS:") or s.startswith(";; Version:"):
+                    self.edns = s
+                cm = re.search(r"COOKIE: ([0-9a-fA-F]+)", s)
+                if cm:
+                    self.cookie = cm.group(1).lower()
+                continue
+            if s.startswith(";"):
+                if section == "question":
+                    q = s.lstrip(";").split()
+                    if len(q) >= 3:
+                        self.question.append(tuple(q[:3]))
+                if s.startswith(";; ") and "SECTION" not in s:
+                    section = None if not s.startswith(";; Warning") else section
+                continue
+            if section in ("answer", "authority", "additional"):
+                parts = s.split(None, 4)
+                if len(parts) >= 4:
+                    getattr(self, section).append({
+                        "name": parts[0], "ttl": int(parts[1]),
+                        "class": parts[2], "type": parts[3],
+                        "rdata": parts[4] if len(parts) > 4 else ""})
+
+    def rrs(self, section="answer", rtype=None):
+        recs = getattr(self, section)
+        return [r for r in recs if rtype is None or r["type"] == rtype]
+
+    def rdatas(self, rtype, section="answer"):
+        return [r["rdata"] for r in self.rrs(section, rtype)]
+
+
+def txt_strings(rdata):
+    """Split a TXT rdata as printed by dig/kdig into its strings."""
+    return [re.sub(r"\\(.)", r"\1", s)
+            for s in re.findall(r'"((?:[^"\\]|\\.)*)"', rdata)]
+
+
+def _run_tool(argv, timeout):
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("%s timed out" % " ".join(argv))
+    return ToolReply(p.stdout + p.stderr, p.returncode)
+
+
+def dig(host, port, name, qt="A", *opts, qclass="IN", timeout=2, tries=1):
+    argv = ["dig", "@" + host, "-p", str(port), "-c", qclass, "-t", qt,
+            "-q", name, "+time=%d" % timeout, "+tries=%d" % tries] + list(opts)
+    return _run_tool(argv, timeout * tries * 3 + 5)
+
+
+def kdig(host, port, name, qt="A", *opts, qclass="IN", timeout=2, tries=1):
+    argv = ["kdig", "@" + host, "-p", str(port), "-c", qclass, "-t", qt,
+            "-q", name, "+time=%d" % timeout, "+retry=%d" % (tries - 1)] \
+        + list(opts)
+    return _run_tool(argv, timeout * tries * 3 + 5)
+
+
+# ------------------------------------------------------------- per-test env
+
+class Env:
+    """What a test function receives."""
+
+    def __init__(self, binary, shared):
+        self.binary = binary
+        self.repo = REPO
+        self._shared = shared     # SharedServer holder
+        self._daemons = []
+        self._tmp = None
+        self.v6 = None
+
+    @property
+    def tmp(self):
+        if self._tmp is None:
+            self._tmp = mkdtemp()
+        return self._tmp
+
+    @property
+    def server(self):
+        return self._shared.get()
+
+    def config(self, port=None, addresses=("127.0.0.1",), **over):
+        """The standard config dict with overrides merged in."""
+        if port is None:
+            port = free_port(tuple(addresses))
+        return deep_merge(base_config(port, addresses), over)
+
+    def start(self, config=None, files=None, wait=True, **over):
+        """Start a daemon of this test's own. Files for static.files are
+        added unless given."""
+        if config is None:
+            config = self.config(**over)
+        if files is None:
+            files = {}
+        files.setdefault(STANDARD_FILE_NAME,
+                         static_file_yaml(STANDARD_FILE_RECORDS))
+        d = Daemon(self.binary, config, files=files,
+                   host=config["listen"]["addresses"][0], wait=False)
+        self._daemons.append(d)
+        if wait:
+            d.wait_ready()
+        return d
+
+    def start_file(self, path, port, wait=True):
+        """Start a daemon on an existing config file that listens on
+        127.0.0.1:port."""
+        d = Daemon(self.binary, None, config_file=path, port=port,
+                   wait=False, tmpdir=mkdtemp())
+        self._daemons.append(d)
+        if wait:
+            d.wait_ready()
+        return d
+
+    def run(self, args, timeout=10, cwd=None):
+        """Run the binary with args; returns CompletedProcess (text)."""
+        try:
+            return subprocess.run([self.binary] + list(args),
+                                  capture_output=True, text=True,
+                                  timeout=timeout, cwd=cwd,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("%s %s did not exit within %ss"
+                                 % (self.binary, " ".join(args), timeout))
+
+    def daemon_logs(self):
+        out = []
+        for d in self._daemons:
+            out.append("--- daemon %s (port %s, %s) stderr tail:\n%s" % (
+                d.proc.pid, d.port,
+                "running" if d.alive() else "exit %s" % d.proc.returncode,
+                d.tail()))
+        return "\n".join(out)
+
+    def close(self):
+        for d in self._daemons:
+            d.close()
+            rmtemp(d.dir)
+        self._daemons = []
+        if self._tmp:
+            rmtemp(self._tmp)
+            self._tmp = None
+
+
+class SharedServer:
+    """The standard daemon, started on first use and restarted if it died
+    (a death is reported by the runner against the test that caused it)."""
+
+    def __init__(self, binary):
+        self.binary = binary
+        self.daemon = None
+
+    def get(self):
+        if self.daemon is None or not self.daemon.alive():
+            if self.daemon is not None:
+                self.close()
+            port = free_port()
+            files = {STANDARD_FILE_NAME:
+                     static_file_yaml(STANDARD_FILE_RECORDS)}
+            d = Daemon(self.binary, base_config(port), files=files, wait=False)
+            try:
+                d.wait_ready()
+            except Exception:
+                d.close()
+                raise
+            self.daemon = d
+        return self.daemon
+
+    def died(self):
+        return self.daemon is not None and not self.daemon.alive()
+
+    def close(self):
+        if self.daemon is not None:
+            self.daemon.close()
+            rmtemp(self.daemon.dir)
+            self.daemon = None
