@@ -81,7 +81,7 @@ run: $(BIN)
 	$(BIN) --config deploy/examples/local.yaml
 
 test: deps
-	$(MAKE) unit integration sanitize fuzz
+	$(MAKE) fuzz sanitize unit integration
 
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
