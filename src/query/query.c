@@ -128,13 +128,16 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 	dns_response_set_rcode(w, DNS_R_REFUSED);
 }
 
-static size_t answer(const struct dns_query *q, const struct query_sources *s,
-		     uint8_t *out, size_t limit)
+/* A parsed query (DNS_PARSE_OK or DNS_PARSE_BADVERS) to a finished reply. */
+static size_t answer(const struct dns_query *q, bool bad_version,
+		     const struct query_sources *s, uint8_t *out, size_t limit)
 {
 	struct dns_writer w;
 
 	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
-	if (q->qtype == DNS_T_AXFR || q->qtype == DNS_T_IXFR)
+	if (bad_version)
+		dns_response_set_rcode(&w, DNS_R_BADVERS); /* RFC 6891 6.1.3 */
+	else if (q->qtype == DNS_T_AXFR || q->qtype == DNS_T_IXFR)
 		dns_response_set_rcode(&w, DNS_R_REFUSED); /* we serve no zones to copy */
 	else if (q->qclass == DNS_C_CH)
 		answer_chaos(q, s, &w);
@@ -145,18 +148,27 @@ static size_t answer(const struct dns_query *q, const struct query_sources *s,
 	return dns_response_finish(&w, s->udp_max_payload);
 }
 
-static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len)
+static size_t reply_limit(const struct dns_query *q, const struct query_sources *s,
+			  enum query_transport transport, size_t outcap)
 {
-	if (len == 0) {
-		st->dropped++;
-		return;
-	}
+	size_t limit = transport == QUERY_TCP ? DNS_MAX_MESSAGE : udp_reply_limit(q, s);
+
+	return limit < outcap ? limit : outcap;
+}
+
+/* BADVERS hides in OPT (the header says 0), so the caller says which it was. */
+static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len,
+			bool bad_version)
+{
 	unsigned rcode = reply[3] & 0xf;
-	if (rcode < 6)
-		st->rcode[rcode]++;
-	else
+
+	if (len == 0)
+		st->dropped++;
+	else if (bad_version || rcode >= 6)
 		st->rcode_other++;
-	if (reply[2] & (DNS_F_TC >> 8))
+	else
+		st->rcode[rcode]++;
+	if (len > 0 && (reply[2] & (DNS_F_TC >> 8)))
 		st->truncated++;
 }
 
@@ -165,10 +177,12 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 {
 	const struct query_sources *s = rcu_dereference(current_sources);
 	struct dns_query q;
-	size_t len = 0, limit;
+	enum dns_parse_result parsed = dns_parse_query(in, inlen, &q);
+	bool bad_version = parsed == DNS_PARSE_BADVERS;
+	size_t len = 0;
 
 	stats->received++;
-	switch (dns_parse_query(in, inlen, &q)) {
+	switch (parsed) {
 	case DNS_PARSE_DROP:
 		break;
 	case DNS_PARSE_FORMERR:
@@ -179,22 +193,12 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 		break;
 	case DNS_PARSE_BADVERS:
 	case DNS_PARSE_OK:
-		if (!s) {
+		if (s)
+			len = answer(&q, bad_version, s, out, reply_limit(&q, s, transport, outcap));
+		else /* only between start-up steps: sources are published first */
 			len = dns_error_reply(in, inlen, &q, DNS_R_SERVFAIL, out, outcap);
-			break;
-		}
-		limit = transport == QUERY_TCP ? DNS_MAX_MESSAGE : udp_reply_limit(&q, s);
-		if (limit > outcap)
-			limit = outcap;
-		if (q.has_edns && q.edns_version > 0) {
-			struct dns_writer w;
-			dns_response_begin(&w, out, limit, &q, DNS_R_BADVERS);
-			len = dns_response_finish(&w, s->udp_max_payload);
-		} else {
-			len = answer(&q, s, out, limit);
-		}
 		break;
 	}
-	count_reply(stats, out, len);
+	count_reply(stats, out, len, bad_version);
 	return len;
 }

@@ -1,6 +1,7 @@
 """Process lifecycle and listeners: SIGTERM/SIGINT, IPv6, several
 addresses, the `make run` example config."""
 
+import json
 import os
 import re
 import shutil
@@ -67,6 +68,32 @@ def test_logs_to_stderr(env):
     d = env.start()
     d.stop()
     assert d.stderr().strip(), "nothing logged on stderr"
+
+
+def test_log_formats(env):
+    # logfmt: every line has ts=, level= and msg=; json: every line is an
+    # object with the same fields plus the event's own keys.
+    d = env.start(log={"format": "logfmt"})
+    d.stop()
+    lines = [l for l in d.stderr().splitlines() if l.strip()]
+    assert lines, "nothing logged"
+    for line in lines:
+        assert re.match(r"ts=\S+ level=(debug|info|warn|error) msg=", line), line
+    assert any("msg=listening" in l and "address=127.0.0.1" in l for l in lines), lines
+
+    d = env.start(log={"format": "json"})
+    d.stop()
+    lines = [l for l in d.stderr().splitlines() if l.strip()]
+    events = [json.loads(l) for l in lines]
+    assert all({"ts", "level", "msg"} <= set(e) for e in events), events
+    listening = [e for e in events if e["msg"] == "listening"]
+    assert listening and listening[0]["address"] == "127.0.0.1", events
+
+
+def test_log_level_filters(env):
+    d = env.start(log={"level": "error"})
+    d.stop()
+    assert "level=info" not in d.stderr(), d.stderr()
 
 
 def test_ipv6_and_ipv4(env):

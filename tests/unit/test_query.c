@@ -281,6 +281,42 @@ static void test_udp_limit_follows_edns_size_and_our_cap(void **state)
 	assert_int_equal(get16(a.buf + 6), 32);
 }
 
+static void count(const struct msg *m, struct query_stats *st)
+{
+	struct answer a;
+
+	urcu_memb_read_lock();
+	query_handle(m->buf, m->len, a.buf, sizeof a.buf, QUERY_UDP, st);
+	urcu_memb_read_unlock();
+}
+
+static void test_counters_follow_the_reply(void **state)
+{
+	struct query_stats st = {0};
+	struct msg m;
+	(void)state;
+
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 0, 1232);
+	count(&m, &st);
+	build_query(&m, "nope.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
+	count(&m, &st);
+	build_query(&m, "example.org", DNS_T_A, DNS_C_IN, 0, -1, 0);
+	count(&m, &st);
+	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
+	count(&m, &st); /* NOERROR, truncated */
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 1, 1232);
+	count(&m, &st); /* BADVERS: 0 in the header, 16 in OPT */
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_QR, -1, 0);
+	count(&m, &st);
+	assert_int_equal(st.received, 6);
+	assert_int_equal(st.rcode[DNS_R_NOERROR], 2);
+	assert_int_equal(st.rcode[DNS_R_NXDOMAIN], 1);
+	assert_int_equal(st.rcode[DNS_R_REFUSED], 1);
+	assert_int_equal(st.rcode_other, 1);
+	assert_int_equal(st.truncated, 1);
+	assert_int_equal(st.dropped, 1);
+}
+
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 {
 	static const struct { const char *name; uint16_t type; uint16_t cls; int edns; } cases[] = {
@@ -326,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_bad_edns_version_gets_badvers),
 		cmocka_unit_test(test_other_opcodes_get_notimp_and_responses_are_dropped),
 		cmocka_unit_test(test_udp_limit_follows_edns_size_and_our_cap),
+		cmocka_unit_test(test_counters_follow_the_reply),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 	};
 	return cmocka_run_group_tests_name("query", tests, setup, teardown);
