@@ -209,4 +209,8 @@ int config_value_hostport(const char *text, uint16_t default_port,
  */
 int config_value_name(char *name, const char **why);
 
+/* The socket address of ip at port (for bind and connect). */
+socklen_t config_ip_sockaddr(const struct config_ip *ip, uint16_t port,
+			     struct sockaddr_storage *ss);
+
 #endif

@@ -248,22 +248,28 @@ int config_value_hostport(const char *text, uint16_t default_port,
 	}
 
 	memset(out, 0, sizeof *out);
-	if (ip.family == AF_INET) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)&out->addr;
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons((uint16_t)port);
-		sin->sin_addr = ip.v4;
-		out->addr_len = sizeof *sin;
-		snprintf(out->text, sizeof out->text, "%s:%u", ip.text, (unsigned)port);
-	} else {
-		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&out->addr;
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = htons((uint16_t)port);
-		sin6->sin6_addr = ip.v6;
-		out->addr_len = sizeof *sin6;
-		snprintf(out->text, sizeof out->text, "[%s]:%u", ip.text, (unsigned)port);
-	}
+	out->addr_len = config_ip_sockaddr(&ip, (uint16_t)port, &out->addr);
+	snprintf(out->text, sizeof out->text, ip.family == AF_INET ? "%s:%u" : "[%s]:%u",
+		 ip.text, (unsigned)port);
 	return 0;
+}
+
+socklen_t config_ip_sockaddr(const struct config_ip *ip, uint16_t port,
+			     struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof *ss);
+	if (ip->family == AF_INET) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		sin->sin_addr = ip->v4;
+		return sizeof *sin;
+	}
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = htons(port);
+	sin6->sin6_addr = ip->v6;
+	return sizeof *sin6;
 }
 
 static bool is_name_char(char c)

@@ -31,24 +31,6 @@ uint64_t server_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static socklen_t sockaddr_for(const struct config_ip *ip, uint16_t port,
-			      struct sockaddr_storage *ss)
-{
-	memset(ss, 0, sizeof *ss);
-	if (ip->family == AF_INET) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons(port);
-		sin->sin_addr = ip->v4;
-		return sizeof *sin;
-	}
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
-	sin6->sin6_family = AF_INET6;
-	sin6->sin6_port = htons(port);
-	sin6->sin6_addr = ip->v6;
-	return sizeof *sin6;
-}
-
 /* Bursts must not be dropped: ask for a big buffer, forcing past rmem_max if allowed. */
 static void set_receive_buffer(int fd, uint64_t bytes)
 {
@@ -62,7 +44,7 @@ static int open_socket(const struct config_ip *ip, uint16_t port, int type,
 		       const struct config *cfg, char *err, size_t errlen)
 {
 	struct sockaddr_storage ss;
-	socklen_t len = sockaddr_for(ip, port, &ss);
+	socklen_t len = config_ip_sockaddr(ip, port, &ss);
 	const char *proto = type == SOCK_DGRAM ? "udp" : "tcp";
 	int one = 1;
 	int fd = socket(ip->family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
