@@ -77,7 +77,9 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 $(BUILD)/tests/test_query: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc \
 	-Wl,--wrap=free,--wrap=pthread_mutex_lock
 
-run: $(BIN)
+# Installs what is missing first, so it is the whole set-up on a fresh machine.
+run: deps
+	$(MAKE) $(BIN)
 	$(BIN) --config deploy/examples/local.yaml
 
 test: deps
