@@ -151,8 +151,8 @@ size_t dns_name_len(const uint8_t *name);
 /* True when name equals suffix or lies below it (both lower-cased). */
 bool dns_name_is_subdomain(const uint8_t *name, const uint8_t *suffix);
 
-/* ASCII-only lower-casing of a name in place; leaves length bytes alone. */
-void dns_name_lower(uint8_t *name);
+/* Copy a wire name of len bytes, lower-cased (ASCII only). */
+void dns_name_copy_lower(uint8_t *dst, const uint8_t *src, size_t len);
 
 enum dns_section {
 	DNS_SEC_ANSWER,

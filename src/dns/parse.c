@@ -55,8 +55,7 @@ static bool parse_question(const uint8_t *pkt, size_t len, size_t *pos,
 
 	if (name_len < 0 || *pos + 4 > len)
 		return false;
-	memcpy(q->qname, q->qname_orig, (size_t)name_len);
-	dns_name_lower(q->qname);
+	dns_name_copy_lower(q->qname, q->qname_orig, (size_t)name_len);
 	q->qname_len = (uint16_t)name_len;
 	q->qname_labels = count_labels(q->qname);
 	q->qtype = get16(pkt + *pos);

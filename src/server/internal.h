@@ -83,6 +83,7 @@ struct server {
 void *worker_main(void *arg);
 
 /* UDP (udp.c). */
+void udp_batch_init(struct udp_batch *b);
 void udp_drain(struct worker *w, int fd);
 
 /* TCP (tcp.c). */

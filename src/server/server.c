@@ -136,6 +136,7 @@ static struct worker *new_worker(struct server *s, unsigned id, const struct con
 	w->server = s;
 	w->id = id;
 	w->epfd = -1;
+	udp_batch_init(&w->udp);
 	w->udp_fds = malloc(n * sizeof *w->udp_fds);
 	w->tcp_fds = malloc(n * sizeof *w->tcp_fds);
 	if (!w->udp_fds || !w->tcp_fds)

@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <urcu/urcu-memb.h>
 
-static int receive_batch(struct udp_batch *b, int fd)
+void udp_batch_init(struct udp_batch *b)
 {
 	for (int i = 0; i < UDP_BATCH; i++) {
 		b->rx_iov[i] = (struct iovec){.iov_base = b->in[i], .iov_len = UDP_IN_MAX};
@@ -20,7 +20,13 @@ static int receive_batch(struct udp_batch *b, int fd)
 			.msg_iovlen = 1,
 		};
 	}
-	return recvmmsg(fd, b->rx, UDP_BATCH, MSG_DONTWAIT, NULL);
+}
+
+/* recvmmsg rewrites only msg_namelen (and msg_len, msg_flags) of the slots it filled. */
+static void reset_used_slots(struct udp_batch *b, int n)
+{
+	for (int i = 0; i < n; i++)
+		b->rx[i].msg_hdr.msg_namelen = sizeof b->peer[i];
 }
 
 /* Answer rx[0..n) into tx; returns how many replies there are to send. */
@@ -72,10 +78,11 @@ static void send_batch(struct udp_batch *b, int fd, int n)
 void udp_drain(struct worker *w, int fd)
 {
 	for (int round = 0; round < UDP_ROUNDS; round++) {
-		int n = receive_batch(&w->udp, fd);
+		int n = recvmmsg(fd, w->udp.rx, UDP_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)
 			return;
 		send_batch(&w->udp, fd, answer_batch(w, n));
+		reset_used_slots(&w->udp, n);
 		if (n < UDP_BATCH)
 			return;
 	}
