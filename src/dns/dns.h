@@ -28,6 +28,8 @@
 #define DNS_MAX_MESSAGE 65535 /* TCP frame limit */
 #define DNS_EDNS_MIN_PAYLOAD 512
 #define DNS_COOKIE_MAX 40     /* 8-byte client cookie + 8..32-byte server cookie */
+#define DNS_CLIENT_COOKIE_LEN 8
+#define DNS_SERVER_COOKIE_LEN 16 /* the RFC 9018 format we mint */
 #define DNS_COMPRESS_SLOTS 64 /* name positions remembered for compression */
 
 enum dns_type {
@@ -176,6 +178,8 @@ struct dns_writer {
 	enum dns_section section;
 	bool truncated;          /* an answer/authority record did not fit */
 	uint16_t rcode;          /* full rcode: low 4 bits to the header, rest to OPT */
+	bool has_server_cookie;  /* answer the client's cookie (see set_server_cookie) */
+	uint8_t server_cookie[DNS_SERVER_COOKIE_LEN];
 	uint8_t ncomp;
 	uint16_t comp[DNS_COMPRESS_SLOTS]; /* offsets of names we can point to */
 };
@@ -192,6 +196,14 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 
 /* Set or clear AA. */
 void dns_response_set_aa(struct dns_writer *w, bool aa);
+
+/*
+ * Answer the query's COOKIE option with the client cookie and this server
+ * cookie (see dns_server_cookie). Without this call a query's cookie is
+ * ignored (no COOKIE in the reply), which RFC 7873 5.2.1 also allows.
+ */
+void dns_response_set_server_cookie(struct dns_writer *w,
+				    const uint8_t cookie[DNS_SERVER_COOKIE_LEN]);
 
 /*
  * Change the rcode (low 4 bits go in the header, the rest in OPT). An
@@ -216,11 +228,23 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 /*
  * Close the message: if it was truncated, roll back to header + question and
  * set TC; add the OPT record when the query had one (our payload size, DO
- * echoed, extended rcode; no COOKIE option: we do not mint server cookies and
- * RFC 7873 5.3 clients drop a reply whose cookie lacks one); fix the counts.
+ * echoed, extended rcode, and the COOKIE option when a server cookie was set);
+ * fix the section counts.
  * `udp_payload` is the payload size we advertise. Returns the length.
  */
 size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload);
+
+/* SipHash-2-4 (64-bit output) of msg under a 16-byte key. */
+uint64_t dns_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
+
+/*
+ * An RFC 9018 server cookie for this client cookie, client address (4 or 16
+ * bytes) and time (seconds since the epoch), keyed by a 16-byte secret.
+ */
+void dns_server_cookie(uint8_t out[DNS_SERVER_COOKIE_LEN],
+		       const uint8_t client_cookie[DNS_CLIENT_COOKIE_LEN],
+		       const uint8_t secret[16], uint32_t now,
+		       const uint8_t *client_ip, size_t ip_len);
 
 /*
  * Reply to a query that failed to parse (FORMERR) or that we do not

@@ -49,15 +49,28 @@ static uint16_t header_rcode(uint16_t rcode, bool has_opt)
 	return rcode & FLAGS_RCODE_MASK;
 }
 
+#define COOKIE_OPTION_LEN (4 + DNS_CLIENT_COOKIE_LEN + DNS_SERVER_COOKIE_LEN)
+
 /*
- * Cookies are parsed and validated (a malformed one is FORMERR) but not
- * answered: RFC 7873 5.3 has clients discard a reply whose COOKIE lacks a
- * server cookie, and we do not mint server cookies yet, so the compliant
- * reply is one with no COOKIE option at all (section 5.2.1's "ignore").
+ * Room for the COOKIE answer is kept whenever the query brought a cookie,
+ * since the caller decides to set one only after begin. A reply may carry
+ * the client cookie only together with a server cookie: RFC 7873 5.3 has
+ * clients discard a reply whose COOKIE lacks one.
  */
 static size_t opt_record_len(const struct dns_query *q)
 {
-	return q->has_edns ? OPT_RR_LEN : 0;
+	if (!q->has_edns)
+		return 0;
+	return OPT_RR_LEN + (q->cookie_len ? COOKIE_OPTION_LEN : 0);
+}
+
+void dns_response_set_server_cookie(struct dns_writer *w,
+				    const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
+{
+	if (!w->q->has_edns || w->q->cookie_len < DNS_CLIENT_COOKIE_LEN)
+		return;
+	memcpy(w->server_cookie, cookie, DNS_SERVER_COOKIE_LEN);
+	w->has_server_cookie = true;
 }
 
 static void write_question(uint8_t *at, const struct dns_query *q)
@@ -96,6 +109,7 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 	memset(w->count, 0, sizeof(w->count));
 	w->section = DNS_SEC_ANSWER;
 	w->rcode = (uint16_t)rcode;
+	w->has_server_cookie = false;
 	w->ncomp = 0;
 
 	/* len == 0 marks a writer that never started: adds are refused and
@@ -377,8 +391,16 @@ static void put_opt(struct dns_writer *w, uint16_t udp_payload)
 	put16(p + 1, DNS_T_OPT);
 	put16(p + 3, udp_payload);
 	put32(p + 5, ttl);
-	put16(p + 9, 0); /* no options: see opt_record_len */
+	put16(p + 9, 0);
 	w->len += OPT_RR_LEN;
+	if (!w->has_server_cookie)
+		return;
+	put16(p + 9, COOKIE_OPTION_LEN);
+	put16(p + 11, DNS_EDNS_OPT_COOKIE);
+	put16(p + 13, DNS_CLIENT_COOKIE_LEN + DNS_SERVER_COOKIE_LEN);
+	memcpy(p + 15, q->cookie, DNS_CLIENT_COOKIE_LEN);
+	memcpy(p + 15 + DNS_CLIENT_COOKIE_LEN, w->server_cookie, DNS_SERVER_COOKIE_LEN);
+	w->len += COOKIE_OPTION_LEN;
 }
 
 size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload)

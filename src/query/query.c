@@ -4,9 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
+
+#include <netinet/in.h>
 
 #include "dns/dns.h"
 #include "static/static.h"
@@ -39,6 +42,8 @@ static void set_chaos_identity(struct query_sources *s, const struct config *cfg
 	s->chaos_id_len = txt_rdata(s->chaos_id, id);
 }
 
+static void free_sources(struct query_sources *s);
+
 struct query_sources *query_sources_build(const struct config *cfg, char *err,
 					  size_t errlen)
 {
@@ -55,6 +60,12 @@ struct query_sources *query_sources_build(const struct config *cfg, char *err,
 	}
 	s->udp_max_payload = cfg->listen.udp_max_payload;
 	set_chaos_identity(s, cfg);
+	if (getrandom(s->cookie_secret, sizeof s->cookie_secret, 0) !=
+	    (ssize_t)sizeof s->cookie_secret) {
+		snprintf(err, errlen, "cannot get random bytes for the cookie secret");
+		free_sources(s);
+		return NULL;
+	}
 	return s;
 }
 
@@ -128,13 +139,43 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 	dns_response_set_rcode(w, DNS_R_REFUSED);
 }
 
+/*
+ * RFC 7873: a client cookie gets a fresh server cookie on every reply. We do
+ * not require cookies, so an incoming server cookie needs no verification:
+ * valid or not, the answer and the new cookie are the same.
+ */
+static void answer_cookie(struct dns_writer *w, const struct dns_query *q,
+			  const struct query_sources *s,
+			  const struct sockaddr_storage *peer)
+{
+	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
+	const uint8_t *ip;
+	size_t ip_len;
+
+	if (!q->cookie_len || !peer)
+		return;
+	if (peer->ss_family == AF_INET) {
+		ip = (const uint8_t *)&((const struct sockaddr_in *)peer)->sin_addr;
+		ip_len = 4;
+	} else if (peer->ss_family == AF_INET6) {
+		ip = ((const struct sockaddr_in6 *)peer)->sin6_addr.s6_addr;
+		ip_len = 16;
+	} else {
+		return;
+	}
+	dns_server_cookie(cookie, q->cookie, s->cookie_secret, (uint32_t)time(NULL), ip, ip_len);
+	dns_response_set_server_cookie(w, cookie);
+}
+
 /* A parsed query (DNS_PARSE_OK or DNS_PARSE_BADVERS) to a finished reply. */
 static size_t answer(const struct dns_query *q, bool bad_version,
-		     const struct query_sources *s, uint8_t *out, size_t limit)
+		     const struct query_sources *s, const struct sockaddr_storage *peer,
+		     uint8_t *out, size_t limit)
 {
 	struct dns_writer w;
 
 	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
+	answer_cookie(&w, q, s, peer);
 	if (bad_version)
 		dns_response_set_rcode(&w, DNS_R_BADVERS); /* RFC 6891 6.1.3 */
 	else if (q->qtype == DNS_T_AXFR || q->qtype == DNS_T_IXFR)
@@ -173,7 +214,8 @@ static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len
 }
 
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
-		    enum query_transport transport, struct query_stats *stats)
+		    enum query_transport transport, const struct sockaddr_storage *peer,
+		    struct query_stats *stats)
 {
 	const struct query_sources *s = rcu_dereference(current_sources);
 	struct dns_query q;
@@ -194,7 +236,8 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 	case DNS_PARSE_BADVERS:
 	case DNS_PARSE_OK:
 		if (s)
-			len = answer(&q, bad_version, s, out, reply_limit(&q, s, transport, outcap));
+			len = answer(&q, bad_version, s, peer, out,
+				     reply_limit(&q, s, transport, outcap));
 		else /* only between start-up steps: sources are published first */
 			len = dns_error_reply(in, inlen, &q, DNS_R_SERVFAIL, out, outcap);
 		break;

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <sys/socket.h>
+
 #include "config/config.h"
 #include "zone/zone.h"
 
@@ -41,6 +43,7 @@ struct query_sources {
 	uint16_t chaos_version_len;
 	uint8_t chaos_id[256];
 	uint16_t chaos_id_len;
+	uint8_t cookie_secret[16]; /* keys our DNS server cookies (RFC 9018) */
 };
 
 /*
@@ -59,11 +62,13 @@ void query_sources_retire(void);
 enum query_transport { QUERY_UDP, QUERY_TCP };
 
 /*
- * Answer the message in[0..inlen) into out (outcap >= DNS_MAX_MESSAGE for
- * TCP, >= udp_max_payload for UDP). Returns the reply length, or 0 when no
- * reply should be sent. The caller holds the RCU read lock.
+ * Answer the message in[0..inlen) from peer into out (outcap >=
+ * DNS_MAX_MESSAGE for TCP, >= udp_max_payload for UDP). peer keys the DNS
+ * server cookie; NULL answers no cookie. Returns the reply length, or 0 when
+ * no reply should be sent. The caller holds the RCU read lock.
  */
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
-		    enum query_transport transport, struct query_stats *stats);
+		    enum query_transport transport, const struct sockaddr_storage *peer,
+		    struct query_stats *stats);
 
 #endif

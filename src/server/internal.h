@@ -31,6 +31,7 @@ struct tcp_conn {
 	bool open;              /* false (calloc's zero) when the slot is free */
 	int fd;
 	uint32_t active_pos;    /* where this slot sits in worker.active */
+	struct sockaddr_storage peer; /* keys the client's DNS cookies */
 	uint64_t last_active_ms;
 	size_t in_len;
 	uint8_t *pending;       /* reply bytes the socket has not taken yet */

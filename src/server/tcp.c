@@ -55,7 +55,10 @@ void tcp_accept(struct worker *w, int listen_fd)
 {
 	/* Bounded so a connect flood cannot keep this worker from its UDP. */
 	for (int i = 0; i < 64; i++) {
-		int fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof peer;
+		int fd = accept4(listen_fd, (struct sockaddr *)&peer, &peer_len,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
 		if (w->n_free == 0 || !reserve_conn(w->server)) {
@@ -65,7 +68,7 @@ void tcp_accept(struct worker *w, int listen_fd)
 		uint32_t index = w->free_slots[--w->n_free];
 		struct tcp_conn *c = &w->conns[index];
 		*c = (struct tcp_conn){.open = true, .fd = fd, .last_active_ms = w->now_ms,
-				       .active_pos = w->n_active};
+				       .active_pos = w->n_active, .peer = peer};
 		w->active[w->n_active++] = index;
 		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_CONN, index)};
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
@@ -158,7 +161,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 			continue; /* re-check pending before answering more */
 		}
 		size_t len = query_handle(c->in + off + 2, mlen, w->tcp_out + out + 2,
-					  DNS_MAX_MESSAGE, QUERY_TCP, &w->stats);
+					  DNS_MAX_MESSAGE, QUERY_TCP, &c->peer, &w->stats);
 		if (len) {
 			w->tcp_out[out] = (uint8_t)(len >> 8);
 			w->tcp_out[out + 1] = (uint8_t)len;

@@ -43,7 +43,7 @@ static int answer_batch(struct worker *w, int n)
 			continue;
 		}
 		size_t len = query_handle(b->in[i], b->rx[i].msg_len, b->out[out],
-					  UDP_OUT_MAX, QUERY_UDP, &w->stats);
+					  UDP_OUT_MAX, QUERY_UDP, &b->peer[i], &w->stats);
 		if (len == 0)
 			continue;
 		b->tx_iov[out] = (struct iovec){.iov_base = b->out[out], .iov_len = len};

@@ -66,6 +66,13 @@ static void answer(const struct dns_query *q, size_t limit,
 
 	dns_response_begin(&w, reply, limit, q, DNS_R_NOERROR);
 	dns_response_set_aa(&w, size & 1);
+	if (q->cookie_len && (size & 2)) {
+		static const uint8_t secret[16] = {7};
+		uint8_t cookie[DNS_SERVER_COOKIE_LEN];
+		dns_server_cookie(cookie, q->cookie, secret, (uint32_t)size, data,
+				  size < 16 ? size : 16);
+		dns_response_set_server_cookie(&w, cookie);
+	}
 	dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, DNS_C_IN, 60,
 			    target, (uint16_t)target_len);
 	dns_response_add_rr(&w, DNS_SEC_ANSWER, target, DNS_T_A, DNS_C_IN, 60, addr, 4);

@@ -1287,7 +1287,7 @@ static void test_response_additional_overflow_omitted(void **state)
 
 	memset(txt, 'y', sizeof(txt));
 	txt[0] = 199;
-	parse_edns_query("svc.example.com", DNS_T_A, 8, &q);
+	parse_edns_query("svc.example.com", DNS_T_A, 0, &q);
 	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
 	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_TXT,
 					DNS_C_IN, 1, txt, sizeof(txt)));
@@ -1372,7 +1372,7 @@ static void test_response_badvers(void **state)
 	assert_int_equal(opt->owner[0], '\0');
 }
 
-static void test_response_carries_no_cookie(void **state)
+static void test_response_cookie_only_with_server_cookie(void **state)
 {
 	(void)state;
 	struct dns_query q;
@@ -1385,8 +1385,58 @@ static void test_response_carries_no_cookie(void **state)
 		const struct rr_view *opt = find_opt(read_msg(out, len));
 		assert_non_null(opt);
 		assert_int_equal(q.cookie_len, sent); /* parsed ... */
-		assert_int_equal(opt->rdlen, 0);      /* ... but not answered */
+		assert_int_equal(opt->rdlen, 0);      /* ... ignored without a server cookie */
+
+		static const uint8_t server[DNS_SERVER_COOKIE_LEN] = {1, 0, 0, 0, 9, 9, 9, 9,
+								      1, 2, 3, 4, 5, 6, 7, 8};
+		dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+		dns_response_set_server_cookie(&w, server);
+		len = dns_response_finish(&w, 1232);
+		opt = find_opt(read_msg(out, len));
+		assert_non_null(opt);
+		assert_int_equal(opt->rdlen, 4 + 8 + 16);
+		assert_int_equal(rd16(out + opt->rdoff), DNS_EDNS_OPT_COOKIE);
+		assert_int_equal(rd16(out + opt->rdoff + 2), 24);
+		assert_memory_equal(out + opt->rdoff + 4, q.cookie, 8); /* client part */
+		assert_memory_equal(out + opt->rdoff + 12, server, 16);
 	}
+}
+
+static void test_siphash24_reference_vector(void **state)
+{
+	(void)state;
+	/* The SipHash paper's vector: key 00..0f, message 00..0e. */
+	uint8_t key[16], msg[15];
+
+	for (int i = 0; i < 16; i++)
+		key[i] = (uint8_t)i;
+	for (int i = 0; i < 15; i++)
+		msg[i] = (uint8_t)i;
+	assert_true(dns_siphash24(key, msg, 15) == 0xa129ca6149be45e5ull);
+	assert_true(dns_siphash24(key, msg, 0) == 0x726fdb47dd0e0e31ull);
+}
+
+static void test_server_cookie_format(void **state)
+{
+	(void)state;
+	static const uint8_t client[8] = {0x24, 0x64, 0xc4, 0xab, 0xcf, 0x10, 0xc9, 0x57};
+	static const uint8_t secret[16] = {0xe5, 0xe9, 0x73, 0xe5, 0xa6, 0xb2, 0xa4, 0x3f,
+					   0x48, 0xe7, 0xdc, 0x84, 0x9e, 0x37, 0xbf, 0xcf};
+	static const uint8_t ip4[4] = {198, 51, 100, 100};
+	static const uint8_t other_ip[4] = {198, 51, 100, 101};
+	uint8_t a[16], b[16], c[16];
+
+	/* RFC 9018 appendix A.1: version 1, three reserved zero bytes, the
+	 * big-endian timestamp, then the SipHash-2-4 of it all. */
+	dns_server_cookie(a, client, secret, 1559731985, ip4, 4);
+	assert_memory_equal(a, "\x01\x00\x00\x00\x5c\xf7\x9f\x11"
+			       "\x1f\x81\x30\xc3\xee\xe2\x94\x80", 16);
+	dns_server_cookie(b, client, secret, 1559731985, ip4, 4);
+	assert_memory_equal(a, b, 16); /* deterministic */
+	dns_server_cookie(c, client, secret, 1559731985, other_ip, 4);
+	assert_memory_not_equal(a + 8, c + 8, 8); /* the address is in the hash */
+	dns_server_cookie(c, client, secret, 1559731986, ip4, 4);
+	assert_memory_not_equal(a + 8, c + 8, 8); /* and so is the time */
 }
 
 static void test_response_rcodes(void **state)
@@ -1439,17 +1489,17 @@ static void test_response_limit_too_small(void **state)
 	struct dns_writer w;
 
 	parse_edns_query("example.com", DNS_T_A, 8, &q);
-	/* header 12 + question 17 + OPT 11 = 40 (the cookie is not answered) */
+	/* header 12 + question 17 + OPT 11 + room for a COOKIE answer 28 = 68 */
 	memset(out, 0xEE, 64);
-	dns_response_begin(&w, out, 39, &q, DNS_R_NOERROR);
+	dns_response_begin(&w, out, 67, &q, DNS_R_NOERROR);
 	dns_response_set_aa(&w, true);
 	assert_false(add_a(&w, DNS_SEC_ADDITIONAL, NULL, 1));
 	assert_int_equal(dns_response_finish(&w, 1232), 0);
 	for (size_t i = 0; i < 64; i++)
 		assert_int_equal(out[i], 0xEE); /* nothing written at all */
 
-	dns_response_begin(&w, out, 40, &q, DNS_R_NOERROR);
-	assert_int_equal(dns_response_finish(&w, 1232), 40);
+	dns_response_begin(&w, out, 68, &q, DNS_R_NOERROR);
+	assert_int_equal(dns_response_finish(&w, 1232), 40); /* no server cookie set */
 
 	q.question_ok = false;
 	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
@@ -1579,7 +1629,9 @@ int main(void)
 		cmocka_unit_test(test_response_opt_always_fits),
 		cmocka_unit_test(test_response_tcp_limit_carries_big_answer),
 		cmocka_unit_test(test_response_badvers),
-		cmocka_unit_test(test_response_carries_no_cookie),
+		cmocka_unit_test(test_response_cookie_only_with_server_cookie),
+		cmocka_unit_test(test_siphash24_reference_vector),
+		cmocka_unit_test(test_server_cookie_format),
 		cmocka_unit_test(test_response_rcodes),
 		cmocka_unit_test(test_response_section_order_enforced),
 		cmocka_unit_test(test_response_limit_too_small),

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <urcu/urcu-memb.h>
 
 #include "config/config.h"
@@ -145,17 +147,38 @@ static void build_query(struct msg *m, const char *name, uint16_t qtype, uint16_
 	}
 }
 
+/* The same query with a client cookie in its OPT record. */
+static void add_client_cookie(struct msg *m)
+{
+	static const uint8_t option[12] = {0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8};
+
+	memcpy(m->buf + m->len, option, sizeof option);
+	put16(m->buf + m->len - 2, sizeof option); /* the OPT rdlength */
+	m->len += sizeof option;
+}
+
 struct answer {
 	uint8_t buf[DNS_MAX_MESSAGE];
 	size_t len;
 };
+
+/* A client address, so replies to cookies get a server cookie. */
+static const struct sockaddr_storage *test_peer(void)
+{
+	static struct sockaddr_storage peer;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&peer;
+
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(0x7f000001);
+	return &peer;
+}
 
 static void handle(const struct msg *m, enum query_transport tr, struct answer *a)
 {
 	struct query_stats st = {0};
 
 	urcu_memb_read_lock();
-	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, tr, &st);
+	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, tr, test_peer(), &st);
 	urcu_memb_read_unlock();
 	assert_int_equal(st.received, 1);
 }
@@ -286,7 +309,7 @@ static void count(const struct msg *m, struct query_stats *st)
 	struct answer a;
 
 	urcu_memb_read_lock();
-	query_handle(m->buf, m->len, a.buf, sizeof a.buf, QUERY_UDP, st);
+	query_handle(m->buf, m->len, a.buf, sizeof a.buf, QUERY_UDP, NULL, st);
 	urcu_memb_read_unlock();
 }
 
@@ -317,6 +340,25 @@ static void test_counters_follow_the_reply(void **state)
 	assert_int_equal(st.dropped, 1);
 }
 
+static void test_cookie_gets_a_server_cookie(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 0, 1232);
+	add_client_cookie(&m);
+	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
+	/* OPT is last: ... rdlength 28 | code 10 | length 24 | client 8 | server 16 */
+	const uint8_t *opt_data = a.buf + a.len - 28;
+	assert_int_equal(get16(opt_data - 2), 28);
+	assert_int_equal(get16(opt_data), 10);
+	assert_int_equal(get16(opt_data + 2), 24);
+	assert_memory_equal(opt_data + 4, "\1\2\3\4\5\6\7\x08", 8);
+	assert_int_equal(opt_data[12], 1); /* RFC 9018 version */
+}
+
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 {
 	static const struct { const char *name; uint16_t type; uint16_t cls; int edns; } cases[] = {
@@ -338,6 +380,8 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 			build_query(&m, cases[i].name, cases[i].type, cases[i].cls, 0,
 				    cases[i].edns, 1232);
+			if (cases[i].edns == 0 && i % 2)
+				add_client_cookie(&m);
 			counting = true;
 			handle(&m, round % 2 ? QUERY_TCP : QUERY_UDP, &a);
 			counting = false;
@@ -363,6 +407,7 @@ int main(void)
 		cmocka_unit_test(test_other_opcodes_get_notimp_and_responses_are_dropped),
 		cmocka_unit_test(test_udp_limit_follows_edns_size_and_our_cap),
 		cmocka_unit_test(test_counters_follow_the_reply),
+		cmocka_unit_test(test_cookie_gets_a_server_cookie),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 	};
 	return cmocka_run_group_tests_name("query", tests, setup, teardown);
