@@ -201,15 +201,16 @@ static size_t reply_limit(const struct dns_query *q, const struct query_sources 
 static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len,
 			bool bad_version)
 {
+	if (len == 0) {
+		st->dropped++; /* nothing was written: the header is not ours to read */
+		return;
+	}
 	unsigned rcode = reply[3] & 0xf;
-
-	if (len == 0)
-		st->dropped++;
-	else if (bad_version || rcode >= 6)
+	if (bad_version || rcode >= 6)
 		st->rcode_other++;
 	else
 		st->rcode[rcode]++;
-	if (len > 0 && (reply[2] & (DNS_F_TC >> 8)))
+	if (reply[2] & (DNS_F_TC >> 8))
 		st->truncated++;
 }
 
