@@ -226,6 +226,20 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 			 uint32_t ttl, const uint8_t *rdata, uint16_t rdlen);
 
 /*
+ * Append pre-encoded answer, authority and additional records (`counts` of
+ * each) in one piece, e.g. a cached upstream reply's sections. Only valid
+ * on a fresh writer (right after dns_response_begin, nothing added yet);
+ * compression pointers inside `sections` must already be right for the
+ * offset they land at (w->question_end). Names in them are not remembered
+ * as compression targets. Returns false when the writer was not fresh
+ * (nothing changes), or when the bytes do not fit (the message is then
+ * marked truncated, as dns_response_add_rr does).
+ * Later adds may only go to the additional section.
+ */
+bool dns_response_append_raw(struct dns_writer *w, const uint8_t *sections,
+			     size_t len, const uint16_t counts[3]);
+
+/*
  * Close the message: if it was truncated, roll back to header + question and
  * set TC; add the OPT record when the query had one (our payload size, DO
  * echoed, extended rcode, and the COOKIE option when a server cookie was set);

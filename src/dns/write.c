@@ -379,6 +379,25 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 	return false;
 }
 
+bool dns_response_append_raw(struct dns_writer *w, const uint8_t *sections,
+			     size_t len, const uint16_t counts[3])
+{
+	if (w->len == 0 || w->truncated || w->len != w->question_end ||
+	    w->section != DNS_SEC_ANSWER || w->count[0] || w->count[1] ||
+	    w->count[2])
+		return false;
+	if (len > w->limit - w->reserve - w->len) {
+		w->truncated = true;
+		return false;
+	}
+	if (len)
+		memcpy(w->buf + w->len, sections, len);
+	w->len += len;
+	memcpy(w->count, counts, sizeof(w->count));
+	w->section = DNS_SEC_ADDITIONAL;
+	return true;
+}
+
 /* Space for this was held back in w->reserve since dns_response_begin. */
 static void put_opt(struct dns_writer *w, uint16_t udp_payload)
 {

@@ -1578,6 +1578,111 @@ static void test_error_reply_refuses(void **state)
 	assert_int_equal(dns_error_reply(p.b, p.len, NULL, DNS_R_FORMERR, out, sizeof(out)), 0);
 }
 
+/* ---- response: pre-encoded sections (the cache's path) ------------------- */
+
+/* One answer (owner = pointer to the question) and one additional record
+ * whose owner is written out: 16 + 26 bytes. */
+static size_t raw_sections(uint8_t *b)
+{
+	static const uint8_t answer[] = {0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1};
+	size_t n = sizeof(answer);
+
+	uint8_t name[DNS_MAX_NAME];
+	size_t name_len = wire("ns.example.net", name);
+
+	memcpy(b, answer, n);
+	memcpy(b + n, name, name_len);
+	n += name_len;
+	static const uint8_t rest[] = {0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 53};
+	memcpy(b + n, rest, sizeof(rest));
+	return n + sizeof(rest);
+}
+
+static void test_response_append_raw(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t raw[128];
+	size_t n = raw_sections(raw);
+	const uint16_t counts[3] = {1, 0, 1};
+
+	parse_edns_query("Raw.Example.com", DNS_T_A, 0, &q);
+	dns_response_begin(&w, out, 1232, &q, DNS_R_NOERROR);
+	size_t question_end = w.len;
+	assert_true(dns_response_append_raw(&w, raw, n, counts));
+	/* only the additional section is left to add to */
+	assert_false(add_a(&w, DNS_SEC_ANSWER, NULL, 9));
+	assert_false(w.truncated);
+	size_t len = dns_response_finish(&w, 1232);
+
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->an, 1);
+	assert_int_equal(v->ns, 0);
+	assert_int_equal(v->ar, 2);
+	assert_string_equal(v->rr[0].owner, "Raw.Example.com");
+	assert_string_equal(v->rr[1].owner, "ns.example.net");
+	assert_non_null(find_opt(v));
+	assert_memory_equal(out + question_end, raw, n);
+	assert_int_equal(len, question_end + n + 11);
+}
+
+static void test_response_append_raw_truncates(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t raw[600];
+	const uint16_t counts[3] = {37, 0, 0};
+
+	for (int i = 0; i < 37; i++) /* 592 bytes of A records */
+		memcpy(raw + 16 * i,
+		       (const uint8_t[]){0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 0, 0, (uint8_t)i},
+		       16);
+	parse_edns_query("big.example.com", DNS_T_A, 0, &q);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	size_t question_end = w.len;
+	assert_false(dns_response_append_raw(&w, raw, 16 * 37, counts));
+	assert_true(w.truncated);
+	size_t len = dns_response_finish(&w, 1232);
+	assert_int_equal(len, question_end + 11);
+	struct msg_view *v = read_msg(out, len);
+	assert_true(v->flags & DNS_F_TC);
+	assert_int_equal(v->an, 0);
+	assert_int_equal(v->ar, 1);
+
+	/* the OPT reserve counts: exactly limit - OPT fits */
+	dns_response_begin(&w, out, question_end + 16 * 3 + 11, &q, DNS_R_NOERROR);
+	const uint16_t three[3] = {3, 0, 0};
+	assert_true(dns_response_append_raw(&w, raw, 16 * 3, three));
+	len = dns_response_finish(&w, 1232);
+	assert_int_equal(len, question_end + 16 * 3 + 11);
+	assert_int_equal(read_msg(out, len)->an, 3);
+}
+
+static void test_response_append_raw_needs_fresh_writer(void **state)
+{
+	(void)state;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t raw[128];
+	size_t n = raw_sections(raw);
+	const uint16_t counts[3] = {1, 0, 1};
+
+	parse_query("fresh.example.com", DNS_T_A, &q);
+	dns_response_begin(&w, out, 512, &q, DNS_R_NOERROR);
+	assert_true(add_a(&w, DNS_SEC_ANSWER, NULL, 1));
+	size_t before = w.len;
+	assert_false(dns_response_append_raw(&w, raw, n, counts));
+	assert_false(w.truncated);
+	assert_int_equal(w.len, before);
+
+	/* a writer that never started refuses too */
+	dns_response_begin(&w, out, 16, &q, DNS_R_NOERROR);
+	assert_false(dns_response_append_raw(&w, raw, n, counts));
+	assert_int_equal(dns_response_finish(&w, 1232), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1638,6 +1743,9 @@ int main(void)
 		cmocka_unit_test(test_error_reply_formerr),
 		cmocka_unit_test(test_error_reply_notimp_in_place),
 		cmocka_unit_test(test_error_reply_refuses),
+		cmocka_unit_test(test_response_append_raw),
+		cmocka_unit_test(test_response_append_raw_truncates),
+		cmocka_unit_test(test_response_append_raw_needs_fresh_writer),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

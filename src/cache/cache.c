@@ -1,0 +1,926 @@
+/*
+ * cache — a byte-bounded, sharded, RCU-read answer cache for upstream replies.
+ *
+ * Layout. The cache is split into up to 64 shards (fewer when cache.size is
+ * small, so each shard keeps at least 64 KiB). A key's shard comes from the
+ * hash of its name alone, so every type of one name lives in one shard and
+ * cache_flush(name) visits one shard. Each shard has a fixed array of bucket
+ * heads, sized once in cache_new at one bucket per 256 budget bytes (so a
+ * chain averages about one entry at typical entry sizes) and never resized:
+ * no rehash pauses, and the array is charged against cache.size up front.
+ *
+ * Entries. One malloc per entry holds the key (lower-cased qname, qtype,
+ * qclass, DO/CD bits), the cached reply's header flags and section counts,
+ * the answer/authority/additional bytes exactly as the upstream sent them
+ * (minus OPT and anything after it), and the offset of every record's TTL
+ * field. Entries are immutable once published, apart from two one-byte
+ * flags readers set atomically: the CLOCK referenced bit and the prefetch
+ * claim. Compression pointers in the stored bytes point into the upstream
+ * message; the question sits at offset 12 and the client's qname has the
+ * same wire length as the key's, so a reply rebuilt as header + client's
+ * question + stored bytes keeps every pointer valid. cache_insert checks
+ * that the upstream question matches, that every owner name's pointers
+ * point backwards and past the header, and walks the names inside NS,
+ * CNAME, PTR, DNAME, MX, SRV and SOA rdata the same way, so nothing we
+ * store can point into bytes we rewrite.
+ *
+ * Concurrency: readers (workers) never lock. They walk a bucket chain
+ * under the liburcu memb read lock (a thread-local counter), compare keys,
+ * and copy the entry out while it cannot be freed. Writers (the resolver
+ * thread inserting, the control thread flushing) take the shard's mutex,
+ * publish a new entry with a release store of the bucket head, unlink old
+ * ones with a release store of their predecessor's next pointer, and put
+ * them on the cache's limbo list. When limbo holds 1/64 of cache.size (or
+ * at the end of a flush) the writer, outside every lock, waits for one
+ * grace period (urcu_memb_synchronize_rcu) and frees the whole batch: no
+ * reader that could have seen those entries is still inside its read-side
+ * section. A reader therefore never waits, and a copy never sees freed
+ * memory. We chose RCU over per-shard spinlocks or mutexes because the
+ * hot path already runs under the memb read lock once per batch, so a hit
+ * costs no atomic read-modify-write on a shared line (except the rarely
+ * taken prefetch claim, and a plain store of the referenced bit only when
+ * it was clear; hit/miss counters are per-thread stripes); a seqlock
+ * would have needed deferred frees anyway. We
+ * free in batches on the writer rather than with call_rcu so there is no
+ * extra thread, and so memory waiting for a grace period is counted.
+ *
+ * Memory. Each entry is charged round_up(header + TTL offsets + qname +
+ * sections, 16) + 16 bytes of malloc overhead. cache.size is split into the
+ * bucket arrays (1/32), a limbo reserve (1/32) and the shards' budgets (the
+ * rest, evenly). Dead, expired and stale entries count like live ones;
+ * entries in limbo count until they are freed. The header is 80 bytes, so
+ * a one-record A answer for a 27-byte name is charged 160 bytes (plus about
+ * 6 bytes of bucket share): 8 MiB holds about 49,000 of them, and glibc's
+ * heap then really uses 7.5 MB for the 8.25 MB we count.
+ *
+ * Eviction: CLOCK per shard. Entries sit on a circular list; new ones go
+ * just behind the hand (so they get one full revolution), a hit sets the
+ * entry's referenced bit, and when a shard needs room the hand sweeps:
+ * an expired entry (stale or dead) goes at once whatever its bit, a live
+ * referenced entry loses its bit and survives, a live unreferenced one
+ * goes. Why a hot name survives a flood of random names: each flood name is
+ * inserted once and never hit again, so it is unreferenced when the hand
+ * reaches it and is evicted; the hot name is hit at least once per
+ * revolution (one revolution = a shard's worth of inserts, hundreds at
+ * least), so its bit is always set when the hand arrives and it stays.
+ * Expired entries past the stale window are misses to readers and are
+ * freed lazily, the next time the hand passes them. The sweep is bounded
+ * (two revolutions; then it evicts regardless of bits) so readers setting
+ * bits cannot keep a writer spinning.
+ *
+ * Costs: a hit is one hash over the name, one chain walk (about one entry),
+ * one memcpy of the stored sections and one 4-byte store per record TTL.
+ * Insert is O(message) plus eviction, which is amortised O(1) per insert.
+ * Flushing one name is O(entries in its shard); flushing all is O(entries).
+ */
+#include "cache/cache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu/urcu-memb.h>
+
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+/* ThreadSanitizer cannot see RCU grace periods (liburcu is not
+ * instrumented). Model them: every reader and writer "releases" this one
+ * object when done with entries; the free callback, which runs after a
+ * grace period, "acquires" it. That is exactly the ordering RCU provides. */
+static char tsan_grace;
+#define TSAN_GRACE_RELEASE() __tsan_release(&tsan_grace)
+#define TSAN_GRACE_ACQUIRE() __tsan_acquire(&tsan_grace)
+#else
+#define TSAN_GRACE_RELEASE() ((void)0)
+#define TSAN_GRACE_ACQUIRE() ((void)0)
+#endif
+
+#define MAX_SHARDS 64
+#define SHARD_MIN_BYTES (64 * 1024)
+#define BUDGET_BYTES_PER_BUCKET 256
+#define MIN_BUCKETS 8
+#define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
+#define MALLOC_OVERHEAD 16
+#define RR_FIXED_LEN 10
+#define SOA_FIXED_LEN 20
+#define MAX_RRS (DNS_MAX_MESSAGE / (1 + RR_FIXED_LEN) + 1)
+#define FLAGS_OPCODE_MASK 0x7800
+#define FLAGS_RCODE_MASK 0x000F
+#define DNS_T_DNAME 39
+
+#define KEY_DO 1
+#define KEY_CD 2
+
+enum entry_kind { KIND_POSITIVE, KIND_NEGATIVE, KIND_SERVFAIL };
+
+struct entry {
+	_Atomic(struct entry *) next;  /* bucket chain; read by RCU readers */
+	struct entry *clock_prev;      /* CLOCK ring; writers only */
+	struct entry *clock_next;
+	uint64_t hash;                 /* full key hash */
+	uint64_t inserted;             /* now at insert */
+	uint64_t expire;               /* inserted + ttl */
+	uint32_t ttl;
+	uint32_t charge;               /* bytes counted against the shard */
+	uint16_t flags;                /* the upstream header's flags word */
+	uint16_t counts[3];            /* records per section, OPT excluded */
+	uint16_t sec_len;              /* stored section bytes */
+	uint16_t add_off;              /* where the additional section starts */
+	uint16_t nttl;                 /* TTL offsets, ascending */
+	uint16_t qtype;
+	uint16_t qclass;
+	uint8_t keyflags;              /* KEY_DO | KEY_CD */
+	uint8_t kind;                  /* enum entry_kind */
+	uint8_t qname_len;
+	atomic_uchar referenced;       /* CLOCK bit, set by readers */
+	atomic_uchar refresh_claimed;  /* prefetch handed to one reader */
+	/* ttl_off[nttl], then qname[qname_len], then sections[sec_len] */
+	uint16_t ttl_off[];
+};
+
+_Static_assert(sizeof(struct entry) == ENTRY_HEADER_BYTES,
+	       "update the memory notes at the top of this file");
+
+struct shard {
+	pthread_mutex_t lock;          /* writers only; readers never take it */
+	struct cache *cache;           /* for the limbo list */
+	_Atomic(struct entry *) *buckets;
+	uint64_t mask;
+	struct entry *hand;            /* CLOCK hand; NULL when the shard is empty */
+	uint64_t budget;
+	/* written under lock, read by cache_stats */
+	_Atomic uint64_t bytes, entries, inserts, evictions;
+} __attribute__((aligned(64)));
+
+/* Reader-side counters, one cache line per stripe; each reader thread
+ * sticks to one stripe, so with up to STRIPES workers no two share a line
+ * and counting a hit never bounces a line between cores. */
+#define STRIPES 64
+struct stripe {
+	_Atomic uint64_t hits, misses, stale_hits, prefetches;
+} __attribute__((aligned(64)));
+
+static atomic_uint next_stripe;
+static _Thread_local unsigned my_stripe = UINT32_MAX;
+
+struct cache {
+	struct cache_config cfg;
+	unsigned nshards;
+	unsigned shard_shift;          /* 64 - log2(nshards); 64 means one shard */
+	uint64_t fixed_bytes;          /* bucket arrays */
+	_Atomic uint64_t rejected;
+	/* Unlinked entries waiting for a grace period, chained by clock_next;
+	 * charged in `bytes` until freed. Lock order: shard, then limbo. */
+	pthread_mutex_t limbo_lock;
+	struct entry *limbo;
+	_Atomic uint64_t limbo_bytes;
+	uint64_t limbo_trigger;        /* reclaim once limbo holds this much */
+	struct shard *shards;
+	struct stripe stripes[STRIPES];
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+	       ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static uint8_t ascii_lower(uint8_t c)
+{
+	return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + ('a' - 'A')) : c;
+}
+
+static uint64_t mix64(uint64_t h)
+{
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+/* FNV-1a over a lower-cased wire name. */
+static uint64_t name_hash(const uint8_t *name, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= name[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+static uint64_t key_hash(uint64_t nh, uint16_t qtype, uint16_t qclass,
+			 uint8_t keyflags)
+{
+	return mix64(nh ^ ((uint64_t)qtype << 24 | (uint64_t)qclass << 8 | keyflags));
+}
+
+static struct shard *shard_of(const struct cache *c, uint64_t nh)
+{
+	if (c->shard_shift >= 64)
+		return &c->shards[0];
+	return &c->shards[mix64(nh) >> c->shard_shift];
+}
+
+static uint8_t query_keyflags(const struct dns_query *q)
+{
+	return (uint8_t)((q->edns_do ? KEY_DO : 0) |
+			 ((q->flags & DNS_F_CD) ? KEY_CD : 0));
+}
+
+static uint8_t *entry_qname(struct entry *e)
+{
+	return (uint8_t *)(e->ttl_off + e->nttl);
+}
+
+static uint8_t *entry_sections(struct entry *e)
+{
+	return entry_qname(e) + e->qname_len;
+}
+
+static uint32_t clamp32(uint32_t v, uint32_t lo, uint32_t hi)
+{
+	if (v < lo)
+		v = lo;
+	return v > hi ? hi : v;
+}
+
+static uint32_t min32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static uint64_t floor_pow2(uint64_t v)
+{
+	uint64_t p = 1;
+
+	while (p <= v / 2)
+		p *= 2;
+	return p;
+}
+
+struct cache *cache_new(const struct cache_config *cfg)
+{
+	if (!cfg)
+		return NULL;
+	struct cache *c = aligned_alloc(64, (sizeof(*c) + 63) & ~(size_t)63);
+	if (!c)
+		return NULL;
+	memset(c, 0, sizeof(*c));
+	c->cfg = *cfg;
+
+	unsigned n = MAX_SHARDS, bits = 6;
+	while (n > 1 && cfg->max_bytes / n < SHARD_MIN_BYTES) {
+		n /= 2;
+		bits--;
+	}
+	c->nshards = n;
+	c->shard_shift = 64 - bits;
+
+	c->shards = aligned_alloc(64, sizeof(struct shard) * n);
+	if (!c->shards) {
+		free(c);
+		return NULL;
+	}
+	memset(c->shards, 0, sizeof(struct shard) * n);
+	if (pthread_mutex_init(&c->limbo_lock, NULL) != 0) {
+		free(c->shards);
+		free(c);
+		return NULL;
+	}
+
+	uint64_t per_shard = cfg->max_bytes / n;
+	uint64_t nbuckets = floor_pow2(per_shard / BUDGET_BYTES_PER_BUCKET);
+	if (nbuckets < MIN_BUCKETS)
+		nbuckets = MIN_BUCKETS;
+	uint64_t bucket_bytes = nbuckets * sizeof(struct entry *);
+	c->fixed_bytes = bucket_bytes * n;
+	/* Room kept for the limbo list: 1/32 of the cap, reclaimed at half. */
+	uint64_t limbo_reserve = cfg->max_bytes / 32;
+	c->limbo_trigger = limbo_reserve / 2;
+	uint64_t usable = cfg->max_bytes > c->fixed_bytes + limbo_reserve ?
+				  cfg->max_bytes - c->fixed_bytes - limbo_reserve : 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct shard *s = &c->shards[i];
+		s->buckets = calloc(nbuckets, sizeof(*s->buckets));
+		if (!s->buckets || pthread_mutex_init(&s->lock, NULL) != 0) {
+			free(s->buckets);
+			for (unsigned j = 0; j < i; j++) {
+				pthread_mutex_destroy(&c->shards[j].lock);
+				free(c->shards[j].buckets);
+			}
+			pthread_mutex_destroy(&c->limbo_lock);
+			free(c->shards);
+			free(c);
+			return NULL;
+		}
+		s->cache = c;
+		s->mask = nbuckets - 1;
+		s->budget = usable / n;
+	}
+	return c;
+}
+
+/*
+ * Free what is in limbo once no reader can still see it. Writers call this
+ * after dropping their shard lock, never inside an RCU read-side section.
+ * One grace period (urcu_memb_synchronize_rcu: a membarrier, microseconds)
+ * covers the whole batch.
+ */
+static void reclaim(struct cache *c)
+{
+	pthread_mutex_lock(&c->limbo_lock);
+	struct entry *list = c->limbo;
+	c->limbo = NULL;
+	pthread_mutex_unlock(&c->limbo_lock);
+	if (!list)
+		return;
+
+	urcu_memb_synchronize_rcu();
+	TSAN_GRACE_ACQUIRE();
+	while (list) {
+		struct entry *next = list->clock_next;
+		atomic_fetch_sub_explicit(&c->limbo_bytes, list->charge,
+					  memory_order_relaxed);
+		free(list);
+		list = next;
+	}
+}
+
+static void maybe_reclaim(struct cache *c)
+{
+	if (atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed) >= c->limbo_trigger)
+		reclaim(c);
+}
+
+/* Unlink e from its bucket chain and the CLOCK ring and put it in limbo,
+ * to be freed after a grace period. Caller holds s->lock. */
+static void remove_entry(struct shard *s, struct entry *e)
+{
+	_Atomic(struct entry *) *pp = &s->buckets[e->hash & s->mask];
+	struct entry *cur;
+
+	while ((cur = atomic_load_explicit(pp, memory_order_relaxed)) != e)
+		pp = &cur->next;
+	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
+			      memory_order_release);
+
+	if (e->clock_next == e) {
+		s->hand = NULL;
+	} else {
+		e->clock_prev->clock_next = e->clock_next;
+		e->clock_next->clock_prev = e->clock_prev;
+		if (s->hand == e)
+			s->hand = e->clock_next;
+	}
+	atomic_fetch_sub_explicit(&s->bytes, e->charge, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&s->entries, 1, memory_order_relaxed);
+	struct cache *c = s->cache;
+	pthread_mutex_lock(&c->limbo_lock);
+	e->clock_next = c->limbo;
+	c->limbo = e;
+	atomic_fetch_add_explicit(&c->limbo_bytes, e->charge, memory_order_relaxed);
+	pthread_mutex_unlock(&c->limbo_lock);
+}
+
+static void flush_shard(struct shard *s, const uint8_t *name, size_t name_len)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!name) {
+		while (s->hand)
+			remove_entry(s, s->hand);
+	} else if (s->hand) {
+		uint64_t n = atomic_load_explicit(&s->entries, memory_order_relaxed);
+		struct entry *e = s->hand;
+		for (uint64_t i = 0; i < n && s->hand; i++) {
+			struct entry *next = e->clock_next;
+			if (e->qname_len == name_len &&
+			    memcmp(entry_qname(e), name, name_len) == 0)
+				remove_entry(s, e);
+			e = next;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void cache_flush(struct cache *c, const uint8_t *name_or_null)
+{
+	if (!name_or_null) {
+		for (unsigned i = 0; i < c->nshards; i++)
+			flush_shard(&c->shards[i], NULL, 0);
+		reclaim(c);
+		return;
+	}
+	uint8_t name[DNS_MAX_NAME];
+	size_t len = 0;
+
+	/* a plain wire name, bounded: anything else matches nothing */
+	while (len < DNS_MAX_NAME && name_or_null[len] != 0) {
+		if (name_or_null[len] > DNS_MAX_LABEL ||
+		    len + 1 + name_or_null[len] >= DNS_MAX_NAME)
+			return;
+		len += 1 + name_or_null[len];
+	}
+	if (len >= DNS_MAX_NAME)
+		return;
+	len++;
+	dns_name_copy_lower(name, name_or_null, len);
+	flush_shard(shard_of(c, name_hash(name, len)), name, len);
+	reclaim(c);
+}
+
+void cache_free(struct cache *c)
+{
+	if (!c)
+		return;
+	cache_flush(c, NULL); /* frees every entry, after a grace period */
+	pthread_mutex_destroy(&c->limbo_lock);
+	for (unsigned i = 0; i < c->nshards; i++) {
+		pthread_mutex_destroy(&c->shards[i].lock);
+		free(c->shards[i].buckets);
+	}
+	free(c->shards);
+	free(c);
+}
+
+/* ---- insert: checking and measuring the upstream reply ------------------ */
+
+/*
+ * Step over the name at msg[*pos], whose in-place bytes must end by `end`.
+ * Pointers must point backwards (below the pointer itself) and past the
+ * header (we rewrite the header); total length <= 255. Termination: every
+ * pointer hop goes strictly backwards or, after walking forward over
+ * labels, adds their length to the 255-byte budget.
+ */
+static bool skip_name(const uint8_t *msg, size_t end, size_t *pos)
+{
+	size_t p = *pos, total = 0;
+	bool jumped = false;
+
+	for (;;) {
+		if (p >= end)
+			return false;
+		uint8_t b = msg[p];
+		if ((b & 0xC0) == 0xC0) {
+			if (p + 1 >= end)
+				return false;
+			size_t target = ((size_t)(b & 0x3F) << 8) | msg[p + 1];
+			if (target < DNS_HEADER_LEN || target >= p)
+				return false;
+			if (!jumped)
+				*pos = p + 2;
+			jumped = true;
+			p = target;
+			continue;
+		}
+		if (b & 0xC0)
+			return false; /* 0x40 / 0x80 label types */
+		total += 1 + (size_t)b;
+		if (total > DNS_MAX_NAME)
+			return false;
+		if (b == 0) {
+			if (!jumped)
+				*pos = p + 1;
+			return true;
+		}
+		p += 1 + (size_t)b;
+	}
+}
+
+/* Names inside rdata of the RFC 1035 types (and DNAME, SRV) must be sound
+ * too: the client will decode them against our rebuilt header. */
+static bool rdata_names_ok(const uint8_t *msg, uint16_t type, size_t rd,
+			   size_t rdlen)
+{
+	size_t end = rd + rdlen, pos = rd, prefix = 0, names = 1, suffix = 0;
+
+	switch (type) {
+	case DNS_T_NS:
+	case DNS_T_CNAME:
+	case DNS_T_PTR:
+	case DNS_T_DNAME:
+		break;
+	case DNS_T_MX:
+		prefix = 2;
+		break;
+	case DNS_T_SRV:
+		prefix = 6;
+		break;
+	case DNS_T_SOA:
+		names = 2;
+		suffix = SOA_FIXED_LEN;
+		break;
+	default:
+		return true;
+	}
+	if (rdlen < prefix + suffix)
+		return false;
+	pos += prefix;
+	for (size_t i = 0; i < names; i++)
+		if (!skip_name(msg, end - suffix, &pos))
+			return false;
+	return pos + suffix == end;
+}
+
+/* What cache_insert learns from one pass over the reply. */
+struct reply_scan {
+	size_t sec_start, sec_end, add_off;
+	uint16_t counts[3];
+	uint16_t nttl;
+	bool answer_ttl_seen, any_ttl_seen, have_soa;
+	uint32_t min_answer_ttl;   /* over answer records */
+	uint32_t min_ttl;          /* over answer + authority records */
+	uint32_t soa_ttl;          /* min(SOA TTL, SOA MINIMUM) */
+};
+
+static bool question_matches(const uint8_t *msg, size_t len,
+			     const struct dns_query *q)
+{
+	size_t n = q->qname_len;
+
+	if (n == 0 || n > DNS_MAX_NAME || len < DNS_HEADER_LEN + n + 4)
+		return false;
+	/* Byte-for-byte after lower-casing: q->qname is a valid uncompressed
+	 * name, and label lengths (< 64) are never changed by lower-casing,
+	 * so this also proves the upstream's name is uncompressed. */
+	for (size_t i = 0; i < n; i++)
+		if (ascii_lower(msg[DNS_HEADER_LEN + i]) != q->qname[i])
+			return false;
+	return get16(msg + DNS_HEADER_LEN + n) == q->qtype &&
+	       get16(msg + DNS_HEADER_LEN + n + 2) == q->qclass;
+}
+
+static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q,
+		       struct reply_scan *r, uint16_t *ttl_off)
+{
+	memset(r, 0, sizeof(*r));
+	if (len < DNS_HEADER_LEN || len > DNS_MAX_MESSAGE)
+		return false;
+	uint16_t flags = get16(msg + 2);
+	if (!(flags & DNS_F_QR) || (flags & DNS_F_TC) ||
+	    DNS_OPCODE(flags) != DNS_OP_QUERY || get16(msg + 4) != 1 ||
+	    !question_matches(msg, len, q))
+		return false;
+
+	size_t pos = DNS_HEADER_LEN + q->qname_len + 4;
+	r->sec_start = pos;
+	r->min_answer_ttl = r->min_ttl = UINT32_MAX;
+	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++) {
+		if (sec == DNS_SEC_ADDITIONAL)
+			r->add_off = pos - r->sec_start;
+		uint16_t count = get16(msg + 6 + 2 * sec);
+		for (uint16_t i = 0; i < count; i++) {
+			size_t rr_start = pos;
+			if (!skip_name(msg, len, &pos) || len - pos < RR_FIXED_LEN)
+				return false;
+			const uint8_t *fixed = msg + pos;
+			uint16_t type = get16(fixed);
+			uint32_t ttl = get32(fixed + 4);
+			size_t rd = pos + RR_FIXED_LEN, rdlen = get16(fixed + 8);
+			if (len - rd < rdlen)
+				return false;
+			if (type == DNS_T_OPT) {
+				/* ours to write; an extended rcode (BADCOOKIE
+				 * and friends) is about this exchange only */
+				if (sec != DNS_SEC_ADDITIONAL || (ttl >> 24) != 0)
+					return false;
+				r->sec_end = rr_start;
+				return true;
+			}
+			if (!rdata_names_ok(msg, type, rd, rdlen))
+				return false;
+			if (ttl > INT32_MAX)
+				ttl = 0; /* RFC 2181 section 8 */
+			ttl_off[r->nttl++] = (uint16_t)(pos + 4 - r->sec_start);
+			if (sec == DNS_SEC_ANSWER)
+				r->min_answer_ttl = min32(r->min_answer_ttl, ttl);
+			if (sec != DNS_SEC_ADDITIONAL)
+				r->min_ttl = min32(r->min_ttl, ttl);
+			if (sec == DNS_SEC_AUTHORITY && type == DNS_T_SOA &&
+			    !r->have_soa) {
+				r->have_soa = true;
+				r->soa_ttl = min32(ttl, get32(msg + rd + rdlen - 4));
+			}
+			r->counts[sec]++;
+			pos = rd + rdlen;
+		}
+	}
+	r->sec_end = pos; /* trailing bytes, if any, are not ours */
+	return true;
+}
+
+/* The entry's lifetime and kind, or false when it must not be cached. */
+static bool entry_lifetime(const struct cache_config *cfg, uint16_t rcode,
+			   const struct reply_scan *r, uint32_t *ttl,
+			   uint8_t *kind)
+{
+	if (rcode == DNS_R_SERVFAIL) {
+		*kind = KIND_SERVFAIL;
+		*ttl = cfg->servfail_ttl;
+	} else if (rcode == DNS_R_NXDOMAIN ||
+		   (rcode == DNS_R_NOERROR && r->counts[DNS_SEC_ANSWER] == 0)) {
+		if (!r->have_soa)
+			return false; /* referral, or RFC 2308 "do not cache" */
+		*kind = KIND_NEGATIVE;
+		*ttl = min32(r->soa_ttl, cfg->negative_max_ttl);
+		if (r->counts[DNS_SEC_ANSWER] > 0) /* CNAME chain to nowhere */
+			*ttl = min32(*ttl, r->min_answer_ttl);
+	} else if (rcode == DNS_R_NOERROR) {
+		*kind = KIND_POSITIVE;
+		*ttl = clamp32(r->min_ttl, cfg->min_ttl, cfg->max_ttl);
+	} else {
+		return false;
+	}
+	return *ttl > 0;
+}
+
+/* ---- insert: storing ---------------------------------------------------- */
+
+static void clock_link(struct shard *s, struct entry *e)
+{
+	if (!s->hand) {
+		e->clock_prev = e->clock_next = e;
+		s->hand = e;
+		return;
+	}
+	/* just behind the hand: the last place it will look */
+	e->clock_next = s->hand;
+	e->clock_prev = s->hand->clock_prev;
+	s->hand->clock_prev->clock_next = e;
+	s->hand->clock_prev = e;
+}
+
+static void make_room(struct shard *s, uint64_t need, uint64_t now)
+{
+	uint64_t steps = 0;
+	uint64_t max_steps = 2 * atomic_load_explicit(&s->entries, memory_order_relaxed) + 2;
+
+	while (s->hand &&
+	       atomic_load_explicit(&s->bytes, memory_order_relaxed) + need > s->budget) {
+		struct entry *e = s->hand;
+		if (steps++ < max_steps && now < e->expire &&
+		    atomic_load_explicit(&e->referenced, memory_order_relaxed)) {
+			atomic_store_explicit(&e->referenced, 0, memory_order_relaxed);
+			s->hand = e->clock_next;
+			continue;
+		}
+		remove_entry(s, e);
+		atomic_fetch_add_explicit(&s->evictions, 1, memory_order_relaxed);
+	}
+}
+
+static struct entry *find_locked(struct shard *s, uint64_t h,
+				 const uint8_t *qname, size_t qname_len,
+				 uint16_t qtype, uint16_t qclass, uint8_t keyflags)
+{
+	struct entry *e = atomic_load_explicit(&s->buckets[h & s->mask],
+					       memory_order_acquire);
+
+	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
+		if (e->hash == h && e->qtype == qtype && e->qclass == qclass &&
+		    e->keyflags == keyflags && e->qname_len == qname_len &&
+		    memcmp(entry_qname(e), qname, qname_len) == 0)
+			return e;
+	return NULL;
+}
+
+static int reject(struct cache *c)
+{
+	atomic_fetch_add_explicit(&c->rejected, 1, memory_order_relaxed);
+	return -1;
+}
+
+int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
+		 size_t len, uint64_t now)
+{
+	uint16_t ttl_off[MAX_RRS];
+	struct reply_scan r;
+	uint32_t ttl;
+	uint8_t kind;
+
+	if (!q->question_ok || !scan_reply(msg, len, q, &r, ttl_off) ||
+	    !entry_lifetime(&c->cfg, get16(msg + 2) & FLAGS_RCODE_MASK, &r, &ttl, &kind))
+		return reject(c);
+
+	size_t sec_len = r.sec_end - r.sec_start;
+	size_t size = sizeof(struct entry) + r.nttl * sizeof(uint16_t) +
+		      q->qname_len + sec_len;
+	uint64_t charge = ((size + 15) & ~(size_t)15) + MALLOC_OVERHEAD;
+	uint64_t nh = name_hash(q->qname, q->qname_len);
+	struct shard *s = shard_of(c, nh);
+	if (charge > s->budget)
+		return reject(c);
+
+	struct entry *e = malloc(size);
+	if (!e)
+		return reject(c);
+	memset(e, 0, sizeof(*e));
+	e->keyflags = query_keyflags(q);
+	e->hash = key_hash(nh, q->qtype, q->qclass, e->keyflags);
+	e->inserted = now;
+	e->expire = now + ttl;
+	e->ttl = ttl;
+	e->charge = (uint32_t)charge;
+	e->flags = get16(msg + 2);
+	memcpy(e->counts, r.counts, sizeof(e->counts));
+	e->sec_len = (uint16_t)sec_len;
+	e->add_off = (uint16_t)(r.add_off < sec_len ? r.add_off : sec_len);
+	e->nttl = r.nttl;
+	e->qtype = q->qtype;
+	e->qclass = q->qclass;
+	e->kind = kind;
+	e->qname_len = (uint8_t)q->qname_len;
+	memcpy(e->ttl_off, ttl_off, r.nttl * sizeof(uint16_t));
+	memcpy(entry_qname(e), q->qname, q->qname_len);
+	uint8_t *sec = entry_sections(e);
+	memcpy(sec, msg + r.sec_start, sec_len);
+
+	/* Every stored TTL is what a client may see at age 0: clamped for
+	 * positive answers, never beyond the entry's own lifetime. */
+	for (uint16_t i = 0; i < r.nttl; i++) {
+		uint32_t t = get32(sec + e->ttl_off[i]);
+		if (t > INT32_MAX)
+			t = 0;
+		if (kind == KIND_POSITIVE)
+			t = clamp32(t, c->cfg.min_ttl, c->cfg.max_ttl);
+		put32(sec + e->ttl_off[i], min32(t, ttl));
+	}
+
+	pthread_mutex_lock(&s->lock);
+	struct entry *old = find_locked(s, e->hash, entry_qname(e),
+					e->qname_len, e->qtype, e->qclass, e->keyflags);
+	if (old) {
+		atomic_store_explicit(&e->referenced,
+				      atomic_load_explicit(&old->referenced, memory_order_relaxed),
+				      memory_order_relaxed);
+		remove_entry(s, old);
+	}
+	make_room(s, charge, now);
+	_Atomic(struct entry *) *head = &s->buckets[e->hash & s->mask];
+	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
+			      memory_order_relaxed);
+	clock_link(s, e);
+	atomic_fetch_add_explicit(&s->bytes, charge, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->entries, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->inserts, 1, memory_order_relaxed);
+	atomic_store_explicit(head, e, memory_order_release); /* publish */
+	pthread_mutex_unlock(&s->lock);
+	maybe_reclaim(c);
+	return 0;
+}
+
+/* ---- answering ---------------------------------------------------------- */
+
+static void write_entry(struct dns_writer *w, struct entry *e, bool stale,
+			uint64_t age)
+{
+	const struct dns_query *q = w->q;
+	uint16_t counts[3] = {e->counts[0], e->counts[1], e->counts[2]};
+	size_t n = e->sec_len;
+	size_t room = w->limit - w->reserve - w->len;
+	const uint8_t *sec = entry_sections(e);
+
+	dns_response_set_rcode(w, (enum dns_rcode)(e->flags & FLAGS_RCODE_MASK));
+	if ((e->flags & DNS_F_AD) && (q->edns_do || (q->flags & DNS_F_AD)))
+		w->buf[3] |= (uint8_t)DNS_F_AD; /* RFC 6840 5.8 */
+	if (n > room && counts[DNS_SEC_ADDITIONAL] > 0 && e->add_off <= room) {
+		n = e->add_off; /* RFC 2181 section 9: drop additional, no TC */
+		counts[DNS_SEC_ADDITIONAL] = 0;
+	}
+	if (!dns_response_append_raw(w, sec, n, counts))
+		return; /* marked truncated: finish sends TC */
+
+	uint8_t *base = w->buf + w->question_end;
+	for (uint16_t i = 0; i < e->nttl && e->ttl_off[i] + 4u <= n; i++) {
+		uint32_t t = get32(sec + e->ttl_off[i]);
+		if (stale)
+			t = CACHE_STALE_TTL;
+		else
+			t = t > age ? (uint32_t)(t - age) : 0;
+		put32(base + e->ttl_off[i], t);
+	}
+}
+
+static void count(_Atomic uint64_t *counter)
+{
+	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
+enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
+				     uint64_t now, bool allow_stale)
+{
+	const struct dns_query *q = w->q;
+
+	if (w->len == 0 || w->truncated || w->len != w->question_end ||
+	    w->section != DNS_SEC_ANSWER || w->count[0] || w->count[1] ||
+	    w->count[2] || !q || q->qname_len == 0 || q->qname_len > DNS_MAX_NAME)
+		return CACHE_MISS;
+
+	uint64_t nh = name_hash(q->qname, q->qname_len);
+	uint8_t keyflags = query_keyflags(q);
+	uint64_t h = key_hash(nh, q->qtype, q->qclass, keyflags);
+	struct shard *s = shard_of(c, nh);
+	enum cache_result result = CACHE_MISS;
+
+	urcu_memb_read_lock();
+	struct entry *e = find_locked(s, h, q->qname, q->qname_len, q->qtype,
+				      q->qclass, keyflags);
+	if (e && now < e->expire) {
+		result = CACHE_HIT;
+		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
+		if (c->cfg.prefetch && e->kind != KIND_SERVFAIL &&
+		    (e->expire - now) * 10 <= e->ttl &&
+		    !atomic_load_explicit(&e->refresh_claimed, memory_order_relaxed) &&
+		    !atomic_exchange_explicit(&e->refresh_claimed, 1, memory_order_relaxed))
+			result = CACHE_HIT_REFRESH;
+	} else if (e && allow_stale && c->cfg.serve_stale &&
+		   e->kind != KIND_SERVFAIL && now - e->expire < c->cfg.stale_max_age) {
+		result = CACHE_STALE;
+		write_entry(w, e, true, 0);
+	}
+	if (result != CACHE_MISS &&
+	    !atomic_load_explicit(&e->referenced, memory_order_relaxed))
+		atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
+	TSAN_GRACE_RELEASE();
+	urcu_memb_read_unlock();
+
+	if (my_stripe == UINT32_MAX)
+		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) %
+			    STRIPES;
+	struct stripe *st = &c->stripes[my_stripe];
+	switch (result) {
+	case CACHE_MISS:
+		count(&st->misses);
+		break;
+	case CACHE_HIT_REFRESH:
+		count(&st->prefetches);
+		/* fall through */
+	case CACHE_HIT:
+		count(&st->hits);
+		break;
+	case CACHE_STALE:
+		count(&st->stale_hits);
+		break;
+	}
+	return result;
+}
+
+enum cache_result cache_answer(struct cache *c, const struct dns_query *q,
+			       uint8_t *out, size_t limit, uint16_t udp_payload,
+			       uint64_t now, bool allow_stale, size_t *len)
+{
+	struct dns_writer w;
+
+	*len = 0;
+	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
+	if (w.len == 0)
+		return CACHE_MISS;
+	enum cache_result r = cache_write_answer(c, &w, now, allow_stale);
+	if (r != CACHE_MISS)
+		*len = dns_response_finish(&w, udp_payload);
+	return r;
+}
+
+void cache_stats(const struct cache *c, struct cache_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->max_bytes = c->cfg.max_bytes;
+	out->bytes = c->fixed_bytes +
+		     atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed);
+	out->rejected = atomic_load_explicit(&c->rejected, memory_order_relaxed);
+	for (unsigned i = 0; i < c->nshards; i++) {
+		struct shard *s = &c->shards[i];
+		out->entries += atomic_load_explicit(&s->entries, memory_order_relaxed);
+		out->bytes += atomic_load_explicit(&s->bytes, memory_order_relaxed);
+		out->inserts += atomic_load_explicit(&s->inserts, memory_order_relaxed);
+		out->evictions += atomic_load_explicit(&s->evictions, memory_order_relaxed);
+	}
+	for (unsigned i = 0; i < STRIPES; i++) {
+		const struct stripe *st = &c->stripes[i];
+		out->hits += atomic_load_explicit(&st->hits, memory_order_relaxed);
+		out->misses += atomic_load_explicit(&st->misses, memory_order_relaxed);
+		out->stale_hits += atomic_load_explicit(&st->stale_hits, memory_order_relaxed);
+		out->prefetches += atomic_load_explicit(&st->prefetches, memory_order_relaxed);
+	}
+}

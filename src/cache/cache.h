@@ -1,0 +1,161 @@
+/*
+ * cache — the answer cache in front of the upstream resolver.
+ *
+ * Owns: wire-format copies of upstream replies keyed by (lower-cased qname,
+ * qtype, qclass, DO, CD); their lifetimes (positive TTL clamped to
+ * [min_ttl, max_ttl], RFC 2308 negative TTLs, a short SERVFAIL TTL); TTL
+ * ageing on serve; serve-stale (RFC 8767) windows; the prefetch claim; the
+ * byte budget and eviction (CLOCK per shard); its own counters.
+ *
+ * Must never: allocate, lock a mutex or spin in cache_answer /
+ * cache_write_answer (the worker hot path); block a reader on a writer;
+ * free an entry a reader may still be copying (frees wait for an RCU grace
+ * period); hold more than max_bytes of accounted memory (entries waiting
+ * for their grace period included); talk to the
+ * network or decide when to ask upstream (it only reports, via
+ * CACHE_MISS / CACHE_HIT_REFRESH, that someone should).
+ *
+ * Threads: readers (cache_answer, cache_write_answer) must be registered
+ * with liburcu's memb flavour (urcu_memb_register_thread); they take the RCU
+ * read lock themselves (it nests, so a worker already inside one is fine).
+ * Writers (cache_insert, cache_flush, cache_free) may run on any thread,
+ * registered or not, but never inside an RCU read-side section: they may
+ * wait for a grace period (urcu_memb_synchronize_rcu) before freeing what
+ * they evicted. They serialise per shard on a mutex readers never touch.
+ *
+ * Times are whole seconds on a monotonic clock, supplied by the caller, so
+ * tests control them and the hot path makes no clock syscall of its own.
+ */
+#ifndef LOCALDNS_CACHE_H
+#define LOCALDNS_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dns/dns.h"
+
+#define CACHE_STALE_TTL 30 /* RFC 8767 section 4: TTL of a stale answer */
+
+struct cache_config {
+	uint64_t max_bytes;        /* cache.size; everything accounted fits here */
+	uint32_t min_ttl;          /* cache.min_ttl: floor for positive answers */
+	uint32_t max_ttl;          /* cache.max_ttl: ceiling for positive answers */
+	uint32_t negative_max_ttl; /* cap for NXDOMAIN/NODATA (3600 is usual) */
+	uint32_t servfail_ttl;     /* SERVFAIL kept this long; 0 = not cached */
+	bool serve_stale;          /* cache.serve_stale */
+	uint32_t stale_max_age;    /* seconds past expiry an entry may serve stale */
+	bool prefetch;             /* cache.prefetch */
+};
+
+struct cache;
+
+/*
+ * Make an empty cache. The bucket arrays are allocated here, once, and
+ * charged against max_bytes, as is a 1/32 reserve for entries waiting to
+ * be freed. Returns NULL on ENOMEM (or a NULL cfg).
+ */
+struct cache *cache_new(const struct cache_config *cfg);
+
+/*
+ * Free the cache and every entry (after one grace period). No other thread
+ * may use c any more; must not be called inside an RCU read-side section.
+ */
+void cache_free(struct cache *c);
+
+/*
+ * Store the upstream reply msg[0..len) (a complete DNS message, such as
+ * libunbound's answer_packet) as the answer to q's (qname, qtype, qclass,
+ * DO, CD). The message must be a QR=1, opcode QUERY, TC=0 reply whose one
+ * question matches q (same name ignoring case, written uncompressed at
+ * offset 12, same type and class); its records must be well-formed, with
+ * compression pointers pointing backwards and past the header.
+ *
+ * Lifetime: NOERROR with answers = min TTL over answer + authority records,
+ * clamped to [min_ttl, max_ttl]; NXDOMAIN, or NOERROR without answers
+ * (NODATA) = min(SOA TTL, SOA MINIMUM) of the authority SOA (and of any
+ * answer records, e.g. a CNAME chain), capped by negative_max_ttl; no SOA
+ * means not cacheable (a referral, or a negative answer RFC 2308 says not
+ * to keep); SERVFAIL = servfail_ttl; other rcodes, extended rcodes, and a
+ * lifetime of 0 are not cached. Each stored record's TTL is rewritten to
+ * its clamped value, never above the entry's lifetime, so ageing on serve
+ * never outlives the entry. The OPT record (and anything after it, such as
+ * a TSIG) is dropped. Replaces an existing entry for the same key, and
+ * evicts others as needed to stay within max_bytes.
+ *
+ * now: seconds on a monotonic clock. Returns 0, or -1 when the message is
+ * not cacheable, malformed, larger than a shard's budget, or on ENOMEM.
+ */
+int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
+		 size_t len, uint64_t now);
+
+enum cache_result {
+	CACHE_MISS,        /* nothing usable: ask upstream; out/writer untouched */
+	CACHE_HIT,         /* answered from a live entry */
+	CACHE_HIT_REFRESH, /* answered, and this caller (only this one, per
+			    * inserted entry) should refresh it in the
+			    * background: the entry is in its last 10% of TTL
+			    * and prefetch is on */
+	CACHE_STALE,       /* expired entry served with TTL 30 (only when
+			    * allow_stale, serve_stale is on and it expired
+			    * less than stale_max_age ago) */
+};
+
+/*
+ * Append the cached answer to q = w->q into the writer w, which must be
+ * fresh from dns_response_begin (any rcode; this one sets the cached
+ * rcode). Sets AD when the cached reply had it and the query had DO or AD;
+ * copies the cached sections in (they sit right after the question, where
+ * their compression pointers expect them) and ages every TTL by the time
+ * spent in cache (stale: CACHE_STALE_TTL). When the whole answer does not
+ * fit w's limit, the additional section is left out if that is enough
+ * (no TC, RFC 2181 section 9), else the writer is marked truncated so
+ * dns_response_finish sends header + question (+ OPT) with TC. The caller
+ * may still set a server cookie and must call dns_response_finish.
+ *
+ * SERVFAIL entries are never served stale. An expired entry past the stale
+ * window is a miss and is freed later, when its shard needs room.
+ * Lock-free and allocation-free; safe on many threads alongside writers.
+ */
+enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
+				     uint64_t now, bool allow_stale);
+
+/*
+ * The whole reply in one call: dns_response_begin into out[0..limit),
+ * cache_write_answer, dns_response_finish advertising udp_payload. Header:
+ * q's ID, opcode, RD and CD copied; QR and RA set; rcode and AD from the
+ * cache; the question in the client's letter case; OPT only when q had
+ * EDNS. *len is the reply length (0 on CACHE_MISS, or when limit cannot
+ * even hold header + question + OPT, which is also reported as a miss).
+ */
+enum cache_result cache_answer(struct cache *c, const struct dns_query *q,
+			       uint8_t *out, size_t limit, uint16_t udp_payload,
+			       uint64_t now, bool allow_stale, size_t *len);
+
+struct cache_stats {
+	uint64_t entries;     /* entries held (live, stale or dead-not-yet-freed) */
+	uint64_t bytes;       /* accounted bytes: entries + bucket arrays */
+	uint64_t max_bytes;   /* the configured cap */
+	uint64_t hits;        /* CACHE_HIT and CACHE_HIT_REFRESH */
+	uint64_t misses;
+	uint64_t stale_hits;  /* CACHE_STALE */
+	uint64_t prefetches;  /* CACHE_HIT_REFRESH handed out */
+	uint64_t inserts;     /* entries stored (replacements included) */
+	uint64_t rejected;    /* cache_insert calls that returned -1 */
+	uint64_t evictions;   /* entries dropped to make room */
+};
+
+/*
+ * Counters for metrics and the control CLI. Read without stopping anyone:
+ * each field is exact on its own, the set is not one atomic snapshot.
+ */
+void cache_stats(const struct cache *c, struct cache_stats *out);
+
+/*
+ * Drop every entry (name NULL) or every entry for one name, all types,
+ * classes and flags (name: a wire name, any letter case). Readers in
+ * flight finish with what they found; the memory is freed after them.
+ */
+void cache_flush(struct cache *c, const uint8_t *name_or_null);
+
+#endif

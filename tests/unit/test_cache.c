@@ -1,0 +1,1224 @@
+/*
+ * Unit tests for src/cache: keys, lifetimes (clamps, RFC 2308 negative
+ * answers, SERVFAIL), TTL ageing, serve-stale, prefetch, truncation, the
+ * byte bound under a random-name flood, flushes, concurrent readers, and
+ * the hot-path promise (a hit allocates nothing and takes no mutex).
+ *
+ * Upstream replies are assembled by hand here and our replies are read
+ * back with this file's own reader, so the cache is never checked against
+ * the codec it builds on.
+ *
+ * The allocation check needs this binary linked with
+ *   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=pthread_mutex_lock
+ * (a target-specific LDFLAGS line in the Makefile, as for test_query).
+ * Without it the wrappers below are never reached; that test then says so
+ * and skips instead of passing vacuously.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <urcu/urcu-memb.h>
+
+#include "cache/cache.h"
+#include "dns/dns.h"
+
+/* ---- allocator and mutex wrappers (active with the Makefile line) ------- */
+
+static volatile bool counting; /* volatile: GCC knows malloc reads no globals */
+static volatile unsigned long forbidden_calls;
+
+/* Weak, so the binary links (and this file's wrappers lie idle) without
+ * --wrap; with it the linker binds them to the real functions. */
+#define WEAK __attribute__((weak))
+WEAK void *__real_malloc(size_t size);
+WEAK void *__real_calloc(size_t n, size_t size);
+WEAK void *__real_realloc(void *p, size_t size);
+WEAK void __real_free(void *p);
+WEAK int __real_pthread_mutex_lock(pthread_mutex_t *m);
+
+void *__wrap_malloc(size_t size)
+{
+	forbidden_calls += counting;
+	return __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	forbidden_calls += counting;
+	return __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t size)
+{
+	forbidden_calls += counting;
+	return __real_realloc(p, size);
+}
+
+void __wrap_free(void *p)
+{
+	forbidden_calls += counting && p;
+	__real_free(p);
+}
+
+int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
+{
+	forbidden_calls += counting;
+	return __real_pthread_mutex_lock(m);
+}
+
+/* ---- packet assembly ---------------------------------------------------- */
+
+struct pkt {
+	uint8_t b[DNS_MAX_MESSAGE];
+	size_t len;
+};
+
+static void put_u8(struct pkt *p, uint8_t v)
+{
+	assert_true(p->len < sizeof(p->b));
+	p->b[p->len++] = v;
+}
+
+static void put_u16(struct pkt *p, uint16_t v)
+{
+	put_u8(p, (uint8_t)(v >> 8));
+	put_u8(p, (uint8_t)v);
+}
+
+static void put_u32(struct pkt *p, uint32_t v)
+{
+	put_u16(p, (uint16_t)(v >> 16));
+	put_u16(p, (uint16_t)v);
+}
+
+static void put_raw(struct pkt *p, const void *data, size_t n)
+{
+	assert_true(p->len + n <= sizeof(p->b));
+	if (n)
+		memcpy(p->b + p->len, data, n);
+	p->len += n;
+}
+
+/* Dotted text to wire form, letter case kept. */
+static size_t text_to_wire(const char *text, uint8_t *out)
+{
+	size_t n = 0;
+
+	while (*text) {
+		size_t label = strcspn(text, ".");
+		out[n++] = (uint8_t)label;
+		memcpy(out + n, text, label);
+		n += label;
+		text += label;
+		if (*text == '.')
+			text++;
+	}
+	out[n++] = 0;
+	return n;
+}
+
+static void put_name(struct pkt *p, const char *text)
+{
+	uint8_t wire[1024];
+	put_raw(p, wire, text_to_wire(text, wire));
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+	return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+	       ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void bump_count(struct pkt *p, int index)
+{
+	uint16_t v = (uint16_t)(rd16(p->b + 4 + 2 * index) + 1);
+	p->b[4 + 2 * index] = (uint8_t)(v >> 8);
+	p->b[5 + 2 * index] = (uint8_t)v;
+}
+
+/* Header (QR, RD, RA + rcode/extra flags) and one question. */
+static void reply_start(struct pkt *p, const char *qname, uint16_t qtype,
+			uint16_t qclass, uint16_t flags)
+{
+	p->len = 0;
+	put_u16(p, 0x4242);
+	put_u16(p, (uint16_t)(DNS_F_QR | DNS_F_RD | DNS_F_RA | flags));
+	put_u16(p, 1);
+	put_u16(p, 0);
+	put_u16(p, 0);
+	put_u16(p, 0);
+	put_name(p, qname);
+	put_u16(p, qtype);
+	put_u16(p, qclass);
+}
+
+/* One record; owner NULL = pointer to the question name (offset 12). */
+static void reply_rr(struct pkt *p, int section, const char *owner,
+		     uint16_t type, uint32_t ttl, const void *rdata,
+		     uint16_t rdlen)
+{
+	if (owner)
+		put_name(p, owner);
+	else
+		put_u16(p, 0xC00C);
+	put_u16(p, type);
+	put_u16(p, DNS_C_IN);
+	put_u32(p, ttl);
+	put_u16(p, rdlen);
+	put_raw(p, rdata, rdlen);
+	bump_count(p, 1 + section);
+}
+
+static void reply_a(struct pkt *p, int section, const char *owner, uint32_t ttl,
+		    uint8_t last)
+{
+	uint8_t a[4] = {192, 0, 2, last};
+	reply_rr(p, section, owner, DNS_T_A, ttl, a, 4);
+}
+
+static void reply_soa(struct pkt *p, const char *zone, uint32_t ttl,
+		      uint32_t minimum)
+{
+	uint8_t rd[512];
+	size_t n = text_to_wire("ns1.example.com", rd);
+	n += text_to_wire("hostmaster.example.com", rd + n);
+	uint32_t fixed[5] = {2024010101, 7200, 3600, 1209600, minimum};
+	for (int i = 0; i < 5; i++) {
+		rd[n++] = (uint8_t)(fixed[i] >> 24);
+		rd[n++] = (uint8_t)(fixed[i] >> 16);
+		rd[n++] = (uint8_t)(fixed[i] >> 8);
+		rd[n++] = (uint8_t)fixed[i];
+	}
+	reply_rr(p, DNS_SEC_AUTHORITY, zone, DNS_T_SOA, ttl, rd, (uint16_t)n);
+}
+
+static void reply_opt(struct pkt *p, uint16_t udp, uint32_t ttl)
+{
+	put_u8(p, 0);
+	put_u16(p, DNS_T_OPT);
+	put_u16(p, udp);
+	put_u32(p, ttl);
+	put_u16(p, 0);
+	bump_count(p, 3);
+}
+
+/* A parsed client query. */
+static void make_query(struct dns_query *q, const char *name, uint16_t qtype,
+		       uint16_t qclass, bool edns, bool dnssec_ok, bool cd)
+{
+	struct pkt p = {.len = 0};
+
+	put_u16(&p, 0xBEEF);
+	put_u16(&p, (uint16_t)(DNS_F_RD | (cd ? DNS_F_CD : 0)));
+	put_u16(&p, 1);
+	put_u16(&p, 0);
+	put_u16(&p, 0);
+	put_u16(&p, 0);
+	put_name(&p, name);
+	put_u16(&p, qtype);
+	put_u16(&p, qclass);
+	if (edns)
+		reply_opt(&p, 1232, dnssec_ok ? DNS_EDNS_DO : 0);
+	assert_int_equal(dns_parse_query(p.b, p.len, q), DNS_PARSE_OK);
+}
+
+static void query_a(struct dns_query *q, const char *name)
+{
+	make_query(q, name, DNS_T_A, DNS_C_IN, false, false, false);
+}
+
+/* ---- reply reader ------------------------------------------------------- */
+
+struct rr_view {
+	char owner[1024];
+	uint16_t type, rclass, rdlen;
+	uint32_t ttl;
+	size_t ttl_off, rdoff;
+};
+
+struct msg_view {
+	uint16_t id, flags, qd, an, ns, ar;
+	char qname[1024];
+	uint16_t qtype, qclass;
+	size_t question_end;
+	int nrr;
+	struct rr_view rr[128];
+};
+
+static struct msg_view view;
+
+/* Reads a whole message; false if anything is malformed or left over. */
+static bool parse_msg(const uint8_t *m, size_t len, struct msg_view *v)
+{
+	uint8_t name[DNS_MAX_NAME];
+	size_t pos = DNS_HEADER_LEN;
+
+	memset(v, 0, sizeof(*v));
+	if (len < DNS_HEADER_LEN)
+		return false;
+	v->id = rd16(m);
+	v->flags = rd16(m + 2);
+	v->qd = rd16(m + 4);
+	v->an = rd16(m + 6);
+	v->ns = rd16(m + 8);
+	v->ar = rd16(m + 10);
+	if (v->qd != 1)
+		return false;
+	if (dns_name_read(m, len, &pos, name, false) < 0 || pos + 4 > len)
+		return false;
+	dns_name_to_text(name, v->qname, sizeof(v->qname));
+	v->qtype = rd16(m + pos);
+	v->qclass = rd16(m + pos + 2);
+	pos += 4;
+	v->question_end = pos;
+	int total = v->an + v->ns + v->ar;
+	if (total > 128)
+		return false;
+	for (int i = 0; i < total; i++) {
+		struct rr_view *r = &v->rr[i];
+		if (dns_name_read(m, len, &pos, name, false) < 0 || pos + 10 > len)
+			return false;
+		dns_name_to_text(name, r->owner, sizeof(r->owner));
+		r->type = rd16(m + pos);
+		r->rclass = rd16(m + pos + 2);
+		r->ttl_off = pos + 4;
+		r->ttl = rd32(m + pos + 4);
+		r->rdlen = rd16(m + pos + 8);
+		r->rdoff = pos + 10;
+		pos += 10;
+		if (pos + r->rdlen > len)
+			return false;
+		if (r->type == DNS_T_CNAME || r->type == DNS_T_NS) {
+			size_t rp = pos;
+			if (dns_name_read(m, len, &rp, name, false) < 0 ||
+			    rp != pos + r->rdlen)
+				return false;
+		}
+		pos += r->rdlen;
+		v->nrr++;
+	}
+	return pos == len;
+}
+
+static struct msg_view *read_reply(const uint8_t *m, size_t len)
+{
+	assert_true(parse_msg(m, len, &view));
+	return &view;
+}
+
+static const struct rr_view *find_opt(const struct msg_view *v)
+{
+	for (int i = 0; i < v->nrr; i++)
+		if (v->rr[i].type == DNS_T_OPT)
+			return &v->rr[i];
+	return NULL;
+}
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+static uint8_t out[DNS_MAX_MESSAGE];
+
+static struct cache_config default_config(void)
+{
+	return (struct cache_config){
+		.max_bytes = 1 << 20,
+		.min_ttl = 0,
+		.max_ttl = 86400,
+		.negative_max_ttl = 3600,
+		.servfail_ttl = 5,
+		.serve_stale = true,
+		.stale_max_age = 86400,
+		.prefetch = true,
+	};
+}
+
+static struct cache *new_cache(struct cache_config cfg)
+{
+	struct cache *c = cache_new(&cfg);
+	assert_non_null(c);
+	return c;
+}
+
+/* A reply for name/A: one A record with this TTL and last octet. */
+static void simple_reply(struct pkt *p, const char *name, uint32_t ttl,
+			 uint8_t last)
+{
+	reply_start(p, name, DNS_T_A, DNS_C_IN, 0);
+	reply_a(p, DNS_SEC_ANSWER, NULL, ttl, last);
+}
+
+static enum cache_result answer(struct cache *c, const struct dns_query *q,
+				uint64_t now, bool stale, size_t *len)
+{
+	return cache_answer(c, q, out, sizeof(out), 1232, now, stale, len);
+}
+
+/* Answer and return the TTL of every record (OPT excluded) being equal. */
+static uint32_t answered_ttl(struct cache *c, const struct dns_query *q,
+			     uint64_t now, enum cache_result expect)
+{
+	size_t len;
+	assert_int_equal(answer(c, q, now, true, &len), expect);
+	struct msg_view *v = read_reply(out, len);
+	assert_true(v->an > 0);
+	return v->rr[0].ttl;
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	urcu_memb_register_thread();
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	urcu_memb_barrier();
+	urcu_memb_unregister_thread();
+	return 0;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+static void test_insert_and_hit_round_trip(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "www.example.com", DNS_T_A, DNS_C_IN, 0);
+	/* CNAME www -> web.example.com written as "\3web" + pointer to the
+	 * question's "example.com" (offset 16) */
+	reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 300, "\3web\xC0\x10", 6);
+	size_t cname_rdata = p.len - 6;
+	put_u16(&p, (uint16_t)(0xC000 | cname_rdata)); /* owner: web.example.com */
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 300);
+	put_u16(&p, 4);
+	put_raw(&p, "\xC0\x00\x02\x07", 4);
+	bump_count(&p, 1);
+	reply_rr(&p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300, "\3ns1\xC0\x10", 6);
+	reply_a(&p, DNS_SEC_ADDITIONAL, "ns1.example.com", 300, 53);
+	size_t sections_end = p.len;
+	reply_opt(&p, 4096, 0);
+
+	query_a(&q, "www.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 100), 0);
+
+	make_query(&q, "WwW.ExAmple.COM", DNS_T_A, DNS_C_IN, false, false, false);
+	assert_int_equal(answer(c, &q, 100, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(v->id, 0xBEEF);
+	assert_int_equal(v->flags, DNS_F_QR | DNS_F_RD | DNS_F_RA);
+	assert_int_equal(v->an, 2);
+	assert_int_equal(v->ns, 1);
+	assert_int_equal(v->ar, 1); /* the glue; no OPT: the query had none */
+	assert_string_equal(v->qname, "WwW.ExAmple.COM.");
+	assert_int_equal(v->qtype, DNS_T_A);
+	/* the CNAME's owner points at the question: the client's case */
+	assert_string_equal(v->rr[0].owner, "WwW.ExAmple.COM.");
+	assert_string_equal(v->rr[1].owner, "web.ExAmple.COM.");
+	assert_string_equal(v->rr[3].owner, "ns1.example.com.");
+	/* sections byte-equal to the upstream's (TTLs unchanged at age 0) */
+	assert_int_equal(len, sections_end);
+	assert_memory_equal(out + v->question_end, p.b + v->question_end,
+			    sections_end - v->question_end);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.inserts, 1);
+	assert_int_equal(st.hits, 1);
+	cache_free(c);
+}
+
+static void test_ttl_ageing(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "age.example.com", DNS_T_A, DNS_C_IN, 0);
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 300, 1);
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 400, 2);
+	reply_a(&p, DNS_SEC_ADDITIONAL, "other.example.com", 100, 3);
+	query_a(&q, "age.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 100), 0);
+
+	assert_int_equal(answer(c, &q, 130, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(v->rr[0].ttl, 270);
+	assert_int_equal(v->rr[1].ttl, 270); /* capped at the entry's 300 */
+	assert_int_equal(v->rr[2].ttl, 70);
+
+	assert_int_equal(answer(c, &q, 399, false, &len), CACHE_HIT_REFRESH);
+	v = read_reply(out, len);
+	assert_int_equal(v->rr[0].ttl, 1);
+	assert_int_equal(v->rr[2].ttl, 0); /* never below 0 */
+	assert_int_equal(answer(c, &q, 400, false, &len), CACHE_MISS);
+	assert_int_equal(len, 0);
+	cache_free(c);
+}
+
+static void test_min_max_clamp(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.min_ttl = 60;
+	cfg.max_ttl = 100;
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	simple_reply(&p, "low.example.com", 10, 1);
+	query_a(&q, "low.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answered_ttl(c, &q, 0, CACHE_HIT), 60);
+	assert_int_equal(answered_ttl(c, &q, 50, CACHE_HIT), 10);
+	assert_int_equal(answer(c, &q, 60, false, &len), CACHE_MISS);
+
+	simple_reply(&p, "high.example.com", 1000, 2);
+	query_a(&q, "high.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answered_ttl(c, &q, 0, CACHE_HIT), 100);
+	assert_int_equal(answer(c, &q, 99, false, &len), CACHE_HIT_REFRESH);
+	assert_int_equal(answer(c, &q, 100, false, &len), CACHE_MISS);
+	cache_free(c);
+}
+
+static void test_nxdomain_cached_for_soa_minimum_capped(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	/* min(SOA TTL 900, MINIMUM 300) = 300 */
+	reply_start(&p, "nx.example.com", DNS_T_A, DNS_C_IN, DNS_R_NXDOMAIN);
+	reply_soa(&p, "example.com", 900, 300);
+	query_a(&q, "nx.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(v->flags & 0xF, DNS_R_NXDOMAIN);
+	assert_int_equal(v->an, 0);
+	assert_int_equal(v->ns, 1);
+	assert_int_equal(v->rr[0].type, DNS_T_SOA);
+	assert_int_equal(v->rr[0].ttl, 300);
+	assert_int_equal(answer(c, &q, 299, false, &len), CACHE_HIT_REFRESH);
+	assert_int_equal(answer(c, &q, 300, false, &len), CACHE_MISS);
+	cache_free(c);
+
+	/* capped by negative_max_ttl */
+	cfg.negative_max_ttl = 120;
+	c = new_cache(cfg);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	v = read_reply(out, len);
+	assert_int_equal(v->rr[0].ttl, 120);
+	assert_int_equal(answer(c, &q, 119, false, &len), CACHE_HIT_REFRESH);
+	assert_int_equal(answer(c, &q, 120, false, &len), CACHE_MISS);
+	cache_free(c);
+}
+
+static void test_nodata_cached(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "v4only.example.com", DNS_T_AAAA, DNS_C_IN, DNS_R_NOERROR);
+	reply_soa(&p, "example.com", 60, 3600);
+	make_query(&q, "v4only.example.com", DNS_T_AAAA, DNS_C_IN, false, false, false);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 10, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(v->flags & 0xF, DNS_R_NOERROR);
+	assert_int_equal(v->an, 0);
+	assert_int_equal(v->ns, 1);
+	assert_int_equal(v->rr[0].ttl, 50);
+	assert_int_equal(answer(c, &q, 60, false, &len), CACHE_MISS);
+	cache_free(c);
+}
+
+static void test_negative_without_soa_not_cached(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "nosoa.example.com", DNS_T_A, DNS_C_IN, DNS_R_NXDOMAIN);
+	query_a(&q, "nosoa.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_MISS);
+
+	/* a referral (NOERROR, NS in authority, no SOA) is not an answer */
+	reply_start(&p, "nosoa.example.com", DNS_T_A, DNS_C_IN, DNS_R_NOERROR);
+	reply_rr(&p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300,
+		 "\3ns1\7example\3com\0", 17);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_MISS);
+
+	/* REFUSED is never cached */
+	reply_start(&p, "nosoa.example.com", DNS_T_A, DNS_C_IN, DNS_R_REFUSED);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 0);
+	assert_int_equal(st.rejected, 3);
+	cache_free(c);
+}
+
+static void test_servfail_cached_briefly(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "broken.example.com", DNS_T_A, DNS_C_IN, DNS_R_SERVFAIL);
+	query_a(&q, "broken.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 1000), 0);
+	assert_int_equal(answer(c, &q, 1004, false, &len), CACHE_HIT); /* no prefetch */
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(v->flags & 0xF, DNS_R_SERVFAIL);
+	assert_int_equal(answer(c, &q, 1005, false, &len), CACHE_MISS);
+	/* a failure is not worth serving stale */
+	assert_int_equal(answer(c, &q, 1005, true, &len), CACHE_MISS);
+	cache_free(c);
+
+	struct cache_config cfg = default_config();
+	cfg.servfail_ttl = 0;
+	c = new_cache(cfg);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 1000), -1);
+	cache_free(c);
+}
+
+static void test_expired_stale_and_past_stale(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.stale_max_age = 600;
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	simple_reply(&p, "stale.example.com", 60, 1);
+	query_a(&q, "stale.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 60, false, &len), CACHE_MISS);
+	assert_int_equal(answered_ttl(c, &q, 60, CACHE_STALE), CACHE_STALE_TTL);
+	assert_int_equal(answered_ttl(c, &q, 659, CACHE_STALE), CACHE_STALE_TTL);
+	assert_int_equal(answer(c, &q, 660, true, &len), CACHE_MISS);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.stale_hits, 2);
+	assert_int_equal(st.misses, 2);
+	cache_free(c);
+
+	cfg.serve_stale = false;
+	c = new_cache(cfg);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 61, true, &len), CACHE_MISS);
+	cache_free(c);
+}
+
+static void test_prefetch_told_once(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	simple_reply(&p, "pf.example.com", 100, 1);
+	query_a(&q, "pf.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 89, false, &len), CACHE_HIT);
+	assert_int_equal(answer(c, &q, 90, false, &len), CACHE_HIT_REFRESH);
+	assert_int_equal(answer(c, &q, 91, false, &len), CACHE_HIT);
+	assert_int_equal(answer(c, &q, 99, false, &len), CACHE_HIT);
+
+	/* the refresh lands: a new entry, told again in its own last 10% */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 95), 0);
+	assert_int_equal(answer(c, &q, 96, false, &len), CACHE_HIT);
+	assert_int_equal(answer(c, &q, 185, false, &len), CACHE_HIT_REFRESH);
+	assert_int_equal(answer(c, &q, 186, false, &len), CACHE_HIT);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.prefetches, 2);
+	assert_int_equal(st.hits, 7);
+	cache_free(c);
+
+	cfg.prefetch = false;
+	c = new_cache(cfg);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	for (uint64_t t = 0; t < 100; t++)
+		assert_int_equal(answer(c, &q, t, false, &len), CACHE_HIT);
+	cache_free(c);
+}
+
+static void test_do_cd_type_class_are_distinct_keys(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+	struct {
+		uint16_t type, rclass;
+		bool edns, dnssec_ok, cd;
+	} keys[] = {
+		{DNS_T_A, DNS_C_IN, false, false, false},
+		{DNS_T_A, DNS_C_IN, true, true, false},
+		{DNS_T_A, DNS_C_IN, false, false, true},
+		{DNS_T_A, DNS_C_IN, true, true, true},
+		{DNS_T_AAAA, DNS_C_IN, false, false, false},
+		{DNS_T_A, DNS_C_CH, false, false, false},
+	};
+	size_t n = sizeof(keys) / sizeof(keys[0]);
+
+	for (size_t i = 0; i < n; i++) {
+		make_query(&q, "k.example.com", keys[i].type, keys[i].rclass,
+			   keys[i].edns, keys[i].dnssec_ok, keys[i].cd);
+		for (size_t j = 0; j < n; j++) {
+			struct dns_query other;
+			make_query(&other, "k.example.com", keys[j].type, keys[j].rclass,
+				   keys[j].edns, keys[j].dnssec_ok, keys[j].cd);
+			assert_int_equal(answer(c, &other, 0, false, &len),
+					 j < i ? CACHE_HIT : CACHE_MISS);
+		}
+		reply_start(&p, "k.example.com", keys[i].type, keys[i].rclass, 0);
+		uint8_t rd[4] = {10, 0, 0, (uint8_t)i};
+		reply_rr(&p, DNS_SEC_ANSWER, NULL, keys[i].type, 60, rd, 4);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	}
+	/* EDNS without DO is the same key as no EDNS */
+	make_query(&q, "k.example.com", DNS_T_A, DNS_C_IN, true, false, false);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	for (size_t i = 0; i < n; i++) {
+		make_query(&q, "K.example.COM", keys[i].type, keys[i].rclass,
+			   keys[i].edns, keys[i].dnssec_ok, keys[i].cd);
+		assert_int_equal(answer(c, &q, 1, false, &len), CACHE_HIT);
+		struct msg_view *v = read_reply(out, len);
+		assert_int_equal(out[v->rr[0].rdoff + 3], i);
+		assert_int_equal(!!(v->flags & DNS_F_CD), keys[i].cd);
+	}
+	cache_free(c);
+}
+
+static void test_upstream_opt_stripped_ours_added(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "opt.example.com", DNS_T_A, DNS_C_IN, 0);
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
+	reply_a(&p, DNS_SEC_ADDITIONAL, "x.example.com", 60, 2);
+	reply_opt(&p, 4096, DNS_EDNS_DO);
+	query_a(&q, "opt.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(v->ar, 1);
+	assert_null(find_opt(v));
+
+	make_query(&q, "opt.example.com", DNS_T_A, DNS_C_IN, true, false, false);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	v = read_reply(out, len);
+	assert_int_equal(v->ar, 2);
+	const struct rr_view *opt = find_opt(v);
+	assert_non_null(opt);
+	assert_int_equal(opt->rclass, 1232); /* our payload size, not upstream's */
+	assert_int_equal(opt->ttl, 0);       /* DO not set: the query had none */
+	cache_free(c);
+}
+
+static void test_ad_bit_only_for_do_or_ad_queries(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "signed.example.com", DNS_T_A, DNS_C_IN, DNS_F_AD);
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
+	make_query(&q, "signed.example.com", DNS_T_A, DNS_C_IN, true, true, false);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	assert_true(read_reply(out, len)->flags & DNS_F_AD);
+	cache_free(c);
+
+	c = new_cache(default_config());
+	query_a(&q, "signed.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
+	assert_false(read_reply(out, len)->flags & DNS_F_AD);
+	cache_free(c);
+}
+
+static void test_truncation_and_dropped_additional(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	reply_start(&p, "big.example.com", DNS_T_A, DNS_C_IN, 0);
+	for (int i = 0; i < 40; i++)
+		reply_a(&p, DNS_SEC_ANSWER, NULL, 60, (uint8_t)i);
+	query_a(&q, "big.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+
+	size_t question_end = DNS_HEADER_LEN + q.qname_len + 4;
+	assert_int_equal(cache_answer(c, &q, out, 512, 1232, 0, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_true(v->flags & DNS_F_TC);
+	assert_int_equal(v->an + v->ns + v->ar, 0);
+	assert_int_equal(len, question_end);
+
+	make_query(&q, "big.example.com", DNS_T_A, DNS_C_IN, true, false, false);
+	assert_int_equal(cache_answer(c, &q, out, 512, 1232, 0, false, &len), CACHE_HIT);
+	v = read_reply(out, len);
+	assert_true(v->flags & DNS_F_TC);
+	assert_int_equal(v->an, 0);
+	assert_int_equal(v->ar, 1);
+	assert_non_null(find_opt(v));
+	assert_int_equal(len, question_end + 11);
+
+	assert_int_equal(cache_answer(c, &q, out, 4096, 1232, 0, false, &len), CACHE_HIT);
+	v = read_reply(out, len);
+	assert_false(v->flags & DNS_F_TC);
+	assert_int_equal(v->an, 40);
+
+	/* answer fits, additional does not: additional left out, no TC */
+	reply_start(&p, "glue.example.com", DNS_T_A, DNS_C_IN, 0);
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
+	for (int i = 0; i < 40; i++)
+		reply_a(&p, DNS_SEC_ADDITIONAL, "extra.example.com", 60, (uint8_t)i);
+	query_a(&q, "glue.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	assert_int_equal(cache_answer(c, &q, out, 512, 1232, 0, false, &len), CACHE_HIT);
+	v = read_reply(out, len);
+	assert_false(v->flags & DNS_F_TC);
+	assert_int_equal(v->an, 1);
+	assert_int_equal(v->ar, 0);
+	assert_int_equal(v->rr[0].ttl, 60);
+
+	/* a limit that cannot even hold the question is a miss */
+	assert_int_equal(cache_answer(c, &q, out, 20, 1232, 0, false, &len), CACHE_MISS);
+	assert_int_equal(len, 0);
+	cache_free(c);
+}
+
+static void test_malformed_or_mismatched_rejected(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+
+	query_a(&q, "m.example.com");
+
+	simple_reply(&p, "other.example.com", 60, 1); /* wrong question */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	reply_start(&p, "m.example.com", DNS_T_AAAA, DNS_C_IN, 0); /* wrong type */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	simple_reply(&p, "m.example.com", 60, 1);
+	p.b[2] &= (uint8_t)~(DNS_F_QR >> 8); /* not a response */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	simple_reply(&p, "m.example.com", 60, 1);
+	p.b[2] |= DNS_F_TC >> 8; /* truncated */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	simple_reply(&p, "m.example.com", 60, 1);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len - 1, 0), -1); /* short rdata */
+
+	/* owner pointer into the header, which we rewrite */
+	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
+	put_u16(&p, 0xC002);
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 60);
+	put_u16(&p, 4);
+	put_raw(&p, "\1\2\3\4", 4);
+	bump_count(&p, 1);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	/* forward pointer inside CNAME rdata */
+	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
+	reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 60, "\xC0\x7F", 2);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	/* extended rcode in OPT (BADCOOKIE): about that exchange only */
+	simple_reply(&p, "m.example.com", 60, 1);
+	reply_opt(&p, 1232, 1u << 24);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	/* two questions */
+	simple_reply(&p, "m.example.com", 60, 1);
+	p.b[5] = 2;
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 0);
+	cache_free(c);
+}
+
+static void test_replace_existing_entry(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	size_t len;
+
+	query_a(&q, "r.example.com");
+	simple_reply(&p, "r.example.com", 60, 1);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	simple_reply(&p, "r.example.com", 60, 2);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 10), 0);
+	assert_int_equal(answer(c, &q, 10, false, &len), CACHE_HIT);
+	struct msg_view *v = read_reply(out, len);
+	assert_int_equal(out[v->rr[0].rdoff + 3], 2);
+	assert_int_equal(v->rr[0].ttl, 60);
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.inserts, 2);
+	cache_free(c);
+}
+
+static void test_byte_bound_and_hot_entry_survives_flood(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 8u << 20;
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q, hot;
+	size_t len;
+	char name[64];
+
+	query_a(&hot, "hot.example.com");
+	simple_reply(&p, "hot.example.com", 86400, 1);
+	assert_int_equal(cache_insert(c, &hot, p.b, p.len, 0), 0);
+
+	for (int i = 0; i < 200000; i++) {
+		snprintf(name, sizeof(name), "r%d-%x.flood.example.net", i, i * 2654435761u);
+		query_a(&q, name);
+		simple_reply(&p, name, 300, (uint8_t)i);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, (uint64_t)i / 1000), 0);
+		if (i % 100 == 0)
+			assert_int_equal(answer(c, &hot, (uint64_t)i / 1000, false, &len),
+					 CACHE_HIT);
+	}
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_true(st.bytes <= cfg.max_bytes);
+	assert_true(st.bytes > cfg.max_bytes / 2);
+	assert_true(st.evictions > 100000);
+	assert_true(st.entries > 10000);
+	assert_int_equal(st.entries + st.evictions, 200001);
+	assert_int_equal(answer(c, &hot, 200, false, &len), CACHE_HIT);
+	print_message("8 MiB flood: %llu entries, %llu bytes, %llu evictions\n",
+		      (unsigned long long)st.entries, (unsigned long long)st.bytes,
+		      (unsigned long long)st.evictions);
+	cache_free(c);
+}
+
+static void test_flush_all_and_one_name(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query a, aaaa, other;
+	size_t len;
+	uint8_t wire[DNS_MAX_NAME];
+
+	query_a(&a, "www.example.com");
+	simple_reply(&p, "www.example.com", 60, 1);
+	assert_int_equal(cache_insert(c, &a, p.b, p.len, 0), 0);
+	make_query(&aaaa, "www.example.com", DNS_T_AAAA, DNS_C_IN, false, false, false);
+	reply_start(&p, "www.example.com", DNS_T_AAAA, DNS_C_IN, 0);
+	reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_AAAA, 60,
+		 "\x20\x01\x0d\xb8\0\0\0\0\0\0\0\0\0\0\0\1", 16);
+	assert_int_equal(cache_insert(c, &aaaa, p.b, p.len, 0), 0);
+	query_a(&other, "example.com");
+	simple_reply(&p, "example.com", 60, 2);
+	assert_int_equal(cache_insert(c, &other, p.b, p.len, 0), 0);
+
+	text_to_wire("WWW.Example.com", wire);
+	cache_flush(c, wire);
+	assert_int_equal(answer(c, &a, 1, false, &len), CACHE_MISS);
+	assert_int_equal(answer(c, &aaaa, 1, false, &len), CACHE_MISS);
+	assert_int_equal(answer(c, &other, 1, false, &len), CACHE_HIT);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 1);
+	uint64_t one_entry = st.bytes;
+
+	cache_flush(c, NULL);
+	assert_int_equal(answer(c, &other, 1, false, &len), CACHE_MISS);
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 0);
+	assert_true(st.bytes < one_entry); /* only the bucket arrays remain */
+	cache_free(c);
+}
+
+/* ---- concurrency -------------------------------------------------------- */
+
+#define THREAD_NAMES 512
+
+struct reader_arg {
+	struct cache *c;
+	atomic_bool *stop;
+	atomic_ulong answers; /* read by the main thread while running */
+	unsigned long hits, bad;
+	unsigned seed;
+};
+
+static void *reader_main(void *argp)
+{
+	struct reader_arg *arg = argp;
+	static _Thread_local uint8_t buf[DNS_MAX_MESSAGE];
+	static _Thread_local struct msg_view v;
+	struct dns_query q;
+	char name[64], expect[80];
+
+	urcu_memb_register_thread();
+	while (!atomic_load(arg->stop)) {
+		unsigned i = (unsigned)rand_r(&arg->seed) % THREAD_NAMES;
+		snprintf(name, sizeof(name), "T%u.Threads.example.org", i);
+		snprintf(expect, sizeof(expect), "%s.", name);
+		struct pkt p = {.len = 0};
+		put_u16(&p, 7);
+		put_u16(&p, DNS_F_RD);
+		put_u16(&p, 1);
+		put_u16(&p, 0);
+		put_u16(&p, 0);
+		put_u16(&p, 0);
+		put_name(&p, name);
+		put_u16(&p, DNS_T_A);
+		put_u16(&p, DNS_C_IN);
+		if (dns_parse_query(p.b, p.len, &q) != DNS_PARSE_OK) {
+			arg->bad++;
+			continue;
+		}
+		size_t len;
+		enum cache_result r = cache_answer(arg->c, &q, buf, sizeof(buf), 1232,
+						   10, i & 1, &len);
+		atomic_fetch_add_explicit(&arg->answers, 1, memory_order_relaxed);
+		if (r == CACHE_MISS)
+			continue;
+		arg->hits++;
+		if (!parse_msg(buf, len, &v) || v.an != 1 + i % 8 ||
+		    strcmp(v.qname, expect) != 0 ||
+		    buf[v.rr[0].rdoff + 3] != (uint8_t)i)
+			arg->bad++;
+	}
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+static void test_concurrent_readers_and_writer(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 96 * 1024; /* small: inserts keep evicting */
+	struct cache *c = new_cache(cfg);
+	atomic_bool stop = false;
+	struct reader_arg args[2];
+	pthread_t threads[2];
+	struct pkt p;
+	struct dns_query q;
+	char name[64], dotted[80];
+
+	for (int t = 0; t < 2; t++) {
+		args[t] = (struct reader_arg){.c = c, .stop = &stop, .seed = 17u + (unsigned)t};
+		assert_int_equal(pthread_create(&threads[t], NULL, reader_main, &args[t]), 0);
+	}
+	struct timespec start, now;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	unsigned long inserts = 0, flushes = 0;
+	long elapsed_ms;
+	do {
+		for (int k = 0; k < 256; k++) {
+			unsigned i = (unsigned)rand() % THREAD_NAMES;
+			snprintf(name, sizeof(name), "t%u.threads.example.org", i);
+			reply_start(&p, name, DNS_T_A, DNS_C_IN, 0);
+			for (unsigned r = 0; r < 1 + i % 8; r++)
+				reply_a(&p, DNS_SEC_ANSWER, NULL, (i & 2) ? 5 : 300, (uint8_t)i);
+			query_a(&q, name);
+			assert_int_equal(cache_insert(c, &q, p.b, p.len, i % 3 ? 10 : 0), 0);
+			inserts++;
+		}
+		if (inserts % 8192 == 0) {
+			snprintf(dotted, sizeof(dotted), "t%u.threads.example.org", (unsigned)rand() % THREAD_NAMES);
+			uint8_t wire[DNS_MAX_NAME];
+			text_to_wire(dotted, wire);
+			cache_flush(c, wire);
+			flushes++;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		elapsed_ms = (now.tv_sec - start.tv_sec) * 1000L +
+			     (now.tv_nsec - start.tv_nsec) / 1000000L;
+		/* about a second, longer if the readers are slow to get going
+		 * (valgrind runs one thread at a time) */
+	} while (elapsed_ms < 1000 ||
+		 (elapsed_ms < 60000 && (atomic_load(&args[0].answers) < 2000 ||
+					 atomic_load(&args[1].answers) < 2000)));
+	atomic_store(&stop, true);
+	for (int t = 0; t < 2; t++)
+		pthread_join(threads[t], NULL);
+
+	struct cache_stats st;
+	cache_stats(c, &st);
+	print_message("threads: %lu inserts, %lu+%lu answers (%lu+%lu hits), %llu evictions\n",
+		      inserts, atomic_load(&args[0].answers),
+		      atomic_load(&args[1].answers), args[0].hits,
+		      args[1].hits, (unsigned long long)st.evictions);
+	for (int t = 0; t < 2; t++) {
+		assert_int_equal(args[t].bad, 0);
+		assert_true(atomic_load(&args[t].answers) > 1000);
+		assert_true(args[t].hits > 0);
+	}
+	assert_true(st.evictions > 0);
+	assert_true(st.bytes <= cfg.max_bytes);
+	cache_free(c);
+}
+
+/* ---- the hot-path promise ----------------------------------------------- */
+
+static void *volatile wrap_probe;
+
+static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
+{
+	(void)state;
+	/* Is this binary linked with --wrap? Our own malloc call tells. */
+	forbidden_calls = 0;
+	counting = true;
+	wrap_probe = malloc(16);
+	counting = false;
+	free(wrap_probe);
+	if (forbidden_calls == 0) {
+		print_message("not linked with -Wl,--wrap=malloc,...: see the top "
+			      "of tests/unit/test_cache.c\n");
+		skip();
+	}
+
+	struct cache_config cfg = default_config();
+	cfg.stale_max_age = 1000;
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query hit, nx, big, miss, edns;
+	size_t len;
+
+	query_a(&hit, "hit.example.com");
+	simple_reply(&p, "hit.example.com", 100, 1);
+	assert_int_equal(cache_insert(c, &hit, p.b, p.len, 0), 0);
+	query_a(&nx, "nx.example.com");
+	reply_start(&p, "nx.example.com", DNS_T_A, DNS_C_IN, DNS_R_NXDOMAIN);
+	reply_soa(&p, "example.com", 100, 100);
+	assert_int_equal(cache_insert(c, &nx, p.b, p.len, 0), 0);
+	query_a(&big, "big.example.com");
+	reply_start(&p, "big.example.com", DNS_T_A, DNS_C_IN, 0);
+	for (int i = 0; i < 40; i++)
+		reply_a(&p, DNS_SEC_ANSWER, NULL, 100, (uint8_t)i);
+	assert_int_equal(cache_insert(c, &big, p.b, p.len, 0), 0);
+	query_a(&miss, "miss.example.com");
+	make_query(&edns, "hit.example.com", DNS_T_A, DNS_C_IN, true, true, false);
+
+	forbidden_calls = 0;
+	counting = true;
+	for (uint64_t round = 0; round < 200; round++) {
+		uint64_t now = round; /* fresh, prefetch window, then stale */
+		cache_answer(c, &hit, out, 512, 1232, now, true, &len);
+		cache_answer(c, &nx, out, 512, 1232, now, true, &len);
+		cache_answer(c, &big, out, 512, 1232, now, true, &len); /* TC */
+		cache_answer(c, &big, out, 65535, 1232, now, true, &len);
+		cache_answer(c, &miss, out, 512, 1232, now, true, &len);
+		cache_answer(c, &edns, out, 1232, 1232, now, false, &len);
+	}
+	counting = false;
+	assert_int_equal(forbidden_calls, 0);
+
+	/* and the wrap reaches library code: an insert allocates */
+	counting = true;
+	assert_int_equal(cache_insert(c, &miss, p.b, p.len, 0), -1); /* mismatch */
+	simple_reply(&p, "miss.example.com", 100, 1);
+	assert_int_equal(cache_insert(c, &miss, p.b, p.len, 0), 0);
+	counting = false;
+	assert_true(forbidden_calls > 0);
+	cache_free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_insert_and_hit_round_trip),
+		cmocka_unit_test(test_ttl_ageing),
+		cmocka_unit_test(test_min_max_clamp),
+		cmocka_unit_test(test_nxdomain_cached_for_soa_minimum_capped),
+		cmocka_unit_test(test_nodata_cached),
+		cmocka_unit_test(test_negative_without_soa_not_cached),
+		cmocka_unit_test(test_servfail_cached_briefly),
+		cmocka_unit_test(test_expired_stale_and_past_stale),
+		cmocka_unit_test(test_prefetch_told_once),
+		cmocka_unit_test(test_do_cd_type_class_are_distinct_keys),
+		cmocka_unit_test(test_upstream_opt_stripped_ours_added),
+		cmocka_unit_test(test_ad_bit_only_for_do_or_ad_queries),
+		cmocka_unit_test(test_truncation_and_dropped_additional),
+		cmocka_unit_test(test_malformed_or_mismatched_rejected),
+		cmocka_unit_test(test_replace_existing_entry),
+		cmocka_unit_test(test_byte_bound_and_hot_entry_survives_flood),
+		cmocka_unit_test(test_flush_all_and_one_name),
+		cmocka_unit_test(test_concurrent_readers_and_writer),
+		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
