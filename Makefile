@@ -7,7 +7,7 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
-PKGS     := yaml-0.1 json-c liburcu-memb
+PKGS     := yaml-0.1 json-c liburcu-memb libunbound
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -32,10 +32,10 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # Debian package names: build, unit test, integration test, fuzz, bench.
 DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
-        libunbound-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
+        libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev \
         clang libclang-rt-14-dev \
-        python3 dnsutils knot-dnsutils dnsperf iproute2 procps
+        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils
 
 .PHONY: all deps run test unit integration sanitize fuzz bench clean
 

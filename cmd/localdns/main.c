@@ -6,7 +6,10 @@
  *   localdns --version | --help
  *
  * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
- * the answer sources); workers never see a signal.
+ * the answer sources); workers and the resolver thread never see a signal.
+ * Start order: cache, resolver, answer sources, workers; stop order: the
+ * resolver (so nothing sends on a worker's socket any more), the workers,
+ * then what they read.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -19,6 +22,7 @@
 #include "log/log.h"
 #include "query/query.h"
 #include "server/server.h"
+#include "upstream/upstream.h"
 
 static const char usage_text[] =
 	"usage: localdns --config FILE\n"
@@ -34,13 +38,13 @@ static const char usage_text[] =
 	"\n"
 	"See docs/configuration.md for every configuration key.\n";
 
-/* Load the config and everything built from it; both or neither. */
-static int load(const char *path, struct config **cfg, struct query_sources **sources,
-		char *err, size_t errlen)
+/* Load the config and the answer sources built from it; both or neither. */
+static int load(const char *path, struct cache *cache, struct config **cfg,
+		struct query_sources **sources, char *err, size_t errlen)
 {
 	if (config_load(path, cfg, err, errlen) < 0)
 		return -1;
-	*sources = query_sources_build(*cfg, err, errlen);
+	*sources = query_sources_build(*cfg, cache, err, errlen);
 	if (!*sources) {
 		config_free(*cfg);
 		*cfg = NULL;
@@ -54,18 +58,24 @@ static int check_config(const char *path)
 	struct config *cfg;
 	struct query_sources *sources;
 	char err[CONFIG_ERR_MAX];
+	int rc = 0;
 
-	if (load(path, &cfg, &sources, err, sizeof err) < 0) {
+	if (load(path, NULL, &cfg, &sources, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
-	printf("%s: configuration is valid\n", path);
 	urcu_memb_register_thread();
 	query_sources_publish(sources);
+	if (upstream_check(cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		rc = 1;
+	} else {
+		printf("%s: configuration is valid\n", path);
+	}
 	query_sources_retire();
 	urcu_memb_unregister_thread();
 	config_free(cfg);
-	return 0;
+	return rc;
 }
 
 /* Say plainly which configured features this build does not act on yet. */
@@ -94,18 +104,19 @@ static void log_serving(const struct config *cfg, const struct server *s)
 }
 
 /* SIGHUP: rebuild the answer sources; a bad file leaves the running set. */
-static void reload(const char *path)
+static void reload(const char *path, struct cache *cache)
 {
 	struct config *cfg;
 	struct query_sources *sources;
 	char err[CONFIG_ERR_MAX];
 
-	if (load(path, &cfg, &sources, err, sizeof err) < 0) {
+	if (load(path, cache, &cfg, &sources, err, sizeof err) < 0) {
 		log_error("reload failed; keeping the running configuration", "error", err);
 		return;
 	}
 	query_sources_publish(sources);
-	log_info("reloaded answer sources (listen and worker changes need a restart)",
+	log_info("reloaded answer sources (listen, worker, upstream and cache changes "
+		 "need a restart)",
 		 "config", path);
 	config_free(cfg);
 }
@@ -121,50 +132,81 @@ static void log_totals(const struct server *s)
 	log_info("stopped", "queries", received, "dropped", dropped);
 }
 
+static struct cache *make_cache(const struct config *cfg)
+{
+	struct cache_config cc;
+
+	upstream_cache_config(cfg, &cc);
+	return cache_new(&cc);
+}
+
+static void block_signals(sigset_t *signals)
+{
+	/* Blocked before any thread starts, so only sigwait sees them. */
+	sigemptyset(signals);
+	sigaddset(signals, SIGTERM);
+	sigaddset(signals, SIGINT);
+	sigaddset(signals, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, signals, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
 static int serve(const char *path)
 {
 	struct config *cfg;
+	struct cache *cache = NULL;
+	struct upstream *upstream = NULL;
+	struct server *server = NULL;
 	struct query_sources *sources;
-	struct server *server;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
 	int sig = 0;
 
-	if (load(path, &cfg, &sources, err, sizeof err) < 0) {
+	if (config_load(path, &cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
 	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
 	warn_inactive_features(cfg);
+	block_signals(&signals);
 	urcu_memb_register_thread();
-	query_sources_publish(sources);
-
-	/* Blocked before any thread starts, so only sigwait below sees them. */
-	sigemptyset(&signals);
-	sigaddset(&signals, SIGTERM);
-	sigaddset(&signals, SIGINT);
-	sigaddset(&signals, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &signals, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	server = server_start(cfg, err, sizeof err);
-	if (!server) {
-		log_error("cannot start", "error", err);
-		query_sources_retire();
-		urcu_memb_unregister_thread();
-		config_free(cfg);
-		return 1;
+	cache = make_cache(cfg);
+	if (!cache) {
+		snprintf(err, sizeof err, "cannot allocate the answer cache (cache.size)");
+		goto fail;
 	}
+	sources = query_sources_build(cfg, cache, err, sizeof err);
+	if (!sources)
+		goto fail;
+	query_sources_publish(sources);
+	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
+	if (!upstream)
+		goto fail;
+	server = server_start(cfg, upstream, err, sizeof err);
+	if (!server)
+		goto fail;
 	log_serving(cfg, server);
 	while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
-		reload(path);
+		reload(path, cache);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	log_totals(server);
+	upstream_stop(upstream);
 	server_stop(server);
+	upstream_free(upstream);
 	query_sources_retire();
+	cache_free(cache);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
 	return 0;
+fail:
+	log_error("cannot start", "error", err);
+	upstream_free(upstream);
+	query_sources_retire();
+	if (cache)
+		cache_free(cache);
+	urcu_memb_unregister_thread();
+	config_free(cfg);
+	return 1;
 }
 
 int main(int argc, char **argv)

@@ -792,24 +792,36 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 
 /* ---- answering ---------------------------------------------------------- */
 
+/*
+ * Append stored sections; when they do not all fit, the additional section
+ * is left out if that is enough (RFC 2181 section 9: no TC for that), else
+ * the writer is marked truncated. Returns the bytes appended.
+ */
+static size_t append_sections(struct dns_writer *w, const uint8_t *sec, size_t len,
+			      const uint16_t stored_counts[3], size_t add_off)
+{
+	uint16_t counts[3] = {stored_counts[0], stored_counts[1], stored_counts[2]};
+	size_t room = w->limit - w->reserve - w->len;
+
+	if (len > room && counts[DNS_SEC_ADDITIONAL] > 0 && add_off <= room) {
+		len = add_off;
+		counts[DNS_SEC_ADDITIONAL] = 0;
+	}
+	if (!dns_response_append_raw(w, sec, len, counts))
+		return 0; /* marked truncated: finish sends TC */
+	return len;
+}
+
 static void write_entry(struct dns_writer *w, struct entry *e, bool stale,
 			uint64_t age)
 {
 	const struct dns_query *q = w->q;
-	uint16_t counts[3] = {e->counts[0], e->counts[1], e->counts[2]};
-	size_t n = e->sec_len;
-	size_t room = w->limit - w->reserve - w->len;
 	const uint8_t *sec = entry_sections(e);
 
 	dns_response_set_rcode(w, (enum dns_rcode)(e->flags & FLAGS_RCODE_MASK));
 	if ((e->flags & DNS_F_AD) && (q->edns_do || (q->flags & DNS_F_AD)))
 		w->buf[3] |= (uint8_t)DNS_F_AD; /* RFC 6840 5.8 */
-	if (n > room && counts[DNS_SEC_ADDITIONAL] > 0 && e->add_off <= room) {
-		n = e->add_off; /* RFC 2181 section 9: drop additional, no TC */
-		counts[DNS_SEC_ADDITIONAL] = 0;
-	}
-	if (!dns_response_append_raw(w, sec, n, counts))
-		return; /* marked truncated: finish sends TC */
+	size_t n = append_sections(w, sec, e->sec_len, e->counts, e->add_off);
 
 	uint8_t *base = w->buf + w->question_end;
 	for (uint16_t i = 0; i < e->nttl && e->ttl_off[i] + 4u <= n; i++) {
@@ -827,8 +839,10 @@ static void count(_Atomic uint64_t *counter)
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
-enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
-				     uint64_t now, bool allow_stale)
+/* The lookup behind cache_write_answer and cache_replay; claim: may hand
+ * out the prefetch claim (CACHE_HIT_REFRESH). */
+static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
+					  uint64_t now, bool allow_stale, bool claim)
 {
 	const struct dns_query *q = w->q;
 
@@ -849,7 +863,7 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 	if (e && now < e->expire) {
 		result = CACHE_HIT;
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
-		if (c->cfg.prefetch && e->kind != KIND_SERVFAIL &&
+		if (claim && c->cfg.prefetch && e->kind != KIND_SERVFAIL &&
 		    (e->expire - now) * 10 <= e->ttl &&
 		    !atomic_load_explicit(&e->refresh_claimed, memory_order_relaxed) &&
 		    !atomic_exchange_explicit(&e->refresh_claimed, 1, memory_order_relaxed))
@@ -864,6 +878,19 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 		atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
 	TSAN_GRACE_RELEASE();
 	urcu_memb_read_unlock();
+	return result;
+}
+
+enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t now,
+			       bool allow_stale)
+{
+	return lookup_and_write(c, w, now, allow_stale, false);
+}
+
+enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
+				     uint64_t now, bool allow_stale)
+{
+	enum cache_result result = lookup_and_write(c, w, now, allow_stale, true);
 
 	if (my_stripe == UINT32_MAX)
 		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) %
@@ -900,6 +927,21 @@ enum cache_result cache_answer(struct cache *c, const struct dns_query *q,
 	if (r != CACHE_MISS)
 		*len = dns_response_finish(&w, udp_payload);
 	return r;
+}
+
+bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len)
+{
+	uint16_t ttl_off[MAX_RRS];
+	struct reply_scan r;
+	const struct dns_query *q = w->q;
+
+	if (w->len == 0 || !q || !q->question_ok || !scan_reply(msg, len, q, &r, ttl_off))
+		return false;
+	dns_response_set_rcode(w, (enum dns_rcode)(get16(msg + 2) & FLAGS_RCODE_MASK));
+	if ((get16(msg + 2) & DNS_F_AD) && (q->edns_do || (q->flags & DNS_F_AD)))
+		w->buf[3] |= (uint8_t)DNS_F_AD;
+	append_sections(w, msg + r.sec_start, r.sec_end - r.sec_start, r.counts, r.add_off);
+	return true;
 }
 
 void cache_stats(const struct cache *c, struct cache_stats *out)

@@ -121,6 +121,22 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 				     uint64_t now, bool allow_stale);
 
 /*
+ * As cache_write_answer, for a client that waited while the resolver asked
+ * upstream: not counted as a client hit or miss (the resolver's own
+ * counters say what happened), and never hands out the prefetch claim.
+ */
+enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t now,
+			       bool allow_stale);
+
+/*
+ * Write an upstream reply the cache did not keep (a TTL of 0, an rcode it
+ * does not store, too big for a shard) into the fresh writer w, exactly as
+ * cache_write_answer would have served it at age 0 but with the upstream's
+ * TTLs. msg must meet cache_insert's rules; false (w untouched) if not.
+ */
+bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len);
+
+/*
  * The whole reply in one call: dns_response_begin into out[0..limit),
  * cache_write_answer, dns_response_finish advertising udp_payload. Header:
  * q's ID, opcode, RD and CD copied; QR and RA set; rcode and AD from the

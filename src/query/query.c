@@ -44,8 +44,8 @@ static void set_chaos_identity(struct query_sources *s, const struct config *cfg
 
 static void free_sources(struct query_sources *s);
 
-struct query_sources *query_sources_build(const struct config *cfg, char *err,
-					  size_t errlen)
+struct query_sources *query_sources_build(const struct config *cfg, struct cache *cache,
+					  char *err, size_t errlen)
 {
 	struct query_sources *s = calloc(1, sizeof *s);
 
@@ -58,6 +58,7 @@ struct query_sources *query_sources_build(const struct config *cfg, char *err,
 		free(s);
 		return NULL;
 	}
+	s->cache = cache;
 	s->udp_max_payload = cfg->listen.udp_max_payload;
 	set_chaos_identity(s, cfg);
 	if (getrandom(s->cookie_secret, sizeof s->cookie_secret, 0) !=
@@ -131,29 +132,51 @@ static void answer_chaos(const struct dns_query *q, const struct query_sources *
 }
 
 static void answer_in(const struct dns_query *q, const struct query_sources *s,
-		      struct dns_writer *w)
+		      struct dns_writer *w, struct query_ctx *ctx)
 {
-	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED)
+	struct query_stats *st = ctx->stats;
+
+	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
+		st->local++;
 		return;
-	/* No upstream path in this release: tell the client to ask elsewhere. */
-	dns_response_set_rcode(w, DNS_R_REFUSED);
+	}
+	if (!s->cache) {
+		dns_response_set_rcode(w, DNS_R_REFUSED); /* no upstream path */
+		return;
+	}
+	switch (cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale)) {
+	case CACHE_HIT:
+		st->cache++;
+		break;
+	case CACHE_HIT_REFRESH:
+		st->cache++;
+		ctx->upstream = QUERY_UPSTREAM_REFRESH;
+		break;
+	case CACHE_STALE:
+		st->stale++;
+		ctx->upstream = QUERY_UPSTREAM_REFRESH;
+		break;
+	case CACHE_MISS:
+		st->upstream++;
+		ctx->upstream = QUERY_UPSTREAM_ASK;
+		break;
+	}
 }
 
 /*
  * RFC 7873: a client cookie gets a fresh server cookie on every reply. We do
  * not require cookies, so an incoming server cookie needs no verification:
- * valid or not, the answer and the new cookie are the same.
+ * valid or not, the answer and the new cookie are the same. false when the
+ * reply carries no cookie.
  */
-static void answer_cookie(struct dns_writer *w, const struct dns_query *q,
-			  const struct query_sources *s,
-			  const struct sockaddr_storage *peer)
+static bool make_cookie(uint8_t cookie[DNS_SERVER_COOKIE_LEN], const struct dns_query *q,
+			const struct query_sources *s, const struct sockaddr_storage *peer)
 {
-	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
 	const uint8_t *ip;
 	size_t ip_len;
 
 	if (!q->cookie_len || !peer)
-		return;
+		return false;
 	if (peer->ss_family == AF_INET) {
 		ip = (const uint8_t *)&((const struct sockaddr_in *)peer)->sin_addr;
 		ip_len = 4;
@@ -161,21 +184,37 @@ static void answer_cookie(struct dns_writer *w, const struct dns_query *q,
 		ip = ((const struct sockaddr_in6 *)peer)->sin6_addr.s6_addr;
 		ip_len = 16;
 	} else {
-		return;
+		return false;
 	}
 	dns_server_cookie(cookie, q->cookie, s->cookie_secret, (uint32_t)time(NULL), ip, ip_len);
-	dns_response_set_server_cookie(w, cookie);
+	return true;
+}
+
+/* Everything the resolver needs to write this client's reply later. */
+static void fill_request(struct upstream_request *r, const struct dns_query *q,
+			 const struct query_sources *s, size_t limit, bool has_cookie,
+			 const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
+{
+	r->q = *q;
+	r->reply_limit = (uint32_t)limit;
+	r->udp_payload = s->udp_max_payload;
+	r->has_cookie = has_cookie;
+	if (has_cookie)
+		memcpy(r->cookie, cookie, DNS_SERVER_COOKIE_LEN);
 }
 
 /* A parsed query (DNS_PARSE_OK or DNS_PARSE_BADVERS) to a finished reply. */
 static size_t answer(const struct dns_query *q, bool bad_version,
-		     const struct query_sources *s, const struct sockaddr_storage *peer,
+		     const struct query_sources *s, struct query_ctx *ctx,
 		     uint8_t *out, size_t limit)
 {
 	struct dns_writer w;
+	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
+	bool has_cookie = make_cookie(cookie, q, s, ctx->peer);
 
 	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
-	answer_cookie(&w, q, s, peer);
+	if (has_cookie)
+		dns_response_set_server_cookie(&w, cookie);
 	if (bad_version)
 		dns_response_set_rcode(&w, DNS_R_BADVERS); /* RFC 6891 6.1.3 */
 	else if (q->qtype == DNS_T_AXFR || q->qtype == DNS_T_IXFR)
@@ -183,9 +222,13 @@ static size_t answer(const struct dns_query *q, bool bad_version,
 	else if (q->qclass == DNS_C_CH)
 		answer_chaos(q, s, &w);
 	else if (q->qclass == DNS_C_IN)
-		answer_in(q, s, &w);
+		answer_in(q, s, &w, ctx);
 	else
 		dns_response_set_rcode(&w, DNS_R_REFUSED);
+	if (ctx->upstream != QUERY_UPSTREAM_NONE)
+		fill_request(ctx->request, q, s, limit, has_cookie, cookie);
+	if (ctx->upstream == QUERY_UPSTREAM_ASK)
+		return 0;
 	return dns_response_finish(&w, s->udp_max_payload);
 }
 
@@ -215,15 +258,16 @@ static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len
 }
 
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
-		    enum query_transport transport, const struct sockaddr_storage *peer,
-		    struct query_stats *stats)
+		    struct query_ctx *ctx)
 {
 	const struct query_sources *s = rcu_dereference(current_sources);
+	struct query_stats *stats = ctx->stats;
 	struct dns_query q;
 	enum dns_parse_result parsed = dns_parse_query(in, inlen, &q);
 	bool bad_version = parsed == DNS_PARSE_BADVERS;
 	size_t len = 0;
 
+	ctx->upstream = QUERY_UPSTREAM_NONE;
 	stats->received++;
 	switch (parsed) {
 	case DNS_PARSE_DROP:
@@ -237,12 +281,13 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 	case DNS_PARSE_BADVERS:
 	case DNS_PARSE_OK:
 		if (s)
-			len = answer(&q, bad_version, s, peer, out,
-				     reply_limit(&q, s, transport, outcap));
+			len = answer(&q, bad_version, s, ctx, out,
+				     reply_limit(&q, s, ctx->transport, outcap));
 		else /* only between start-up steps: sources are published first */
 			len = dns_error_reply(in, inlen, &q, DNS_R_SERVFAIL, out, outcap);
 		break;
 	}
-	count_reply(stats, out, len, bad_version);
+	if (ctx->upstream != QUERY_UPSTREAM_ASK)
+		count_reply(stats, out, len, bad_version);
 	return len;
 }

@@ -10,8 +10,11 @@
  * worker; free sources a worker may still be reading (query_sources_publish
  * waits for a grace period first).
  *
- * Order of sources: local zone (cluster domain + static records), then
- * REFUSED for everything else. The upstream path plugs in after the zone.
+ * Order of sources: local zone (cluster domain + static records), then the
+ * answer cache, then the upstream: a miss is not answered here but handed
+ * back to the caller as an upstream_request, which the resolver answers
+ * later. Without a cache (sources built with none, as in unit tests) names
+ * outside local data get REFUSED.
  */
 #ifndef LOCALDNS_QUERY_H
 #define LOCALDNS_QUERY_H
@@ -22,7 +25,9 @@
 
 #include <sys/socket.h>
 
+#include "cache/cache.h"
 #include "config/config.h"
+#include "upstream/upstream.h"
 #include "zone/zone.h"
 
 /* What a worker counts; one instance per worker, so no atomics are needed. */
@@ -32,11 +37,17 @@ struct query_stats {
 	uint64_t rcode[6];         /* NOERROR .. REFUSED */
 	uint64_t rcode_other;      /* BADVERS and anything above REFUSED */
 	uint64_t truncated;
+	/* where answers came from */
+	uint64_t local;            /* cluster and static data */
+	uint64_t cache;            /* live cache entries */
+	uint64_t stale;            /* expired entries (upstream failing) */
+	uint64_t upstream;         /* handed to the resolver */
 };
 
 /* Everything a query may be answered from; immutable once published. */
 struct query_sources {
 	struct zone_table *zone;
+	struct cache *cache;       /* borrowed; NULL: no upstream path */
 	uint16_t udp_max_payload;
 	bool chaos_enabled;
 	uint8_t chaos_version[256]; /* TXT rdata: one character-string */
@@ -47,11 +58,12 @@ struct query_sources {
 };
 
 /*
- * Build sources from a loaded config. NULL with "FILE:LINE:COL: message"
- * in err when the static data cannot be built.
+ * Build sources from a loaded config, answering external names from cache
+ * (borrowed; it must outlive the sources; NULL for none). NULL with
+ * "FILE:LINE:COL: message" in err when the static data cannot be built.
  */
-struct query_sources *query_sources_build(const struct config *cfg, char *err,
-					  size_t errlen);
+struct query_sources *query_sources_build(const struct config *cfg, struct cache *cache,
+					  char *err, size_t errlen);
 
 /* Make s current; the previous set is freed once no worker can see it. */
 void query_sources_publish(struct query_sources *s);
@@ -61,14 +73,35 @@ void query_sources_retire(void);
 
 enum query_transport { QUERY_UDP, QUERY_TCP };
 
+/* What the upstream should do after query_handle. */
+enum query_upstream {
+	QUERY_UPSTREAM_NONE,    /* nothing */
+	QUERY_UPSTREAM_ASK,     /* no reply was written: ask, and reply later */
+	QUERY_UPSTREAM_REFRESH, /* replied (prefetch or stale): refresh in the background */
+};
+
+/* What query_handle needs besides the packet, and what it hands back. */
+struct query_ctx {
+	enum query_transport transport;
+	const struct sockaddr_storage *peer; /* keys the DNS server cookie; NULL: none */
+	struct query_stats *stats;
+	uint64_t now;          /* monotonic seconds: the cache's clock */
+	bool serve_stale;      /* the upstream is failing: serve expired entries now */
+
+	/* Out: when upstream is not NONE, the question part of *request
+	 * (q, reply_limit, udp_payload, cookie) is filled in; the caller adds
+	 * where the reply goes and submits it. */
+	enum query_upstream upstream;
+	struct upstream_request *request;
+};
+
 /*
- * Answer the message in[0..inlen) from peer into out (outcap >=
- * DNS_MAX_MESSAGE for TCP, >= udp_max_payload for UDP). peer keys the DNS
- * server cookie; NULL answers no cookie. Returns the reply length, or 0 when
- * no reply should be sent. The caller holds the RCU read lock.
+ * Answer the message in[0..inlen) into out (outcap >= DNS_MAX_MESSAGE for
+ * TCP, >= udp_max_payload for UDP). Returns the reply length, or 0 when no
+ * reply should be sent now (check ctx->upstream). The caller holds the RCU
+ * read lock.
  */
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
-		    enum query_transport transport, const struct sockaddr_storage *peer,
-		    struct query_stats *stats);
+		    struct query_ctx *ctx);
 
 #endif

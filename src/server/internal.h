@@ -13,6 +13,7 @@
 
 #include "dns/dns.h"
 #include "server/server.h"
+#include "upstream/upstream.h"
 
 #define UDP_BATCH 64          /* datagrams per recvmmsg/sendmmsg */
 #define UDP_ROUNDS 8          /* batches per wake-up before others get a turn */
@@ -22,7 +23,7 @@
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
 
 /* What an epoll event is about: kind in the high half, index in the low. */
-enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN };
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -30,6 +31,7 @@ enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN };
 struct tcp_conn {
 	bool open;              /* false (calloc's zero) when the slot is free */
 	int fd;
+	uint32_t gen;           /* which connection holds the slot (upstream replies) */
 	uint32_t active_pos;    /* where this slot sits in worker.active */
 	struct sockaddr_storage peer; /* keys the client's DNS cookies */
 	uint64_t last_active_ms;
@@ -60,6 +62,9 @@ struct worker {
 	size_t n_fds;
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE, once per loop turn */
 	struct query_stats stats;
+	uint32_t next_gen;       /* for tcp_conn.gen */
+	bool wake_upstream;      /* requests were queued this batch */
+	struct upstream_request request; /* filled by query_handle, copied on submit */
 
 	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
 	uint32_t *free_slots;    /* stack of free conn indexes, lowest on top */
@@ -73,6 +78,7 @@ struct worker {
 };
 
 struct server {
+	struct upstream *upstream;    /* borrowed */
 	struct worker **workers;
 	unsigned n_workers;
 	int stop_fd;                  /* eventfd: readable once stop begins */
@@ -82,6 +88,17 @@ struct server {
 };
 
 void *worker_main(void *arg);
+
+/* Query handling shared by UDP and TCP (worker.c). */
+void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,
+		      const struct sockaddr_storage *peer);
+/*
+ * After query_handle said ASK or REFRESH and the caller filled in where
+ * the reply goes (w->request.transport and fd/peer or conn): queue it.
+ * The resolver is woken once per batch, by worker_wake_upstream.
+ */
+void worker_submit(struct worker *w, enum query_upstream what);
+void worker_wake_upstream(struct worker *w);
 
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);
@@ -93,6 +110,8 @@ void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events);
 void tcp_sweep_idle(struct worker *w);
 bool tcp_flush_all(struct worker *w);
 void tcp_close_all(struct worker *w);
+/* An upstream reply (framed, malloc'd) for connection slot index, gen. */
+void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);
 
 uint64_t server_now_ms(void);
 

@@ -72,7 +72,7 @@ fail:
 	return -1;
 }
 
-static unsigned workers_wanted(const struct config *cfg)
+unsigned server_worker_count(const struct config *cfg)
 {
 	cpu_set_t set;
 
@@ -148,7 +148,8 @@ static struct worker *new_worker(struct server *s, unsigned id, const struct con
 	if (alloc_connections(w, s->tcp_max_conns) < 0)
 		goto nomem;
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (w->epfd < 0 || watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0) {
+	if (w->epfd < 0 || watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
+	    watch(w->epfd, upstream_completion_fd(s->upstream, id), EV_DATA(EV_UPSTREAM, 0)) < 0) {
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
 	}
@@ -194,7 +195,8 @@ static void free_server(struct server *s)
 	free(s);
 }
 
-struct server *server_start(const struct config *cfg, char *err, size_t errlen)
+struct server *server_start(const struct config *cfg, struct upstream *upstream,
+			    char *err, size_t errlen)
 {
 	struct server *s = calloc(1, sizeof *s);
 	unsigned started = 0;
@@ -203,7 +205,8 @@ struct server *server_start(const struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	s->n_workers = workers_wanted(cfg);
+	s->upstream = upstream;
+	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
 	s->tcp_idle_timeout_ms = cfg->listen.tcp_idle_timeout_ms;
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -19,14 +19,21 @@
 
 #include "config/config.h"
 #include "query/query.h"
+#include "upstream/upstream.h"
 
 struct server;
 
+/* How many workers server_start will run for cfg (listen.workers, or one per CPU). */
+unsigned server_worker_count(const struct config *cfg);
+
 /*
  * Bind every socket (so an unusable address fails here, with the address in
- * err) and start the workers. Sources must already be published.
+ * err) and start the workers, which hand cache misses to upstream (built
+ * for server_worker_count(cfg) workers; borrowed, and must stay allocated
+ * until server_stop returns). Sources must already be published.
  */
-struct server *server_start(const struct config *cfg, char *err, size_t errlen);
+struct server *server_start(const struct config *cfg, struct upstream *upstream,
+			    char *err, size_t errlen);
 
 /*
  * Stop accepting, answer what has already arrived, flush replies (at most

@@ -68,7 +68,8 @@ void tcp_accept(struct worker *w, int listen_fd)
 		uint32_t index = w->free_slots[--w->n_free];
 		struct tcp_conn *c = &w->conns[index];
 		*c = (struct tcp_conn){.open = true, .fd = fd, .last_active_ms = w->now_ms,
-				       .active_pos = w->n_active, .peer = peer};
+				       .active_pos = w->n_active, .peer = peer,
+				       .gen = ++w->next_gen};
 		w->active[w->n_active++] = index;
 		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_CONN, index)};
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
@@ -128,6 +129,17 @@ static bool send_replies(struct worker *w, uint32_t index, size_t len)
 	return false;
 }
 
+/* Queue a query the resolver answers later, through our completion queue. */
+static void defer(struct worker *w, const struct query_ctx *ctx, uint32_t index)
+{
+	if (ctx->upstream == QUERY_UPSTREAM_NONE)
+		return;
+	w->request.transport = UPSTREAM_TCP;
+	w->request.conn = index;
+	w->request.conn_gen = w->conns[index].gen;
+	worker_submit(w, ctx->upstream);
+}
+
 static uint16_t frame_length(const uint8_t *p)
 {
 	return (uint16_t)(p[0] << 8 | p[1]);
@@ -140,6 +152,7 @@ static uint16_t frame_length(const uint8_t *p)
 static bool answer_buffered(struct worker *w, uint32_t index)
 {
 	struct tcp_conn *c = &w->conns[index];
+	struct query_ctx ctx;
 	size_t off = 0, out = 0;
 
 	urcu_memb_read_lock();
@@ -160,8 +173,10 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 			out = 0;
 			continue; /* re-check pending before answering more */
 		}
+		worker_query_ctx(w, &ctx, QUERY_TCP, &c->peer);
 		size_t len = query_handle(c->in + off + 2, mlen, w->tcp_out + out + 2,
-					  DNS_MAX_MESSAGE, QUERY_TCP, &c->peer, &w->stats);
+					  DNS_MAX_MESSAGE, &ctx);
+		defer(w, &ctx, index);
 		if (len) {
 			w->tcp_out[out] = (uint8_t)(len >> 8);
 			w->tcp_out[out + 1] = (uint8_t)len;
@@ -170,6 +185,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 		off += 2u + mlen;
 	}
 	urcu_memb_read_unlock();
+	worker_wake_upstream(w);
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
 	return out == 0 || send_replies(w, index, out);
@@ -256,4 +272,59 @@ void tcp_close_all(struct worker *w)
 {
 	while (w->n_active > 0)
 		close_conn(w, w->active[w->n_active - 1]);
+}
+
+/* Queue behind bytes the socket has not taken yet; false on ENOMEM. */
+static bool append_pending(struct tcp_conn *c, const uint8_t *data, size_t len)
+{
+	size_t left = c->pending_len - c->pending_off;
+	uint8_t *grown = malloc(left + len);
+
+	if (!grown)
+		return false;
+	memcpy(grown, c->pending + c->pending_off, left);
+	memcpy(grown + left, data, len);
+	free(c->pending);
+	c->pending = grown;
+	c->pending_len = left + len;
+	c->pending_off = 0;
+	return true;
+}
+
+/*
+ * An upstream reply, possibly out of order with the connection's other
+ * replies (RFC 7766 section 7 allows it: clients match on the ID). A slot
+ * whose connection closed, or now holds another one, drops it.
+ */
+void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len)
+{
+	struct tcp_conn *c = index < w->max_conns ? &w->conns[index] : NULL;
+	size_t done;
+
+	if (!c || !c->open || c->gen != gen) {
+		free(framed);
+		return;
+	}
+	c->last_active_ms = w->now_ms;
+	if (c->pending) {
+		if (!append_pending(c, framed, len))
+			close_conn(w, index);
+		free(framed);
+		return;
+	}
+	switch (send_some(c->fd, framed, len, &done)) {
+	case SENT_ALL:
+		break;
+	case SENT_PART:
+		if (!keep_pending(c, framed + done, len - done)) {
+			close_conn(w, index);
+			break;
+		}
+		set_interest(w, index, EPOLLOUT);
+		break;
+	case SEND_FAILED:
+		close_conn(w, index);
+		break;
+	}
+	free(framed);
 }

@@ -29,10 +29,25 @@ static void reset_used_slots(struct udp_batch *b, int n)
 		b->rx[i].msg_hdr.msg_namelen = sizeof b->peer[i];
 }
 
+/* Queue a query the resolver answers later, straight from its own thread. */
+static void defer(struct worker *w, const struct query_ctx *ctx, int fd, int i)
+{
+	struct upstream_request *r = &w->request;
+
+	if (ctx->upstream == QUERY_UPSTREAM_NONE)
+		return;
+	r->transport = UPSTREAM_UDP;
+	r->fd = fd;
+	r->peer = w->udp.peer[i];
+	r->peer_len = w->udp.rx[i].msg_hdr.msg_namelen;
+	worker_submit(w, ctx->upstream);
+}
+
 /* Answer rx[0..n) into tx; returns how many replies there are to send. */
-static int answer_batch(struct worker *w, int n)
+static int answer_batch(struct worker *w, int fd, int n)
 {
 	struct udp_batch *b = &w->udp;
+	struct query_ctx ctx;
 	int out = 0;
 
 	urcu_memb_read_lock();
@@ -42,8 +57,10 @@ static int answer_batch(struct worker *w, int n)
 			w->stats.dropped++; /* larger than any query we accept */
 			continue;
 		}
+		worker_query_ctx(w, &ctx, QUERY_UDP, &b->peer[i]);
 		size_t len = query_handle(b->in[i], b->rx[i].msg_len, b->out[out],
-					  UDP_OUT_MAX, QUERY_UDP, &b->peer[i], &w->stats);
+					  UDP_OUT_MAX, &ctx);
+		defer(w, &ctx, fd, i);
 		if (len == 0)
 			continue;
 		b->tx_iov[out] = (struct iovec){.iov_base = b->out[out], .iov_len = len};
@@ -81,7 +98,8 @@ void udp_drain(struct worker *w, int fd)
 		int n = recvmmsg(fd, w->udp.rx, UDP_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)
 			return;
-		send_batch(&w->udp, fd, answer_batch(w, n));
+		send_batch(&w->udp, fd, answer_batch(w, fd, n));
+		worker_wake_upstream(w);
 		reset_used_slots(&w->udp, n);
 		if (n < UDP_BATCH)
 			return;

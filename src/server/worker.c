@@ -23,6 +23,48 @@ static int sweep_interval_ms(const struct worker *w)
 	return half < 50 ? 50 : half > 1000 ? 1000 : (int)half;
 }
 
+void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,
+		      const struct sockaddr_storage *peer)
+{
+	*ctx = (struct query_ctx){
+		.transport = transport,
+		.peer = peer,
+		.stats = &w->stats,
+		.now = w->now_ms / 1000,
+		.serve_stale = upstream_failing(w->server->upstream),
+		.request = &w->request,
+	};
+}
+
+void worker_submit(struct worker *w, enum query_upstream what)
+{
+	if (what == QUERY_UPSTREAM_NONE)
+		return;
+	if (what == QUERY_UPSTREAM_REFRESH)
+		w->request.transport = UPSTREAM_NO_REPLY;
+	if (upstream_submit(w->server->upstream, w->id, &w->request))
+		w->wake_upstream = true;
+	else
+		w->stats.dropped++; /* the resolver is too far behind */
+}
+
+void worker_wake_upstream(struct worker *w)
+{
+	if (w->wake_upstream) {
+		w->wake_upstream = false;
+		upstream_wake(w->server->upstream);
+	}
+}
+
+/* Upstream replies for our TCP connections. */
+static void take_completions(struct worker *w)
+{
+	struct upstream_completion c;
+
+	while (upstream_take_completion(w->server->upstream, w->id, &c))
+		tcp_deliver(w, c.conn, c.conn_gen, c.framed, c.len);
+}
+
 static void handle_event(struct worker *w, const struct epoll_event *ev)
 {
 	uint32_t index = EV_INDEX(ev->data.u64);
@@ -36,6 +78,9 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 		break;
 	case EV_CONN:
 		tcp_conn_event(w, index, ev->events);
+		break;
+	case EV_UPSTREAM:
+		take_completions(w);
 		break;
 	case EV_STOP:
 		break;

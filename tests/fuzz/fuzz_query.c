@@ -2,7 +2,8 @@
  * libFuzzer target for the DNS codec: parse the input as a query, then
  * answer it the way the server would (records with and without
  * compression, several size limits, error replies), and read names out of
- * the input at assorted offsets. ASan/UBSan catch memory errors; the
+ * the input at assorted offsets, and strip DNSSEC records from it as if it
+ * were an upstream reply. ASan/UBSan catch memory errors; the
  * checks below catch the codec contradicting itself, e.g. writing a reply
  * its own parser cannot walk.
  */
@@ -158,6 +159,20 @@ static void text_to_name(const uint8_t *data, size_t size)
 		CHECK((size_t)len == dns_name_len(name));
 }
 
+/* Stripping DNSSEC records from any message stays in bounds, and a
+ * stripped message (uncompressed, nothing left to strip) comes out of a
+ * second pass byte for byte the same. */
+static void strip_twice(const uint8_t *data, size_t size)
+{
+	size_t n = dns_strip_dnssec(data, size, reply, sizeof(reply));
+
+	if (n == 0)
+		return;
+	CHECK(n >= DNS_HEADER_LEN && n <= sizeof(reply));
+	CHECK(dns_strip_dnssec(reply, n, reparse_buf, sizeof(reparse_buf)) == n);
+	CHECK(memcmp(reply, reparse_buf, n) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct dns_query q;
@@ -183,5 +198,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	names_at_offsets(data, size);
 	text_to_name(data, size);
+	strip_twice(data, size);
 	return 0;
 }

@@ -111,6 +111,7 @@ class Msg:
     tc = property(lambda s: bool(s.flags & F_TC))
     rd = property(lambda s: bool(s.flags & F_RD))
     ra = property(lambda s: bool(s.flags & F_RA))
+    ad = property(lambda s: bool(s.flags & F_AD))
     cd = property(lambda s: bool(s.flags & F_CD))
     opcode = property(lambda s: (s.flags >> 11) & 0xf)
 

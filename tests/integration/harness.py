@@ -163,6 +163,9 @@ STANDARD_FILE_RECORDS = [
 ]
 
 
+DEAD_PORT = 9  # the discard port: nothing answers DNS there
+
+
 def base_config(port, addresses=("127.0.0.1",)):
     return {
         "listen": {"addresses": list(addresses), "port": port, "workers": 2,
@@ -178,6 +181,9 @@ def base_config(port, addresses=("127.0.0.1",)):
         "chaos": {"enabled": False, "version": "x", "id": "y"},
         "static": {"records": copy.deepcopy(STANDARD_RECORDS),
                    "files": [STANDARD_FILE_NAME]},
+        # Never the machine's resolv.conf: external names go to a loopback
+        # port nothing listens on (fast SERVFAIL) unless a test says otherwise.
+        "upstream": {"servers": ["127.0.0.1:%d" % DEAD_PORT], "timeout": "1s"},
     }
 
 

@@ -1683,10 +1683,115 @@ static void test_response_append_raw_needs_fresh_writer(void **state)
 	assert_int_equal(dns_response_finish(&w, 1232), 0);
 }
 
+/* ---- dns_strip_dnssec ----------------------------------------------------- */
+
+/*
+ * www.example.com A: answer A + RRSIG; authority NSEC (owner zz.example.com,
+ * written out) then SOA whose owner points into the NSEC's owner name, with
+ * mname/rname compressed; additional OPT.
+ */
+static size_t signed_reply(uint8_t *m, uint16_t qtype)
+{
+	static const uint8_t head[] = {
+		0, 0, 0x81, 0x80, 0, 1, 0, 2, 0, 2, 0, 1,
+		3, 'w', 'w', 'w', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0,
+	};
+	static const uint8_t rest[] = {
+		/* answer: A 192.0.2.1 */
+		0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1,
+		/* answer: RRSIG, 6 bytes of (fake) rdata */
+		0xc0, 12, 0, 46, 0, 1, 0, 0, 0, 60, 0, 6, 0, 1, 8, 3, 0, 0,
+		/* authority: NSEC owner zz.example.com (offset 67; its pointer to
+		 * "example.com" at 70), rdata 2 bytes */
+		2, 'z', 'z', 0xc0, 16, 0, 47, 0, 1, 0, 0, 0, 60, 0, 2, 0, 0,
+		/* authority: SOA owner -> "example.com" via the NSEC owner's pointer
+		 * (offset 70), mname ns.<ptr 70>, rname <ptr 67>, 20 fixed bytes */
+		0xc0, 70, 0, 6, 0, 1, 0, 0, 0, 60, 0, 27,
+		2, 'n', 's', 0xc0, 70, 0xc0, 67,
+		0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5,
+		/* additional: OPT */
+		0, 0, 41, 0x10, 0, 0, 0, 0x80, 0, 0, 0,
+	};
+	memcpy(m, head, sizeof head);
+	m[sizeof head] = (uint8_t)(qtype >> 8);
+	m[sizeof head + 1] = (uint8_t)qtype;
+	m[sizeof head + 2] = 0;
+	m[sizeof head + 3] = 1;
+	memcpy(m + sizeof head + 4, rest, sizeof rest);
+	return sizeof head + 4 + sizeof rest;
+}
+
+static void test_strip_dnssec_removes_signatures_and_expands_names(void **state)
+{
+	uint8_t in[512], out[512];
+	size_t len = signed_reply(in, DNS_T_A);
+	(void)state;
+
+	size_t n = dns_strip_dnssec(in, len, out, sizeof out);
+	assert_true(n > 0);
+	assert_int_equal(out[7], 1);  /* answer: A only */
+	assert_int_equal(out[9], 1);  /* authority: SOA only */
+	assert_int_equal(out[11], 1); /* additional: OPT */
+	/* The whole message parses as ours: QR cleared, it is a valid query
+	 * shape with answer/authority records skipped and the OPT found. */
+	struct dns_query q;
+	out[2] &= 0x7f;
+	assert_int_equal(dns_parse_query(out, n, &q), DNS_PARSE_OK);
+	assert_true(q.has_edns && q.edns_do);
+	/* no compression pointers are left anywhere in the names we expect */
+	static const uint8_t soa[] = {
+		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 6, 0, 1, 0, 0, 0, 60,
+		0, 52, 2, 'n', 's', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0,
+		2, 'z', 'z', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0,
+		0, 0, 0, 1};
+	assert_non_null(memmem(out, n, soa, sizeof soa));
+	static const uint8_t a_rr[] = {3, 'w', 'w', 'w', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e',
+				       3, 'c', 'o', 'm', 0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4,
+				       192, 0, 2, 1};
+	assert_non_null(memmem(out + 33, n - 33, a_rr, sizeof a_rr));
+	/* stripping again changes nothing */
+	uint8_t again[512];
+	out[2] |= 0x80;
+	assert_int_equal(dns_strip_dnssec(out, n, again, sizeof again), n);
+	assert_memory_equal(out, again, n);
+}
+
+static void test_strip_dnssec_keeps_what_was_asked_for(void **state)
+{
+	uint8_t in[512], out[512];
+	size_t len = signed_reply(in, 46 /* RRSIG */);
+	(void)state;
+
+	size_t n = dns_strip_dnssec(in, len, out, sizeof out);
+	assert_true(n > 0);
+	assert_int_equal(out[7], 2); /* A and RRSIG */
+	assert_int_equal(out[9], 1); /* NSEC is not what was asked: gone */
+	len = signed_reply(in, DNS_T_ANY);
+	n = dns_strip_dnssec(in, len, out, sizeof out);
+	assert_int_equal(out[7], 2);
+	assert_int_equal(out[9], 2);
+}
+
+static void test_strip_dnssec_refuses_bad_input(void **state)
+{
+	uint8_t in[512], out[512];
+	size_t len = signed_reply(in, DNS_T_A);
+	(void)state;
+
+	for (size_t cut = 0; cut < len; cut++)
+		assert_int_equal(dns_strip_dnssec(in, cut, out, sizeof out), 0);
+	assert_int_equal(dns_strip_dnssec(in, len, out, 40), 0); /* does not fit */
+	in[len - 11 - 27 - 12 + 1] = 200; /* SOA owner points forward */
+	assert_int_equal(dns_strip_dnssec(in, len, out, sizeof out), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_plain_query),
+		cmocka_unit_test(test_strip_dnssec_removes_signatures_and_expands_names),
+		cmocka_unit_test(test_strip_dnssec_keeps_what_was_asked_for),
+		cmocka_unit_test(test_strip_dnssec_refuses_bad_input),
 		cmocka_unit_test(test_parse_keeps_client_case),
 		cmocka_unit_test(test_parse_root_question),
 		cmocka_unit_test(test_parse_qdcount_not_one_is_formerr),

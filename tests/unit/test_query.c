@@ -1,7 +1,8 @@
 /*
  * Unit tests for query/: the rules above the data sources (opcode, class,
- * zone transfers, CHAOS, EDNS version, UDP size), and the hot-path promise:
- * answering allocates nothing and takes no mutex. This binary is linked
+ * zone transfers, CHAOS, EDNS version, UDP size), the hand-off of cache
+ * misses to the upstream, and the hot-path promise: answering (local data,
+ * cache hits, misses) allocates nothing and takes no mutex. This binary is linked
  * with --wrap for the allocator and pthread_mutex_lock (see the Makefile),
  * so every call from the library is counted.
  */
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <urcu/urcu-memb.h>
 
+#include "cache/cache.h"
 #include "config/config.h"
 #include "dns/dns.h"
 #include "query/query.h"
@@ -73,6 +75,8 @@ static const char config_yaml[] =
 	"       10.0.1.23, 10.0.1.24, 10.0.1.25, 10.0.1.26, 10.0.1.27, 10.0.1.28,\n"
 	"       10.0.1.29, 10.0.1.30, 10.0.1.31, 10.0.1.32]}\n";
 
+static struct cache *test_cache;
+
 static int setup(void **state)
 {
 	struct config *cfg;
@@ -85,7 +89,11 @@ static int setup(void **state)
 		print_error("%s\n", err);
 		return -1;
 	}
-	struct query_sources *s = query_sources_build(cfg, err, sizeof err);
+	struct cache_config cc = {.max_bytes = 1 << 20, .max_ttl = 86400,
+				  .negative_max_ttl = 3600, .servfail_ttl = 5};
+	test_cache = cache_new(&cc);
+	assert_non_null(test_cache);
+	struct query_sources *s = query_sources_build(cfg, test_cache, err, sizeof err);
 	config_free(cfg);
 	if (!s) {
 		print_error("%s\n", err);
@@ -99,6 +107,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	query_sources_retire();
+	cache_free(test_cache);
 	urcu_memb_unregister_thread();
 	return 0;
 }
@@ -173,14 +182,40 @@ static const struct sockaddr_storage *test_peer(void)
 	return &peer;
 }
 
-static void handle(const struct msg *m, enum query_transport tr, struct answer *a)
+#define NOW 1000 /* the cache's clock, in seconds */
+
+static struct upstream_request last_request;
+
+/* Answer m; returns what query_handle asked of the upstream. */
+static enum query_upstream handle(const struct msg *m, enum query_transport tr,
+				  struct answer *a)
 {
 	struct query_stats st = {0};
+	struct query_ctx ctx = {.transport = tr, .peer = test_peer(), .stats = &st,
+				.now = NOW, .request = &last_request};
 
 	urcu_memb_read_lock();
-	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, tr, test_peer(), &st);
+	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, &ctx);
 	urcu_memb_read_unlock();
 	assert_int_equal(st.received, 1);
+	return ctx.upstream;
+}
+
+/* An upstream's reply to m: one A record (TTL 300) for the question name. */
+static void cache_upstream_answer(const struct msg *m)
+{
+	struct dns_query q;
+	uint8_t reply[512];
+	static const uint8_t rr[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 1};
+	size_t question_end = m->len - (get16(m->buf + 10) ? 11 : 0);
+
+	assert_int_equal(dns_parse_query(m->buf, m->len, &q), DNS_PARSE_OK);
+	memcpy(reply, m->buf, question_end);
+	put16(reply + 2, DNS_F_QR | DNS_F_RD | DNS_F_RA);
+	put16(reply + 6, 1);
+	put16(reply + 10, 0);
+	memcpy(reply + question_end, rr, sizeof rr);
+	assert_int_equal(cache_insert(test_cache, &q, reply, question_end + sizeof rr, NOW), 0);
 }
 
 static int rcode_of(const struct answer *a)
@@ -203,15 +238,69 @@ static void test_static_answer(void **state)
 	assert_int_equal(get16(a.buf + 10), 1); /* the OPT record */
 }
 
-static void test_non_local_name_is_refused(void **state)
+static void test_cache_miss_is_handed_to_the_upstream(void **state)
 {
 	struct msg m;
 	struct answer a;
 	(void)state;
 
+	build_query(&m, "miss.example.org", DNS_T_AAAA, DNS_C_IN, DNS_F_RD, 0, 4096);
+	m.buf[DNS_HEADER_LEN + 1] = 'M';
+	m.buf[DNS_HEADER_LEN + 6] = 'E';
+	add_client_cookie(&m);
+	memset(&last_request, 0, sizeof last_request);
+	assert_int_equal(handle(&m, QUERY_UDP, &a), QUERY_UPSTREAM_ASK);
+	assert_int_equal(a.len, 0); /* the resolver replies later */
+	assert_int_equal(last_request.q.id, 0xbeef);
+	assert_int_equal(last_request.q.qtype, DNS_T_AAAA);
+	assert_memory_equal(last_request.q.qname, "\4miss\7example\3org", 18);
+	assert_memory_equal(last_request.q.qname_orig, "\4Miss\7Example\3org", 18);
+	assert_int_equal(last_request.reply_limit, 1232); /* min(4096, our cap) */
+	assert_int_equal(last_request.udp_payload, 1232);
+	assert_true(last_request.has_cookie);
+
+	build_query(&m, "miss.example.org", DNS_T_AAAA, DNS_C_IN, DNS_F_RD, -1, 0);
+	assert_int_equal(handle(&m, QUERY_TCP, &a), QUERY_UPSTREAM_ASK);
+	assert_int_equal(last_request.reply_limit, DNS_MAX_MESSAGE);
+	assert_false(last_request.has_cookie);
+}
+
+static void test_cached_answer_is_served_with_the_clients_id_and_case(void **state)
+{
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	build_query(&m, "hit.example.org", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
+	cache_upstream_answer(&m);
+	build_query(&m, "hit.example.org", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
+	memcpy(m.buf + DNS_HEADER_LEN + 1, "HIT", 3);
+	put16(m.buf, 0x1234);
+	assert_int_equal(handle(&m, QUERY_UDP, &a), QUERY_UPSTREAM_NONE);
+	assert_int_equal(get16(a.buf), 0x1234);
+	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
+	assert_int_equal(get16(a.buf + 6), 1);
+	assert_memory_equal(a.buf + DNS_HEADER_LEN, "\3HIT", 4);
+	assert_memory_equal(a.buf + a.len - 4, "\xc0\x00\x02\x01", 4);
+}
+
+static void test_without_a_cache_non_local_names_are_refused(void **state)
+{
+	struct config *cfg;
+	struct msg m;
+	struct answer a;
+	char err[CONFIG_ERR_MAX];
+	(void)state;
+
+	assert_int_equal(config_load_string("t.yaml", config_yaml, sizeof config_yaml - 1, &cfg,
+					    err, sizeof err), 0);
+	query_sources_publish(query_sources_build(cfg, NULL, err, sizeof err));
+	config_free(cfg);
 	build_query(&m, "example.org", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
-	handle(&m, QUERY_UDP, &a);
+	assert_int_equal(handle(&m, QUERY_UDP, &a), QUERY_UPSTREAM_NONE);
 	assert_int_equal(rcode_of(&a), DNS_R_REFUSED);
+	teardown(state);
+	setup(state);
 }
 
 static void test_zone_transfers_are_refused(void **state)
@@ -307,9 +396,11 @@ static void test_udp_limit_follows_edns_size_and_our_cap(void **state)
 static void count(const struct msg *m, struct query_stats *st)
 {
 	struct answer a;
+	struct query_ctx ctx = {.transport = QUERY_UDP, .stats = st, .now = NOW,
+				.request = &last_request};
 
 	urcu_memb_read_lock();
-	query_handle(m->buf, m->len, a.buf, sizeof a.buf, QUERY_UDP, NULL, st);
+	query_handle(m->buf, m->len, a.buf, sizeof a.buf, &ctx);
 	urcu_memb_read_unlock();
 }
 
@@ -323,21 +414,26 @@ static void test_counters_follow_the_reply(void **state)
 	count(&m, &st);
 	build_query(&m, "nope.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
 	count(&m, &st);
-	build_query(&m, "example.org", DNS_T_A, DNS_C_IN, 0, -1, 0);
-	count(&m, &st);
+	build_query(&m, "counted.example.org", DNS_T_A, DNS_C_IN, 0, -1, 0);
+	count(&m, &st); /* a miss: no reply yet, so no rcode */
+	cache_upstream_answer(&m);
+	count(&m, &st); /* now a hit */
 	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
 	count(&m, &st); /* NOERROR, truncated */
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 1, 1232);
 	count(&m, &st); /* BADVERS: 0 in the header, 16 in OPT */
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_QR, -1, 0);
 	count(&m, &st);
-	assert_int_equal(st.received, 6);
-	assert_int_equal(st.rcode[DNS_R_NOERROR], 2);
+	assert_int_equal(st.received, 7);
+	assert_int_equal(st.rcode[DNS_R_NOERROR], 3);
 	assert_int_equal(st.rcode[DNS_R_NXDOMAIN], 1);
-	assert_int_equal(st.rcode[DNS_R_REFUSED], 1);
+	assert_int_equal(st.rcode[DNS_R_REFUSED], 0);
 	assert_int_equal(st.rcode_other, 1);
 	assert_int_equal(st.truncated, 1);
 	assert_int_equal(st.dropped, 1);
+	assert_int_equal(st.upstream, 1);
+	assert_int_equal(st.cache, 1);
+	assert_int_equal(st.local, 3); /* BADVERS is answered before any source */
 }
 
 static void test_cookie_gets_a_server_cookie(void **state)
@@ -367,7 +463,8 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		{"nope.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0},
 		{"svc.cluster.local", DNS_T_TXT, DNS_C_IN, 0},
 		{"big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, -1},
-		{"example.org", DNS_T_A, DNS_C_IN, 0},
+		{"cached.example.org", DNS_T_A, DNS_C_IN, 0},
+		{"uncached.example.org", DNS_T_A, DNS_C_IN, 0},
 		{"version.bind", DNS_T_TXT, DNS_C_CH, -1},
 		{"db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 1},
 	};
@@ -375,6 +472,10 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 	struct answer a;
 	(void)state;
 
+	for (int edns = -1; edns <= 0; edns++) {
+		build_query(&m, "cached.example.org", DNS_T_A, DNS_C_IN, 0, edns, 1232);
+		cache_upstream_answer(&m);
+	}
 	forbidden_calls = 0;
 	for (int round = 0; round < 100; round++) {
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -383,9 +484,12 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 			if (cases[i].edns == 0 && i % 2)
 				add_client_cookie(&m);
 			counting = true;
-			handle(&m, round % 2 ? QUERY_TCP : QUERY_UDP, &a);
+			enum query_upstream up = handle(&m, round % 2 ? QUERY_TCP : QUERY_UDP, &a);
 			counting = false;
-			assert_true(a.len > 0);
+			if (strcmp(cases[i].name, "uncached.example.org") == 0)
+				assert_int_equal(up, QUERY_UPSTREAM_ASK);
+			else
+				assert_true(a.len > 0);
 		}
 	}
 	assert_int_equal(forbidden_calls, 0);
@@ -400,7 +504,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_static_answer),
-		cmocka_unit_test(test_non_local_name_is_refused),
+		cmocka_unit_test(test_cache_miss_is_handed_to_the_upstream),
+		cmocka_unit_test(test_cached_answer_is_served_with_the_clients_id_and_case),
+		cmocka_unit_test(test_without_a_cache_non_local_names_are_refused),
 		cmocka_unit_test(test_zone_transfers_are_refused),
 		cmocka_unit_test(test_chaos_identity_when_enabled),
 		cmocka_unit_test(test_bad_edns_version_gets_badvers),

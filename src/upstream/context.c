@@ -1,0 +1,338 @@
+/*
+ * upstream/context.c — turning the upstream and cache sections of our
+ * config into a configured libunbound context.
+ *
+ * The context is configured through an unbound.conf text, written to a
+ * memfd and read back with ub_ctx_config: forward-zone clauses have no
+ * ub_ctx_set_option form, and one text is easy to log and reason about.
+ * Nothing is written to disk.
+ *
+ * Choices that are not the operator's to make, and why:
+ * - threads, not a forked process (ub_ctx_async), so results come back
+ *   through ub_fd into our resolver thread;
+ * - do-not-query-localhost: no, since a node's resolver (or a test's) may
+ *   live on a loopback address;
+ * - a small message cache: ours sits in front, and a second full cache
+ *   would hand our prefetches the same nearly expired answer back;
+ *   the RRset cache stays useful for delegations in recursive mode;
+ * - infra-keep-probing, so a forwarder that was down is tried again
+ *   promptly once it is back instead of staying blocked;
+ * - with DNSSEC, forward zones are marked domain-insecure: they are
+ *   usually private names the public chain of trust says do not exist.
+ */
+#include "upstream/internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log/log.h"
+
+#define MAX_FORWARDERS 16
+#define PROBE_TIMEOUT_MS 500
+
+/* ---- resolv.conf ---------------------------------------------------------- */
+
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+}
+
+/* A listen address of ours on our port: forwarding there would loop. */
+static bool is_own_address(const struct config *cfg, const struct sockaddr_storage *ss)
+{
+	for (size_t i = 0; i < cfg->listen.n_addresses; i++) {
+		struct sockaddr_storage mine;
+		socklen_t len = config_ip_sockaddr(&cfg->listen.addresses[i],
+						   cfg->listen.port, &mine);
+		if (mine.ss_family == ss->ss_family && memcmp(&mine, ss, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Does a DNS server answer at ss? One ". NS" query over UDP, bounded by
+ * PROBE_TIMEOUT_MS. Only used for loopback stubs (systemd-resolved's
+ * 127.0.0.53 exists on the host but not in every network namespace).
+ */
+static bool answers_dns(const struct sockaddr_storage *ss, socklen_t len)
+{
+	static const uint8_t probe[] = {0x4c, 0x44, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0,
+					0, 0, 2, 0, 1};
+	uint8_t reply[512];
+	struct pollfd p;
+	bool ok = false;
+	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return false;
+	if (connect(fd, (const struct sockaddr *)ss, len) == 0 &&
+	    send(fd, probe, sizeof probe, 0) == (ssize_t)sizeof probe) {
+		p = (struct pollfd){.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, PROBE_TIMEOUT_MS) == 1) {
+			ssize_t n = recv(fd, reply, sizeof reply, 0);
+			ok = n >= 12 && reply[0] == probe[0] && reply[1] == probe[1];
+		}
+	}
+	close(fd);
+	return ok;
+}
+
+static int parse_nameserver(const char *text, struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof *ss);
+	if (inet_pton(AF_INET, text, &v4->sin_addr) == 1) {
+		v4->sin_family = AF_INET;
+		v4->sin_port = htons(53);
+		*len = sizeof *v4;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, text, &v6->sin6_addr) == 1) {
+		v6->sin6_family = AF_INET6;
+		v6->sin6_port = htons(53);
+		*len = sizeof *v6;
+		return 0;
+	}
+	return -1;
+}
+
+/* Decide about one nameserver line; true when it should be used. */
+static bool usable_nameserver(const char *path, const char *text, const struct config *cfg)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+
+	if (parse_nameserver(text, &ss, &len) < 0) {
+		log_warn("skipping a nameserver we cannot use (not a plain IP address)",
+			 "file", path, "nameserver", text);
+		return false;
+	}
+	if (is_own_address(cfg, &ss)) {
+		log_warn("skipping a nameserver that is localdns itself (it would loop)",
+			 "file", path, "nameserver", text);
+		return false;
+	}
+	if (is_loopback(&ss) && !answers_dns(&ss, len)) {
+		log_warn("skipping a loopback nameserver that does not answer",
+			 "file", path, "nameserver", text);
+		return false;
+	}
+	return true;
+}
+
+int upstream_resolv_conf(const char *path, const struct config *cfg,
+			 char out[][UPSTREAM_ADDR_TEXT], size_t max,
+			 char *err, size_t errlen)
+{
+	char line[512], server[256];
+	size_t n = 0;
+	FILE *f = fopen(path, "re");
+
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (fgets(line, sizeof line, f)) {
+		if (sscanf(line, " nameserver %255s", server) != 1)
+			continue;
+		if (n == max) {
+			log_warn("too many nameservers; using the first ones", "file", path,
+				 "skipped", server);
+			continue;
+		}
+		if (usable_nameserver(path, server, cfg)) {
+			snprintf(out[n++], UPSTREAM_ADDR_TEXT, "%.*s@53", INET6_ADDRSTRLEN, server);
+			log_info("forwarding to a nameserver from resolv.conf", "file", path,
+				 "nameserver", server);
+		}
+	}
+	fclose(f);
+	return (int)n;
+}
+
+/* ---- the unbound.conf text ------------------------------------------------ */
+
+/* "ip:port" / "[ip6]:port" (normalised by the config loader) to "ip@port". */
+static void forward_addr(const struct config_hostport *hp, char out[UPSTREAM_ADDR_TEXT])
+{
+	char ip[INET6_ADDRSTRLEN] = "";
+	uint16_t port;
+
+	if (hp->addr.ss_family == AF_INET) {
+		const struct sockaddr_in *v4 = (const struct sockaddr_in *)&hp->addr;
+		inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof ip);
+		port = ntohs(v4->sin_port);
+	} else {
+		const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)&hp->addr;
+		inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
+		port = ntohs(v6->sin6_port);
+	}
+	snprintf(out, UPSTREAM_ADDR_TEXT, "%s@%u", ip, port);
+}
+
+static void write_server_clause(FILE *f, const struct config *cfg)
+{
+	const char *modules = cfg->upstream.dnssec ? "validator iterator" : "iterator";
+
+	fprintf(f, "server:\n"
+		   "  verbosity: 0\n"
+		   "  do-not-query-localhost: no\n"
+		   "  module-config: \"%s\"\n"
+		   "  msg-cache-size: 256k\n"
+		   "  rrset-cache-size: 4m\n"
+		   "  key-cache-size: 1m\n"
+		   "  infra-keep-probing: yes\n",
+		modules);
+	if (cfg->upstream.recursive && *cfg->upstream.root_hints)
+		fprintf(f, "  root-hints: \"%s\"\n", cfg->upstream.root_hints);
+	if (cfg->upstream.dnssec) {
+		fprintf(f, "  trust-anchor-file: \"%s\"\n", cfg->upstream.trust_anchor);
+		for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
+			fprintf(f, "  domain-insecure: \"%s\"\n",
+				cfg->upstream.forward_zones[i].zone);
+	}
+}
+
+static void write_forward_zone(FILE *f, const char *zone,
+			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n)
+{
+	fprintf(f, "forward-zone:\n  name: \"%s\"\n", zone);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "  forward-addr: %s\n", addrs[i]);
+}
+
+/* The forwarders for ".": upstream.servers, else resolv.conf's nameservers. */
+static int root_forwarders(const struct config *cfg, char addrs[][UPSTREAM_ADDR_TEXT],
+			   char *err, size_t errlen)
+{
+	size_t n = cfg->upstream.n_servers;
+
+	if (n > MAX_FORWARDERS)
+		n = MAX_FORWARDERS;
+	for (size_t i = 0; i < n; i++)
+		forward_addr(&cfg->upstream.servers[i], addrs[i]);
+	if (n > 0)
+		return (int)n;
+	return upstream_resolv_conf(cfg->upstream.resolv_conf, cfg, addrs, MAX_FORWARDERS,
+				    err, errlen);
+}
+
+static int write_conf(FILE *f, const struct config *cfg, char *err, size_t errlen)
+{
+	char addrs[MAX_FORWARDERS][UPSTREAM_ADDR_TEXT];
+
+	write_server_clause(f, cfg);
+	if (!cfg->upstream.recursive) {
+		int n = root_forwarders(cfg, addrs, err, errlen);
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			log_error("no usable upstream servers: external names will get SERVFAIL",
+				  "resolv_conf", cfg->upstream.resolv_conf);
+		else
+			write_forward_zone(f, ".", addrs, (size_t)n);
+	}
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
+		const struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
+		size_t n = z->n_servers < MAX_FORWARDERS ? z->n_servers : MAX_FORWARDERS;
+		for (size_t j = 0; j < n; j++)
+			forward_addr(&z->servers[j], addrs[j]);
+		write_forward_zone(f, z->zone, addrs, n);
+	}
+	return 0;
+}
+
+/* ---- the context ----------------------------------------------------------- */
+
+/*
+ * libunbound reads these files only when the first query starts; check them
+ * now so a typo fails start-up with the path in the message. A quote or a
+ * line break would end the path early in the unbound.conf text.
+ */
+static int check_file(const char *key, const char *path, char *err, size_t errlen)
+{
+	if (strpbrk(path, "\"\n")) {
+		snprintf(err, errlen, "%s: \"%s\" may not contain a quote or a line break",
+			 key, path);
+		return -1;
+	}
+	if (access(path, R_OK) != 0) {
+		snprintf(err, errlen, "%s: cannot read %s: %s", key, path, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int check_files(const struct config *cfg, char *err, size_t errlen)
+{
+	if (cfg->upstream.dnssec &&
+	    check_file("upstream.trust_anchor", cfg->upstream.trust_anchor, err, errlen) < 0)
+		return -1;
+	if (cfg->upstream.recursive && *cfg->upstream.root_hints &&
+	    check_file("upstream.root_hints", cfg->upstream.root_hints, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+static int apply_conf(struct ub_ctx *ctx, const struct config *cfg, char *err, size_t errlen)
+{
+	char path[64];
+	int rc = -1;
+	int fd = memfd_create("localdns-unbound.conf", MFD_CLOEXEC);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w+");
+
+	if (!f) {
+		snprintf(err, errlen, "cannot make the resolver configuration: %s",
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (check_files(cfg, err, errlen) < 0 || write_conf(f, cfg, err, errlen) < 0)
+		goto out;
+	fflush(f);
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	int ub = ub_ctx_config(ctx, path);
+	if (ub != 0) {
+		snprintf(err, errlen, "resolver configuration rejected: %s", ub_strerror(ub));
+		goto out;
+	}
+	rc = 0;
+out:
+	fclose(f);
+	return rc;
+}
+
+struct ub_ctx *upstream_context_new(const struct config *cfg, char *err, size_t errlen)
+{
+	struct ub_ctx *ctx = ub_ctx_create();
+	int rc;
+
+	if (!ctx) {
+		snprintf(err, errlen, "cannot create the libunbound context");
+		return NULL;
+	}
+	rc = ub_ctx_async(ctx, 1);
+	if (rc != 0) {
+		snprintf(err, errlen, "libunbound: %s", ub_strerror(rc));
+		ub_ctx_delete(ctx);
+		return NULL;
+	}
+	if (apply_conf(ctx, cfg, err, errlen) < 0) {
+		ub_ctx_delete(ctx);
+		return NULL;
+	}
+	return ctx;
+}

@@ -1,0 +1,33 @@
+/*
+ * upstream/internal.h — shared by the files of src/upstream/ only.
+ */
+#ifndef LOCALDNS_UPSTREAM_INTERNAL_H
+#define LOCALDNS_UPSTREAM_INTERNAL_H
+
+#include <stddef.h>
+#include <unbound.h>
+
+#include "config/config.h"
+
+/*
+ * A configured libunbound context (context.c): forwarders or recursion,
+ * forward zones, DNSSEC, threads instead of a forked process. Every
+ * decision an operator would want to know about (which resolv.conf
+ * servers were used or skipped, and why) is logged. NULL with err set.
+ */
+struct ub_ctx *upstream_context_new(const struct config *cfg, char *err, size_t errlen);
+
+/* Largest text form of a forwarder ("ip@port"). */
+#define UPSTREAM_ADDR_TEXT 64
+
+/*
+ * The nameservers of a resolv.conf file, as "ip@port" strings, skipping
+ * (with a log line each) any that would loop back to us or that are
+ * loopback stubs not answering. Returns how many were stored, or -1 with
+ * err set when the file cannot be read.
+ */
+int upstream_resolv_conf(const char *path, const struct config *cfg,
+			 char out[][UPSTREAM_ADDR_TEXT], size_t max,
+			 char *err, size_t errlen);
+
+#endif

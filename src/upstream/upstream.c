@@ -1,0 +1,859 @@
+/*
+ * upstream/upstream.c — the resolver thread: requests in, libunbound
+ * queries out, answers into the cache and back to the clients.
+ *
+ * Flow. A worker that cannot answer from local data or the cache copies an
+ * upstream_request into its ring (single producer, single consumer, fixed
+ * slots: no allocation, no lock) and, once per batch, writes the shared
+ * request eventfd. The resolver thread sleeps in epoll on that eventfd,
+ * libunbound's ub_fd and the stop eventfd, with a timeout set by the
+ * earliest client deadline. For each request it first looks at the cache
+ * again (a query for the same name may have been answered since the worker
+ * missed), then at the flights: at most one libunbound query per
+ * (qname, qtype, qclass, DO, CD) is in flight, and later identical requests
+ * wait on it. When libunbound answers, the reply goes into the cache and
+ * every waiter gets it with its own ID, question case, EDNS and cookie.
+ *
+ * Deadlines. Every waiter has upstream.timeout from arrival. A waiter whose
+ * deadline passes gets a stale answer if the cache has one (RFC 8767), else
+ * SERVFAIL; the libunbound query keeps running so its answer still lands in
+ * the cache. Timeout is the same for everyone, so waiters sit in one FIFO
+ * that is already sorted by deadline.
+ *
+ * Failures. A SERVFAIL or error from libunbound marks the upstream as
+ * failing (workers then serve expired entries at once and ask for a
+ * background refresh) and starts a short cool-down for that question: for
+ * FAILURE_HOLD_MS, requests for it are answered from the cache's stale
+ * entry or with SERVFAIL without asking again, so a dead upstream is not
+ * hammered. When no entry exists at all, the SERVFAIL itself is cached for
+ * the same time, so workers answer it without coming here. Any answer
+ * clears the failing mark.
+ *
+ * Costs: all bookkeeping is O(1) per request (hash lookup, list links) but
+ * the once-a-second cool-down sweep, which walks the flight table.
+ */
+#include "upstream/upstream.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu/urcu-memb.h>
+
+#include "log/log.h"
+#include "upstream/internal.h"
+
+#define REQUEST_SLOTS 512        /* per worker; a power of two */
+#define COMPLETION_SLOTS 1024    /* per worker; a power of two */
+#define MAX_WAITERS 16384        /* clients waiting at once, all workers */
+#define FLIGHT_BUCKETS 4096      /* a power of two */
+#define FAILURE_HOLD_MS 5000     /* cool-down after a failed resolution */
+#define SERVFAIL_TTL 5           /* seconds the cache keeps a SERVFAIL */
+#define NEGATIVE_MAX_TTL 3600    /* RFC 2308 section 5: cap negative answers */
+#define SWEEP_MS 1000
+
+enum { EV_REQUESTS = 1, EV_UNBOUND, EV_STOP };
+
+struct request_ring {
+	_Alignas(64) _Atomic uint32_t head; /* next slot the resolver reads */
+	_Alignas(64) _Atomic uint32_t tail; /* next slot the worker writes */
+	struct upstream_request slots[REQUEST_SLOTS];
+};
+
+struct completion_ring {
+	_Alignas(64) _Atomic uint32_t head; /* next slot the worker reads */
+	_Alignas(64) _Atomic uint32_t tail; /* next slot the resolver writes */
+	int efd;
+	bool signal_pending;                 /* resolver only: efd write owed */
+	struct upstream_completion slots[COMPLETION_SLOTS];
+};
+
+struct flight;
+
+struct waiter {
+	struct waiter *prev, *next;           /* the flight's waiters */
+	struct waiter *fifo_prev, *fifo_next; /* all waiters, by deadline */
+	struct flight *flight;
+	uint64_t deadline_ms;
+	unsigned worker;
+	struct upstream_request req;
+};
+
+struct flight {
+	struct flight *hnext;
+	uint64_t hash;
+	struct dns_query q;          /* the question (key: name, type, class, DO, CD) */
+	struct waiter *waiters;
+	bool resolving;              /* a libunbound query is outstanding */
+	uint64_t failed_until_ms;    /* cool-down after a failure */
+	struct upstream *u;
+};
+
+struct counters {
+	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
+		servfail, dropped, bogus;
+};
+
+struct upstream {
+	struct ub_ctx *ctx;
+	struct cache *cache;
+	unsigned n_workers;
+	struct request_ring **requests;
+	struct completion_ring **completions;
+	int request_efd;
+	int stop_efd;
+	int epfd;
+	pthread_t thread;
+	bool running;
+	uint64_t timeout_ms;
+	atomic_bool failing;
+
+	/* resolver thread only */
+	struct flight *flights[FLIGHT_BUCKETS];
+	struct waiter *fifo_head, *fifo_tail;
+	unsigned n_waiters;
+	uint64_t now_ms;
+	uint8_t buf[DNS_MAX_MESSAGE + 2];
+	uint8_t stripped[DNS_MAX_MESSAGE];
+
+	struct counters n;
+};
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void bump(_Atomic uint64_t *counter)
+{
+	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+}
+
+static void signal_fd(int fd)
+{
+	uint64_t one = 1;
+	ssize_t ignored = write(fd, &one, sizeof one);
+
+	(void)ignored; /* EAGAIN means the counter is already non-zero: awake */
+}
+
+static void drain_fd(int fd)
+{
+	uint64_t value;
+	ssize_t ignored = read(fd, &value, sizeof value);
+
+	(void)ignored;
+}
+
+/* ---- worker side ------------------------------------------------------------ */
+
+bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_request *r)
+{
+	struct request_ring *ring = u->requests[worker];
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+
+	if (tail - head == REQUEST_SLOTS) {
+		bump(&u->n.dropped);
+		return false;
+	}
+	ring->slots[tail & (REQUEST_SLOTS - 1)] = *r;
+	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
+	return true;
+}
+
+void upstream_wake(struct upstream *u)
+{
+	signal_fd(u->request_efd);
+}
+
+int upstream_completion_fd(struct upstream *u, unsigned worker)
+{
+	return u->completions[worker]->efd;
+}
+
+bool upstream_take_completion(struct upstream *u, unsigned worker,
+			      struct upstream_completion *out)
+{
+	struct completion_ring *ring = u->completions[worker];
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+
+	if (head == tail) {
+		drain_fd(ring->efd);
+		/* a completion may have landed between the check and the read */
+		tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+		if (head == tail)
+			return false;
+	}
+	*out = ring->slots[head & (COMPLETION_SLOTS - 1)];
+	atomic_store_explicit(&ring->head, head + 1, memory_order_release);
+	return true;
+}
+
+bool upstream_failing(const struct upstream *u)
+{
+	return atomic_load_explicit(&u->failing, memory_order_relaxed);
+}
+
+void upstream_stats(const struct upstream *u, struct upstream_stats *out)
+{
+	const struct counters *n = &u->n;
+
+	*out = (struct upstream_stats){
+		.queries = atomic_load(&n->queries),
+		.coalesced = atomic_load(&n->coalesced),
+		.answers = atomic_load(&n->answers),
+		.failures = atomic_load(&n->failures),
+		.timeouts = atomic_load(&n->timeouts),
+		.stale = atomic_load(&n->stale),
+		.servfail = atomic_load(&n->servfail),
+		.dropped = atomic_load(&n->dropped),
+		.bogus = atomic_load(&n->bogus),
+	};
+}
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstream_request *r,
+			size_t len)
+{
+	struct completion_ring *ring = u->completions[worker];
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+	uint8_t *framed;
+
+	if (tail - head == COMPLETION_SLOTS || !(framed = malloc(len + 2))) {
+		bump(&u->n.dropped);
+		return;
+	}
+	framed[0] = (uint8_t)(len >> 8);
+	framed[1] = (uint8_t)len;
+	memcpy(framed + 2, u->buf, len);
+	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
+		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
+	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
+	ring->signal_pending = true;
+}
+
+/* Send u->buf[0..len) to the client of r. */
+static void deliver(struct upstream *u, unsigned worker, const struct upstream_request *r,
+		    size_t len)
+{
+	if (len == 0)
+		return;
+	if (r->transport == UPSTREAM_UDP)
+		sendto(r->fd, u->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
+		       (const struct sockaddr *)&r->peer, r->peer_len);
+	else if (r->transport == UPSTREAM_TCP)
+		deliver_tcp(u, worker, r, len);
+}
+
+/* Wake each worker that got TCP completions this turn, once. */
+static void signal_completions(struct upstream *u)
+{
+	for (unsigned i = 0; i < u->n_workers; i++) {
+		struct completion_ring *ring = u->completions[i];
+		if (ring->signal_pending) {
+			ring->signal_pending = false;
+			signal_fd(ring->efd);
+		}
+	}
+}
+
+static void begin_reply(struct dns_writer *w, struct upstream *u, const struct upstream_request *r)
+{
+	dns_response_begin(w, u->buf, r->reply_limit, &r->q, DNS_R_NOERROR);
+	if (r->has_cookie)
+		dns_response_set_server_cookie(w, r->cookie);
+}
+
+/*
+ * Answer r from the cache into u->buf; the reply length, or 0 when the
+ * cache has nothing usable (nothing is sent then).
+ */
+static size_t reply_from_cache(struct upstream *u, const struct upstream_request *r,
+			       bool allow_stale, enum cache_result *how)
+{
+	struct dns_writer w;
+
+	begin_reply(&w, u, r);
+	*how = cache_replay(u->cache, &w, u->now_ms / 1000, allow_stale);
+	if (*how == CACHE_MISS)
+		return 0;
+	return dns_response_finish(&w, r->udp_payload);
+}
+
+static size_t reply_servfail(struct upstream *u, const struct upstream_request *r)
+{
+	struct dns_writer w;
+
+	begin_reply(&w, u, r);
+	dns_response_set_rcode(&w, DNS_R_SERVFAIL);
+	return dns_response_finish(&w, r->udp_payload);
+}
+
+/* The upstream could not help: a stale answer (RFC 8767) or SERVFAIL. */
+static void answer_failed(struct upstream *u, unsigned worker, const struct upstream_request *r)
+{
+	enum cache_result how;
+	size_t len = reply_from_cache(u, r, true, &how);
+
+	if (len) {
+		bump(how == CACHE_STALE ? &u->n.stale : &u->n.answers);
+	} else {
+		len = reply_servfail(u, r);
+		bump(&u->n.servfail);
+	}
+	deliver(u, worker, r, len);
+}
+
+/* libunbound's reply for this waiter: from the cache, or as it came. */
+static void answer_with(struct upstream *u, unsigned worker, const struct upstream_request *r,
+			const uint8_t *msg, size_t msg_len, bool cached)
+{
+	struct dns_writer w;
+	enum cache_result how;
+	size_t len = cached ? reply_from_cache(u, r, false, &how) : 0;
+
+	if (len == 0) {
+		begin_reply(&w, u, r);
+		if (!cache_write_message(&w, msg, msg_len))
+			dns_response_set_rcode(&w, DNS_R_SERVFAIL);
+		len = dns_response_finish(&w, r->udp_payload);
+	}
+	deliver(u, worker, r, len);
+}
+
+/* ---- flights and waiters -------------------------------------------------------- */
+
+static uint64_t question_hash(const struct dns_query *q)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+
+	for (size_t i = 0; i < q->qname_len; i++)
+		h = (h ^ q->qname[i]) * 0x100000001b3ull;
+	h = (h ^ q->qtype) * 0x100000001b3ull;
+	h = (h ^ q->qclass) * 0x100000001b3ull;
+	h = (h ^ (uint64_t)(q->edns_do ? 1 : 0)) * 0x100000001b3ull;
+	return (h ^ (uint64_t)(q->flags & DNS_F_CD)) * 0x100000001b3ull;
+}
+
+static bool same_question(const struct dns_query *a, const struct dns_query *b)
+{
+	return a->qtype == b->qtype && a->qclass == b->qclass && a->edns_do == b->edns_do &&
+	       (a->flags & DNS_F_CD) == (b->flags & DNS_F_CD) &&
+	       a->qname_len == b->qname_len && memcmp(a->qname, b->qname, a->qname_len) == 0;
+}
+
+static struct flight *find_flight(struct upstream *u, const struct dns_query *q, uint64_t h)
+{
+	for (struct flight *f = u->flights[h & (FLIGHT_BUCKETS - 1)]; f; f = f->hnext)
+		if (f->hash == h && same_question(&f->q, q))
+			return f;
+	return NULL;
+}
+
+static struct flight *new_flight(struct upstream *u, const struct dns_query *q, uint64_t h)
+{
+	struct flight *f = calloc(1, sizeof *f);
+
+	if (!f)
+		return NULL;
+	f->hash = h;
+	f->q = *q;
+	f->u = u;
+	f->hnext = u->flights[h & (FLIGHT_BUCKETS - 1)];
+	u->flights[h & (FLIGHT_BUCKETS - 1)] = f;
+	return f;
+}
+
+static void free_flight(struct upstream *u, struct flight *f)
+{
+	struct flight **p = &u->flights[f->hash & (FLIGHT_BUCKETS - 1)];
+
+	while (*p != f)
+		p = &(*p)->hnext;
+	*p = f->hnext;
+	free(f);
+}
+
+static void add_waiter(struct upstream *u, struct flight *f, unsigned worker,
+		       const struct upstream_request *r)
+{
+	struct waiter *w;
+
+	if (u->n_waiters >= MAX_WAITERS || !(w = malloc(sizeof *w))) {
+		bump(&u->n.dropped);
+		return;
+	}
+	w->req = *r;
+	w->worker = worker;
+	w->flight = f;
+	w->deadline_ms = u->now_ms + u->timeout_ms;
+	w->prev = NULL;
+	w->next = f->waiters;
+	if (f->waiters)
+		f->waiters->prev = w;
+	f->waiters = w;
+	w->fifo_next = NULL;
+	w->fifo_prev = u->fifo_tail;
+	if (u->fifo_tail)
+		u->fifo_tail->fifo_next = w;
+	else
+		u->fifo_head = w;
+	u->fifo_tail = w;
+	u->n_waiters++;
+}
+
+static void remove_waiter(struct upstream *u, struct waiter *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		w->flight->waiters = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	if (w->fifo_prev)
+		w->fifo_prev->fifo_next = w->fifo_next;
+	else
+		u->fifo_head = w->fifo_next;
+	if (w->fifo_next)
+		w->fifo_next->fifo_prev = w->fifo_prev;
+	else
+		u->fifo_tail = w->fifo_prev;
+	u->n_waiters--;
+	free(w);
+}
+
+/* A flight with nobody waiting, nothing outstanding and no cool-down goes. */
+static void maybe_free_flight(struct upstream *u, struct flight *f)
+{
+	if (!f->waiters && !f->resolving && f->failed_until_ms <= u->now_ms)
+		free_flight(u, f);
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+/* A SERVFAIL reply to f's question, for the cache (header + question only). */
+static size_t servfail_message(const struct flight *f, uint8_t *out)
+{
+	memset(out, 0, DNS_HEADER_LEN);
+	out[2] = (uint8_t)((DNS_F_QR | DNS_F_RD | DNS_F_RA) >> 8);
+	out[3] = (uint8_t)((DNS_F_RA & 0xff) | DNS_R_SERVFAIL);
+	out[5] = 1; /* QDCOUNT */
+	memcpy(out + DNS_HEADER_LEN, f->q.qname, f->q.qname_len);
+	uint8_t *tail = out + DNS_HEADER_LEN + f->q.qname_len;
+	tail[0] = (uint8_t)(f->q.qtype >> 8);
+	tail[1] = (uint8_t)f->q.qtype;
+	tail[2] = (uint8_t)(f->q.qclass >> 8);
+	tail[3] = (uint8_t)f->q.qclass;
+	return DNS_HEADER_LEN + f->q.qname_len + 4;
+}
+
+/* Is there any entry, live or stale, for f's question? */
+static bool cache_has_entry(struct upstream *u, const struct flight *f)
+{
+	struct dns_writer w;
+
+	dns_response_begin(&w, u->buf, DNS_MAX_MESSAGE, &f->q, DNS_R_NOERROR);
+	return cache_replay(u->cache, &w, u->now_ms / 1000, true) != CACHE_MISS;
+}
+
+static void resolution_failed(struct upstream *u, struct flight *f)
+{
+	uint8_t msg[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
+
+	bump(&u->n.failures);
+	atomic_store_explicit(&u->failing, true, memory_order_relaxed);
+	f->failed_until_ms = u->now_ms + FAILURE_HOLD_MS;
+	if (!cache_has_entry(u, f))
+		cache_insert(u->cache, &f->q, msg, servfail_message(f, msg), u->now_ms / 1000);
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+		answer_failed(u, w->worker, &w->req);
+		remove_waiter(u, w);
+	}
+}
+
+static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *msg,
+				size_t len, bool secure)
+{
+	bool cached;
+
+	bump(&u->n.answers);
+	atomic_store_explicit(&u->failing, false, memory_order_relaxed);
+	f->failed_until_ms = 0;
+	/* Our AD is libunbound's verdict, not whatever the forwarder said. */
+	if (len > 3) {
+		msg[3] &= (uint8_t)~DNS_F_AD;
+		if (secure)
+			msg[3] |= (uint8_t)DNS_F_AD;
+	}
+	/* libunbound always asks with DO; a DO=0 client gets no DNSSEC records. */
+	if (!f->q.edns_do) {
+		size_t n = dns_strip_dnssec(msg, len, u->stripped, sizeof u->stripped);
+		if (n > 0) {
+			msg = u->stripped;
+			len = n;
+		}
+	}
+	cached = cache_insert(u->cache, &f->q, msg, len, u->now_ms / 1000) == 0;
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+		answer_with(u, w->worker, &w->req, msg, len, cached);
+		remove_waiter(u, w);
+	}
+}
+
+static void resolution_bogus(struct upstream *u, struct flight *f, const char *why)
+{
+	uint8_t msg[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
+	char name[1024];
+
+	bump(&u->n.bogus);
+	if (log_enabled(LOG_DEBUG) && dns_name_to_text(f->q.qname, name, sizeof name) > 0)
+		log_debug("DNSSEC validation failed", "name", name, "why", why ? why : "");
+	/* RFC 4035 5.5: bogus data is not given out; remember the verdict briefly. */
+	cache_insert(u->cache, &f->q, msg, servfail_message(f, msg), u->now_ms / 1000);
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+		deliver(u, w->worker, &w->req, reply_servfail(u, &w->req));
+		bump(&u->n.servfail);
+		remove_waiter(u, w);
+	}
+}
+
+static void on_result(void *arg, int err, struct ub_result *result)
+{
+	struct flight *f = arg;
+	struct upstream *u = f->u;
+
+	f->resolving = false;
+	u->now_ms = monotonic_ms();
+	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
+		resolution_failed(u, f);
+	else if (result->bogus)
+		resolution_bogus(u, f, result->why_bogus);
+	else if (result->rcode == DNS_R_SERVFAIL)
+		resolution_failed(u, f);
+	else
+		resolution_answered(u, f, result->answer_packet, (size_t)result->answer_len,
+				    result->secure);
+	if (result)
+		ub_resolve_free(result);
+	maybe_free_flight(u, f);
+}
+
+static bool start_resolving(struct upstream *u, struct flight *f)
+{
+	char name[1024];
+	int id;
+
+	if (dns_name_to_text(f->q.qname, name, sizeof name) < 0 ||
+	    ub_resolve_async(u->ctx, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
+		return false;
+	f->resolving = true;
+	bump(&u->n.queries);
+	return true;
+}
+
+/* A background refresh: one query if none is running or cooling down. */
+static void handle_refresh(struct upstream *u, const struct upstream_request *r, uint64_t h)
+{
+	struct flight *f = find_flight(u, &r->q, h);
+
+	if (f && (f->resolving || f->failed_until_ms > u->now_ms))
+		return;
+	if (!f && !(f = new_flight(u, &r->q, h)))
+		return;
+	if (!start_resolving(u, f))
+		resolution_failed(u, f);
+	maybe_free_flight(u, f);
+}
+
+static void handle_client(struct upstream *u, unsigned worker, const struct upstream_request *r,
+			  uint64_t h)
+{
+	struct flight *f = find_flight(u, &r->q, h);
+	enum cache_result how;
+	size_t len;
+
+	if (f && f->resolving) {
+		bump(&u->n.coalesced);
+		add_waiter(u, f, worker, r);
+		return;
+	}
+	/* Answered since the worker looked? */
+	if ((len = reply_from_cache(u, r, false, &how)) > 0) {
+		deliver(u, worker, r, len);
+		return;
+	}
+	if (f && f->failed_until_ms > u->now_ms) {
+		answer_failed(u, worker, r);
+		return;
+	}
+	if (!f && !(f = new_flight(u, &r->q, h))) {
+		bump(&u->n.dropped);
+		return;
+	}
+	add_waiter(u, f, worker, r);
+	if (!start_resolving(u, f))
+		resolution_failed(u, f);
+	maybe_free_flight(u, f);
+}
+
+static void take_requests(struct upstream *u)
+{
+	drain_fd(u->request_efd);
+	for (unsigned i = 0; i < u->n_workers; i++) {
+		struct request_ring *ring = u->requests[i];
+		uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+		uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+		for (; head != tail; head++) {
+			const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
+			uint64_t h = question_hash(&r->q);
+			if (r->transport == UPSTREAM_NO_REPLY)
+				handle_refresh(u, r, h);
+			else
+				handle_client(u, i, r, h);
+			/* released per slot: the worker may reuse it at once */
+			atomic_store_explicit(&ring->head, head + 1, memory_order_release);
+		}
+	}
+}
+
+/* Clients whose deadline passed get stale or SERVFAIL now. */
+static void expire_waiters(struct upstream *u)
+{
+	while (u->fifo_head && u->fifo_head->deadline_ms <= u->now_ms) {
+		struct waiter *w = u->fifo_head;
+		bump(&u->n.timeouts);
+		atomic_store_explicit(&u->failing, true, memory_order_relaxed);
+		answer_failed(u, w->worker, &w->req);
+		remove_waiter(u, w);
+	}
+}
+
+static void sweep_cooled_flights(struct upstream *u)
+{
+	for (size_t i = 0; i < FLIGHT_BUCKETS; i++) {
+		struct flight *f = u->flights[i];
+		while (f) {
+			struct flight *next = f->hnext;
+			maybe_free_flight(u, f);
+			f = next;
+		}
+	}
+}
+
+static int wait_ms(const struct upstream *u)
+{
+	uint64_t wait = SWEEP_MS;
+
+	if (u->fifo_head)
+		wait = u->fifo_head->deadline_ms > u->now_ms ? u->fifo_head->deadline_ms - u->now_ms : 0;
+	return wait > SWEEP_MS ? SWEEP_MS : (int)wait;
+}
+
+static void *resolver_main(void *arg)
+{
+	struct upstream *u = arg;
+	struct epoll_event events[4];
+	uint64_t last_sweep = monotonic_ms();
+
+	urcu_memb_register_thread();
+	for (;;) {
+		int n = epoll_wait(u->epfd, events, 4, wait_ms(u));
+		bool stop = false;
+		u->now_ms = monotonic_ms();
+		for (int i = 0; i < n; i++) {
+			if (events[i].data.u32 == EV_UNBOUND)
+				ub_process(u->ctx);
+			else if (events[i].data.u32 == EV_REQUESTS)
+				take_requests(u);
+			else
+				stop = true;
+		}
+		if (stop)
+			break;
+		u->now_ms = monotonic_ms();
+		expire_waiters(u);
+		if (u->now_ms - last_sweep >= SWEEP_MS) {
+			sweep_cooled_flights(u);
+			last_sweep = u->now_ms;
+		}
+		signal_completions(u);
+	}
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+/* ---- life cycle ----------------------------------------------------------------------- */
+
+void upstream_cache_config(const struct config *cfg, struct cache_config *out)
+{
+	*out = (struct cache_config){
+		.max_bytes = cfg->cache.size,
+		.min_ttl = cfg->cache.min_ttl,
+		.max_ttl = cfg->cache.max_ttl,
+		.negative_max_ttl = cfg->cache.max_ttl < NEGATIVE_MAX_TTL ? cfg->cache.max_ttl
+									  : NEGATIVE_MAX_TTL,
+		.servfail_ttl = SERVFAIL_TTL,
+		.serve_stale = cfg->cache.serve_stale,
+		.stale_max_age = cfg->cache.stale_max_age,
+		.prefetch = cfg->cache.prefetch,
+	};
+}
+
+int upstream_check(const struct config *cfg, char *err, size_t errlen)
+{
+	struct ub_ctx *ctx = upstream_context_new(cfg, err, errlen);
+
+	if (!ctx)
+		return -1;
+	ub_ctx_delete(ctx);
+	return 0;
+}
+
+static int watch(int epfd, int fd, uint32_t what)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = what};
+
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static int make_rings(struct upstream *u)
+{
+	u->requests = calloc(u->n_workers, sizeof *u->requests);
+	u->completions = calloc(u->n_workers, sizeof *u->completions);
+	if (!u->requests || !u->completions)
+		return -1;
+	for (unsigned i = 0; i < u->n_workers; i++) {
+		struct request_ring *requests = aligned_alloc(64, sizeof *requests);
+		struct completion_ring *completions = aligned_alloc(64, sizeof *completions);
+		if (completions) {
+			memset(completions, 0, sizeof *completions);
+			completions->efd = -1;
+		}
+		u->requests[i] = requests;
+		u->completions[i] = completions;
+		if (!requests || !completions)
+			return -1;
+		atomic_init(&requests->head, 0);
+		atomic_init(&requests->tail, 0);
+		completions->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (completions->efd < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int make_loop(struct upstream *u)
+{
+	u->request_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	u->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	u->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (u->request_efd < 0 || u->stop_efd < 0 || u->epfd < 0)
+		return -1;
+	if (watch(u->epfd, u->request_efd, EV_REQUESTS) < 0 ||
+	    watch(u->epfd, u->stop_efd, EV_STOP) < 0 ||
+	    watch(u->epfd, ub_fd(u->ctx), EV_UNBOUND) < 0)
+		return -1;
+	return 0;
+}
+
+struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
+				unsigned n_workers, char *err, size_t errlen)
+{
+	struct upstream *u = calloc(1, sizeof *u);
+	int rc;
+
+	if (!u) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	u->cache = cache;
+	u->n_workers = n_workers;
+	u->timeout_ms = cfg->upstream.timeout_ms;
+	u->request_efd = u->stop_efd = u->epfd = -1;
+	u->ctx = upstream_context_new(cfg, err, errlen);
+	if (!u->ctx)
+		goto fail;
+	if (make_rings(u) < 0 || make_loop(u) < 0) {
+		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
+		goto fail;
+	}
+	rc = pthread_create(&u->thread, NULL, resolver_main, u);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot start the resolver thread: %s", strerror(rc));
+		goto fail;
+	}
+	u->running = true;
+	log_info(cfg->upstream.recursive ? "resolving external names by recursion"
+					 : "resolving external names by forwarding",
+		 "dnssec", cfg->upstream.dnssec ? "validate" : "off");
+	return u;
+fail:
+	upstream_free(u);
+	return NULL;
+}
+
+void upstream_stop(struct upstream *u)
+{
+	if (!u || !u->running)
+		return;
+	signal_fd(u->stop_efd);
+	pthread_join(u->thread, NULL);
+	u->running = false;
+	ub_ctx_delete(u->ctx); /* cancels what is outstanding; no callbacks follow */
+	u->ctx = NULL;
+	while (u->fifo_head)
+		remove_waiter(u, u->fifo_head);
+	for (size_t i = 0; i < FLIGHT_BUCKETS; i++)
+		while (u->flights[i])
+			free_flight(u, u->flights[i]);
+}
+
+static void free_completions(struct completion_ring *ring)
+{
+	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
+
+	for (; head != tail; head++)
+		free(ring->slots[head & (COMPLETION_SLOTS - 1)].framed);
+	if (ring->efd >= 0)
+		close(ring->efd);
+	free(ring);
+}
+
+void upstream_free(struct upstream *u)
+{
+	if (!u)
+		return;
+	upstream_stop(u);
+	if (u->ctx)
+		ub_ctx_delete(u->ctx);
+	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
+		free(u->requests[i]);
+	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
+		if (u->completions[i])
+			free_completions(u->completions[i]);
+	free(u->requests);
+	free(u->completions);
+	if (u->request_efd >= 0)
+		close(u->request_efd);
+	if (u->stop_efd >= 0)
+		close(u->stop_efd);
+	if (u->epfd >= 0)
+		close(u->epfd);
+	free(u);
+}

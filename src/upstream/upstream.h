@@ -1,0 +1,133 @@
+/*
+ * upstream — external names: one libunbound context, driven asynchronously
+ * by one resolver thread, with the answer cache in front of it.
+ *
+ * Owns: the libunbound context (forwarding to upstream.servers or the
+ * node's resolv.conf nameservers, or full recursion; forward_zones; DNSSEC
+ * validation); the resolver thread and its epoll loop over ub_fd; the
+ * questions in flight, so identical misses share one libunbound query;
+ * each waiting client's deadline (upstream.timeout), after which it gets a
+ * stale answer or SERVFAIL; storing answers in the cache; sending the
+ * deferred replies (UDP straight from the resolver thread on the socket the
+ * query came in on, TCP through a per-worker completion queue because a
+ * connection's byte stream belongs to its worker).
+ *
+ * Must never: block or lock a worker (workers only copy a request into
+ * their own single-producer ring; the wake-up is one eventfd write per
+ * batch); call into the cache's insert path under the RCU read lock; leave a
+ * client without an answer past its deadline while running (shutdown drops
+ * the waiting ones, so their retries reach the next instance).
+ *
+ * Threads: upstream_submit, upstream_wake and upstream_take_completion are
+ * called by worker `worker` only (one producer and one consumer per ring);
+ * everything else by the thread that owns the upstream (main).
+ */
+#ifndef LOCALDNS_UPSTREAM_H
+#define LOCALDNS_UPSTREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "cache/cache.h"
+#include "config/config.h"
+#include "dns/dns.h"
+
+/* Where a deferred reply goes. */
+enum upstream_transport {
+	UPSTREAM_NO_REPLY, /* a background refresh (prefetch, stale): nobody waits */
+	UPSTREAM_UDP,
+	UPSTREAM_TCP,
+};
+
+struct upstream_request {
+	struct dns_query q;
+	uint32_t reply_limit;  /* largest reply this client may get */
+	uint16_t udp_payload;  /* what our OPT record advertises */
+	bool has_cookie;       /* answer the client's cookie with `cookie` */
+	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
+
+	enum upstream_transport transport;
+	int fd;                /* UDP: the socket the query came in on */
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	uint32_t conn;         /* TCP: the worker's connection slot ... */
+	uint32_t conn_gen;     /* ... and which connection held it */
+};
+
+/* A TCP reply for a worker: the DNS message with its 2-byte length prefix. */
+struct upstream_completion {
+	uint32_t conn;
+	uint32_t conn_gen;
+	uint8_t *framed;       /* malloc'd; the taker frees it */
+	size_t len;
+};
+
+struct upstream_stats {
+	uint64_t queries;      /* libunbound queries started */
+	uint64_t coalesced;    /* requests that joined a query in flight */
+	uint64_t answers;      /* libunbound results that were not failures */
+	uint64_t failures;     /* SERVFAIL or error results */
+	uint64_t timeouts;     /* clients answered at their deadline */
+	uint64_t stale;        /* clients given a stale answer by the resolver */
+	uint64_t servfail;     /* clients given SERVFAIL by the resolver */
+	uint64_t dropped;      /* requests lost to a full ring or waiter cap */
+	uint64_t bogus;        /* DNSSEC validation failures */
+};
+
+struct upstream;
+
+/* The answer cache settings for cfg (cache.* plus our fixed SERVFAIL and
+ * negative caps). */
+void upstream_cache_config(const struct config *cfg, struct cache_config *out);
+
+/*
+ * Check what upstream_start would build (files it needs, resolv.conf)
+ * without starting anything: for --check-config. 0, or -1 with err set.
+ */
+int upstream_check(const struct config *cfg, char *err, size_t errlen);
+
+/*
+ * Build the libunbound context from cfg (resolving resolv.conf when
+ * upstream.servers is empty; every choice is logged) and start the
+ * resolver thread with a request ring for each of n_workers. The cache is
+ * borrowed and must outlive the upstream. NULL with a message in err.
+ */
+struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
+				unsigned n_workers, char *err, size_t errlen);
+
+/*
+ * Stop the resolver thread and delete the libunbound context; clients
+ * still waiting get no reply. Workers may still submit (nothing happens);
+ * free with upstream_free once they have stopped.
+ */
+void upstream_stop(struct upstream *u);
+void upstream_free(struct upstream *u);
+
+/*
+ * Worker side. Queue r (copied) for the resolver; false when the ring is
+ * full (the query is dropped and counted). upstream_wake must follow, once
+ * per batch, for the resolver to notice.
+ */
+bool upstream_submit(struct upstream *u, unsigned worker,
+		     const struct upstream_request *r);
+void upstream_wake(struct upstream *u);
+
+/* The eventfd that becomes readable when worker has TCP completions. */
+int upstream_completion_fd(struct upstream *u, unsigned worker);
+
+/* Take one completion for worker; false when there are none. */
+bool upstream_take_completion(struct upstream *u, unsigned worker,
+			      struct upstream_completion *out);
+
+/*
+ * True while the upstream looks down (the last resolution failed or timed
+ * out): workers then serve expired entries at once, instead of making the
+ * client wait for a refresh that will probably fail too.
+ */
+bool upstream_failing(const struct upstream *u);
+
+void upstream_stats(const struct upstream *u, struct upstream_stats *out);
+
+#endif
