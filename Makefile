@@ -115,6 +115,7 @@ fuzz: $(FUZZ_BIN)
 bench: $(BIN)
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
+	tests/bench/cache_qps.sh $(BIN)
 
 clean:
 	rm -rf $(BUILD)

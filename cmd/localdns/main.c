@@ -121,15 +121,21 @@ static void reload(const char *path, struct cache *cache)
 	config_free(cfg);
 }
 
-static void log_totals(const struct server *s)
+static void log_totals(const struct server *s, const struct upstream *u)
 {
 	struct query_stats st;
-	char received[24], dropped[24];
+	struct upstream_stats us;
+	char n[8][24];
 
 	server_stats(s, &st);
-	snprintf(received, sizeof received, "%llu", (unsigned long long)st.received);
-	snprintf(dropped, sizeof dropped, "%llu", (unsigned long long)st.dropped);
-	log_info("stopped", "queries", received, "dropped", dropped);
+	upstream_stats(u, &us);
+	const unsigned long long values[8] = {st.received, st.dropped, st.cache, st.upstream,
+					      us.queries, us.coalesced, us.timeouts, us.dropped};
+	for (int i = 0; i < 8; i++)
+		snprintf(n[i], sizeof n[i], "%llu", values[i]);
+	log_info("stopped", "queries", n[0], "dropped", n[1], "cache_hits", n[2],
+		 "cache_misses", n[3], "upstream_queries", n[4], "coalesced", n[5],
+		 "upstream_timeouts", n[6], "upstream_dropped", n[7]);
 }
 
 static struct cache *make_cache(const struct config *cfg)
@@ -189,7 +195,7 @@ static int serve(const char *path)
 	while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
 		reload(path, cache);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
-	log_totals(server);
+	log_totals(server, upstream);
 	upstream_stop(upstream);
 	server_stop(server);
 	upstream_free(upstream);

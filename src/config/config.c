@@ -236,7 +236,7 @@ static const struct key upstream_keys[] = {
 };
 
 static const struct key cache_keys[] = {
-	{"size", V_SIZE, CFG(cache.size), .def = "64MiB"},
+	{"size", V_SIZE, CFG(cache.size), .min = 65536, .def = "64MiB"},
 	{"min_ttl", V_SECONDS, CFG(cache.min_ttl), .max = TTL_MAX, .def = "0s"},
 	{"max_ttl", V_SECONDS, CFG(cache.max_ttl), .max = TTL_MAX, .def = "1d"},
 	{"serve_stale", V_BOOL, CFG(cache.serve_stale), .def = "true"},

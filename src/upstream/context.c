@@ -12,13 +12,23 @@
  *   through ub_fd into our resolver thread;
  * - do-not-query-localhost: no, since a node's resolver (or a test's) may
  *   live on a loopback address;
- * - a small message cache: ours sits in front, and a second full cache
- *   would hand our prefetches the same nearly expired answer back;
- *   the RRset cache stays useful for delegations in recursive mode;
+ * - no message cache to speak of (one slab of size 0 keeps only the last
+ *   message: unbound's hash tables always keep one entry): ours sits in
+ *   front, and a second message cache would hand our prefetches and
+ *   refreshes the same nearly expired answer back instead of asking. (A
+ *   cache-max-ttl of 0 would do more, but it also zeroes the TTLs in the
+ *   answers.) The RRset cache stays: it holds the delegations recursion
+ *   needs (4 MiB; 1 MiB when forwarding, where it only serves CNAME
+ *   chains), and unbound only builds CNAME, DNAME, DS and DNSKEY answers
+ *   from it, never the A/AAAA/... answers we cache;
  * - infra-keep-probing, so a forwarder that was down is tried again
  *   promptly once it is back instead of staying blocked;
  * - with DNSSEC, forward zones are marked domain-insecure: they are
- *   usually private names the public chain of trust says do not exist.
+ *   usually private names the public chain of trust says do not exist;
+ * - the private-address reverse zones (unbound blocks them by default) are
+ *   resolved like any other name: a node's resolver often serves them,
+ *   and every peer we replace forwards them. The other special-use names
+ *   (localhost., test., invalid., onion., ...) keep unbound's answers.
  */
 #include "upstream/internal.h"
 
@@ -190,11 +200,14 @@ static void write_server_clause(FILE *f, const struct config *cfg)
 		   "  verbosity: 0\n"
 		   "  do-not-query-localhost: no\n"
 		   "  module-config: \"%s\"\n"
-		   "  msg-cache-size: 256k\n"
-		   "  rrset-cache-size: 4m\n"
+		   "  msg-cache-size: 0\n"
+		   "  msg-cache-slabs: 1\n"
+		   "  rrset-cache-size: %s\n"
 		   "  key-cache-size: 1m\n"
-		   "  infra-keep-probing: yes\n",
-		modules);
+		   "  infra-keep-probing: yes\n"
+		   "  unblock-lan-zones: yes\n"
+		   "  insecure-lan-zones: yes\n",
+		modules, cfg->upstream.recursive ? "4m" : "1m");
 	if (cfg->upstream.recursive && *cfg->upstream.root_hints)
 		fprintf(f, "  root-hints: \"%s\"\n", cfg->upstream.root_hints);
 	if (cfg->upstream.dnssec) {

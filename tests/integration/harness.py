@@ -7,7 +7,8 @@ A test is a plain function `def test_xxx(env)`. `env` (an Env) gives it:
   env.tmp             a temporary directory removed after the test
 Daemons listen on 127.0.0.1 (and ::1 when asked) on a free port, log to a
 file in their temp dir, and are stopped (SIGTERM, then SIGKILL) after the
-test, or at exit whatever happens. Only loopback addresses are ever used.
+test, or at exit whatever happens. Only loopback addresses are ever used,
+and addresses inside network namespaces the tests create (netns=...).
 
 dig()/kdig() run the real tools with bounded +time/+tries and parse their
 text output into a ToolReply; dnsmsg has the raw-socket side.
@@ -31,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 _live_procs = set()   # every daemon process still possibly running
 _live_dirs = set()    # every temp dir still to remove
+_live_netns = set()   # every network namespace still to delete
 
 
 class Skip(Exception):
@@ -40,9 +42,41 @@ class Skip(Exception):
 def cleanup_all():
     for p in list(_live_procs):
         _kill(p)
+    for name in list(_live_netns):    # after the processes living in them
+        delete_netns(name)
     for d in list(_live_dirs):
         shutil.rmtree(d, ignore_errors=True)
         _live_dirs.discard(d)
+
+
+def track_process(p):
+    """Have cleanup_all() stop Popen p (SIGTERM, then SIGKILL) if it still
+    runs. Returns p."""
+    _live_procs.add(p)
+    return p
+
+
+def untrack_process(p):
+    """p was stopped by its owner: cleanup_all() need not see it."""
+    _live_procs.discard(p)
+
+
+def track_netns(name):
+    """Have cleanup_all() delete network namespace `name` (after stopping
+    every tracked process)."""
+    _live_netns.add(name)
+
+
+def delete_netns(name):
+    """Delete network namespace `name` (no error if it is gone)."""
+    subprocess.run(["ip", "netns", "delete", name], capture_output=True,
+                   timeout=10)
+    _live_netns.discard(name)
+
+
+def netns_argv(netns, argv):
+    """argv run inside network namespace netns (as is when netns is None)."""
+    return (["ip", "netns", "exec", netns] if netns else []) + list(argv)
 
 
 def _kill(p):
@@ -250,11 +284,14 @@ class Daemon:
 
     def __init__(self, binary, config=None, files=None, host="127.0.0.1",
                  config_text=None, wait=True, tmpdir=None, config_file=None,
-                 port=None):
+                 port=None, netns=None):
         """config: a dict written as YAML; or config_text as is; or
         config_file, an existing file used in place (then port= says where
-        it listens). files: {relative path: text} written next to it."""
+        it listens). files: {relative path: text} written next to it.
+        netns: run inside this network namespace (ip netns exec); then
+        only dig()/kdig() reach it, not udp()/tcp()/udp_raw()."""
         self.binary = binary
+        self.netns = netns
         self.dir = tmpdir or mkdtemp()
         self.config = config
         self.host = host
@@ -277,7 +314,8 @@ class Daemon:
         self._log = open(self.log_path, "wb")
         self._out = open(self.out_path, "wb")
         self.proc = subprocess.Popen(
-            [binary, "--config", self.config_path], stdin=subprocess.DEVNULL,
+            netns_argv(netns, [binary, "--config", self.config_path]),
+            stdin=subprocess.DEVNULL,
             stdout=self._out, stderr=self._log,
             cwd="/")  # not the config's dir: static.files must resolve
                       # against the config file, not the working directory
@@ -302,6 +340,8 @@ class Daemon:
 
     def wait_ready(self, timeout=5.0):
         """Poll with a UDP query until any reply comes, then check TCP."""
+        if self.netns:
+            return self._wait_ready_netns(timeout)
         deadline = time.monotonic() + timeout
         probe = dnsmsg.build_query("db.prod.svc.cluster.local", "A")
         while time.monotonic() < deadline:
@@ -322,6 +362,26 @@ class Daemon:
             except OSError:
                 time.sleep(0.05)
         raise DaemonError("daemon answers UDP but TCP connect fails")
+
+    def _wait_ready_netns(self, timeout):
+        """wait_ready inside a network namespace, which only tools started
+        there reach: dig until it gets a reply over UDP, then over TCP."""
+        deadline = time.monotonic() + timeout
+        for transport in ("+notcp", "+tcp"):
+            while True:
+                if not self.alive():
+                    raise DaemonError("daemon exited with status %s before "
+                                      "answering; stderr:\n%s"
+                                      % (self.proc.returncode, self.tail()))
+                if self.dig("db.prod.svc.cluster.local", "A", transport,
+                            timeout=1).status is not None:
+                    break
+                if time.monotonic() > deadline:
+                    raise DaemonError("daemon in netns %s did not answer "
+                                      "(%s) within %.0fs; stderr:\n%s"
+                                      % (self.netns, transport, timeout,
+                                         self.tail()))
+                time.sleep(0.05)
 
     def stop(self, sig=signal.SIGTERM, timeout=2.0):
         """Signal and wait; returns (exit status, seconds taken). Kills it
@@ -359,9 +419,11 @@ class Daemon:
         return dnsmsg.udp_exchange(self.host, self.port, pkt, timeout)
 
     def dig(self, *args, **kw):
+        kw.setdefault("netns", self.netns)
         return dig(self.host, self.port, *args, **kw)
 
     def kdig(self, *args, **kw):
+        kw.setdefault("netns", self.netns)
         return kdig(self.host, self.port, *args, **kw)
 
 
@@ -454,17 +516,19 @@ def _run_tool(argv, timeout):
     return ToolReply(p.stdout + p.stderr, p.returncode)
 
 
-def dig(host, port, name, qt="A", *opts, qclass="IN", timeout=2, tries=1):
+def dig(host, port, name, qt="A", *opts, qclass="IN", timeout=2, tries=1,
+        netns=None):
     argv = ["dig", "@" + host, "-p", str(port), "-c", qclass, "-t", qt,
             "-q", name, "+time=%d" % timeout, "+tries=%d" % tries] + list(opts)
-    return _run_tool(argv, timeout * tries * 3 + 5)
+    return _run_tool(netns_argv(netns, argv), timeout * tries * 3 + 5)
 
 
-def kdig(host, port, name, qt="A", *opts, qclass="IN", timeout=2, tries=1):
+def kdig(host, port, name, qt="A", *opts, qclass="IN", timeout=2, tries=1,
+         netns=None):
     argv = ["kdig", "@" + host, "-p", str(port), "-c", qclass, "-t", qt,
             "-q", name, "+time=%d" % timeout, "+retry=%d" % (tries - 1)] \
         + list(opts)
-    return _run_tool(argv, timeout * tries * 3 + 5)
+    return _run_tool(netns_argv(netns, argv), timeout * tries * 3 + 5)
 
 
 # ------------------------------------------------------------- per-test env
@@ -496,9 +560,9 @@ class Env:
             port = free_port(tuple(addresses))
         return deep_merge(base_config(port, addresses), over)
 
-    def start(self, config=None, files=None, wait=True, **over):
-        """Start a daemon of this test's own. Files for static.files are
-        added unless given."""
+    def start(self, config=None, files=None, wait=True, netns=None, **over):
+        """Start a daemon of this test's own (inside network namespace
+        netns when given). Files for static.files are added unless given."""
         if config is None:
             config = self.config(**over)
         if files is None:
@@ -506,7 +570,8 @@ class Env:
         files.setdefault(STANDARD_FILE_NAME,
                          static_file_yaml(STANDARD_FILE_RECORDS))
         d = Daemon(self.binary, config, files=files,
-                   host=config["listen"]["addresses"][0], wait=False)
+                   host=config["listen"]["addresses"][0], wait=False,
+                   netns=netns)
         self._daemons.append(d)
         if wait:
             d.wait_ready()

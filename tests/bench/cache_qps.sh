@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# cache_qps.sh BIN — cache-hit throughput and latency of localdns (external
+# names answered from its answer cache), with Unbound from Debian as a peer
+# when it is installed.
+#
+#   tests/bench/cache_qps.sh build/localdns      (make bench runs it too)
+#
+# Method (docs/performance.md says why):
+#   - NSD serves bench.example. on 127.0.0.1 (a free port) with 10,000 names
+#     h00000.bench.example. ... h09999.bench.example., one A record each,
+#     TTL 1 day. The query file asks for all 10,000 A records in a fixed
+#     shuffled order.
+#   - localdns forwards to that NSD (upstream.servers), one worker pinned to
+#     CPU 0; dnsperf is pinned to CPU 1 (taskset, when there are two CPUs or
+#     more). NSD is not pinned; it only works during the warm-up.
+#   - Warm-up: one pass over the 10,000 names at $BENCH_WARM_RATE (5,000)
+#     QPS; every one must come back NOERROR. After it every name is in the
+#     cache for a day, so each measured query is a hit: NSD's own query
+#     counter (nsd-control over a local socket) is read before and after the
+#     measured runs and printed, and should not move.
+#   - Run 1, "max", and run 2, "fixed" (20k QPS, -v, p50/p99/p99.9): the same
+#     two dnsperf runs as static_qps.sh, over the 10,000-name hot set, with
+#     the server's CPU time per answered query from /proc.
+#   - RSS of the server just after start, after the warm-up (10,000 names
+#     cached) and after both runs.
+#   - Unbound 1.17 (Debian), one thread, the same pinning, forwarding "." to
+#     the same NSD, warmed the same way, the same two runs.
+# Then the "Cache hits" block of docs/performance.md is rewritten with the
+# figures, date, machine and commit (BENCH_NO_DOC=1 leaves it alone).
+#
+# Everything is bounded (timeouts on every step) and every process this
+# script starts is killed on exit. Traffic goes to 127.0.0.1 only. The
+# helpers are in lib.sh, shared with static_qps.sh.
+set -euo pipefail
+
+BIN=${1:?usage: cache_qps.sh BIN}
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+HERE=$(cd "$(dirname "$0")" && pwd)
+NAMES=${BENCH_CACHE_NAMES:-10000}
+WARM_RATE=${BENCH_WARM_RATE:-5000}
+ZONE=bench.example
+# shellcheck source=tests/bench/lib.sh
+. "$HERE/lib.sh"
+bench_init cache_qps
+
+NSD=$(command -v nsd || ls /usr/sbin/nsd 2>/dev/null || true)
+[ -n "$NSD" ] || { echo "cache_qps: nsd not installed (make deps)" >&2; exit 1; }
+NSD_CONTROL=$(command -v nsd-control || ls /usr/sbin/nsd-control 2>/dev/null || true)
+
+# ------------------------------------------------------------------ data
+python3 - "$TMP" "$NAMES" "$ZONE" <<'EOF'
+import random, sys
+tmp, n, zone = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+names = ["h%05d" % i for i in range(n)]
+with open(tmp + "/zone.txt", "w") as f:
+    f.write("$ORIGIN %s.\n$TTL 86400\n" % zone)
+    f.write("@ IN SOA ns.%s. hostmaster.%s. 1 3600 600 86400 86400\n" % (zone, zone))
+    f.write("@ IN NS ns\nns IN A 127.0.0.1\n")
+    for i, nm in enumerate(names):
+        f.write("%s IN A 10.%d.%d.%d\n" % (nm, i // 65536, (i // 256) % 256, i % 256))
+qs = ["%s.%s A" % (nm, zone) for nm in names]
+random.Random(42).shuffle(qs)
+with open(tmp + "/queries.txt", "w") as f:
+    f.write("\n".join(qs) + "\n")
+EOF
+PROBE=$(head -1 "$TMP/queries.txt")
+
+# ------------------------------------------------------------------ NSD
+NPORT=$(free_port)
+cat >"$TMP/nsd.conf" <<EOF
+server:
+  ip-address: 127.0.0.1@$NPORT
+  do-ip6: no
+  rrl-ratelimit: 0
+  server-count: 1
+  username: ""
+  database: ""
+  chroot: ""
+  zonesdir: "$TMP"
+  zonelistfile: "$TMP/nsd.zonelist"
+  xfrdfile: "$TMP/nsd.xfrd"
+  xfrdir: "$TMP"
+  pidfile: ""
+  logfile: "$TMP/nsd.log"
+  verbosity: 0
+remote-control:
+  control-enable: yes
+  control-interface: "$TMP/nsd.ctl"
+zone:
+  name: "$ZONE."
+  zonefile: "zone.txt"
+EOF
+bench_spawn nsd "$NSD" -d -c "$TMP/nsd.conf"
+NPID=$SPID
+wait_answer "$NPORT" "$NPID" nsd
+
+# Queries NSD has answered so far ("?" without nsd-control).
+nsd_queries() {
+	local n=""
+	if [ -n "$NSD_CONTROL" ]; then
+		n=$(timeout 5 "$NSD_CONTROL" -c "$TMP/nsd.conf" stats_noreset 2>/dev/null |
+			awk -F= '$1 == "num.queries" {print $2}') || true
+	fi
+	echo "${n:-?}"
+}
+nsd_delta() { # before after
+	if [ "$1" = "?" ] || [ "$2" = "?" ]; then echo "?"; else echo $(($2 - $1)); fi
+}
+
+# One pass over every name at WARM_RATE. Sets WARM_OK (1 when every query
+# was answered NOERROR), WARM_TEXT, WARM_UPSTREAM (queries NSD answered).
+warm_up() { # port tag
+	local port=$1 tag=$2 n0 n1 sent completed lost noerr
+	n0=$(nsd_queries)
+	timeout $((NAMES / WARM_RATE + 30)) "${GEN_PIN[@]}" dnsperf -s 127.0.0.1 -p "$port" \
+		-d "$QUERIES" -n 1 -Q "$WARM_RATE" -c 8 -q 500 -t 2 \
+		>"$TMP/$tag-warm.txt" 2>&1 || true
+	n1=$(nsd_queries)
+	read -r sent completed lost noerr < <(dnsperf_counts "$TMP/$tag-warm.txt")
+	WARM_UPSTREAM=$(nsd_delta "$n0" "$n1")
+	WARM_TEXT="$noerr/$NAMES NOERROR ($sent sent, $completed completed, $lost lost; NSD answered $WARM_UPSTREAM)"
+	if [ "$sent" = "$NAMES" ] && [ "$completed" = "$NAMES" ] && [ "$noerr" = "$NAMES" ]; then
+		WARM_OK=1
+	else
+		WARM_OK=0
+		echo "cache_qps: warning: $tag warm-up incomplete: $WARM_TEXT; response codes: $(dnsperf_rcodes "$TMP/$tag-warm.txt")" >&2
+	fi
+}
+
+# After measure: were all answers NOERROR and none lost? Sets ANSWERS_TEXT,
+# and REPLY_BYTES (dnsperf's average response size in the max run).
+check_answers() { # tag
+	local tag=$1 ok=1 f lost rc
+	ANSWERS_TEXT=""
+	for f in max fixed; do
+		read -r _ _ lost _ < <(dnsperf_counts "$TMP/$tag-$f.txt")
+		rc=$(dnsperf_rcodes "$TMP/$tag-$f.txt")
+		case "$rc" in
+		"NOERROR "*"(100.00%)") ;;
+		*) ok=0 ;;
+		esac
+		[ "$lost" = 0 ] || ok=0
+		ANSWERS_TEXT="$ANSWERS_TEXT${ANSWERS_TEXT:+; }$f run: $lost lost, $rc"
+	done
+	REPLY_BYTES=$(awk '/Average packet size:/ {print $NF}' "$TMP/$tag-max.txt")
+	if [ "$ok" = 1 ]; then
+		ANSWERS_TEXT="all NOERROR, none lost"
+	else
+		echo "cache_qps: warning: $tag did not answer every query NOERROR: $ANSWERS_TEXT" >&2
+	fi
+}
+
+# Warm server $pid on $port, measure it, print its line. Sets RSS_START,
+# RSS_WARM, RSS (after the runs), RUN_UPSTREAM (NSD queries during the
+# measured runs), plus everything measure, warm_up and check_answers set.
+run_server() { # port pid tag
+	local port=$1 pid=$2 tag=$3 n0 n1
+	RSS_START=$(rss_kib "$pid")
+	warm_up "$port" "$tag"
+	RSS_WARM=$(rss_kib "$pid")
+	n0=$(nsd_queries)
+	measure "$port" "$tag" "$pid"
+	n1=$(nsd_queries)
+	RUN_UPSTREAM=$(nsd_delta "$n0" "$n1")
+	RSS=$(rss_kib "$pid")
+	check_answers "$tag"
+	report "$tag"
+	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; answers: $ANSWERS_TEXT, ${REPLY_BYTES:-?} bytes each; RSS $RSS_START KiB at start, $RSS_WARM KiB with $NAMES names cached"
+}
+
+# ------------------------------------------------------------------ localdns
+PORT=$(free_port)
+cat >"$TMP/localdns.yaml" <<EOF
+listen:
+  addresses: [127.0.0.1]
+  port: $PORT
+  workers: 1
+interface: {manage: false}
+nftables: {enabled: false}
+kubernetes: {enabled: false}
+health: {listen: ""}
+metrics: {listen: ""}
+control: {socket: ""}
+log: {level: warn}
+upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s}
+cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
+EOF
+bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
+LPID=$SPID
+wait_answer "$PORT" "$LPID" localdns
+echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES cached names (NSD on 127.0.0.1:$NPORT), workers 1, $PINNING"
+run_server "$PORT" "$LPID" localdns
+read -r -a L < <(figures)
+L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT, ${REPLY_BYTES:-?}-byte replies" "$RSS_START" "$RSS_WARM")
+bench_stop "$LPID"
+
+# ------------------------------------------------------------------ unbound
+UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
+U=()
+U_WARM=()
+UVER=""
+if [ -n "$UNBOUND" ]; then
+	UPORT=$(free_port)
+	cat >"$TMP/unbound.conf" <<EOF
+server:
+  interface: 127.0.0.1
+  port: $UPORT
+  num-threads: 1
+  do-daemonize: no
+  chroot: ""
+  username: ""
+  directory: "$TMP"
+  pidfile: ""
+  use-syslog: no
+  logfile: ""
+  verbosity: 0
+  do-ip6: no
+  access-control: 127.0.0.0/8 allow
+  module-config: "iterator"
+  so-rcvbuf: 4m
+  do-not-query-localhost: no
+  prefetch: yes
+forward-zone:
+  name: "."
+  forward-addr: 127.0.0.1@$NPORT
+remote-control:
+  control-enable: no
+EOF
+	bench_server unbound "$UNBOUND" -d -c "$TMP/unbound.conf"
+	UPID=$SPID
+	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
+	if wait_answer "$UPORT" "$UPID" unbound; then
+		run_server "$UPORT" "$UPID" unbound
+		read -r -a U < <(figures)
+		U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT, ${REPLY_BYTES:-?}-byte replies" "$RSS_START" "$RSS_WARM")
+	fi
+	bench_stop "$UPID"
+else
+	echo "unbound: not installed, no peer figure (apt-get install unbound)"
+fi
+bench_stop "$NPID"
+
+bench_ratio
+
+# ------------------------------------------------------------------ the doc
+[ "${BENCH_NO_DOC:-0}" = 1 ] && exit 0
+bench_doc_meta
+mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+if [ "${#U_WARM[@]}" -gt 0 ]; then
+	NOTES=(
+		"- Warm-up, one pass at $WARM_RATE QPS: localdns ${L_WARM[1]}; Unbound ${U_WARM[1]}."
+		"- NSD answered ${L_WARM[2]} queries during the measured runs of localdns and ${U_WARM[2]} during those of Unbound (0 = every measured query was a cache hit)."
+		"- Answers in the measured runs: localdns ${L_WARM[3]}; Unbound ${U_WARM[3]}."
+		"- RSS with the $NAMES names cached (after the warm-up, before the runs): localdns $(mib "${L_WARM[5]}") MiB ($(mib "${L_WARM[4]}") MiB just after start; cache.size 64MiB), Unbound $(mib "${U_WARM[5]}") MiB ($(mib "${U_WARM[4]}") MiB just after start)."
+	)
+else
+	NOTES=(
+		"- Warm-up, one pass at $WARM_RATE QPS: localdns ${L_WARM[1]}."
+		"- NSD answered ${L_WARM[2]} queries during the measured runs of localdns (0 = every measured query was a cache hit)."
+		"- Answers in the measured runs: localdns ${L_WARM[3]}."
+		"- RSS with the $NAMES names cached (after the warm-up, before the runs): localdns $(mib "${L_WARM[5]}") MiB ($(mib "${L_WARM[4]}") MiB just after start; cache.size 64MiB)."
+	)
+fi
+bench_write_doc cache-hits "$NAMES cached names (A, TTL 1 d) from NSD, all hits after one warm-up pass" \
+	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, forwarding to NSD)" \
+	"${NOTES[@]}"

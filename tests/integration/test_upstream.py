@@ -1,0 +1,429 @@
+"""External names: forwarding through libunbound to a real authoritative
+server (NSD, see authority.py), the answer cache in front of it (TTL ageing,
+clamps, negative caching, prefetch, serve-stale, coalescing, a random-name
+flood under a small cache), forward zones, recursion from a local root, and
+DNSSEC validation with a bogus case."""
+
+import os
+import select
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import authority
+import dnsmsg
+import harness
+
+SITE = authority.zone_path("site.example.")
+SUB = authority.zone_path("sub.site.example.")
+CORP = authority.zone_path("corp.internal.")
+RRSIG = 46
+
+
+def forwarding(env, up, upstream=None, **over):
+    """A daemon of this test's own forwarding everything to authority up."""
+    cfg = {"servers": [up.addr], "timeout": "1s"}
+    cfg.update(upstream or {})
+    return env.start(upstream=cfg, **over)
+
+
+def a_records(m):
+    return sorted(r["rdata"] for r in m.rrs("answer", "A"))
+
+
+def ttls(m):
+    return [r["ttl"] for r in m.answer]
+
+
+def test_forwarded_answers_keep_the_clients_id_and_case(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        m = d.udp("WwW.Site.Example", "A", qid=0x4242)
+        assert m.id == 0x4242 and m.rcode_name == "NOERROR", m.describe()
+        assert m.question[0][0] == "WwW.Site.Example.", m.question
+        assert a_records(m) == ["192.0.2.1"], m.answer
+        assert m.ra and not m.aa, m.describe()
+        m = d.udp("www.site.example", "AAAA")
+        assert [r["rdata"] for r in m.answer] == ["2001:db8::1"], m.answer
+        m = d.udp("mail.site.example", "MX")
+        assert m.rcode_name == "NOERROR" and len(m.rrs("answer", "MX")) == 1, m.answer
+        r = d.dig("txt.site.example", "TXT")
+        assert r.status == "NOERROR" and len(r.rrs("answer", "TXT")) == 3, r.text
+        m = d.udp("c1.site.example", "A")
+        assert [x["type"] for x in m.answer] == [5, 5, 5, 1], m.answer  # 3 CNAMEs, A
+        assert a_records(m) == ["192.0.2.1"], m.answer
+
+
+def test_negative_answers_carry_the_soa_and_are_cached(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        m = d.udp("nothere.site.example", "A")
+        assert m.rcode_name == "NXDOMAIN", m.describe()
+        soa = m.rrs("authority", "SOA")
+        assert len(soa) == 1 and soa[0]["ttl"] <= 30, m.authority  # SOA minimum
+        m = d.udp("noaaaa.site.example", "AAAA")
+        assert m.rcode_name == "NOERROR" and m.answer == [], m.describe()
+        assert len(m.rrs("authority", "SOA")) == 1, m.authority
+        asked = up.queries()
+        for name, qt, rcode in (("nothere.site.example", "A", "NXDOMAIN"),
+                                ("noaaaa.site.example", "AAAA", "NOERROR")):
+            m = d.udp(name, qt)
+            assert m.rcode_name == rcode, m.describe()
+        assert up.queries() == asked, "negative answers were not cached"
+
+
+def test_large_answer_truncates_over_udp_and_comes_whole_over_tcp(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        m = d.udp("big.site.example", "TXT", edns=True, udp_size=1232)
+        assert m.tc and m.answer == [], m.describe()
+        m = d.tcp("big.site.example", "TXT")
+        assert not m.tc and len(m.answer) == 40, m.describe()
+        assert m.size > 1232, m.size
+
+
+def test_second_query_comes_from_the_cache_with_aged_ttls(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        first = d.udp("www.site.example", "A")
+        asked = up.queries()
+        time.sleep(2.2)
+        second = d.udp("www.site.example", "A")
+        assert up.queries() == asked, "a cache hit went upstream"
+        assert a_records(second) == a_records(first)
+        aged = first.answer[0]["ttl"] - second.answer[0]["ttl"]
+        assert 2 <= aged <= 3, "TTL %d then %d" % (first.answer[0]["ttl"],
+                                                   second.answer[0]["ttl"])
+        m = d.tcp("www.site.example", "A")  # TCP reads the same cache
+        assert up.queries() == asked and a_records(m) == ["192.0.2.1"], m.describe()
+
+
+def test_min_and_max_ttl_clamp_what_clients_see(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up, cache={"min_ttl": "60s", "max_ttl": "100s"})
+        assert ttls(d.udp("short.site.example", "A")) == [60]   # zone says 5
+        assert ttls(d.udp("long.site.example", "A")) == [100]   # zone says 7d
+        assert ttls(d.udp("www.site.example", "A")) == [100]    # zone says 300
+
+
+def test_prefetch_refreshes_a_popular_entry_before_it_expires(env):
+    # max_ttl 10s makes every entry live 10 s; its last 10% is the last
+    # second, and a hit then is answered from the cache and starts one refresh.
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up, cache={"max_ttl": "10s"})
+        d.udp("www.site.example", "A")
+        # libunbound keeps its last message: make it another one, so the
+        # refresh cannot be answered from there (ARCHITECTURE.md).
+        d.udp("mail.site.example", "MX")
+        asked = up.queries()
+        deadline = time.monotonic() + 12
+        refreshed = False
+        while time.monotonic() < deadline and not refreshed:
+            m = d.udp("www.site.example", "A")
+            assert m.rcode_name == "NOERROR" and m.answer, m.describe()
+            time.sleep(0.1)
+            refreshed = up.queries() > asked
+        assert refreshed, "no refresh reached the upstream before expiry"
+        assert up.queries() == asked + 1, "one hit, one refresh"
+        m = d.udp("www.site.example", "A")
+        assert ttls(m)[0] >= 9, "refreshed entry not served: %s" % ttls(m)
+
+
+test_prefetch_refreshes_a_popular_entry_before_it_expires.timeout = 30
+
+
+def test_upstream_outage_serves_stale_then_recovers(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up, upstream={"timeout": "1s"},
+                       cache={"max_ttl": "1s"})
+        assert a_records(d.udp("www.site.example", "A")) == ["192.0.2.1"]
+        d.udp("mail.site.example", "MX")  # libunbound's one kept message
+        up.stop()
+        time.sleep(1.5)  # the entry is expired now
+        for _ in range(3):
+            start = time.monotonic()
+            m = d.udp("www.site.example", "A", timeout=3)
+            took = time.monotonic() - start
+            assert m.rcode_name == "NOERROR", m.describe()
+            assert ttls(m) == [30], "stale answers carry TTL 30: %s" % m.answer
+            assert took < 1.5, "stale answer took %.2fs" % took
+        for name in ("never1.site.example", "never2.site.example"):
+            start = time.monotonic()
+            m = d.udp(name, "A", timeout=3)
+            took = time.monotonic() - start
+            assert m.rcode_name == "SERVFAIL", m.describe()
+            assert took < 1.5, "SERVFAIL after %.2fs, timeout is 1s" % took
+        up.restart()
+        deadline = time.monotonic() + 10
+        while True:
+            m = d.udp("www.site.example", "A", timeout=3)
+            if ttls(m) != [30]:
+                break
+            assert time.monotonic() < deadline, "never recovered: %s" % m.answer
+            time.sleep(0.5)
+        assert a_records(m) == ["192.0.2.1"] and ttls(m)[0] <= 1, m.answer
+        m = d.udp("txt.site.example", "TXT", timeout=3)
+        assert m.rcode_name == "NOERROR" and m.answer, m.describe()
+
+
+test_upstream_outage_serves_stale_then_recovers.timeout = 40
+
+
+class SlowProxy:
+    """A UDP relay that holds each query `delay` seconds before passing it
+    on to 127.0.0.1:target, so many client queries arrive while the first
+    upstream query is still in flight."""
+
+    def __init__(self, target, delay):
+        self.target, self.delay = target, delay
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.relayed = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _relay(self, data, client):
+        time.sleep(self.delay)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(2)
+            s.sendto(data, ("127.0.0.1", self.target))
+            try:
+                self.sock.sendto(s.recvfrom(65535)[0], client)
+            except OSError:
+                pass
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stopping:
+            try:
+                data, client = self.sock.recvfrom(65535)
+            except OSError:
+                continue
+            self.relayed += 1
+            threading.Thread(target=self._relay, args=(data, client),
+                             daemon=True).start()
+
+    def close(self):
+        self.stopping = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def burst(port, name, n, sockets=10):
+    """n identical queries from several sockets, all sent before any reply
+    is read; returns {qid: parsed reply}."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(sockets)]
+    replies = {}
+    try:
+        for s in socks:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        for qid in range(n):
+            socks[qid % sockets].sendto(dnsmsg.build_query(name, "A", qid=qid),
+                                        ("127.0.0.1", port))
+        deadline = time.monotonic() + 5
+        while len(replies) < n and time.monotonic() < deadline:
+            ready, _, _ = select.select(socks, [], [], 0.2)
+            for s in ready:
+                m = dnsmsg.parse(s.recv(65535))
+                replies[m.id] = m
+    finally:
+        for s in socks:
+            s.close()
+    return replies
+
+
+def test_identical_misses_share_one_upstream_query(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        # 0.25 s: below libunbound's first retransmit (376 ms), which
+        # would be a second query of libunbound's own, not ours.
+        proxy = SlowProxy(up.port, 0.25)
+        try:
+            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port],
+                                    "timeout": "3s"})
+            asked = up.queries()
+            replies = burst(d.port, "www.site.example", 1000)
+            assert len(replies) == 1000, "%d replies" % len(replies)
+            bad = [m.describe() for m in replies.values()
+                   if m.rcode_name != "NOERROR" or a_records(m) != ["192.0.2.1"]]
+            assert not bad, bad[:3]
+            assert up.queries() - asked == 1, "%d upstream queries" % (up.queries() - asked)
+            assert proxy.relayed == 1, proxy.relayed
+        finally:
+            proxy.close()
+
+
+test_identical_misses_share_one_upstream_query.timeout = 30
+
+
+def _rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
+def _sanitized(binary):
+    with open(binary, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
+# RSS may grow past its start-up value by cache.size plus this: libunbound's
+# own caches (1 MiB of RRsets when forwarding, 1 MiB of negative answers,
+# its infrastructure cache), its query
+# state, and malloc's free lists (docs/performance.md).
+FLOOD_OVERHEAD_KIB = 8 * 1024
+
+
+def test_random_name_flood_stays_within_the_cache_size(env):
+    sanitized = _sanitized(env.binary)
+    names = 20000 if sanitized else 200000
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up, upstream={"timeout": "2s"}, cache={"size": "8MiB"})
+        hot = d.udp("www.site.example", "A")
+        assert a_records(hot) == ["192.0.2.1"]
+        before = _rss_kib(d.proc.pid)
+        qfile = os.path.join(env.tmp, "flood.txt")
+        with open(qfile, "w") as f:
+            for i in range(names):
+                f.write("r%07d.site.example A\n" % i)
+        perf = subprocess.Popen(
+            ["dnsperf", "-s", "127.0.0.1", "-p", str(d.port), "-d", qfile,
+             "-n", "1", "-Q", "20000", "-c", "4", "-t", "3"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        harness.track_process(perf)
+        last_ttl, checks = hot.answer[0]["ttl"], 0
+        while perf.poll() is None:
+            m = d.udp("www.site.example", "A")
+            assert m.rcode_name == "NOERROR", "hot name: %s" % m.describe()
+            ttl = m.answer[0]["ttl"]
+            assert ttl <= last_ttl, "hot name fetched again (TTL %d after %d)" % (ttl, last_ttl)
+            last_ttl, checks = ttl, checks + 1
+            time.sleep(0.05)
+        out = perf.communicate()[0]
+        assert perf.returncode == 0, out
+        assert checks > 5, "the flood ended before the hot name was checked"
+        completed = int(out.split("Queries completed:")[1].split()[0])
+        assert completed >= names * 0.95, out
+        grown = _rss_kib(d.proc.pid) - before
+        if not sanitized:  # ASan's shadow memory and quarantine say nothing
+            assert grown <= 8 * 1024 + FLOOD_OVERHEAD_KIB, "RSS grew %d KiB" % grown
+        assert d.alive(), d.tail()
+
+
+test_random_name_flood_stays_within_the_cache_size.timeout = 90
+
+
+def test_forward_zones_longest_match_wins(env):
+    with authority.Authority({"site.example.": SITE}) as up, \
+            authority.Authority({"sub.site.example.": SUB}) as sub, \
+            authority.Authority({"corp.internal.": CORP}) as corp:
+        d = forwarding(env, up, upstream={"forward_zones": {
+            "corp.internal": [corp.addr], "sub.site.example": [sub.addr]}})
+        m = d.udp("db.corp.internal", "A")
+        assert a_records(m) == ["10.1.0.5"], m.describe()
+        m = d.udp("host.sub.site.example", "A")  # delegated below site.example
+        assert a_records(m) == ["192.0.2.50"], m.describe()
+        assert a_records(d.udp("www.site.example", "A")) == ["192.0.2.1"]
+        assert corp.queries() == 1 and sub.queries() == 1, (corp.queries(), sub.queries())
+
+
+def test_recursion_from_a_local_root(env):
+    with authority.Hierarchy() as h:
+        d = env.start(netns=h.netns, upstream={
+            "recursive": True, "root_hints": h.hints_path, "timeout": "2s",
+            "forward_zones": {"corp.internal": ["10.53.0.6"]}})
+        r = d.dig("www.leaf.example", "A")
+        assert r.status == "NOERROR" and r.rdatas("A") == ["192.0.2.77"], r.text
+        assert h.servers["leaf.example."].queries() > 0
+        assert h.servers["."].queries() > 0, "the root was never asked"
+        r = d.dig("host.sub.site.example", "A")  # two delegations down
+        assert r.rdatas("A") == ["192.0.2.50"], r.text
+        r = d.dig("nothere.leaf.example", "A")
+        assert r.status == "NXDOMAIN", r.text
+        r = d.dig("db.corp.internal", "A")
+        assert r.rdatas("A") == ["10.1.0.5"], r.text
+        asked = h.servers["leaf.example."].queries()
+        r = d.dig("www.leaf.example", "A")
+        assert r.rdatas("A") == ["192.0.2.77"], r.text
+        assert h.servers["leaf.example."].queries() == asked, "not cached"
+
+
+test_recursion_from_a_local_root.timeout = 30
+
+
+def test_dnssec_validation_sets_ad_and_refuses_bogus_data(env):
+    signed = authority.sign_secure_zone(env.tmp)
+    with authority.Authority({"site.example.": SITE,
+                              "secure.example.": signed.path}) as up:
+        d = forwarding(env, up, upstream={
+            "dnssec": True, "trust_anchor": signed.anchor_file, "timeout": "2s"})
+        m = d.udp("good.secure.example", "A", do=True)
+        assert m.rcode_name == "NOERROR" and m.ad, m.describe()
+        assert a_records(m) == ["192.0.2.10"], m.answer
+        assert m.rrs("answer", RRSIG), "DO=1 gets the signatures: %s" % m.answer
+        m = d.udp("good.secure.example", "A")  # no EDNS, no AD asked
+        assert a_records(m) == ["192.0.2.10"] and not m.ad, m.describe()
+        assert not m.rrs("answer", RRSIG), "DO=0 got RRSIGs: %s" % m.answer
+        r = d.dig("good.secure.example", "A")  # dig sets AD in its queries
+        assert "ad" in r.flags, r.text
+        for do in (False, True):
+            m = d.udp("bad.secure.example", "A", do=do, edns=do)
+            assert m.rcode_name == "SERVFAIL" and not m.answer, m.describe()
+        m = d.udp("nothere.secure.example", "A", do=True)
+        assert m.rcode_name == "NXDOMAIN" and m.ad, m.describe()
+        m = d.udp("www.site.example", "A", do=True)  # no anchor: insecure
+        assert a_records(m) == ["192.0.2.1"] and not m.ad, m.describe()
+
+
+test_dnssec_validation_sets_ad_and_refuses_bogus_data.timeout = 30
+
+
+def test_unreadable_trust_anchor_stops_start_up(env):
+    path = os.path.join(env.tmp, "c.yaml")
+    with open(path, "w") as f:
+        f.write("listen: {addresses: [127.0.0.1], port: %d}\n"
+                "upstream:\n  dnssec: true\n  servers: [127.0.0.1:9]\n"
+                "  trust_anchor: /nonexistent/root.key\n" % harness.free_port())
+    for args in (["--check-config", path], ["--config", path]):
+        r = env.run(args)
+        assert r.returncode == 1, r
+        assert "upstream.trust_anchor: cannot read /nonexistent/root.key" in r.stderr, r.stderr
+
+
+def test_resolv_conf_nameservers_are_used_and_unusable_ones_skipped(env):
+    # In the Hierarchy's namespace, so localdns can listen on port 53 (what
+    # resolv.conf nameservers use) and 10.53.0.4:53 serves site.example.
+    with authority.Hierarchy() as h:
+        rc = os.path.join(env.tmp, "resolv.conf")
+        with open(rc, "w") as f:
+            f.write("search example\noptions ndots:5\n"
+                    "nameserver 127.0.0.1\n"        # localdns itself: a loop
+                    "nameserver 127.0.0.2\n"        # loopback, nobody answers
+                    "nameserver not-an-address\n"
+                    "nameserver 10.53.0.4\n")
+        d = env.start(netns=h.netns, listen={"port": 53},
+                      upstream={"servers": [], "resolv_conf": rc})
+        r = d.dig("www.site.example", "A")
+        assert r.rdatas("A") == ["192.0.2.1"], r.text
+        logs = d.stderr()
+        for phrase in ("localdns itself (it would loop)\" file=%s nameserver=127.0.0.1" % rc,
+                       "does not answer\" file=%s nameserver=127.0.0.2" % rc,
+                       "nameserver=not-an-address",
+                       "nameserver from resolv.conf\" file=%s nameserver=10.53.0.4" % rc):
+            assert phrase in logs, "%r not in: %s" % (phrase, logs)
+
+
+def test_no_usable_nameserver_means_servfail_not_silence(env):
+    rc = os.path.join(env.tmp, "resolv.conf")
+    with open(rc, "w") as f:
+        f.write("# nothing here\n")
+    d = env.start(upstream={"servers": [], "resolv_conf": rc})
+    assert "no usable upstream servers" in d.stderr(), d.stderr()
+    m = d.udp("www.site.example", "A", timeout=3)
+    assert m.rcode_name == "SERVFAIL", m.describe()
+    assert "cluster.local" in d.udp("db.prod.svc.cluster.local", "A").answer[0]["name"]
