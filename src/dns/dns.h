@@ -249,14 +249,19 @@ bool dns_response_append_raw(struct dns_writer *w, const uint8_t *sections,
 size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload);
 
 /*
- * Copy the reply msg[0..len) into out (cap bytes) without its RRSIG, NSEC
- * and NSEC3 records, unless the question asked for that type (or ANY): the
- * answer for a client that did not set DO (RFC 4035 section 3.2.1). Names
- * are written out uncompressed (a removed record may have been a
- * compression target) and section counts are fixed. Returns the new
- * length, or 0 when msg is malformed or the result does not fit.
+ * Rewrite the upstream reply msg[0..len) to q (its one question must be
+ * q's, any letter case) into out (cap bytes), the form the cache stores:
+ * every record read with its names expanded and written again through
+ * dns_response_add_rr, so names are compressed our way (an owner equal to
+ * the question becomes a pointer to it); the question in lower case; no
+ * OPT record; the upstream's header flags and rcode kept. With
+ * drop_dnssec, RRSIG, NSEC and NSEC3 records are left out unless the
+ * question asked for that type (or ANY): the answer for a client that did
+ * not set DO (RFC 4035 section 3.2.1). Returns the new length, or 0 when
+ * msg is malformed, its question is not q's, or the result does not fit.
  */
-size_t dns_strip_dnssec(const uint8_t *msg, size_t len, uint8_t *out, size_t cap);
+size_t dns_message_compact(const uint8_t *msg, size_t len, const struct dns_query *q,
+			   bool drop_dnssec, uint8_t *out, size_t cap);
 
 /* SipHash-2-4 (64-bit output) of msg under a 16-byte key. */
 uint64_t dns_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);

@@ -120,7 +120,7 @@ struct upstream {
 	unsigned n_waiters;
 	uint64_t now_ms;
 	uint8_t buf[DNS_MAX_MESSAGE + 2];
-	uint8_t stripped[DNS_MAX_MESSAGE];
+	uint8_t compacted[DNS_MAX_MESSAGE];
 
 	struct counters n;
 };
@@ -499,13 +499,15 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 		if (secure)
 			msg[3] |= (uint8_t)DNS_F_AD;
 	}
-	/* libunbound always asks with DO; a DO=0 client gets no DNSSEC records. */
-	if (!f->q.edns_do) {
-		size_t n = dns_strip_dnssec(msg, len, u->stripped, sizeof u->stripped);
-		if (n > 0) {
-			msg = u->stripped;
-			len = n;
-		}
+	/* libunbound always asks with DO, so a DO=0 client's copy loses the
+	 * DNSSEC records; and libunbound writes owner names out in full. A
+	 * message we cannot rewrite is stored as it came (or refused by the
+	 * cache). */
+	size_t n = dns_message_compact(msg, len, &f->q, !f->q.edns_do, u->compacted,
+				       sizeof u->compacted);
+	if (n > 0) {
+		msg = u->compacted;
+		len = n;
 	}
 	cached = cache_insert(u->cache, &f->q, msg, len, u->now_ms / 1000) == 0;
 	while (f->waiters) {

@@ -1683,7 +1683,7 @@ static void test_response_append_raw_needs_fresh_writer(void **state)
 	assert_int_equal(dns_response_finish(&w, 1232), 0);
 }
 
-/* ---- dns_strip_dnssec ----------------------------------------------------- */
+/* ---- dns_message_compact ---------------------------------------------------- */
 
 /*
  * www.example.com A: answer A + RRSIG; authority NSEC (owner zz.example.com,
@@ -1721,77 +1721,95 @@ static size_t signed_reply(uint8_t *m, uint16_t qtype)
 	return sizeof head + 4 + sizeof rest;
 }
 
-static void test_strip_dnssec_removes_signatures_and_expands_names(void **state)
+/* The question of the reply m as a parsed query (QR cleared, no records). */
+static void question_of(const uint8_t *m, size_t question_end, struct dns_query *q)
+{
+	uint8_t pkt[300];
+
+	memcpy(pkt, m, question_end);
+	memset(pkt + 2, 0, 10);
+	pkt[5] = 1;
+	assert_int_equal(dns_parse_query(pkt, question_end, q), DNS_PARSE_OK);
+}
+
+static void test_compact_drops_dnssec_records_and_compresses_names(void **state)
 {
 	uint8_t in[512], out[512];
 	size_t len = signed_reply(in, DNS_T_A);
+	struct dns_query q;
 	(void)state;
 
-	size_t n = dns_strip_dnssec(in, len, out, sizeof out);
+	question_of(in, 33, &q);
+	size_t n = dns_message_compact(in, len, &q, true, out, sizeof out);
 	assert_true(n > 0);
 	assert_int_equal(out[7], 1);  /* answer: A only */
 	assert_int_equal(out[9], 1);  /* authority: SOA only */
-	assert_int_equal(out[11], 1); /* additional: OPT */
-	/* The whole message parses as ours: QR cleared, it is a valid query
-	 * shape with answer/authority records skipped and the OPT found. */
-	struct dns_query q;
-	out[2] &= 0x7f;
-	assert_int_equal(dns_parse_query(out, n, &q), DNS_PARSE_OK);
-	assert_true(q.has_edns && q.edns_do);
-	/* no compression pointers are left anywhere in the names we expect */
-	static const uint8_t soa[] = {
-		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 6, 0, 1, 0, 0, 0, 60,
-		0, 52, 2, 'n', 's', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0,
-		2, 'z', 'z', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0,
-		0, 0, 0, 1};
-	assert_non_null(memmem(out, n, soa, sizeof soa));
-	static const uint8_t a_rr[] = {3, 'w', 'w', 'w', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e',
-				       3, 'c', 'o', 'm', 0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4,
-				       192, 0, 2, 1};
-	assert_non_null(memmem(out + 33, n - 33, a_rr, sizeof a_rr));
-	/* stripping again changes nothing */
+	assert_int_equal(out[11], 0); /* the OPT belongs to the upstream exchange */
+	assert_memory_equal(out + 2, in + 2, 2); /* the upstream's flags */
+	/* the A record's owner is now a pointer to the question */
+	static const uint8_t a_rr[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1};
+	assert_memory_equal(out + 33, a_rr, sizeof a_rr);
+	/* the SOA that pointed into the dropped NSEC is whole again:
+	 * owner -> "example.com" in the question, mname ns.<that>, rname zz.<that> */
+	static const uint8_t soa[] = {0xc0, 16, 0, 6, 0, 1, 0, 0, 0, 60, 0, 30,
+				      2, 'n', 's', 0xc0, 16, 2, 'z', 'z', 0xc0, 16,
+				      0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5};
+	assert_int_equal(n, 33 + sizeof a_rr + sizeof soa);
+	assert_memory_equal(out + 33 + sizeof a_rr, soa, sizeof soa);
+	/* compacting again changes nothing */
 	uint8_t again[512];
-	out[2] |= 0x80;
-	assert_int_equal(dns_strip_dnssec(out, n, again, sizeof again), n);
+	assert_int_equal(dns_message_compact(out, n, &q, true, again, sizeof again), n);
 	assert_memory_equal(out, again, n);
 }
 
-static void test_strip_dnssec_keeps_what_was_asked_for(void **state)
+static void test_compact_keeps_dnssec_records_when_asked(void **state)
 {
 	uint8_t in[512], out[512];
-	size_t len = signed_reply(in, 46 /* RRSIG */);
+	size_t len = signed_reply(in, DNS_T_A);
+	struct dns_query q;
 	(void)state;
 
-	size_t n = dns_strip_dnssec(in, len, out, sizeof out);
-	assert_true(n > 0);
-	assert_int_equal(out[7], 2); /* A and RRSIG */
-	assert_int_equal(out[9], 1); /* NSEC is not what was asked: gone */
+	question_of(in, 33, &q);
+	assert_true(dns_message_compact(in, len, &q, false, out, sizeof out) > 0);
+	assert_int_equal(out[7], 2); /* A and RRSIG: the client set DO */
+	assert_int_equal(out[9], 2);
+	len = signed_reply(in, 46 /* RRSIG */);
+	question_of(in, 33, &q);
+	assert_true(dns_message_compact(in, len, &q, true, out, sizeof out) > 0);
+	assert_int_equal(out[7], 2); /* the type asked for stays */
+	assert_int_equal(out[9], 1);
 	len = signed_reply(in, DNS_T_ANY);
-	n = dns_strip_dnssec(in, len, out, sizeof out);
+	question_of(in, 33, &q);
+	assert_true(dns_message_compact(in, len, &q, true, out, sizeof out) > 0);
 	assert_int_equal(out[7], 2);
 	assert_int_equal(out[9], 2);
 }
 
-static void test_strip_dnssec_refuses_bad_input(void **state)
+static void test_compact_refuses_bad_input(void **state)
 {
 	uint8_t in[512], out[512];
 	size_t len = signed_reply(in, DNS_T_A);
+	struct dns_query q, other;
 	(void)state;
 
-	for (size_t cut = 0; cut < len; cut++)
-		assert_int_equal(dns_strip_dnssec(in, cut, out, sizeof out), 0);
-	assert_int_equal(dns_strip_dnssec(in, len, out, 40), 0); /* does not fit */
-	in[len - 11 - 27 - 12 + 1] = 200; /* SOA owner points forward */
-	assert_int_equal(dns_strip_dnssec(in, len, out, sizeof out), 0);
+	question_of(in, 33, &q);
+	for (size_t cut = 0; cut < len - 11; cut++) /* the OPT is dropped anyway */
+		assert_int_equal(dns_message_compact(in, cut, &q, true, out, sizeof out), 0);
+	assert_int_equal(dns_message_compact(in, len, &q, true, out, 40), 0); /* no room */
+	other = q;
+	other.qtype = DNS_T_AAAA;
+	assert_int_equal(dns_message_compact(in, len, &other, true, out, sizeof out), 0);
+	in[len - 11 - 39 + 1] = 200; /* the SOA owner points forward */
+	assert_int_equal(dns_message_compact(in, len, &q, true, out, sizeof out), 0);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_plain_query),
-		cmocka_unit_test(test_strip_dnssec_removes_signatures_and_expands_names),
-		cmocka_unit_test(test_strip_dnssec_keeps_what_was_asked_for),
-		cmocka_unit_test(test_strip_dnssec_refuses_bad_input),
+		cmocka_unit_test(test_compact_drops_dnssec_records_and_compresses_names),
+		cmocka_unit_test(test_compact_keeps_dnssec_records_when_asked),
+		cmocka_unit_test(test_compact_refuses_bad_input),
 		cmocka_unit_test(test_parse_keeps_client_case),
 		cmocka_unit_test(test_parse_root_question),
 		cmocka_unit_test(test_parse_qdcount_not_one_is_formerr),

@@ -1,0 +1,189 @@
+/*
+ * dns/compact.c — rewriting an upstream reply before it is cached: with the
+ * DNSSEC records a DO=0 client must not get taken out (RFC 4035 section
+ * 3.2.1), and with every name compressed our way.
+ *
+ * Records cannot simply be cut out of a compressed message: a later name
+ * may point into the bytes removed. So every record is read with its
+ * names expanded (the owner, and the names inside the rdata of the types
+ * RFC 1035 and RFC 3597 section 4 allow to be compressed, plus SRV, which
+ * some servers compress anyway) and written again with dns_response_add_rr,
+ * which compresses owners and the RFC 1035 rdata names. As a side effect an
+ * owner equal to the question (libunbound writes it out in full) becomes a
+ * pointer to the question: 20 bytes less per answer, and the client sees
+ * its own letter case there too.
+ */
+#include "dns/dns.h"
+
+#include <string.h>
+
+#define T_MD 3
+#define T_MF 4
+#define T_MB 7
+#define T_MG 8
+#define T_MR 9
+#define T_MINFO 14
+#define T_RP 17
+#define T_AFSDB 18
+#define T_RT 21
+#define T_DNAME 39
+#define T_RRSIG 46
+#define T_NSEC 47
+#define T_NSEC3 50
+#define RR_FIXED 10
+#define SOA_FIXED 20
+
+struct out {
+	uint8_t *buf;
+	size_t cap;
+	size_t len;
+	bool full;
+};
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static void put(struct out *o, const void *data, size_t n)
+{
+	if (o->full || n > o->cap - o->len) {
+		o->full = true;
+		return;
+	}
+	memcpy(o->buf + o->len, data, n);
+	o->len += n;
+}
+
+/* Read a (possibly compressed) name at msg[*pos] and write it expanded. */
+static bool copy_name(const uint8_t *msg, size_t len, size_t *pos, struct out *o)
+{
+	uint8_t name[DNS_MAX_NAME];
+	int n = dns_name_read(msg, len, pos, name, false);
+
+	if (n < 0)
+		return false;
+	put(o, name, (size_t)n);
+	return true;
+}
+
+/* How an rdata is laid out: fixed bytes before, names, fixed bytes after. */
+struct rdata_shape {
+	uint8_t before;
+	uint8_t names;
+	uint8_t after;
+};
+
+static bool rdata_shape(uint16_t type, struct rdata_shape *s)
+{
+	switch (type) {
+	case DNS_T_NS: case DNS_T_CNAME: case DNS_T_PTR: case T_DNAME:
+	case T_MD: case T_MF: case T_MB: case T_MG: case T_MR:
+		*s = (struct rdata_shape){0, 1, 0};
+		return true;
+	case DNS_T_MX: case T_AFSDB: case T_RT:
+		*s = (struct rdata_shape){2, 1, 0};
+		return true;
+	case DNS_T_SRV:
+		*s = (struct rdata_shape){6, 1, 0};
+		return true;
+	case T_MINFO: case T_RP:
+		*s = (struct rdata_shape){0, 2, 0};
+		return true;
+	case DNS_T_SOA:
+		*s = (struct rdata_shape){0, 2, SOA_FIXED};
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Expand rdata msg[rd..rd+rdlen) into o: its names (which may point
+ * anywhere before their end) written out in full. */
+static bool expand_rdata(const uint8_t *msg, uint16_t type, size_t rd, uint16_t rdlen,
+			 struct out *o)
+{
+	struct rdata_shape shape;
+	size_t pos = rd, end = rd + rdlen;
+
+	if (!rdata_shape(type, &shape)) {
+		put(o, msg + rd, rdlen);
+		return true;
+	}
+	if (rdlen < shape.before)
+		return false;
+	put(o, msg + pos, shape.before);
+	pos += shape.before;
+	for (int i = 0; i < shape.names; i++)
+		if (pos >= end || !copy_name(msg, end, &pos, o))
+			return false;
+	if (end - pos != shape.after)
+		return false;
+	put(o, msg + pos, shape.after);
+	return !o->full;
+}
+
+static bool is_dnssec_type(uint16_t type)
+{
+	return type == T_RRSIG || type == T_NSEC || type == T_NSEC3;
+}
+
+/* Read one record at msg[*pos] and add it to w unless it is dropped. */
+static bool rewrite_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_section sec,
+		       bool drop_dnssec, uint16_t qtype, struct dns_writer *w)
+{
+	uint8_t owner[DNS_MAX_NAME];
+	uint8_t rdata[DNS_MAX_MESSAGE];
+	struct out o = {.buf = rdata, .cap = sizeof rdata};
+
+	if (dns_name_read(msg, len, pos, owner, false) < 0 || len - *pos < RR_FIXED)
+		return false;
+	const uint8_t *fixed = msg + *pos;
+	uint16_t type = get16(fixed), rclass = get16(fixed + 2), rdlen = get16(fixed + 8);
+	uint32_t ttl = (uint32_t)get16(fixed + 4) << 16 | get16(fixed + 6);
+	size_t rd = *pos + RR_FIXED;
+	if (len - rd < rdlen || !expand_rdata(msg, type, rd, rdlen, &o) || o.len > UINT16_MAX)
+		return false;
+	*pos = rd + rdlen;
+	if (type == DNS_T_OPT || (drop_dnssec && is_dnssec_type(type) && type != qtype &&
+				  qtype != DNS_T_ANY))
+		return true; /* OPT is per exchange; the other is not for this client */
+	size_t before = w->count[sec];
+	dns_response_add_rr(w, sec, owner, type, rclass, ttl, rdata, (uint16_t)o.len);
+	return w->count[sec] == before + 1; /* nothing may be left out here */
+}
+
+size_t dns_message_compact(const uint8_t *msg, size_t len, const struct dns_query *q,
+			   bool drop_dnssec, uint8_t *out, size_t cap)
+{
+	struct dns_query plain = *q;
+	struct dns_writer w;
+	size_t pos = DNS_HEADER_LEN;
+	uint8_t qname[DNS_MAX_NAME];
+
+	if (len < DNS_HEADER_LEN || get16(msg + 4) != 1 ||
+	    dns_name_read(msg, len, &pos, qname, true) != (int)q->qname_len ||
+	    memcmp(qname, q->qname, q->qname_len) != 0 || len - pos < 4 ||
+	    get16(msg + pos) != q->qtype || get16(msg + pos + 2) != q->qclass)
+		return 0;
+	pos += 4;
+	/* The stored question is the lower-cased one, with no OPT or cookie. */
+	memcpy(plain.qname_orig, plain.qname, plain.qname_len);
+	plain.has_edns = false;
+	plain.cookie_len = 0;
+	dns_response_begin(&w, out, cap < DNS_MAX_MESSAGE ? cap : DNS_MAX_MESSAGE, &plain,
+			   (enum dns_rcode)(msg[3] & 0xf));
+	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
+		for (uint16_t i = get16(msg + 6 + 2 * sec); i > 0; i--)
+			if (!rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
+					q->qtype, &w))
+				return 0;
+	if (w.truncated)
+		return 0;
+	size_t n = dns_response_finish(&w, 0);
+	if (n == 0)
+		return 0;
+	out[2] = msg[2]; /* the upstream's flags and rcode, as they came */
+	out[3] = msg[3];
+	return n;
+}
