@@ -160,6 +160,12 @@ def test_make_run_example(env):
     port = harness.free_port()
     new, n = re.subn(r"(?m)^(\s+port:\s*)5353\b", r"\g<1>%d" % port, text)
     assert n == 1, "expected one `port: 5353` line in local.yaml, found %d" % n
+    # Not the machine's resolvers: tests send nothing off loopback.
+    resolv = os.path.join(env.tmp, "resolv.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.1\n")
+    new, n = re.subn(r"(?m)^(\s+resolv_conf:\s*)/etc/resolv.conf\b", r"\g<1>" + resolv, new)
+    assert n == 1, "expected one `resolv_conf: /etc/resolv.conf` line in local.yaml"
     path = os.path.join(dst, "local.yaml")
     with open(path, "w") as f:
         f.write(new)
