@@ -11,8 +11,8 @@
  * The allocation check needs this binary linked with
  *   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=pthread_mutex_lock
  * (a target-specific LDFLAGS line in the Makefile, as for test_query).
- * Without it the wrappers below are never reached; that test then says so
- * and skips instead of passing vacuously.
+ * Without it the wrappers of alloc_count.h are never reached; that test
+ * then says so and skips instead of passing vacuously.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -31,82 +31,8 @@
 #include "cache/cache.h"
 #include "dns/dns.h"
 
-/* ---- allocator and mutex wrappers (active with the Makefile line) ------- */
-
-static volatile bool counting; /* volatile: GCC knows malloc reads no globals */
-static volatile unsigned long forbidden_calls;
-
-/* Weak, so the binary links (and this file's wrappers lie idle) without
- * --wrap; with it the linker binds them to the real functions. */
-#define WEAK __attribute__((weak))
-WEAK void *__real_malloc(size_t size);
-WEAK void *__real_calloc(size_t n, size_t size);
-WEAK void *__real_realloc(void *p, size_t size);
-WEAK void __real_free(void *p);
-WEAK int __real_pthread_mutex_lock(pthread_mutex_t *m);
-
-void *__wrap_malloc(size_t size)
-{
-	forbidden_calls += counting;
-	return __real_malloc(size);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-	forbidden_calls += counting;
-	return __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t size)
-{
-	forbidden_calls += counting;
-	return __real_realloc(p, size);
-}
-
-void __wrap_free(void *p)
-{
-	forbidden_calls += counting && p;
-	__real_free(p);
-}
-
-int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
-{
-	forbidden_calls += counting;
-	return __real_pthread_mutex_lock(m);
-}
-
-/* ---- packet assembly ---------------------------------------------------- */
-
-struct pkt {
-	uint8_t b[DNS_MAX_MESSAGE];
-	size_t len;
-};
-
-static void put_u8(struct pkt *p, uint8_t v)
-{
-	assert_true(p->len < sizeof(p->b));
-	p->b[p->len++] = v;
-}
-
-static void put_u16(struct pkt *p, uint16_t v)
-{
-	put_u8(p, (uint8_t)(v >> 8));
-	put_u8(p, (uint8_t)v);
-}
-
-static void put_u32(struct pkt *p, uint32_t v)
-{
-	put_u16(p, (uint16_t)(v >> 16));
-	put_u16(p, (uint16_t)v);
-}
-
-static void put_raw(struct pkt *p, const void *data, size_t n)
-{
-	assert_true(p->len + n <= sizeof(p->b));
-	if (n)
-		memcpy(p->b + p->len, data, n);
-	p->len += n;
-}
+#include "alloc_count.h"
+#include "packet.h"
 
 /* Dotted text to wire form, letter case kept. */
 static size_t text_to_wire(const char *text, uint8_t *out)

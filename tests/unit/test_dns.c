@@ -15,38 +15,7 @@
 
 #include "dns/dns.h"
 
-/* ---- packet assembly ---------------------------------------------------- */
-
-struct pkt {
-	uint8_t b[DNS_MAX_MESSAGE];
-	size_t len;
-};
-
-static void put_u8(struct pkt *p, uint8_t v)
-{
-	assert_true(p->len < sizeof(p->b));
-	p->b[p->len++] = v;
-}
-
-static void put_u16(struct pkt *p, uint16_t v)
-{
-	put_u8(p, (uint8_t)(v >> 8));
-	put_u8(p, (uint8_t)v);
-}
-
-static void put_u32(struct pkt *p, uint32_t v)
-{
-	put_u16(p, (uint16_t)(v >> 16));
-	put_u16(p, (uint16_t)v);
-}
-
-static void put_raw(struct pkt *p, const void *data, size_t n)
-{
-	assert_true(p->len + n <= sizeof(p->b));
-	if (n) /* data may be NULL for an empty OPT */
-		memcpy(p->b + p->len, data, n);
-	p->len += n;
-}
+#include "packet.h"
 
 /* Dotted text to wire form, letter case kept ("." or "" is the root). */
 static size_t text_to_wire(const char *text, uint8_t *out)

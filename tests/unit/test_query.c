@@ -23,44 +23,7 @@
 #include "dns/dns.h"
 #include "query/query.h"
 
-static bool counting;
-static unsigned long forbidden_calls;
-
-void *__real_malloc(size_t size);
-void *__real_calloc(size_t n, size_t size);
-void *__real_realloc(void *p, size_t size);
-void __real_free(void *p);
-int __real_pthread_mutex_lock(pthread_mutex_t *m);
-
-void *__wrap_malloc(size_t size)
-{
-	forbidden_calls += counting;
-	return __real_malloc(size);
-}
-
-void *__wrap_calloc(size_t n, size_t size)
-{
-	forbidden_calls += counting;
-	return __real_calloc(n, size);
-}
-
-void *__wrap_realloc(void *p, size_t size)
-{
-	forbidden_calls += counting;
-	return __real_realloc(p, size);
-}
-
-void __wrap_free(void *p)
-{
-	forbidden_calls += counting && p;
-	__real_free(p);
-}
-
-int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
-{
-	forbidden_calls += counting;
-	return __real_pthread_mutex_lock(m);
-}
+#include "alloc_count.h"
 
 static const char config_yaml[] =
 	"listen: {addresses: [127.0.0.1], port: 5353, udp_max_payload: 1232}\n"
