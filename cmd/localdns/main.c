@@ -121,21 +121,26 @@ static void reload(const char *path, struct cache *cache)
 	config_free(cfg);
 }
 
-static void log_totals(const struct server *s, const struct upstream *u)
+static void log_totals(const struct server *s, const struct upstream *u,
+		       const struct cache *c)
 {
 	struct query_stats st;
 	struct upstream_stats us;
-	char n[8][24];
+	struct cache_stats cs;
+	char n[10][24];
 
 	server_stats(s, &st);
 	upstream_stats(u, &us);
-	const unsigned long long values[8] = {st.received, st.dropped, st.cache, st.upstream,
-					      us.queries, us.coalesced, us.timeouts, us.dropped};
-	for (int i = 0; i < 8; i++)
+	cache_stats(c, &cs);
+	const unsigned long long values[10] = {
+		st.received, st.dropped, cs.hits, cs.misses, cs.entries, cs.evictions,
+		us.queries, us.coalesced, us.timeouts, us.dropped};
+	for (int i = 0; i < 10; i++)
 		snprintf(n[i], sizeof n[i], "%llu", values[i]);
 	log_info("stopped", "queries", n[0], "dropped", n[1], "cache_hits", n[2],
-		 "cache_misses", n[3], "upstream_queries", n[4], "coalesced", n[5],
-		 "upstream_timeouts", n[6], "upstream_dropped", n[7]);
+		 "cache_misses", n[3], "cache_entries", n[4], "cache_evictions", n[5],
+		 "upstream_queries", n[6], "coalesced", n[7], "upstream_timeouts", n[8],
+		 "upstream_dropped", n[9]);
 }
 
 static struct cache *make_cache(const struct config *cfg)
@@ -195,7 +200,7 @@ static int serve(const char *path)
 	while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
 		reload(path, cache);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
-	log_totals(server, upstream);
+	log_totals(server, upstream, cache);
 	upstream_stop(upstream);
 	server_stop(server);
 	upstream_free(upstream);

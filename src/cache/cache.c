@@ -102,11 +102,9 @@ static char tsan_grace;
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
 #define MALLOC_OVERHEAD 16
 #define RR_FIXED_LEN 10
-#define SOA_FIXED_LEN 20
 #define MAX_RRS (DNS_MAX_MESSAGE / (1 + RR_FIXED_LEN) + 1)
 #define FLAGS_OPCODE_MASK 0x7800
 #define FLAGS_RCODE_MASK 0x000F
-#define DNS_T_DNAME 39
 
 #define KEY_DO 1
 #define KEY_CD 2
@@ -508,39 +506,23 @@ static bool skip_name(const uint8_t *msg, size_t end, size_t *pos)
 	}
 }
 
-/* Names inside rdata of the RFC 1035 types (and DNAME, SRV) must be sound
- * too: the client will decode them against our rebuilt header. */
+/* Names inside rdata (dns_rdata_names' types) must be sound too: the
+ * client will decode them against our rebuilt header. */
 static bool rdata_names_ok(const uint8_t *msg, uint16_t type, size_t rd,
 			   size_t rdlen)
 {
-	size_t end = rd + rdlen, pos = rd, prefix = 0, names = 1, suffix = 0;
+	struct dns_rdata_names shape;
+	size_t end = rd + rdlen, pos = rd;
 
-	switch (type) {
-	case DNS_T_NS:
-	case DNS_T_CNAME:
-	case DNS_T_PTR:
-	case DNS_T_DNAME:
-		break;
-	case DNS_T_MX:
-		prefix = 2;
-		break;
-	case DNS_T_SRV:
-		prefix = 6;
-		break;
-	case DNS_T_SOA:
-		names = 2;
-		suffix = SOA_FIXED_LEN;
-		break;
-	default:
+	if (!dns_rdata_names(type, &shape))
 		return true;
-	}
-	if (rdlen < prefix + suffix)
+	if (rdlen < (size_t)shape.before + shape.after)
 		return false;
-	pos += prefix;
-	for (size_t i = 0; i < names; i++)
-		if (!skip_name(msg, end - suffix, &pos))
+	pos += shape.before;
+	for (int i = 0; i < shape.names; i++)
+		if (!skip_name(msg, end - shape.after, &pos))
 			return false;
-	return pos + suffix == end;
+	return pos + shape.after == end;
 }
 
 /* What cache_insert learns from one pass over the reply. */
@@ -911,22 +893,6 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 		break;
 	}
 	return result;
-}
-
-enum cache_result cache_answer(struct cache *c, const struct dns_query *q,
-			       uint8_t *out, size_t limit, uint16_t udp_payload,
-			       uint64_t now, bool allow_stale, size_t *len)
-{
-	struct dns_writer w;
-
-	*len = 0;
-	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
-	if (w.len == 0)
-		return CACHE_MISS;
-	enum cache_result r = cache_write_answer(c, &w, now, allow_stale);
-	if (r != CACHE_MISS)
-		*len = dns_response_finish(&w, udp_payload);
-	return r;
 }
 
 bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len)

@@ -7,15 +7,15 @@
  * ageing on serve; serve-stale (RFC 8767) windows; the prefetch claim; the
  * byte budget and eviction (CLOCK per shard); its own counters.
  *
- * Must never: allocate, lock a mutex or spin in cache_answer /
- * cache_write_answer (the worker hot path); block a reader on a writer;
+ * Must never: allocate, lock a mutex or spin in cache_write_answer /
+ * cache_replay (the worker hot path); block a reader on a writer;
  * free an entry a reader may still be copying (frees wait for an RCU grace
  * period); hold more than max_bytes of accounted memory (entries waiting
  * for their grace period included); talk to the
  * network or decide when to ask upstream (it only reports, via
  * CACHE_MISS / CACHE_HIT_REFRESH, that someone should).
  *
- * Threads: readers (cache_answer, cache_write_answer) must be registered
+ * Threads: readers (cache_write_answer, cache_replay) must be registered
  * with liburcu's memb flavour (urcu_memb_register_thread); they take the RCU
  * read lock themselves (it nests, so a worker already inside one is fine).
  * Writers (cache_insert, cache_flush, cache_free) may run on any thread,
@@ -135,18 +135,6 @@ enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t n
  * TTLs. msg must meet cache_insert's rules; false (w untouched) if not.
  */
 bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len);
-
-/*
- * The whole reply in one call: dns_response_begin into out[0..limit),
- * cache_write_answer, dns_response_finish advertising udp_payload. Header:
- * q's ID, opcode, RD and CD copied; QR and RA set; rcode and AD from the
- * cache; the question in the client's letter case; OPT only when q had
- * EDNS. *len is the reply length (0 on CACHE_MISS, or when limit cannot
- * even hold header + question + OPT, which is also reported as a miss).
- */
-enum cache_result cache_answer(struct cache *c, const struct dns_query *q,
-			       uint8_t *out, size_t limit, uint16_t udp_payload,
-			       uint64_t now, bool allow_stale, size_t *len);
 
 struct cache_stats {
 	uint64_t entries;     /* entries held (live, stale or dead-not-yet-freed) */

@@ -17,21 +17,10 @@
 
 #include <string.h>
 
-#define T_MD 3
-#define T_MF 4
-#define T_MB 7
-#define T_MG 8
-#define T_MR 9
-#define T_MINFO 14
-#define T_RP 17
-#define T_AFSDB 18
-#define T_RT 21
-#define T_DNAME 39
 #define T_RRSIG 46
 #define T_NSEC 47
 #define T_NSEC3 50
 #define RR_FIXED 10
-#define SOA_FIXED 20
 
 struct out {
 	uint8_t *buf;
@@ -67,46 +56,15 @@ static bool copy_name(const uint8_t *msg, size_t len, size_t *pos, struct out *o
 	return true;
 }
 
-/* How an rdata is laid out: fixed bytes before, names, fixed bytes after. */
-struct rdata_shape {
-	uint8_t before;
-	uint8_t names;
-	uint8_t after;
-};
-
-static bool rdata_shape(uint16_t type, struct rdata_shape *s)
-{
-	switch (type) {
-	case DNS_T_NS: case DNS_T_CNAME: case DNS_T_PTR: case T_DNAME:
-	case T_MD: case T_MF: case T_MB: case T_MG: case T_MR:
-		*s = (struct rdata_shape){0, 1, 0};
-		return true;
-	case DNS_T_MX: case T_AFSDB: case T_RT:
-		*s = (struct rdata_shape){2, 1, 0};
-		return true;
-	case DNS_T_SRV:
-		*s = (struct rdata_shape){6, 1, 0};
-		return true;
-	case T_MINFO: case T_RP:
-		*s = (struct rdata_shape){0, 2, 0};
-		return true;
-	case DNS_T_SOA:
-		*s = (struct rdata_shape){0, 2, SOA_FIXED};
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* Expand rdata msg[rd..rd+rdlen) into o: its names (which may point
  * anywhere before their end) written out in full. */
 static bool expand_rdata(const uint8_t *msg, uint16_t type, size_t rd, uint16_t rdlen,
 			 struct out *o)
 {
-	struct rdata_shape shape;
+	struct dns_rdata_names shape;
 	size_t pos = rd, end = rd + rdlen;
 
-	if (!rdata_shape(type, &shape)) {
+	if (!dns_rdata_names(type, &shape)) {
 		put(o, msg + rd, rdlen);
 		return true;
 	}

@@ -156,6 +156,24 @@ bool dns_name_is_subdomain(const uint8_t *name, const uint8_t *suffix);
 /* Copy a wire name of len bytes, lower-cased (ASCII only). */
 void dns_name_copy_lower(uint8_t *dst, const uint8_t *src, size_t len);
 
+/* Where a record type's rdata holds domain names: `before` fixed bytes,
+ * then `names` names, then `after` fixed bytes. */
+struct dns_rdata_names {
+	uint8_t before;
+	uint8_t names;
+	uint8_t after;
+	bool compress; /* we compress them when writing (NS, CNAME, PTR, MX, SOA) */
+};
+
+/*
+ * The layout of type's rdata if it holds names that may arrive compressed:
+ * the RFC 1035 types (RFC 3597 section 4), plus DNAME, SRV, RP, AFSDB and
+ * RT, which some servers compress anyway. false for every other type (its
+ * rdata is opaque bytes to us). One table for the writer, the compactor and
+ * the cache's checks.
+ */
+bool dns_rdata_names(uint16_t type, struct dns_rdata_names *out);
+
 enum dns_section {
 	DNS_SEC_ANSWER,
 	DNS_SEC_AUTHORITY,

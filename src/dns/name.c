@@ -172,3 +172,35 @@ void dns_name_copy_lower(uint8_t *dst, const uint8_t *src, size_t len)
 	for (size_t i = 0; i < len; i++)
 		dst[i] = (uint8_t)(src[i] | ((uint8_t)(src[i] - 'A') < 26 ? 0x20 : 0));
 }
+
+bool dns_rdata_names(uint16_t type, struct dns_rdata_names *out)
+{
+	enum { MD = 3, MF = 4, MB = 7, MG = 8, MR = 9, MINFO = 14, RP = 17, AFSDB = 18, RT = 21,
+	       DNAME = 39, SOA_FIXED = 20 };
+
+	switch (type) {
+	case DNS_T_NS: case DNS_T_CNAME: case DNS_T_PTR:
+		*out = (struct dns_rdata_names){0, 1, 0, true};
+		return true;
+	case DNS_T_MX:
+		*out = (struct dns_rdata_names){2, 1, 0, true};
+		return true;
+	case DNS_T_SOA:
+		*out = (struct dns_rdata_names){0, 2, SOA_FIXED, true};
+		return true;
+	case DNAME: case MD: case MF: case MB: case MG: case MR:
+		*out = (struct dns_rdata_names){0, 1, 0, false};
+		return true;
+	case AFSDB: case RT:
+		*out = (struct dns_rdata_names){2, 1, 0, false};
+		return true;
+	case DNS_T_SRV:
+		*out = (struct dns_rdata_names){6, 1, 0, false};
+		return true;
+	case MINFO: case RP:
+		*out = (struct dns_rdata_names){0, 2, 0, false};
+		return true;
+	default:
+		return false;
+	}
+}

@@ -252,30 +252,6 @@ static bool put_owner(struct dns_writer *w, const uint8_t *owner, size_t end)
 	return put_name(w, owner, end);
 }
 
-/* Where a type's rdata holds names we may compress (RFC 3597 section 4
- * limits compression to the RFC 1035 types): fixed bytes, names, fixed bytes. */
-struct rdata_shape {
-	uint8_t prefix;
-	uint8_t names;
-	uint8_t suffix;
-};
-
-static struct rdata_shape compressible_shape(uint16_t type)
-{
-	switch (type) {
-	case DNS_T_NS:
-	case DNS_T_CNAME:
-	case DNS_T_PTR:
-		return (struct rdata_shape){0, 1, 0};
-	case DNS_T_MX:
-		return (struct rdata_shape){2, 1, 0};
-	case DNS_T_SOA:
-		return (struct rdata_shape){0, 2, 20};
-	default:
-		return (struct rdata_shape){0, 0, 0};
-	}
-}
-
 /* Length of the uncompressed name at p, which may not run past n bytes; -1
  * when it does, or when it is not a plain wire name. */
 static int bounded_name_len(const uint8_t *p, size_t n)
@@ -294,9 +270,9 @@ static int bounded_name_len(const uint8_t *p, size_t n)
 }
 
 static bool rdata_fits_shape(const uint8_t *rdata, size_t rdlen,
-			     struct rdata_shape shape)
+			     struct dns_rdata_names shape)
 {
-	size_t off = shape.prefix;
+	size_t off = shape.before;
 
 	for (uint8_t i = 0; i < shape.names; i++) {
 		if (off > rdlen)
@@ -306,16 +282,16 @@ static bool rdata_fits_shape(const uint8_t *rdata, size_t rdlen,
 			return false;
 		off += (size_t)n;
 	}
-	return off + shape.suffix == rdlen;
+	return off + shape.after == rdlen;
 }
 
 static bool put_compressed_rdata(struct dns_writer *w, const uint8_t *rdata,
-				 uint16_t rdlen, struct rdata_shape shape,
+				 uint16_t rdlen, struct dns_rdata_names shape,
 				 size_t end)
 {
-	size_t off = shape.prefix;
+	size_t off = shape.before;
 
-	if (!put_bytes(w, rdata, shape.prefix, end))
+	if (!put_bytes(w, rdata, shape.before, end))
 		return false;
 	for (uint8_t i = 0; i < shape.names; i++) {
 		if (!put_name(w, rdata + off, end))
@@ -330,9 +306,11 @@ static bool put_compressed_rdata(struct dns_writer *w, const uint8_t *rdata,
 static bool put_rdata(struct dns_writer *w, uint16_t type, const uint8_t *rdata,
 		      uint16_t rdlen, size_t end)
 {
-	struct rdata_shape shape = compressible_shape(type);
+	struct dns_rdata_names shape;
 
-	if (shape.names > 0 && rdata_fits_shape(rdata, rdlen, shape))
+	/* RFC 3597 section 4: only the RFC 1035 types may be compressed. */
+	if (dns_rdata_names(type, &shape) && shape.compress &&
+	    rdata_fits_shape(rdata, rdlen, shape))
 		return put_compressed_rdata(w, rdata, rdlen, shape, end);
 	return put_bytes(w, rdata, rdlen, end);
 }

@@ -445,19 +445,15 @@ static void maybe_free_flight(struct upstream *u, struct flight *f)
 /* ---- results ------------------------------------------------------------------------ */
 
 /* A SERVFAIL reply to f's question, for the cache (header + question only). */
-static size_t servfail_message(const struct flight *f, uint8_t *out)
+static size_t servfail_message(const struct flight *f, uint8_t *out, size_t cap)
 {
-	memset(out, 0, DNS_HEADER_LEN);
-	out[2] = (uint8_t)((DNS_F_QR | DNS_F_RD | DNS_F_RA) >> 8);
-	out[3] = (uint8_t)((DNS_F_RA & 0xff) | DNS_R_SERVFAIL);
-	out[5] = 1; /* QDCOUNT */
-	memcpy(out + DNS_HEADER_LEN, f->q.qname, f->q.qname_len);
-	uint8_t *tail = out + DNS_HEADER_LEN + f->q.qname_len;
-	tail[0] = (uint8_t)(f->q.qtype >> 8);
-	tail[1] = (uint8_t)f->q.qtype;
-	tail[2] = (uint8_t)(f->q.qclass >> 8);
-	tail[3] = (uint8_t)f->q.qclass;
-	return DNS_HEADER_LEN + f->q.qname_len + 4;
+	struct dns_query q = f->q;
+	struct dns_writer w;
+
+	q.has_edns = false; /* no OPT: the cache keeps none */
+	q.cookie_len = 0;
+	dns_response_begin(&w, out, cap, &q, DNS_R_SERVFAIL);
+	return dns_response_finish(&w, 0);
 }
 
 /* Is there any entry, live or stale, for f's question? */
@@ -477,7 +473,8 @@ static void resolution_failed(struct upstream *u, struct flight *f)
 	atomic_store_explicit(&u->failing, true, memory_order_relaxed);
 	f->failed_until_ms = u->now_ms + FAILURE_HOLD_MS;
 	if (!cache_has_entry(u, f))
-		cache_insert(u->cache, &f->q, msg, servfail_message(f, msg), u->now_ms / 1000);
+		cache_insert(u->cache, &f->q, msg, servfail_message(f, msg, sizeof msg),
+			     u->now_ms / 1000);
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
 		answer_failed(u, w->worker, &w->req);
@@ -526,7 +523,7 @@ static void resolution_bogus(struct upstream *u, struct flight *f, const char *w
 	if (log_enabled(LOG_DEBUG) && dns_name_to_text(f->q.qname, name, sizeof name) > 0)
 		log_debug("DNSSEC validation failed", "name", name, "why", why ? why : "");
 	/* RFC 4035 5.5: bogus data is not given out; remember the verdict briefly. */
-	cache_insert(u->cache, &f->q, msg, servfail_message(f, msg), u->now_ms / 1000);
+	cache_insert(u->cache, &f->q, msg, servfail_message(f, msg, sizeof msg), u->now_ms / 1000);
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
 		deliver(u, w->worker, &w->req, reply_servfail(u, &w->req));

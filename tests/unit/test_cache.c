@@ -34,6 +34,25 @@
 #include "alloc_count.h"
 #include "packet.h"
 
+/* The whole reply in one call, as a worker builds it: dns_response_begin,
+ * cache_write_answer, dns_response_finish advertising udp_payload. *len
+ * is 0 on a miss, or when limit cannot hold header + question + OPT. */
+static enum cache_result cache_answer(struct cache *c, const struct dns_query *q,
+				      uint8_t *out, size_t limit, uint16_t udp_payload,
+				      uint64_t now, bool allow_stale, size_t *len)
+{
+	struct dns_writer w;
+
+	*len = 0;
+	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
+	if (w.len == 0)
+		return CACHE_MISS;
+	enum cache_result r = cache_write_answer(c, &w, now, allow_stale);
+	if (r != CACHE_MISS)
+		*len = dns_response_finish(&w, udp_payload);
+	return r;
+}
+
 /* Dotted text to wire form, letter case kept. */
 static size_t text_to_wire(const char *text, uint8_t *out)
 {
