@@ -56,6 +56,48 @@ def test_forwarded_answers_keep_the_clients_id_and_case(env):
         assert a_records(m) == ["192.0.2.1"], m.answer
 
 
+def test_tcp_misses_are_answered_through_the_worker(env):
+    # A miss over TCP is answered by the resolver thread through the
+    # worker's completion queue; several on one connection may come back
+    # in any order (RFC 7766), each under its own ID.
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        m = d.tcp("mail.site.example", "MX", qid=0x5151)
+        assert m.id == 0x5151 and m.rcode_name == "NOERROR", m.describe()
+        assert len(m.rrs("answer", "MX")) == 1, m.answer
+        assert up.queries() == 1, "not a miss: %d upstream queries" % up.queries()
+        names = ["www", "txt", "noaaaa", "c1", "nothere"]
+        with socket.create_connection(("127.0.0.1", d.port), timeout=3) as s:
+            for i, n in enumerate(names):
+                q = dnsmsg.build_query(n + ".site.example", "A", qid=100 + i)
+                s.sendall(struct.pack("!H", len(q)) + q)
+            replies = {}
+            buf = b""
+            while len(replies) < len(names):
+                chunk = s.recv(65535)
+                assert chunk, "connection closed after %d replies" % len(replies)
+                buf += chunk
+                while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
+                    n = struct.unpack("!H", buf[:2])[0]
+                    m = dnsmsg.parse(buf[2:2 + n])
+                    replies[m.id] = m
+                    buf = buf[2 + n:]
+        assert sorted(replies) == list(range(100, 100 + len(names))), sorted(replies)
+        assert a_records(replies[100]) == ["192.0.2.1"], replies[100].describe()
+        assert replies[104].rcode_name == "NXDOMAIN", replies[104].describe()
+
+
+def test_zero_ttl_answers_are_passed_on_but_not_cached(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        for i in range(1, 3):
+            m = d.udp("Zero.site.example", "A", qid=0x7000 + i)
+            assert m.id == 0x7000 + i and m.rcode_name == "NOERROR", m.describe()
+            assert a_records(m) == ["192.0.2.9"] and ttls(m) == [0], m.answer
+            assert m.question[0][0] == "Zero.site.example.", m.question
+            assert up.queries() == i, "TTL 0 was cached: %d upstream queries" % up.queries()
+
+
 def test_negative_answers_carry_the_soa_and_are_cached(env):
     with authority.Authority({"site.example.": SITE}) as up:
         d = forwarding(env, up)
