@@ -213,18 +213,6 @@ static uint64_t mix64(uint64_t h)
 	return h;
 }
 
-/* FNV-1a over a lower-cased wire name. */
-static uint64_t name_hash(const uint8_t *name, size_t len)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= name[i];
-		h *= 0x100000001b3ULL;
-	}
-	return h;
-}
-
 static uint64_t key_hash(uint64_t nh, uint16_t qtype, uint16_t qclass,
 			 uint8_t keyflags)
 {
@@ -444,7 +432,7 @@ void cache_flush(struct cache *c, const uint8_t *name_or_null)
 		return;
 	len++;
 	dns_name_copy_lower(name, name_or_null, len);
-	flush_shard(shard_of(c, name_hash(name, len)), name, len);
+	flush_shard(shard_of(c, dns_name_hash(name, len)), name, len);
 	reclaim(c);
 }
 
@@ -709,7 +697,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	size_t size = sizeof(struct entry) + r.nttl * sizeof(uint16_t) +
 		      q->qname_len + sec_len;
 	uint64_t charge = ((size + 15) & ~(size_t)15) + MALLOC_OVERHEAD;
-	uint64_t nh = name_hash(q->qname, q->qname_len);
+	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
 	struct shard *s = shard_of(c, nh);
 	if (charge > s->budget)
 		return reject(c);
@@ -833,7 +821,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	    w->count[2] || !q || q->qname_len == 0 || q->qname_len > DNS_MAX_NAME)
 		return CACHE_MISS;
 
-	uint64_t nh = name_hash(q->qname, q->qname_len);
+	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
 	uint8_t keyflags = query_keyflags(q);
 	uint64_t h = key_hash(nh, q->qtype, q->qclass, keyflags);
 	struct shard *s = shard_of(c, nh);

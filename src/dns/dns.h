@@ -147,6 +147,9 @@ int dns_name_from_text(const char *text, uint8_t out[DNS_MAX_NAME]);
  */
 int dns_name_to_text(const uint8_t *name, char *out, size_t outlen);
 
+/* FNV-1a over a lower-cased wire name: the hash every name table keys on. */
+uint64_t dns_name_hash(const uint8_t *name, size_t len);
+
 /* Wire length of an uncompressed name (root label included). */
 size_t dns_name_len(const uint8_t *name);
 

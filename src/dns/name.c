@@ -135,6 +135,17 @@ int dns_name_to_text(const uint8_t *name, char *out, size_t outlen)
 	return (int)n;
 }
 
+uint64_t dns_name_hash(const uint8_t *name, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL; /* short keys, good spread, no tables */
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= name[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
 size_t dns_name_len(const uint8_t *name)
 {
 	size_t pos = 0;

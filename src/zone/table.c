@@ -20,13 +20,7 @@
 
 uint32_t zone_hash_name(const uint8_t *name, size_t len)
 {
-	uint32_t h = 2166136261u; /* FNV-1a: short keys, good spread, no tables */
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= name[i];
-		h *= 16777619u;
-	}
-	return h;
+	return (uint32_t)dns_name_hash(name, len);
 }
 
 struct zone_builder *zone_builder_new(void)
@@ -278,28 +272,44 @@ static void put32(uint8_t *p, uint32_t v)
 	p[3] = (uint8_t)v;
 }
 
-int zone_builder_add_authority(struct zone_builder *b, const uint8_t *apex,
-			       uint32_t ttl, uint32_t serial, const char **why)
+size_t zone_soa_rdata(const uint8_t *apex, uint32_t serial, uint32_t minimum,
+		      uint8_t out[ZONE_SOA_RDATA_MAX])
 {
-	struct zone_table *t = (struct zone_table *)b;
-	uint8_t soa[2 * DNS_MAX_NAME + 20 + 32], ns[DNS_MAX_NAME + 16];
-	size_t apex_len = dns_name_len(apex);
 	/* ns.dns.<apex> / hostmaster.<apex>: CoreDNS's shape, so tools agree. */
-	if (apex_len + 11 > DNS_MAX_NAME) {
-		*why = "zone name too long for its SOA names";
-		return -1;
-	}
-	size_t mlen = write_name_prefixed(soa, "ns", "dns", apex);
-	size_t rlen = write_name_prefixed(soa + mlen, "hostmaster", NULL, apex);
-	uint8_t *p = soa + mlen + rlen;
+	if (dns_name_len(apex) + 11 > DNS_MAX_NAME)
+		return 0;
+	size_t mlen = write_name_prefixed(out, "ns", "dns", apex);
+	size_t rlen = write_name_prefixed(out + mlen, "hostmaster", NULL, apex);
+	uint8_t *p = out + mlen + rlen;
 	put32(p, serial);
 	put32(p + 4, 7200);   /* refresh */
 	put32(p + 8, 1800);   /* retry */
 	put32(p + 12, 86400); /* expire */
-	put32(p + 16, ttl);   /* minimum: negative answers live as long as positive */
-	size_t soa_len = mlen + rlen + 20;
-	size_t ns_len = write_name_prefixed(ns, "ns", "dns", apex);
+	put32(p + 16, minimum);
+	return mlen + rlen + 20;
+}
 
+size_t zone_ns_rdata(const uint8_t *apex, uint8_t out[DNS_MAX_NAME])
+{
+	if (dns_name_len(apex) + 7 > DNS_MAX_NAME)
+		return 0;
+	return write_name_prefixed(out, "ns", "dns", apex);
+}
+
+int zone_builder_add_authority(struct zone_builder *b, const uint8_t *apex,
+			       uint32_t ttl, uint32_t serial, const char **why)
+{
+	struct zone_table *t = (struct zone_table *)b;
+	uint8_t soa[ZONE_SOA_RDATA_MAX], ns[DNS_MAX_NAME];
+	size_t apex_len = dns_name_len(apex);
+	/* minimum = ttl: negative answers live as long as positive ones */
+	size_t soa_len = zone_soa_rdata(apex, serial, ttl, soa);
+	size_t ns_len = zone_ns_rdata(apex, ns);
+
+	if (!soa_len || !ns_len) {
+		*why = "zone name too long for its SOA names";
+		return -1;
+	}
 	struct zone_authority *v =
 		realloc(t->authorities, (t->n_authorities + 1) * sizeof *v);
 	if (!v) {

@@ -38,6 +38,17 @@ int zone_builder_add_authority(struct zone_builder *b, const uint8_t *apex,
 			       uint32_t ttl, uint32_t serial, const char **why);
 
 /*
+ * The apex records zone_builder_add_authority adds, for tables of other
+ * shapes (cluster/): SOA "ns.dns.<apex> hostmaster.<apex> serial 7200 1800
+ * 86400 minimum" and NS "ns.dns.<apex>". Each returns the rdata length, or 0
+ * when apex is too long for the names.
+ */
+#define ZONE_SOA_RDATA_MAX (2 * DNS_MAX_NAME + 20)
+size_t zone_soa_rdata(const uint8_t *apex, uint32_t serial, uint32_t minimum,
+		      uint8_t out[ZONE_SOA_RDATA_MAX]);
+size_t zone_ns_rdata(const uint8_t *apex, uint8_t out[DNS_MAX_NAME]);
+
+/*
  * Add one record (class IN). Rejects, with a reason in *why: a CNAME next to
  * other data at the same owner, a second CNAME, rdata that does not match
  * its type's shape. Duplicate records are kept once.
