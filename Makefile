@@ -7,7 +7,7 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
-PKGS     := yaml-0.1 json-c liburcu-memb libunbound
+PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))

@@ -1,0 +1,102 @@
+/*
+ * cluster — the cluster domain's records, built from Kubernetes objects, and
+ * the rules that answer from them (the Kubernetes DNS-Based Service
+ * Discovery specification, schema 1.1.0; CoreDNS's kubernetes plugin where
+ * the specification is silent).
+ *
+ * Owns: a model of the watched objects (Services, EndpointSlices,
+ * Namespaces, this node's Pods) kept by one writer thread, and the name
+ * table derived from it: owner name -> that name's records in wire form, in
+ * a liburcu lock-free hash table. A change to one object rewrites only the
+ * names that object contributes to; workers read with no lock while it
+ * happens, and a replaced name is freed after an RCU grace period.
+ *
+ * Must never: block or allocate on the read side (cluster_answer runs on the
+ * hot path); be written from more than one thread; keep the JSON objects it
+ * is given (they are borrowed for the call).
+ *
+ * Names it serves, under <zone> = cluster.domain:
+ *   <zone> SOA/NS, dns-version.<zone> TXT "1.1.0", svc.<zone> and pod.<zone>
+ *   <ns>.svc.<zone>, <ns>.pod.<zone>          exist while the namespace does
+ *   <svc>.<ns>.svc.<zone>                     A/AAAA (ClusterIPs, or ready
+ *                                             endpoints when headless), CNAME
+ *                                             (ExternalName)
+ *   <host>.<svc>.<ns>.svc.<zone>              A/AAAA of one headless endpoint
+ *                                             (hostname, else its dashed IP)
+ *   _<port>._<proto>.<svc>.<ns>.svc.<zone>    SRV for named ports
+ *   <a-b-c-d>.<ns>.pod.<zone>                 A/AAAA per cluster.pods
+ *   <reversed IP>.in-addr.arpa / ip6.arpa     PTR for ClusterIPs and ready
+ *                                             endpoints
+ * Every other name under <zone> is NXDOMAIN; reverse names we do not hold
+ * are not ours (they go upstream).
+ */
+#ifndef LOCALDNS_CLUSTER_H
+#define LOCALDNS_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+#include "config/config.h"
+#include "dns/dns.h"
+
+struct cluster;
+
+/* A table for cfg's cluster.domain, ttl and pods mode; NULL with a reason. */
+struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen);
+
+/* After every reader has stopped. */
+void cluster_free(struct cluster *c);
+
+/* ---- writer side: one thread, registered with RCU ---------------------------- */
+
+/*
+ * An object was added or changed / is gone. Objects that are not what the
+ * call says, or lack a name, are ignored with a debug log line; fields the
+ * table does not use are never read.
+ */
+void cluster_service_upsert(struct cluster *c, struct json_object *svc);
+void cluster_service_remove(struct cluster *c, const char *ns, const char *name);
+void cluster_slice_upsert(struct cluster *c, struct json_object *slice);
+void cluster_slice_remove(struct cluster *c, const char *ns, const char *name);
+void cluster_namespace_upsert(struct cluster *c, struct json_object *ns);
+void cluster_namespace_remove(struct cluster *c, const char *name);
+void cluster_pod_upsert(struct cluster *c, struct json_object *pod);
+void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
+
+/* Every resource has been listed once: names under the zone are answered
+ * from now on (before, cluster_answer says CLUSTER_UNSYNCED). */
+void cluster_set_synced(struct cluster *c);
+
+struct cluster_stats {
+	size_t names;      /* owner names in the table */
+	size_t services;
+	size_t slices;
+	size_t endpoints;  /* endpoint addresses across all slices */
+	size_t namespaces;
+	size_t pods;       /* this node's pods */
+	bool synced;
+};
+void cluster_stats(const struct cluster *c, struct cluster_stats *out);
+
+/* ---- read side: workers, under the RCU read lock ---------------------------- */
+
+enum cluster_result {
+	CLUSTER_NOT_LOCAL, /* not ours: try the next source; w is untouched */
+	CLUSTER_ANSWERED,  /* w holds the whole answer */
+	CLUSTER_UNSYNCED,  /* under the zone, but the first sync is not done */
+	CLUSTER_CHASE,     /* w holds a CNAME chain ending outside the zone:
+			    * the caller resolves *chase for the same type and
+			    * appends its records */
+};
+
+/* Answer q (class IN) from the table into w, as zone_answer does. */
+enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
+				   struct dns_writer *w, const uint8_t **chase);
+
+/* The zone apex, lower-cased wire form (for the upstream's forward zones). */
+const uint8_t *cluster_zone(const struct cluster *c);
+
+#endif

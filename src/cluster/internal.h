@@ -1,0 +1,157 @@
+/*
+ * cluster/internal.h — the name table's layout and the writer's model,
+ * shared by table.c (the RCU hash of names), answer.c (reading) and
+ * model.c / names.c (building). Nothing outside src/cluster/ includes this.
+ */
+#ifndef LOCALDNS_CLUSTER_INTERNAL_H
+#define LOCALDNS_CLUSTER_INTERNAL_H
+
+#include "cluster/cluster.h"
+
+#include <stdatomic.h>
+
+#include <json-c/linkhash.h>
+#include <urcu/urcu-memb.h>
+#include <urcu/rculfhash.h>
+
+/*
+ * One owner name and all its records, immutable once published: a change
+ * publishes a new node in its place. data holds the owner (owner_len bytes,
+ * lower-cased wire form), then each record as type (2 bytes, host order),
+ * rdata length (2 bytes, host order) and rdata (uncompressed wire form). A
+ * node with no records is a name that exists with no data (NODATA).
+ */
+struct cluster_node {
+	struct cds_lfht_node ht;
+	struct rcu_head rcu;
+	uint32_t rr_len;   /* bytes of records after the owner */
+	uint8_t owner_len;
+	uint8_t data[];
+};
+
+/* Iterating a node's records. */
+struct cluster_rr {
+	uint16_t type;
+	uint16_t rdlen;
+	const uint8_t *rdata;
+};
+bool cluster_node_next(const struct cluster_node *n, size_t *pos, struct cluster_rr *rr);
+
+/* ---- the writer's model -------------------------------------------------- */
+
+struct cluster_ip {
+	int family; /* AF_INET or AF_INET6 */
+	uint8_t addr[16];
+};
+
+/* A named port: only those get SRV records. */
+struct cluster_port {
+	char name[16];  /* IANA_SVC_NAME: at most 15 characters */
+	char proto[8];  /* lower-cased: tcp, udp, sctp */
+	uint16_t port;
+};
+
+struct cluster_endpoint {
+	struct cluster_ip *ips;
+	size_t n_ips;
+	bool ready;
+	bool is_pod;        /* targetRef is a Pod (cluster.pods: verified) */
+	char hostname[64];  /* "" when the endpoint has none */
+};
+
+struct cluster_service;
+
+struct cluster_slice {
+	char *key;                   /* "ns/name" */
+	struct cluster_service *svc; /* the Service it belongs to (maybe not seen yet) */
+	struct cluster_slice *next;  /* in svc->slices */
+	struct cluster_endpoint *eps;
+	size_t n_eps;
+	struct cluster_port *ports;
+	size_t n_ports;
+};
+
+enum cluster_service_kind { SVC_CLUSTER_IP, SVC_HEADLESS, SVC_EXTERNAL_NAME };
+
+/*
+ * A Service and its slices. The entry exists while either does: slices may
+ * arrive before their Service. `names` and `ptrs` are what the last rebuild
+ * published (concatenated wire names), so the next one can remove what is
+ * gone.
+ */
+struct cluster_service {
+	char *key;             /* "ns/name" */
+	char *ns, *name;
+	bool seen;             /* the Service object itself is known */
+	enum cluster_service_kind kind;
+	struct cluster_ip *ips;
+	size_t n_ips;
+	char *external_name;
+	bool publish_not_ready;
+	struct cluster_port *ports;
+	size_t n_ports;
+	struct cluster_slice *slices;
+	uint8_t *names; size_t names_len;
+	uint8_t *ptrs;  size_t ptrs_len;
+	uint8_t *pods;  size_t pods_len;   /* verified pod names referenced */
+};
+
+struct cluster_pod {
+	char *key;             /* "ns/name" */
+	uint8_t *names; size_t names_len;  /* its pod names (verified mode) */
+};
+
+struct cluster {
+	struct cds_lfht *ht;
+	uint8_t apex[DNS_MAX_NAME];
+	size_t apex_len;
+	uint8_t svc_apex[DNS_MAX_NAME]; /* svc.<zone> */
+	uint8_t pod_apex[DNS_MAX_NAME]; /* pod.<zone> */
+	uint32_t ttl;
+	enum config_pods_mode pods;
+	uint8_t soa[2 * DNS_MAX_NAME + 20];
+	uint16_t soa_len;
+	_Atomic bool synced;
+
+	/* writer only */
+	struct lh_table *services;   /* key -> struct cluster_service */
+	struct lh_table *slices;     /* key -> struct cluster_slice */
+	struct lh_table *namespaces; /* name -> (the key itself) */
+	struct lh_table *local_pods; /* key -> struct cluster_pod */
+	struct lh_table *pod_refs;   /* verified pod owner (text) -> count */
+	/* for cluster_stats from any thread */
+	_Atomic size_t n_names, n_services, n_slices, n_endpoints, n_namespaces, n_pods;
+};
+
+/* ---- table.c: the RCU hash of names (writer calls hold the read lock) ---- */
+
+const struct cluster_node *cluster_find(const struct cluster *c, const uint8_t *name, size_t len);
+/* Publish owner with these records (replacing any node there); -1 on ENOMEM. */
+int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
+		const uint8_t *rrs, size_t rr_len);
+void cluster_del(struct cluster *c, const uint8_t *owner, size_t owner_len);
+
+/* A growing record buffer in node layout, for building one name's records. */
+struct cluster_rrbuf {
+	uint8_t *data;
+	size_t len, cap;
+};
+int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rdata, uint16_t rdlen);
+
+/* ---- names.c: building owner names and rdata ----------------------------- */
+
+/* "<label>.<label>...<apex>" from text labels (NULL-terminated list); 0 when
+ * a label is empty, too long or not a DNS label, or the name is too long. */
+size_t cluster_name(uint8_t out[DNS_MAX_NAME], const uint8_t *apex, const char *const *labels);
+/* The dashed form of an IP: 10-0-0-1, 2001-db8--1. */
+void cluster_dashed_ip(const struct cluster_ip *ip, char out[64]);
+/* Parse a dashed IP label back; false when it is not one. */
+bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip *out);
+/* d.c.b.a.in-addr.arpa or the ip6.arpa nibble name. */
+size_t cluster_reverse_name(const struct cluster_ip *ip, uint8_t out[DNS_MAX_NAME]);
+/* Under in-addr.arpa or ip6.arpa. */
+bool cluster_is_reverse_name(const uint8_t *name);
+/* "10.0.0.1" / "fd00::1" to an address; false otherwise. */
+bool cluster_parse_ip(const char *text, struct cluster_ip *out);
+
+#endif

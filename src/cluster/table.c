@@ -1,0 +1,111 @@
+/*
+ * cluster/table.c — the lock-free name table: owner name -> one immutable
+ * node holding every record of that name.
+ *
+ * liburcu's resizable hash (cds_lfht) keyed by the lower-cased wire name:
+ * readers look up under the RCU read lock with no lock and no allocation;
+ * the single writer replaces a whole node at once (cds_lfht_add_replace),
+ * so a reader sees either the old records of a name or the new ones, never
+ * a mix, and the old node is freed by call_rcu after every reader that
+ * might hold it has moved on.
+ */
+#include "cluster/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int match_owner(struct cds_lfht_node *ht, const void *key)
+{
+	const struct cluster_node *n = caa_container_of(ht, struct cluster_node, ht);
+	const uint8_t *name = key;
+	size_t len = dns_name_len(name);
+
+	return n->owner_len == len && memcmp(n->data, name, len) == 0;
+}
+
+const struct cluster_node *cluster_find(const struct cluster *c, const uint8_t *name, size_t len)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *ht;
+
+	cds_lfht_lookup(c->ht, dns_name_hash(name, len), match_owner, name, &it);
+	ht = cds_lfht_iter_get_node(&it);
+	return ht ? caa_container_of(ht, struct cluster_node, ht) : NULL;
+}
+
+bool cluster_node_next(const struct cluster_node *n, size_t *pos, struct cluster_rr *rr)
+{
+	const uint8_t *p = n->data + n->owner_len + *pos;
+
+	if (*pos + 4 > n->rr_len)
+		return false;
+	memcpy(&rr->type, p, 2);
+	memcpy(&rr->rdlen, p + 2, 2);
+	rr->rdata = p + 4;
+	*pos += 4 + (size_t)rr->rdlen;
+	return true;
+}
+
+static void free_node(struct rcu_head *head)
+{
+	free(caa_container_of(head, struct cluster_node, rcu));
+}
+
+int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
+		const uint8_t *rrs, size_t rr_len)
+{
+	const struct cluster_node *cur = cluster_find(c, owner, owner_len);
+	struct cluster_node *n;
+	struct cds_lfht_node *old;
+
+	/* An unchanged name keeps its node: no churn for readers or call_rcu. */
+	if (cur && cur->rr_len == rr_len && memcmp(cur->data + cur->owner_len, rrs, rr_len) == 0)
+		return 0;
+	n = malloc(sizeof *n + owner_len + rr_len);
+	if (!n)
+		return -1;
+	cds_lfht_node_init(&n->ht);
+	n->rr_len = (uint32_t)rr_len;
+	n->owner_len = (uint8_t)owner_len;
+	memcpy(n->data, owner, owner_len);
+	if (rr_len)
+		memcpy(n->data + owner_len, rrs, rr_len);
+	old = cds_lfht_add_replace(c->ht, dns_name_hash(owner, owner_len), match_owner,
+				   n->data, &n->ht);
+	if (old)
+		urcu_memb_call_rcu(&caa_container_of(old, struct cluster_node, ht)->rcu, free_node);
+	else
+		atomic_fetch_add(&c->n_names, 1);
+	return 0;
+}
+
+void cluster_del(struct cluster *c, const uint8_t *owner, size_t owner_len)
+{
+	struct cluster_node *n = (struct cluster_node *)cluster_find(c, owner, owner_len);
+
+	if (n && cds_lfht_del(c->ht, &n->ht) == 0) {
+		atomic_fetch_sub(&c->n_names, 1);
+		urcu_memb_call_rcu(&n->rcu, free_node);
+	}
+}
+
+int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rdata, uint16_t rdlen)
+{
+	size_t need = b->len + 4 + rdlen;
+
+	if (need > b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 256;
+		while (cap < need)
+			cap *= 2;
+		uint8_t *d = realloc(b->data, cap);
+		if (!d)
+			return -1;
+		b->data = d;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, &type, 2);
+	memcpy(b->data + b->len + 2, &rdlen, 2);
+	memcpy(b->data + b->len + 4, rdata, rdlen);
+	b->len = need;
+	return 0;
+}

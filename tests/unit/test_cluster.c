@@ -1,0 +1,540 @@
+/*
+ * Unit tests for cluster/: Kubernetes objects (real JSON shapes) in, the
+ * specification's records out, read back through the codec: ClusterIP and
+ * headless Services, SRV with additionals, PTR, ExternalName, pods,
+ * NXDOMAIN vs NODATA, namespaces, updates and deletions, the sync gate.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <urcu/urcu-memb.h>
+
+#include "cluster/cluster.h"
+#include "config/config.h"
+#include "reply.h"
+
+static struct cluster *make_cluster(const char *pods_mode)
+{
+	char yaml[256], err[CONFIG_ERR_MAX];
+	struct config *cfg;
+	struct cluster *c;
+
+	snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local, ttl: 5s, pods: %s}\n", pods_mode);
+	assert_int_equal(config_load_string("test.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
+	c = cluster_new(cfg, err, sizeof err);
+	config_free(cfg);
+	assert_non_null(c);
+	return c;
+}
+
+static struct json_object *parse(const char *json)
+{
+	struct json_object *o = json_tokener_parse(json);
+
+	assert_non_null(o);
+	return o;
+}
+
+#define UPSERT(fn, c, json)                              \
+	do {                                             \
+		struct json_object *o_ = parse(json);    \
+		fn(c, o_);                               \
+		json_object_put(o_);                     \
+	} while (0)
+
+static void add_namespace(struct cluster *c, const char *name)
+{
+	char json[256];
+
+	snprintf(json, sizeof json, "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"%s\"}}", name);
+	UPSERT(cluster_namespace_upsert, c, json);
+}
+
+static const char svc_db[] =
+	"{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"prod\"},"
+	"\"spec\":{\"type\":\"ClusterIP\",\"clusterIP\":\"10.96.0.5\","
+	"\"clusterIPs\":[\"10.96.0.5\",\"fd00::5\"],\"ipFamilies\":[\"IPv4\",\"IPv6\"],"
+	"\"ports\":[{\"name\":\"mysql\",\"port\":3306,\"protocol\":\"TCP\",\"targetPort\":3306},"
+	"{\"port\":9999,\"protocol\":\"TCP\"}]}}";
+
+static const char slice_db[] =
+	"{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+	"\"metadata\":{\"name\":\"db-abc\",\"namespace\":\"prod\","
+	"\"labels\":{\"kubernetes.io/service-name\":\"db\"}},"
+	"\"endpoints\":[{\"addresses\":[\"10.1.0.7\"],\"conditions\":{\"ready\":true},"
+	"\"targetRef\":{\"kind\":\"Pod\",\"namespace\":\"prod\",\"name\":\"db-0\"}}],"
+	"\"ports\":[{\"name\":\"mysql\",\"port\":3306,\"protocol\":\"TCP\"}]}";
+
+static const char svc_web[] =
+	"{\"kind\":\"Service\",\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\"},"
+	"\"spec\":{\"clusterIP\":\"None\",\"clusterIPs\":[\"None\"],"
+	"\"ports\":[{\"name\":\"http\",\"port\":80,\"protocol\":\"TCP\"}]}}";
+
+static const char slice_web[] =
+	"{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+	"\"metadata\":{\"name\":\"web-1\",\"namespace\":\"prod\","
+	"\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+	"\"endpoints\":["
+	"{\"addresses\":[\"10.1.0.1\"],\"conditions\":{\"ready\":true},\"hostname\":\"web-0\"},"
+	"{\"addresses\":[\"10.1.0.2\"],\"conditions\":{\"ready\":true}},"
+	"{\"addresses\":[\"10.1.0.3\"],\"conditions\":{\"ready\":false},\"hostname\":\"web-2\"}],"
+	"\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}]}";
+
+/* prod with db (ClusterIP, dual-stack) and web (headless), synced. */
+static int setup(void **state)
+{
+	struct cluster *c;
+
+	urcu_memb_register_thread();
+	c = make_cluster("insecure");
+	add_namespace(c, "prod");
+	UPSERT(cluster_service_upsert, c, svc_db);
+	UPSERT(cluster_slice_upsert, c, slice_db);
+	UPSERT(cluster_service_upsert, c, svc_web);
+	UPSERT(cluster_slice_upsert, c, slice_web);
+	cluster_set_synced(c);
+	*state = c;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	cluster_free(*state);
+	urcu_memb_unregister_thread();
+	return 0;
+}
+
+static enum cluster_result ask(struct cluster *c, const char *name, uint16_t qtype,
+			       struct reply *r)
+{
+	struct dns_query q;
+	struct dns_writer w;
+	const uint8_t *chase = NULL;
+	enum cluster_result res;
+
+	make_query(&q, name, qtype);
+	dns_response_begin(&w, r->buf, sizeof r->buf, &q, DNS_R_NOERROR);
+	urcu_memb_read_lock();
+	res = cluster_answer(c, &q, &w, &chase);
+	urcu_memb_read_unlock();
+	r->len = dns_response_finish(&w, 1232);
+	read_reply(r);
+	return res;
+}
+
+static int rcode(const struct reply *r)
+{
+	return r->flags & 0xf;
+}
+
+/* Addresses of the given type in the answer section, as text, sorted by position. */
+static size_t answer_addresses(const struct reply *r, uint16_t type, char out[][48], size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->count[1] && n < max; i++)
+		if (r->rr[i].type == type)
+			inet_ntop(type == DNS_T_A ? AF_INET : AF_INET6, r->rr[i].rdata, out[n++], 48);
+	return n;
+}
+
+static bool has_answer_address(const struct reply *r, uint16_t type, const char *ip)
+{
+	char got[64][48];
+	size_t n = answer_addresses(r, type, got, 64);
+
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(got[i], ip) == 0)
+			return true;
+	return false;
+}
+
+static void assert_nxdomain(struct cluster *c, const char *name)
+{
+	struct reply r;
+
+	assert_int_equal(ask(c, name, DNS_T_A, &r), CLUSTER_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NXDOMAIN);
+	assert_int_equal(r.count[1], 0);
+	assert_int_equal(r.count[2], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SOA);
+}
+
+static void assert_nodata(struct cluster *c, const char *name, uint16_t qtype)
+{
+	struct reply r;
+
+	assert_int_equal(ask(c, name, qtype, &r), CLUSTER_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 0);
+	assert_int_equal(r.count[2], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SOA);
+}
+
+static void test_cluster_ip_service_has_every_cluster_ip(void **state)
+{
+	struct reply r;
+
+	assert_int_equal(ask(*state, "db.prod.svc.cluster.local", DNS_T_A, &r), CLUSTER_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_true(r.flags & DNS_F_AA);
+	assert_int_equal(r.count[1], 1);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.96.0.5"));
+	assert_int_equal(r.rr[0].ttl, 5);
+	ask(*state, "DB.Prod.svc.cluster.local", DNS_T_AAAA, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_true(has_answer_address(&r, DNS_T_AAAA, "fd00::5"));
+}
+
+static void test_named_ports_get_srv_with_target_addresses(void **state)
+{
+	struct reply r;
+
+	ask(*state, "_mysql._tcp.db.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SRV);
+	assert_int_equal(get16(r.rr[0].rdata + 4), 3306);
+	assert_memory_equal(r.rr[0].rdata + 6, wire("db.prod.svc.cluster.local"),
+			    dns_name_len(wire("db.prod.svc.cluster.local")));
+	assert_int_equal(r.count[3], 2); /* A and AAAA of the target */
+	assert_nodata(*state, "_tcp.db.prod.svc.cluster.local", DNS_T_SRV);
+	assert_nxdomain(*state, "_http._tcp.db.prod.svc.cluster.local");
+}
+
+static void test_headless_service_lists_ready_endpoints(void **state)
+{
+	struct reply r;
+
+	ask(*state, "web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.count[1], 2);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.1"));
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.2"));
+	ask(*state, "web-0.web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.1"));
+	ask(*state, "10-1-0-2.web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.2"));
+	assert_nxdomain(*state, "web-2.web.prod.svc.cluster.local"); /* not ready */
+}
+
+static void test_headless_srv_names_each_endpoint(void **state)
+{
+	struct reply r;
+
+	ask(*state, "_http._tcp.web.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(r.count[1], 2);
+	assert_int_equal(get16(r.rr[0].rdata + 4), 8080);
+	assert_int_equal(r.count[3], 2);
+}
+
+static void test_publish_not_ready_addresses_is_honoured(void **state)
+{
+	struct cluster *c = *state;
+	struct reply r;
+	char svc[1024];
+
+	snprintf(svc, sizeof svc, "%s", svc_web);
+	char *spec = strstr(svc, "\"spec\":{");
+	assert_non_null(spec);
+	memmove(spec + 8 + 33, spec + 8, strlen(spec + 8) + 1);
+	memcpy(spec + 8, "\"publishNotReadyAddresses\":true, ", 33);
+	UPSERT(cluster_service_upsert, c, svc);
+	ask(c, "web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.count[1], 3);
+	ask(c, "web-2.web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.3"));
+}
+
+static void test_headless_without_ready_endpoints_is_nxdomain(void **state)
+{
+	struct cluster *c = *state;
+
+	cluster_slice_remove(c, "prod", "web-1");
+	assert_nxdomain(c, "web.prod.svc.cluster.local");
+	assert_nxdomain(c, "_http._tcp.web.prod.svc.cluster.local");
+	assert_nxdomain(c, "web-0.web.prod.svc.cluster.local");
+}
+
+static void test_ptr_for_cluster_ips_and_endpoints(void **state)
+{
+	struct reply r;
+	struct dns_query q;
+
+	assert_int_equal(ask(*state, "5.0.96.10.in-addr.arpa", DNS_T_PTR, &r), CLUSTER_ANSWERED);
+	assert_int_equal(r.count[1], 1);
+	assert_true(r.flags & DNS_F_AA);
+	/* the PTR target is compressed against nothing earlier: read it from the message */
+	size_t pos = (size_t)(r.rr[0].rdata - r.buf);
+	uint8_t target[DNS_MAX_NAME];
+	assert_true(dns_name_read(r.buf, r.len, &pos, target, true) > 0);
+	assert_memory_equal(target, wire("db.prod.svc.cluster.local"), dns_name_len(target));
+
+	ask(*state, "5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa",
+	    DNS_T_PTR, &r);
+	assert_int_equal(r.count[1], 1);
+
+	ask(*state, "1.0.1.10.in-addr.arpa", DNS_T_PTR, &r);
+	pos = (size_t)(r.rr[0].rdata - r.buf);
+	assert_true(dns_name_read(r.buf, r.len, &pos, target, true) > 0);
+	assert_memory_equal(target, wire("web-0.web.prod.svc.cluster.local"), dns_name_len(target));
+
+	ask(*state, "7.0.1.10.in-addr.arpa", DNS_T_PTR, &r); /* endpoint of a ClusterIP service */
+	assert_int_equal(r.count[1], 1);
+
+	make_query(&q, "9.9.9.9.in-addr.arpa", DNS_T_PTR);
+	struct dns_writer w;
+	const uint8_t *chase = NULL;
+	dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
+	urcu_memb_read_lock();
+	assert_int_equal(cluster_answer(*state, &q, &w, &chase), CLUSTER_NOT_LOCAL);
+	urcu_memb_read_unlock();
+}
+
+static void test_external_name_is_a_cname_chased_elsewhere(void **state)
+{
+	struct cluster *c = *state;
+	struct dns_query q;
+	struct dns_writer w;
+	struct reply r;
+	const uint8_t *chase = NULL;
+
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"db.example.org.\"}}");
+	make_query(&q, "ext.prod.svc.cluster.local", DNS_T_A);
+	dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
+	urcu_memb_read_lock();
+	assert_int_equal(cluster_answer(c, &q, &w, &chase), CLUSTER_CHASE);
+	urcu_memb_read_unlock();
+	assert_non_null(chase);
+	assert_memory_equal(chase, wire("db.example.org"), dns_name_len(chase));
+	r.len = dns_response_finish(&w, 1232);
+	read_reply(&r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_CNAME);
+
+	/* an ExternalName inside the zone is followed here */
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"alias\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"db.prod.svc.cluster.local\"}}");
+	assert_int_equal(ask(c, "alias.prod.svc.cluster.local", DNS_T_A, &r), CLUSTER_ANSWERED);
+	assert_int_equal(r.count[1], 2);
+	assert_int_equal(r.rr[0].type, DNS_T_CNAME);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.96.0.5"));
+}
+
+static void test_names_that_fit_no_shape_are_nxdomain(void **state)
+{
+	assert_nxdomain(*state, "google.com.prod.svc.cluster.local");
+	assert_nxdomain(*state, "db.prod.svc.cluster.local.prod.svc.cluster.local");
+	assert_nxdomain(*state, "nope.prod.svc.cluster.local");
+	assert_nxdomain(*state, "db.other.svc.cluster.local");
+	assert_nxdomain(*state, "x.cluster.local");
+}
+
+static void test_existing_names_without_the_type_are_nodata(void **state)
+{
+	assert_nodata(*state, "db.prod.svc.cluster.local", DNS_T_TXT);
+	assert_nodata(*state, "prod.svc.cluster.local", DNS_T_A);
+	assert_nodata(*state, "svc.cluster.local", DNS_T_A);
+	assert_nodata(*state, "prod.pod.cluster.local", DNS_T_A);
+}
+
+static void test_namespace_names_follow_the_namespace(void **state)
+{
+	struct cluster *c = *state;
+
+	assert_nxdomain(c, "staging.svc.cluster.local");
+	add_namespace(c, "staging");
+	assert_nodata(c, "staging.svc.cluster.local", DNS_T_A);
+	cluster_namespace_remove(c, "staging");
+	assert_nxdomain(c, "staging.svc.cluster.local");
+}
+
+static void test_apex_and_dns_version(void **state)
+{
+	struct reply r;
+
+	ask(*state, "cluster.local", DNS_T_SOA, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].type, DNS_T_SOA);
+	ask(*state, "cluster.local", DNS_T_NS, &r);
+	assert_int_equal(r.count[1], 1);
+	ask(*state, "dns-version.cluster.local", DNS_T_TXT, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_int_equal(r.rr[0].rdlen, 6);
+	assert_memory_equal(r.rr[0].rdata, "\0051.1.0", 6);
+}
+
+static void test_insecure_pods_need_an_existing_namespace(void **state)
+{
+	struct reply r;
+
+	ask(*state, "10-1-0-9.prod.pod.cluster.local", DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.9"));
+	ask(*state, "fd00--9.prod.pod.cluster.local", DNS_T_AAAA, &r);
+	assert_true(has_answer_address(&r, DNS_T_AAAA, "fd00::9"));
+	assert_nodata(*state, "10-1-0-9.prod.pod.cluster.local", DNS_T_AAAA);
+	assert_nxdomain(*state, "10-1-0-9.nope.pod.cluster.local");
+	assert_nxdomain(*state, "10-1-0.prod.pod.cluster.local");
+	assert_nxdomain(*state, "x.10-1-0-9.prod.pod.cluster.local");
+}
+
+static void test_verified_pods_must_exist(void **state)
+{
+	struct cluster *c = make_cluster("verified");
+	struct reply r;
+
+	(void)state;
+	add_namespace(c, "prod");
+	UPSERT(cluster_service_upsert, c, svc_db);
+	UPSERT(cluster_slice_upsert, c, slice_db);
+	UPSERT(cluster_pod_upsert, c,
+	       "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"local\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Running\","
+	       "\"podIP\":\"10.1.0.20\",\"podIPs\":[{\"ip\":\"10.1.0.20\"}]}}");
+	cluster_set_synced(c);
+	ask(c, "10-1-0-20.prod.pod.cluster.local", DNS_T_A, &r);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.20"));
+	ask(c, "10-1-0-7.prod.pod.cluster.local", DNS_T_A, &r); /* behind an endpoint */
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.7"));
+	assert_nxdomain(c, "10-1-0-9.prod.pod.cluster.local");
+	cluster_pod_remove(c, "prod", "local");
+	assert_nxdomain(c, "10-1-0-20.prod.pod.cluster.local");
+	cluster_slice_remove(c, "prod", "db-abc");
+	assert_nxdomain(c, "10-1-0-7.prod.pod.cluster.local");
+	cluster_free(c);
+}
+
+static void test_service_changes_and_deletion_update_only_its_names(void **state)
+{
+	struct cluster *c = *state;
+	struct reply r;
+	struct cluster_stats before, after;
+
+	cluster_stats(c, &before);
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.6\",\"clusterIPs\":[\"10.96.0.6\"]}}");
+	ask(c, "db.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.count[1], 1);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.96.0.6"));
+	assert_nodata(c, "db.prod.svc.cluster.local", DNS_T_AAAA);
+	assert_nxdomain(c, "_mysql._tcp.db.prod.svc.cluster.local"); /* port gone */
+	ask(c, "6.0.96.10.in-addr.arpa", DNS_T_PTR, &r);
+	assert_int_equal(r.count[1], 1);
+
+	cluster_service_remove(c, "prod", "db");
+	assert_nxdomain(c, "db.prod.svc.cluster.local");
+	ask(c, "web.prod.svc.cluster.local", DNS_T_A, &r); /* others untouched */
+	assert_int_equal(r.count[1], 2);
+	cluster_slice_remove(c, "prod", "db-abc");
+	cluster_stats(c, &after);
+	assert_int_equal(after.services, before.services - 1);
+	assert_int_equal(after.slices, before.slices - 1);
+	assert_true(after.names < before.names);
+}
+
+static void test_ptr_shared_by_two_services_keeps_both(void **state)
+{
+	struct cluster *c = *state;
+	struct reply r;
+
+	/* a second headless service selecting the same pod as web-0 */
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"web2\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"clusterIP\":\"None\"}}");
+	UPSERT(cluster_slice_upsert, c,
+	       "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\",\"metadata\":{\"name\":\"web2-x\","
+	       "\"namespace\":\"prod\",\"labels\":{\"kubernetes.io/service-name\":\"web2\"}},"
+	       "\"endpoints\":[{\"addresses\":[\"10.1.0.1\"]}]}");
+	ask(c, "1.0.1.10.in-addr.arpa", DNS_T_PTR, &r);
+	assert_int_equal(r.count[1], 2);
+	cluster_service_remove(c, "prod", "web2");
+	ask(c, "1.0.1.10.in-addr.arpa", DNS_T_PTR, &r);
+	assert_int_equal(r.count[1], 1);
+}
+
+static void test_slices_before_their_service_count_once_it_arrives(void **state)
+{
+	struct cluster *c = make_cluster("insecure");
+	struct reply r;
+
+	(void)state;
+	add_namespace(c, "prod");
+	UPSERT(cluster_slice_upsert, c, slice_web);
+	cluster_set_synced(c);
+	assert_nxdomain(c, "web.prod.svc.cluster.local");
+	UPSERT(cluster_service_upsert, c, svc_web);
+	ask(c, "web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.count[1], 2);
+	cluster_free(c);
+}
+
+static void test_nothing_is_answered_before_the_first_sync(void **state)
+{
+	struct cluster *c = make_cluster("insecure");
+	struct reply r;
+	struct dns_query q;
+	struct dns_writer w;
+	const uint8_t *chase = NULL;
+
+	(void)state;
+	make_query(&q, "db.prod.svc.cluster.local", DNS_T_A);
+	dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
+	urcu_memb_read_lock();
+	assert_int_equal(cluster_answer(c, &q, &w, &chase), CLUSTER_UNSYNCED);
+	make_query(&q, "example.org", DNS_T_A);
+	assert_int_equal(cluster_answer(c, &q, &w, &chase), CLUSTER_NOT_LOCAL);
+	urcu_memb_read_unlock();
+	cluster_free(c);
+}
+
+static void test_objects_without_names_are_ignored(void **state)
+{
+	struct cluster *c = *state;
+	struct cluster_stats before, after;
+
+	cluster_stats(c, &before);
+	UPSERT(cluster_service_upsert, c, "{\"kind\":\"Service\",\"metadata\":{}}");
+	UPSERT(cluster_slice_upsert, c,
+	       "{\"kind\":\"EndpointSlice\",\"metadata\":{\"name\":\"x\",\"namespace\":\"prod\"}}");
+	UPSERT(cluster_service_upsert, c, "[1,2,3]");
+	cluster_stats(c, &after);
+	assert_int_equal(after.names, before.names);
+	assert_int_equal(after.services, before.services);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_cluster_ip_service_has_every_cluster_ip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_named_ports_get_srv_with_target_addresses, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_headless_service_lists_ready_endpoints, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_headless_srv_names_each_endpoint, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_publish_not_ready_addresses_is_honoured, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_headless_without_ready_endpoints_is_nxdomain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ptr_for_cluster_ips_and_endpoints, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_external_name_is_a_cname_chased_elsewhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_that_fit_no_shape_are_nxdomain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_existing_names_without_the_type_are_nodata, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_namespace_names_follow_the_namespace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_apex_and_dns_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_insecure_pods_need_an_existing_namespace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_verified_pods_must_exist, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_service_changes_and_deletion_update_only_its_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ptr_shared_by_two_services_keeps_both, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slices_before_their_service_count_once_it_arrives, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_nothing_is_answered_before_the_first_sync, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_objects_without_names_are_ignored, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
