@@ -44,7 +44,7 @@ static int load(const char *path, struct cache *cache, struct config **cfg,
 {
 	if (config_load(path, cfg, err, errlen) < 0)
 		return -1;
-	*sources = query_sources_build(*cfg, cache, err, errlen);
+	*sources = query_sources_build(*cfg, NULL, cache, err, errlen);
 	if (!*sources) {
 		config_free(*cfg);
 		*cfg = NULL;
@@ -186,7 +186,7 @@ static int serve(const char *path)
 		snprintf(err, sizeof err, "cannot allocate the answer cache (cache.size)");
 		goto fail;
 	}
-	sources = query_sources_build(cfg, cache, err, sizeof err);
+	sources = query_sources_build(cfg, NULL, cache, err, sizeof err);
 	if (!sources)
 		goto fail;
 	query_sources_publish(sources);

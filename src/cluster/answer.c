@@ -12,8 +12,6 @@
 
 #include <string.h>
 
-#define MAX_CNAME_HOPS 8
-
 static const struct cluster_node *lookup(const struct cluster *c, const uint8_t *name)
 {
 	return cluster_find(c, name, dns_name_len(name));
@@ -105,7 +103,7 @@ static void answer_nxdomain(const struct cluster *c, struct dns_writer *w)
 }
 
 static enum cluster_result answer_in_zone(const struct cluster *c, const struct dns_query *q,
-					  struct dns_writer *w, const uint8_t **chase)
+					  struct dns_writer *w, struct cluster_chase *chase)
 {
 	const struct cluster_node *n = lookup(c, q->qname);
 	const uint8_t *owner = NULL; /* NULL: the question name, in client case */
@@ -116,7 +114,7 @@ static enum cluster_result answer_in_zone(const struct cluster *c, const struct 
 			answer_nxdomain(c, w);
 		return CLUSTER_ANSWERED;
 	}
-	for (int hop = 0; hop < MAX_CNAME_HOPS; hop++) {
+	for (int hop = 0; hop < CLUSTER_MAX_CHAIN; hop++) {
 		if (add_records(c, w, n, owner, q->qtype))
 			return CLUSTER_ANSWERED;
 		const uint8_t *target = cname_of(n);
@@ -126,8 +124,9 @@ static enum cluster_result answer_in_zone(const struct cluster *c, const struct 
 		}
 		dns_response_add_rr(w, DNS_SEC_ANSWER, owner, DNS_T_CNAME, DNS_C_IN, c->ttl,
 				    target, (uint16_t)dns_name_len(target));
+		chase->targets[chase->n++] = target;
 		if (!dns_name_is_subdomain(target, c->apex)) {
-			*chase = target;
+			chase->ttl = c->ttl;
 			return CLUSTER_CHASE;
 		}
 		owner = target;
@@ -154,8 +153,9 @@ static enum cluster_result answer_reverse(const struct cluster *c, const struct 
 }
 
 enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
-				   struct dns_writer *w, const uint8_t **chase)
+				   struct dns_writer *w, struct cluster_chase *chase)
 {
+	chase->n = 0;
 	if (dns_name_is_subdomain(q->qname, c->apex)) {
 		if (!atomic_load_explicit(&c->synced, memory_order_acquire))
 			return CLUSTER_UNSYNCED;

@@ -83,18 +83,29 @@ void cluster_stats(const struct cluster *c, struct cluster_stats *out);
 
 /* ---- read side: workers, under the RCU read lock ---------------------------- */
 
+#define CLUSTER_MAX_CHAIN 8 /* CNAME hops followed */
+
+/* A CNAME chain that leaves the zone, as written into the reply. */
+struct cluster_chase {
+	const uint8_t *targets[CLUSTER_MAX_CHAIN]; /* each CNAME's target, in order;
+						    * valid under the read lock */
+	unsigned n;
+	uint32_t ttl;
+};
+
 enum cluster_result {
 	CLUSTER_NOT_LOCAL, /* not ours: try the next source; w is untouched */
 	CLUSTER_ANSWERED,  /* w holds the whole answer */
 	CLUSTER_UNSYNCED,  /* under the zone, but the first sync is not done */
-	CLUSTER_CHASE,     /* w holds a CNAME chain ending outside the zone:
-			    * the caller resolves *chase for the same type and
-			    * appends its records */
+	CLUSTER_CHASE,     /* w holds a CNAME chain ending outside the zone
+			    * (ExternalName), described in *chase: the caller
+			    * resolves the last target for the same type and
+			    * answers with the chain and its records */
 };
 
 /* Answer q (class IN) from the table into w, as zone_answer does. */
 enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
-				   struct dns_writer *w, const uint8_t **chase);
+				   struct dns_writer *w, struct cluster_chase *chase);
 
 /* The zone apex, lower-cased wire form (for the upstream's forward zones). */
 const uint8_t *cluster_zone(const struct cluster *c);

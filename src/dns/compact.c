@@ -111,26 +111,50 @@ static bool rewrite_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_sec
 	return w->count[sec] == before + 1; /* nothing may be left out here */
 }
 
-size_t dns_message_compact(const uint8_t *msg, size_t len, const struct dns_query *q,
-			   bool drop_dnssec, uint8_t *out, size_t cap)
+/* The CNAMEs we answered ourselves, first in the answer section. */
+static void add_chain(struct dns_writer *w, const uint8_t *chain, size_t chain_len, uint32_t ttl)
+{
+	const uint8_t *owner = NULL; /* the question name */
+
+	for (size_t pos = 0; pos < chain_len; pos += dns_name_len(chain + pos)) {
+		const uint8_t *target = chain + pos;
+		dns_response_add_rr(w, DNS_SEC_ANSWER, owner, DNS_T_CNAME, DNS_C_IN, ttl, target,
+				    (uint16_t)dns_name_len(target));
+		owner = target;
+	}
+}
+
+/* msg's one question is (name, q's type and class); pos is left past it. */
+static bool question_is(const uint8_t *msg, size_t len, const uint8_t *name,
+			const struct dns_query *q, size_t *pos)
+{
+	uint8_t qname[DNS_MAX_NAME];
+	size_t name_len = dns_name_len(name);
+
+	*pos = DNS_HEADER_LEN;
+	if (len < DNS_HEADER_LEN || get16(msg + 4) != 1 ||
+	    dns_name_read(msg, len, pos, qname, true) != (int)name_len ||
+	    memcmp(qname, name, name_len) != 0 || len - *pos < 4 ||
+	    get16(msg + *pos) != q->qtype || get16(msg + *pos + 2) != q->qclass)
+		return false;
+	*pos += 4;
+	return true;
+}
+
+static size_t rewrite(const uint8_t *msg, size_t len, size_t pos, const struct dns_query *q,
+		      const uint8_t *chain, size_t chain_len, uint32_t chain_ttl,
+		      bool drop_dnssec, uint8_t *out, size_t cap)
 {
 	struct dns_query plain = *q;
 	struct dns_writer w;
-	size_t pos = DNS_HEADER_LEN;
-	uint8_t qname[DNS_MAX_NAME];
 
-	if (len < DNS_HEADER_LEN || get16(msg + 4) != 1 ||
-	    dns_name_read(msg, len, &pos, qname, true) != (int)q->qname_len ||
-	    memcmp(qname, q->qname, q->qname_len) != 0 || len - pos < 4 ||
-	    get16(msg + pos) != q->qtype || get16(msg + pos + 2) != q->qclass)
-		return 0;
-	pos += 4;
 	/* The stored question is the lower-cased one, with no OPT or cookie. */
 	memcpy(plain.qname_orig, plain.qname, plain.qname_len);
 	plain.has_edns = false;
 	plain.cookie_len = 0;
 	dns_response_begin(&w, out, cap < DNS_MAX_MESSAGE ? cap : DNS_MAX_MESSAGE, &plain,
 			   (enum dns_rcode)(msg[3] & 0xf));
+	add_chain(&w, chain, chain_len, chain_ttl);
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
 		for (uint16_t i = get16(msg + 6 + 2 * sec); i > 0; i--)
 			if (!rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
@@ -143,5 +167,34 @@ size_t dns_message_compact(const uint8_t *msg, size_t len, const struct dns_quer
 		return 0;
 	out[2] = msg[2]; /* the upstream's flags and rcode, as they came */
 	out[3] = msg[3];
+	return n;
+}
+
+size_t dns_message_compact(const uint8_t *msg, size_t len, const struct dns_query *q,
+			   bool drop_dnssec, uint8_t *out, size_t cap)
+{
+	size_t pos;
+
+	if (!question_is(msg, len, q->qname, q, &pos))
+		return 0;
+	return rewrite(msg, len, pos, q, NULL, 0, 0, drop_dnssec, out, cap);
+}
+
+size_t dns_message_chase(const uint8_t *msg, size_t len, const struct dns_query *q,
+			 const uint8_t *chain, size_t chain_len, uint32_t chain_ttl,
+			 bool drop_dnssec, uint8_t *out, size_t cap)
+{
+	const uint8_t *target = chain;
+	size_t pos;
+
+	if (chain_len == 0)
+		return 0;
+	for (size_t p = 0; p < chain_len; p += dns_name_len(chain + p))
+		target = chain + p;
+	if (!question_is(msg, len, target, q, &pos))
+		return 0;
+	size_t n = rewrite(msg, len, pos, q, chain, chain_len, chain_ttl, drop_dnssec, out, cap);
+	if (n)
+		out[2] &= (uint8_t)~(DNS_F_AA >> 8); /* the first answers are ours, the rest not */
 	return n;
 }

@@ -215,6 +215,13 @@ struct dns_writer {
 void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 			const struct dns_query *q, enum dns_rcode rcode);
 
+/*
+ * Take back every record and the rcode and AA: the writer is as fresh as
+ * after dns_response_begin (the server cookie stays), for a source that
+ * wrote a partial answer another source will replace.
+ */
+void dns_response_rewind(struct dns_writer *w);
+
 /* Set or clear AA. */
 void dns_response_set_aa(struct dns_writer *w, bool aa);
 
@@ -283,6 +290,19 @@ size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload);
  */
 size_t dns_message_compact(const uint8_t *msg, size_t len, const struct dns_query *q,
 			   bool drop_dnssec, uint8_t *out, size_t cap);
+
+/*
+ * The same for a reply about `target`, the end of a CNAME chain answered
+ * locally (an ExternalName Service): chain holds the chain's targets as
+ * concatenated wire names (q's name -> first -> ... -> target, each CNAME
+ * with chain_ttl), and the result answers q with those CNAMEs first, then
+ * the reply's records; the reply's rcode (RFC 6604: the last name's), its
+ * flags without AA. 0 when msg's question is not (target, q's type and
+ * class), or as dns_message_compact.
+ */
+size_t dns_message_chase(const uint8_t *msg, size_t len, const struct dns_query *q,
+			 const uint8_t *chain, size_t chain_len, uint32_t chain_ttl,
+			 bool drop_dnssec, uint8_t *out, size_t cap);
 
 /* SipHash-2-4 (64-bit output) of msg under a 16-byte key. */
 uint64_t dns_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);

@@ -131,6 +131,20 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 	remember_question_labels(w);
 }
 
+void dns_response_rewind(struct dns_writer *w)
+{
+	if (w->len == 0)
+		return;
+	w->len = w->question_end;
+	memset(w->count, 0, sizeof(w->count));
+	w->section = DNS_SEC_ANSWER;
+	w->rcode = DNS_R_NOERROR;
+	w->truncated = false;
+	w->ncomp = 0;
+	remember_question_labels(w);
+	dns_response_set_aa(w, false);
+}
+
 void dns_response_set_aa(struct dns_writer *w, bool aa)
 {
 	if (w->len == 0)

@@ -44,8 +44,8 @@ static void set_chaos_identity(struct query_sources *s, const struct config *cfg
 
 static void free_sources(struct query_sources *s);
 
-struct query_sources *query_sources_build(const struct config *cfg, struct cache *cache,
-					  char *err, size_t errlen)
+struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
+					  struct cache *cache, char *err, size_t errlen)
 {
 	struct query_sources *s = calloc(1, sizeof *s);
 
@@ -58,6 +58,8 @@ struct query_sources *query_sources_build(const struct config *cfg, struct cache
 		free(s);
 		return NULL;
 	}
+	s->cluster = cluster;
+	s->cluster_fallback = cfg->cluster.n_fallback_servers > 0;
 	s->cache = cache;
 	s->udp_max_payload = cfg->listen.udp_max_payload;
 	set_chaos_identity(s, cfg);
@@ -131,19 +133,11 @@ static void answer_chaos(const struct dns_query *q, const struct query_sources *
 	dns_response_add_rr(w, DNS_SEC_ANSWER, NULL, DNS_T_TXT, DNS_C_CH, 0, rdata, len);
 }
 
-static void answer_in(const struct dns_query *q, const struct query_sources *s,
-		      struct dns_writer *w, struct query_ctx *ctx)
+static void answer_from_cache(const struct query_sources *s, struct dns_writer *w,
+			      struct query_ctx *ctx)
 {
 	struct query_stats *st = ctx->stats;
 
-	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
-		st->local++;
-		return;
-	}
-	if (!s->cache) {
-		dns_response_set_rcode(w, DNS_R_REFUSED); /* no upstream path */
-		return;
-	}
 	switch (cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale)) {
 	case CACHE_HIT:
 		st->cache++;
@@ -161,6 +155,73 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 		ctx->upstream = QUERY_UPSTREAM_ASK;
 		break;
 	}
+}
+
+/* The chain's targets into the request; false when they do not fit. */
+static bool copy_chain(struct upstream_request *r, const struct cluster_chase *chase)
+{
+	size_t len = 0;
+
+	for (unsigned i = 0; i < chase->n; i++) {
+		size_t n = dns_name_len(chase->targets[i]);
+		if (len + n > sizeof r->chain)
+			return false;
+		memcpy(r->chain + len, chase->targets[i], n);
+		len += n;
+	}
+	r->chain_len = (uint16_t)len;
+	r->chain_ttl = chase->ttl;
+	return true;
+}
+
+/*
+ * An ExternalName: the chain and the target's records come from the cache
+ * (where the resolver keeps them under this question), else from the
+ * resolver. Without an upstream path the CNAMEs alone are the answer.
+ */
+static void answer_chase(const struct query_sources *s, struct dns_writer *w,
+			 struct query_ctx *ctx, const struct cluster_chase *chase)
+{
+	if (!s->cache || !copy_chain(ctx->request, chase)) {
+		ctx->stats->local++;
+		return;
+	}
+	dns_response_rewind(w);
+	answer_from_cache(s, w, ctx);
+}
+
+static void answer_in(const struct dns_query *q, const struct query_sources *s,
+		      struct dns_writer *w, struct query_ctx *ctx)
+{
+	struct cluster_chase chase;
+
+	if (ctx->request)
+		ctx->request->chain_len = 0;
+	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
+		ctx->stats->local++;
+		return;
+	}
+	switch (s->cluster ? cluster_answer(s->cluster, q, w, &chase) : CLUSTER_NOT_LOCAL) {
+	case CLUSTER_ANSWERED:
+		ctx->stats->local++;
+		return;
+	case CLUSTER_CHASE:
+		answer_chase(s, w, ctx, &chase);
+		return;
+	case CLUSTER_UNSYNCED:
+		if (!s->cluster_fallback) {
+			dns_response_set_rcode(w, DNS_R_SERVFAIL); /* never a false NXDOMAIN */
+			return;
+		}
+		break; /* the resolver forwards the zone to kube-dns */
+	case CLUSTER_NOT_LOCAL:
+		break;
+	}
+	if (!s->cache) {
+		dns_response_set_rcode(w, DNS_R_REFUSED); /* no upstream path */
+		return;
+	}
+	answer_from_cache(s, w, ctx);
 }
 
 /*

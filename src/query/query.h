@@ -10,11 +10,14 @@
  * worker; free sources a worker may still be reading (query_sources_publish
  * waits for a grace period first).
  *
- * Order of sources: local zone (cluster domain + static records), then the
- * answer cache, then the upstream: a miss is not answered here but handed
- * back to the caller as an upstream_request, which the resolver answers
- * later. Without a cache (sources built with none, as in unit tests) names
- * outside local data get REFUSED.
+ * Order of sources: static records, then the cluster table (Kubernetes),
+ * then the answer cache, then the upstream: a miss is not answered here but
+ * handed back to the caller as an upstream_request, which the resolver
+ * answers later. Cluster names before the first sync go the upstream way
+ * when cluster.fallback_servers are set (the resolver forwards the cluster
+ * zone to them), else get SERVFAIL: never a false NXDOMAIN. Without a cache
+ * (sources built with none, as in unit tests) names outside local data get
+ * REFUSED.
  */
 #ifndef LOCALDNS_QUERY_H
 #define LOCALDNS_QUERY_H
@@ -26,6 +29,7 @@
 #include <sys/socket.h>
 
 #include "cache/cache.h"
+#include "cluster/cluster.h"
 #include "config/config.h"
 #include "upstream/upstream.h"
 #include "zone/zone.h"
@@ -46,7 +50,9 @@ struct query_stats {
 
 /* Everything a query may be answered from; immutable once published. */
 struct query_sources {
-	struct zone_table *zone;
+	struct zone_table *zone;   /* static records */
+	const struct cluster *cluster; /* borrowed; NULL: no Kubernetes table */
+	bool cluster_fallback;     /* unsynced cluster names go upstream (to kube-dns) */
 	struct cache *cache;       /* borrowed; NULL: no upstream path */
 	uint16_t udp_max_payload;
 	bool chaos_enabled;
@@ -58,12 +64,13 @@ struct query_sources {
 };
 
 /*
- * Build sources from a loaded config, answering external names from cache
- * (borrowed; it must outlive the sources; NULL for none). NULL with
- * "FILE:LINE:COL: message" in err when the static data cannot be built.
+ * Build sources from a loaded config, answering cluster names from cluster
+ * and external names from cache (both borrowed: they must outlive the
+ * sources; NULL for none). NULL with "FILE:LINE:COL: message" in err when
+ * the static data cannot be built.
  */
-struct query_sources *query_sources_build(const struct config *cfg, struct cache *cache,
-					  char *err, size_t errlen);
+struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
+					  struct cache *cache, char *err, size_t errlen);
 
 /* Make s current; the previous set is freed once no worker can see it. */
 void query_sources_publish(struct query_sources *s);

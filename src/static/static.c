@@ -115,6 +115,11 @@ static int add_cluster_authority(struct zone_builder *b, const struct config *cf
 	return 0;
 }
 
+bool static_owns_cluster_domain(const struct config *cfg)
+{
+	return !cfg->kubernetes.enabled && cfg->cluster.n_fallback_servers == 0;
+}
+
 struct zone_table *static_zone_build(const struct config *cfg, uint32_t serial,
 				     char *err, size_t errlen)
 {
@@ -125,7 +130,7 @@ struct zone_table *static_zone_build(const struct config *cfg, uint32_t serial,
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	if (add_cluster_authority(c.b, cfg, serial, err, errlen) < 0)
+	if (static_owns_cluster_domain(cfg) && add_cluster_authority(c.b, cfg, serial, err, errlen) < 0)
 		goto fail;
 	for (size_t i = 0; i < cfg->statics.n_records; i++) {
 		c.rec = &cfg->statics.records[i];

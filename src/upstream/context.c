@@ -192,6 +192,14 @@ static void forward_addr(const struct config_hostport *hp, char out[UPSTREAM_ADD
 	snprintf(out, UPSTREAM_ADDR_TEXT, "%s@%u", ip, port);
 }
 
+/* The zones cluster.fallback_servers answer: the cluster domain, then the reverse zones. */
+static const char *fallback_zone(const struct config *cfg, size_t i)
+{
+	static const char *const reverse[] = {"in-addr.arpa", "ip6.arpa"};
+
+	return i == 0 ? cfg->cluster.domain : reverse[i - 1];
+}
+
 static void write_server_clause(FILE *f, const struct config *cfg)
 {
 	const char *modules = cfg->upstream.dnssec ? "validator iterator" : "iterator";
@@ -215,15 +223,48 @@ static void write_server_clause(FILE *f, const struct config *cfg)
 		for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
 			fprintf(f, "  domain-insecure: \"%s\"\n",
 				cfg->upstream.forward_zones[i].zone);
+		for (size_t i = 0; cfg->cluster.n_fallback_servers && i < 3; i++)
+			fprintf(f, "  domain-insecure: \"%s\"\n", fallback_zone(cfg, i));
 	}
 }
 
 static void write_forward_zone(FILE *f, const char *zone,
-			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n)
+			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n, bool tcp)
 {
 	fprintf(f, "forward-zone:\n  name: \"%s\"\n", zone);
+	if (tcp)
+		fprintf(f, "  forward-tcp-upstream: yes\n");
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "  forward-addr: %s\n", addrs[i]);
+}
+
+static bool is_forward_zone(const struct config *cfg, const char *zone)
+{
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
+		if (strcmp(cfg->upstream.forward_zones[i].zone, zone) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * cluster.fallback_servers (kube-dns) answer the cluster zone and the
+ * reverse zones whenever the cluster table does not: before the first sync,
+ * or always with kubernetes.enabled false. Over TCP, as NodeLocal DNSCache
+ * does: one connection carries many queries and large answers are whole.
+ * An operator's own forward zone for one of them wins.
+ */
+static void write_fallback_zones(FILE *f, const struct config *cfg)
+{
+	char addrs[MAX_FORWARDERS][UPSTREAM_ADDR_TEXT];
+	size_t n = cfg->cluster.n_fallback_servers;
+
+	if (n > MAX_FORWARDERS)
+		n = MAX_FORWARDERS;
+	for (size_t i = 0; i < n; i++)
+		forward_addr(&cfg->cluster.fallback_servers[i], addrs[i]);
+	for (size_t i = 0; n && i < 3; i++)
+		if (!is_forward_zone(cfg, fallback_zone(cfg, i)))
+			write_forward_zone(f, fallback_zone(cfg, i), addrs, n, true);
 }
 
 /* The forwarders for ".": upstream.servers, else resolv.conf's nameservers. */
@@ -255,15 +296,16 @@ static int write_conf(FILE *f, const struct config *cfg, char *err, size_t errle
 			log_error("no usable upstream servers: external names will get SERVFAIL",
 				  "resolv_conf", cfg->upstream.resolv_conf);
 		else
-			write_forward_zone(f, ".", addrs, (size_t)n);
+			write_forward_zone(f, ".", addrs, (size_t)n, false);
 	}
 	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
 		const struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
 		size_t n = z->n_servers < MAX_FORWARDERS ? z->n_servers : MAX_FORWARDERS;
 		for (size_t j = 0; j < n; j++)
 			forward_addr(&z->servers[j], addrs[j]);
-		write_forward_zone(f, z->zone, addrs, n);
+		write_forward_zone(f, z->zone, addrs, n, false);
 	}
+	write_fallback_zones(f, cfg);
 	return 0;
 }
 

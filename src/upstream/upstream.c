@@ -91,6 +91,9 @@ struct flight {
 	struct flight *hnext;
 	uint64_t hash;
 	struct dns_query q;          /* the question (key: name, type, class, DO, CD) */
+	uint8_t chain[UPSTREAM_CHAIN_MAX]; /* a local CNAME chain to chase (see upstream.h) */
+	uint16_t chain_len;
+	uint32_t chain_ttl;
 	struct waiter *waiters;
 	bool resolving;              /* a libunbound query is outstanding */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
@@ -365,14 +368,17 @@ static struct flight *find_flight(struct upstream *u, const struct dns_query *q,
 	return NULL;
 }
 
-static struct flight *new_flight(struct upstream *u, const struct dns_query *q, uint64_t h)
+static struct flight *new_flight(struct upstream *u, const struct upstream_request *r, uint64_t h)
 {
 	struct flight *f = calloc(1, sizeof *f);
 
 	if (!f)
 		return NULL;
 	f->hash = h;
-	f->q = *q;
+	f->q = r->q;
+	memcpy(f->chain, r->chain, r->chain_len);
+	f->chain_len = r->chain_len;
+	f->chain_ttl = r->chain_ttl;
 	f->u = u;
 	f->hnext = u->flights[h & (FLIGHT_BUCKETS - 1)];
 	u->flights[h & (FLIGHT_BUCKETS - 1)] = f;
@@ -502,8 +508,15 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 	 * DNSSEC records; and libunbound writes owner names out in full. A
 	 * message we cannot rewrite is stored as it came (or refused by the
 	 * cache). */
-	size_t n = dns_message_compact(msg, len, &f->q, !f->q.edns_do, u->compacted,
-				       sizeof u->compacted);
+	size_t n = f->chain_len
+		? dns_message_chase(msg, len, &f->q, f->chain, f->chain_len, f->chain_ttl,
+				    !f->q.edns_do, u->compacted, sizeof u->compacted)
+		: dns_message_compact(msg, len, &f->q, !f->q.edns_do, u->compacted,
+				      sizeof u->compacted);
+	if (f->chain_len && n == 0) {
+		resolution_failed(u, f); /* the chain's end cannot be joined to it */
+		return;
+	}
 	if (n > 0) {
 		msg = u->compacted;
 		len = n;
@@ -555,12 +568,22 @@ static void on_result(void *arg, int err, struct ub_result *result)
 	maybe_free_flight(u, f);
 }
 
+/* What libunbound is asked: the question, or the end of its local CNAME chain. */
+static const uint8_t *name_to_resolve(const struct flight *f)
+{
+	const uint8_t *name = f->q.qname;
+
+	for (size_t pos = 0; pos < f->chain_len; pos += dns_name_len(f->chain + pos))
+		name = f->chain + pos;
+	return name;
+}
+
 static bool start_resolving(struct upstream *u, struct flight *f)
 {
 	char name[1024];
 	int id;
 
-	if (dns_name_to_text(f->q.qname, name, sizeof name) < 0 ||
+	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0 ||
 	    ub_resolve_async(u->ctx, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
 		return false;
 	f->resolving = true;
@@ -575,7 +598,7 @@ static void handle_refresh(struct upstream *u, const struct upstream_request *r,
 
 	if (f && (f->resolving || f->failed_until_ms > u->now_ms))
 		return;
-	if (!f && !(f = new_flight(u, &r->q, h)))
+	if (!f && !(f = new_flight(u, r, h)))
 		return;
 	if (!start_resolving(u, f))
 		resolution_failed(u, f);
@@ -603,7 +626,7 @@ static void handle_client(struct upstream *u, unsigned worker, const struct upst
 		answer_failed(u, worker, r);
 		return;
 	}
-	if (!f && !(f = new_flight(u, &r->q, h))) {
+	if (!f && !(f = new_flight(u, r, h))) {
 		bump(&u->n.dropped);
 		return;
 	}

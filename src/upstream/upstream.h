@@ -41,8 +41,17 @@ enum upstream_transport {
 	UPSTREAM_TCP,
 };
 
+/* A local CNAME chain leaving local data: the targets as concatenated wire names. */
+#define UPSTREAM_CHAIN_MAX 1024
+
 struct upstream_request {
 	struct dns_query q;
+	/* When chain_len > 0, q was answered locally with CNAMEs (each with
+	 * chain_ttl) ending at the last name in chain: the resolver asks for
+	 * that name and answers q with the chain followed by its records. */
+	uint8_t chain[UPSTREAM_CHAIN_MAX];
+	uint16_t chain_len;
+	uint32_t chain_ttl;
 	uint32_t reply_limit;  /* largest reply this client may get */
 	uint16_t udp_payload;  /* what our OPT record advertises */
 	bool has_cookie;       /* answer the client's cookie with `cookie` */

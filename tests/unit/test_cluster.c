@@ -115,7 +115,7 @@ static enum cluster_result ask(struct cluster *c, const char *name, uint16_t qty
 {
 	struct dns_query q;
 	struct dns_writer w;
-	const uint8_t *chase = NULL;
+	struct cluster_chase chase;
 	enum cluster_result res;
 
 	make_query(&q, name, qtype);
@@ -290,7 +290,7 @@ static void test_ptr_for_cluster_ips_and_endpoints(void **state)
 
 	make_query(&q, "9.9.9.9.in-addr.arpa", DNS_T_PTR);
 	struct dns_writer w;
-	const uint8_t *chase = NULL;
+	struct cluster_chase chase;
 	dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
 	urcu_memb_read_lock();
 	assert_int_equal(cluster_answer(*state, &q, &w, &chase), CLUSTER_NOT_LOCAL);
@@ -303,7 +303,7 @@ static void test_external_name_is_a_cname_chased_elsewhere(void **state)
 	struct dns_query q;
 	struct dns_writer w;
 	struct reply r;
-	const uint8_t *chase = NULL;
+	struct cluster_chase chase;
 
 	UPSERT(cluster_service_upsert, c,
 	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\"},"
@@ -313,8 +313,9 @@ static void test_external_name_is_a_cname_chased_elsewhere(void **state)
 	urcu_memb_read_lock();
 	assert_int_equal(cluster_answer(c, &q, &w, &chase), CLUSTER_CHASE);
 	urcu_memb_read_unlock();
-	assert_non_null(chase);
-	assert_memory_equal(chase, wire("db.example.org"), dns_name_len(chase));
+	assert_int_equal(chase.n, 1);
+	assert_int_equal(chase.ttl, 5);
+	assert_memory_equal(chase.targets[0], wire("db.example.org"), dns_name_len(chase.targets[0]));
 	r.len = dns_response_finish(&w, 1232);
 	read_reply(&r);
 	assert_int_equal(r.count[1], 1);
@@ -485,7 +486,7 @@ static void test_nothing_is_answered_before_the_first_sync(void **state)
 	struct reply r;
 	struct dns_query q;
 	struct dns_writer w;
-	const uint8_t *chase = NULL;
+	struct cluster_chase chase;
 
 	(void)state;
 	make_query(&q, "db.prod.svc.cluster.local", DNS_T_A);

@@ -26,6 +26,7 @@
 #include "alloc_count.h"
 
 static const char config_yaml[] =
+	"kubernetes: {enabled: false}\n"
 	"listen: {addresses: [127.0.0.1], port: 5353, udp_max_payload: 1232}\n"
 	"chaos: {enabled: true, version: \"test-version\", id: \"node-a\"}\n"
 	"static:\n"
@@ -56,7 +57,7 @@ static int setup(void **state)
 				  .negative_max_ttl = 3600, .servfail_ttl = 5};
 	test_cache = cache_new(&cc);
 	assert_non_null(test_cache);
-	struct query_sources *s = query_sources_build(cfg, test_cache, err, sizeof err);
+	struct query_sources *s = query_sources_build(cfg, NULL, test_cache, err, sizeof err);
 	config_free(cfg);
 	if (!s) {
 		print_error("%s\n", err);
@@ -257,7 +258,7 @@ static void test_without_a_cache_non_local_names_are_refused(void **state)
 
 	assert_int_equal(config_load_string("t.yaml", config_yaml, sizeof config_yaml - 1, &cfg,
 					    err, sizeof err), 0);
-	query_sources_publish(query_sources_build(cfg, NULL, err, sizeof err));
+	query_sources_publish(query_sources_build(cfg, NULL, NULL, err, sizeof err));
 	config_free(cfg);
 	build_query(&m, "example.org", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
 	assert_int_equal(handle(&m, QUERY_UDP, &a), QUERY_UPSTREAM_NONE);
