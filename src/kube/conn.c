@@ -135,9 +135,9 @@ static int64_t mtime_of(const struct stat *st)
 }
 
 /* Not empty, and nothing that would end or split an HTTP header line. */
-static bool valid_token(const char *text, size_t len, const char *tok)
+static bool valid_token(const char *tok)
 {
-	if (!*tok || memchr(text, '\0', len))
+	if (!*tok)
 		return false;
 	for (const char *p = tok; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
@@ -159,8 +159,9 @@ int kube_token_refresh(struct kube_token *t, const char *path, bool force)
 	size_t len;
 	if (read_small_file(path, &text, &len, &st) < 0)
 		return -1;
-	char *tok = trim(text);
-	if (!valid_token(text, len, tok)) {
+	/* A NUL would cut the token short without anyone noticing. */
+	const char *tok = memchr(text, '\0', len) ? "" : trim(text);
+	if (!valid_token(tok)) {
 		free(text);
 		return -1;
 	}
