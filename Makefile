@@ -7,7 +7,7 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
-PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound
+PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -26,6 +26,9 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/liblocaldns.a
 BIN      := $(BUILD)/localdns
 
+# Runs the Kubernetes API client alone, printing its handler calls (integration tests).
+KUBE_DUMP := $(BUILD)/tests/kube_dump
+
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -39,7 +42,7 @@ DEPS := gcc make pkg-config git \
 
 .PHONY: all deps run test unit integration sanitize fuzz bench clean
 
-all: $(BIN)
+all: $(BIN) $(KUBE_DUMP)
 
 # The benchmark's peer (Unbound) is installed only for `make bench`.
 BENCH_DEPS := unbound
@@ -68,6 +71,10 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(BUILD)/obj/cmd/localdns/main.o $(LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+$(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
@@ -88,7 +95,7 @@ test: deps
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
-integration: $(BIN)
+integration: $(BIN) $(KUBE_DUMP)
 	python3 tests/integration/run.py --binary $(BIN)
 
 # The unit and integration suites again, built with ASan and UBSan: any

@@ -185,6 +185,9 @@ static const struct key kubernetes_keys[] = {
 	{"enabled", V_BOOL, CFG(kubernetes.enabled), .def = "true"},
 	{"kubeconfig", V_PATH, CFG(kubernetes.kubeconfig), .def = ""},
 	{"node_name", V_STRING, CFG(kubernetes.node_name), .max = 253, .def = ""},
+	/* Where the in-cluster token and ca.crt are; tests point it elsewhere. */
+	{"service_account_dir", V_PATH, CFG(kubernetes.service_account_dir), .min = 1,
+	 .def = "/var/run/secrets/kubernetes.io/serviceaccount"},
 };
 
 static const struct key srv_keys[] = {

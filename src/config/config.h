@@ -119,6 +119,7 @@ struct config {
 		bool enabled;                  /* true */
 		char *kubeconfig;              /* "" = in-cluster */
 		char *node_name;               /* "" = $NODE_NAME */
+		char *service_account_dir;     /* in-cluster token and ca.crt */
 	} kubernetes;
 
 	struct {

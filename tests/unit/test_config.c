@@ -75,6 +75,8 @@ static void check_defaults(const struct config *c)
 	assert_true(c->kubernetes.enabled);
 	assert_string_equal(c->kubernetes.kubeconfig, "");
 	assert_string_equal(c->kubernetes.node_name, "");
+	assert_string_equal(c->kubernetes.service_account_dir,
+			    "/var/run/secrets/kubernetes.io/serviceaccount");
 	assert_int_equal(c->statics.n_records, 0);
 	assert_int_equal(c->statics.n_files, 0);
 	assert_int_equal(c->upstream.n_servers, 0);
@@ -225,7 +227,8 @@ static void test_every_value_set(void **state)
 		"  reassert_interval: 5m}\n"
 		"cluster: {domain: Example.COM., ttl: 1h, pods: verified,\n"
 		"  fallback_servers: [10.96.0.10]}\n"
-		"kubernetes: {enabled: false, kubeconfig: /etc/kube.conf, node_name: n1}\n"
+		"kubernetes: {enabled: false, kubeconfig: /etc/kube.conf, node_name: n1,\n"
+		"  service_account_dir: sa}\n"
 		"upstream: {resolv_conf: r.conf, recursive: true, dnssec: true, timeout: 1500ms}\n"
 		"cache: {size: 1G, min_ttl: 30s, max_ttl: 2h, serve_stale: false,\n"
 		"  stale_max_age: 1m, prefetch: false}\n"
@@ -258,6 +261,7 @@ static void test_every_value_set(void **state)
 	assert_false(c->kubernetes.enabled);
 	assert_string_equal(c->kubernetes.kubeconfig, "/etc/kube.conf");
 	assert_string_equal(c->kubernetes.node_name, "n1");
+	assert_string_equal(c->kubernetes.service_account_dir, "sa");
 	/* t.yaml has no directory part: relative paths stay relative to the cwd. */
 	assert_string_equal(c->upstream.resolv_conf, "r.conf");
 	assert_true(c->upstream.recursive);
@@ -638,6 +642,8 @@ static void test_error_strings(void **state)
 		     "bytes");
 	expect_error("nftables:\n  table: \"\"\n",
 		     "t.yaml:2:10: nftables.table: must not be empty");
+	expect_error("kubernetes:\n  service_account_dir: \"\"\n",
+		     "t.yaml:2:24: kubernetes.service_account_dir: must not be empty");
 	/* A YAML escape can put a NUL inside a scalar; C strings would cut it. */
 	expect_error("chaos:\n  id: \"a\\0b\"\n",
 		     "t.yaml:2:7: chaos.id: contains a NUL character");

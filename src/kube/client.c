@@ -1,0 +1,944 @@
+/*
+ * kube/client.c — the client thread: one informer per resource, driven by
+ * libcurl's multi interface (see kube.h for the contract).
+ *
+ * Each informer follows client-go's reflector:
+ *
+ *   LIST (limit=500, continue=...)  -- every page's items -> upsert; after
+ *        |                             the last page, keys not seen -> remove;
+ *        |                             commit; the list's resourceVersion
+ *        v
+ *   WATCH (resourceVersion=RV, allowWatchBookmarks=true, timeoutSeconds
+ *          300..600) -- ADDED/MODIFIED -> upsert, DELETED -> remove,
+ *          BOOKMARK -> only the RV moves; every event moves RV.
+ *
+ * A watch that ends (its timeout, a cut connection, the server going away)
+ * resumes from the last RV, so nothing is listed again and nothing is missed.
+ * Only "410 Gone" (an ERROR event or the HTTP status: the server no longer
+ * has history back to our RV) sends the informer back to LIST; the relist
+ * marks every key it sees with a new generation and the sweep after its last
+ * page reports whatever vanished during the gap. A 410 on a LIST page means
+ * its continue token expired: the LIST starts over.
+ *
+ * Errors (connection failures, 5xx, 401/403, a broken stream) wait with
+ * exponential backoff and jitter (backoff.c), per informer, reset by the
+ * next good response. A watch that ends normally after less than a second
+ * with no event also counts as a failure, so a proxy that closes every
+ * watch at once cannot make us spin. A 401 first re-reads the token file
+ * and retries at once: kubelet may have rotated the token between our
+ * check and the request.
+ *
+ * One request per informer is in flight at a time, each on its own easy
+ * handle (a new one per request; the multi handle keeps the connections).
+ * A LIST page is parsed incrementally as it arrives (json_tokener keeps the
+ * state), then walked; watch events are split into lines (lines.c) and each
+ * line parsed on its own, so a stream never sits in memory. The handler is
+ * called only from this thread; status counters are behind a mutex that no
+ * handler call is made under.
+ */
+#include "kube/kube.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "kube/internal.h"
+#include "log/log.h"
+
+#define LIST_PAGE_LIMIT 500
+/* client-go: a watch asks for 5 minutes times (1 + rand), so a fleet spreads out. */
+#define WATCH_TIMEOUT_MIN_S 300
+/* Past its own timeoutSeconds, a watch that sends nothing is dead (a lost peer). */
+#define WATCH_GRACE_S 60
+#define LIST_TIMEOUT_S 60
+#define CONNECT_TIMEOUT_S 10
+/* One watch event is one object; a Pod or an EndpointSlice is well under this. */
+#define EVENT_MAX (16u << 20)
+/* Objects nest (managedFields); json-c's default depth of 32 is too tight. */
+#define JSON_DEPTH 128
+/* The longest wait in curl_multi_poll, so a missed wake-up costs at most this. */
+#define POLL_MAX_MS 1000
+/* A watch that ends sooner than this without an event counts as a failure. */
+#define SHORT_WATCH_MS 1000
+
+enum request_kind { REQ_NONE, REQ_LIST, REQ_WATCH };
+
+/* How a watch stream was stopped from inside (by an event we read). */
+enum stream_stop { STREAM_OK, STREAM_GONE, STREAM_ERROR_EVENT, STREAM_BROKEN };
+
+struct informer {
+	struct kube_client *k;
+	enum kube_resource res;
+	const char *path;          /* e.g. "/api/v1/services" */
+	char *selector;            /* "fieldSelector=..." (escaped), or NULL */
+	bool enabled;
+
+	bool need_list;            /* the next request is a LIST */
+	bool synced;               /* a full LIST has completed once */
+	char *rv;                  /* last resourceVersion seen (LIST, event, bookmark) */
+	char *cont;                /* continue token of the LIST in progress */
+	unsigned pages;            /* pages of the LIST in progress */
+	int64_t list_started_ms;
+	int64_t next_at_ms;        /* CLOCK_MONOTONIC: when the next request may start */
+	struct kube_backoff backoff;
+	bool auth_retried;         /* a 401 already re-read the token and retried */
+	struct kube_keys keys;
+
+	/* The request in flight (kind REQ_NONE: none). */
+	enum request_kind kind;
+	CURL *easy;
+	struct curl_slist *headers;
+	char errbuf[CURL_ERROR_SIZE];
+	long status;               /* HTTP status, once the headers are in */
+	json_tokener *tok;
+	struct json_object *body;  /* a whole LIST page, or an error Status */
+	bool body_bad;             /* the body is not one JSON value */
+	struct kube_lines lines;   /* watch: the partial event */
+	enum stream_stop stop;
+	char *stop_reason;         /* the ERROR event's message, for the log */
+	uint64_t watch_events;     /* events read by this watch */
+	int64_t started_ms;
+};
+
+struct kube_client {
+	struct kube_handler h;
+	struct kube_conn conn;
+	struct kube_token token;
+	char *node;                /* NULL: pods are not watched */
+	CURLM *multi;
+	pthread_t thread;
+	atomic_bool stopping;
+	bool dirty;                /* handler calls since the last commit */
+	bool synced_called;
+	uint32_t rnd;              /* xorshift32 state, for jitter */
+	struct informer inf[KUBE_N_RESOURCES];
+
+	pthread_mutex_t status_lock;
+	struct kube_status status;
+};
+
+static const struct {
+	const char *name;
+	const char *path;
+} resources[KUBE_N_RESOURCES] = {
+	[KUBE_SERVICES] = {"services", "/api/v1/services"},
+	[KUBE_ENDPOINTSLICES] = {"endpointslices", "/apis/discovery.k8s.io/v1/endpointslices"},
+	[KUBE_NAMESPACES] = {"namespaces", "/api/v1/namespaces"},
+	[KUBE_PODS] = {"pods", "/api/v1/pods"},
+};
+
+const char *kube_resource_name(enum kube_resource r)
+{
+	return r < KUBE_N_RESOURCES ? resources[r].name : "unknown";
+}
+
+/* ---- clocks, randomness, status ------------------------------------------- */
+
+static int64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
+}
+
+static uint32_t next_random(struct kube_client *k)
+{
+	uint32_t x = k->rnd;
+
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return k->rnd = x;
+}
+
+static void note_contact(struct kube_client *k)
+{
+	int64_t t = clock_ms(CLOCK_REALTIME);
+
+	pthread_mutex_lock(&k->status_lock);
+	k->status.last_contact_ms = t;
+	pthread_mutex_unlock(&k->status_lock);
+}
+
+static void note_event(struct informer *inf)
+{
+	pthread_mutex_lock(&inf->k->status_lock);
+	inf->k->status.events[inf->res]++;
+	inf->k->status.objects[inf->res] = inf->keys.count;
+	pthread_mutex_unlock(&inf->k->status_lock);
+}
+
+static void note_list_done(struct informer *inf, bool relist)
+{
+	pthread_mutex_lock(&inf->k->status_lock);
+	if (relist)
+		inf->k->status.relists[inf->res]++;
+	inf->k->status.objects[inf->res] = inf->keys.count;
+	pthread_mutex_unlock(&inf->k->status_lock);
+}
+
+static void note_error(struct kube_client *k)
+{
+	pthread_mutex_lock(&k->status_lock);
+	k->status.errors++;
+	pthread_mutex_unlock(&k->status_lock);
+}
+
+void kube_status(const struct kube_client *k, struct kube_status *out)
+{
+	struct kube_client *mk = (struct kube_client *)k; /* the lock, not the data, changes */
+
+	pthread_mutex_lock(&mk->status_lock);
+	*out = k->status;
+	pthread_mutex_unlock(&mk->status_lock);
+}
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static void set_string(char **field, const char *value)
+{
+	char *copy = value ? strdup(value) : NULL;
+
+	free(*field);
+	*field = copy;
+}
+
+static const char *json_string_at(struct json_object *obj, const char *key)
+{
+	struct json_object *v;
+
+	return json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_string)
+		       ? json_object_get_string(v)
+		       : NULL;
+}
+
+static struct json_object *json_object_at(struct json_object *obj, const char *key)
+{
+	struct json_object *v;
+
+	return json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_object)
+		       ? v
+		       : NULL;
+}
+
+/* An object's namespace ("" when cluster-scoped) and name; false without a name. */
+static bool object_key(struct json_object *obj, const char **ns, const char **name)
+{
+	struct json_object *meta = json_object_at(obj, "metadata");
+	const char *n = meta ? json_string_at(meta, "name") : NULL;
+	const char *s = meta ? json_string_at(meta, "namespace") : NULL;
+
+	if (!n || !*n)
+		return false;
+	*name = n;
+	*ns = s ? s : "";
+	return true;
+}
+
+static const char *object_rv(struct json_object *obj)
+{
+	struct json_object *meta = json_object_at(obj, "metadata");
+	return meta ? json_string_at(meta, "resourceVersion") : NULL;
+}
+
+/* ---- delivering objects ----------------------------------------------------- */
+
+static void deliver_upsert(struct informer *inf, struct json_object *obj)
+{
+	const char *ns, *name;
+
+	if (!object_key(obj, &ns, &name)) {
+		log_warn("kubernetes object without metadata.name ignored", "resource",
+			 resources[inf->res].name);
+		return;
+	}
+	if (kube_keys_mark(&inf->keys, ns, name) < 0)
+		log_error("out of memory tracking kubernetes objects", "resource",
+			  resources[inf->res].name);
+	inf->k->h.upsert(inf->k->h.ctx, inf->res, obj);
+}
+
+static void deliver_remove(struct informer *inf, const char *ns, const char *name)
+{
+	inf->k->h.remove(inf->k->h.ctx, inf->res, ns, name);
+	inf->k->dirty = true;
+}
+
+static void sweep_removed(void *ctx, const char *ns, const char *name)
+{
+	deliver_remove(ctx, ns, name);
+}
+
+/* ---- scheduling --------------------------------------------------------------- */
+
+static void schedule_now(struct informer *inf)
+{
+	inf->next_at_ms = now_ms();
+}
+
+/* One more failure: wait per the backoff; returns the wait for the log. */
+static uint64_t schedule_backoff(struct informer *inf)
+{
+	uint64_t wait = kube_backoff_next(&inf->backoff, next_random(inf->k));
+
+	inf->next_at_ms = now_ms() + (int64_t)wait;
+	note_error(inf->k);
+	return wait;
+}
+
+/* A good response: the next failure starts the backoff from the beginning. */
+static void note_success(struct informer *inf)
+{
+	kube_backoff_reset(&inf->backoff);
+	inf->auth_retried = false;
+	note_contact(inf->k);
+}
+
+/* ---- LIST pages --------------------------------------------------------------- */
+
+/* The LIST is complete: report what vanished, publish, and go on to WATCH. */
+static void finish_list(struct informer *inf, const char *rv)
+{
+	kube_keys_sweep(&inf->keys, sweep_removed, inf);
+	set_string(&inf->rv, rv);
+	set_string(&inf->cont, NULL);
+	inf->need_list = false;
+	inf->k->dirty = true;
+	bool relist = inf->synced;
+	inf->synced = true;
+	note_list_done(inf, relist);
+
+	char objects[24], pages[16], ms[24];
+	snprintf(objects, sizeof objects, "%zu", inf->keys.count);
+	snprintf(pages, sizeof pages, "%u", inf->pages);
+	snprintf(ms, sizeof ms, "%" PRId64, now_ms() - inf->list_started_ms);
+	log_info(relist ? "kubernetes relist done" : "kubernetes list done", "resource",
+		 resources[inf->res].name, "objects", objects, "pages", pages, "ms", ms,
+		 "resource_version", rv);
+	schedule_now(inf);
+}
+
+/* A 200 LIST page: deliver its items, then ask for the next page or finish. */
+static void take_list_page(struct informer *inf)
+{
+	struct json_object *items, *meta = json_object_at(inf->body, "metadata");
+	const char *rv = meta ? json_string_at(meta, "resourceVersion") : NULL;
+
+	if (!json_object_object_get_ex(inf->body, "items", &items) ||
+	    !(json_object_is_type(items, json_type_array) || json_object_is_type(items, json_type_null)) ||
+	    !rv) {
+		uint64_t wait = schedule_backoff(inf);
+		char w[24];
+		snprintf(w, sizeof w, "%" PRIu64, wait);
+		log_warn("kubernetes list page is not a list (no items or resourceVersion)",
+			 "resource", resources[inf->res].name, "retry_ms", w);
+		set_string(&inf->cont, NULL);
+		return;
+	}
+	size_t n = json_object_is_type(items, json_type_array) ? json_object_array_length(items) : 0;
+	for (size_t i = 0; i < n; i++)
+		deliver_upsert(inf, json_object_array_get_idx(items, i));
+	inf->pages++;
+	note_success(inf);
+	const char *cont = json_string_at(meta, "continue");
+	if (cont && *cont) {
+		set_string(&inf->cont, cont);
+		schedule_now(inf);
+		return;
+	}
+	finish_list(inf, rv);
+}
+
+/* ---- WATCH events ---------------------------------------------------------- */
+
+static void take_watch_object(struct informer *inf, const char *type, struct json_object *obj)
+{
+	const char *rv = object_rv(obj);
+
+	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
+		deliver_upsert(inf, obj);
+		inf->k->dirty = true;
+	} else if (strcmp(type, "DELETED") == 0) {
+		const char *ns, *name;
+		if (object_key(obj, &ns, &name)) {
+			kube_keys_remove(&inf->keys, ns, name);
+			deliver_remove(inf, ns, name);
+		}
+	} else if (strcmp(type, "BOOKMARK") != 0) {
+		log_warn("kubernetes watch event of unknown type ignored", "resource",
+			 resources[inf->res].name, "type", type);
+		return;
+	}
+	if (rv && *rv)
+		set_string(&inf->rv, rv);
+	inf->watch_events++;
+	note_event(inf);
+}
+
+/* An ERROR event carries a Status; 410 means our RV is too old to resume from. */
+static int take_watch_error(struct informer *inf, struct json_object *status)
+{
+	struct json_object *code;
+	const char *msg = json_string_at(status, "message");
+
+	set_string(&inf->stop_reason, msg ? msg : json_object_to_json_string(status));
+	if (json_object_object_get_ex(status, "code", &code) && json_object_get_int(code) == 410) {
+		inf->stop = STREAM_GONE;
+		return 1;
+	}
+	inf->stop = STREAM_ERROR_EVENT;
+	return 1;
+}
+
+/* One line of a watch stream: one event. Nonzero stops the stream. */
+static int take_watch_line(void *ctx, const char *line, size_t len)
+{
+	struct informer *inf = ctx;
+
+	while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
+		len--;
+	if (!len)
+		return 0;
+	json_tokener_reset(inf->tok);
+	struct json_object *ev = json_tokener_parse_ex(inf->tok, line, (int)len);
+	const char *type = ev ? json_string_at(ev, "type") : NULL;
+	struct json_object *obj = ev ? json_object_at(ev, "object") : NULL;
+	int rc = 0;
+	if (!type || !obj) {
+		inf->stop = STREAM_BROKEN;
+		set_string(&inf->stop_reason, "a watch event that is not {type, object} JSON");
+		rc = 1;
+	} else if (strcmp(type, "ERROR") == 0) {
+		rc = take_watch_error(inf, obj);
+	} else {
+		take_watch_object(inf, type, obj);
+	}
+	json_object_put(ev);
+	return rc;
+}
+
+/* ---- curl callbacks ----------------------------------------------------------- */
+
+/* Body bytes of a LIST page or of an error: parsed as they come. */
+static void feed_body(struct informer *inf, const char *data, size_t len)
+{
+	if (inf->body_bad || inf->body)
+		return;
+	inf->body = json_tokener_parse_ex(inf->tok, data, (int)len);
+	enum json_tokener_error e = json_tokener_get_error(inf->tok);
+	if (!inf->body && e != json_tokener_continue)
+		inf->body_bad = true;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
+{
+	struct informer *inf = ctx;
+	size_t len = size * nmemb;
+
+	if (!inf->status)
+		curl_easy_getinfo(inf->easy, CURLINFO_RESPONSE_CODE, &inf->status);
+	if (inf->kind == REQ_WATCH && inf->status == 200) {
+		note_contact(inf->k);
+		if (kube_lines_feed(&inf->lines, data, len, take_watch_line, inf) < 0) {
+			inf->stop = STREAM_BROKEN;
+			set_string(&inf->stop_reason, "a watch event larger than 16 MiB");
+		}
+		/* Returning less than len aborts the transfer (CURLE_WRITE_ERROR). */
+		return inf->stop == STREAM_OK ? len : 0;
+	}
+	/* json_tokener takes an int length; feed huge chunks in pieces. */
+	for (size_t off = 0; off < len; off += INT32_MAX)
+		feed_body(inf, data + off, len - off < INT32_MAX ? len - off : INT32_MAX);
+	return len;
+}
+
+/* ---- starting requests ---------------------------------------------------------- */
+
+/* The Authorization header, from the fixed token or the (re-read if changed) token file. */
+static int auth_header(struct informer *inf, char *out, size_t outlen)
+{
+	struct kube_client *k = inf->k;
+	const char *token = k->conn.token;
+
+	out[0] = '\0';
+	if (k->conn.token_file) {
+		if (kube_token_refresh(&k->token, k->conn.token_file, false) < 0 && !k->token.value) {
+			log_error("cannot read the kubernetes token file", "file", k->conn.token_file,
+				  "error", errno ? strerror(errno) : "empty or not a token");
+			return -1;
+		}
+		token = k->token.value;
+	}
+	if (token && snprintf(out, outlen, "Authorization: Bearer %s", token) >= (int)outlen)
+		return -1;
+	return 0;
+}
+
+static void set_tls_options(CURL *e, const struct kube_conn *c)
+{
+	if (c->ca_data.data) {
+		struct curl_blob b = {c->ca_data.data, c->ca_data.len, CURL_BLOB_NOCOPY};
+		curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &b);
+	} else if (c->ca_file) {
+		curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
+	}
+	if (c->cert_data.data) {
+		struct curl_blob b = {c->cert_data.data, c->cert_data.len, CURL_BLOB_NOCOPY};
+		curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, &b);
+		curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM");
+	} else if (c->cert_file) {
+		curl_easy_setopt(e, CURLOPT_SSLCERT, c->cert_file);
+	}
+	if (c->key_data.data) {
+		struct curl_blob b = {c->key_data.data, c->key_data.len, CURL_BLOB_NOCOPY};
+		curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, &b);
+		curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM");
+	} else if (c->key_file) {
+		curl_easy_setopt(e, CURLOPT_SSLKEY, c->key_file);
+	}
+	if (c->insecure) {
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+		curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+	}
+}
+
+/* The request URL for the informer's next step; NULL when out of memory. */
+static char *request_url(struct informer *inf, CURL *e, long watch_timeout_s)
+{
+	const char *server = inf->k->conn.server;
+	const char *sel = inf->selector ? inf->selector : "";
+	const char *amp = inf->selector ? "&" : "";
+	char *url = NULL;
+	int n;
+
+	if (inf->need_list) {
+		char *cont = inf->cont ? curl_easy_escape(e, inf->cont, 0) : NULL;
+		n = asprintf(&url, "%s%s?limit=%d%s%s%s%s", server, inf->path, LIST_PAGE_LIMIT,
+			     cont ? "&continue=" : "", cont ? cont : "", amp, sel);
+		curl_free(cont);
+	} else {
+		char *rv = curl_easy_escape(e, inf->rv, 0);
+		n = rv ? asprintf(&url, "%s%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
+				  "&timeoutSeconds=%ld%s%s",
+				  server, inf->path, rv, watch_timeout_s, amp, sel)
+		       : -1;
+		curl_free(rv);
+	}
+	return n < 0 ? NULL : url;
+}
+
+/* Forget the request in flight (its easy handle, headers, parser state). */
+static void end_request(struct informer *inf)
+{
+	if (inf->easy) {
+		curl_multi_remove_handle(inf->k->multi, inf->easy);
+		curl_easy_cleanup(inf->easy);
+	}
+	curl_slist_free_all(inf->headers);
+	json_object_put(inf->body);
+	json_tokener_reset(inf->tok);
+	kube_lines_reset(&inf->lines);
+	free(inf->stop_reason);
+	inf->easy = NULL;
+	inf->headers = NULL;
+	inf->body = NULL;
+	inf->body_bad = false;
+	inf->stop = STREAM_OK;
+	inf->stop_reason = NULL;
+	inf->status = 0;
+	inf->kind = REQ_NONE;
+}
+
+static int start_request(struct informer *inf)
+{
+	struct kube_client *k = inf->k;
+	char auth[8192];
+	long watch_timeout_s = WATCH_TIMEOUT_MIN_S + next_random(k) % WATCH_TIMEOUT_MIN_S;
+
+	if (auth_header(inf, auth, sizeof auth) < 0)
+		return -1;
+	CURL *e = curl_easy_init();
+	if (!e)
+		return -1;
+	char *url = request_url(inf, e, watch_timeout_s);
+	struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
+	struct curl_slist *h2 = h && auth[0] ? curl_slist_append(h, auth) : h;
+	if (!url || !h2) {
+		free(url);
+		curl_slist_free_all(h);
+		curl_easy_cleanup(e);
+		return -1;
+	}
+	inf->easy = e;
+	inf->headers = h2;
+	inf->kind = inf->need_list ? REQ_LIST : REQ_WATCH;
+	inf->started_ms = now_ms();
+	inf->watch_events = 0;
+	if (inf->kind == REQ_LIST && !inf->cont) {
+		kube_keys_new_generation(&inf->keys);
+		inf->pages = 0;
+		inf->list_started_ms = inf->started_ms;
+	}
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	free(url);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, inf->headers);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, inf);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, inf);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, inf->errbuf);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)CONNECT_TIMEOUT_S);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT, inf->kind == REQ_WATCH ? watch_timeout_s + WATCH_GRACE_S
+								    : (long)LIST_TIMEOUT_S);
+	curl_easy_setopt(e, CURLOPT_USERAGENT, "localdns/" LOCALDNS_VERSION);
+	set_tls_options(e, &k->conn);
+	inf->errbuf[0] = '\0';
+	if (curl_multi_add_handle(k->multi, e) != CURLM_OK) {
+		end_request(inf);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- finished requests ---------------------------------------------------------- */
+
+/* "reason: message" from a Status body, else the HTTP status alone. */
+static void status_reason(struct informer *inf, char *out, size_t outlen)
+{
+	const char *reason = inf->body ? json_string_at(inf->body, "reason") : NULL;
+	const char *msg = inf->body ? json_string_at(inf->body, "message") : NULL;
+
+	if (inf->body_bad) {
+		snprintf(out, outlen, "the response body is not JSON");
+		return;
+	}
+	snprintf(out, outlen, "%s%s%s", reason ? reason : "", reason && msg ? ": " : "",
+		 msg ? msg : (reason ? "" : "no Status in the response"));
+}
+
+/* 401/403: say clearly who refused what, and why. 401 first retries with a re-read token. */
+static void take_auth_failure(struct informer *inf)
+{
+	struct kube_client *k = inf->k;
+	char why[512], code[8], w[24];
+
+	if (inf->status == 401 && k->conn.token_file && !inf->auth_retried) {
+		inf->auth_retried = true;
+		kube_token_refresh(&k->token, k->conn.token_file, true);
+		log_info("kubernetes API answered 401; token file re-read, retrying", "resource",
+			 resources[inf->res].name);
+		schedule_now(inf);
+		return;
+	}
+	status_reason(inf, why, sizeof why);
+	snprintf(code, sizeof code, "%ld", inf->status);
+	snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
+	log_error(inf->status == 401 ? "kubernetes API refused our credentials (401 Unauthorized)"
+				     : "kubernetes API forbids this request (403 Forbidden; check RBAC)",
+		  "resource", resources[inf->res].name, "status", code, "reason", why,
+		  "retry_ms", w);
+}
+
+static void take_failure(struct informer *inf, CURLcode cc, const char *what)
+{
+	char why[512], code[8], w[24];
+
+	if (cc != CURLE_OK && cc != CURLE_WRITE_ERROR)
+		snprintf(why, sizeof why, "%s", inf->errbuf[0] ? inf->errbuf : curl_easy_strerror(cc));
+	else if (inf->stop_reason)
+		snprintf(why, sizeof why, "%s", inf->stop_reason);
+	else
+		status_reason(inf, why, sizeof why);
+	snprintf(code, sizeof code, "%ld", inf->status);
+	snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
+	log_warn(what, "resource", resources[inf->res].name, "status", code, "error", why,
+		 "retry_ms", w);
+}
+
+static void take_list_result(struct informer *inf, CURLcode cc)
+{
+	if (cc == CURLE_OK && inf->status == 200 && inf->body) {
+		take_list_page(inf);
+		return;
+	}
+	/* Any failure starts the LIST over, as client-go's reflector does. */
+	set_string(&inf->cont, NULL);
+	if (cc == CURLE_OK && inf->status == 410) {
+		/* The continue token expired (the server compacted past the list's RV). */
+		log_info("kubernetes list continue token expired; listing again", "resource",
+			 resources[inf->res].name);
+		schedule_now(inf);
+	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
+		take_auth_failure(inf);
+	} else {
+		take_failure(inf, cc, "kubernetes list failed");
+	}
+}
+
+static void take_watch_result(struct informer *inf, CURLcode cc)
+{
+	int64_t lasted = now_ms() - inf->started_ms;
+
+	if (inf->stop == STREAM_GONE || (cc == CURLE_OK && inf->status == 410)) {
+		log_info("kubernetes watch expired (410 Gone); relisting", "resource",
+			 resources[inf->res].name, "resource_version", inf->rv, "reason",
+			 inf->stop_reason ? inf->stop_reason : "HTTP 410");
+		note_contact(inf->k);
+		inf->need_list = true;
+		schedule_now(inf);
+	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
+		take_auth_failure(inf);
+	} else if (inf->status == 200 && inf->stop == STREAM_OK &&
+		   (inf->watch_events || lasted >= SHORT_WATCH_MS)) {
+		/* The watch's timeout, the server closing it, or a cut after the
+		 * connection had worked: resume from the last RV, now. */
+		if (cc != CURLE_OK)
+			log_info("kubernetes watch interrupted; resuming", "resource",
+				 resources[inf->res].name, "error",
+				 inf->errbuf[0] ? inf->errbuf : curl_easy_strerror(cc));
+		note_success(inf);
+		schedule_now(inf);
+	} else if (cc == CURLE_OK && inf->status == 200) {
+		take_failure(inf, cc, "kubernetes watch ended at once without an event");
+	} else {
+		take_failure(inf, cc, "kubernetes watch failed");
+	}
+}
+
+static void take_finished(struct kube_client *k)
+{
+	CURLMsg *m;
+	int left;
+
+	while ((m = curl_multi_info_read(k->multi, &left))) {
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		struct informer *inf;
+		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&inf);
+		CURLcode cc = m->data.result;
+		curl_easy_getinfo(inf->easy, CURLINFO_RESPONSE_CODE, &inf->status);
+		if (inf->kind == REQ_LIST)
+			take_list_result(inf, cc);
+		else
+			take_watch_result(inf, cc);
+		end_request(inf);
+	}
+}
+
+/* ---- the thread ------------------------------------------------------------------ */
+
+/* Start what is due; returns the ms until the next informer is due (POLL_MAX_MS at most). */
+static long start_due_requests(struct kube_client *k)
+{
+	int64_t now = now_ms();
+	long wait = POLL_MAX_MS;
+
+	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
+		struct informer *inf = &k->inf[r];
+		if (!inf->enabled || inf->kind != REQ_NONE)
+			continue;
+		if (inf->next_at_ms <= now) {
+			if (start_request(inf) == 0)
+				continue;
+			char w[24];
+			snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
+			log_error("cannot start a kubernetes request", "resource",
+				  resources[r].name, "retry_ms", w);
+		}
+		if (inf->next_at_ms - now < wait)
+			wait = (long)(inf->next_at_ms - now);
+	}
+	return wait < 0 ? 0 : wait;
+}
+
+static bool all_synced(const struct kube_client *k)
+{
+	for (int r = 0; r < KUBE_N_RESOURCES; r++)
+		if (k->inf[r].enabled && !k->inf[r].synced)
+			return false;
+	return true;
+}
+
+/* Commit what this round changed; announce the first full sync after its commit. */
+static void publish(struct kube_client *k)
+{
+	if (k->dirty) {
+		k->dirty = false;
+		k->h.commit(k->h.ctx);
+	}
+	if (!k->synced_called && all_synced(k)) {
+		k->synced_called = true;
+		pthread_mutex_lock(&k->status_lock);
+		k->status.synced = true;
+		pthread_mutex_unlock(&k->status_lock);
+		log_info("kubernetes data synced");
+		k->h.synced(k->h.ctx);
+	}
+}
+
+static void *client_thread(void *arg)
+{
+	struct kube_client *k = arg;
+	int running;
+
+	while (!atomic_load(&k->stopping)) {
+		curl_multi_perform(k->multi, &running);
+		take_finished(k);
+		publish(k);
+		/* After the results: a finished LIST page or watch starts its
+		 * successor now, not a poll timeout later. A new handle makes
+		 * curl's own timeout 0, so the poll returns at once to drive it. */
+		long wait = start_due_requests(k);
+		curl_multi_poll(k->multi, NULL, 0, (int)wait, NULL);
+	}
+	return NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------------------ */
+
+static void log_connection(const struct kube_client *k, const char *source)
+{
+	const struct kube_conn *c = &k->conn;
+	const char *auth = c->token_file ? "token file"
+			   : c->token    ? "token"
+			   : (c->cert_file || c->cert_data.data) ? "client certificate"
+								 : "none";
+	log_info("kubernetes API client starting", "server", c->server, "source", source, "auth",
+		 auth, "tls_verify", c->insecure ? "false" : "true", "node",
+		 k->node ? k->node : "(none: pods not watched)");
+}
+
+static int init_informers(struct kube_client *k)
+{
+	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
+		struct informer *inf = &k->inf[r];
+		inf->k = k;
+		inf->res = (enum kube_resource)r;
+		inf->path = resources[r].path;
+		inf->need_list = true;
+		inf->enabled = r != KUBE_PODS || k->node;
+		kube_keys_init(&inf->keys);
+		kube_lines_init(&inf->lines, EVENT_MAX);
+		if (!(inf->tok = json_tokener_new_ex(JSON_DEPTH)))
+			return -1;
+	}
+	if (k->node) {
+		char *sel = NULL, *esc = curl_easy_escape(NULL, "spec.nodeName=", 0);
+		char *node = curl_easy_escape(NULL, k->node, 0);
+		if (esc && node && asprintf(&sel, "fieldSelector=%s%s", esc, node) < 0)
+			sel = NULL;
+		curl_free(esc);
+		curl_free(node);
+		if (!sel)
+			return -1;
+		k->inf[KUBE_PODS].selector = sel;
+	}
+	return 0;
+}
+
+static void free_client(struct kube_client *k)
+{
+	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
+		struct informer *inf = &k->inf[r];
+		if (inf->k)
+			end_request(inf);
+		if (inf->tok)
+			json_tokener_free(inf->tok);
+		kube_lines_free(&inf->lines);
+		kube_keys_free(&inf->keys);
+		free(inf->selector);
+		free(inf->rv);
+		free(inf->cont);
+	}
+	if (k->multi)
+		curl_multi_cleanup(k->multi);
+	kube_conn_free(&k->conn);
+	kube_token_free(&k->token);
+	free(k->node);
+	pthread_mutex_destroy(&k->status_lock);
+	free(k);
+	curl_global_cleanup();
+}
+
+static int resolve_connection(const struct config *cfg, struct kube_client *k, char *err, size_t errlen)
+{
+	const char *kc = cfg->kubernetes.kubeconfig;
+
+	if (kc && *kc)
+		return kube_conn_load_kubeconfig(kc, &k->conn, err, errlen);
+	return kube_conn_in_cluster(getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT"),
+				    cfg->kubernetes.service_account_dir, &k->conn, err, errlen);
+}
+
+int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
+	       char *err, size_t errlen)
+{
+	/* Thread-safe in libcurl >= 7.84 (Debian 12 has 7.88); reference-counted. */
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		snprintf(err, errlen, "libcurl initialisation failed");
+		return -1;
+	}
+	struct kube_client *k = calloc(1, sizeof *k);
+	if (!k) {
+		curl_global_cleanup();
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	k->h = *h;
+	pthread_mutex_init(&k->status_lock, NULL);
+	atomic_init(&k->stopping, false);
+	const char *node = cfg->kubernetes.node_name && *cfg->kubernetes.node_name
+				   ? cfg->kubernetes.node_name
+				   : getenv("NODE_NAME");
+	if (getrandom(&k->rnd, sizeof k->rnd, 0) != sizeof k->rnd || !k->rnd)
+		k->rnd = (uint32_t)now_ms() | 1;
+	if (resolve_connection(cfg, k, err, errlen) < 0) {
+		free_client(k);
+		return -1;
+	}
+	if ((node && *node && !(k->node = strdup(node))) || init_informers(k) < 0 ||
+	    !(k->multi = curl_multi_init())) {
+		snprintf(err, errlen, "out of memory");
+		free_client(k);
+		return -1;
+	}
+	log_connection(k, cfg->kubernetes.kubeconfig && *cfg->kubernetes.kubeconfig
+				  ? cfg->kubernetes.kubeconfig
+				  : "in-cluster");
+	if (!k->node)
+		log_warn("no node name (kubernetes.node_name or $NODE_NAME): pods are not watched, "
+			 "pod names answer from nothing");
+	int rc = pthread_create(&k->thread, NULL, client_thread, k);
+	if (rc) {
+		snprintf(err, errlen, "cannot start the kubernetes thread: %s", strerror(rc));
+		free_client(k);
+		return -1;
+	}
+	*out = k;
+	return 0;
+}
+
+void kube_stop(struct kube_client *k)
+{
+	if (!k)
+		return;
+	atomic_store(&k->stopping, true);
+	curl_multi_wakeup(k->multi);
+	pthread_join(k->thread, NULL);
+	free_client(k);
+}

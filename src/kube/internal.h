@@ -1,0 +1,152 @@
+/*
+ * kube/internal.h — the client's pure parts, private to src/kube/ (and its
+ * unit tests): the connection description and where it comes from, the
+ * watch-stream line splitter, the backoff schedule and the set of known
+ * object keys. None of these does network I/O or logs.
+ */
+#ifndef LOCALDNS_KUBE_INTERNAL_H
+#define LOCALDNS_KUBE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- connection (conn.c) -------------------------------------------------- */
+
+/* Bytes from a kubeconfig's *-data key (base64-decoded) or NULL. */
+struct kube_blob {
+	unsigned char *data;
+	size_t len;
+};
+
+/*
+ * Everything needed to talk to the API server. File paths are absolute or
+ * relative to the process's working directory (a kubeconfig's relative
+ * paths are already joined to its directory). Where a file and inline data
+ * are both given, the data wins, as in client-go.
+ */
+struct kube_conn {
+	char *server;        /* "https://host:port[/prefix]", no trailing '/' */
+	char *ca_file;       /* NULL = the system's CAs (unless ca_data) */
+	struct kube_blob ca_data;
+	char *cert_file;
+	struct kube_blob cert_data;
+	char *key_file;
+	struct kube_blob key_data;
+	char *token;         /* a fixed bearer token, or NULL */
+	char *token_file;    /* re-read when it changes; NULL = none */
+	bool insecure;       /* insecure-skip-tls-verify */
+};
+
+/*
+ * Parse the kubeconfig text yaml (read from path, whose directory anchors
+ * relative paths): current-context -> its cluster and user. Returns 0, or -1
+ * with "kubeconfig PATH: what is wrong" in err; out is filled only on success.
+ */
+int kube_conn_from_kubeconfig(const char *path, const char *yaml, size_t len,
+			      struct kube_conn *out, char *err, size_t errlen);
+
+/* Read the file at path, then kube_conn_from_kubeconfig. */
+int kube_conn_load_kubeconfig(const char *path, struct kube_conn *out, char *err, size_t errlen);
+
+/*
+ * In-cluster: host and port as in $KUBERNETES_SERVICE_HOST/PORT (an IPv6
+ * host gets brackets), token and ca.crt from sa_dir. Either being NULL or
+ * empty is an error naming the variable.
+ */
+int kube_conn_in_cluster(const char *host, const char *port, const char *sa_dir,
+			 struct kube_conn *out, char *err, size_t errlen);
+
+void kube_conn_free(struct kube_conn *c);
+
+/* Standard base64 (padding optional, whitespace skipped); -1 on bad input. */
+int kube_base64_decode(const char *text, size_t len, struct kube_blob *out);
+
+/*
+ * A token file and what we last read from it. kube_token_refresh re-reads
+ * the file when its inode, size or mtime changed since the last read (or
+ * always with force); returns 1 when the token changed, 0 when not, -1 when
+ * the file cannot be read or is empty (the previous token is kept).
+ */
+struct kube_token {
+	char *value;         /* trimmed file content, or NULL */
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	int64_t mtime_ns;
+};
+int kube_token_refresh(struct kube_token *t, const char *path, bool force);
+void kube_token_free(struct kube_token *t);
+
+/* ---- watch stream lines (lines.c) ------------------------------------------ */
+
+/*
+ * Splits a byte stream that arrives in arbitrary chunks into '\n'-terminated
+ * lines. Only a line that spans chunks is copied (into buf); whole lines
+ * inside a chunk are handed out in place. A line longer than max is an
+ * error: a watch event is one object, never a whole stream.
+ */
+struct kube_lines {
+	char *buf;
+	size_t len, cap, max;
+};
+
+/* Called per line, without the '\n' (a trailing '\r' is kept); nonzero stops the feed. */
+typedef int (*kube_line_fn)(void *ctx, const char *line, size_t len);
+
+void kube_lines_init(struct kube_lines *l, size_t max);
+/* Returns 0, the callback's nonzero value, or -1 for a line over max. */
+int kube_lines_feed(struct kube_lines *l, const char *data, size_t len, kube_line_fn fn, void *ctx);
+/* Drops a partial line (a new stream starts). */
+void kube_lines_reset(struct kube_lines *l);
+void kube_lines_free(struct kube_lines *l);
+
+/* ---- backoff (backoff.c) --------------------------------------------------- */
+
+/*
+ * Exponential backoff with "equal jitter": failure n (1-based) waits a
+ * random time in [b/2, b] where b = min(cap, initial * 2^(n-1)), so
+ * clients that failed together do not come back together, and no wait is
+ * shorter than half its step.
+ */
+#define KUBE_BACKOFF_INITIAL_MS 400
+#define KUBE_BACKOFF_CAP_MS 30000
+
+struct kube_backoff {
+	unsigned failures;   /* since the last success */
+};
+
+/* The wait in ms before the next attempt after one more failure; rnd is any random 32-bit value. */
+uint64_t kube_backoff_next(struct kube_backoff *b, uint32_t rnd);
+void kube_backoff_reset(struct kube_backoff *b);
+
+/* ---- known object keys (keys.c) -------------------------------------------- */
+
+/*
+ * The set of "namespace/name" keys a resource has delivered ("/name" for
+ * cluster-scoped objects), each tagged with the generation of the LIST
+ * that last saw it. A relist starts a new generation; after its last page
+ * every key still tagged with an older one is gone.
+ */
+struct kube_key;
+struct kube_keys {
+	struct kube_key **buckets;
+	size_t n_buckets;    /* a power of two, or 0 before the first insert */
+	size_t count;
+	uint32_t gen;
+};
+
+void kube_keys_init(struct kube_keys *s);
+/* Insert or retag with the current generation; -1 on allocation failure. */
+int kube_keys_mark(struct kube_keys *s, const char *ns, const char *name);
+/* Remove; returns whether the key was there. */
+bool kube_keys_remove(struct kube_keys *s, const char *ns, const char *name);
+/* Start a LIST: later kube_keys_mark calls tag with a new generation. */
+void kube_keys_new_generation(struct kube_keys *s);
+/* Remove every key not marked in the current generation, calling fn(ns, name) for each. */
+void kube_keys_sweep(struct kube_keys *s, void (*fn)(void *ctx, const char *ns, const char *name),
+		     void *ctx);
+void kube_keys_free(struct kube_keys *s);
+
+#endif

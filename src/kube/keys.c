@@ -1,0 +1,160 @@
+/*
+ * kube/keys.c — the set of object keys a resource has delivered (see
+ * internal.h).
+ *
+ * A chained hash table of "ns/name" strings, each with the generation of
+ * the LIST that last saw it. It exists only so a relist can tell which
+ * objects vanished while we were not watching; the objects themselves are
+ * the consumer's. 100,000 keys cost about 100 bytes each.
+ */
+#include "kube/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct kube_key {
+	struct kube_key *next;
+	uint64_t hash;
+	uint32_t gen;
+	size_t ns_len;       /* the '/' is at key[ns_len] */
+	char key[];
+};
+
+/* FNV-1a over ns, '/', name. */
+static uint64_t key_hash(const char *ns, const char *name)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (const char *p = ns; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	h = (h ^ '/') * 1099511628211ull;
+	for (const char *p = name; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	return h;
+}
+
+static bool key_equal(const struct kube_key *k, const char *ns, size_t ns_len, const char *name)
+{
+	return k->ns_len == ns_len && memcmp(k->key, ns, ns_len) == 0 &&
+	       strcmp(k->key + ns_len + 1, name) == 0;
+}
+
+void kube_keys_init(struct kube_keys *s)
+{
+	*s = (struct kube_keys){0};
+}
+
+/* Doubles the bucket array when the load passes 1; a failed grow keeps the old one. */
+static void grow(struct kube_keys *s)
+{
+	size_t n = s->n_buckets ? s->n_buckets * 2 : 64;
+	struct kube_key **b = calloc(n, sizeof *b);
+
+	if (!b)
+		return;
+	for (size_t i = 0; i < s->n_buckets; i++) {
+		struct kube_key *k = s->buckets[i];
+		while (k) {
+			struct kube_key *next = k->next;
+			size_t j = k->hash & (n - 1);
+			k->next = b[j];
+			b[j] = k;
+			k = next;
+		}
+	}
+	free(s->buckets);
+	s->buckets = b;
+	s->n_buckets = n;
+}
+
+static struct kube_key **find(const struct kube_keys *s, const char *ns, const char *name, uint64_t h)
+{
+	size_t ns_len = strlen(ns);
+	struct kube_key **p = &s->buckets[h & (s->n_buckets - 1)];
+
+	while (*p && !((*p)->hash == h && key_equal(*p, ns, ns_len, name)))
+		p = &(*p)->next;
+	return p;
+}
+
+int kube_keys_mark(struct kube_keys *s, const char *ns, const char *name)
+{
+	uint64_t h = key_hash(ns, name);
+
+	if (s->count >= s->n_buckets)
+		grow(s);
+	if (!s->n_buckets)
+		return -1;
+	struct kube_key **p = find(s, ns, name, h);
+	if (*p) {
+		(*p)->gen = s->gen;
+		return 0;
+	}
+	size_t ns_len = strlen(ns), name_len = strlen(name);
+	struct kube_key *k = malloc(sizeof *k + ns_len + 1 + name_len + 1);
+	if (!k)
+		return -1;
+	k->next = NULL;
+	k->hash = h;
+	k->gen = s->gen;
+	k->ns_len = ns_len;
+	memcpy(k->key, ns, ns_len);
+	k->key[ns_len] = '/';
+	memcpy(k->key + ns_len + 1, name, name_len + 1);
+	*p = k;
+	s->count++;
+	return 0;
+}
+
+bool kube_keys_remove(struct kube_keys *s, const char *ns, const char *name)
+{
+	if (!s->n_buckets)
+		return false;
+	struct kube_key **p = find(s, ns, name, key_hash(ns, name));
+	struct kube_key *k = *p;
+	if (!k)
+		return false;
+	*p = k->next;
+	free(k);
+	s->count--;
+	return true;
+}
+
+void kube_keys_new_generation(struct kube_keys *s)
+{
+	s->gen++;
+}
+
+void kube_keys_sweep(struct kube_keys *s, void (*fn)(void *ctx, const char *ns, const char *name),
+		     void *ctx)
+{
+	for (size_t i = 0; i < s->n_buckets; i++) {
+		struct kube_key **p = &s->buckets[i];
+		while (*p) {
+			struct kube_key *k = *p;
+			if (k->gen == s->gen) {
+				p = &k->next;
+				continue;
+			}
+			*p = k->next;
+			s->count--;
+			k->key[k->ns_len] = '\0'; /* split in place into ns and name */
+			fn(ctx, k->key, k->key + k->ns_len + 1);
+			free(k);
+		}
+	}
+}
+
+void kube_keys_free(struct kube_keys *s)
+{
+	for (size_t i = 0; i < s->n_buckets; i++) {
+		struct kube_key *k = s->buckets[i];
+		while (k) {
+			struct kube_key *next = k->next;
+			free(k);
+			k = next;
+		}
+	}
+	free(s->buckets);
+	kube_keys_init(s);
+}

@@ -1,0 +1,82 @@
+/*
+ * kube — the Kubernetes API client: list+watch of Services, EndpointSlices,
+ * Namespaces and this node's Pods, delivered object by object to a handler.
+ *
+ * Owns: the connection (a kubeconfig or the in-cluster service account, the
+ * bearer token and its rotation), one thread running libcurl's multi
+ * interface with one request per resource at a time, the informer state of
+ * each resource (LIST pages, then WATCH from the list's resourceVersion,
+ * resume from the last seen resourceVersion, relist on 410 Gone), backoff
+ * on errors, and the set of object keys (namespace/name) it has delivered,
+ * so a relist can report what disappeared.
+ *
+ * Must never: keep whole objects (the consumer keeps what it needs), buffer
+ * a whole watch stream (events are parsed line by line as they arrive),
+ * call the handler from any thread but its own, or block the caller of
+ * kube_status.
+ */
+#ifndef LOCALDNS_KUBE_H
+#define LOCALDNS_KUBE_H
+
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+enum kube_resource { KUBE_SERVICES, KUBE_ENDPOINTSLICES, KUBE_NAMESPACES, KUBE_PODS, KUBE_N_RESOURCES };
+
+/* "services", "endpointslices", "namespaces", "pods". */
+const char *kube_resource_name(enum kube_resource r);
+
+/*
+ * Called on the client's own thread, one call at a time (single writer).
+ * Every call is made with no lock of the client held.
+ */
+struct kube_handler {
+	void *ctx;
+	/* An object was added or changed; obj is borrowed for the call. A relist
+	 * delivers every listed object again, changed or not. */
+	void (*upsert)(void *ctx, enum kube_resource r, struct json_object *obj);
+	/* An object is gone: a DELETED event, or a relist that no longer lists it.
+	 * ns is "" for cluster-scoped objects (Namespaces). */
+	void (*remove)(void *ctx, enum kube_resource r, const char *ns, const char *name);
+	/* A batch of calls is complete (the end of a whole LIST, all pages and the
+	 * removals it implies; or the watch events read in one go): the consumer
+	 * publishes what it has changed so far. */
+	void (*commit)(void *ctx);
+	/* Every resource has completed its first full LIST (called once, after
+	 * that LIST's commit). */
+	void (*synced)(void *ctx);
+};
+
+struct kube_client;
+
+/*
+ * Resolve the connection (cfg->kubernetes.kubeconfig, or in-cluster from
+ * $KUBERNETES_SERVICE_HOST/PORT and kubernetes.service_account_dir) and the
+ * node name (kubernetes.node_name, else $NODE_NAME; none: Pods are not
+ * watched, logged), then start the thread. cfg is not kept.
+ * Returns 0, or -1 with a clear message in err (e.g. "kubeconfig FILE: no
+ * current-context") and nothing started.
+ */
+int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
+	       char *err, size_t errlen);
+
+/* Promptly stops the thread (wakes it from curl_multi_poll), joins it, frees all. */
+void kube_stop(struct kube_client *k);
+
+struct kube_status {
+	bool synced;                 /* first full sync done */
+	int64_t last_contact_ms;     /* CLOCK_REALTIME ms of the last successful response or event (0 = never) */
+	uint64_t events[KUBE_N_RESOURCES];   /* watch events (bookmarks included) */
+	uint64_t relists[KUBE_N_RESOURCES];  /* complete LISTs after the first */
+	uint64_t errors;                     /* failed requests, all resources */
+	uint64_t objects[KUBE_N_RESOURCES];  /* objects known now */
+};
+
+/* A snapshot of the counters; any thread, never waits for the network. */
+void kube_status(const struct kube_client *k, struct kube_status *out);
+
+#endif

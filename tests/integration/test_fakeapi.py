@@ -1,0 +1,590 @@
+"""The fake Kubernetes API server (tests/kube/fakeapi.py) checked on its own,
+with a plain HTTP client (http.client, and a raw socket where the chunk
+framing itself matters): paging, watch resume, 410, bookmarks, cut streams,
+tokens, 403, selectors, TLS and mTLS, outage, the script with its control
+endpoints, and a 10,000-Service / 100,000-endpoint list."""
+
+import gzip
+import http.client
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.parse
+
+import harness
+
+sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
+import fakeapi  # noqa: E402
+
+TOKEN = "tok-1"
+
+
+# ------------------------------------------------------------------ clients
+
+def call(api, path, token=TOKEN, conn=None, headers=None, context=None):
+    """GET path; returns (status, parsed JSON body, response headers)."""
+    own = conn is None
+    if own:
+        conn = connect(api, context)
+    h = dict(headers or {})
+    if token:
+        h["Authorization"] = "Bearer " + token
+    conn.request("GET", path, headers=h)
+    r = conn.getresponse()
+    raw = r.read()
+    if r.getheader("Content-Encoding") == "gzip":
+        raw = gzip.decompress(raw)
+    if own:
+        conn.close()
+    return r.status, json.loads(raw) if raw else None, dict(r.getheaders())
+
+
+def connect(api, context=None):
+    if api.scheme == "https":
+        return http.client.HTTPSConnection("127.0.0.1", api.port, timeout=5,
+                                           context=context)
+    return http.client.HTTPConnection("127.0.0.1", api.port, timeout=5)
+
+
+class RawWatch:
+    """A watch read chunk by chunk off the socket, so the framing is seen
+    as sent: one event per chunk, and whether the final 0-chunk came."""
+
+    def __init__(self, api, path, token=TOKEN):
+        self.sock = socket.create_connection(("127.0.0.1", api.port), 5)
+        self.buf = b""
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n"
+                           "Authorization: Bearer %s\r\n\r\n"
+                           % (path, token)).encode())
+        head = self._until(b"\r\n\r\n")
+        self.status = int(head.split(b" ", 2)[1])
+        self.headers = head.decode().lower()
+        self.ended = False      # the terminating chunk arrived
+        self.cut = False        # the connection closed without it
+
+    def _fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise EOFError
+        self.buf += data
+
+    def _until(self, sep):
+        while sep not in self.buf:
+            self._fill()
+        out, self.buf = self.buf.split(sep, 1)
+        return out
+
+    def event(self):
+        """The next event (a dict), or None at the end of the stream."""
+        if self.ended or self.cut:
+            return None
+        try:
+            size = int(self._until(b"\r\n"), 16)
+            if size == 0:
+                self._until(b"\r\n")
+                self.ended = True
+                return None
+            while len(self.buf) < size + 2:
+                self._fill()
+        except EOFError:
+            self.cut = True
+            return None
+        chunk, self.buf = self.buf[:size], self.buf[size + 2:]
+        assert chunk.endswith(b"\n") and chunk.count(b"\n") == 1, \
+            "a chunk is not one newline-terminated event: %r" % chunk[:200]
+        return json.loads(chunk)
+
+    def events(self, n, timeout=5):
+        """n events (fewer if the stream ends)."""
+        self.sock.settimeout(timeout)
+        out = []
+        while len(out) < n:
+            ev = self.event()
+            if ev is None:
+                break
+            out.append(ev)
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def rv_of(obj):
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def start(**kw):
+    kw.setdefault("tokens", [TOKEN])
+    kw.setdefault("control_port", False)
+    return fakeapi.FakeAPI(**kw).start()
+
+
+# -------------------------------------------------------------------- tests
+
+def test_fakeapi_objects_shapes(env):
+    """Real JSON field names and list/GET shapes; namespaced paths; 404."""
+    with start() as api:
+        api.apply(fakeapi.namespace("ns1"),
+                  fakeapi.service("ns1", "web", ["10.96.0.7", "fd00::7"],
+                                  ports=[{"name": "http", "port": 80,
+                                          "targetPort": 8080}]),
+                  fakeapi.service("ns1", "hl", headless=True,
+                                  publish_not_ready=True),
+                  fakeapi.service("ns1", "ext", type="ExternalName",
+                                  external_name="db.example.org"),
+                  fakeapi.endpointslice("ns1", "hl", "hl-1", endpoints=[
+                      fakeapi.endpoint("10.1.0.1", hostname="h1",
+                                       node="node-a", pod="p1")]),
+                  fakeapi.endpointslice("ns1", "web", "web-1"),
+                  fakeapi.pod("ns1", "p1", ["10.1.0.1", "fd00::1:1"]))
+        code, body, _ = call(api, "/api/v1/namespaces/ns1/services")
+        assert code == 200 and body["kind"] == "ServiceList", body
+        items = {s["metadata"]["name"]: s for s in body["items"]}
+        assert sorted(items) == ["ext", "hl", "web"], sorted(items)
+        assert "kind" not in items["web"], "list items carry no kind"
+        web = items["web"]["spec"]
+        assert web["clusterIPs"] == ["10.96.0.7", "fd00::7"] and \
+            web["ipFamilies"] == ["IPv4", "IPv6"] and \
+            web["ports"] == [{"name": "http", "protocol": "TCP", "port": 80,
+                              "targetPort": 8080}], web
+        assert items["hl"]["spec"]["clusterIP"] == "None" and \
+            items["hl"]["spec"]["publishNotReadyAddresses"] is True
+        assert items["ext"]["spec"]["externalName"] == "db.example.org" and \
+            "clusterIP" not in items["ext"]["spec"]
+        code, es, _ = call(api, "/apis/discovery.k8s.io/v1/namespaces/ns1/"
+                           "endpointslices/hl-1")
+        assert code == 200 and es["kind"] == "EndpointSlice", es
+        ep = es["endpoints"][0]
+        assert es["metadata"]["labels"]["kubernetes.io/service-name"] == "hl"
+        assert ep["hostname"] == "h1" and ep["nodeName"] == "node-a" and \
+            ep["targetRef"]["namespace"] == "ns1" and \
+            ep["conditions"] == {"ready": True, "serving": True,
+                                 "terminating": False}, ep
+        code, empty, _ = call(api, "/apis/discovery.k8s.io/v1/namespaces/ns1/"
+                              "endpointslices/web-1")
+        assert empty["endpoints"] is None and empty["ports"] is None, empty
+        code, p, _ = call(api, "/api/v1/namespaces/ns1/pods/p1")
+        assert p["status"]["podIP"] == "10.1.0.1" and \
+            p["status"]["podIPs"] == [{"ip": "10.1.0.1"},
+                                      {"ip": "fd00::1:1"}] and \
+            p["spec"]["nodeName"] == "node-a", p
+        code, body, _ = call(api, "/api/v1/namespaces/ns1/services/nope")
+        assert code == 404 and body["kind"] == "Status" and \
+            body["reason"] == "NotFound", body
+        code, body, _ = call(api, "/api/v1/namespaces/ns1/namespaces")
+        assert code == 404, (code, body)
+
+
+def test_fakeapi_paging_walks_snapshot(env):
+    """limit/continue visit every object once, on one kept-alive
+    connection, at the first page's RV even while objects change."""
+    with start() as api:
+        names = ["svc-%04d" % i for i in range(1234)]
+        api.apply([fakeapi.service("ns%d" % (i % 7), n)
+                   for i, n in enumerate(names)])
+        conn = connect(api)
+        seen, cont, pages, rvs = [], "", 0, set()
+        while True:
+            q = "limit=100" + ("&continue=" + urllib.parse.quote(cont)
+                               if cont else "")
+            code, body, _ = call(api, "/api/v1/services?" + q, conn=conn)
+            assert code == 200, body
+            if pages == 0:
+                sock = conn.sock
+                first_rv = body["metadata"]["resourceVersion"]
+                # changes after the first page: invisible to later pages
+                api.apply(fakeapi.service("ns0", "zzz-added"))
+                api.delete("services", "ns6", "svc-1224")
+            assert conn.sock is sock, "connection was not kept alive"
+            rvs.add(body["metadata"]["resourceVersion"])
+            seen += [s["metadata"]["name"] for s in body["items"]]
+            pages += 1
+            cont = body["metadata"].get("continue")
+            if not cont:
+                assert "remainingItemCount" not in body["metadata"]
+                break
+            assert body["metadata"]["remainingItemCount"] == \
+                1234 - len(seen), body["metadata"]
+        assert pages == 13 and sorted(seen) == names and \
+            len(seen) == len(set(seen)), (pages, len(seen))
+        assert rvs == {first_rv}, rvs
+        lists = api.requests("services", "list")
+        assert len(lists) == 13 and "continue" not in lists[0].query and \
+            all(r.query["limit"] == "100" and r.query["continue"]
+                for r in lists[1:]), lists[:3]
+
+
+def test_fakeapi_list_errors(env):
+    """Expired continue -> 410 Expired; continue with an RV -> 400; an
+    Exact RV before the compaction -> 410; selectors the real server
+    refuses -> 400."""
+    with start() as api:
+        api.apply([fakeapi.namespace("ns%d" % i) for i in range(5)])
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2")
+        cont = body["metadata"]["continue"]
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2&"
+                             "resourceVersion=3&continue=" + cont)
+        assert code == 400 and body["reason"] == "BadRequest", body
+        api.apply(fakeapi.namespace("later"))   # the snapshot is now old
+        api.compact()
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2&continue="
+                             + cont)
+        assert code == 410 and body["reason"] == "Expired" and \
+            body["kind"] == "Status", body
+        code, body, _ = call(api, "/api/v1/namespaces?resourceVersion=2&"
+                             "resourceVersionMatch=Exact")
+        assert code == 410, body
+        code, body, _ = call(api, "/api/v1/pods?fieldSelector=spec.bogus=1")
+        assert code == 400 and "not supported" in body["message"], body
+        code, body, _ = call(api, "/api/v1/namespaces?continue=garbage")
+        assert code == 400, body
+
+
+def test_fakeapi_watch_resumes_from_rv(env):
+    """A watch from a list's RV replays the later changes in order, each
+    in its own chunk; the DELETED object carries the deletion RV."""
+    with start() as api:
+        api.apply(fakeapi.service("a", "one"))
+        code, body, _ = call(api, "/api/v1/services")
+        rv = body["metadata"]["resourceVersion"]
+        api.apply(fakeapi.namespace("a"))            # another resource
+        api.apply(fakeapi.service("a", "two"))
+        changed = fakeapi.service("a", "one", "10.96.9.9")
+        api.apply(changed)
+        gone = api.delete("services", "a", "two")
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=" + rv)
+        try:
+            assert w.status == 200 and "chunked" in w.headers, w.headers
+            evs = w.events(3)
+            got = [(e["type"], e["object"]["metadata"]["name"]) for e in evs]
+            assert got == [("ADDED", "two"), ("MODIFIED", "one"),
+                           ("DELETED", "two")], got
+            assert evs[0]["object"]["kind"] == "Service"
+            assert rv_of(evs[2]["object"]) == rv_of(gone) == \
+                api.resource_version, evs[2]
+            assert evs[1]["object"]["spec"]["clusterIP"] == "10.96.9.9"
+            api.apply(fakeapi.service("a", "three"))
+            ev = w.events(1)[0]
+            assert ev["type"] == "ADDED" and \
+                ev["object"]["metadata"]["name"] == "three", ev
+        finally:
+            w.close()
+        # no RV: the current state as ADDED events first
+        w = RawWatch(api, "/api/v1/services?watch=true&timeoutSeconds=1")
+        try:
+            names = sorted(e["object"]["metadata"]["name"]
+                           for e in w.events(10))
+            assert names == ["one", "three"] and w.ended, (names, w.ended)
+        finally:
+            w.close()
+
+
+def test_fakeapi_watch_410(env):
+    """An RV older than the history window, or than a compaction: HTTP 200,
+    one ERROR event with a 410 Status, then the end of the stream."""
+    with start(history=5) as api:
+        api.apply(fakeapi.namespace("a"))
+        rv = api.resource_version
+        api.apply([fakeapi.service("a", "s%d" % i) for i in range(4)])
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % rv)
+        evs = w.events(4)
+        w.close()
+        assert [e["type"] for e in evs] == ["ADDED"] * 4, evs  # in window
+        api.apply([fakeapi.service("a", "t%d" % i) for i in range(3)])
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % rv)
+        evs = w.events(10)
+        w.close()
+        assert w.status == 200 and len(evs) == 1 and w.ended, (w.status, evs)
+        err = evs[0]
+        assert err["type"] == "ERROR" and err["object"]["code"] == 410 and \
+            err["object"]["reason"] == "Expired", err
+        now = api.resource_version
+        api.compact()
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d"
+                     % (now - 1))
+        evs = w.events(10)
+        w.close()
+        assert [e["type"] for e in evs] == ["ERROR"] and w.ended, evs
+        # from the compaction point on, watching works again
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % now)
+        try:
+            api.apply(fakeapi.service("a", "after"))
+            evs = w.events(1)
+            assert [(e["type"], e["object"]["metadata"]["name"])
+                    for e in evs] == [("ADDED", "after")], evs
+        finally:
+            w.close()
+
+
+def test_fakeapi_bookmarks_and_timeout(env):
+    """Bookmarks only when asked, carrying the current RV; timeoutSeconds
+    ends the stream with the final chunk."""
+    with start(bookmark_interval=0.2) as api:
+        api.apply(fakeapi.namespace("a"))
+        rv = api.resource_version
+        api.apply(fakeapi.pod("a", "p"))      # another resource moves the RV
+        w = RawWatch(api, "/api/v1/services?watch=1&allowWatchBookmarks=true"
+                     "&timeoutSeconds=1&resourceVersion=%d" % rv)
+        t0 = time.monotonic()
+        evs = w.events(100, timeout=3)
+        dt = time.monotonic() - t0
+        w.close()
+        assert w.ended and 0.9 < dt < 2, (w.ended, dt)
+        assert len(evs) >= 3 and all(e["type"] == "BOOKMARK" for e in evs), \
+            evs
+        bm = evs[0]["object"]
+        assert bm["kind"] == "Service" and \
+            rv_of(bm) == api.resource_version, bm
+        w = RawWatch(api, "/api/v1/services?watch=1&timeoutSeconds=1&"
+                     "resourceVersion=%d" % rv)
+        evs = w.events(100, timeout=3)
+        w.close()
+        assert evs == [] and w.ended, evs
+
+
+def test_fakeapi_cut_watches(env):
+    """cut_watches() closes every stream without the final chunk (also
+    mid-chunk); wait_watches() sees them open and then gone."""
+    with start() as api:
+        ws = [RawWatch(api, "/api/v1/%s?watch=1&resourceVersion=1" % r)
+              for r in ("services", "services", "pods")]
+        try:
+            api.wait_watches("services", 2, timeout=2)
+            api.wait_watches("pods", 1, timeout=2)
+            n = api.cut_watches("services")
+            assert n == 2, "cut %d watches, want 2" % n
+            for w in ws[:2]:
+                evs = w.events(1)
+                assert evs == [] and w.cut and not w.ended, \
+                    (evs, w.cut, w.ended)
+            n = api.cut_watches(partial=True)
+            assert n == 1, "cut %d more watches, want 1" % n
+            try:
+                ws[2].events(1)
+                cut = ws[2].cut
+            except AssertionError:
+                cut = False
+            assert cut, "the partial cut did not end the stream"
+            deadline = time.monotonic() + 2
+            while api.open_watches() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert api.open_watches() == 0, api.open_watches()
+            assert api.count("services", "watch") == 2, api.requests()
+        finally:
+            for w in ws:
+                w.close()
+
+
+def test_fakeapi_auth_and_faults(env):
+    """401 without or with a wrong token; the token file is re-read;
+    forbid() -> 403; fail_next() -> the given status, then normal."""
+    token_file = os.path.join(env.tmp, "token")
+    with open(token_file, "w") as f:
+        f.write("first\n")
+    with start(tokens=None, token_file=token_file) as api:
+        code, body, _ = call(api, "/api/v1/pods", token=None)
+        assert code == 401 and body["reason"] == "Unauthorized", body
+        assert call(api, "/api/v1/pods", token="first")[0] == 200
+        with open(token_file, "w") as f:
+            f.write("second\n")
+        assert call(api, "/api/v1/pods", token="first")[0] == 401
+        assert call(api, "/api/v1/pods", token="second")[0] == 200
+        api.forbid("pods")
+        code, body, _ = call(api, "/api/v1/pods?watch=1", token="second")
+        assert code == 403 and body["reason"] == "Forbidden" and \
+            "cannot watch" in body["message"], body
+        assert call(api, "/api/v1/services", token="second")[0] == 200
+        api.allow("pods")
+        api.fail_next(2, 503, resource="pods")
+        code, body, hdr = call(api, "/api/v1/pods", token="second")
+        assert code == 503 and hdr.get("Retry-After") == "1", (code, hdr)
+        assert call(api, "/api/v1/services", token="second")[0] == 200
+        assert call(api, "/api/v1/pods", token="second")[0] == 503
+        assert call(api, "/api/v1/pods", token="second")[0] == 200
+        codes = [r.code for r in api.requests("pods")]
+        assert codes == [401, 200, 401, 200, 403, 503, 503, 200], codes
+
+
+def test_fakeapi_selectors(env):
+    """fieldSelector spec.nodeName on list and watch (a pod moving onto the
+    node is ADDED, off it DELETED); labelSelector on EndpointSlices."""
+    with start() as api:
+        api.apply(fakeapi.pod("a", "here", "10.1.0.1", node="node-a"),
+                  fakeapi.pod("a", "there", "10.1.0.2", node="node-b"),
+                  fakeapi.endpointslice("a", "web", "web-x"),
+                  fakeapi.endpointslice("a", "db", "db-x"))
+        code, body, _ = call(api, "/api/v1/pods?fieldSelector="
+                             "spec.nodeName%3Dnode-a")
+        assert [p["metadata"]["name"] for p in body["items"]] == ["here"]
+        code, body, _ = call(api, "/api/v1/pods?fieldSelector="
+                             "metadata.name%3Dthere")
+        assert [p["metadata"]["name"] for p in body["items"]] == ["there"]
+        code, body, _ = call(api, "/apis/discovery.k8s.io/v1/endpointslices"
+                             "?labelSelector=kubernetes.io%2Fservice-name"
+                             "%3Ddb")
+        assert [e["metadata"]["name"] for e in body["items"]] == ["db-x"]
+        rv = api.resource_version
+        w = RawWatch(api, "/api/v1/pods?watch=1&resourceVersion=%d&"
+                     "fieldSelector=spec.nodeName%%3Dnode-a" % rv)
+        try:
+            api.apply(fakeapi.pod("a", "there", "10.1.0.2", node="node-a"))
+            api.apply(fakeapi.pod("a", "here", "10.1.0.1", node="node-c"))
+            api.apply(fakeapi.pod("a", "far", "10.1.0.3", node="node-c"))
+            api.delete("pods", "a", "there")
+            evs = [(e["type"], e["object"]["metadata"]["name"],
+                    e["object"]["spec"]["nodeName"]) for e in w.events(3)]
+            assert evs == [("ADDED", "there", "node-a"),
+                           ("DELETED", "here", "node-a"),
+                           ("DELETED", "there", "node-a")], evs
+        finally:
+            w.close()
+
+
+def test_fakeapi_tls_and_mtls(env):
+    """HTTPS with the CA from make_tls(); a client certificate alone
+    authenticates; a client that does not trust the CA fails."""
+    tls = fakeapi.make_tls(os.path.join(env.tmp, "pki"))
+    with start(tls_cert=tls.server_cert, tls_key=tls.server_key,
+               client_ca=tls.ca) as api:
+        api.apply(fakeapi.namespace("a"))
+        ctx = ssl.create_default_context(cafile=tls.ca)
+        code, body, _ = call(api, "/api/v1/namespaces", context=ctx)
+        assert code == 200 and len(body["items"]) == 1, body
+        assert call(api, "/api/v1/namespaces", token=None,
+                    context=ctx)[0] == 401
+        ctx.load_cert_chain(tls.client_cert, tls.client_key)
+        code, body, _ = call(api, "/api/v1/namespaces", token=None,
+                             context=ctx)
+        assert code == 200, body
+        assert api.requests()[-1].user == \
+            "system:serviceaccount:kube-system:localdns"
+        other = fakeapi.make_tls(os.path.join(env.tmp, "other"))
+        try:
+            call(api, "/api/v1/namespaces",
+                 context=ssl.create_default_context(cafile=other.ca))
+            raise AssertionError("a foreign CA was accepted")
+        except ssl.SSLCertVerificationError:
+            pass
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), ca=tls.ca,
+                            token=TOKEN)
+        text = open(kc).read()
+        assert "server: https://127.0.0.1:%d" % api.port in text, text
+
+
+def test_fakeapi_down_and_up(env):
+    """set_down(True) refuses connections and drops open ones; after
+    set_down(False) the same port answers again."""
+    with start() as api:
+        port = api.port
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=1")
+        api.wait_watches("services")
+        api.set_down(True)
+        assert w.events(1) == [] and w.cut, "open watch survived the outage"
+        w.close()
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            raise AssertionError("connection accepted while down")
+        except ConnectionRefusedError:
+            pass
+        api.set_down(False)
+        assert api.port == port and call(api, "/api/v1/services")[0] == 200
+
+
+def test_fakeapi_script_and_control(env):
+    """Run as a script: the ready file names the ports; the HTTP control
+    endpoints load objects, read counters and survive "down"."""
+    ready = os.path.join(env.tmp, "ready")
+    token_file = os.path.join(env.tmp, "token")
+    with open(token_file, "w") as f:
+        f.write(TOKEN)
+    p = harness.track_process(subprocess.Popen(
+        [sys.executable, os.path.join(harness.REPO, "tests", "kube",
+                                      "fakeapi.py"),
+         "--port", "0", "--token-file", token_file, "--ready-file", ready],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        deadline = time.monotonic() + 5
+        while not os.path.exists(ready):
+            assert p.poll() is None and time.monotonic() < deadline, \
+                "fakeapi did not start: %r" % p.stderr.read()
+            time.sleep(0.02)
+        port, cport = [int(x) for x in open(ready).read().split()]
+
+        def control(op, body=None, port=cport):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("POST", "/_control/" + op,
+                      body=json.dumps(body or {}).encode(),
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            out = json.loads(r.read())
+            c.close()
+            assert r.status == 200, (op, r.status, out)
+            return out
+
+        control("apply", {"objects": [fakeapi.namespace("a"),
+                                      fakeapi.service("a", "s")]})
+        api = type("Remote", (), {"port": port, "scheme": "http"})()
+        code, body, _ = call(api, "/api/v1/services")
+        assert code == 200 and len(body["items"]) == 1, body
+        reqs = control("requests", {"resource": "services"})["requests"]
+        assert [r["verb"] for r in reqs] == ["list"], reqs
+        control("down", port=port)          # through the API port itself
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            raise AssertionError("connection accepted while down")
+        except ConnectionRefusedError:
+            pass
+        control("up")
+        state = control("state")
+        assert state["down"] is False and state["port"] == port, state
+        control("delete", {"resource": "services", "namespace": "a",
+                           "name": "s"})
+        code, body, _ = call(api, "/api/v1/services")
+        assert body["items"] == [], body
+    finally:
+        harness._kill(p)
+
+
+def test_fakeapi_scale(env):
+    """10,000 Services and 1,000 EndpointSlices of 100 endpoints each, read
+    in pages of 500 (gzip asked, as libcurl may), within a few seconds."""
+    with start() as api:
+        api.apply([fakeapi.service("ns%d" % (i % 50), "svc-%05d" % i,
+                                   ports=[80]) for i in range(10000)])
+        api.apply([fakeapi.endpointslice(
+            "ns%d" % (i % 50), "svc-%05d" % i, "svc-%05d-x" % i,
+            endpoints=[fakeapi.endpoint("10.%d.%d.%d" % (i // 256, i % 256, j),
+                                        node="node-%d" % (j % 10))
+                       for j in range(100)], ports=[80])
+            for i in range(1000)])
+        conn = connect(api)
+        totals = {}
+        t0 = time.monotonic()
+        for path in ("/api/v1/services",
+                     "/apis/discovery.k8s.io/v1/endpointslices"):
+            cont, n, eps = "", 0, 0
+            while True:
+                q = "?limit=500" + ("&continue=" + cont if cont else "")
+                code, body, hdr = call(api, path + q, conn=conn, headers={
+                    "Accept-Encoding": "gzip"})
+                assert code == 200, body
+                n += len(body["items"])
+                eps += sum(len(i.get("endpoints") or [])
+                           for i in body["items"])
+                cont = body["metadata"].get("continue")
+                if not cont:
+                    break
+            totals[path] = (n, eps)
+        dt = time.monotonic() - t0
+        assert totals == {"/api/v1/services": (10000, 0),
+                          "/apis/discovery.k8s.io/v1/endpointslices":
+                          (1000, 100000)}, totals
+        assert hdr.get("Content-Encoding") == "gzip", hdr
+        assert dt < 8, "listing took %.1fs" % dt
+
+
+test_fakeapi_scale.timeout = 60

@@ -1,0 +1,512 @@
+"""The Kubernetes API client (src/kube/) against the fake API server
+(tests/kube/fakeapi.py, in process): LIST paging, the node's Pods only,
+watch events and resume after a cut (no relist), 410 -> relist with the
+deletions of the gap reported, bookmarks moving the resourceVersion, the API
+down and back (backoff, recovery, nothing lost or repeated), 401/403 logged
+clearly, token rotation (a changed file, and one the stat check cannot see),
+TLS from kubeconfig data and files, in-cluster mode, start-up errors, and a
+prompt stop.
+
+The client runs in tests/kube_dump (built next to the daemon), which prints
+one line per handler call: "upsert RES NS/NAME rv=N", "remove RES NS/NAME",
+"commit", "synced", and on SIGUSR1 a "status ..." line with its counters.
+"""
+
+import base64
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import harness
+
+sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
+import fakeapi as F  # noqa: E402
+
+NODE = "node-a"
+
+
+class Dump:
+    """kube_dump running on a config of its own; its stdout lines are
+    collected by a thread, its stderr (the log) goes to a file."""
+
+    def __init__(self, env, kubernetes, extra_env=None):
+        self.dir = env.tmp
+        self.config = os.path.join(self.dir, "dump-%d.yaml" % id(self))
+        with open(self.config, "w") as f:
+            f.write(harness.to_yaml({"kubernetes": kubernetes,
+                                     "log": {"level": "debug"}}) + "\n")
+        self.log_path = os.path.join(self.dir, "dump-%d.log" % id(self))
+        binary = os.path.join(os.path.dirname(env.binary), "tests", "kube_dump")
+        run_env = {k: v for k, v in os.environ.items()
+                   if not k.startswith("KUBERNETES_") and k != "NODE_NAME"}
+        run_env.update(extra_env or {})
+        self._log = open(self.log_path, "w")
+        self.proc = harness.track_process(subprocess.Popen(
+            [binary, "--config", self.config], stdout=subprocess.PIPE,
+            stderr=self._log, text=True, env=run_env))
+        self.out = []
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self._cond:
+                self.out.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self.out.append(None)   # end of output
+            self._cond.notify_all()
+
+    def wait(self, pred, timeout=5.0, start=0, what=None):
+        """The index of the first output line from `start` on for which
+        pred(line) (or line == pred, for a string) holds."""
+        if isinstance(pred, str):
+            want, pred = pred, (lambda l, w=pred: l == w)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            i = start
+            while True:
+                while i < len(self.out):
+                    if self.out[i] is None:
+                        raise AssertionError(
+                            "kube_dump exited (%s) before %s; log:\n%s"
+                            % (self.proc.poll(), what or want, self.log()))
+                    if pred(self.out[i]):
+                        return i
+                    i += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        "no %s within %.1fs; output:\n%s\nlog:\n%s"
+                        % (what or getattr(pred, "__name__", "match"), timeout,
+                           "\n".join(self.out[start:][-40:]), self.log()))
+                self._cond.wait(left)
+
+    def lines(self, start=0):
+        with self._cond:
+            return [l for l in self.out[start:] if l is not None]
+
+    def mark(self):
+        with self._cond:
+            return len(self.out)
+
+    def status(self):
+        """The client's counters: {"synced": 1, "errors": N, "services":
+        {"events": N, "relists": N, "objects": N}, ...}."""
+        start = self.mark()
+        self.proc.send_signal(signal.SIGUSR1)
+        line = self.out[self.wait(lambda l: l.startswith("status "),
+                                  start=start, what="status line")]
+        st = {}
+        for field in line.split()[1:]:
+            k, v = field.split("=")
+            if ":" in v:
+                st[k] = {a: int(b) for a, b in
+                         (p.split(":") for p in v.split(","))}
+            else:
+                st[k] = int(v)
+        return st
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self):
+        """SIGTERM; returns (exit status, seconds taken)."""
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(2)
+        harness.untrack_process(self.proc)
+        self._log.close()
+        return rc, time.monotonic() - t0
+
+
+def upserts(lines, res=None):
+    """[(resource, key, rv)] of the upsert lines."""
+    out = []
+    for l in lines:
+        m = re.match(r"upsert (\S+) (\S+) rv=(\d+)$", l)
+        if m and (res is None or m.group(1) == res):
+            out.append((m.group(1), m.group(2), int(m.group(3))))
+    return out
+
+
+def removes(lines, res=None):
+    out = []
+    for l in lines:
+        m = re.match(r"remove (\S+) (\S+)$", l)
+        if m and (res is None or m.group(1) == res):
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def standard_objects(n_services=3):
+    return [F.namespace("default"), F.namespace("kube-system")] + \
+           [F.service("default", "svc-%04d" % i, ports=[80])
+            for i in range(n_services)] + \
+           [F.endpointslice("default", "svc-0000", name="svc-0000-abcde",
+                            endpoints=["10.1.0.1", "10.1.0.2"], ports=[80]),
+            F.pod("default", "here", ips="10.1.0.1", node=NODE),
+            F.pod("default", "elsewhere", ips="10.1.0.9", node="node-b")]
+
+
+def start_synced(env, api, token=None, node=NODE, **kc):
+    """A kube_dump on a kubeconfig for api; returns it once synced."""
+    path = api.kubeconfig(os.path.join(env.tmp, "kubeconfig-%d" % time.monotonic_ns()),
+                          token=token, **kc)
+    d = Dump(env, {"kubeconfig": path, "node_name": node})
+    d.wait("synced", timeout=10)
+    return d
+
+
+def watch_rv(req):
+    return int(req.query["resourceVersion"])
+
+
+def test_kube_list_pages_then_watches_from_the_list_rv(env):
+    with F.FakeAPI(tokens=["t0"]) as api:
+        list_rv = api.apply(standard_objects(1201))
+        d = start_synced(env, api, token="t0")
+        before_sync = d.lines()[:d.wait("synced")]
+        svcs = upserts(before_sync, "services")
+        assert len(svcs) == 1201 and len(set(svcs)) == 1201, len(svcs)
+        assert before_sync[-1] == "commit", before_sync[-3:]
+        assert ("namespaces", "kube-system") in \
+            [(r, k) for r, k, _ in upserts(before_sync)], before_sync[:5]
+        # Paging: limit=500, three pages, the 2nd and 3rd with a continue.
+        lists = api.requests("services", "list")
+        assert len(lists) == 3, lists
+        assert all(r.query.get("limit") == "500" for r in lists), lists
+        assert "continue" not in lists[0].query, lists[0]
+        assert all(r.query.get("continue") for r in lists[1:]), lists
+        assert all(r.code == 200 for r in lists), lists
+        # Only this node's Pods, by field selector, in LIST and WATCH.
+        pods = [k for _, k, _ in upserts(before_sync, "pods")]
+        assert pods == ["default/here"], pods
+        api.wait_watches(count=4)
+        for r in api.requests("pods"):
+            assert r.query.get("fieldSelector") == "spec.nodeName=" + NODE, r
+        # Each watch starts from its list's RV, with bookmarks and a timeout.
+        for res in ("services", "endpointslices", "namespaces", "pods"):
+            w = api.requests(res, "watch")[0]
+            assert watch_rv(w) == list_rv, (w, list_rv)
+            assert w.query.get("allowWatchBookmarks") == "true", w
+            assert 300 <= int(w.query["timeoutSeconds"]) < 600, w
+        st = d.status()
+        assert st["synced"] == 1 and st["services"]["objects"] == 1201, st
+        assert st["pods"]["objects"] == 1 and st["contact"] == 1, st
+        rc, took = d.stop()
+        assert rc == 0 and took < 1.0, (rc, took)
+
+
+def test_kube_watch_events_and_resume_after_a_cut(env):
+    with F.FakeAPI(tokens=["t0"]) as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api, token="t0")
+        api.wait_watches(count=4)
+        m = d.mark()
+        rv_new = api.apply(F.service("default", "new", ports=[53]))
+        api.apply(F.service("default", "new", ports=[54]))
+        api.delete("services", "default", "svc-0001")
+        i = d.wait("remove services default/svc-0001", start=m)
+        d.wait("commit", start=i)
+        got = upserts(d.lines(m))
+        assert [k for _, k, _ in got] == ["default/new", "default/new"], got
+        assert got[0][2] == rv_new, got
+        # Cut every watch mid-event; changes made meanwhile arrive once.
+        lists_before = api.count(verb="list")
+        m = d.mark()
+        assert api.cut_watches(partial=True) == 4
+        last_rv = api.resource_version
+        rv2 = api.apply(F.service("default", "after-cut"))
+        api.delete("services", "default", "new")
+        d.wait("remove services default/new", start=m)
+        assert upserts(d.lines(m)) == [("services", "default/after-cut", rv2)], \
+            d.lines(m)
+        assert removes(d.lines(m)) == [("services", "default/new")], d.lines(m)
+        # Resumed from the last RV seen, not relisted.
+        api.wait_watches("services", count=1)
+        w = api.requests("services", "watch")[-1]
+        assert watch_rv(w) >= last_rv, (w, last_rv)
+        assert api.count(verb="list") == lists_before, api.requests(verb="list")
+        st = d.status()
+        assert st["services"]["relists"] == 0, st
+        assert st["services"]["objects"] == 3, st   # svc-0000, -0002, after-cut
+        d.stop()
+
+
+def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
+    with F.FakeAPI(tokens=["t0"]) as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api, token="t0")
+        api.wait_watches(count=4)
+        # A gap: the API goes away, things change, history is compacted.
+        api.set_down(True)
+        api.delete("services", "default", "svc-0002")
+        api.delete("namespaces", "kube-system")
+        api.apply(F.service("default", "born-in-gap"))
+        api.compact()
+        m = d.mark()
+        api.set_down(False)
+        i = d.wait("remove services default/svc-0002", start=m, timeout=10)
+        d.wait("remove namespaces kube-system", start=m, timeout=10)
+        d.wait("commit", start=i)
+        lines = d.lines(m)
+        assert ("services", "default/born-in-gap") in \
+            [(r, k) for r, k, _ in upserts(lines)], lines
+        assert sorted(removes(lines)) == [("namespaces", "kube-system"),
+                                          ("services", "default/svc-0002")], lines
+        assert "410" in d.log() and "relisting" in d.log(), d.log()
+        st = d.status()
+        assert st["services"]["relists"] == 1, st
+        assert st["services"]["objects"] == 3 and st["namespaces"]["objects"] == 1, st
+        # After the relist it watches again, from the new list's RV.
+        api.wait_watches("services", count=1)
+        d.stop()
+
+
+def test_kube_bookmarks_move_the_resource_version(env):
+    with F.FakeAPI(tokens=["t0"], bookmark_interval=0.2) as api:
+        list_rv = api.apply(standard_objects())
+        d = start_synced(env, api, token="t0")
+        # Only namespaces change: services' RV moves by bookmarks alone.
+        rv = api.apply(F.namespace("other"))
+        d.wait("upsert namespaces other rv=%d" % rv)
+        time.sleep(0.6)
+        api.cut_watches("services")
+        api.wait_requests("services", "watch", count=2)
+        w = api.requests("services", "watch")[-1]
+        assert watch_rv(w) >= rv > list_rv, (w, rv, list_rv)
+        assert not upserts(d.lines(), "services")[3:], d.lines()
+        assert d.status()["services"]["events"] >= 2   # bookmarks count
+        d.stop()
+
+
+def test_kube_api_down_backs_off_then_resumes_without_loss(env):
+    with F.FakeAPI(tokens=["t0"]) as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api, token="t0")
+        api.wait_watches(count=4)
+        m = d.mark()
+        api.set_down(True)
+        names = ["down-%d" % i for i in range(5)]
+        for n in names:
+            api.apply(F.service("default", n))
+        api.delete("services", "default", "svc-0000")
+        time.sleep(2.5)
+        api.set_down(False)
+        d.wait("remove services default/svc-0000", start=m, timeout=15)
+        time.sleep(0.3)
+        got = [k for _, k, _ in upserts(d.lines(m), "services")]
+        assert got == ["default/" + n for n in names], d.lines(m)
+        assert removes(d.lines(m)) == [("services", "default/svc-0000")], d.lines(m)
+        # Backoff: each resource waited longer after each failure (jittered
+        # in [b/2, b] for b = 400, 800, 1600 ms ...), so a few tries only.
+        waits = [int(w) for w in re.findall(
+            r'msg="kubernetes watch failed" resource=services .*retry_ms=(\d+)',
+            d.log())]
+        assert 2 <= len(waits) <= 6, d.log()
+        assert waits[0] <= 400 and max(waits) >= 400, waits
+        st = d.status()
+        assert st["services"]["relists"] == 0 and st["errors"] >= 4, st
+        d.stop()
+
+
+def write_token(path, token):
+    tmp = path + ".new"
+    with open(tmp, "w") as f:
+        f.write(token + "\n")
+    os.rename(tmp, path)
+
+
+def test_kube_401_logged_then_a_rotated_token_file_recovers(env):
+    valid = os.path.join(env.tmp, "valid-tokens")
+    write_token(valid, "old")
+    client_token = os.path.join(env.tmp, "client-token")
+    write_token(client_token, "old")
+    with F.FakeAPI(token_file=valid) as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api, token_file=client_token)
+        api.wait_watches(count=4)
+        # The server stops accepting our token: every request gets 401.
+        write_token(valid, "new")
+        api.cut_watches()
+        api.wait_requests("services", "watch", count=3, timeout=5)
+        time.sleep(0.3)
+        log = d.log()
+        assert re.search(r'level=error msg="kubernetes API refused our credentials '
+                         r'\(401 Unauthorized\)" resource=services status=401 '
+                         r'reason="Unauthorized', log), log
+        # kubelet rotates our file: the next try uses the new token.
+        m = d.mark()
+        write_token(client_token, "new")
+        rv = api.apply(F.service("default", "with-new-token"))
+        d.wait("upsert services default/with-new-token rv=%d" % rv, start=m, timeout=10)
+        api.wait_watches(count=4, timeout=10)
+        for res in ("services", "endpointslices", "namespaces", "pods"):
+            last = api.requests(res, "watch")[-1]
+            assert (last.user, last.code) == ("new", 200), api.requests(res)
+        d.stop()
+
+
+def test_kube_401_rereads_a_token_the_stat_check_cannot_see(env):
+    """Same inode, size and mtime: only the re-read after a 401 finds the
+    new token, and the retry is immediate (no error logged)."""
+    client_token = os.path.join(env.tmp, "client-token")
+    write_token(client_token, "tok-1")
+    with F.FakeAPI(tokens=["tok-1"]) as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api, token_file=client_token)
+        api.wait_watches(count=4)
+        st = os.stat(client_token)
+        with open(client_token, "r+") as f:
+            f.write("tok-2\n")
+        os.utime(client_token, ns=(st.st_atime_ns, st.st_mtime_ns))
+        api.set_tokens(["tok-2"])
+        m = d.mark()
+        api.cut_watches("services")
+        rv = api.apply(F.service("default", "x"))
+        d.wait("upsert services default/x rv=%d" % rv, start=m, timeout=5)
+        codes = [(r.user, r.code) for r in api.requests("services", "watch")[-2:]]
+        assert codes == [(None, 401), ("tok-2", 200)], api.requests("services")
+        assert "token file re-read, retrying" in d.log(), d.log()
+        assert "refused our credentials" not in d.log(), d.log()
+        d.stop()
+
+
+def test_kube_403_is_logged_with_the_reason_and_holds_the_sync(env):
+    with F.FakeAPI(tokens=["t0"]) as api:
+        api.apply(standard_objects())
+        api.forbid("endpointslices")
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"), token="t0")
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE})
+        api.wait_requests("endpointslices", "list", count=2)
+        log = d.log()
+        assert re.search(r'level=error msg="kubernetes API forbids this request '
+                         r'\(403 Forbidden; check RBAC\)" resource=endpointslices '
+                         r'status=403 reason="Forbidden: endpointslices is forbidden',
+                         log), log
+        assert "synced" not in d.lines(), d.lines()
+        api.allow()
+        d.wait("synced", timeout=10)
+        assert upserts(d.lines(), "endpointslices"), d.lines()
+        d.stop()
+
+
+def users(api):
+    """Who made the answered requests (one still being authenticated has
+    no user yet)."""
+    return {r.user for r in api.requests() if r.code is not None}
+
+
+def b64file(path):
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+
+
+def test_kube_tls_from_kubeconfig_data_and_files(env):
+    tls = F.make_tls(os.path.join(env.tmp, "tls"))
+    tokens = os.path.join(env.tmp, "tokens")
+    write_token(tokens, "file-token")
+    with F.FakeAPI(tls_cert=tls.server_cert, tls_key=tls.server_key,
+                   client_ca=tls.ca, token_file=tokens) as api:
+        api.apply(standard_objects())
+        # Inline data: CA, client certificate and key (mTLS).
+        kc = os.path.join(env.tmp, "kc-data")
+        with open(kc, "w") as f:
+            f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                    "clusters:\n- name: k\n  cluster:\n    server: %s\n"
+                    "    certificate-authority-data: %s\n"
+                    "users:\n- name: u\n  user:\n"
+                    "    client-certificate-data: %s\n    client-key-data: %s\n"
+                    "contexts:\n- name: c\n  context: {cluster: k, user: u}\n"
+                    % (api.url, b64file(tls.ca), b64file(tls.client_cert),
+                       b64file(tls.client_key)))
+        d = Dump(env, {"kubeconfig": kc, "node_name": NODE})
+        d.wait("synced", timeout=10)
+        assert users(api) == {"system:serviceaccount:kube-system:localdns"}, users(api)
+        d.stop()
+        # Files relative to the kubeconfig's directory, and a token file.
+        os.symlink(tls.ca, os.path.join(env.tmp, "ca-link.crt"))
+        api.clear_requests()
+        kc = api.kubeconfig(os.path.join(env.tmp, "kc-files"), ca="ca-link.crt",
+                            token_file="tokens")
+        d = Dump(env, {"kubeconfig": kc, "node_name": NODE})
+        d.wait("synced", timeout=10)
+        assert users(api) == {"file-token"}, users(api)
+        d.stop()
+        # A CA that did not sign the server: no sync, the TLS error logged.
+        other = F.make_tls(os.path.join(env.tmp, "other"))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kc-bad"), ca=other.ca,
+                            token_file="tokens")
+        d = Dump(env, {"kubeconfig": kc, "node_name": NODE})
+        deadline = time.monotonic() + 5
+        while "certificate" not in d.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert re.search(r'msg="kubernetes list failed" resource=\w+ status=0 '
+                         r'error="[^"]*certificate', d.log()), d.log()
+        assert "synced" not in d.lines()
+        d.stop()
+test_kube_tls_from_kubeconfig_data_and_files.timeout = 40
+
+
+def test_kube_in_cluster_from_the_service_account_dir(env):
+    tls = F.make_tls(os.path.join(env.tmp, "tls"))
+    sa = os.path.join(env.tmp, "serviceaccount")
+    os.makedirs(sa)
+    write_token(os.path.join(sa, "token"), "sa-token")
+    with open(tls.ca) as src, open(os.path.join(sa, "ca.crt"), "w") as dst:
+        dst.write(src.read())
+    with F.FakeAPI(tls_cert=tls.server_cert, tls_key=tls.server_key,
+                   tokens=["sa-token"]) as api:
+        api.apply(standard_objects())
+        d = Dump(env, {"service_account_dir": sa},
+                 extra_env={"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                            "KUBERNETES_SERVICE_PORT": str(api.port),
+                            "NODE_NAME": NODE})
+        d.wait("synced", timeout=10)
+        assert users(api) == {"sa-token"}, users(api)
+        pods = [k for _, k, _ in upserts(d.lines(), "pods")]
+        assert pods == ["default/here"], pods    # node from $NODE_NAME
+        assert "source=in-cluster" in d.log(), d.log()
+        d.stop()
+test_kube_in_cluster_from_the_service_account_dir.timeout = 30
+
+
+def test_kube_no_node_name_skips_pods(env):
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api, node="")
+        assert api.count("pods") == 0, api.requests("pods")
+        assert "pods are not watched" in d.log(), d.log()
+        assert not upserts(d.lines(), "pods")
+        d.stop()
+
+
+def test_kube_start_errors_are_clear(env):
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "kube_dump")
+    kc = os.path.join(env.tmp, "kc")
+    with open(kc, "w") as f:
+        f.write("apiVersion: v1\nclusters: []\n")
+    cfg = os.path.join(env.tmp, "c.yaml")
+    cases = [
+        ({"kubeconfig": kc}, "kubeconfig %s: no current-context" % kc),
+        ({"kubeconfig": os.path.join(env.tmp, "missing")},
+         "kubeconfig %s: No such file or directory" % os.path.join(env.tmp, "missing")),
+        ({}, "in-cluster: KUBERNETES_SERVICE_HOST is not set"),
+    ]
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    for kube, want in cases:
+        with open(cfg, "w") as f:
+            f.write(harness.to_yaml({"kubernetes": kube}) + "\n")
+        p = subprocess.run([binary, "--config", cfg], capture_output=True, text=True,
+                           timeout=5, env=clean_env)
+        assert p.returncode == 1 and want in p.stderr, (kube, p.returncode, p.stderr)

@@ -1,0 +1,475 @@
+/*
+ * Unit tests for kube/'s pure parts: the watch-stream line splitter (every
+ * chunk boundary, events split over many chunks, many events in one
+ * chunk, the size limit), the backoff schedule, base64, kubeconfig
+ * parsing (contexts, relative paths, *-data, tokenFile, refused
+ * credentials, exact messages), the in-cluster connection, token file
+ * rotation, and the known-key set with its relist sweep.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kube/internal.h"
+
+/* ---- lines ----------------------------------------------------------------- */
+
+struct collected {
+	char text[4096]; /* the lines joined with '|' */
+	size_t n;
+	int stop_after;  /* return 7 from the callback at this line (0: never) */
+};
+
+static int collect_line(void *ctx, const char *line, size_t len)
+{
+	struct collected *c = ctx;
+	size_t used = strlen(c->text);
+
+	assert_true(used + len + 2 < sizeof c->text);
+	memcpy(c->text + used, line, len);
+	c->text[used + len] = '|';
+	c->text[used + len + 1] = '\0';
+	c->n++;
+	return c->stop_after && (int)c->n == c->stop_after ? 7 : 0;
+}
+
+static const char stream[] =
+	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n"
+	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r\n"
+	"\n"
+	"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n";
+static const char stream_lines[] =
+	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}|"
+	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r|"
+	"|"
+	"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}|";
+
+/* Every chunk size from 1 byte to the whole stream gives the same lines. */
+static void test_lines_any_chunk_size(void **state)
+{
+	(void)state;
+	size_t len = sizeof stream - 1;
+
+	for (size_t chunk = 1; chunk <= len; chunk++) {
+		struct kube_lines l;
+		struct collected c = {.text = ""};
+		kube_lines_init(&l, 1024);
+		for (size_t off = 0; off < len; off += chunk) {
+			size_t n = len - off < chunk ? len - off : chunk;
+			assert_int_equal(kube_lines_feed(&l, stream + off, n, collect_line, &c), 0);
+		}
+		assert_string_equal(c.text, stream_lines);
+		assert_int_equal(c.n, 4);
+		assert_int_equal(l.len, 0);
+		kube_lines_free(&l);
+	}
+}
+
+/* One event over three chunks, then the next event's start in the same chunk as its end. */
+static void test_lines_event_over_many_chunks(void **state)
+{
+	(void)state;
+	struct kube_lines l;
+	struct collected c = {.text = ""};
+
+	kube_lines_init(&l, 1024);
+	assert_int_equal(kube_lines_feed(&l, "{\"ty", 4, collect_line, &c), 0);
+	assert_int_equal(kube_lines_feed(&l, "pe\":1,", 6, collect_line, &c), 0);
+	assert_int_equal(c.n, 0);
+	assert_int_equal(kube_lines_feed(&l, "\"x\":2}\n{\"ne", 11, collect_line, &c), 0);
+	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|");
+	assert_int_equal(kube_lines_feed(&l, "xt\":3}\n", 7, collect_line, &c), 0);
+	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|{\"next\":3}|");
+	/* A new stream forgets a partial line. */
+	assert_int_equal(kube_lines_feed(&l, "{\"cut", 5, collect_line, &c), 0);
+	kube_lines_reset(&l);
+	assert_int_equal(kube_lines_feed(&l, "{}\n", 3, collect_line, &c), 0);
+	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|{\"next\":3}|{}|");
+	kube_lines_free(&l);
+}
+
+static void test_lines_limit_and_stop(void **state)
+{
+	(void)state;
+	struct kube_lines l;
+	struct collected c = {.text = ""};
+
+	/* A line of exactly max bytes fits (split over chunks); one more does not. */
+	kube_lines_init(&l, 8);
+	assert_int_equal(kube_lines_feed(&l, "1234", 4, collect_line, &c), 0);
+	assert_int_equal(kube_lines_feed(&l, "5678\n", 5, collect_line, &c), 0);
+	assert_string_equal(c.text, "12345678|");
+	assert_int_equal(kube_lines_feed(&l, "123456789", 9, collect_line, &c), -1);
+	kube_lines_free(&l);
+
+	/* The callback's nonzero value stops the feed at that line. */
+	struct collected s = {.text = "", .stop_after = 2};
+	kube_lines_init(&l, 64);
+	assert_int_equal(kube_lines_feed(&l, "a\nb\nc\n", 6, collect_line, &s), 7);
+	assert_string_equal(s.text, "a|b|");
+	kube_lines_free(&l);
+}
+
+/* ---- backoff --------------------------------------------------------------- */
+
+static void test_backoff_grows_jitters_and_caps(void **state)
+{
+	(void)state;
+	struct kube_backoff b = {0};
+
+	/* rnd 0 gives the low end b/2, rnd UINT32_MAX stays within [b/2, b]. */
+	assert_int_equal(kube_backoff_next(&b, 0), 200);
+	assert_int_equal(kube_backoff_next(&b, 0), 400);
+	assert_int_equal(kube_backoff_next(&b, 0), 800);
+	uint64_t w = kube_backoff_next(&b, UINT32_MAX);
+	assert_true(w >= 1600 && w <= 3200);
+	for (int i = 0; i < 40; i++)
+		w = kube_backoff_next(&b, (uint32_t)i * 2654435761u);
+	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
+	assert_int_equal(kube_backoff_next(&b, 15000), KUBE_BACKOFF_CAP_MS);
+	kube_backoff_reset(&b);
+	assert_int_equal(kube_backoff_next(&b, 0), 200);
+	w = kube_backoff_next(&(struct kube_backoff){0}, 200);
+	assert_int_equal(w, 400);
+}
+
+/* ---- base64 ---------------------------------------------------------------- */
+
+static void expect_b64(const char *in, const char *want)
+{
+	struct kube_blob b = {0};
+
+	assert_int_equal(kube_base64_decode(in, strlen(in), &b), 0);
+	assert_int_equal(b.len, strlen(want));
+	assert_memory_equal(b.data, want, b.len);
+	free(b.data);
+}
+
+static void test_base64(void **state)
+{
+	(void)state;
+	struct kube_blob b = {0};
+
+	expect_b64("", "");
+	expect_b64("QQ==", "A");
+	expect_b64("QUI=", "AB");
+	expect_b64("QUJD", "ABC");
+	expect_b64("QUI", "AB"); /* padding optional */
+	expect_b64("LS0t\nLS1C\r\nRUdJ Tg==", "-----BEGIN");
+	expect_b64("+/+/", "\xfb\xff\xbf");
+	assert_int_equal(kube_base64_decode("QU*C", 4, &b), -1);
+	assert_int_equal(kube_base64_decode("Q", 1, &b), -1);      /* 6 bits: no byte */
+	assert_int_equal(kube_base64_decode("QQ=A", 4, &b), -1);   /* data after padding */
+	assert_int_equal(kube_base64_decode("QR==", 4, &b), -1);   /* nonzero leftover bits */
+	assert_int_equal(kube_base64_decode("QUI==", 5, &b), -1);  /* too much padding */
+}
+
+/* ---- kubeconfig -------------------------------------------------------------- */
+
+static const char kubeconfig[] =
+	"apiVersion: v1\n"
+	"kind: Config\n"
+	"preferences: {}\n"
+	"current-context: prod\n"
+	"clusters:\n"
+	"- name: dev\n"
+	"  cluster: {server: 'https://dev.example:6443'}\n"
+	"- name: prod\n"
+	"  cluster:\n"
+	"    server: https://10.0.0.1:6443/\n"
+	"    certificate-authority: certs/ca.crt\n"
+	"    extensions: [{name: x, extension: {a: 1}}]\n"
+	"users:\n"
+	"- name: admin\n"
+	"  user:\n"
+	"    client-certificate-data: Q0VSVA==\n"
+	"    client-key-data: S0VZ\n"
+	"    client-certificate: ignored.crt\n"
+	"    client-key: /abs/ignored.key\n"
+	"    tokenFile: tok\n"
+	"contexts:\n"
+	"- name: dev\n"
+	"  context: {cluster: dev, user: nobody}\n"
+	"- name: prod\n"
+	"  context: {cluster: prod, user: admin, namespace: default}\n";
+
+static void test_kubeconfig_current_context(void **state)
+{
+	(void)state;
+	struct kube_conn c;
+	char err[256] = "";
+
+	int rc = kube_conn_from_kubeconfig("/etc/kube/config", kubeconfig, strlen(kubeconfig), &c,
+					   err, sizeof err);
+	if (rc)
+		print_error("%s\n", err);
+	assert_int_equal(rc, 0);
+	assert_string_equal(c.server, "https://10.0.0.1:6443");
+	assert_string_equal(c.ca_file, "/etc/kube/certs/ca.crt");
+	assert_null(c.ca_data.data);
+	/* The -data variants win over the file paths. */
+	assert_null(c.cert_file);
+	assert_null(c.key_file);
+	assert_int_equal(c.cert_data.len, 4);
+	assert_memory_equal(c.cert_data.data, "CERT", 4);
+	assert_memory_equal(c.key_data.data, "KEY", 3);
+	assert_null(c.token);
+	assert_string_equal(c.token_file, "/etc/kube/tok");
+	assert_false(c.insecure);
+	kube_conn_free(&c);
+}
+
+static void test_kubeconfig_files_token_insecure(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"current-context: c\n"
+		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+		"clusters: [{name: k, cluster: {server: 'http://127.0.0.1:8080', "
+		"insecure-skip-tls-verify: true, certificate-authority-data: QUJD}}]\n"
+		"users: [{name: u, user: {token: abc.def, client-certificate: c.crt, "
+		"client-key: /k/c.key}}]\n";
+	struct kube_conn c;
+	char err[256] = "";
+
+	/* No directory part: relative paths stay relative to the working directory. */
+	assert_int_equal(kube_conn_from_kubeconfig("kc", text, strlen(text), &c, err, sizeof err), 0);
+	assert_string_equal(c.server, "http://127.0.0.1:8080");
+	assert_true(c.insecure);
+	assert_memory_equal(c.ca_data.data, "ABC", 3);
+	assert_string_equal(c.token, "abc.def");
+	assert_null(c.token_file);
+	assert_string_equal(c.cert_file, "c.crt");
+	assert_string_equal(c.key_file, "/k/c.key");
+	kube_conn_free(&c);
+}
+
+static void expect_kubeconfig_error(const char *text, const char *want)
+{
+	struct kube_conn c = {0};
+	char err[512] = "";
+
+	assert_int_equal(kube_conn_from_kubeconfig("/k/config", text, strlen(text), &c, err,
+						   sizeof err), -1);
+	assert_string_equal(err, want);
+	assert_null(c.server);
+}
+
+static void test_kubeconfig_errors(void **state)
+{
+	(void)state;
+	expect_kubeconfig_error("clusters: []\n", "kubeconfig /k/config: no current-context");
+	expect_kubeconfig_error("current-context: x\ncontexts: []\n",
+				"kubeconfig /k/config: context \"x\" not found in contexts");
+	expect_kubeconfig_error("current-context: x\ncontexts: [{name: x, context: {user: u}}]\n",
+				"kubeconfig /k/config: context \"x\" names no cluster");
+	expect_kubeconfig_error("current-context: x\ncontexts: [{name: x, context: {cluster: k}}]\n"
+				"clusters: [{name: k, cluster: {insecure-skip-tls-verify: true}}]\n",
+				"kubeconfig /k/config: cluster \"k\" has no server");
+	expect_kubeconfig_error("current-context: x\ncontexts: [{name: x, context: {cluster: k}}]\n"
+				"clusters: [{name: k, cluster: {server: 10.0.0.1}}]\n",
+				"kubeconfig /k/config: cluster \"k\": server \"10.0.0.1\" is not an "
+				"http(s) URL");
+	expect_kubeconfig_error("current-context: x\ncontexts: [{name: x, context: {cluster: k}}]\n"
+				"clusters: [{name: k, cluster: {server: 'https://a', "
+				"certificate-authority-data: '!!'}}]\n",
+				"kubeconfig /k/config: cluster \"k\": certificate-authority-data is "
+				"not valid base64");
+	static const char head[] = "current-context: x\n"
+				   "contexts: [{name: x, context: {cluster: k, user: u}}]\n"
+				   "clusters: [{name: k, cluster: {server: 'https://a'}}]\n";
+	char text[512];
+	snprintf(text, sizeof text, "%susers: [{name: u, user: {exec: {command: aws}}}]\n", head);
+	expect_kubeconfig_error(text, "kubeconfig /k/config: user \"u\" uses exec credentials, which "
+				      "localdns does not support (use a token, tokenFile or a client "
+				      "certificate)");
+	snprintf(text, sizeof text, "%susers: [{name: u, user: {client-certificate: a.crt}}]\n", head);
+	expect_kubeconfig_error(text, "kubeconfig /k/config: user \"u\" has a client certificate "
+				      "without a key, or a key without a certificate");
+	snprintf(text, sizeof text, "%susers: [{name: v, user: {}}]\n", head);
+	expect_kubeconfig_error(text, "kubeconfig /k/config: user \"u\" not found in users");
+	expect_kubeconfig_error("a: [\n", "kubeconfig /k/config: 2:1: did not find expected node "
+					  "content");
+	expect_kubeconfig_error("- 1\n", "kubeconfig /k/config: not a YAML mapping");
+}
+
+static void test_kubeconfig_unreadable(void **state)
+{
+	(void)state;
+	struct kube_conn c = {0};
+	char err[256] = "";
+
+	assert_int_equal(kube_conn_load_kubeconfig("/nonexistent/kc", &c, err, sizeof err), -1);
+	assert_string_equal(err, "kubeconfig /nonexistent/kc: No such file or directory");
+}
+
+static void test_in_cluster(void **state)
+{
+	(void)state;
+	struct kube_conn c;
+	char err[256] = "";
+
+	assert_int_equal(kube_conn_in_cluster("10.96.0.1", "443", "/sa", &c, err, sizeof err), 0);
+	assert_string_equal(c.server, "https://10.96.0.1:443");
+	assert_string_equal(c.ca_file, "/sa/ca.crt");
+	assert_string_equal(c.token_file, "/sa/token");
+	assert_null(c.token);
+	kube_conn_free(&c);
+	assert_int_equal(kube_conn_in_cluster("fd00::1", "6443", "/sa", &c, err, sizeof err), 0);
+	assert_string_equal(c.server, "https://[fd00::1]:6443");
+	kube_conn_free(&c);
+	assert_int_equal(kube_conn_in_cluster(NULL, "443", "/sa", &c, err, sizeof err), -1);
+	assert_string_equal(err, "in-cluster: KUBERNETES_SERVICE_HOST is not set (no "
+				 "kubernetes.kubeconfig given, and not running in a pod?)");
+	assert_int_equal(kube_conn_in_cluster("10.96.0.1", "", "/sa", &c, err, sizeof err), -1);
+	assert_string_equal(err, "in-cluster: KUBERNETES_SERVICE_PORT is not set (no "
+				 "kubernetes.kubeconfig given, and not running in a pod?)");
+}
+
+/* ---- token file ------------------------------------------------------------------ */
+
+static void write_token(const char *path, const char *text)
+{
+	char tmp[300];
+	snprintf(tmp, sizeof tmp, "%s.new", path);
+	FILE *f = fopen(tmp, "w");
+	assert_non_null(f);
+	assert_true(fputs(text, f) >= 0);
+	assert_int_equal(fclose(f), 0);
+	/* As kubelet does: a new file renamed over the old one (a new inode). */
+	assert_int_equal(rename(tmp, path), 0);
+}
+
+static void test_token_rotation(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/localdns-kube-XXXXXX", path[300];
+	struct kube_token t = {0};
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/token", dir);
+	assert_int_equal(kube_token_refresh(&t, path, false), -1); /* no file yet */
+	write_token(path, "first\n");
+	assert_int_equal(kube_token_refresh(&t, path, false), 1);
+	assert_string_equal(t.value, "first");
+	assert_int_equal(kube_token_refresh(&t, path, false), 0);   /* unchanged: not read */
+	assert_int_equal(kube_token_refresh(&t, path, true), 0);    /* forced: read, same */
+	write_token(path, "  second  \n");
+	assert_int_equal(kube_token_refresh(&t, path, false), 1);
+	assert_string_equal(t.value, "second");
+	/* Empty, or a line break inside: refused, the last good token stays. */
+	write_token(path, "\n");
+	assert_int_equal(kube_token_refresh(&t, path, false), -1);
+	assert_string_equal(t.value, "second");
+	write_token(path, "a\nb");
+	assert_int_equal(kube_token_refresh(&t, path, false), -1);
+	assert_string_equal(t.value, "second");
+	kube_token_free(&t);
+	assert_null(t.value);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* ---- known keys ------------------------------------------------------------------ */
+
+struct swept {
+	char text[256];
+	int n;
+};
+
+static void collect_swept(void *ctx, const char *ns, const char *name)
+{
+	struct swept *s = ctx;
+	size_t used = strlen(s->text);
+	snprintf(s->text + used, sizeof s->text - used, "[%s/%s]", ns, name);
+	s->n++;
+}
+
+static void test_keys_relist_sweep(void **state)
+{
+	(void)state;
+	struct kube_keys k;
+	struct swept s = {.text = ""};
+
+	kube_keys_init(&k);
+	kube_keys_new_generation(&k);
+	assert_int_equal(kube_keys_mark(&k, "default", "a"), 0);
+	assert_int_equal(kube_keys_mark(&k, "default", "b"), 0);
+	assert_int_equal(kube_keys_mark(&k, "", "kube-system"), 0);
+	assert_int_equal(kube_keys_mark(&k, "default", "a"), 0);
+	assert_int_equal(k.count, 3);
+	/* "a/b" in "x" is not "b" in "x/a": the '/' can only come from the join. */
+	assert_int_equal(kube_keys_mark(&k, "x", "a/b"), 0);
+	assert_false(kube_keys_remove(&k, "x/a", "b"));
+	assert_true(kube_keys_remove(&k, "x", "a/b"));
+	assert_false(kube_keys_remove(&k, "x", "a/b"));
+	kube_keys_sweep(&k, collect_swept, &s);
+	assert_int_equal(s.n, 0); /* all marked in the current generation */
+
+	/* A relist that sees only default/b: a and the namespace are reported gone. */
+	kube_keys_new_generation(&k);
+	assert_int_equal(kube_keys_mark(&k, "default", "b"), 0);
+	kube_keys_sweep(&k, collect_swept, &s);
+	assert_int_equal(s.n, 2);
+	assert_true(strstr(s.text, "[default/a]") != NULL);
+	assert_true(strstr(s.text, "[/kube-system]") != NULL);
+	assert_int_equal(k.count, 1);
+	assert_true(kube_keys_remove(&k, "default", "b"));
+	assert_int_equal(k.count, 0);
+	kube_keys_free(&k);
+}
+
+static void test_keys_many(void **state)
+{
+	(void)state;
+	struct kube_keys k;
+	char name[32];
+	struct swept s = {.text = ""};
+
+	kube_keys_init(&k);
+	assert_false(kube_keys_remove(&k, "ns", "none")); /* empty set */
+	for (int i = 0; i < 20000; i++) {
+		snprintf(name, sizeof name, "svc-%d", i);
+		assert_int_equal(kube_keys_mark(&k, "ns", name), 0);
+	}
+	assert_int_equal(k.count, 20000);
+	assert_true(k.n_buckets >= 20000);
+	kube_keys_new_generation(&k);
+	for (int i = 0; i < 20000; i++) {
+		snprintf(name, sizeof name, "svc-%d", i);
+		if (i != 12345)
+			assert_int_equal(kube_keys_mark(&k, "ns", name), 0);
+	}
+	kube_keys_sweep(&k, collect_swept, &s);
+	assert_string_equal(s.text, "[ns/svc-12345]");
+	assert_int_equal(k.count, 19999);
+	kube_keys_free(&k);
+	assert_int_equal(k.count, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lines_any_chunk_size),
+		cmocka_unit_test(test_lines_event_over_many_chunks),
+		cmocka_unit_test(test_lines_limit_and_stop),
+		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
+		cmocka_unit_test(test_base64),
+		cmocka_unit_test(test_kubeconfig_current_context),
+		cmocka_unit_test(test_kubeconfig_files_token_insecure),
+		cmocka_unit_test(test_kubeconfig_errors),
+		cmocka_unit_test(test_kubeconfig_unreadable),
+		cmocka_unit_test(test_in_cluster),
+		cmocka_unit_test(test_token_rotation),
+		cmocka_unit_test(test_keys_relist_sweep),
+		cmocka_unit_test(test_keys_many),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
