@@ -16,9 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <urcu/urcu-memb.h>
 
+#include "cluster/cluster.h"
+#include "cluster/feed.h"
 #include "config/config.h"
+#include "kube/kube.h"
 #include "log/log.h"
 #include "query/query.h"
 #include "server/server.h"
@@ -39,12 +43,12 @@ static const char usage_text[] =
 	"See docs/configuration.md for every configuration key.\n";
 
 /* Load the config and the answer sources built from it; both or neither. */
-static int load(const char *path, struct cache *cache, struct config **cfg,
-		struct query_sources **sources, char *err, size_t errlen)
+static int load(const char *path, const struct cluster *cluster, struct cache *cache,
+		struct config **cfg, struct query_sources **sources, char *err, size_t errlen)
 {
 	if (config_load(path, cfg, err, errlen) < 0)
 		return -1;
-	*sources = query_sources_build(*cfg, NULL, cache, err, errlen);
+	*sources = query_sources_build(*cfg, cluster, cache, err, errlen);
 	if (!*sources) {
 		config_free(*cfg);
 		*cfg = NULL;
@@ -60,7 +64,7 @@ static int check_config(const char *path)
 	char err[CONFIG_ERR_MAX];
 	int rc = 0;
 
-	if (load(path, NULL, &cfg, &sources, err, sizeof err) < 0) {
+	if (load(path, NULL, NULL, &cfg, &sources, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 1;
 	}
@@ -86,9 +90,6 @@ static void warn_inactive_features(const struct config *cfg)
 			 "listen addresses must already exist");
 	if (cfg->nftables.enabled)
 		log_warn("nftables.enabled is set but nftables capture is not in this build");
-	if (cfg->kubernetes.enabled)
-		log_warn("kubernetes.enabled is set but the Kubernetes watch is not in this build; "
-			 "cluster names come from static records only");
 }
 
 static void log_serving(const struct config *cfg, const struct server *s)
@@ -104,19 +105,19 @@ static void log_serving(const struct config *cfg, const struct server *s)
 }
 
 /* SIGHUP: rebuild the answer sources; a bad file leaves the running set. */
-static void reload(const char *path, struct cache *cache)
+static void reload(const char *path, const struct cluster *cluster, struct cache *cache)
 {
 	struct config *cfg;
 	struct query_sources *sources;
 	char err[CONFIG_ERR_MAX];
 
-	if (load(path, cache, &cfg, &sources, err, sizeof err) < 0) {
+	if (load(path, cluster, cache, &cfg, &sources, err, sizeof err) < 0) {
 		log_error("reload failed; keeping the running configuration", "error", err);
 		return;
 	}
 	query_sources_publish(sources);
-	log_info("reloaded answer sources (listen, worker, upstream and cache changes "
-		 "need a restart)",
+	log_info("reloaded answer sources (listen, worker, upstream, cache, cluster and "
+		 "kubernetes changes need a restart)",
 		 "config", path);
 	config_free(cfg);
 }
@@ -162,6 +163,65 @@ static void block_signals(sigset_t *signals)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/* Cluster names from the Kubernetes API: the table and the client that fills it. */
+static int start_kubernetes(const struct config *cfg, struct cluster **cluster,
+			    struct kube_client **kube, char *err, size_t errlen)
+{
+	struct kube_handler h;
+
+	if (!cfg->kubernetes.enabled)
+		return 0;
+	*cluster = cluster_new(cfg, err, errlen);
+	if (!*cluster)
+		return -1;
+	cluster_feed_handler(*cluster, &h);
+	return kube_start(cfg, &h, kube, err, errlen);
+}
+
+#define STALE_AFTER_MS 30000   /* no word from the API this long: say so */
+#define STALE_REPEAT_MS 60000  /* and again this often while it lasts */
+
+static int64_t realtime_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* After a sync, an API outage keeps the last good data: the log says how old it is. */
+static void report_staleness(const struct kube_client *kube, int64_t *last_report_ms)
+{
+	struct kube_status st;
+	int64_t now = realtime_ms();
+	char age[24];
+
+	if (!kube)
+		return;
+	kube_status(kube, &st);
+	if (!st.synced || st.last_contact_ms == 0 || now - st.last_contact_ms < STALE_AFTER_MS ||
+	    now - *last_report_ms < STALE_REPEAT_MS)
+		return;
+	*last_report_ms = now;
+	snprintf(age, sizeof age, "%llds", (long long)((now - st.last_contact_ms) / 1000));
+	log_warn("kubernetes API unreachable: serving the last synced cluster data",
+		 "stale_for", age);
+}
+
+/* Wait for a signal, looking at the API's health every few seconds meanwhile. */
+static int wait_signal(const sigset_t *signals, const struct kube_client *kube,
+		       int64_t *last_report_ms)
+{
+	const struct timespec tick = {.tv_sec = 5};
+
+	for (;;) {
+		int sig = sigtimedwait(signals, NULL, &tick);
+		if (sig > 0)
+			return sig;
+		report_staleness(kube, last_report_ms);
+	}
+}
+
 static int serve(const char *path)
 {
 	struct config *cfg;
@@ -169,9 +229,12 @@ static int serve(const char *path)
 	struct upstream *upstream = NULL;
 	struct server *server = NULL;
 	struct query_sources *sources;
+	struct cluster *cluster = NULL;
+	struct kube_client *kube = NULL;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
 	int sig = 0;
+	int64_t last_stale_report = 0;
 
 	if (config_load(path, &cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
@@ -186,7 +249,9 @@ static int serve(const char *path)
 		snprintf(err, sizeof err, "cannot allocate the answer cache (cache.size)");
 		goto fail;
 	}
-	sources = query_sources_build(cfg, NULL, cache, err, sizeof err);
+	if (start_kubernetes(cfg, &cluster, &kube, err, sizeof err) < 0)
+		goto fail;
+	sources = query_sources_build(cfg, cluster, cache, err, sizeof err);
 	if (!sources)
 		goto fail;
 	query_sources_publish(sources);
@@ -197,22 +262,26 @@ static int serve(const char *path)
 	if (!server)
 		goto fail;
 	log_serving(cfg, server);
-	while (sigwait(&signals, &sig) == 0 && sig == SIGHUP)
-		reload(path, cache);
+	while ((sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
+		reload(path, cluster, cache);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	log_totals(server, upstream, cache);
+	kube_stop(kube);
 	upstream_stop(upstream);
 	server_stop(server);
 	upstream_free(upstream);
 	query_sources_retire();
+	cluster_free(cluster);
 	cache_free(cache);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
 	return 0;
 fail:
 	log_error("cannot start", "error", err);
+	kube_stop(kube);
 	upstream_free(upstream);
 	query_sources_retire();
+	cluster_free(cluster);
 	if (cache)
 		cache_free(cache);
 	urcu_memb_unregister_thread();

@@ -779,7 +779,8 @@ static void publish(struct kube_client *k)
 {
 	if (k->dirty) {
 		k->dirty = false;
-		k->h.commit(k->h.ctx);
+		if (k->h.commit)
+			k->h.commit(k->h.ctx);
 	}
 	if (!k->synced_called && all_synced(k)) {
 		k->synced_called = true;
@@ -796,6 +797,8 @@ static void *client_thread(void *arg)
 	struct kube_client *k = arg;
 	int running;
 
+	if (k->h.thread_begin)
+		k->h.thread_begin(k->h.ctx);
 	while (!atomic_load(&k->stopping)) {
 		curl_multi_perform(k->multi, &running);
 		take_finished(k);
@@ -806,6 +809,8 @@ static void *client_thread(void *arg)
 		long wait = start_due_requests(k);
 		curl_multi_poll(k->multi, NULL, 0, (int)wait, NULL);
 	}
+	if (k->h.thread_end)
+		k->h.thread_end(k->h.ctx);
 	return NULL;
 }
 

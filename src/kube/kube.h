@@ -42,13 +42,17 @@ struct kube_handler {
 	/* An object is gone: a DELETED event, or a relist that no longer lists it.
 	 * ns is "" for cluster-scoped objects (Namespaces). */
 	void (*remove)(void *ctx, enum kube_resource r, const char *ns, const char *name);
-	/* A batch of calls is complete (the end of a whole LIST, all pages and the
+	/* Optional: a batch of calls is complete (the end of a whole LIST, all pages and the
 	 * removals it implies; or the watch events read in one go): the consumer
 	 * publishes what it has changed so far. */
 	void (*commit)(void *ctx);
 	/* Every resource has completed its first full LIST (called once, after
 	 * that LIST's commit). */
 	void (*synced)(void *ctx);
+	/* Optional: called on the client's thread before its first call and
+	 * after its last (e.g. to register the thread with RCU). */
+	void (*thread_begin)(void *ctx);
+	void (*thread_end)(void *ctx);
 };
 
 struct kube_client;

@@ -113,7 +113,8 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	struct kube_handler h = {NULL, on_upsert, on_remove, on_commit, on_synced};
+	struct kube_handler h = {.upsert = on_upsert, .remove = on_remove, .commit = on_commit,
+				 .synced = on_synced};
 	if (kube_start(cfg, &h, &k, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		config_free(cfg);
