@@ -7,9 +7,10 @@
  *
  * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
  * the answer sources); workers and the resolver thread never see a signal.
- * Start order: cache, resolver, answer sources, workers; stop order: the
- * resolver (so nothing sends on a worker's socket any more), the workers,
- * then what they read.
+ * Start order: cache, cluster table, answer sources, resolver, Kubernetes
+ * client, workers; stop order: the Kubernetes client (the table's writer),
+ * the resolver (so nothing sends on a worker's socket any more), the
+ * workers, then what they read.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -163,18 +164,28 @@ static void block_signals(sigset_t *signals)
 	signal(SIGPIPE, SIG_IGN);
 }
 
-/* Cluster names from the Kubernetes API: the table and the client that fills it. */
-static int start_kubernetes(const struct config *cfg, struct cluster **cluster,
-			    struct kube_client **kube, char *err, size_t errlen)
+/*
+ * Cluster names from the Kubernetes API: the table first (the answer
+ * sources point at it), the client that fills it once everything else has
+ * started (start_watching).
+ */
+static int make_cluster_table(const struct config *cfg, struct cluster **cluster,
+			      char *err, size_t errlen)
 {
-	struct kube_handler h;
-
 	if (!cfg->kubernetes.enabled)
 		return 0;
 	*cluster = cluster_new(cfg, err, errlen);
-	if (!*cluster)
-		return -1;
-	cluster_feed_handler(*cluster, &h);
+	return *cluster ? 0 : -1;
+}
+
+static int start_watching(const struct config *cfg, struct cluster *cluster,
+			  struct kube_client **kube, char *err, size_t errlen)
+{
+	struct kube_handler h;
+
+	if (!cluster)
+		return 0;
+	cluster_feed_handler(cluster, &h);
 	return kube_start(cfg, &h, kube, err, errlen);
 }
 
@@ -249,14 +260,14 @@ static int serve(const char *path)
 		snprintf(err, sizeof err, "cannot allocate the answer cache (cache.size)");
 		goto fail;
 	}
-	if (start_kubernetes(cfg, &cluster, &kube, err, sizeof err) < 0)
+	if (make_cluster_table(cfg, &cluster, err, sizeof err) < 0)
 		goto fail;
 	sources = query_sources_build(cfg, cluster, cache, err, sizeof err);
 	if (!sources)
 		goto fail;
 	query_sources_publish(sources);
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
-	if (!upstream)
+	if (!upstream || start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
 		goto fail;
 	server = server_start(cfg, upstream, err, sizeof err);
 	if (!server)

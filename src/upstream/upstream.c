@@ -51,7 +51,7 @@
 
 /* A burst of misses must fit while the resolver thread waits for a core;
  * ring slots cost memory only once used. */
-#define REQUEST_SLOTS 4096       /* per worker; a power of two */
+#define REQUEST_SLOTS 1024       /* per worker; a power of two */
 #define COMPLETION_SLOTS 1024    /* per worker; a power of two */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
 #define FLIGHT_BUCKETS 4096      /* a power of two */

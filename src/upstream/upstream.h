@@ -42,7 +42,7 @@ enum upstream_transport {
 };
 
 /* A local CNAME chain leaving local data: the targets as concatenated wire names. */
-#define UPSTREAM_CHAIN_MAX 1024
+#define UPSTREAM_CHAIN_MAX 512
 
 struct upstream_request {
 	struct dns_query q;
