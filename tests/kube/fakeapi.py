@@ -41,6 +41,29 @@ the API is "down"). Builders (service, endpointslice, endpoint, namespace,
 pod) make objects with the real JSON field names. make_tls() makes a CA,
 a server certificate for 127.0.0.1 and a client certificate with openssl.
 
+HTTP control API (JSON bodies; query parameters work too; answers JSON):
+
+    POST /_control/apply         {"objects": [obj, ...]} | {"object": obj} |
+                                 a bare object or List -> {"resourceVersion"}
+    POST /_control/delete        {"resource", "namespace", "name"}
+    GET  /_control/objects?resource=services
+    POST /_control/cut_watches   {"resource"?, "partial"?}  -> {"cut": n}
+    POST /_control/compact       -> {"resourceVersion"}
+    POST /_control/down          {"seconds"?}  (back up by itself after)
+    POST /_control/up            (use the control port: the API port is shut)
+    POST /_control/fail_next     {"n", "status", "resource"?, "verb"?,
+                                  "close"?}
+    POST /_control/forbid        {"resource", "verbs"?};  /_control/allow
+    POST /_control/tokens        {"tokens": [...]}
+    POST /_control/bookmark_interval {"seconds"}
+    GET  /_control/requests?resource=&verb=  -> {"requests": [...]}
+    POST /_control/clear_requests
+    GET  /_control/state         -> RV, compaction, down, port, open watches
+    POST /_control/wait_watches  {"resource", "count", "timeout"} (504 on
+                                  timeout)
+
+LIST with resourceVersion=0 ignores limit (the watch cache does not page).
+
 Run as a script:
 
     python3 tests/kube/fakeapi.py --port 0 --token-file F \
@@ -319,7 +342,8 @@ def endpointslice(ns, service_name, name=None, address_type="IPv4",
         name = "%s-%s" % (service_name, uuid.uuid4().hex[:5])
     eps = []
     for e in endpoints or []:
-        e = endpoint(e) if isinstance(e, str) else copy.deepcopy(e)
+        # A shallow copy is enough: targetRef is replaced, never changed.
+        e = endpoint(e) if isinstance(e, str) else dict(e)
         ref = e.get("targetRef")
         if ref is not None and "namespace" not in ref:
             # targetRef's field order: kind, namespace, name, uid
@@ -585,11 +609,9 @@ class Store:
     def _apply_one(self, obj):
         res = resource_of(obj)
         key = key_of(res, obj)
-        obj = copy.deepcopy(obj)
-        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
         revs = self.revs[res.name].get(key)
         old = revs[-1].obj if revs and revs[-1].obj is not None else None
-        meta = obj["metadata"]
+        meta = dict(obj["metadata"])
         if old is not None:
             # An update keeps the object's identity, as the server enforces.
             meta["uid"] = old["metadata"]["uid"]
@@ -599,7 +621,11 @@ class Store:
             meta.setdefault("creationTimestamp", now_rfc3339())
         self.rv += 1
         meta["resourceVersion"] = str(self.rv)
-        item = encode_item(obj)
+        item = encode_item(dict(obj, metadata=meta))
+        # The stored dict is parsed back from the JSON: a private copy (the
+        # caller may go on changing its own), faster than deepcopy.
+        obj = {"kind": res.kind, "apiVersion": res.api_version,
+               **json.loads(item)}
         self._add_rev(res, key, Rev(self.rv, obj, item))
         self._add_event(Event(self.rv, "MODIFIED" if old else "ADDED", res,
                               obj, item, old))
@@ -1458,6 +1484,10 @@ class FakeAPI:
             else:
                 if rv:
                     self._wait_for_rv(rv)
+                elif rv_text == "0":
+                    # "Any" RV is served from the watch cache, which does
+                    # not page: the whole list in one response.
+                    limit = 0
                 snapshot = st.rv
             items, next_key, remaining = st.page(res, ns, pred, limit, start,
                                                  snapshot)
@@ -1806,7 +1836,10 @@ def main(argv=None):
     ap.add_argument("--client-ca")
     ap.add_argument("--require-client-cert", action="store_true")
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
-    ap.add_argument("--history", type=int, default=1000)
+    ap.add_argument("--history", type=int, default=1000,
+                    help="watch events kept (older RVs get 410)")
+    ap.add_argument("--gone-reason", default="Expired",
+                    help="reason of the watch 410 Status (Expired or Gone)")
     ap.add_argument("--load", help="a JSON file: a list of objects to apply")
     ap.add_argument("--ready-file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -1816,7 +1849,8 @@ def main(argv=None):
                   tls_key=args.tls_key, client_ca=args.client_ca,
                   require_client_cert=args.require_client_cert,
                   bookmark_interval=args.bookmark_interval,
-                  history=args.history, control_port=args.control_port,
+                  history=args.history, gone_reason=args.gone_reason,
+                  control_port=args.control_port,
                   verbose=args.verbose)
     if args.load:
         with open(args.load) as f:
