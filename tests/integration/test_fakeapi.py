@@ -247,6 +247,13 @@ def test_fakeapi_list_errors(env):
         assert code == 400 and "not supported" in body["message"], body
         code, body, _ = call(api, "/api/v1/namespaces?continue=garbage")
         assert code == 400, body
+        # an RV the server has not reached: 504 after the watch cache's wait
+        api.rv_wait = 0.2
+        for path in ("/api/v1/namespaces?resourceVersion=999",
+                     "/api/v1/namespaces?watch=1&resourceVersion=999"):
+            code, body, _ = call(api, path)
+            assert code == 504 and body["details"]["causes"][0]["reason"] \
+                == "ResourceVersionTooLarge", body
 
 
 def test_fakeapi_watch_resumes_from_rv(env):
@@ -514,6 +521,27 @@ def test_fakeapi_selectors(env):
             w.close()
 
 
+def test_fakeapi_namespace_deletion(env):
+    """delete_namespace(): the namespace turns Terminating, its objects go,
+    then it goes; other namespaces stay."""
+    with start() as api:
+        api.apply(fakeapi.namespace("doomed"), fakeapi.namespace("kept"),
+                  fakeapi.service("doomed", "a"), fakeapi.service("kept", "b"),
+                  fakeapi.endpointslice("doomed", "a", "a-1", ["10.1.0.1"]))
+        rv = api.resource_version
+        api.delete_namespace("doomed")
+        w = RawWatch(api, "/api/v1/namespaces?watch=1&resourceVersion=%d"
+                     % rv)
+        evs = w.events(2)
+        w.close()
+        assert [(e["type"], e["object"]["status"]["phase"]) for e in evs] \
+            == [("MODIFIED", "Terminating"), ("DELETED", "Terminating")], evs
+        assert "deletionTimestamp" in evs[0]["object"]["metadata"]
+        assert [s["metadata"]["name"] for s in api.objects("services")] == \
+            ["b"]
+        assert api.objects("endpointslices") == []
+
+
 def test_fakeapi_tls_and_mtls(env):
     """HTTPS with the CA from make_tls(); a client certificate alone
     authenticates; a client that does not trust the CA fails."""
@@ -542,7 +570,13 @@ def test_fakeapi_tls_and_mtls(env):
         kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), ca=tls.ca,
                             token=TOKEN)
         text = open(kc).read()
-        assert "server: https://127.0.0.1:%d" % api.port in text, text
+        assert "server: https://127.0.0.1:%d" % api.port in text and \
+            "certificate-authority: %s" % tls.ca in text, text
+        kc = api.kubeconfig(os.path.join(env.tmp, "kc2"), ca=tls.ca,
+                            client_cert=tls.client_cert,
+                            client_key=tls.client_key, embed=True)
+        text = open(kc).read()
+        assert "client-key-data: " in text and "BEGIN" not in text, text
 
 
 def test_fakeapi_down_and_up(env):

@@ -1010,6 +1010,7 @@ class FakeAPI:
         self.client_ca = client_ca
         self.bookmark_interval = bookmark_interval
         self.gone_reason = gone_reason
+        self.rv_wait = 3.0
         self.verbose = verbose
         self.store = Store(history=history, initial_rv=initial_rv)
         self._ssl = None
@@ -1135,6 +1136,24 @@ class FakeAPI:
                 namespace, name = None, namespace
             key = "%s/%s" % (namespace, name) if res.namespaced else name
         return self.store.delete(res, key)
+
+    def delete_namespace(self, name):
+        """Delete a namespace the way the cluster does: it turns
+        Terminating (MODIFIED, deletionTimestamp set), the namespace
+        controller deletes everything in it, then the namespace goes.
+        Returns the final RV."""
+        ns = self.get("namespaces", name)
+        if ns is not None:
+            ns["metadata"]["deletionTimestamp"] = now_rfc3339()
+            ns["status"]["phase"] = "Terminating"
+            self.apply(ns)
+        for res in RESOURCES.values():
+            if res.namespaced:
+                for obj in self.objects(res.name):
+                    if obj["metadata"]["namespace"] == name:
+                        self.delete(obj)
+        self.delete("namespaces", name)
+        return self.resource_version
 
     def get(self, resource, namespace=None, name=None):
         """The stored object (a deep copy), or None."""
@@ -1276,12 +1295,21 @@ class FakeAPI:
     # -- kubeconfig for the client under test
 
     def kubeconfig(self, path, token=None, token_file=None, ca=None,
-                   client_cert=None, client_key=None, insecure=False):
-        """Write a kubeconfig (YAML, one context "fake") pointing at this
-        server; returns path. ca/client_cert/client_key are file paths."""
+                   client_cert=None, client_key=None, insecure=False,
+                   embed=False):
+        """Write a kubeconfig (YAML, current-context "fake") pointing at
+        this server; returns path. ca/client_cert/client_key are file
+        paths; embed=True writes them inline as certificate-authority-data,
+        client-certificate-data and client-key-data (base64)."""
+        def ref(field, fpath):
+            if not embed:
+                return "    %s: %s" % (field, fpath)
+            with open(fpath, "rb") as f:
+                return "    %s-data: %s" % (field, base64.b64encode(
+                    f.read()).decode())
         cluster = ["    server: %s" % self.url]
         if ca:
-            cluster.append("    certificate-authority: %s" % ca)
+            cluster.append(ref("certificate-authority", ca))
         if insecure:
             cluster.append("    insecure-skip-tls-verify: true")
         user = []
@@ -1290,8 +1318,8 @@ class FakeAPI:
         if token_file:
             user.append("    tokenFile: %s" % token_file)
         if client_cert:
-            user.append("    client-certificate: %s" % client_cert)
-            user.append("    client-key: %s" % client_key)
+            user.append(ref("client-certificate", client_cert))
+            user.append(ref("client-key", client_key))
         text = "\n".join([
             "apiVersion: v1", "kind: Config", "current-context: fake",
             "clusters:", "- name: fake", "  cluster:"] + cluster + [
@@ -1302,6 +1330,22 @@ class FakeAPI:
         with open(path, "w") as f:
             f.write(text)
         return path
+
+    def service_account_dir(self, d, token, ca=None, namespace="kube-system"):
+        """Write what a pod finds in /var/run/secrets/kubernetes.io/
+        serviceaccount (token, ca.crt, namespace) into d; returns the
+        environment for in-cluster mode (KUBERNETES_SERVICE_HOST/PORT)."""
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "token"), "w") as f:
+            f.write(token)
+        with open(os.path.join(d, "namespace"), "w") as f:
+            f.write(namespace)
+        if ca:
+            with open(ca, "rb") as src, \
+                    open(os.path.join(d, "ca.crt"), "wb") as dst:
+                dst.write(src.read())
+        return {"KUBERNETES_SERVICE_HOST": self.host,
+                "KUBERNETES_SERVICE_PORT": str(self.port)}
 
     # -- auth
 
@@ -1436,9 +1480,10 @@ class FakeAPI:
                              % text)
 
     def _wait_for_rv(self, rv):
-        """The watch cache waits up to 3 s for an RV it has not seen yet,
-        then answers 504 ResourceVersionTooLarge. Caller holds cond."""
-        deadline = time.monotonic() + 3
+        """The watch cache waits up to 3 s (self.rv_wait) for an RV it has
+        not seen yet, then answers 504 ResourceVersionTooLarge. Caller
+        holds cond."""
+        deadline = time.monotonic() + self.rv_wait
         while self.store.rv < rv:
             left = deadline - time.monotonic()
             if left <= 0:
