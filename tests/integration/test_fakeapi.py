@@ -321,6 +321,13 @@ def test_fakeapi_watch_410(env):
         evs = w.events(10)
         w.close()
         assert [e["type"] for e in evs] == ["ERROR"] and w.ended, evs
+        # forced: the next watch expires whatever its RV
+        api.fail_next(1, 410, resource="services", verb="watch")
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % now)
+        evs = w.events(10)
+        w.close()
+        assert w.status == 200 and [e["type"] for e in evs] == ["ERROR"] \
+            and evs[0]["object"]["code"] == 410 and w.ended, evs
         # from the compaction point on, watching works again
         w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % now)
         try:

@@ -1216,7 +1216,10 @@ class FakeAPI:
                   close=False):
         """The next n API requests (of one resource and verb, when given)
         get `status` with a Status body (429 and 503 with Retry-After: 1),
-        or, with close=True, a connection closed without any response."""
+        or, with close=True, a connection closed without any response.
+        status=410 with verb="watch": HTTP 200 and an ERROR 410 event, as
+        for an expired RV -- the way to force a relist whatever RV the
+        client resumes from."""
         with self._lock:
             self._fail.append([n, status, resource, verb, close])
 
@@ -1409,7 +1412,7 @@ class FakeAPI:
                            "resource", details={})
         if method != "GET":
             raise ApiError(405, "fakeapi serves only GET on %s" % path)
-        self._inject_failure(h, res, verb)
+        gone = self._inject_failure(h, res, verb) == "gone"
         if verb in self._forbidden.get(res.name, ()):
             scope = ('in the namespace "%s"' % ns if ns
                      else "at the cluster scope")
@@ -1421,7 +1424,7 @@ class FakeAPI:
         if verb == "get":
             return self._get(h, res, ns, name)
         if verb == "watch":
-            return self._watch(h, res, ns, q)
+            return self._watch(h, res, ns, q, gone)
         return self._list(h, res, ns, q)
 
     def _send_text(self, h):
@@ -1448,6 +1451,9 @@ class FakeAPI:
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
             raise BrokenPipeError("fail_next close")
+        if code == 410 and verb == "watch":
+            # A watch learns of expiry in the stream, as from the server.
+            return "gone"
         headers = {"Retry-After": 1} if code in (429, 503) else None
         raise ApiError(code, "fakeapi: injected failure %d" % code,
                        headers=headers)
@@ -1551,7 +1557,7 @@ class FakeAPI:
 
     # -- watch
 
-    def _watch(self, h, res, ns, q):
+    def _watch(self, h, res, ns, q, gone=False):
         try:
             pred = self._selector(res, q)
             rv_text = q.get("resourceVersion", "")
@@ -1568,7 +1574,9 @@ class FakeAPI:
         st = self.store
         initial, expired = [], None
         with st.cond:
-            if rv == 0 or initial_events:
+            if gone:
+                expired = pos = rv
+            elif rv == 0 or initial_events:
                 # "Get state and start at most recent": synthetic ADDED
                 # events for what exists now, then the changes after it.
                 if rv:
