@@ -123,6 +123,7 @@ bench: $(BIN)
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
+	tests/bench/cluster_sync.py $(BIN)
 
 clean:
 	rm -rf $(BUILD)
