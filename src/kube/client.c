@@ -405,11 +405,8 @@ static int take_watch_error(struct informer *inf, struct json_object *status)
 	const char *msg = json_string_at(status, "message");
 
 	set_string(&inf->stop_reason, msg ? msg : json_object_to_json_string(status));
-	if (json_object_object_get_ex(status, "code", &code) && json_object_get_int(code) == 410) {
-		inf->stop = STREAM_GONE;
-		return 1;
-	}
-	inf->stop = STREAM_ERROR_EVENT;
+	bool gone = json_object_object_get_ex(status, "code", &code) && json_object_get_int(code) == 410;
+	inf->stop = gone ? STREAM_GONE : STREAM_ERROR_EVENT;
 	return 1;
 }
 
@@ -579,6 +576,8 @@ static int start_request(struct informer *inf)
 	char auth[8192];
 	long watch_timeout_s = WATCH_TIMEOUT_MIN_S + next_random(k) % WATCH_TIMEOUT_MIN_S;
 
+	if (!inf->need_list && !inf->rv)
+		inf->need_list = true; /* the RV copy was lost to an allocation failure */
 	if (auth_header(inf, auth, sizeof auth) < 0)
 		return -1;
 	CURL *e = curl_easy_init();
