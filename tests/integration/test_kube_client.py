@@ -513,3 +513,25 @@ def test_kube_start_errors_are_clear(env):
         p = subprocess.run([binary, "--config", cfg], capture_output=True, text=True,
                            timeout=5, env=clean_env)
         assert p.returncode == 1 and want in p.stderr, (kube, p.returncode, p.stderr)
+
+
+def test_kube_expired_continue_token_starts_the_list_over(env):
+    with F.FakeAPI(tokens=["t0"]) as api:
+        api.apply(standard_objects(1500))
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"), token="t0")
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE})
+        # While page 1 is being served, history moves on and is compacted:
+        # page 2's continue token is then too old (410 Expired).
+        api.wait_requests("services", "list", count=1)
+        rv = api.apply(F.service("default", "late"))
+        api.compact()
+        d.wait("synced", timeout=10)
+        lists = api.requests("services", "list")
+        codes = [(bool(r.query.get("continue")), r.code) for r in lists]
+        assert codes[:2] == [(False, 200), (True, 410)], lists
+        assert codes[2:] == [(False, 200), (True, 200), (True, 200), (True, 200)], lists
+        assert "continue token expired" in d.log(), d.log()
+        # The second LIST saw the late service; nothing is reported twice as gone.
+        assert ("services", "default/late", rv) in upserts(d.lines()), d.lines()[-5:]
+        assert not removes(d.lines()), removes(d.lines())
+        d.stop()
