@@ -212,7 +212,12 @@ def test_fakeapi_paging_walks_snapshot(env):
         assert pages == 13 and sorted(seen) == names and \
             len(seen) == len(set(seen)), (pages, len(seen))
         assert rvs == {first_rv}, rvs
-        lists = api.requests("services", "list")
+        # resourceVersion=0 is served from the watch cache: no paging
+        code, body, _ = call(api, "/api/v1/services?limit=100&"
+                             "resourceVersion=0")
+        assert len(body["items"]) == 1234 and \
+            "continue" not in body["metadata"], body["metadata"]
+        lists = api.requests("services", "list")[:-1]
         assert len(lists) == 13 and "continue" not in lists[0].query and \
             all(r.query["limit"] == "100" and r.query["continue"]
                 for r in lists[1:]), lists[:3]
@@ -242,6 +247,13 @@ def test_fakeapi_list_errors(env):
         assert code == 400 and "not supported" in body["message"], body
         code, body, _ = call(api, "/api/v1/namespaces?continue=garbage")
         assert code == 400, body
+        # an RV the server has not reached: 504 after the watch cache's wait
+        api.rv_wait = 0.2
+        for path in ("/api/v1/namespaces?resourceVersion=999",
+                     "/api/v1/namespaces?watch=1&resourceVersion=999"):
+            code, body, _ = call(api, path)
+            assert code == 504 and body["details"]["causes"][0]["reason"] \
+                == "ResourceVersionTooLarge", body
 
 
 def test_fakeapi_watch_resumes_from_rv(env):
@@ -309,6 +321,13 @@ def test_fakeapi_watch_410(env):
         evs = w.events(10)
         w.close()
         assert [e["type"] for e in evs] == ["ERROR"] and w.ended, evs
+        # forced: the next watch expires whatever its RV
+        api.fail_next(1, 410, resource="services", verb="watch")
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % now)
+        evs = w.events(10)
+        w.close()
+        assert w.status == 200 and [e["type"] for e in evs] == ["ERROR"] \
+            and evs[0]["object"]["code"] == 410 and w.ended, evs
         # from the compaction point on, watching works again
         w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % now)
         try:
@@ -379,6 +398,71 @@ def test_fakeapi_cut_watches(env):
                 w.close()
 
 
+def test_fakeapi_many_watches(env):
+    """50 concurrent watches each get the same change promptly."""
+    with start() as api:
+        ws = [RawWatch(api, "/api/v1/namespaces?watch=1&resourceVersion=1")
+              for _ in range(50)]
+        try:
+            api.wait_watches("namespaces", 50, timeout=5)
+            t0 = time.monotonic()
+            api.apply(fakeapi.namespace("fresh"))
+            for w in ws:
+                ev = w.events(1, timeout=2)
+                assert [e["object"]["metadata"]["name"] for e in ev] == \
+                    ["fresh"], ev
+            dt = time.monotonic() - t0
+            assert dt < 1, "50 watchers took %.2fs to get one event" % dt
+        finally:
+            for w in ws:
+                w.close()
+
+
+def test_fakeapi_with_curl(env):
+    """libcurl (the client localdns uses, here through the curl tool)
+    reuses the connection across LIST pages, takes gzip, and reads a watch
+    to its clean end."""
+    if not os.path.exists("/usr/bin/curl"):
+        raise harness.Skip("no curl")
+    with start() as api:
+        api.apply([fakeapi.service("a", "s%04d" % i) for i in range(600)])
+        auth = ["-H", "Authorization: Bearer " + TOKEN]
+        p = subprocess.run(
+            ["curl", "-sv", "--compressed", "-o", "/dev/null", "-o",
+             "/dev/null"] + auth +
+            [api.url + "/api/v1/services?limit=500",
+             api.url + "/api/v1/services?limit=2"],
+            capture_output=True, text=True, timeout=10)
+        assert p.returncode == 0, p.stderr[-500:]
+        assert "Re-using existing connection" in p.stderr, p.stderr[-800:]
+        assert "Content-Encoding: gzip" in p.stderr, p.stderr[-800:]
+        rv = api.resource_version
+        api.apply(fakeapi.service("a", "late"))
+        p = subprocess.run(
+            ["curl", "-sSN", "-m", "5"] + auth +
+            [api.url + "/api/v1/services?watch=1&resourceVersion=%d&"
+             "timeoutSeconds=1" % rv], capture_output=True, text=True,
+            timeout=10)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        lines = [json.loads(l) for l in p.stdout.splitlines()]
+        assert [(e["type"], e["object"]["metadata"]["name"])
+                for e in lines] == [("ADDED", "late")], lines
+        # a cut watch is an error for curl: the transfer was cut short
+        w = subprocess.Popen(["curl", "-sSN", "-m", "5"] + auth +
+                             [api.url + "/api/v1/services?watch=1&"
+                              "resourceVersion=%d" % rv],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        try:
+            api.wait_watches("services")
+            api.cut_watches()
+            out, err = w.communicate(timeout=5)
+        finally:
+            if w.poll() is None:
+                w.kill()
+        assert w.returncode == 18, (w.returncode, err)   # CURLE_PARTIAL_FILE
+
+
 def test_fakeapi_auth_and_faults(env):
     """401 without or with a wrong token; the token file is re-read;
     forbid() -> 403; fail_next() -> the given status, then normal."""
@@ -444,6 +528,27 @@ def test_fakeapi_selectors(env):
             w.close()
 
 
+def test_fakeapi_namespace_deletion(env):
+    """delete_namespace(): the namespace turns Terminating, its objects go,
+    then it goes; other namespaces stay."""
+    with start() as api:
+        api.apply(fakeapi.namespace("doomed"), fakeapi.namespace("kept"),
+                  fakeapi.service("doomed", "a"), fakeapi.service("kept", "b"),
+                  fakeapi.endpointslice("doomed", "a", "a-1", ["10.1.0.1"]))
+        rv = api.resource_version
+        api.delete_namespace("doomed")
+        w = RawWatch(api, "/api/v1/namespaces?watch=1&resourceVersion=%d"
+                     % rv)
+        evs = w.events(2)
+        w.close()
+        assert [(e["type"], e["object"]["status"]["phase"]) for e in evs] \
+            == [("MODIFIED", "Terminating"), ("DELETED", "Terminating")], evs
+        assert "deletionTimestamp" in evs[0]["object"]["metadata"]
+        assert [s["metadata"]["name"] for s in api.objects("services")] == \
+            ["b"]
+        assert api.objects("endpointslices") == []
+
+
 def test_fakeapi_tls_and_mtls(env):
     """HTTPS with the CA from make_tls(); a client certificate alone
     authenticates; a client that does not trust the CA fails."""
@@ -472,7 +577,13 @@ def test_fakeapi_tls_and_mtls(env):
         kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), ca=tls.ca,
                             token=TOKEN)
         text = open(kc).read()
-        assert "server: https://127.0.0.1:%d" % api.port in text, text
+        assert "server: https://127.0.0.1:%d" % api.port in text and \
+            "certificate-authority: %s" % tls.ca in text, text
+        kc = api.kubeconfig(os.path.join(env.tmp, "kc2"), ca=tls.ca,
+                            client_cert=tls.client_cert,
+                            client_key=tls.client_key, embed=True)
+        text = open(kc).read()
+        assert "client-key-data: " in text and "BEGIN" not in text, text
 
 
 def test_fakeapi_down_and_up(env):

@@ -41,6 +41,29 @@ the API is "down"). Builders (service, endpointslice, endpoint, namespace,
 pod) make objects with the real JSON field names. make_tls() makes a CA,
 a server certificate for 127.0.0.1 and a client certificate with openssl.
 
+HTTP control API (JSON bodies; query parameters work too; answers JSON):
+
+    POST /_control/apply         {"objects": [obj, ...]} | {"object": obj} |
+                                 a bare object or List -> {"resourceVersion"}
+    POST /_control/delete        {"resource", "namespace", "name"}
+    GET  /_control/objects?resource=services
+    POST /_control/cut_watches   {"resource"?, "partial"?}  -> {"cut": n}
+    POST /_control/compact       -> {"resourceVersion"}
+    POST /_control/down          {"seconds"?}  (back up by itself after)
+    POST /_control/up            (use the control port: the API port is shut)
+    POST /_control/fail_next     {"n", "status", "resource"?, "verb"?,
+                                  "close"?}
+    POST /_control/forbid        {"resource", "verbs"?};  /_control/allow
+    POST /_control/tokens        {"tokens": [...]}
+    POST /_control/bookmark_interval {"seconds"}
+    GET  /_control/requests?resource=&verb=  -> {"requests": [...]}
+    POST /_control/clear_requests
+    GET  /_control/state         -> RV, compaction, down, port, open watches
+    POST /_control/wait_watches  {"resource", "count", "timeout"} (504 on
+                                  timeout)
+
+LIST with resourceVersion=0 ignores limit (the watch cache does not page).
+
 Run as a script:
 
     python3 tests/kube/fakeapi.py --port 0 --token-file F \
@@ -319,7 +342,8 @@ def endpointslice(ns, service_name, name=None, address_type="IPv4",
         name = "%s-%s" % (service_name, uuid.uuid4().hex[:5])
     eps = []
     for e in endpoints or []:
-        e = endpoint(e) if isinstance(e, str) else copy.deepcopy(e)
+        # A shallow copy is enough: targetRef is replaced, never changed.
+        e = endpoint(e) if isinstance(e, str) else dict(e)
         ref = e.get("targetRef")
         if ref is not None and "namespace" not in ref:
             # targetRef's field order: kind, namespace, name, uid
@@ -585,11 +609,9 @@ class Store:
     def _apply_one(self, obj):
         res = resource_of(obj)
         key = key_of(res, obj)
-        obj = copy.deepcopy(obj)
-        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
         revs = self.revs[res.name].get(key)
         old = revs[-1].obj if revs and revs[-1].obj is not None else None
-        meta = obj["metadata"]
+        meta = dict(obj["metadata"])
         if old is not None:
             # An update keeps the object's identity, as the server enforces.
             meta["uid"] = old["metadata"]["uid"]
@@ -599,7 +621,11 @@ class Store:
             meta.setdefault("creationTimestamp", now_rfc3339())
         self.rv += 1
         meta["resourceVersion"] = str(self.rv)
-        item = encode_item(obj)
+        item = encode_item(dict(obj, metadata=meta))
+        # The stored dict is parsed back from the JSON: a private copy (the
+        # caller may go on changing its own), faster than deepcopy.
+        obj = {"kind": res.kind, "apiVersion": res.api_version,
+               **json.loads(item)}
         self._add_rev(res, key, Rev(self.rv, obj, item))
         self._add_event(Event(self.rv, "MODIFIED" if old else "ADDED", res,
                               obj, item, old))
@@ -984,6 +1010,7 @@ class FakeAPI:
         self.client_ca = client_ca
         self.bookmark_interval = bookmark_interval
         self.gone_reason = gone_reason
+        self.rv_wait = 3.0
         self.verbose = verbose
         self.store = Store(history=history, initial_rv=initial_rv)
         self._ssl = None
@@ -1110,6 +1137,24 @@ class FakeAPI:
             key = "%s/%s" % (namespace, name) if res.namespaced else name
         return self.store.delete(res, key)
 
+    def delete_namespace(self, name):
+        """Delete a namespace the way the cluster does: it turns
+        Terminating (MODIFIED, deletionTimestamp set), the namespace
+        controller deletes everything in it, then the namespace goes.
+        Returns the final RV."""
+        ns = self.get("namespaces", name)
+        if ns is not None:
+            ns["metadata"]["deletionTimestamp"] = now_rfc3339()
+            ns["status"]["phase"] = "Terminating"
+            self.apply(ns)
+        for res in RESOURCES.values():
+            if res.namespaced:
+                for obj in self.objects(res.name):
+                    if obj["metadata"]["namespace"] == name:
+                        self.delete(obj)
+        self.delete("namespaces", name)
+        return self.resource_version
+
     def get(self, resource, namespace=None, name=None):
         """The stored object (a deep copy), or None."""
         res = RESOURCES[resource]
@@ -1171,7 +1216,10 @@ class FakeAPI:
                   close=False):
         """The next n API requests (of one resource and verb, when given)
         get `status` with a Status body (429 and 503 with Retry-After: 1),
-        or, with close=True, a connection closed without any response."""
+        or, with close=True, a connection closed without any response.
+        status=410 with verb="watch": HTTP 200 and an ERROR 410 event, as
+        for an expired RV -- the way to force a relist whatever RV the
+        client resumes from."""
         with self._lock:
             self._fail.append([n, status, resource, verb, close])
 
@@ -1250,12 +1298,21 @@ class FakeAPI:
     # -- kubeconfig for the client under test
 
     def kubeconfig(self, path, token=None, token_file=None, ca=None,
-                   client_cert=None, client_key=None, insecure=False):
-        """Write a kubeconfig (YAML, one context "fake") pointing at this
-        server; returns path. ca/client_cert/client_key are file paths."""
+                   client_cert=None, client_key=None, insecure=False,
+                   embed=False):
+        """Write a kubeconfig (YAML, current-context "fake") pointing at
+        this server; returns path. ca/client_cert/client_key are file
+        paths; embed=True writes them inline as certificate-authority-data,
+        client-certificate-data and client-key-data (base64)."""
+        def ref(field, fpath):
+            if not embed:
+                return "    %s: %s" % (field, fpath)
+            with open(fpath, "rb") as f:
+                return "    %s-data: %s" % (field, base64.b64encode(
+                    f.read()).decode())
         cluster = ["    server: %s" % self.url]
         if ca:
-            cluster.append("    certificate-authority: %s" % ca)
+            cluster.append(ref("certificate-authority", ca))
         if insecure:
             cluster.append("    insecure-skip-tls-verify: true")
         user = []
@@ -1264,8 +1321,8 @@ class FakeAPI:
         if token_file:
             user.append("    tokenFile: %s" % token_file)
         if client_cert:
-            user.append("    client-certificate: %s" % client_cert)
-            user.append("    client-key: %s" % client_key)
+            user.append(ref("client-certificate", client_cert))
+            user.append(ref("client-key", client_key))
         text = "\n".join([
             "apiVersion: v1", "kind: Config", "current-context: fake",
             "clusters:", "- name: fake", "  cluster:"] + cluster + [
@@ -1276,6 +1333,22 @@ class FakeAPI:
         with open(path, "w") as f:
             f.write(text)
         return path
+
+    def service_account_dir(self, d, token, ca=None, namespace="kube-system"):
+        """Write what a pod finds in /var/run/secrets/kubernetes.io/
+        serviceaccount (token, ca.crt, namespace) into d; returns the
+        environment for in-cluster mode (KUBERNETES_SERVICE_HOST/PORT)."""
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "token"), "w") as f:
+            f.write(token)
+        with open(os.path.join(d, "namespace"), "w") as f:
+            f.write(namespace)
+        if ca:
+            with open(ca, "rb") as src, \
+                    open(os.path.join(d, "ca.crt"), "wb") as dst:
+                dst.write(src.read())
+        return {"KUBERNETES_SERVICE_HOST": self.host,
+                "KUBERNETES_SERVICE_PORT": str(self.port)}
 
     # -- auth
 
@@ -1339,7 +1412,7 @@ class FakeAPI:
                            "resource", details={})
         if method != "GET":
             raise ApiError(405, "fakeapi serves only GET on %s" % path)
-        self._inject_failure(h, res, verb)
+        gone = self._inject_failure(h, res, verb) == "gone"
         if verb in self._forbidden.get(res.name, ()):
             scope = ('in the namespace "%s"' % ns if ns
                      else "at the cluster scope")
@@ -1351,7 +1424,7 @@ class FakeAPI:
         if verb == "get":
             return self._get(h, res, ns, name)
         if verb == "watch":
-            return self._watch(h, res, ns, q)
+            return self._watch(h, res, ns, q, gone)
         return self._list(h, res, ns, q)
 
     def _send_text(self, h):
@@ -1378,6 +1451,9 @@ class FakeAPI:
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
             raise BrokenPipeError("fail_next close")
+        if code == 410 and verb == "watch":
+            # A watch learns of expiry in the stream, as from the server.
+            return "gone"
         headers = {"Retry-After": 1} if code in (429, 503) else None
         raise ApiError(code, "fakeapi: injected failure %d" % code,
                        headers=headers)
@@ -1410,9 +1486,10 @@ class FakeAPI:
                              % text)
 
     def _wait_for_rv(self, rv):
-        """The watch cache waits up to 3 s for an RV it has not seen yet,
-        then answers 504 ResourceVersionTooLarge. Caller holds cond."""
-        deadline = time.monotonic() + 3
+        """The watch cache waits up to 3 s (self.rv_wait) for an RV it has
+        not seen yet, then answers 504 ResourceVersionTooLarge. Caller
+        holds cond."""
+        deadline = time.monotonic() + self.rv_wait
         while self.store.rv < rv:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -1458,6 +1535,10 @@ class FakeAPI:
             else:
                 if rv:
                     self._wait_for_rv(rv)
+                elif rv_text == "0":
+                    # "Any" RV is served from the watch cache, which does
+                    # not page: the whole list in one response.
+                    limit = 0
                 snapshot = st.rv
             items, next_key, remaining = st.page(res, ns, pred, limit, start,
                                                  snapshot)
@@ -1476,7 +1557,7 @@ class FakeAPI:
 
     # -- watch
 
-    def _watch(self, h, res, ns, q):
+    def _watch(self, h, res, ns, q, gone=False):
         try:
             pred = self._selector(res, q)
             rv_text = q.get("resourceVersion", "")
@@ -1493,7 +1574,9 @@ class FakeAPI:
         st = self.store
         initial, expired = [], None
         with st.cond:
-            if rv == 0 or initial_events:
+            if gone:
+                expired = pos = rv
+            elif rv == 0 or initial_events:
                 # "Get state and start at most recent": synthetic ADDED
                 # events for what exists now, then the changes after it.
                 if rv:
@@ -1806,7 +1889,10 @@ def main(argv=None):
     ap.add_argument("--client-ca")
     ap.add_argument("--require-client-cert", action="store_true")
     ap.add_argument("--bookmark-interval", type=float, default=1.0)
-    ap.add_argument("--history", type=int, default=1000)
+    ap.add_argument("--history", type=int, default=1000,
+                    help="watch events kept (older RVs get 410)")
+    ap.add_argument("--gone-reason", default="Expired",
+                    help="reason of the watch 410 Status (Expired or Gone)")
     ap.add_argument("--load", help="a JSON file: a list of objects to apply")
     ap.add_argument("--ready-file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -1816,7 +1902,8 @@ def main(argv=None):
                   tls_key=args.tls_key, client_ca=args.client_ca,
                   require_client_cert=args.require_client_cert,
                   bookmark_interval=args.bookmark_interval,
-                  history=args.history, control_port=args.control_port,
+                  history=args.history, gone_reason=args.gone_reason,
+                  control_port=args.control_port,
                   verbose=args.verbose)
     if args.load:
         with open(args.load) as f:
