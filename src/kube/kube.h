@@ -44,7 +44,9 @@ struct kube_handler {
 	void (*remove)(void *ctx, enum kube_resource r, const char *ns, const char *name);
 	/* Optional: a batch of calls is complete (the end of a whole LIST, all pages and the
 	 * removals it implies; or the watch events read in one go): the consumer
-	 * publishes what it has changed so far. */
+	 * publishes what it has changed so far. Pages of a LIST in progress get no
+	 * commit of their own, but a commit for another resource's events may
+	 * come between them. */
 	void (*commit)(void *ctx);
 	/* Every resource has completed its first full LIST (called once, after
 	 * that LIST's commit). */
