@@ -97,8 +97,8 @@ static void log_serving(const struct config *cfg, const struct server *s)
 
 	snprintf(port, sizeof port, "%u", cfg->listen.port);
 	snprintf(workers, sizeof workers, "%u", server_workers(s));
-	for (size_t i = 0; i < cfg->listen.n_addresses; i++)
-		log_info("listening", "address", cfg->listen.addresses[i].text, "port", port,
+	for (size_t i = 0; i < config_served_count(cfg); i++)
+		log_info("listening", "address", config_served_address(cfg, i)->text, "port", port,
 			 "protocols", "udp,tcp");
 	log_info("serving", "workers", workers, "config", cfg->files[0]);
 }
