@@ -3,13 +3,16 @@
  *
  *   localdns --config FILE         serve in the foreground
  *   localdns --check-config FILE   validate and exit 0, or 1 with FILE:LINE:COL
+ *   localdns cleanup --config FILE remove the nftables table and the link (uninstall)
  *   localdns --version | --help
  *
  * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
  * the answer sources); workers and the resolver thread never see a signal.
- * Start order: cache, resolver, answer sources, workers; stop order: the
- * resolver (so nothing sends on a worker's socket any more), the workers,
- * then what they read.
+ * Start order: cache, answer sources, resolver, node integration (the
+ * addresses must exist before the workers bind them), workers; stop order:
+ * the resolver (so nothing sends on a worker's socket any more), the
+ * workers, what they read, then the node integration (torn down only with
+ * nftables.teardown: left in place it fails open).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -20,6 +23,7 @@
 
 #include "config/config.h"
 #include "log/log.h"
+#include "node/node.h"
 #include "query/query.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
@@ -27,6 +31,7 @@
 static const char usage_text[] =
 	"usage: localdns --config FILE\n"
 	"       localdns --check-config FILE\n"
+	"       localdns cleanup --config FILE\n"
 	"       localdns --version | --help\n"
 	"\n"
 	"A node-local DNS cache for Kubernetes.\n"
@@ -35,6 +40,8 @@ static const char usage_text[] =
 	"  -C, --check-config FILE  validate FILE; print FILE:LINE:COL on error, exit 1\n"
 	"  -V, --version            print the version and exit\n"
 	"  -h, --help               print this help and exit\n"
+	"  cleanup --config FILE    remove the nftables table and the link or addresses\n"
+	"                           FILE describes (uninstall), then exit\n"
 	"\n"
 	"See docs/configuration.md for every configuration key.\n";
 
@@ -81,11 +88,6 @@ static int check_config(const char *path)
 /* Say plainly which configured features this build does not act on yet. */
 static void warn_inactive_features(const struct config *cfg)
 {
-	if (cfg->interface.manage)
-		log_warn("interface.manage is set but link management is not in this build; "
-			 "listen addresses must already exist");
-	if (cfg->nftables.enabled)
-		log_warn("nftables.enabled is set but nftables capture is not in this build");
 	if (cfg->kubernetes.enabled)
 		log_warn("kubernetes.enabled is set but the Kubernetes watch is not in this build; "
 			 "cluster names come from static records only");
@@ -119,6 +121,19 @@ static void reload(const char *path, struct cache *cache)
 		 "need a restart)",
 		 "config", path);
 	config_free(cfg);
+}
+
+static void log_node_totals(struct node *node)
+{
+	struct node_stats ns;
+	char links[24], tables[24];
+
+	if (!node)
+		return;
+	node_stats(node, &ns);
+	snprintf(links, sizeof links, "%llu", (unsigned long long)ns.link_repairs);
+	snprintf(tables, sizeof tables, "%llu", (unsigned long long)ns.table_repairs);
+	log_info("node integration", "link_repairs", links, "table_repairs", tables);
 }
 
 static void log_totals(const struct server *s, const struct upstream *u,
@@ -162,12 +177,38 @@ static void block_signals(sigset_t *signals)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+static bool needs_node(const struct config *cfg)
+{
+	return cfg->interface.manage || cfg->nftables.enabled;
+}
+
+/* `localdns cleanup --config FILE`: what an uninstall runs on each node. */
+static int cleanup(const char *path)
+{
+	struct config *cfg;
+	char err[CONFIG_ERR_MAX];
+
+	if (config_load(path, &cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	int rc = node_cleanup(cfg, err, sizeof err);
+	if (rc < 0)
+		fprintf(stderr, "localdns cleanup: %s\n", err);
+	else
+		printf("removed table inet %s%s\n", cfg->nftables.table,
+		       cfg->interface.manage ? " and our link or addresses" : "");
+	config_free(cfg);
+	return rc < 0 ? 1 : 0;
+}
+
 static int serve(const char *path)
 {
 	struct config *cfg;
 	struct cache *cache = NULL;
 	struct upstream *upstream = NULL;
 	struct server *server = NULL;
+	struct node *node = NULL;
 	struct query_sources *sources;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
@@ -193,6 +234,8 @@ static int serve(const char *path)
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
 	if (!upstream)
 		goto fail;
+	if (needs_node(cfg) && !(node = node_start(cfg, err, sizeof err)))
+		goto fail;
 	server = server_start(cfg, upstream, err, sizeof err);
 	if (!server)
 		goto fail;
@@ -201,16 +244,19 @@ static int serve(const char *path)
 		reload(path, cache);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	log_totals(server, upstream, cache);
+	log_node_totals(node);
 	upstream_stop(upstream);
 	server_stop(server);
 	upstream_free(upstream);
 	query_sources_retire();
 	cache_free(cache);
+	node_stop(node);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
 	return 0;
 fail:
 	log_error("cannot start", "error", err);
+	node_stop(node);
 	upstream_free(upstream);
 	query_sources_retire();
 	if (cache)
@@ -230,7 +276,15 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *config_path = NULL, *check_path = NULL;
+	bool cleaning = argc > 1 && strcmp(argv[1], "cleanup") == 0;
 	int opt;
+
+	if (cleaning) {
+		/* The subcommand takes the same options after it. */
+		argv[1] = argv[0];
+		argc--;
+		argv++;
+	}
 
 	while ((opt = getopt_long(argc, argv, "c:C:Vh", options, NULL)) != -1) {
 		switch (opt) {
@@ -251,10 +305,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc || (!config_path && !check_path)) {
+	if (optind < argc || (!config_path && !check_path) || (cleaning && !config_path)) {
 		fputs(usage_text, stderr);
 		return 2;
 	}
+	if (cleaning)
+		return cleanup(config_path);
 	if (check_path)
 		return check_config(check_path);
 	return serve(config_path);
