@@ -399,18 +399,40 @@ static void match(struct rule_builder *rb, const struct nft_plan *p,
 	cmp_eq(rb, &port, sizeof port);
 }
 
-/* A socket bound to this very address (not a wildcard) exists for the packet. */
-static void socket_bound(struct rule_builder *rb)
+/*
+ * The packet has a socket, and its key is 0: "wildcard 0" needs a full
+ * socket bound to this very address; "transparent 0" is true for any of
+ * ours (we never set IP_TRANSPARENT), half-open and TIME_WAIT ones included.
+ */
+static void socket_key_zero(struct rule_builder *rb, uint32_t key)
 {
 	struct nftnl_expr *e = expr(rb, "socket");
 	uint8_t zero = 0;
 
 	if (e) {
-		nftnl_expr_set_u32(e, NFTNL_EXPR_SOCKET_KEY, NFT_SOCKET_WILDCARD);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_SOCKET_KEY, key);
 		nftnl_expr_set_u32(e, NFTNL_EXPR_SOCKET_DREG, NFT_REG_1);
 	}
 	add(rb, e);
 	cmp_eq(rb, &zero, 1);
+}
+
+/* TCP flags & SYN, compared with syn ? SYN : 0. */
+static void tcp_syn(struct rule_builder *rb, bool syn)
+{
+	struct nftnl_expr *e = expr(rb, "bitwise");
+	uint8_t mask = 0x02, xor = 0, want = syn ? 0x02 : 0;
+
+	payload(rb, NFT_PAYLOAD_TRANSPORT_HEADER, 13, 1);
+	if (e) {
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_SREG, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_DREG, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_BITWISE_LEN, 1);
+		nftnl_expr_set(e, NFTNL_EXPR_BITWISE_MASK, &mask, 1);
+		nftnl_expr_set(e, NFTNL_EXPR_BITWISE_XOR, &xor, 1);
+	}
+	add(rb, e);
+	cmp_eq(rb, &want, 1);
 }
 
 static void dnat_to_map(struct rule_builder *rb, const struct nft_plan *p,
@@ -457,8 +479,12 @@ static struct nftnl_rule *rule_object(const struct nft_plan *p, const struct nft
 	nftnl_rule_set_str(rb.r, NFTNL_RULE_CHAIN, nft_chains[rp->chain].name);
 	nftnl_rule_set_u32(rb.r, NFTNL_RULE_FAMILY, NFPROTO_INET);
 	match(&rb, p, rp);
+	if (rp->syn != NFT_SYN_ANY)
+		tcp_syn(&rb, rp->syn == NFT_SYN_SET);
 	if (rp->action == NFT_NOTRACK_IF_BOUND)
-		socket_bound(&rb);
+		socket_key_zero(&rb, NFT_SOCKET_WILDCARD);
+	if (rp->action == NFT_NOTRACK_IF_CONNECTED)
+		socket_key_zero(&rb, NFT_SOCKET_TRANSPARENT);
 	if (rp->action == NFT_DNAT)
 		dnat_to_map(&rb, p, rp);
 	else

@@ -55,6 +55,7 @@ static void add_rule(struct nft_plan *p, enum nft_chain_id chain, int family, ui
 {
 	struct nft_rule_plan *r = &p->rules[p->n_rules++];
 
+	r->syn = NFT_SYN_ANY;
 	r->chain = chain;
 	r->family = family;
 	r->l4proto = proto;
@@ -75,6 +76,18 @@ static void add_rules(struct nft_plan *p, int family)
 
 		add_rule(p, NFT_CHAIN_PREROUTING, family, proto, NFT_MATCH_DADDR, NFT_SET_LOCAL,
 			 NFT_NOTRACK_IF_BOUND);
+		if (proto == IPPROTO_TCP) {
+			/*
+			 * A new connection needs our listener; the handshake's last ACK
+			 * meets only a request socket, which the bound-address test
+			 * cannot see, and must not be tracked (conntrack would pick the
+			 * connection up mid-stream and kube-proxy would DNAT it away).
+			 */
+			p->rules[p->n_rules - 1].syn = NFT_SYN_SET;
+			add_rule(p, NFT_CHAIN_PREROUTING, family, proto, NFT_MATCH_DADDR,
+				 NFT_SET_LOCAL, NFT_NOTRACK_IF_CONNECTED);
+			p->rules[p->n_rules - 1].syn = NFT_SYN_CLEAR;
+		}
 		add_rule(p, NFT_CHAIN_OUTPUT, family, proto, NFT_MATCH_DADDR, NFT_SET_LIVE,
 			 NFT_NOTRACK);
 		add_rule(p, NFT_CHAIN_OUTPUT, family, proto, NFT_MATCH_SADDR, NFT_SET_LOCAL,

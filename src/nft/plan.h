@@ -16,7 +16,10 @@
  *   map fallback4/6      numgen index -> cluster DNS endpoint
  *
  *   chain prerouting  filter, prerouting, raw priority (-300):
+ *       UDP, and TCP with SYN:
  *       daddr @local, dport <port>, a socket bound to it  -> notrack
+ *       TCP without SYN (the rest of a connection):
+ *       daddr @local, dport <port>, a socket it belongs to -> notrack
  *   chain output      filter, output, raw priority:
  *       daddr @live, dport <port>                         -> notrack
  *       saddr @local, sport <port>                        -> notrack
@@ -50,7 +53,15 @@ enum nft_chain_id {
 	NFT_CHAINS
 };
 enum nft_match { NFT_MATCH_DADDR, NFT_MATCH_SADDR };
-enum nft_action { NFT_NOTRACK_IF_BOUND, NFT_NOTRACK, NFT_DNAT };
+/*
+ * NOTRACK_IF_BOUND: a full socket bound to this very address (not a
+ * wildcard) exists; NOTRACK_IF_CONNECTED: any socket of ours the packet
+ * belongs to, including a half-open (SYN_RECV) or TIME_WAIT one, which the
+ * kernel's socket expression cannot test for a bound address.
+ */
+enum nft_action { NFT_NOTRACK_IF_BOUND, NFT_NOTRACK_IF_CONNECTED, NFT_NOTRACK, NFT_DNAT };
+/* TCP only: which packets the rule is for. */
+enum nft_tcp_syn { NFT_SYN_ANY, NFT_SYN_SET, NFT_SYN_CLEAR };
 
 struct nft_set_plan {
 	char name[16];
@@ -73,6 +84,7 @@ struct nft_rule_plan {
 	uint8_t l4proto;          /* IPPROTO_UDP or IPPROTO_TCP */
 	enum nft_match match;     /* which address is looked up in set */
 	const struct nft_set_plan *set;
+	enum nft_tcp_syn syn;
 	enum nft_action action;
 	const struct nft_set_plan *map; /* NFT_DNAT: the endpoint map */
 };
