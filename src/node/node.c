@@ -87,13 +87,6 @@ static void repair_table(struct node *node)
 		 node->cfg->nftables.table, "found", why);
 }
 
-static void heartbeat(struct node *node)
-{
-	char err[CONFIG_ERR_MAX];
-
-	if (nft_heartbeat(node->nft, err, sizeof err) < 0)
-		log_error("cannot renew the nftables heartbeat", "error", err);
-}
 
 /* Deadlines of the monitor loop, in now_ms() time. */
 struct schedule {
@@ -114,21 +107,38 @@ static int poll_timeout(const struct node *node, const struct schedule *s, uint6
 	return next <= now ? 0 : (int)(next - now);
 }
 
+/* Check the table soon, but not sooner than MIN_REBUILD_GAP_MS after the last check. */
+static void schedule_table_check(struct schedule *s, uint64_t now)
+{
+	uint64_t earliest = s->last_rebuild_check + MIN_REBUILD_GAP_MS;
+
+	if (!s->table_check)
+		s->table_check = earliest > now ? earliest : now;
+}
+
+/* A failed renewal usually means the table was changed under us: check it. */
+static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
+{
+	char err[CONFIG_ERR_MAX];
+
+	if (nft_heartbeat(node->nft, err, sizeof err) < 0) {
+		log_warn("cannot renew the nftables heartbeat; checking the table", "error", err);
+		schedule_table_check(s, now);
+	}
+}
+
 static void on_events(struct node *node, struct pollfd *fds, struct schedule *s, uint64_t now)
 {
 	if (node->iface && (fds[1].revents & POLLIN) && iface_drain_events(node->iface))
 		repair_link(node);
-	if (node->nft && (fds[2].revents & POLLIN) && nft_drain_events(node->nft) &&
-	    !s->table_check) {
-		uint64_t earliest = s->last_rebuild_check + MIN_REBUILD_GAP_MS;
-		s->table_check = earliest > now ? earliest : now;
-	}
+	if (node->nft && (fds[2].revents & POLLIN) && nft_drain_events(node->nft))
+		schedule_table_check(s, now);
 }
 
 static void on_timers(struct node *node, struct schedule *s, uint64_t now)
 {
 	if (node->nft && now >= s->heartbeat) {
-		heartbeat(node);
+		heartbeat(node, s, now);
 		s->heartbeat = now + NFT_LIVE_REFRESH_MS;
 	}
 	if (now >= s->reassert) {
