@@ -7,7 +7,8 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
-PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl
+PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
+            libmnl libnftnl
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -38,7 +39,8 @@ DEPS := gcc make pkg-config git \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev \
         clang libclang-rt-14-dev \
-        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils
+        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
+        nftables conntrack
 
 .PHONY: all deps run test unit integration sanitize fuzz bench clean
 

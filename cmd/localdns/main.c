@@ -3,14 +3,17 @@
  *
  *   localdns --config FILE         serve in the foreground
  *   localdns --check-config FILE   validate and exit 0, or 1 with FILE:LINE:COL
+ *   localdns cleanup --config FILE remove the nftables table and the link (uninstall)
  *   localdns --version | --help
  *
  * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
  * the answer sources); workers and the resolver thread never see a signal.
  * Start order: cache, cluster table, answer sources, resolver, Kubernetes
- * client, workers; stop order: the Kubernetes client (the table's writer),
- * the resolver (so nothing sends on a worker's socket any more), the
- * workers, then what they read.
+ * client, node integration (the addresses must exist before the workers
+ * bind them), workers; stop order: the Kubernetes client (the table's
+ * writer), the resolver (so nothing sends on a worker's socket any more),
+ * the workers, what they read, then the node integration (torn down only
+ * with nftables.teardown: left in place it fails open).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -25,6 +28,7 @@
 #include "config/config.h"
 #include "kube/kube.h"
 #include "log/log.h"
+#include "node/node.h"
 #include "query/query.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
@@ -32,6 +36,7 @@
 static const char usage_text[] =
 	"usage: localdns --config FILE\n"
 	"       localdns --check-config FILE\n"
+	"       localdns cleanup --config FILE\n"
 	"       localdns --version | --help\n"
 	"\n"
 	"A node-local DNS cache for Kubernetes.\n"
@@ -40,6 +45,8 @@ static const char usage_text[] =
 	"  -C, --check-config FILE  validate FILE; print FILE:LINE:COL on error, exit 1\n"
 	"  -V, --version            print the version and exit\n"
 	"  -h, --help               print this help and exit\n"
+	"  cleanup --config FILE    remove the nftables table and the link or addresses\n"
+	"                           FILE describes (uninstall), then exit\n"
 	"\n"
 	"See docs/configuration.md for every configuration key.\n";
 
@@ -83,24 +90,14 @@ static int check_config(const char *path)
 	return rc;
 }
 
-/* Say plainly which configured features this build does not act on yet. */
-static void warn_inactive_features(const struct config *cfg)
-{
-	if (cfg->interface.manage)
-		log_warn("interface.manage is set but link management is not in this build; "
-			 "listen addresses must already exist");
-	if (cfg->nftables.enabled)
-		log_warn("nftables.enabled is set but nftables capture is not in this build");
-}
-
 static void log_serving(const struct config *cfg, const struct server *s)
 {
 	char port[8], workers[16];
 
 	snprintf(port, sizeof port, "%u", cfg->listen.port);
 	snprintf(workers, sizeof workers, "%u", server_workers(s));
-	for (size_t i = 0; i < cfg->listen.n_addresses; i++)
-		log_info("listening", "address", cfg->listen.addresses[i].text, "port", port,
+	for (size_t i = 0; i < config_served_count(cfg); i++)
+		log_info("listening", "address", config_served_address(cfg, i)->text, "port", port,
 			 "protocols", "udp,tcp");
 	log_info("serving", "workers", workers, "config", cfg->files[0]);
 }
@@ -121,6 +118,19 @@ static void reload(const char *path, const struct cluster *cluster, struct cache
 		 "kubernetes changes need a restart)",
 		 "config", path);
 	config_free(cfg);
+}
+
+static void log_node_totals(struct node *node)
+{
+	struct node_stats ns;
+	char links[24], tables[24];
+
+	if (!node)
+		return;
+	node_stats(node, &ns);
+	snprintf(links, sizeof links, "%llu", (unsigned long long)ns.link_repairs);
+	snprintf(tables, sizeof tables, "%llu", (unsigned long long)ns.table_repairs);
+	log_info("node integration", "link_repairs", links, "table_repairs", tables);
 }
 
 static void log_totals(const struct server *s, const struct upstream *u,
@@ -233,12 +243,38 @@ static int wait_signal(const sigset_t *signals, const struct kube_client *kube,
 	}
 }
 
+static bool needs_node(const struct config *cfg)
+{
+	return cfg->interface.manage || cfg->nftables.enabled;
+}
+
+/* `localdns cleanup --config FILE`: what an uninstall runs on each node. */
+static int cleanup(const char *path)
+{
+	struct config *cfg;
+	char err[CONFIG_ERR_MAX];
+
+	if (config_load(path, &cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 1;
+	}
+	int rc = node_cleanup(cfg, err, sizeof err);
+	if (rc < 0)
+		fprintf(stderr, "localdns cleanup: %s\n", err);
+	else
+		printf("removed table inet %s%s\n", cfg->nftables.table,
+		       cfg->interface.manage ? " and our link or addresses" : "");
+	config_free(cfg);
+	return rc < 0 ? 1 : 0;
+}
+
 static int serve(const char *path)
 {
 	struct config *cfg;
 	struct cache *cache = NULL;
 	struct upstream *upstream = NULL;
 	struct server *server = NULL;
+	struct node *node = NULL;
 	struct query_sources *sources;
 	struct cluster *cluster = NULL;
 	struct kube_client *kube = NULL;
@@ -252,7 +288,6 @@ static int serve(const char *path)
 		return 1;
 	}
 	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
-	warn_inactive_features(cfg);
 	block_signals(&signals);
 	urcu_memb_register_thread();
 	cache = make_cache(cfg);
@@ -269,6 +304,8 @@ static int serve(const char *path)
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
 	if (!upstream || start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
 		goto fail;
+	if (needs_node(cfg) && !(node = node_start(cfg, err, sizeof err)))
+		goto fail;
 	server = server_start(cfg, upstream, err, sizeof err);
 	if (!server)
 		goto fail;
@@ -278,18 +315,21 @@ static int serve(const char *path)
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	log_totals(server, upstream, cache);
 	kube_stop(kube);
+	log_node_totals(node);
 	upstream_stop(upstream);
 	server_stop(server);
 	upstream_free(upstream);
 	query_sources_retire();
 	cluster_free(cluster);
 	cache_free(cache);
+	node_stop(node);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
 	return 0;
 fail:
 	log_error("cannot start", "error", err);
 	kube_stop(kube);
+	node_stop(node);
 	upstream_free(upstream);
 	query_sources_retire();
 	cluster_free(cluster);
@@ -310,7 +350,15 @@ int main(int argc, char **argv)
 		{NULL, 0, NULL, 0},
 	};
 	const char *config_path = NULL, *check_path = NULL;
+	bool cleaning = argc > 1 && strcmp(argv[1], "cleanup") == 0;
 	int opt;
+
+	if (cleaning) {
+		/* The subcommand takes the same options after it. */
+		argv[1] = argv[0];
+		argc--;
+		argv++;
+	}
 
 	while ((opt = getopt_long(argc, argv, "c:C:Vh", options, NULL)) != -1) {
 		switch (opt) {
@@ -331,10 +379,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc || (!config_path && !check_path)) {
+	if (optind < argc || (!config_path && !check_path) || (cleaning && !config_path)) {
 		fputs(usage_text, stderr);
 		return 2;
 	}
+	if (cleaning)
+		return cleanup(config_path);
 	if (check_path)
 		return check_config(check_path);
 	return serve(config_path);

@@ -134,6 +134,7 @@ struct loader {
 static int record_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int static_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int cache_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int top_check(struct loader *, const yaml_node_t *, const char *, void *);
 
 static const char *const interface_kinds[] = {"dummy", "loopback", NULL};
 static const char *const pods_modes[] = {"disabled", "insecure", "verified", NULL};
@@ -171,6 +172,9 @@ static const struct key nftables_keys[] = {
 	{"teardown", V_BOOL, CFG(nftables.teardown), .def = "false"},
 	{"reassert_interval", V_DURATION, CFG(nftables.reassert_interval_ms), .min = 1000,
 	 .def = "30s"},
+	{"fallback_endpoints", V_IP,
+	 CFG_LIST(nftables.fallback_endpoints, nftables.n_fallback_endpoints),
+	 .flags = F_NO_WILDCARD | F_UNIQUE},
 };
 
 static const struct key cluster_keys[] = {
@@ -298,7 +302,7 @@ static const struct key top_keys[] = {
 	SECTION("log", log_schema),           SECTION("control", control_schema),
 	SECTION("chaos", chaos_schema),
 };
-static const struct schema top_schema = SCHEMA(top_keys, NULL);
+static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
 /* ---- messages ---------------------------------------------------------- */
 
@@ -1024,6 +1028,33 @@ static int cache_check(struct loader *ld, const yaml_node_t *map, const char *pa
 		    cfg->cache.max_ttl, cfg->cache.min_ttl);
 }
 
+static bool ip_equal(const struct config_ip *a, const struct config_ip *b)
+{
+	return a->family == b->family && strcmp(a->text, b->text) == 0;
+}
+
+/*
+ * An intercepted ClusterIP is served as well as listen.addresses; the same
+ * address in both would be bound twice and put in two roles in nftables.
+ */
+static int top_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	const struct config *cfg = base;
+
+	(void)path;
+	for (size_t i = 0; i < cfg->nftables.n_intercept; i++)
+		for (size_t j = 0; j < cfg->listen.n_addresses; j++) {
+			if (!ip_equal(&cfg->nftables.intercept[i], &cfg->listen.addresses[j]))
+				continue;
+			const yaml_node_t *at = find_value(ld, map, "nftables");
+			return fail(ld, at ? at : map,
+				    "nftables.intercept: %s is also in listen.addresses "
+				    "(intercepted addresses are served without being listed there)",
+				    cfg->nftables.intercept[i].text);
+		}
+	return 0;
+}
+
 /*
  * A record's position and TTL default, and its data rules: at least one data
  * key, and a CNAME alone (RFC 1034 3.6.2: a name with a CNAME has no other data).
@@ -1365,4 +1396,16 @@ int config_load(const char *path, struct config **out, char *err, size_t errlen)
 	int rc = config_load_string(path, text, len, out, err, errlen);
 	free(text);
 	return rc;
+}
+
+size_t config_served_count(const struct config *cfg)
+{
+	return cfg->listen.n_addresses + cfg->nftables.n_intercept;
+}
+
+const struct config_ip *config_served_address(const struct config *cfg, size_t i)
+{
+	if (i < cfg->listen.n_addresses)
+		return &cfg->listen.addresses[i];
+	return &cfg->nftables.intercept[i - cfg->listen.n_addresses];
 }

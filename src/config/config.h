@@ -106,6 +106,9 @@ struct config {
 		struct config_ip *intercept; size_t n_intercept;
 		bool teardown;                 /* false */
 		uint64_t reassert_interval_ms; /* 30s */
+		/* Where the link-local addresses' DNS goes while localdns is down
+		 * and no Kubernetes data replaced these (port unchanged). */
+		struct config_ip *fallback_endpoints; size_t n_fallback_endpoints;
 	} nftables;
 
 	struct {
@@ -211,6 +214,14 @@ int config_value_hostport(const char *text, uint16_t default_port,
  * The root and wildcards ("*.example") are refused.
  */
 int config_value_name(char *name, const char **why);
+
+/*
+ * Every address localdns serves: listen.addresses, then nftables.intercept
+ * (a ClusterIP captured here is answered like a listen address). i < the
+ * count; the pointer lives as long as cfg.
+ */
+size_t config_served_count(const struct config *cfg);
+const struct config_ip *config_served_address(const struct config *cfg, size_t i);
 
 /* The socket address of ip at port (for bind and connect). */
 socklen_t config_ip_sockaddr(const struct config_ip *ip, uint16_t port,

@@ -128,7 +128,7 @@ static int alloc_connections(struct worker *w, uint32_t max_conns)
 static struct worker *new_worker(struct server *s, unsigned id, const struct config *cfg,
 				 char *err, size_t errlen)
 {
-	size_t n = cfg->listen.n_addresses;
+	size_t n = config_served_count(cfg);
 	struct worker *w = calloc(1, sizeof *w);
 
 	if (!w)
@@ -154,7 +154,7 @@ static struct worker *new_worker(struct server *s, unsigned id, const struct con
 		goto fail;
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct config_ip *ip = &cfg->listen.addresses[i];
+		const struct config_ip *ip = config_served_address(cfg, i);
 		w->udp_fds[i] = open_socket(ip, cfg->listen.port, SOCK_DGRAM, cfg, err, errlen);
 		if (w->udp_fds[i] < 0)
 			goto fail;

@@ -56,12 +56,12 @@ static bool is_loopback(const struct sockaddr_storage *ss)
 	return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ss)->sin6_addr);
 }
 
-/* A listen address of ours on our port: forwarding there would loop. */
+/* An address we serve, on our port: forwarding there would loop. */
 static bool is_own_address(const struct config *cfg, const struct sockaddr_storage *ss)
 {
-	for (size_t i = 0; i < cfg->listen.n_addresses; i++) {
+	for (size_t i = 0; i < config_served_count(cfg); i++) {
 		struct sockaddr_storage mine;
-		socklen_t len = config_ip_sockaddr(&cfg->listen.addresses[i],
+		socklen_t len = config_ip_sockaddr(config_served_address(cfg, i),
 						   cfg->listen.port, &mine);
 		if (mine.ss_family == ss->ss_family && memcmp(&mine, ss, len) == 0)
 			return true;

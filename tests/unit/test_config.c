@@ -470,6 +470,29 @@ static void test_error_wildcard_address(void **state)
 		     "localdns binds specific addresses");
 }
 
+static void test_intercept_and_fallback_endpoints(void **state)
+{
+	(void)state;
+	struct config *c = load_ok("listen: {addresses: [169.254.20.10, \"fd00::10\"]}\n"
+				   "nftables:\n  intercept: [10.96.0.10]\n"
+				   "  fallback_endpoints: [10.244.1.5, \"fd00::53\"]\n");
+	assert_int_equal(c->nftables.n_fallback_endpoints, 2);
+	assert_string_equal(c->nftables.fallback_endpoints[0].text, "10.244.1.5");
+	assert_int_equal(c->nftables.fallback_endpoints[1].family, AF_INET6);
+	/* Served: the listen addresses in order, then the intercepted ClusterIPs. */
+	assert_int_equal(config_served_count(c), 3);
+	assert_string_equal(config_served_address(c, 0)->text, "169.254.20.10");
+	assert_string_equal(config_served_address(c, 1)->text, "fd00::10");
+	assert_string_equal(config_served_address(c, 2)->text, "10.96.0.10");
+	config_free(c);
+
+	expect_error("listen: {addresses: [10.96.0.10]}\nnftables:\n  intercept: [10.96.0.10]\n",
+		     "t.yaml:3:3: nftables.intercept: 10.96.0.10 is also in listen.addresses "
+		     "(intercepted addresses are served without being listed there)");
+	expect_error("nftables:\n  fallback_endpoints: [10.0.0.1, 10.0.0.1]\n",
+		     "t.yaml:2:34: nftables.fallback_endpoints[1]: 10.0.0.1 is listed twice");
+}
+
 static void test_error_duration(void **state)
 {
 	(void)state;
@@ -995,6 +1018,7 @@ int main(void)
 						make_tmpdir, remove_tmpdir),
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
+		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_uint_bool_ip),

@@ -1,0 +1,72 @@
+/*
+ * nft — our nftables table (nftables.table, family inet), through libnftnl
+ * and libmnl. What the table holds and why: src/nft/plan.h.
+ *
+ * Owns: installing the table as one transaction (a batch that adds the
+ * table, deletes it and adds it again with everything in it, so an old
+ * table of ours is replaced with no moment without rules and a failure
+ * leaves the old state untouched); the heartbeat that keeps the output
+ * hook's notrack alive; checking the table against the plan; the fallback
+ * endpoints; removing the table; telling foreign changes to it apart from
+ * our own (event descriptor).
+ *
+ * Must never: touch another table, or flush the ruleset.
+ *
+ * Threads: every function taking a struct nft may be called from any
+ * thread; a mutex serialises them (one netlink socket, one plan).
+ */
+#ifndef LOCALDNS_NFT_NFT_H
+#define LOCALDNS_NFT_NFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config/config.h"
+
+struct nft;
+
+/*
+ * Open the netlink sockets for cfg (kept by reference) with the static
+ * fallback endpoints of nftables.fallback_endpoints; changes nothing.
+ */
+struct nft *nft_open(const struct config *cfg, char *err, size_t errlen);
+void nft_close(struct nft *n);
+
+/*
+ * Replace our table with the planned one in one transaction. On failure
+ * err has what the kernel refused and why ("nftables refused rule 2 of
+ * chain prerouting: Operation not supported"), and nothing changed.
+ */
+int nft_apply(struct nft *n, char *err, size_t errlen);
+
+/*
+ * Replace the cluster DNS endpoints that DNS to the link-local addresses
+ * goes to while localdns is down (DNAT, port unchanged; each family uses
+ * its own endpoints; none: no fallback for that family). The Kubernetes
+ * watch calls this with the ready kube-dns endpoints; ips is copied. The
+ * table is rebuilt in one transaction. 0, or -1 with err.
+ */
+int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
+			       char *err, size_t errlen);
+
+/* Renew the heartbeat elements (call every NFT_LIVE_REFRESH_MS). */
+int nft_heartbeat(struct nft *n, char *err, size_t errlen);
+
+/*
+ * Compare the kernel's table with the plan (table, sets, element counts,
+ * every rule carrying the current fingerprint). 1: as planned, 0: drifted
+ * (err says how), -1: could not ask (err).
+ */
+int nft_check(struct nft *n, char *err, size_t errlen);
+
+/* Delete our table if it exists (teardown, uninstall). */
+int nft_remove(struct nft *n, char *err, size_t errlen);
+
+/*
+ * A non-blocking descriptor readable on nftables changes; nft_drain_events
+ * reads what is pending and says whether anyone else touched our table.
+ */
+int nft_event_fd(const struct nft *n);
+bool nft_drain_events(struct nft *n);
+
+#endif

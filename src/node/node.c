@@ -1,0 +1,307 @@
+/*
+ * node/node.c — see node.h.
+ *
+ * The monitor thread sleeps in poll() on three descriptors (rtnetlink
+ * events, nftables events, a stop eventfd) with a timeout that wakes it for
+ * the next heartbeat or the next full check. Events only say "look": the
+ * repair re-reads the kernel's state (iface_repair, nft_check) and changes
+ * only what is missing, so our own changes coming back as events, or a
+ * second localdns during an upgrade, cause no churn. A rebuilt table is at
+ * most one per MIN_REBUILD_GAP_MS, so two instances with different configs
+ * cannot trade rebuilds in a tight loop.
+ */
+#include "node/node.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log/log.h"
+#include "netlink/iface.h"
+#include "nft/plan.h"
+
+#define MIN_REBUILD_GAP_MS 200
+
+struct node {
+	const struct config *cfg;
+	struct iface *iface;  /* NULL: interface.manage is off */
+	struct nft *nft;      /* NULL: nftables.enabled is off */
+	int stop_fd;
+	pthread_t thread;
+	bool running;
+	atomic_uint_fast64_t link_repairs;
+	atomic_uint_fast64_t table_repairs;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void repair_link(struct node *node)
+{
+	char err[CONFIG_ERR_MAX], count[24];
+	int put_back = iface_repair(node->iface, err, sizeof err);
+
+	if (put_back < 0) {
+		log_error("cannot put the link and addresses back", "error", err);
+		return;
+	}
+	if (put_back == 0)
+		return;
+	atomic_fetch_add(&node->link_repairs, (uint64_t)put_back);
+	snprintf(count, sizeof count, "%d", put_back);
+	log_warn("put back the link or addresses someone removed", "interface",
+		 node->cfg->interface.kind == CONFIG_IF_LOOPBACK ? "lo" : node->cfg->interface.name,
+		 "objects", count);
+}
+
+static void repair_table(struct node *node)
+{
+	char why[CONFIG_ERR_MAX], err[CONFIG_ERR_MAX];
+	int state = nft_check(node->nft, why, sizeof why);
+
+	if (state < 0) {
+		log_error("cannot check the nftables table", "error", why);
+		return;
+	}
+	if (state == 1)
+		return;
+	if (nft_apply(node->nft, err, sizeof err) < 0) {
+		log_error("cannot rebuild the nftables table", "table", node->cfg->nftables.table,
+			  "error", err);
+		return;
+	}
+	atomic_fetch_add(&node->table_repairs, 1);
+	log_warn("rebuilt the nftables table after a change by someone else", "table",
+		 node->cfg->nftables.table, "found", why);
+}
+
+
+/* Deadlines of the monitor loop, in now_ms() time. */
+struct schedule {
+	uint64_t heartbeat;
+	uint64_t reassert;
+	uint64_t table_check;    /* 0: none pending */
+	uint64_t last_rebuild_check;
+};
+
+static int poll_timeout(const struct node *node, const struct schedule *s, uint64_t now)
+{
+	uint64_t next = s->reassert;
+
+	if (node->nft && s->heartbeat < next)
+		next = s->heartbeat;
+	if (s->table_check && s->table_check < next)
+		next = s->table_check;
+	return next <= now ? 0 : (int)(next - now);
+}
+
+/* Check the table soon, but not sooner than MIN_REBUILD_GAP_MS after the last check. */
+static void schedule_table_check(struct schedule *s, uint64_t now)
+{
+	uint64_t earliest = s->last_rebuild_check + MIN_REBUILD_GAP_MS;
+
+	if (!s->table_check)
+		s->table_check = earliest > now ? earliest : now;
+}
+
+/* A failed renewal usually means the table was changed under us: check it. */
+static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
+{
+	char err[CONFIG_ERR_MAX];
+
+	if (nft_heartbeat(node->nft, err, sizeof err) < 0) {
+		log_warn("cannot renew the nftables heartbeat; checking the table", "error", err);
+		schedule_table_check(s, now);
+	}
+}
+
+static void on_events(struct node *node, struct pollfd *fds, struct schedule *s, uint64_t now)
+{
+	if (node->iface && (fds[1].revents & POLLIN) && iface_drain_events(node->iface))
+		repair_link(node);
+	if (node->nft && (fds[2].revents & POLLIN) && nft_drain_events(node->nft))
+		schedule_table_check(s, now);
+}
+
+static void on_timers(struct node *node, struct schedule *s, uint64_t now)
+{
+	if (node->nft && now >= s->heartbeat) {
+		heartbeat(node, s, now);
+		s->heartbeat = now + NFT_LIVE_REFRESH_MS;
+	}
+	if (now >= s->reassert) {
+		if (node->iface)
+			repair_link(node);
+		if (node->nft)
+			s->table_check = now;
+		s->reassert = now + node->cfg->nftables.reassert_interval_ms;
+	}
+	if (s->table_check && now >= s->table_check) {
+		repair_table(node);
+		s->table_check = 0;
+		s->last_rebuild_check = now;
+	}
+}
+
+static void *monitor(void *arg)
+{
+	struct node *node = arg;
+	uint64_t now = now_ms();
+	struct schedule s = {
+		.heartbeat = now,
+		.reassert = now + node->cfg->nftables.reassert_interval_ms,
+	};
+	struct pollfd fds[3] = {
+		{.fd = node->stop_fd, .events = POLLIN},
+		{.fd = node->iface ? iface_event_fd(node->iface) : -1, .events = POLLIN},
+		{.fd = node->nft ? nft_event_fd(node->nft) : -1, .events = POLLIN},
+	};
+
+	for (;;) {
+		int ready = poll(fds, 3, poll_timeout(node, &s, now));
+		if (ready < 0 && errno != EINTR) {
+			log_error("node monitor: poll failed; links and rules are no longer watched");
+			break;
+		}
+		if (fds[0].revents & POLLIN)
+			break;
+		now = now_ms();
+		if (ready > 0)
+			on_events(node, fds, &s, now);
+		on_timers(node, &s, now);
+	}
+	return NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------------ */
+
+static void free_node(struct node *node)
+{
+	iface_close(node->iface);
+	nft_close(node->nft);
+	if (node->stop_fd >= 0)
+		close(node->stop_fd);
+	free(node);
+}
+
+static int apply_interface(struct node *node, char *err, size_t errlen)
+{
+	if (!node->cfg->interface.manage)
+		return 0;
+	if (!(node->iface = iface_open(node->cfg, err, errlen)))
+		return -1;
+	return iface_apply(node->iface, err, errlen);
+}
+
+static int apply_table(struct node *node, char *err, size_t errlen)
+{
+	if (!node->cfg->nftables.enabled)
+		return 0;
+	if (!(node->nft = nft_open(node->cfg, err, errlen)))
+		return -1;
+	return nft_apply(node->nft, err, errlen);
+}
+
+struct node *node_start(const struct config *cfg, char *err, size_t errlen)
+{
+	struct node *node = calloc(1, sizeof *node);
+
+	if (!node) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	node->cfg = cfg;
+	node->stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (node->stop_fd < 0) {
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+		free_node(node);
+		return NULL;
+	}
+	if (apply_interface(node, err, errlen) < 0)
+		goto fail;
+	if (apply_table(node, err, errlen) < 0) {
+		if (node->iface)
+			iface_rollback(node->iface);
+		goto fail;
+	}
+	if (node->iface || node->nft) {
+		int rc = pthread_create(&node->thread, NULL, monitor, node);
+		if (rc != 0) {
+			snprintf(err, errlen, "cannot start the node monitor: %s", strerror(rc));
+			goto fail;
+		}
+		node->running = true;
+	}
+	return node;
+fail:
+	free_node(node);
+	return NULL;
+}
+
+static void teardown(struct node *node)
+{
+	char err[CONFIG_ERR_MAX];
+
+	if (node->nft && nft_remove(node->nft, err, sizeof err) < 0)
+		log_error("teardown: cannot remove the nftables table", "error", err);
+	else if (node->nft)
+		log_info("teardown: removed the nftables table", "table", node->cfg->nftables.table);
+	if (node->iface && iface_remove(node->iface, err, sizeof err) < 0)
+		log_error("teardown: cannot remove the link or addresses", "error", err);
+	else if (node->iface)
+		log_info("teardown: removed the link or our addresses on lo");
+}
+
+void node_stop(struct node *node)
+{
+	uint64_t one = 1;
+
+	if (!node)
+		return;
+	if (node->running) {
+		ssize_t ignored = write(node->stop_fd, &one, sizeof one);
+		(void)ignored;
+		pthread_join(node->thread, NULL);
+	}
+	if (node->cfg->nftables.teardown)
+		teardown(node);
+	free_node(node);
+}
+
+struct nft *node_nft(struct node *node)
+{
+	return node ? node->nft : NULL;
+}
+
+void node_stats(struct node *node, struct node_stats *out)
+{
+	out->link_repairs = node ? atomic_load(&node->link_repairs) : 0;
+	out->table_repairs = node ? atomic_load(&node->table_repairs) : 0;
+}
+
+int node_cleanup(const struct config *cfg, char *err, size_t errlen)
+{
+	struct nft *nft = nft_open(cfg, err, errlen);
+	int rc = nft ? nft_remove(nft, err, errlen) : -1;
+
+	nft_close(nft);
+	/* Without interface.manage the addresses are the operator's, not ours. */
+	if (rc < 0 || !cfg->interface.manage)
+		return rc;
+	struct iface *ifc = iface_open(cfg, err, errlen);
+	rc = ifc ? iface_remove(ifc, err, errlen) : -1;
+	iface_close(ifc);
+	return rc;
+}

@@ -1,0 +1,60 @@
+/*
+ * node — localdns on a Kubernetes node: the link and addresses
+ * (netlink/iface) and the nftables table (nft/), set up before the server
+ * binds and kept in place by a monitor thread.
+ *
+ * Owns: the start-up order (addresses, then the table; a table the kernel
+ * refuses removes the addresses this start added, so nothing is left half
+ * applied), the monitor thread (netlink and nftables events, the heartbeat
+ * every NFT_LIVE_REFRESH_MS, the full check every nftables.reassert_interval),
+ * the repair counters, and what stays or goes at exit and on uninstall.
+ *
+ * Must never: serve queries, or touch links, addresses or tables other than
+ * the configured ones.
+ *
+ * Threads: node_start, node_stop and node_cleanup on the main thread;
+ * node_nft's result may be used from any thread (see nft.h).
+ */
+#ifndef LOCALDNS_NODE_NODE_H
+#define LOCALDNS_NODE_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "nft/nft.h"
+
+struct node;
+
+struct node_stats {
+	uint64_t link_repairs;  /* the link or an address put back */
+	uint64_t table_repairs; /* the nftables table rebuilt after a change */
+};
+
+/*
+ * Apply interface.* and nftables.* (each only when enabled) and start the
+ * monitor thread. cfg must outlive the node. NULL with err on failure, and
+ * then nothing this call added remains.
+ */
+struct node *node_start(const struct config *cfg, char *err, size_t errlen);
+
+/*
+ * Stop the monitor; with nftables.teardown remove the table and the
+ * link/addresses, else leave them (they fail open without us). NULL is fine.
+ */
+void node_stop(struct node *node);
+
+/* The table, for nft_set_fallback_endpoints; NULL when nftables is off. */
+struct nft *node_nft(struct node *node);
+
+void node_stats(struct node *node, struct node_stats *out);
+
+/*
+ * `localdns cleanup`: remove the table and, with interface.manage, the link
+ * (or our addresses on lo) that cfg describes, whatever their state.
+ * 0, or -1 with err.
+ */
+int node_cleanup(const struct config *cfg, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,345 @@
+"""Node integration: the addresses (netlink), the nftables table, the
+crash-safe fallback, drift repair, teardown and cleanup.
+
+Every test builds its own three network namespaces (class Node) and sends
+traffic only inside them:
+
+    pod  10.200.1.2 --veth-- 10.200.1.1  node  10.200.2.1 --veth-- 10.200.2.2  coredns
+                                  |
+        localdns on lo: 169.254.20.10 (listen), 10.96.0.10 (intercept)
+        "kube-proxy": nft DNAT 10.96.0.10:53 -> 10.200.2.2:53 (table ip kubeproxy)
+
+The stand-in CoreDNS answers A 192.0.2.99 to every question; localdns
+answers db.prod.svc.cluster.local A 10.0.0.5 from its static records, so
+each answer says who gave it. This kernel has no dummy link type, so the
+daemon runs with interface.kind: loopback through the same netlink code.
+"""
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import harness
+
+NAME = "db.prod.svc.cluster.local"
+LOCAL_ANSWER = ["10.0.0.5"]
+STANDIN_ANSWER = ["192.0.2.99"]
+LINK = "169.254.20.10"
+CLUSTER_IP = "10.96.0.10"
+COREDNS = "10.200.2.2"
+
+_ids = itertools.count()
+
+# The stand-in CoreDNS: UDP and TCP on port 53, A 192.0.2.99 for anything.
+STANDIN = r'''
+import socket, struct, sys, threading
+addr = sys.argv[1]
+def answer(q):
+    end = 12
+    while q[end]:
+        end += q[end] + 1
+    end += 5
+    head = q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0)
+    rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + bytes([192, 0, 2, 99])
+    return head + q[12:end] + rr
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((addr, 53))
+    while True:
+        q, peer = s.recvfrom(4096)
+        s.sendto(answer(q), peer)
+def tcp_client(c):
+    with c:
+        n = struct.unpack("!H", c.recv(2))[0]
+        q = b""
+        while len(q) < n:
+            q += c.recv(n - len(q))
+        a = answer(q)
+        c.sendall(struct.pack("!H", len(a)) + a)
+t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind((addr, 53))
+t.listen(16)
+threading.Thread(target=udp, daemon=True).start()
+print("ready", flush=True)
+while True:
+    threading.Thread(target=tcp_client, args=(t.accept()[0],), daemon=True).start()
+'''
+
+# Another program's table named like ours, created with the owner flag
+# (NFT_TABLE_F_OWNER): the kernel refuses everyone else's changes to it
+# while this process holds its netlink socket.
+OWNED_TABLE = r'''
+import socket, struct, sys
+def attr(t, data):
+    a = struct.pack("=HH", 4 + len(data), t) + data
+    return a + b"\0" * (-len(a) % 4)
+def msg(mtype, flags, seq, payload):
+    return struct.pack("=IHHII", 16 + len(payload), mtype, flags, seq, 0) + payload
+REQ, ACK, CREATE = 1, 4, 0x400
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+s.bind((0, 0))
+gen = lambda fam, res: struct.pack("=BBH", fam, 0, socket.htons(res))
+body = gen(1, 0) + attr(1, sys.argv[1].encode() + b"\0") + attr(2, struct.pack("!I", 2))
+s.send(msg(0x10, REQ, 1, gen(0, 10)) + msg(10 << 8, REQ | ACK | CREATE, 2, body)
+       + msg(0x11, REQ, 3, gen(0, 10)))
+err = struct.unpack("=i", s.recv(65536)[16:20])[0]
+print("ready" if err == 0 else "error %d" % err, flush=True)
+sys.stdin.read()
+'''
+
+
+class Node:
+    """The three namespaces, the stand-in CoreDNS and the kube-proxy DNAT."""
+
+    def __init__(self, env):
+        self.env = env
+        n = "%d-%d" % (os.getpid(), next(_ids))
+        self.node, self.pod, self.coredns = ("ldns-%s-%s" % (r, n)
+                                             for r in ("node", "pod", "cdns"))
+        for ns in (self.node, self.pod, self.coredns):
+            p = self.run(None, "ip", "netns", "add", ns, check=False)
+            if p.returncode != 0:
+                raise harness.Skip("cannot create a network namespace: "
+                                   + p.stderr.strip())
+            harness.track_netns(ns)
+            self.ip(ns, "link", "set", "lo", "up")
+        self.wire(self.pod, "10.200.1.2", "10.200.1.1")
+        self.wire(self.coredns, COREDNS, "10.200.2.1")
+        self.run(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        self.nft(self.node, """
+            table ip kubeproxy {
+              chain pre { type nat hook prerouting priority dstnat; policy accept;
+                ip daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
+              }
+              chain out { type nat hook output priority -100; policy accept;
+                ip daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
+              }
+            }""" % {"ip": CLUSTER_IP, "to": COREDNS})
+        self.standin = self.helper(self.coredns, STANDIN, COREDNS)
+
+    # -- plumbing
+    def run(self, ns, *argv, check=True, stdin=None):
+        p = subprocess.run(harness.netns_argv(ns, argv), capture_output=True,
+                           text=True, timeout=10, input=stdin)
+        if check and p.returncode != 0:
+            raise AssertionError("%s: %s" % (" ".join(argv), p.stderr.strip()))
+        return p
+
+    def ip(self, ns, *args):
+        return self.run(None, "ip", "-n", ns, *args)
+
+    def nft(self, ns, script):
+        return self.run(ns, "nft", "-f", "-", stdin=script)
+
+    def wire(self, ns, addr, gateway):
+        """A veth pair from the node to ns, ns routing everything via it."""
+        inside, outside = "eth0", "v" + ns.split("-")[1] + ns.split("-")[-1]
+        self.ip(self.node, "link", "add", outside[:15], "type", "veth", "peer",
+                "name", inside, "netns", ns)
+        self.ip(self.node, "addr", "add", gateway + "/24", "dev", outside[:15])
+        self.ip(self.node, "link", "set", outside[:15], "up")
+        self.ip(ns, "addr", "add", addr + "/24", "dev", inside)
+        self.ip(ns, "link", "set", inside, "up")
+        self.ip(ns, "route", "add", "default", "via", gateway)
+
+    def helper(self, ns, script, *args):
+        """A Python helper in ns that prints "ready" once set up."""
+        p = harness.track_process(subprocess.Popen(
+            harness.netns_argv(ns, [sys.executable, "-c", script] + list(args)),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+        line = p.stdout.readline().strip()
+        assert line == "ready", "helper in %s: %r %s" % (ns, line, p.stderr.read()
+                                                          if p.poll() is not None else "")
+        return p
+
+    # -- localdns
+    def config(self, **nftables):
+        cfg = self.env.config(port=53, addresses=(LINK,), listen={"workers": 1})
+        cfg["interface"] = {"manage": True, "kind": "loopback"}
+        cfg["nftables"] = dict({"enabled": True, "table": "localdns",
+                                "intercept": [CLUSTER_IP],
+                                "reassert_interval": "2s"}, **nftables)
+        return cfg
+
+    def start(self, config=None, wait=True, **nftables):
+        return self.env.start(config=config or self.config(**nftables),
+                              netns=self.node, wait=wait)
+
+    # -- observations
+    def ask(self, server, *opts, ns=None):
+        """The A records for NAME asked from the pod (or ns) to server."""
+        r = harness.dig(server, 53, NAME, "A", *opts, timeout=1,
+                        netns=ns or self.pod)
+        return r.rdatas("A") if r.status else None
+
+    def until(self, what, want, seconds):
+        """Poll what() until it returns want; the seconds it took."""
+        t0 = time.monotonic()
+        got = None
+        while time.monotonic() - t0 < seconds:
+            got = what()
+            if got == want:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise AssertionError("after %.1fs still %r, wanted %r" % (seconds, got, want))
+
+    def tables(self):
+        out = self.run(self.node, "nft", "list", "tables").stdout
+        return sorted(l.strip() for l in out.splitlines() if l.strip())
+
+    def lo_addresses(self):
+        out = self.ip(self.node, "-4", "-o", "addr", "show", "dev", "lo").stdout
+        return sorted(l.split()[3] for l in out.splitlines())
+
+    def conntrack(self, address):
+        p = self.run(self.node, "conntrack", "-L", "-d", address, check=False)
+        return [l for l in p.stdout.splitlines() if "dport=53" in l]
+
+    def flush_conntrack(self):
+        self.run(self.node, "conntrack", "-F", check=False)
+
+
+OURS = ["10.96.0.10/32", "127.0.0.1/8", "169.254.20.10/32"]
+BARE = ["127.0.0.1/8"]
+
+
+def test_node_answers_both_addresses_without_conntrack(env):
+    n = Node(env)
+    d = n.start()
+    assert n.lo_addresses() == OURS, n.lo_addresses()
+    n.flush_conntrack()
+    for server in (LINK, CLUSTER_IP):
+        for transport in ("+notcp", "+tcp"):
+            got = n.ask(server, transport)
+            assert got == LOCAL_ANSWER, "%s %s: %r\n%s" % (server, transport, got,
+                                                           d.tail())
+    for server in (LINK, CLUSTER_IP):
+        assert n.conntrack(server) == [], n.conntrack(server)
+    # A host-network client on the node (output hook) is served locally too.
+    assert n.ask(CLUSTER_IP, ns=n.node) == LOCAL_ANSWER
+    assert n.conntrack(CLUSTER_IP) == [], n.conntrack(CLUSTER_IP)
+
+
+def test_node_kill9_fails_open_and_restart_takes_over(env):
+    n = Node(env)
+    d = n.start(fallback_endpoints=[COREDNS])
+    assert n.ask(CLUSTER_IP) == LOCAL_ANSWER
+    d.proc.kill()
+    d.proc.wait(2)
+    # Pods: the socket check fails at once, kube-proxy / our map take over.
+    took = n.until(lambda: n.ask(CLUSTER_IP), STANDIN_ANSWER, 1.0)
+    assert n.ask(CLUSTER_IP, "+tcp") == STANDIN_ANSWER
+    assert n.ask(LINK) == STANDIN_ANSWER and n.ask(LINK, "+tcp") == STANDIN_ANSWER
+    # The fallback goes through conntrack, as it must for DNAT: the check
+    # above that finds no entries is not vacuous.
+    assert n.conntrack(CLUSTER_IP), "fallback traffic was not tracked"
+    # Host-network clients: the heartbeat elements expire within 1 s.
+    n.until(lambda: n.ask(CLUSTER_IP, ns=n.node), STANDIN_ANSWER, 2.0)
+    assert took < 1.0
+    # A restart over the leftovers needs no cleanup.
+    n.start(fallback_endpoints=[COREDNS])
+    for server in (LINK, CLUSTER_IP):
+        assert n.ask(server) == LOCAL_ANSWER and n.ask(server, "+tcp") == LOCAL_ANSWER
+    assert n.ask(CLUSTER_IP, ns=n.node) == LOCAL_ANSWER
+
+
+test_node_kill9_fails_open_and_restart_takes_over.timeout = 30
+
+
+def test_node_link_local_without_endpoints_is_not_redirected(env):
+    n = Node(env)
+    d = n.start()
+    d.proc.kill()
+    d.proc.wait(2)
+    n.until(lambda: n.ask(CLUSTER_IP), STANDIN_ANSWER, 1.0)
+    # No endpoints known: nothing to send it to, so no answer (refused port).
+    assert n.ask(LINK) is None
+
+
+def test_node_repairs_table_and_addresses_within_a_second(env):
+    n = Node(env)
+    d = n.start()
+    n.run(n.node, "nft", "delete", "table", "inet", "localdns")
+    n.until(lambda: "table inet localdns" in n.tables(), True, 1.0)
+    n.ip(n.node, "addr", "del", CLUSTER_IP + "/32", "dev", "lo")
+    n.until(n.lo_addresses, OURS, 1.0)
+    n.run(n.node, "nft", "add", "rule", "inet", "localdns", "prerouting", "accept")
+    n.until(lambda: any(l.strip() == "accept" for l in n.run(
+        n.node, "nft", "list", "chain", "inet", "localdns", "prerouting").stdout.splitlines()),
+        False, 1.0)
+    n.run(n.node, "nft", "delete", "element", "inet", "localdns", "local4",
+          "{ %s }" % CLUSTER_IP)
+    n.until(lambda: CLUSTER_IP in n.run(n.node, "nft", "list", "set", "inet", "localdns",
+                                        "local4").stdout, True, 1.0)
+    assert n.ask(CLUSTER_IP) == LOCAL_ANSWER
+    assert n.conntrack(CLUSTER_IP) == []
+    rc, _ = d.stop()
+    assert rc == 0
+    log = d.stderr()
+    assert "table inet localdns is missing" in log and "link_repairs=1" in log, log
+
+
+def test_node_sigterm_teardown_and_cleanup_leave_nothing(env):
+    n = Node(env)
+    d = n.start(teardown=True)
+    assert "table inet localdns" in n.tables()
+    rc, _ = d.stop()
+    assert rc == 0, d.tail()
+    assert n.tables() == ["table ip kubeproxy"], n.tables()
+    assert n.lo_addresses() == BARE, n.lo_addresses()
+    # Without teardown everything stays (it fails open); cleanup removes it.
+    d = n.start()
+    assert d.stop()[0] == 0
+    assert "table inet localdns" in n.tables() and n.lo_addresses() == OURS
+    p = n.run(n.node, env.binary, "cleanup", "--config", d.config_path, check=False)
+    assert p.returncode == 0, p.stderr
+    assert n.tables() == ["table ip kubeproxy"], n.tables()
+    assert n.lo_addresses() == BARE, n.lo_addresses()
+    # Cleanup on a clean node is fine too.
+    p = n.run(n.node, env.binary, "cleanup", "--config", d.config_path, check=False)
+    assert p.returncode == 0, p.stderr
+
+
+def test_node_refused_table_exits_with_the_kernels_error_and_no_leftovers(env):
+    n = Node(env)
+    owner = n.helper(n.node, OWNED_TABLE, "localdns")
+    before = n.run(n.node, "nft", "list", "ruleset").stdout
+    d = n.start(wait=False)
+    try:
+        d.proc.wait(5)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("localdns kept running: " + d.tail())
+    assert d.proc.returncode == 1, d.tail()
+    assert ("nftables refused table inet localdns: Operation not permitted"
+            in d.stderr()), d.tail()
+    assert n.run(n.node, "nft", "list", "ruleset").stdout == before
+    assert n.lo_addresses() == BARE, n.lo_addresses()
+    owner.stdin.close()
+    owner.wait(5)
+    harness.untrack_process(owner)
+
+
+def test_node_dummy_link_or_a_clear_way_out(env):
+    n = Node(env)
+    cfg = n.config(teardown=True)
+    cfg["interface"] = {"manage": True, "kind": "dummy", "name": "localdns"}
+    d = n.start(config=cfg, wait=False)
+    try:
+        d.wait_ready()
+    except harness.DaemonError:
+        # This kernel has no dummy link type: the error names the way out.
+        d.proc.wait(5)
+        assert d.proc.returncode == 1
+        assert "set interface.kind: loopback" in d.stderr(), d.tail()
+        assert n.tables() == ["table ip kubeproxy"], n.tables()
+        return
+    link = n.ip(n.node, "-d", "link", "show", "localdns").stdout
+    assert "dummy" in link and "UP" in link, link
+    assert n.ask(CLUSTER_IP) == LOCAL_ANSWER
+    assert d.stop()[0] == 0
+    assert n.run(n.node, "ip", "link", "show", "localdns", check=False).returncode != 0
