@@ -572,6 +572,8 @@ static void pod_ref(struct cluster *c, const uint8_t *owner, size_t len, int del
 
 /* ---- the public writer calls ------------------------------------------------ */
 
+static void free_service(struct cluster_service *s);
+
 static struct cluster_service *service_entry(struct cluster *c, const char *key)
 {
 	struct cluster_service *s = lookup_entry(c->services, key);
@@ -583,12 +585,8 @@ static struct cluster_service *service_entry(struct cluster *c, const char *key)
 	s = calloc(1, sizeof *s);
 	if (!s || !(s->key = strdup(key)) || !(s->ns = strndup(key, (size_t)(slash - key))) ||
 	    !(s->name = strdup(slash + 1)) || lh_table_insert(c->services, s->key, s) < 0) {
-		if (s) {
-			free(s->key);
-			free(s->ns);
-			free(s->name);
-		}
-		free(s);
+		if (s)
+			free_service(s);
 		log_error("service %s: out of memory", key);
 		return NULL;
 	}
@@ -606,12 +604,8 @@ static void clear_service_spec(struct cluster_service *s)
 	s->n_ips = s->n_ports = 0;
 }
 
-/* A Service with neither its object nor a slice left is forgotten. */
-static void forget_service_if_unused(struct cluster *c, struct cluster_service *s)
+static void free_service(struct cluster_service *s)
 {
-	if (s->seen || s->slices || s->names_len || s->ptrs_len || s->pods_len)
-		return;
-	lh_table_delete(c->services, s->key);
 	clear_service_spec(s);
 	free(s->names);
 	free(s->ptrs);
@@ -620,6 +614,15 @@ static void forget_service_if_unused(struct cluster *c, struct cluster_service *
 	free(s->ns);
 	free(s->name);
 	free(s);
+}
+
+/* A Service with neither its object nor a slice left is forgotten. */
+static void forget_service_if_unused(struct cluster *c, struct cluster_service *s)
+{
+	if (s->seen || s->slices || s->names_len || s->ptrs_len || s->pods_len)
+		return;
+	lh_table_delete(c->services, s->key);
+	free_service(s);
 }
 
 static void parse_service_spec(struct cluster_service *s, struct json_object *spec)
@@ -929,6 +932,13 @@ static void set_pod(struct cluster *c, struct cluster_pod *p, const char *ns,
 	free(names.v);
 }
 
+static void free_pod(struct cluster_pod *p)
+{
+	free(p->names);
+	free(p->key);
+	free(p);
+}
+
 void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
 {
 	char key[512];
@@ -942,8 +952,7 @@ void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
 		p = calloc(1, sizeof *p);
 		if (!p || !(p->key = strdup(key)) || lh_table_insert(c->local_pods, p->key, p) < 0) {
 			if (p)
-				free(p->key);
-			free(p);
+				free_pod(p);
 			log_error("pod %s: out of memory", key);
 			return;
 		}
@@ -964,9 +973,7 @@ void cluster_pod_remove(struct cluster *c, const char *ns, const char *name)
 	set_pod(c, p, ns, NULL, 0);
 	lh_table_delete(c->local_pods, p->key);
 	atomic_fetch_sub(&c->n_pods, 1);
-	free(p->names);
-	free(p->key);
-	free(p);
+	free_pod(p);
 }
 
 /* ---- the table's life ------------------------------------------------------- */
@@ -1069,17 +1076,8 @@ static void free_services(struct lh_table *t)
 {
 	struct lh_entry *e, *tmp;
 
-	lh_foreach_safe(t, e, tmp) {
-		struct cluster_service *s = (struct cluster_service *)lh_entry_v(e);
-		clear_service_spec(s);
-		free(s->names);
-		free(s->ptrs);
-		free(s->pods);
-		free(s->key);
-		free(s->ns);
-		free(s->name);
-		free(s);
-	}
+	lh_foreach_safe(t, e, tmp)
+		free_service((struct cluster_service *)lh_entry_v(e));
 	lh_table_free(t);
 }
 
@@ -1096,20 +1094,22 @@ static void free_slices(struct cluster *c, struct lh_table *t)
 	lh_table_free(t);
 }
 
-static void free_keyed(struct lh_table *t, bool pods)
+static void free_pods(struct lh_table *t)
 {
 	struct lh_entry *e, *tmp;
 
-	lh_foreach_safe(t, e, tmp) {
-		if (pods) {
-			struct cluster_pod *p = (struct cluster_pod *)lh_entry_v(e);
-			free(p->names);
-			free(p->key);
-			free(p);
-		} else {
-			free((void *)lh_entry_k(e));
-		}
-	}
+	lh_foreach_safe(t, e, tmp)
+		free_pod((struct cluster_pod *)lh_entry_v(e));
+	lh_table_free(t);
+}
+
+/* Tables whose only allocation per entry is the key string. */
+static void free_keys(struct lh_table *t)
+{
+	struct lh_entry *e, *tmp;
+
+	lh_foreach_safe(t, e, tmp)
+		free((void *)lh_entry_k(e));
 	lh_table_free(t);
 }
 
@@ -1140,10 +1140,10 @@ void cluster_free(struct cluster *c)
 	if (c->slices)
 		free_slices(c, c->slices);
 	if (c->namespaces)
-		free_keyed(c->namespaces, false);
+		free_keys(c->namespaces);
 	if (c->local_pods)
-		free_keyed(c->local_pods, true);
+		free_pods(c->local_pods);
 	if (c->pod_refs)
-		free_keyed(c->pod_refs, false);
+		free_keys(c->pod_refs);
 	free(c);
 }
