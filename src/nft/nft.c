@@ -553,7 +553,28 @@ int nft_apply(struct nft *n, char *err, size_t errlen)
 	return rc;
 }
 
-int nft_heartbeat(struct nft *n, char *err, size_t errlen)
+/* Re-adding an element does not renew its timeout; replacing it does. */
+static void fill_heartbeat(struct nft *n, struct batch *bt)
+{
+	for (size_t i = 0; i < n->plan.n_sets; i++) {
+		const struct nft_set_plan *sp = &n->plan.sets[i];
+		if (sp->role != NFT_SET_LIVE)
+			continue;
+		flush_set(n, bt, sp);
+		put_set(n, bt, sp, false);
+	}
+}
+
+/* Adding first makes the delete succeed whether or not it existed. */
+static void fill_removal(struct nft *n, struct batch *bt)
+{
+	put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE);
+	put_table(n, bt, NFT_MSG_DELTABLE, 0);
+}
+
+/* One small transaction under the lock: build it with fill, send it. */
+static int send_batch(struct nft *n, void (*fill)(struct nft *, struct batch *),
+		      char *err, size_t errlen)
 {
 	pthread_mutex_lock(&n->lock);
 	struct batch *bt = batch_new(n);
@@ -562,14 +583,7 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 	if (!bt) {
 		snprintf(err, errlen, "nftables: out of memory");
 	} else {
-		/* Re-adding an element does not renew its timeout; replacing it does. */
-		for (size_t i = 0; i < n->plan.n_sets; i++) {
-			const struct nft_set_plan *sp = &n->plan.sets[i];
-			if (sp->role != NFT_SET_LIVE)
-				continue;
-			flush_set(n, bt, sp);
-			put_set(n, bt, sp, false);
-		}
+		fill(n, bt);
 		rc = batch_send(n, bt, err, errlen);
 	}
 	batch_free(bt);
@@ -577,23 +591,14 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 	return rc;
 }
 
+int nft_heartbeat(struct nft *n, char *err, size_t errlen)
+{
+	return send_batch(n, fill_heartbeat, err, errlen);
+}
+
 int nft_remove(struct nft *n, char *err, size_t errlen)
 {
-	pthread_mutex_lock(&n->lock);
-	struct batch *bt = batch_new(n);
-	int rc = -1;
-
-	if (!bt) {
-		snprintf(err, errlen, "nftables: out of memory");
-	} else {
-		/* Adding first makes the delete succeed whether or not it existed. */
-		put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE);
-		put_table(n, bt, NFT_MSG_DELTABLE, 0);
-		rc = batch_send(n, bt, err, errlen);
-	}
-	batch_free(bt);
-	pthread_mutex_unlock(&n->lock);
-	return rc;
+	return send_batch(n, fill_removal, err, errlen);
 }
 
 static int copy_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips)
