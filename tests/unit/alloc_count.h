@@ -7,8 +7,8 @@
  *   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=pthread_mutex_lock
  * (a target-specific LDFLAGS line in the Makefile). The __real_ symbols are
  * weak, so the binary still links without that line; the wrappers then lie
- * idle, and a test should check that the counter counts at all before it
- * trusts a zero.
+ * idle, and a test should check alloc_counting_works() before it trusts a
+ * zero.
  */
 #ifndef LOCALDNS_TEST_ALLOC_COUNT_H
 #define LOCALDNS_TEST_ALLOC_COUNT_H
@@ -56,6 +56,24 @@ int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 {
 	forbidden_calls += counting;
 	return __real_pthread_mutex_lock(m);
+}
+
+static void *volatile alloc_probe;
+
+/* Whether this binary is linked with the wrappers: our own malloc call tells.
+ * Leaves forbidden_calls at 0. */
+static bool alloc_counting_works(void)
+{
+	bool works;
+
+	forbidden_calls = 0;
+	counting = true;
+	alloc_probe = malloc(16);
+	counting = false;
+	free(alloc_probe);
+	works = forbidden_calls > 0;
+	forbidden_calls = 0;
+	return works;
 }
 
 #endif

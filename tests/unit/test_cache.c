@@ -1079,18 +1079,10 @@ static void test_concurrent_readers_and_writer(void **state)
 
 /* ---- the hot-path promise ----------------------------------------------- */
 
-static void *volatile wrap_probe;
-
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 {
 	(void)state;
-	/* Is this binary linked with --wrap? Our own malloc call tells. */
-	forbidden_calls = 0;
-	counting = true;
-	wrap_probe = malloc(16);
-	counting = false;
-	free(wrap_probe);
-	if (forbidden_calls == 0) {
+	if (!alloc_counting_works()) {
 		print_message("not linked with -Wl,--wrap=malloc,...: see the top "
 			      "of tests/unit/test_cache.c\n");
 		skip();

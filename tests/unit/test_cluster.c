@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <urcu/urcu-memb.h>
 
+#include "alloc_count.h"
 #include "cluster/cluster.h"
 #include "config/config.h"
 #include "reply.h"
@@ -514,6 +515,53 @@ static void test_objects_without_names_are_ignored(void **state)
 	assert_int_equal(after.services, before.services);
 }
 
+/* The hot-path promise: answering from the table allocates nothing and locks nothing. */
+static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
+{
+	static const struct {
+		const char *name;
+		uint16_t type;
+	} cases[] = {
+		{"db.prod.svc.cluster.local", DNS_T_A},
+		{"_mysql._tcp.db.prod.svc.cluster.local", DNS_T_SRV},
+		{"web.prod.svc.cluster.local", DNS_T_A},
+		{"5.0.96.10.in-addr.arpa", DNS_T_PTR},
+		{"10-1-0-9.prod.pod.cluster.local", DNS_T_A},
+		{"nope.prod.svc.cluster.local.prod.svc.cluster.local", DNS_T_A},
+		{"db.prod.svc.cluster.local", DNS_T_TXT},
+		{"example.org", DNS_T_A},
+	};
+	struct reply r;
+
+	if (!alloc_counting_works()) {
+		print_message("not linked with -Wl,--wrap=malloc,...: see the Makefile\n");
+		skip();
+	}
+	urcu_memb_barrier(); /* the setup's deferred frees run now, not while counting */
+	for (int round = 0; round < 100; round++) {
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			struct dns_query q;
+			struct dns_writer w;
+			struct cluster_chase chase;
+			make_query(&q, cases[i].name, cases[i].type);
+			counting = true;
+			dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
+			urcu_memb_read_lock();
+			cluster_answer(*state, &q, &w, &chase);
+			urcu_memb_read_unlock();
+			r.len = dns_response_finish(&w, 1232);
+			counting = false;
+		}
+	}
+	assert_int_equal(forbidden_calls, 0);
+
+	/* and the wrap reaches library code: an update allocates */
+	counting = true;
+	add_namespace(*state, "another");
+	counting = false;
+	assert_true(forbidden_calls > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -536,6 +584,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_slices_before_their_service_count_once_it_arrives, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nothing_is_answered_before_the_first_sync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_objects_without_names_are_ignored, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
