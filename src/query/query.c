@@ -133,25 +133,31 @@ static void answer_chaos(const struct dns_query *q, const struct query_sources *
 	dns_response_add_rr(w, DNS_SEC_ANSWER, NULL, DNS_T_TXT, DNS_C_CH, 0, rdata, len);
 }
 
+const char *query_source_name(enum query_source source)
+{
+	static const char *const names[QUERY_SOURCE_COUNT] = {
+		"none", "static", "cluster", "cache", "stale", "upstream"};
+
+	return source < QUERY_SOURCE_COUNT ? names[source] : "none";
+}
+
 static void answer_from_cache(const struct query_sources *s, struct dns_writer *w,
 			      struct query_ctx *ctx)
 {
-	struct query_stats *st = ctx->stats;
-
 	switch (cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale)) {
 	case CACHE_HIT:
-		st->cache++;
+		ctx->source = QUERY_SOURCE_CACHE;
 		break;
 	case CACHE_HIT_REFRESH:
-		st->cache++;
+		ctx->source = QUERY_SOURCE_CACHE;
 		ctx->upstream = QUERY_UPSTREAM_REFRESH;
 		break;
 	case CACHE_STALE:
-		st->stale++;
+		ctx->source = QUERY_SOURCE_STALE;
 		ctx->upstream = QUERY_UPSTREAM_REFRESH;
 		break;
 	case CACHE_MISS:
-		st->upstream++;
+		ctx->source = QUERY_SOURCE_UPSTREAM;
 		ctx->upstream = QUERY_UPSTREAM_ASK;
 		break;
 	}
@@ -183,7 +189,7 @@ static void answer_chase(const struct query_sources *s, struct dns_writer *w,
 			 struct query_ctx *ctx, const struct cluster_chase *chase)
 {
 	if (!s->cache || !copy_chain(ctx->request, chase)) {
-		ctx->stats->local++;
+		ctx->source = QUERY_SOURCE_CLUSTER;
 		return;
 	}
 	dns_response_rewind(w);
@@ -198,12 +204,12 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 	if (ctx->request)
 		ctx->request->chain_len = 0;
 	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
-		ctx->stats->local++;
+		ctx->source = QUERY_SOURCE_STATIC;
 		return;
 	}
 	switch (s->cluster ? cluster_answer(s->cluster, q, w, &chase) : CLUSTER_NOT_LOCAL) {
 	case CLUSTER_ANSWERED:
-		ctx->stats->local++;
+		ctx->source = QUERY_SOURCE_CLUSTER;
 		return;
 	case CLUSTER_CHASE:
 		answer_chase(s, w, ctx, &chase);
@@ -329,6 +335,7 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 	size_t len = 0;
 
 	ctx->upstream = QUERY_UPSTREAM_NONE;
+	ctx->source = QUERY_SOURCE_NONE;
 	stats->received++;
 	switch (parsed) {
 	case DNS_PARSE_DROP:
@@ -348,6 +355,7 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 			len = dns_error_reply(in, inlen, &q, DNS_R_SERVFAIL, out, outcap);
 		break;
 	}
+	stats->source[ctx->source]++;
 	if (ctx->upstream != QUERY_UPSTREAM_ASK)
 		count_reply(stats, out, len, bad_version);
 	return len;

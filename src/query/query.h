@@ -34,6 +34,23 @@
 #include "upstream/upstream.h"
 #include "zone/zone.h"
 
+/*
+ * Where one answer came from. NONE: the query was refused, malformed or
+ * answered by the protocol rules (CHAOS, AXFR, SERVFAIL before a sync).
+ */
+enum query_source {
+	QUERY_SOURCE_NONE,
+	QUERY_SOURCE_STATIC,   /* static records */
+	QUERY_SOURCE_CLUSTER,  /* the Kubernetes table */
+	QUERY_SOURCE_CACHE,    /* a live cache entry */
+	QUERY_SOURCE_STALE,    /* an expired entry (the upstream is failing) */
+	QUERY_SOURCE_UPSTREAM, /* handed to the resolver */
+	QUERY_SOURCE_COUNT
+};
+
+/* "none", "static", "cluster", "cache", "stale", "upstream". */
+const char *query_source_name(enum query_source source);
+
 /* What a worker counts; one instance per worker, so no atomics are needed. */
 struct query_stats {
 	uint64_t received;
@@ -41,11 +58,7 @@ struct query_stats {
 	uint64_t rcode[6];         /* NOERROR .. REFUSED */
 	uint64_t rcode_other;      /* BADVERS and anything above REFUSED */
 	uint64_t truncated;
-	/* where answers came from */
-	uint64_t local;            /* cluster and static data */
-	uint64_t cache;            /* live cache entries */
-	uint64_t stale;            /* expired entries (upstream failing) */
-	uint64_t upstream;         /* handed to the resolver */
+	uint64_t source[QUERY_SOURCE_COUNT]; /* where answers came from */
 };
 
 /* Everything a query may be answered from; immutable once published. */
@@ -100,6 +113,7 @@ struct query_ctx {
 	 * where the reply goes and submits it. */
 	enum query_upstream upstream;
 	struct upstream_request *request;
+	enum query_source source;
 };
 
 /*

@@ -250,10 +250,8 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->dropped += st->dropped;
 		sum->truncated += st->truncated;
 		sum->rcode_other += st->rcode_other;
-		sum->local += st->local;
-		sum->cache += st->cache;
-		sum->stale += st->stale;
-		sum->upstream += st->upstream;
+		for (size_t k = 0; k < QUERY_SOURCE_COUNT; k++)
+			sum->source[k] += st->source[k];
 		for (size_t r = 0; r < sizeof sum->rcode / sizeof sum->rcode[0]; r++)
 			sum->rcode[r] += st->rcode[r];
 	}

@@ -162,6 +162,7 @@ static enum query_upstream handle(const struct msg *m, enum query_transport tr,
 	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, &ctx);
 	urcu_memb_read_unlock();
 	assert_int_equal(st.received, 1);
+	assert_int_equal(st.source[ctx.source], 1);
 	return ctx.upstream;
 }
 
@@ -395,9 +396,12 @@ static void test_counters_follow_the_reply(void **state)
 	assert_int_equal(st.rcode_other, 1);
 	assert_int_equal(st.truncated, 1);
 	assert_int_equal(st.dropped, 1);
-	assert_int_equal(st.upstream, 1);
-	assert_int_equal(st.cache, 1);
-	assert_int_equal(st.local, 3); /* BADVERS is answered before any source */
+	assert_int_equal(st.source[QUERY_SOURCE_UPSTREAM], 1);
+	assert_int_equal(st.source[QUERY_SOURCE_CACHE], 1);
+	assert_int_equal(st.source[QUERY_SOURCE_STATIC], 3);
+	assert_int_equal(st.source[QUERY_SOURCE_CLUSTER], 0);
+	/* BADVERS is answered before any source; the QR=1 packet is dropped */
+	assert_int_equal(st.source[QUERY_SOURCE_NONE], 2);
 }
 
 static void test_cookie_gets_a_server_cookie(void **state)
