@@ -26,6 +26,7 @@
 #include "cluster/cluster.h"
 #include "cluster/feed.h"
 #include "config/config.h"
+#include "daemon/daemon.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
@@ -100,24 +101,6 @@ static void log_serving(const struct config *cfg, const struct server *s)
 		log_info("listening", "address", config_served_address(cfg, i)->text, "port", port,
 			 "protocols", "udp,tcp");
 	log_info("serving", "workers", workers, "config", cfg->files[0]);
-}
-
-/* SIGHUP: rebuild the answer sources; a bad file leaves the running set. */
-static void reload(const char *path, const struct cluster *cluster, struct cache *cache)
-{
-	struct config *cfg;
-	struct query_sources *sources;
-	char err[CONFIG_ERR_MAX];
-
-	if (load(path, cluster, cache, &cfg, &sources, err, sizeof err) < 0) {
-		log_error("reload failed; keeping the running configuration", "error", err);
-		return;
-	}
-	query_sources_publish(sources);
-	log_info("reloaded answer sources (listen, worker, upstream, cache, cluster and "
-		 "kubernetes changes need a restart)",
-		 "config", path);
-	config_free(cfg);
 }
 
 static void log_node_totals(struct node *node)
@@ -282,6 +265,7 @@ static int serve(const char *path)
 	sigset_t signals;
 	int sig = 0;
 	int64_t last_stale_report = 0;
+	struct daemon daemon;
 
 	if (config_load(path, &cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
@@ -310,8 +294,15 @@ static int serve(const char *path)
 	if (!server)
 		goto fail;
 	log_serving(cfg, server);
+	daemon_init(&daemon, path, cfg);
+	daemon.server = server;
+	daemon.upstream = upstream;
+	daemon.cache = cache;
+	daemon.cluster = cluster;
+	daemon.kube = kube;
+	daemon.node = node;
 	while ((sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
-		reload(path, cluster, cache);
+		daemon_reload(&daemon, err, sizeof err);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	log_totals(server, upstream, cache);
 	kube_stop(kube);
@@ -323,6 +314,7 @@ static int serve(const char *path)
 	cluster_free(cluster);
 	cache_free(cache);
 	node_stop(node);
+	daemon_destroy(&daemon);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
 	return 0;
