@@ -8,9 +8,9 @@
  *
  * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
  * the answer sources); workers and the resolver thread never see a signal.
- * Start order: cache, cluster table, answer sources, resolver, Kubernetes
- * client, node integration (the addresses must exist before the workers
- * bind them), workers; stop order: the Kubernetes client (the table's
+ * Start order: cache, cluster table, answer sources, resolver, node
+ * integration (the addresses must exist before the workers bind them),
+ * Kubernetes client (it feeds the node the kube-dns endpoints), workers; stop order: the Kubernetes client (the table's
  * writer), the resolver (so nothing sends on a worker's socket any more),
  * the workers, what they read, then the node integration (torn down only
  * with nftables.teardown: left in place it fails open).
@@ -182,6 +182,25 @@ static int start_watching(const struct config *cfg, struct cluster *cluster,
 	return kube_start(cfg, &h, kube, err, errlen);
 }
 
+static void use_cluster_dns_endpoints(void *node, const struct config_ip *ips, size_t n)
+{
+	node_use_cluster_dns_endpoints(node, ips, n);
+}
+
+/* The fallback DNAT follows the watched kube-dns endpoints (nftables.fallback_service). */
+static void follow_cluster_dns(const struct config *cfg, struct cluster *cluster,
+			       struct node *node)
+{
+	const char *svc = cfg->nftables.fallback_service;
+	const char *slash = strchr(svc, '/');
+	char ns[64];
+
+	if (!cluster || !node_nft(node) || !slash)
+		return;
+	snprintf(ns, sizeof ns, "%.*s", (int)(slash - svc), svc);
+	cluster_watch_endpoints(cluster, ns, slash + 1, use_cluster_dns_endpoints, node);
+}
+
 #define STALE_AFTER_MS 30000   /* no word from the API this long: say so */
 #define STALE_REPEAT_MS 60000  /* and again this often while it lasts */
 
@@ -286,9 +305,12 @@ static int serve(const char *path)
 		goto fail;
 	query_sources_publish(sources);
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
-	if (!upstream || start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
+	if (!upstream)
 		goto fail;
 	if (needs_node(cfg) && !(node = node_start(cfg, err, sizeof err)))
+		goto fail;
+	follow_cluster_dns(cfg, cluster, node);
+	if (start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
 		goto fail;
 	server = server_start(cfg, upstream, err, sizeof err);
 	if (!server)

@@ -66,6 +66,16 @@ void cluster_namespace_remove(struct cluster *c, const char *name);
 void cluster_pod_upsert(struct cluster *c, struct json_object *pod);
 void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
 
+/*
+ * Report the ready endpoint addresses of Service ns/name to fn, on the
+ * writer thread, whenever that set changes (also when it becomes empty or
+ * the Service goes). Call before the writer starts; one watch per table.
+ * ips is valid for the call only.
+ */
+typedef void (*cluster_endpoints_fn)(void *ctx, const struct config_ip *ips, size_t n);
+void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name,
+			     cluster_endpoints_fn fn, void *ctx);
+
 /* Every resource has been listed once: names under the zone are answered
  * from now on (before, cluster_answer says CLUSTER_UNSYNCED). */
 void cluster_set_synced(struct cluster *c);

@@ -101,6 +101,18 @@ struct cluster_pod {
 	uint8_t *names; size_t names_len;  /* its pod names (verified mode) */
 };
 
+#define CLUSTER_WATCH_MAX 64 /* addresses reported by cluster_watch_endpoints */
+
+/* watch.c: the Service whose ready endpoints are reported (writer only). */
+struct cluster_endpoint_watch {
+	char *key;                  /* "ns/name"; NULL: none */
+	cluster_endpoints_fn fn;
+	void *ctx;
+	bool reported;              /* fn has been called once */
+	struct config_ip last[CLUSTER_WATCH_MAX];
+	size_t n_last;
+};
+
 struct cluster {
 	struct cds_lfht *ht;
 	uint8_t apex[DNS_MAX_NAME];
@@ -119,9 +131,14 @@ struct cluster {
 	struct lh_table *namespaces; /* name -> (the key itself) */
 	struct lh_table *local_pods; /* key -> struct cluster_pod */
 	struct lh_table *pod_refs;   /* verified pod owner (text) -> count */
+	struct cluster_endpoint_watch watch;
 	/* for cluster_stats from any thread */
 	_Atomic size_t n_names, n_services, n_slices, n_endpoints, n_namespaces, n_pods;
 };
+
+/* watch.c: after every rebuild of s (calls the watcher when its set changed). */
+void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s);
+void cluster_watch_free(struct cluster *c);
 
 /* ---- table.c: the RCU hash of names (writer calls hold the read lock) ---- */
 

@@ -531,6 +531,7 @@ static void rebuild_service(struct cluster *c, struct cluster_service *s)
 	free(r.v);
 	free(ptrs.v);
 	free(pods.v);
+	cluster_report_endpoints(c, s);
 }
 
 /* ---- pod names (cluster.pods: verified) ----------------------------------- */
@@ -1145,5 +1146,6 @@ void cluster_free(struct cluster *c)
 		free_pods(c->local_pods);
 	if (c->pod_refs)
 		free_keys(c->pod_refs);
+	cluster_watch_free(c);
 	free(c);
 }

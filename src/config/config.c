@@ -65,6 +65,7 @@ enum vtype {
 	V_NAME,     /* owned char *, a DNS name normalised by config_value_name */
 	V_LISTEN,   /* owned char *, "" (off) or a normalised ip:port */
 	V_PATH,     /* owned char *, relative paths resolved against the config's directory */
+	V_OBJECT,   /* owned char *, "" (off) or a Kubernetes "namespace/name" */
 	V_IP,       /* struct config_ip */
 	V_HOSTPORT, /* struct config_hostport, port 53 unless given */
 	V_MAPPING,  /* a nested mapping described by key->sub */
@@ -175,6 +176,8 @@ static const struct key nftables_keys[] = {
 	{"fallback_endpoints", V_IP,
 	 CFG_LIST(nftables.fallback_endpoints, nftables.n_fallback_endpoints),
 	 .flags = F_NO_WILDCARD | F_UNIQUE},
+	{"fallback_service", V_OBJECT, CFG(nftables.fallback_service),
+	 .def = "kube-system/kube-dns"},
 };
 
 static const struct key cluster_keys[] = {
@@ -460,7 +463,7 @@ static void free_fields(const struct schema *s, void *base);
 
 static bool owns_string(enum vtype t)
 {
-	return t == V_STRING || t == V_NAME || t == V_LISTEN || t == V_PATH;
+	return t == V_STRING || t == V_NAME || t == V_LISTEN || t == V_PATH || t == V_OBJECT;
 }
 
 static void free_element(const struct key *k, void *elem)
@@ -693,6 +696,32 @@ static int set_listen(const struct key *k, const char *text, char **field, char 
 	return set_string(k, text[0] ? hp.text : "", field, why, len);
 }
 
+/* A Kubernetes namespace or Service name: an RFC 1123 label. */
+static bool is_dns_label(const char *s, size_t n)
+{
+	if (n == 0 || n > 63 || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+			return false;
+	return true;
+}
+
+static int set_object(const struct key *k, const char *text, char **field, char *why,
+		      size_t len)
+{
+	const char *slash = strchr(text, '/');
+
+	if (text[0] != '\0' &&
+	    (!slash || !is_dns_label(text, (size_t)(slash - text)) ||
+	     !is_dns_label(slash + 1, strlen(slash + 1)))) {
+		snprintf(why, len, QUOTE_FMT " is not \"namespace/name\" (lower-case RFC 1123 "
+			 "labels)", QUOTE(text));
+		return -1;
+	}
+	return set_string(k, text, field, why, len);
+}
+
 /* Parse text as k's type into field, or say why not in why. */
 static int set_scalar(struct loader *ld, const struct key *k, const char *text, void *field,
 		      char *why, size_t len)
@@ -720,6 +749,8 @@ static int set_scalar(struct loader *ld, const struct key *k, const char *text, 
 		return set_listen(k, text, field, why, len);
 	case V_PATH:
 		return set_path(ld, k, text, field, why, len);
+	case V_OBJECT:
+		return set_object(k, text, field, why, len);
 	case V_IP:
 		return set_ip(k, text, field, why, len);
 	case V_HOSTPORT:
@@ -744,6 +775,7 @@ static const char *expectation(const struct key *k)
 		[V_NAME] = "a DNS name",
 		[V_LISTEN] = "\"ip:port\" or \"\"",
 		[V_PATH] = "a file path",
+		[V_OBJECT] = "\"namespace/name\" or \"\"",
 		[V_IP] = "an IP address",
 		[V_HOSTPORT] = "\"ip\" or \"ip:port\"",
 		[V_MAPPING] = "a mapping",

@@ -109,6 +109,9 @@ struct config {
 		/* Where the link-local addresses' DNS goes while localdns is down
 		 * and no Kubernetes data replaced these (port unchanged). */
 		struct config_ip *fallback_endpoints; size_t n_fallback_endpoints;
+		/* "kube-system/kube-dns": whose ready endpoints replace those
+		 * while the Kubernetes watch has some ("" = never). */
+		char *fallback_service;
 	} nftables;
 
 	struct {

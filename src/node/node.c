@@ -285,6 +285,45 @@ struct nft *node_nft(struct node *node)
 	return node ? node->nft : NULL;
 }
 
+/* "10.244.1.5,10.244.2.7" (cut short when it does not fit). */
+static void join_ips(const struct config_ip *ips, size_t n, char *out, size_t len)
+{
+	size_t used = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < n && used < len; i++) {
+		int w = snprintf(out + used, len - used, "%s%s", i ? "," : "", ips[i].text);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+}
+
+void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *ips, size_t n)
+{
+	const struct config *cfg;
+	char err[CONFIG_ERR_MAX], list[512];
+	const char *from = "kubernetes";
+
+	if (!node || !node->nft)
+		return;
+	cfg = node->cfg;
+	if (n == 0) {
+		/* Nothing ready: the static list is the best guess left. */
+		ips = cfg->nftables.fallback_endpoints;
+		n = cfg->nftables.n_fallback_endpoints;
+		from = "nftables.fallback_endpoints";
+	}
+	join_ips(ips, n, list, sizeof list);
+	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0) {
+		log_error("cannot update the fallback endpoints; keeping the previous ones",
+			  "error", err);
+		return;
+	}
+	log_info("fallback endpoints for the link-local addresses", "service",
+		 cfg->nftables.fallback_service, "source", from, "endpoints", n ? list : "none");
+}
+
 void node_stats(struct node *node, struct node_stats *out)
 {
 	out->link_repairs = node ? atomic_load(&node->link_repairs) : 0;

@@ -48,6 +48,14 @@ void node_stop(struct node *node);
 /* The table, for nft_set_fallback_endpoints; NULL when nftables is off. */
 struct nft *node_nft(struct node *node);
 
+/*
+ * The ready endpoints of nftables.fallback_service, from the Kubernetes
+ * watch (any thread): where DNS to the link-local addresses goes while
+ * localdns is down. None ready: back to nftables.fallback_endpoints.
+ * Logged; a failure keeps the previous endpoints. NULL node is fine.
+ */
+void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *ips, size_t n);
+
 void node_stats(struct node *node, struct node_stats *out);
 
 /*

@@ -15,14 +15,19 @@ each answer says who gave it. This kernel has no dummy link type, so the
 daemon runs with interface.kind: loopback through the same netlink code.
 """
 
+import ctypes
 import itertools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import harness
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kube"))
+import fakeapi as F  # noqa: E402
 
 NAME = "db.prod.svc.cluster.local"
 LOCAL_ANSWER = ["10.0.0.5"]
@@ -203,6 +208,36 @@ class Node:
     def flush_conntrack(self):
         self.run(self.node, "conntrack", "-F", check=False)
 
+    def fallback_map(self):
+        """The endpoints in our fallback4 map (none when it is absent)."""
+        p = self.run(self.node, "nft", "list", "map", "inet", "localdns", "fallback4",
+                     check=False)
+        return sorted(w.rstrip(",}") for w in p.stdout.split()
+                      if w.count(".") == 3 and w[0].isdigit())
+
+    def api_server(self):
+        """A fake Kubernetes API server listening on 127.0.0.1 inside the
+        node namespace (only the thread that binds it enters the namespace),
+        so localdns there can reach it and nothing leaves the namespaces."""
+        api = F.FakeAPI(control_port=False)
+        failure = []
+
+        def listen_inside():
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                with open("/var/run/netns/" + self.node) as f:
+                    if libc.setns(f.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
+                        raise OSError(ctypes.get_errno(), "setns")
+                api.start()
+            except Exception as e:  # reported by the caller's thread
+                failure.append(e)
+        t = threading.Thread(target=listen_inside)
+        t.start()
+        t.join(10)
+        if failure:
+            raise failure[0]
+        return api
+
 
 OURS = ["10.96.0.10/32", "127.0.0.1/8", "169.254.20.10/32"]
 BARE = ["127.0.0.1/8"]
@@ -249,6 +284,46 @@ def test_node_kill9_fails_open_and_restart_takes_over(env):
 
 
 test_node_kill9_fails_open_and_restart_takes_over.timeout = 30
+
+
+def kube_dns(*endpoints):
+    """kube-system/kube-dns and its slice; endpoints: (address, ready)."""
+    return [F.service("kube-system", "kube-dns", cluster_ips=CLUSTER_IP,
+                      ports=[{"name": "dns", "port": 53, "protocol": "UDP"}]),
+            F.endpointslice("kube-system", "kube-dns", name="kube-dns-abc",
+                            endpoints=[F.endpoint(a, ready=r) for a, r in endpoints],
+                            ports=[F.endpoint_port(53, name="dns", protocol="UDP")])]
+
+
+def test_node_fallback_follows_the_kube_dns_endpoints(env):
+    n = Node(env)
+    api = n.api_server()
+    try:
+        api.apply(*kube_dns((COREDNS, True), ("10.200.2.3", False)))
+        cfg = n.config(fallback_endpoints=["10.200.2.77"])
+        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
+                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        d = n.start(config=cfg)
+        # Only the ready endpoint, in place of the static list.
+        n.until(n.fallback_map, [COREDNS], 3.0)
+        assert "source=kubernetes endpoints=" + COREDNS in d.stderr(), d.tail()
+        # Readiness flips are followed; none ready: back to the static list.
+        api.apply(kube_dns((COREDNS, True), ("10.200.2.3", True))[1])
+        n.until(n.fallback_map, [COREDNS, "10.200.2.3"], 3.0)
+        api.apply(kube_dns((COREDNS, False))[1])
+        n.until(n.fallback_map, ["10.200.2.77"], 3.0)
+        api.apply(kube_dns((COREDNS, True))[1])
+        n.until(n.fallback_map, [COREDNS], 3.0)
+        # With localdns gone, the link-local address reaches the live endpoint.
+        d.proc.kill()
+        d.proc.wait(2)
+        n.until(lambda: n.ask(LINK), STANDIN_ANSWER, 1.0)
+        assert n.ask(LINK, "+tcp") == STANDIN_ANSWER
+    finally:
+        api.stop()
+
+
+test_node_fallback_follows_the_kube_dns_endpoints.timeout = 40
 
 
 def test_node_link_local_without_endpoints_is_not_redirected(env):

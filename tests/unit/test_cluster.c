@@ -253,6 +253,55 @@ static void test_publish_not_ready_addresses_is_honoured(void **state)
 	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.3"));
 }
 
+/* What cluster_watch_endpoints reported last, as "a,b" text, and how often. */
+struct watched {
+	char last[256];
+	int calls;
+};
+
+static void record_endpoints(void *ctx, const struct config_ip *ips, size_t n)
+{
+	struct watched *w = ctx;
+	size_t used = 0;
+
+	w->calls++;
+	w->last[0] = '\0';
+	for (size_t i = 0; i < n; i++)
+		used += (size_t)snprintf(w->last + used, sizeof w->last - used, "%s%s",
+					 i ? "," : "", ips[i].text);
+}
+
+static void test_watched_service_reports_ready_endpoints_on_change(void **state)
+{
+	struct cluster *c = make_cluster("insecure"); /* a table of its own, empty */
+	struct watched w = {.calls = 0};
+	static const char other[] =
+		"{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+		"\"metadata\":{\"name\":\"web-2\",\"namespace\":\"prod\","
+		"\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+		"\"endpoints\":[{\"addresses\":[\"10.1.0.2\"],\"conditions\":{\"ready\":true}},"
+		"{\"addresses\":[\"10.0.9.9\"],\"conditions\":{\"ready\":true}}]}";
+	(void)state;
+
+	cluster_watch_endpoints(c, "prod", "web", record_endpoints, &w);
+	UPSERT(cluster_service_upsert, c, svc_db);  /* not watched: no report */
+	UPSERT(cluster_slice_upsert, c, slice_db);
+	assert_int_equal(w.calls, 0);
+	UPSERT(cluster_slice_upsert, c, slice_web); /* before its Service: reported */
+	assert_int_equal(w.calls, 1);
+	assert_string_equal(w.last, "10.1.0.1,10.1.0.2"); /* ready only, sorted */
+	UPSERT(cluster_service_upsert, c, svc_web); /* same set: no report */
+	assert_int_equal(w.calls, 1);
+	UPSERT(cluster_slice_upsert, c, other);     /* a second slice; 10.1.0.2 once */
+	assert_int_equal(w.calls, 2);
+	assert_string_equal(w.last, "10.0.9.9,10.1.0.1,10.1.0.2");
+	cluster_slice_remove(c, "prod", "web-1");
+	cluster_slice_remove(c, "prod", "web-2");
+	assert_int_equal(w.calls, 4);
+	assert_string_equal(w.last, "");            /* none left: said so */
+	cluster_free(c);
+}
+
 static void test_headless_without_ready_endpoints_is_nxdomain(void **state)
 {
 	struct cluster *c = *state;
@@ -570,6 +619,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_headless_service_lists_ready_endpoints, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_srv_names_each_endpoint, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_publish_not_ready_addresses_is_honoured, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_watched_service_reports_ready_endpoints_on_change,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_without_ready_endpoints_is_nxdomain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ptr_for_cluster_ips_and_endpoints, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_external_name_is_a_cname_chased_elsewhere, setup, teardown),

@@ -493,6 +493,29 @@ static void test_intercept_and_fallback_endpoints(void **state)
 		     "t.yaml:2:34: nftables.fallback_endpoints[1]: 10.0.0.1 is listed twice");
 }
 
+static void test_fallback_service(void **state)
+{
+	(void)state;
+	struct config *c = load_ok("");
+	assert_string_equal(c->nftables.fallback_service, "kube-system/kube-dns");
+	config_free(c);
+	c = load_ok("nftables: {fallback_service: dns/coredns-1}\n");
+	assert_string_equal(c->nftables.fallback_service, "dns/coredns-1");
+	config_free(c);
+	c = load_ok("nftables: {fallback_service: \"\"}\n");
+	assert_string_equal(c->nftables.fallback_service, "");
+	config_free(c);
+	expect_error("nftables: {fallback_service: kube-dns}\n",
+		     "t.yaml:1:30: nftables.fallback_service: \"kube-dns\" is not "
+		     "\"namespace/name\" (lower-case RFC 1123 labels)");
+	expect_error("nftables: {fallback_service: Kube-System/kube-dns}\n",
+		     "t.yaml:1:30: nftables.fallback_service: \"Kube-System/kube-dns\" is not "
+		     "\"namespace/name\" (lower-case RFC 1123 labels)");
+	expect_error("nftables: {fallback_service: a/b/c}\n",
+		     "t.yaml:1:30: nftables.fallback_service: \"a/b/c\" is not "
+		     "\"namespace/name\" (lower-case RFC 1123 labels)");
+}
+
 static void test_error_duration(void **state)
 {
 	(void)state;
@@ -1019,6 +1042,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
+		cmocka_unit_test(test_fallback_service),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_uint_bool_ip),

@@ -1,0 +1,92 @@
+/*
+ * cluster — one Service's ready endpoint addresses, reported when they
+ * change (see cluster_watch_endpoints in cluster.h).
+ *
+ * The node integration uses this for kube-dns: while localdns is down, DNS
+ * to the link-local address is DNATed to these addresses. Only ready
+ * endpoints count (publishNotReadyAddresses is about DNS records, not about
+ * where to send traffic), each address once, in a stable order, so the
+ * report fires only when the set really changed.
+ */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/internal.h"
+
+void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name,
+			     cluster_endpoints_fn fn, void *ctx)
+{
+	struct cluster_endpoint_watch *w = &c->watch;
+
+	free(w->key);
+	w->key = NULL;
+	if (asprintf(&w->key, "%s/%s", ns, name) < 0)
+		w->key = NULL;
+	w->fn = fn;
+	w->ctx = ctx;
+	w->n_last = 0;
+}
+
+static int compare_ips(const void *a, const void *b)
+{
+	const struct config_ip *x = a, *y = b;
+	size_t len = x->family == AF_INET ? 4 : 16;
+
+	if (x->family != y->family)
+		return x->family == AF_INET ? -1 : 1;
+	return memcmp(x->family == AF_INET ? (const void *)&x->v4 : (const void *)&x->v6,
+		      y->family == AF_INET ? (const void *)&y->v4 : (const void *)&y->v6, len);
+}
+
+static void to_config_ip(const struct cluster_ip *ip, struct config_ip *out)
+{
+	memset(out, 0, sizeof *out);
+	out->family = ip->family;
+	if (ip->family == AF_INET)
+		memcpy(&out->v4, ip->addr, 4);
+	else
+		memcpy(&out->v6, ip->addr, 16);
+	inet_ntop(ip->family, ip->addr, out->text, sizeof out->text);
+}
+
+/* The ready addresses of s, sorted and unique; at most CLUSTER_WATCH_MAX. */
+static size_t ready_addresses(const struct cluster_service *s, struct config_ip *out)
+{
+	size_t n = 0, unique = 0;
+
+	for (const struct cluster_slice *sl = s->slices; sl; sl = sl->next)
+		for (size_t i = 0; i < sl->n_eps; i++)
+			for (size_t j = 0; sl->eps[i].ready && j < sl->eps[i].n_ips &&
+					   n < CLUSTER_WATCH_MAX; j++)
+				to_config_ip(&sl->eps[i].ips[j], &out[n++]);
+	qsort(out, n, sizeof *out, compare_ips);
+	for (size_t i = 0; i < n; i++)
+		if (unique == 0 || compare_ips(&out[unique - 1], &out[i]) != 0)
+			out[unique++] = out[i];
+	return unique;
+}
+
+void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s)
+{
+	struct cluster_endpoint_watch *w = &c->watch;
+	struct config_ip now[CLUSTER_WATCH_MAX];
+	size_t n;
+
+	if (!w->fn || !w->key || strcmp(w->key, s->key) != 0)
+		return;
+	n = ready_addresses(s, now);
+	if (w->reported && n == w->n_last && memcmp(now, w->last, n * sizeof *now) == 0)
+		return;
+	memcpy(w->last, now, n * sizeof *now);
+	w->n_last = n;
+	w->reported = true;
+	w->fn(w->ctx, now, n);
+}
+
+void cluster_watch_free(struct cluster *c)
+{
+	free(c->watch.key);
+	c->watch.key = NULL;
+}
