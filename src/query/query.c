@@ -241,9 +241,10 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 {
 	struct cluster_chase chase;
 
-	if (ctx->request) {
+	if (ctx->request) { /* the worker's request is reused: nothing carries over */
 		ctx->request->chain_len = 0;
 		ctx->request->search = false;
+		ctx->request->nxdomain_len = 0;
 	}
 	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
 		ctx->source = QUERY_SOURCE_STATIC;
