@@ -883,6 +883,22 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 	return result;
 }
 
+bool cache_has_nxdomain(struct cache *c, const struct dns_query *q, uint64_t now)
+{
+	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
+	uint8_t keyflags = query_keyflags(q);
+	struct entry *e;
+	bool nxdomain;
+
+	urcu_memb_read_lock();
+	e = find_locked(shard_of(c, nh), key_hash(nh, q->qtype, q->qclass, keyflags), q->qname,
+			q->qname_len, q->qtype, q->qclass, keyflags);
+	nxdomain = e && now < e->expire && (e->flags & FLAGS_RCODE_MASK) == DNS_R_NXDOMAIN;
+	TSAN_GRACE_RELEASE();
+	urcu_memb_read_unlock();
+	return nxdomain;
+}
+
 bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len)
 {
 	uint16_t ttl_off[MAX_RRS];

@@ -129,6 +129,14 @@ enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t n
 			       bool allow_stale);
 
 /*
+ * Whether a live entry says q's name does not exist (NXDOMAIN, for q's type,
+ * class, DO and CD): autopath skips search candidates known to be missing.
+ * Lock-free and allocation-free like cache_write_answer; not counted as a
+ * hit or a miss, and no CLOCK bit is set (a probe is not a use).
+ */
+bool cache_has_nxdomain(struct cache *c, const struct dns_query *q, uint64_t now);
+
+/*
  * Write an upstream reply the cache did not keep (a TTL of 0, an rcode it
  * does not store, too big for a shard) into the fresh writer w, exactly as
  * cache_write_answer would have served it at age 0 but with the upstream's

@@ -89,8 +89,8 @@ static bool answer_insecure_pod(const struct cluster *c, const struct dns_query 
 		return false;
 	uint16_t type = ip.family == AF_INET ? DNS_T_A : DNS_T_AAAA;
 	if (q->qtype == type || q->qtype == DNS_T_ANY)
-		dns_response_add_rr(w, DNS_SEC_ANSWER, NULL, type, DNS_C_IN, c->ttl, ip.addr,
-				    type == DNS_T_A ? 4 : 16);
+		dns_response_add_rr(w, DNS_SEC_ANSWER, dns_response_owner(w, q), type, DNS_C_IN,
+				    c->ttl, ip.addr, type == DNS_T_A ? 4 : 16);
 	else
 		add_soa(c, w);
 	return true;
@@ -106,7 +106,7 @@ static enum cluster_result answer_in_zone(const struct cluster *c, const struct 
 					  struct dns_writer *w, struct cluster_chase *chase)
 {
 	const struct cluster_node *n = lookup(c, q->qname);
-	const uint8_t *owner = NULL; /* NULL: the question name, in client case */
+	const uint8_t *owner = dns_response_owner(w, q); /* NULL: the question, in client case */
 
 	dns_response_set_aa(w, true);
 	if (!n) {
@@ -148,7 +148,7 @@ static enum cluster_result answer_reverse(const struct cluster *c, const struct 
 	if ((q->qtype != DNS_T_PTR && q->qtype != DNS_T_ANY) || !(n = lookup(c, q->qname)))
 		return CLUSTER_NOT_LOCAL;
 	dns_response_set_aa(w, true);
-	add_records(c, w, n, NULL, DNS_T_PTR);
+	add_records(c, w, n, dns_response_owner(w, q), DNS_T_PTR);
 	return CLUSTER_ANSWERED;
 }
 

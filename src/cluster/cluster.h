@@ -7,12 +7,13 @@
  * Owns: a model of the watched objects (Services, EndpointSlices,
  * Namespaces, this node's Pods) kept by one writer thread, and the name
  * table derived from it: owner name -> that name's records in wire form, in
- * a liburcu lock-free hash table. A change to one object rewrites only the
+ * a liburcu lock-free hash table; beside it, this node's pod addresses ->
+ * their namespace (for autopath), read the same way. A change to one object rewrites only the
  * names that object contributes to; workers read with no lock while it
  * happens, and a replaced name is freed after an RCU grace period.
  *
- * Must never: block or allocate on the read side (cluster_answer runs on the
- * hot path); be written from more than one thread; keep the JSON objects it
+ * Must never: block or allocate on the read side (cluster_answer and
+ * cluster_autopath_base run on the hot path); be written from more than one thread; keep the JSON objects it
  * is given (they are borrowed for the call).
  *
  * Names it serves, under <zone> = cluster.domain:
@@ -36,6 +37,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <sys/socket.h>
 
 #include <json-c/json.h>
 
@@ -116,6 +119,15 @@ enum cluster_result {
 /* Answer q (class IN) from the table into w, as zone_answer does. */
 enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
 				   struct dns_writer *w, struct cluster_chase *chase);
+
+/*
+ * Autopath: when q's name is <base>.<ns>.svc.<zone> and peer is the address
+ * of a pod on this node in namespace <ns> (see clients.c for which pods
+ * count), the wire length of <base> (its labels, no root): the search list
+ * to walk starts there. 0 otherwise, and for a NULL peer.
+ */
+size_t cluster_autopath_base(const struct cluster *c, const struct dns_query *q,
+			     const struct sockaddr_storage *peer);
 
 /* The zone apex, lower-cased wire form (for the upstream's forward zones). */
 const uint8_t *cluster_zone(const struct cluster *c);

@@ -99,6 +99,22 @@ struct cluster_service {
 struct cluster_pod {
 	char *key;             /* "ns/name" */
 	uint8_t *names; size_t names_len;  /* its pod names (verified mode) */
+	struct cluster_ip *clients; size_t n_clients; /* its addresses in c->clients */
+};
+
+/*
+ * One address of a pod on this node and the pod's namespace (autopath),
+ * immutable once published: a change publishes a new entry in its place.
+ * `pod` is for the writer only: the pod that published it, since an
+ * address can pass to a new pod before the old one is gone, and the old
+ * one's removal must then leave it alone.
+ */
+struct cluster_client {
+	struct cds_lfht_node ht;
+	struct rcu_head rcu;
+	const struct cluster_pod *pod;
+	struct cluster_ip ip;
+	uint8_t ns[1 + DNS_MAX_LABEL]; /* one wire label, lower-cased */
 };
 
 #define CLUSTER_WATCH_MAX 64 /* addresses reported by cluster_watch_endpoints */
@@ -115,6 +131,7 @@ struct cluster_endpoint_watch {
 
 struct cluster {
 	struct cds_lfht *ht;
+	struct cds_lfht *clients;    /* address -> struct cluster_client */
 	uint8_t apex[DNS_MAX_NAME];
 	size_t apex_len;
 	uint8_t svc_apex[DNS_MAX_NAME]; /* svc.<zone> */
@@ -154,6 +171,14 @@ struct cluster_rrbuf {
 	size_t len, cap;
 };
 int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rdata, uint16_t rdlen);
+
+/* ---- clients.c: this node's pod addresses (writer calls hold the read lock) */
+
+/* Publish p's client addresses (none: it is not a client, or it is gone). */
+void cluster_clients_set(struct cluster *c, struct cluster_pod *p, const char *ns,
+			 const struct cluster_ip *ips, size_t n);
+/* At cluster_free: no reader is left. */
+void cluster_clients_free(struct cds_lfht *clients);
 
 /* ---- names.c: building owner names and rdata ----------------------------- */
 

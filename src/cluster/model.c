@@ -13,7 +13,8 @@
  * and an endpoint of another): a PTR node is rewritten from its current
  * records minus the targets under this Service's name plus the new ones.
  * Pod names in verified mode are reference-counted (a pod may back several
- * Services and run on this node).
+ * Services and run on this node). This node's pods also publish their
+ * addresses as autopath clients (clients.c).
  */
 #include "cluster/internal.h"
 
@@ -935,9 +936,23 @@ static void set_pod(struct cluster *c, struct cluster_pod *p, const char *ns,
 
 static void free_pod(struct cluster_pod *p)
 {
+	free(p->clients);
 	free(p->names);
 	free(p->key);
 	free(p);
+}
+
+/* Whether the pod queries from addresses of its own (see clients.c). */
+static bool pod_is_client(struct json_object *obj)
+{
+	struct json_object *host_network = field(field(obj, "spec"), "hostNetwork");
+	const char *phase = text(field(obj, "status"), "phase");
+
+	if (host_network && json_object_get_boolean(host_network))
+		return false;
+	if (field(field(obj, "metadata"), "deletionTimestamp"))
+		return false;
+	return !phase || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
 }
 
 void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
@@ -946,6 +961,7 @@ void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
 	struct cluster_pod *p;
 	struct cluster_ip *ips;
 	size_t n;
+	const char *ns = text(field(obj, "metadata"), "namespace");
 
 	if (!object_key(obj, true, key))
 		return;
@@ -960,7 +976,10 @@ void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
 		atomic_fetch_add(&c->n_pods, 1);
 	}
 	pod_ips(field(obj, "status"), &ips, &n);
-	set_pod(c, p, text(field(obj, "metadata"), "namespace"), ips, n);
+	set_pod(c, p, ns, ips, n);
+	with_read_lock_begin();
+	cluster_clients_set(c, p, ns, ips, pod_is_client(obj) ? n : 0);
+	with_read_lock_end();
 	free(ips);
 }
 
@@ -972,6 +991,9 @@ void cluster_pod_remove(struct cluster *c, const char *ns, const char *name)
 	if (!make_key(key, ns, name) || !(p = lookup_entry(c->local_pods, key)))
 		return;
 	set_pod(c, p, ns, NULL, 0);
+	with_read_lock_begin();
+	cluster_clients_set(c, p, ns, NULL, 0);
+	with_read_lock_end();
 	lh_table_delete(c->local_pods, p->key);
 	atomic_fetch_sub(&c->n_pods, 1);
 	free_pod(p);
@@ -1041,12 +1063,14 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 	}
 	c->ht = cds_lfht_new_flavor(1024, 1024, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 				    &urcu_memb_flavor, NULL);
+	c->clients = cds_lfht_new_flavor(64, 64, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
+					 &urcu_memb_flavor, NULL);
 	c->services = lh_kchar_table_new(1024, NULL);
 	c->slices = lh_kchar_table_new(1024, NULL);
 	c->namespaces = lh_kchar_table_new(64, NULL);
 	c->local_pods = lh_kchar_table_new(64, NULL);
 	c->pod_refs = lh_kchar_table_new(64, NULL);
-	if (!c->ht || !c->services || !c->slices || !c->namespaces || !c->local_pods ||
+	if (!c->ht || !c->clients || !c->services || !c->slices || !c->namespaces || !c->local_pods ||
 	    !c->pod_refs || publish_fixed_names(c) < 0) {
 		cluster_free(c);
 		snprintf(err, errlen, "out of memory");
@@ -1136,6 +1160,8 @@ void cluster_free(struct cluster *c)
 		free_nodes(c->ht);
 		cds_lfht_destroy(c->ht, NULL);
 	}
+	if (c->clients)
+		cluster_clients_free(c->clients);
 	if (c->services)
 		free_services(c->services);
 	if (c->slices)

@@ -186,6 +186,7 @@ static const struct key cluster_keys[] = {
 	{"pods", V_ENUM, CFG(cluster.pods), .names = pods_modes, .def = "insecure"},
 	{"fallback_servers", V_HOSTPORT,
 	 CFG_LIST(cluster.fallback_servers, cluster.n_fallback_servers)},
+	{"autopath", V_BOOL, CFG(cluster.autopath), .def = "false"},
 };
 
 static const struct key kubernetes_keys[] = {

@@ -119,6 +119,7 @@ struct config {
 		uint32_t ttl;                  /* 5 */
 		enum config_pods_mode pods;    /* insecure */
 		struct config_hostport *fallback_servers; size_t n_fallback_servers;
+		bool autopath;                 /* false */
 	} cluster;
 
 	struct {

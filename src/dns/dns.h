@@ -159,6 +159,13 @@ bool dns_name_is_subdomain(const uint8_t *name, const uint8_t *suffix);
 /* Copy a wire name of len bytes, lower-cased (ASCII only). */
 void dns_name_copy_lower(uint8_t *dst, const uint8_t *src, size_t len);
 
+/*
+ * Make q ask about name (a lower-cased wire name) instead, keeping its type,
+ * class, flags and EDNS: the question for one candidate of a search (see
+ * query/autopath.c). Sets qname, qname_orig, qname_len and qname_labels.
+ */
+void dns_query_set_name(struct dns_query *q, const uint8_t *name);
+
 /* Where a record type's rdata holds domain names: `before` fixed bytes,
  * then `names` names, then `after` fixed bytes. */
 struct dns_rdata_names {
@@ -224,6 +231,14 @@ void dns_response_rewind(struct dns_writer *w);
 
 /* Set or clear AA. */
 void dns_response_set_aa(struct dns_writer *w, bool aa);
+
+/*
+ * The owner to give dns_response_add_rr for records of q's name: NULL (a
+ * pointer to the question, in the client's letter case) when w answers q
+ * itself, else q's name, for a source asked to answer another name into w
+ * (autopath writes a CNAME to a candidate, then the candidate's records).
+ */
+const uint8_t *dns_response_owner(const struct dns_writer *w, const struct dns_query *q);
 
 /*
  * Answer the query's COOKIE option with the client cookie and this server

@@ -184,6 +184,19 @@ void dns_name_copy_lower(uint8_t *dst, const uint8_t *src, size_t len)
 		dst[i] = (uint8_t)(src[i] | ((uint8_t)(src[i] - 'A') < 26 ? 0x20 : 0));
 }
 
+void dns_query_set_name(struct dns_query *q, const uint8_t *name)
+{
+	size_t len = dns_name_len(name);
+	uint8_t labels = 0;
+
+	for (size_t pos = 0; pos + 1 < len; pos += 1 + name[pos])
+		labels++;
+	memcpy(q->qname, name, len);
+	memcpy(q->qname_orig, name, len);
+	q->qname_len = (uint16_t)len;
+	q->qname_labels = labels;
+}
+
 bool dns_rdata_names(uint16_t type, struct dns_rdata_names *out)
 {
 	enum { MD = 3, MF = 4, MB = 7, MG = 8, MR = 9, MINFO = 14, RP = 17, AFSDB = 18, RT = 21,

@@ -153,6 +153,11 @@ void dns_response_set_aa(struct dns_writer *w, bool aa)
 	put16(w->buf + 2, aa ? (flags | DNS_F_AA) : (flags & ~DNS_F_AA));
 }
 
+const uint8_t *dns_response_owner(const struct dns_writer *w, const struct dns_query *q)
+{
+	return q == w->q ? NULL : q->qname;
+}
+
 void dns_response_set_rcode(struct dns_writer *w, enum dns_rcode rcode)
 {
 	w->rcode = (uint16_t)rcode; /* reaches the header in dns_response_finish */

@@ -1,6 +1,7 @@
 /* query — see query.h. */
-#include "query/query.h"
+#include "query/internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include <netinet/in.h>
 
 #include "dns/dns.h"
+#include "log/log.h"
 #include "static/static.h"
 
 static struct query_sources *current_sources;
@@ -42,6 +44,31 @@ static void set_chaos_identity(struct query_sources *s, const struct config *cfg
 	s->chaos_id_len = txt_rdata(s->chaos_id, id);
 }
 
+/* The node's search domains, for autopath; none when resolv.conf cannot be read. */
+static void load_search_domains(struct query_sources *s, const char *path)
+{
+	char text[1024] = "";
+	size_t used = 0;
+	int n = upstream_search_domains(path, s->search, sizeof s->search);
+
+	if (n < 0) {
+		log_warn("autopath: cannot read the node's search domains; the cluster's only",
+			 "file", path, "error", strerror(errno));
+		return;
+	}
+	s->search_len = (uint16_t)n;
+	for (size_t pos = 0; pos < s->search_len; pos += dns_name_len(s->search + pos)) {
+		int len = dns_name_to_text(s->search + pos, text + used, sizeof text - used);
+		if (len < 0 || used + (size_t)len + 1 >= sizeof text)
+			break;
+		used += (size_t)len;
+		text[used++] = ' ';
+	}
+	text[used ? used - 1 : 0] = '\0';
+	log_info("autopath: search list <ns>.svc, svc, the cluster domain, then the node's domains",
+		 "file", path, "domains", text);
+}
+
 static void free_sources(struct query_sources *s);
 
 struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
@@ -60,6 +87,10 @@ struct query_sources *query_sources_build(const struct config *cfg, const struct
 	}
 	s->cluster = cluster;
 	s->cluster_fallback = cfg->cluster.n_fallback_servers > 0;
+	s->autopath = cfg->cluster.autopath && cluster;
+	s->autopath_ttl = cfg->cluster.ttl;
+	if (s->autopath)
+		load_search_domains(s, cfg->upstream.resolv_conf);
 	s->cache = cache;
 	s->udp_max_payload = cfg->listen.udp_max_payload;
 	set_chaos_identity(s, cfg);
@@ -141,8 +172,8 @@ const char *query_source_name(enum query_source source)
 	return source < QUERY_SOURCE_COUNT ? names[source] : "none";
 }
 
-static void answer_from_cache(const struct query_sources *s, struct dns_writer *w,
-			      struct query_ctx *ctx)
+void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
+			     struct query_ctx *ctx)
 {
 	switch (cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale)) {
 	case CACHE_HIT:
@@ -163,20 +194,28 @@ static void answer_from_cache(const struct query_sources *s, struct dns_writer *
 	}
 }
 
-/* The chain's targets into the request; false when they do not fit. */
-static bool copy_chain(struct upstream_request *r, const struct cluster_chase *chase)
+bool query_chain_append(struct upstream_request *r, const uint8_t *name)
 {
-	size_t len = 0;
+	size_t n = dns_name_len(name);
 
-	for (unsigned i = 0; i < chase->n; i++) {
-		size_t n = dns_name_len(chase->targets[i]);
-		if (len + n > sizeof r->chain)
-			return false;
-		memcpy(r->chain + len, chase->targets[i], n);
-		len += n;
-	}
-	r->chain_len = (uint16_t)len;
+	if (r->chain_len + n > sizeof r->chain)
+		return false;
+	memcpy(r->chain + r->chain_len, name, n);
+	r->chain_len = (uint16_t)(r->chain_len + n);
+	return true;
+}
+
+/* The chain's targets (after first, if any) into the request; false when they do not fit. */
+static bool copy_chain(struct upstream_request *r, const uint8_t *first,
+		       const struct cluster_chase *chase)
+{
+	r->chain_len = 0;
 	r->chain_ttl = chase->ttl;
+	if (first && !query_chain_append(r, first))
+		return false;
+	for (unsigned i = 0; i < chase->n; i++)
+		if (!query_chain_append(r, chase->targets[i]))
+			return false;
 	return true;
 }
 
@@ -185,15 +224,16 @@ static bool copy_chain(struct upstream_request *r, const struct cluster_chase *c
  * (where the resolver keeps them under this question), else from the
  * resolver. Without an upstream path the CNAMEs alone are the answer.
  */
-static void answer_chase(const struct query_sources *s, struct dns_writer *w,
-			 struct query_ctx *ctx, const struct cluster_chase *chase)
+void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
+			struct query_ctx *ctx, const uint8_t *first,
+			const struct cluster_chase *chase)
 {
-	if (!s->cache || !copy_chain(ctx->request, chase)) {
+	if (!s->cache || !copy_chain(ctx->request, first, chase)) {
 		ctx->source = QUERY_SOURCE_CLUSTER;
 		return;
 	}
 	dns_response_rewind(w);
-	answer_from_cache(s, w, ctx);
+	query_answer_from_cache(s, w, ctx);
 }
 
 static void answer_in(const struct dns_query *q, const struct query_sources *s,
@@ -201,8 +241,11 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 {
 	struct cluster_chase chase;
 
-	if (ctx->request)
+	if (ctx->request) { /* the worker's request is reused: nothing carries over */
 		ctx->request->chain_len = 0;
+		ctx->request->search = false;
+		ctx->request->nxdomain_len = 0;
+	}
 	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
 		ctx->source = QUERY_SOURCE_STATIC;
 		return;
@@ -210,9 +253,11 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 	switch (s->cluster ? cluster_answer(s->cluster, q, w, &chase) : CLUSTER_NOT_LOCAL) {
 	case CLUSTER_ANSWERED:
 		ctx->source = QUERY_SOURCE_CLUSTER;
+		if (s->autopath)
+			query_autopath(q, s, w, ctx);
 		return;
 	case CLUSTER_CHASE:
-		answer_chase(s, w, ctx, &chase);
+		query_answer_chase(s, w, ctx, NULL, &chase);
 		return;
 	case CLUSTER_UNSYNCED:
 		if (!s->cluster_fallback) {
@@ -227,7 +272,7 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 		dns_response_set_rcode(w, DNS_R_REFUSED); /* no upstream path */
 		return;
 	}
-	answer_from_cache(s, w, ctx);
+	query_answer_from_cache(s, w, ctx);
 }
 
 /*

@@ -13,7 +13,8 @@
  * Order of sources: static records, then the cluster table (Kubernetes),
  * then the answer cache, then the upstream: a miss is not answered here but
  * handed back to the caller as an upstream_request, which the resolver
- * answers later. Cluster names before the first sync go the upstream way
+ * answers later. With cluster.autopath, a pod's first search-list query
+ * that is NXDOMAIN walks the rest of its search list here (autopath.c). Cluster names before the first sync go the upstream way
  * when cluster.fallback_servers are set (the resolver forwards the cluster
  * zone to them), else get SERVFAIL: never a false NXDOMAIN. Without a cache
  * (sources built with none, as in unit tests) names outside local data get
@@ -59,13 +60,21 @@ struct query_stats {
 	uint64_t rcode_other;      /* BADVERS and anything above REFUSED */
 	uint64_t truncated;
 	uint64_t source[QUERY_SOURCE_COUNT]; /* where answers came from */
+	uint64_t autopath;         /* answered for another search candidate (CNAME) */
 };
+
+/* Bytes of the node's search domains autopath keeps (wire names). */
+#define QUERY_SEARCH_MAX 512
 
 /* Everything a query may be answered from; immutable once published. */
 struct query_sources {
 	struct zone_table *zone;   /* static records */
 	const struct cluster *cluster; /* borrowed; NULL: no Kubernetes table */
 	bool cluster_fallback;     /* unsynced cluster names go upstream (to kube-dns) */
+	bool autopath;             /* cluster.autopath (and a cluster table) */
+	uint32_t autopath_ttl;     /* cluster.ttl: autopath's CNAMEs */
+	uint8_t search[QUERY_SEARCH_MAX]; /* the node's search domains (resolv.conf), */
+	uint16_t search_len;              /* concatenated wire names */
 	struct cache *cache;       /* borrowed; NULL: no upstream path */
 	uint16_t udp_max_payload;
 	bool chaos_enabled;
@@ -103,7 +112,8 @@ enum query_upstream {
 /* What query_handle needs besides the packet, and what it hands back. */
 struct query_ctx {
 	enum query_transport transport;
-	const struct sockaddr_storage *peer; /* keys the DNS server cookie; NULL: none */
+	const struct sockaddr_storage *peer; /* keys the DNS server cookie and tells
+					      * autopath who asks; NULL: none */
 	struct query_stats *stats;
 	uint64_t now;          /* monotonic seconds: the cache's clock */
 	bool serve_stale;      /* the upstream is failing: serve expired entries now */

@@ -250,6 +250,7 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->dropped += st->dropped;
 		sum->truncated += st->truncated;
 		sum->rcode_other += st->rcode_other;
+		sum->autopath += st->autopath;
 		for (size_t k = 0; k < QUERY_SOURCE_COUNT; k++)
 			sum->source[k] += st->source[k];
 		for (size_t r = 0; r < sizeof sum->rcode / sizeof sum->rcode[0]; r++)

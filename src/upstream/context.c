@@ -31,6 +31,7 @@
  *   (localhost., test., invalid., onion., ...) keep unbound's answers.
  */
 #include "upstream/internal.h"
+#include "upstream/upstream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -170,6 +171,46 @@ int upstream_resolv_conf(const char *path, const struct config *cfg,
 	}
 	fclose(f);
 	return (int)n;
+}
+
+/* A search list line's names into out (the line's earlier list is replaced). */
+static size_t parse_search_list(char *list, const char *path, uint8_t *out, size_t cap)
+{
+	size_t len = 0;
+
+	for (char *save = NULL, *tok = strtok_r(list, " \t\r\n", &save); tok;
+	     tok = strtok_r(NULL, " \t\r\n", &save)) {
+		uint8_t name[DNS_MAX_NAME];
+		int n = dns_name_from_text(tok, name);
+		if (n <= 1 || len + (size_t)n > cap) {
+			log_warn(n <= 1 ? "skipping a search domain that is not a DNS name"
+					: "skipping a search domain: the list is too long",
+				 "file", path, "domain", tok);
+			continue;
+		}
+		memcpy(out + len, name, (size_t)n);
+		len += (size_t)n;
+	}
+	return len;
+}
+
+int upstream_search_domains(const char *path, uint8_t *out, size_t cap)
+{
+	char *line = NULL;
+	size_t line_cap = 0, len = 0;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while (getline(&line, &line_cap, f) >= 0) {
+		char *p = line + strspn(line, " \t");
+		size_t word = strcspn(p, " \t\r\n");
+		if (word == 6 && (strncmp(p, "search", 6) == 0 || strncmp(p, "domain", 6) == 0))
+			len = parse_search_list(p + word, path, out, cap); /* the last one wins */
+	}
+	free(line);
+	fclose(f);
+	return (int)len;
 }
 
 /* ---- the unbound.conf text ------------------------------------------------ */

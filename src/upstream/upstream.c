@@ -29,6 +29,15 @@
  * the same time, so workers answer it without coming here. Any answer
  * clears the failing mark.
  *
+ * Chains. A flight may answer its question for another name: an
+ * ExternalName's local CNAME chain (libunbound is asked for its last
+ * target), or autopath's candidates (search), which one flight asks in
+ * turn while its waiters keep their one deadline: an NXDOMAIN is cached
+ * under the candidate's own question and moves to the next; the first
+ * other answer is joined to a CNAME from the question; after the last
+ * NXDOMAIN the waiters get the question's own local NXDOMAIN, which the
+ * request carries. Either joined answer is cached under the question.
+ *
  * Costs: all bookkeeping is O(1) per request (hash lookup, list links) but
  * the once-a-second cool-down sweep, which walks the flight table.
  */
@@ -94,6 +103,8 @@ struct flight {
 	uint8_t chain[UPSTREAM_CHAIN_MAX]; /* a local CNAME chain to chase (see upstream.h) */
 	uint16_t chain_len;
 	uint32_t chain_ttl;
+	bool search;                 /* chain holds autopath's candidates ... */
+	uint16_t candidate;          /* ... and the one asked now starts here */
 	struct waiter *waiters;
 	bool resolving;              /* a libunbound query is outstanding */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
@@ -379,6 +390,7 @@ static struct flight *new_flight(struct upstream *u, const struct upstream_reque
 	memcpy(f->chain, r->chain, r->chain_len);
 	f->chain_len = r->chain_len;
 	f->chain_ttl = r->chain_ttl;
+	f->search = r->search;
 	f->u = u;
 	f->hnext = u->flights[h & (FLIGHT_BUCKETS - 1)];
 	u->flights[h & (FLIGHT_BUCKETS - 1)] = f;
@@ -490,9 +502,58 @@ static void resolution_failed(struct upstream *u, struct flight *f)
 	}
 }
 
+static bool start_resolving(struct upstream *u, struct flight *f);
+
+/* Autopath found no candidate: q's own local answer, NXDOMAIN with the zone's SOA. */
+static size_t reply_nxdomain(struct upstream *u, const struct upstream_request *r)
+{
+	const uint16_t counts[3] = {0, r->nxdomain_len ? 1 : 0, 0};
+	struct dns_writer w;
+
+	begin_reply(&w, u, r);
+	if (r->nxdomain_len)
+		dns_response_append_raw(&w, r->nxdomain, r->nxdomain_len, counts);
+	dns_response_set_rcode(&w, DNS_R_NXDOMAIN);
+	dns_response_set_aa(&w, true);
+	return dns_response_finish(&w, r->udp_payload);
+}
+
+/*
+ * Autopath: the candidate asked does not exist. That goes into the cache
+ * under its own question (workers skip it next time), and the next one is
+ * asked; after the last, every waiter gets q's local NXDOMAIN.
+ */
+static void candidate_missing(struct upstream *u, struct flight *f, const uint8_t *msg,
+			      size_t len)
+{
+	const uint8_t *name = f->chain + f->candidate;
+	struct dns_query candidate = f->q;
+	size_t n;
+
+	dns_query_set_name(&candidate, name);
+	n = dns_message_compact(msg, len, &candidate, !candidate.edns_do, u->compacted,
+				sizeof u->compacted);
+	if (n > 0)
+		cache_insert(u->cache, &candidate, u->compacted, n, u->now_ms / 1000);
+	f->candidate += (uint16_t)dns_name_len(name);
+	if (f->candidate < f->chain_len) {
+		if (!start_resolving(u, f))
+			resolution_failed(u, f);
+		return;
+	}
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+		deliver(u, w->worker, &w->req, reply_nxdomain(u, &w->req));
+		remove_waiter(u, w);
+	}
+}
+
 static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *msg,
 				size_t len, bool secure)
 {
+	/* what q's answer starts with: the local CNAME chain, or autopath's one CNAME */
+	const uint8_t *chain = f->search ? f->chain + f->candidate : f->chain;
+	size_t chain_len = f->search ? dns_name_len(chain) : f->chain_len;
 	bool cached;
 
 	bump(&u->n.answers);
@@ -504,16 +565,20 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 		if (secure)
 			msg[3] |= (uint8_t)DNS_F_AD;
 	}
+	if (f->search && (msg[3] & 0xf) == DNS_R_NXDOMAIN) {
+		candidate_missing(u, f, msg, len);
+		return;
+	}
 	/* libunbound always asks with DO, so a DO=0 client's copy loses the
 	 * DNSSEC records; and libunbound writes owner names out in full. A
 	 * message we cannot rewrite is stored as it came (or refused by the
 	 * cache). */
-	size_t n = f->chain_len
-		? dns_message_chase(msg, len, &f->q, f->chain, f->chain_len, f->chain_ttl,
+	size_t n = chain_len
+		? dns_message_chase(msg, len, &f->q, chain, chain_len, f->chain_ttl,
 				    !f->q.edns_do, u->compacted, sizeof u->compacted)
 		: dns_message_compact(msg, len, &f->q, !f->q.edns_do, u->compacted,
 				      sizeof u->compacted);
-	if (f->chain_len && n == 0) {
+	if (chain_len && n == 0) {
 		resolution_failed(u, f); /* the chain's end cannot be joined to it */
 		return;
 	}
@@ -568,11 +633,14 @@ static void on_result(void *arg, int err, struct ub_result *result)
 	maybe_free_flight(u, f);
 }
 
-/* What libunbound is asked: the question, or the end of its local CNAME chain. */
+/* What libunbound is asked: the question, the end of its local CNAME chain,
+ * or autopath's current candidate. */
 static const uint8_t *name_to_resolve(const struct flight *f)
 {
 	const uint8_t *name = f->q.qname;
 
+	if (f->search)
+		return f->chain + f->candidate;
 	for (size_t pos = 0; pos < f->chain_len; pos += dns_name_len(f->chain + pos))
 		name = f->chain + pos;
 	return name;
@@ -591,6 +659,13 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 	return true;
 }
 
+/* A new resolution of f's question (from the first candidate, for autopath). */
+static bool start_flight(struct upstream *u, struct flight *f)
+{
+	f->candidate = 0;
+	return start_resolving(u, f);
+}
+
 /* A background refresh: one query if none is running or cooling down. */
 static void handle_refresh(struct upstream *u, const struct upstream_request *r, uint64_t h)
 {
@@ -600,7 +675,7 @@ static void handle_refresh(struct upstream *u, const struct upstream_request *r,
 		return;
 	if (!f && !(f = new_flight(u, r, h)))
 		return;
-	if (!start_resolving(u, f))
+	if (!start_flight(u, f))
 		resolution_failed(u, f);
 	maybe_free_flight(u, f);
 }
@@ -631,7 +706,7 @@ static void handle_client(struct upstream *u, unsigned worker, const struct upst
 		return;
 	}
 	add_waiter(u, f, worker, r);
-	if (!start_resolving(u, f))
+	if (!start_flight(u, f))
 		resolution_failed(u, f);
 	maybe_free_flight(u, f);
 }

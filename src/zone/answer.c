@@ -67,7 +67,7 @@ enum zone_result zone_answer(const struct zone_table *t, const struct dns_query 
 			     struct dns_writer *w)
 {
 	const struct zone_node *n = lookup(t, q->qname);
-	const uint8_t *owner = NULL; /* NULL: the question name, in client case */
+	const uint8_t *owner = dns_response_owner(w, q); /* NULL: the question, in client case */
 	const uint8_t *name = q->qname;
 
 	if (!n) {

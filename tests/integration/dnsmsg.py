@@ -279,11 +279,14 @@ def family_of(host):
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
-def udp_exchange(host, port, pkt, timeout=2.0, tries=1):
+def udp_exchange(host, port, pkt, timeout=2.0, tries=1, source=None):
     """Send pkt over UDP and return the raw reply whose ID matches, or None
-    when nothing came back in time."""
+    when nothing came back in time. source: the client address to send
+    from (e.g. 127.0.0.55, posing as a pod's IP)."""
     qid = pkt[:2] if len(pkt) >= 2 else None
     with socket.socket(family_of(host), socket.SOCK_DGRAM) as s:
+        if source:
+            s.bind((source, 0))
         for _ in range(tries):
             s.sendto(pkt, (host, port))
             deadline = time.monotonic() + timeout
@@ -303,9 +306,9 @@ def udp_exchange(host, port, pkt, timeout=2.0, tries=1):
     return None
 
 
-def udp_query(host, port, name, qt="A", timeout=2.0, **kw):
+def udp_query(host, port, name, qt="A", timeout=2.0, source=None, **kw):
     data = udp_exchange(host, port, build_query(name, qt, **kw), timeout,
-                        tries=2)
+                        tries=2, source=source)
     if data is None:
         raise AssertionError("no UDP reply to %s %s" % (name, qt))
     return parse(data)
@@ -337,15 +340,17 @@ def tcp_read_msg(s):
     return body
 
 
-def tcp_connect(host, port, timeout=3.0):
+def tcp_connect(host, port, timeout=3.0, source=None):
     s = socket.socket(family_of(host), socket.SOCK_STREAM)
     s.settimeout(timeout)
+    if source:
+        s.bind((source, 0))
     s.connect((host, port))
     return s
 
 
-def tcp_exchange(host, port, pkt, timeout=3.0):
-    with tcp_connect(host, port, timeout) as s:
+def tcp_exchange(host, port, pkt, timeout=3.0, source=None):
+    with tcp_connect(host, port, timeout, source) as s:
         s.sendall(frame(pkt))
         data = tcp_read_msg(s)
     if data is None:
@@ -353,5 +358,6 @@ def tcp_exchange(host, port, pkt, timeout=3.0):
     return data
 
 
-def tcp_query(host, port, name, qt="A", timeout=3.0, **kw):
-    return parse(tcp_exchange(host, port, build_query(name, qt, **kw), timeout))
+def tcp_query(host, port, name, qt="A", timeout=3.0, source=None, **kw):
+    return parse(tcp_exchange(host, port, build_query(name, qt, **kw), timeout,
+                              source))

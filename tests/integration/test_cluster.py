@@ -290,3 +290,147 @@ def test_fallback_servers_answer_until_the_sync_and_in_forward_mode(env):
 
 
 test_fallback_servers_answer_until_the_sync_and_in_forward_mode.timeout = 60
+
+
+# ---------------------------------------------------------------- autopath
+#
+# Clients pose as pods of this node by sending from 127.0.0.x addresses that
+# fake Pods carry as status.podIP. The node's resolv.conf (a file of the
+# test's own) searches nope.site.example (NXDOMAIN at the NSD upstream) then
+# site.example, so the resolver has to step over a missing candidate. The
+# upstream also serves a bare root zone, so the last candidate (a bare name
+# like "nothing.") gets a real NXDOMAIN.
+
+ROOT_ZONE = """$TTL 300
+. IN SOA a.root. hostmaster.root. 1 1800 900 604800 300
+. IN NS a.root.
+a.root. IN A 127.0.0.1
+"""
+
+SHOP_POD = "127.0.0.55"      # a pod of this node in namespace shop
+HOSTNET_POD = "127.0.0.56"   # a host-network pod in shop: never autopathed
+TEAM_POD = "127.0.0.57"      # a pod of this node in namespace team
+
+
+def autopath_objects():
+    return standard_objects() + [
+        F.pod("shop", "app", ips=[SHOP_POD], node=NODE),
+        F.pod("shop", "agent", ips=[HOSTNET_POD], node=NODE, host_network=True),
+        F.pod("team", "app", ips=[TEAM_POD], node=NODE),
+    ]
+
+
+def node_resolv_conf(env, search="nope.site.example site.example"):
+    path = os.path.join(env.tmp, "resolv.conf")
+    with open(path, "w") as f:
+        f.write("nameserver 192.0.2.53\n" + ("search %s\n" % search if search else ""))
+    return path
+
+
+def start_autopath(env, api, up=None, autopath=True, search="nope.site.example site.example"):
+    upstream = {"resolv_conf": node_resolv_conf(env, search)}
+    if up is not None:
+        upstream.update({"servers": [up.addr], "timeout": "2s"})
+    return start(env, api, cluster={"autopath": autopath}, upstream=upstream)
+
+
+def types(m):
+    return [harness.dnsmsg.TYPE_NAME[r["type"]] for r in m.answer]
+
+
+def cname_then(m, asked, target):
+    """The reply starts with the CNAME asked -> target (cluster.ttl)."""
+    assert m.rcode_name == "NOERROR" and m.answer, m.describe()
+    first = m.answer[0]
+    assert (types(m)[0], first["name"], first["rdata"], first["ttl"]) == (
+        "CNAME", asked, target, 5), (m.describe(), m.answer)
+
+
+def assert_plain_nxdomain(m):
+    assert m.rcode_name == "NXDOMAIN" and m.aa and not m.answer, m.describe()
+    assert [r["name"] for r in m.rrs("authority", "SOA")] == ["cluster.local."], m.describe()
+
+
+def test_autopath_answers_the_first_search_query_with_a_cname(env):
+    with authority.Authority({"site.example.": SITE, ".": ROOT_ZONE}) as up, \
+            F.FakeAPI() as api:
+        api.apply(*autopath_objects())
+        d = start_autopath(env, api, up)
+        # a Service of another namespace, behind the team pod's first suffix
+        m = d.udp("db.shop.team.svc.cluster.local", "A", source=TEAM_POD)
+        cname_then(m, "db.shop.team.svc.cluster.local.", "db.shop.svc.cluster.local.")
+        assert m.aa and data(m, "A") == ["10.96.0.5"], m.describe()
+        m = d.tcp("db.shop.team.svc.cluster.local", "AAAA", source=TEAM_POD)
+        cname_then(m, "db.shop.team.svc.cluster.local.", "db.shop.svc.cluster.local.")
+        assert data(m, "AAAA") == ["fd00::5"], m.describe()
+        # <zone>, the third suffix
+        m = d.udp("dns-version.shop.svc.cluster.local", "TXT", source=SHOP_POD)
+        cname_then(m, "dns-version.shop.svc.cluster.local.", "dns-version.cluster.local.")
+        # the pod's own namespace: answered as it is
+        m = d.udp("db.shop.svc.cluster.local", "A", source=SHOP_POD)
+        assert types(m) == ["A"], m.describe()
+
+
+def test_autopath_reaches_external_names_through_the_node_search_domains(env):
+    with authority.Authority({"site.example.": SITE, ".": ROOT_ZONE}) as up, \
+            F.FakeAPI() as api:
+        api.apply(*autopath_objects())
+        d = start_autopath(env, api, up)
+        # www.nope.site.example is NXDOMAIN upstream; www.site.example answers
+        m = d.udp("www.shop.svc.cluster.local", "A", source=SHOP_POD)
+        cname_then(m, "www.shop.svc.cluster.local.", "www.site.example.")
+        assert data(m, "A") == ["192.0.2.1"] and len(m.answer) == 2, m.describe()
+        asked = up.queries()
+        m = d.udp("www.shop.svc.cluster.local", "A", source=SHOP_POD)
+        assert data(m, "A") == ["192.0.2.1"] and up.queries() == asked, \
+            "the joined answer is cached under the asked name"
+        # the bare name, after every search domain
+        m = d.udp("www.site.example.shop.svc.cluster.local", "AAAA", source=SHOP_POD)
+        cname_then(m, "www.site.example.shop.svc.cluster.local.", "www.site.example.")
+        assert data(m, "AAAA") == ["2001:db8::1"], m.describe()
+        # a CNAME chain upstream follows the autopath CNAME
+        m = d.udp("c1.shop.svc.cluster.local", "A", source=SHOP_POD)
+        assert types(m) == ["CNAME"] * 4 + ["A"], m.describe()
+
+
+def test_autopath_with_no_candidate_keeps_the_original_nxdomain(env):
+    with authority.Authority({"site.example.": SITE, ".": ROOT_ZONE}) as up, \
+            F.FakeAPI() as api:
+        api.apply(*autopath_objects())
+        d = start_autopath(env, api, up)
+        for _ in range(2):   # the resolver's answer, then the cached NXDOMAINs' here
+            assert_plain_nxdomain(d.udp("nothing.shop.svc.cluster.local", "A",
+                                        source=SHOP_POD))
+        # a 4-dot name: the node's domains come before the bare (local) name,
+        # so the first time the client searches on; then their NXDOMAINs are
+        # known and the local name is found here
+        name = "web.shop.svc.cluster.local.team.svc.cluster.local"
+        assert_plain_nxdomain(d.udp(name, "A", source=TEAM_POD))
+        m = d.udp(name, "A", source=TEAM_POD)
+        cname_then(m, name + ".", "web.shop.svc.cluster.local.")
+        assert data(m, "A") == ["10.1.0.1", "10.1.0.2"], m.describe()
+
+
+def test_autopath_is_only_for_known_pods_and_when_enabled(env):
+    with F.FakeAPI() as api:
+        api.apply(*autopath_objects())
+        d = start_autopath(env, api, search=None)
+        name = "db.shop.shop.svc.cluster.local"
+        cname_then(d.udp(name, source=SHOP_POD), name + ".", "db.shop.svc.cluster.local.")
+        assert_plain_nxdomain(d.udp(name))                          # 127.0.0.1: unknown
+        assert_plain_nxdomain(d.udp(name, source="127.0.0.58"))     # no pod has it
+        assert_plain_nxdomain(d.udp(name, source=HOSTNET_POD))      # the node's address
+        assert_plain_nxdomain(d.udp(name, source=TEAM_POD))         # not team's first
+        api.delete("pods", "shop", "app")
+        wait_until(lambda: d.udp(name, source=SHOP_POD).rcode_name == "NXDOMAIN",
+                   "the deleted pod's address to be forgotten")
+        api.apply(F.pod("shop", "app", ips=[SHOP_POD], node=NODE))
+        wait_until(lambda: d.udp(name, source=SHOP_POD).rcode_name == "NOERROR",
+                   "the pod's address again")
+        api.apply(F.pod("shop", "app", ips=[SHOP_POD], node=NODE, phase="Succeeded"))
+        wait_until(lambda: d.udp(name, source=SHOP_POD).rcode_name == "NXDOMAIN",
+                   "a finished pod's address to be forgotten")
+        d.stop()
+        api.apply(F.pod("shop", "app", ips=[SHOP_POD], node=NODE))
+        d = start_autopath(env, api, autopath=False, search=None)
+        assert_plain_nxdomain(d.udp(name, source=SHOP_POD))

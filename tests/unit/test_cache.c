@@ -489,6 +489,33 @@ static void test_nxdomain_cached_for_soa_minimum_capped(void **state)
 	cache_free(c);
 }
 
+static void test_nxdomain_probe_sees_only_live_nxdomain(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query nx, aaaa, nodata, absent;
+
+	reply_start(&p, "gone.example.com", DNS_T_A, DNS_C_IN, DNS_R_NXDOMAIN);
+	reply_soa(&p, "example.com", 900, 300);
+	query_a(&nx, "gone.example.com");
+	assert_int_equal(cache_insert(c, &nx, p.b, p.len, 0), 0);
+	reply_start(&p, "v4only.example.com", DNS_T_AAAA, DNS_C_IN, DNS_R_NOERROR);
+	reply_soa(&p, "example.com", 60, 3600);
+	make_query(&nodata, "v4only.example.com", DNS_T_AAAA, DNS_C_IN, false, false, false);
+	assert_int_equal(cache_insert(c, &nodata, p.b, p.len, 0), 0);
+
+	assert_true(cache_has_nxdomain(c, &nx, 0));
+	assert_true(cache_has_nxdomain(c, &nx, 299));
+	assert_false(cache_has_nxdomain(c, &nx, 300));    /* expired: stale does not count */
+	make_query(&aaaa, "gone.example.com", DNS_T_AAAA, DNS_C_IN, false, false, false);
+	assert_false(cache_has_nxdomain(c, &aaaa, 0));    /* another key */
+	assert_false(cache_has_nxdomain(c, &nodata, 0));  /* exists, no data */
+	query_a(&absent, "never.example.com");
+	assert_false(cache_has_nxdomain(c, &absent, 0));
+	cache_free(c);
+}
+
 static void test_nodata_cached(void **state)
 {
 	(void)state;
@@ -1120,6 +1147,8 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		cache_answer(c, &big, out, 65535, 1232, now, true, &len);
 		cache_answer(c, &miss, out, 512, 1232, now, true, &len);
 		cache_answer(c, &edns, out, 1232, 1232, now, false, &len);
+		cache_has_nxdomain(c, &nx, now);
+		cache_has_nxdomain(c, &miss, now);
 	}
 	counting = false;
 	assert_int_equal(forbidden_calls, 0);
@@ -1141,6 +1170,7 @@ int main(void)
 		cmocka_unit_test(test_ttl_ageing),
 		cmocka_unit_test(test_min_max_clamp),
 		cmocka_unit_test(test_nxdomain_cached_for_soa_minimum_capped),
+		cmocka_unit_test(test_nxdomain_probe_sees_only_live_nxdomain),
 		cmocka_unit_test(test_nodata_cached),
 		cmocka_unit_test(test_negative_without_soa_not_cached),
 		cmocka_unit_test(test_servfail_cached_briefly),

@@ -2,7 +2,8 @@
  * Unit tests for cluster/: Kubernetes objects (real JSON shapes) in, the
  * specification's records out, read back through the codec: ClusterIP and
  * headless Services, SRV with additionals, PTR, ExternalName, pods,
- * NXDOMAIN vs NODATA, namespaces, updates and deletions, the sync gate.
+ * NXDOMAIN vs NODATA, namespaces, updates and deletions, the sync gate,
+ * and autopath's clients (this node's pod addresses -> namespace).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -564,6 +565,118 @@ static void test_objects_without_names_are_ignored(void **state)
 	assert_int_equal(after.services, before.services);
 }
 
+/* ---- autopath: which client asks ---------------------------------------------- */
+
+static void upsert_pod(struct cluster *c, const char *ns, const char *name, const char *ip,
+		       const char *extra_spec, const char *phase, bool deleting)
+{
+	char json[1024];
+
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\"%s},"
+		 "\"spec\":{\"nodeName\":\"n1\"%s},\"status\":{\"phase\":\"%s\","
+		 "\"podIP\":\"%s\",\"podIPs\":[{\"ip\":\"%s\"}]}}",
+		 name, ns, deleting ? ",\"deletionTimestamp\":\"2026-01-01T00:00:00Z\"" : "",
+		 extra_spec, phase, ip, ip);
+	UPSERT(cluster_pod_upsert, c, json);
+}
+
+static const struct sockaddr_storage *peer(const char *ip)
+{
+	static struct sockaddr_storage ss;
+
+	memset(&ss, 0, sizeof ss);
+	if (strchr(ip, ':')) {
+		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+		v6->sin6_family = AF_INET6;
+		assert_int_equal(inet_pton(AF_INET6, ip, &v6->sin6_addr), 1);
+	} else {
+		struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+		v4->sin_family = AF_INET;
+		assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
+	}
+	return &ss;
+}
+
+/* The base cluster_autopath_base finds in name for a client at ip (0: none). */
+static size_t base_for(struct cluster *c, const char *name, const char *ip)
+{
+	struct dns_query q;
+	size_t base;
+
+	make_query(&q, name, DNS_T_A);
+	urcu_memb_read_lock();
+	base = cluster_autopath_base(c, &q, ip ? peer(ip) : NULL);
+	urcu_memb_read_unlock();
+	return base;
+}
+
+static void test_autopath_base_is_for_this_nodes_pods_in_their_namespace(void **state)
+{
+	struct cluster *c = *state;
+	const size_t www_example_com = 16; /* \3www\7example\3com */
+
+	upsert_pod(c, "prod", "client", "10.1.0.50", "", "Running", false);
+	assert_int_equal(base_for(c, "www.example.com.prod.svc.cluster.local", "10.1.0.50"),
+			 www_example_com);
+	assert_int_equal(base_for(c, "WWW.Example.com.prod.svc.cluster.local", "10.1.0.50"),
+			 www_example_com);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.50"), 3);
+	assert_int_equal(base_for(c, "db.team.svc.cluster.local", "10.1.0.50"), 0);
+	assert_int_equal(base_for(c, "prod.svc.cluster.local", "10.1.0.50"), 0); /* no base */
+	assert_int_equal(base_for(c, "db.prod.pod.cluster.local", "10.1.0.50"), 0);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local.example", "10.1.0.50"), 0);
+	assert_int_equal(base_for(c, "www.example.com.prod.svc.cluster.local", "10.1.0.51"), 0);
+	assert_int_equal(base_for(c, "www.example.com.prod.svc.cluster.local", NULL), 0);
+	/* an IPv4 client on a dual-stack socket */
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "::ffff:10.1.0.50"), 3);
+
+	upsert_pod(c, "prod", "v6", "fd00::50", "", "Running", false);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "fd00::50"), 3);
+	upsert_pod(c, "prod", "init", "10.1.0.53", "", "Pending", false);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.53"), 3);
+}
+
+static void test_autopath_skips_host_network_finished_and_deleted_pods(void **state)
+{
+	struct cluster *c = *state;
+
+	upsert_pod(c, "prod", "host", "10.1.0.60", ",\"hostNetwork\":true", "Running", false);
+	upsert_pod(c, "prod", "done", "10.1.0.61", "", "Succeeded", false);
+	upsert_pod(c, "prod", "failed", "10.1.0.62", "", "Failed", false);
+	upsert_pod(c, "prod", "leaving", "10.1.0.63", "", "Running", true);
+	for (const char *const *ip = (const char *const[]){"10.1.0.60", "10.1.0.61", "10.1.0.62",
+							   "10.1.0.63", NULL}; *ip; ip++)
+		assert_int_equal(base_for(c, "db.prod.svc.cluster.local", *ip), 0);
+
+	/* a pod stops being a client when it finishes, starts being deleted or goes */
+	upsert_pod(c, "prod", "job", "10.1.0.64", "", "Running", false);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.64"), 3);
+	upsert_pod(c, "prod", "job", "10.1.0.64", "", "Succeeded", false);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.64"), 0);
+	upsert_pod(c, "prod", "job", "10.1.0.64", "", "Running", false);
+	upsert_pod(c, "prod", "job", "10.1.0.64", "", "Running", true);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.64"), 0);
+	upsert_pod(c, "prod", "job", "10.1.0.64", "", "Running", false);
+	cluster_pod_remove(c, "prod", "job");
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.64"), 0);
+}
+
+static void test_autopath_address_reused_by_a_new_pod_follows_it(void **state)
+{
+	struct cluster *c = *state;
+
+	upsert_pod(c, "prod", "old", "10.1.0.70", "", "Running", false);
+	upsert_pod(c, "team", "new", "10.1.0.70", "", "Running", false);
+	assert_int_equal(base_for(c, "db.team.svc.cluster.local", "10.1.0.70"), 3);
+	assert_int_equal(base_for(c, "db.prod.svc.cluster.local", "10.1.0.70"), 0);
+	cluster_pod_remove(c, "prod", "old"); /* the address is not the old pod's any more */
+	assert_int_equal(base_for(c, "db.team.svc.cluster.local", "10.1.0.70"), 3);
+	upsert_pod(c, "team", "new", "10.1.0.71", "", "Running", false); /* address changed */
+	assert_int_equal(base_for(c, "db.team.svc.cluster.local", "10.1.0.70"), 0);
+	assert_int_equal(base_for(c, "db.team.svc.cluster.local", "10.1.0.71"), 3);
+}
+
 /* The hot-path promise: answering from the table allocates nothing and locks nothing. */
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 {
@@ -581,11 +694,14 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		{"example.org", DNS_T_A},
 	};
 	struct reply r;
+	const struct sockaddr_storage *client;
 
 	if (!alloc_counting_works()) {
 		print_message("not linked with -Wl,--wrap=malloc,...: see the Makefile\n");
 		skip();
 	}
+	upsert_pod(*state, "prod", "client", "10.1.0.50", "", "Running", false);
+	client = peer("10.1.0.50");
 	urcu_memb_barrier(); /* the setup's deferred frees run now, not while counting */
 	for (int round = 0; round < 100; round++) {
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -597,6 +713,7 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 			dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
 			urcu_memb_read_lock();
 			cluster_answer(*state, &q, &w, &chase);
+			cluster_autopath_base(*state, &q, client);
 			urcu_memb_read_unlock();
 			r.len = dns_response_finish(&w, 1232);
 			counting = false;
@@ -635,6 +752,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_slices_before_their_service_count_once_it_arrives, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nothing_is_answered_before_the_first_sync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_objects_without_names_are_ignored, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autopath_base_is_for_this_nodes_pods_in_their_namespace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autopath_skips_host_network_finished_and_deleted_pods, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_autopath_address_reused_by_a_new_pod_follows_it, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

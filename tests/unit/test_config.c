@@ -72,6 +72,7 @@ static void check_defaults(const struct config *c)
 	assert_int_equal(c->cluster.ttl, 5);
 	assert_int_equal(c->cluster.pods, CONFIG_PODS_INSECURE);
 	assert_int_equal(c->cluster.n_fallback_servers, 0);
+	assert_false(c->cluster.autopath);
 	assert_true(c->kubernetes.enabled);
 	assert_string_equal(c->kubernetes.kubeconfig, "");
 	assert_string_equal(c->kubernetes.node_name, "");
@@ -226,7 +227,7 @@ static void test_every_value_set(void **state)
 		"nftables: {enabled: false, table: t, intercept: [\"fd00::10\"], teardown: true,\n"
 		"  reassert_interval: 5m}\n"
 		"cluster: {domain: Example.COM., ttl: 1h, pods: verified,\n"
-		"  fallback_servers: [10.96.0.10]}\n"
+		"  fallback_servers: [10.96.0.10], autopath: true}\n"
 		"kubernetes: {enabled: false, kubeconfig: /etc/kube.conf, node_name: n1,\n"
 		"  service_account_dir: sa}\n"
 		"upstream: {resolv_conf: r.conf, recursive: true, dnssec: true, timeout: 1500ms}\n"
@@ -258,6 +259,7 @@ static void test_every_value_set(void **state)
 	assert_int_equal(c->cluster.ttl, 3600);
 	assert_int_equal(c->cluster.pods, CONFIG_PODS_VERIFIED);
 	assert_string_equal(c->cluster.fallback_servers[0].text, "10.96.0.10:53");
+	assert_true(c->cluster.autopath);
 	assert_false(c->kubernetes.enabled);
 	assert_string_equal(c->kubernetes.kubeconfig, "/etc/kube.conf");
 	assert_string_equal(c->kubernetes.node_name, "n1");
@@ -438,6 +440,8 @@ static void test_error_boolean(void **state)
 	(void)state;
 	expect_error("nftables:\n  enabled: yes\n",
 		     "t.yaml:2:12: nftables.enabled: \"yes\" is not true or false");
+	expect_error("cluster: {domain: cluster.local, autopath: 1}\n",
+		     "t.yaml:1:44: cluster.autopath: \"1\" is not true or false");
 }
 
 static void test_error_bad_ip(void **state)

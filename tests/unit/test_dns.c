@@ -860,6 +860,28 @@ static void test_name_len_and_lower(void **state)
 	assert_memory_equal(lower, "\3www\4a1@[\5z\xc1\x80-m", 16);
 }
 
+static void test_query_set_name_keeps_the_rest(void **state)
+{
+	(void)state;
+	struct pkt p;
+	struct dns_query q;
+	uint8_t name[DNS_MAX_NAME];
+
+	build_query(&p, "WwW.ExAmPle.COM", DNS_T_AAAA);
+	parse_ok(&p, &q);
+	size_t n = wire("www.svc.cluster.local", name);
+	dns_query_set_name(&q, name);
+	assert_int_equal(q.qname_len, n);
+	assert_int_equal(q.qname_labels, 4);
+	assert_memory_equal(q.qname, name, n);
+	assert_memory_equal(q.qname_orig, name, n);
+	assert_int_equal(q.qtype, DNS_T_AAAA);
+	assert_int_equal(q.id, 0x1234);
+	dns_query_set_name(&q, (const uint8_t *)"");
+	assert_int_equal(q.qname_len, 1);
+	assert_int_equal(q.qname_labels, 0);
+}
+
 /* ---- writer ------------------------------------------------------------- */
 
 static uint8_t out[DNS_MAX_MESSAGE];
@@ -962,6 +984,22 @@ static void test_response_round_trip(void **state)
 	const struct rr_view *glue = &v->rr[3];
 	assert_int_equal(rd16(out + glue->owner_off), 0xC000 | ns->rdoff);
 	assert_int_equal(out[glue->rdoff + 3], 53);
+}
+
+static void test_response_owner_of_another_name_is_written_out(void **state)
+{
+	(void)state;
+	struct dns_query q, other;
+	struct dns_writer w;
+	uint8_t name[DNS_MAX_NAME];
+
+	parse_query("Db.Example.com", DNS_T_A, &q);
+	other = q;
+	wire("db.example.net", name);
+	dns_query_set_name(&other, name);
+	dns_response_begin(&w, out, DNS_MAX_UDP_PLAIN, &q, DNS_R_NOERROR);
+	assert_null(dns_response_owner(&w, &q));
+	assert_ptr_equal(dns_response_owner(&w, &other), other.qname);
 }
 
 static void test_response_srv_target_not_compressed(void **state)
@@ -1811,7 +1849,9 @@ int main(void)
 		cmocka_unit_test(test_name_to_text_escapes_and_limits),
 		cmocka_unit_test(test_name_subdomain),
 		cmocka_unit_test(test_name_len_and_lower),
+		cmocka_unit_test(test_query_set_name_keeps_the_rest),
 		cmocka_unit_test(test_response_round_trip),
+		cmocka_unit_test(test_response_owner_of_another_name_is_written_out),
 		cmocka_unit_test(test_response_srv_target_not_compressed),
 		cmocka_unit_test(test_response_mx_and_soa_compressed),
 		cmocka_unit_test(test_response_malformed_cname_rdata_copied_verbatim),

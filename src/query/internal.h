@@ -1,0 +1,37 @@
+/*
+ * query/internal.h — shared by query.c (the pipeline) and autopath.c (the
+ * search-list walk). Nothing outside src/query/ includes this.
+ */
+#ifndef LOCALDNS_QUERY_INTERNAL_H
+#define LOCALDNS_QUERY_INTERNAL_H
+
+#include "query/query.h"
+
+/* Serve w->q from the cache, or mark it for the upstream (ctx->upstream). */
+void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
+			     struct query_ctx *ctx);
+
+/*
+ * A CNAME chain leaving local data (an ExternalName): the joined answer
+ * from the cache, else from the resolver; without an upstream path, or
+ * when the names do not fit the request, the CNAMEs in w are the answer.
+ * first, when not NULL, is a CNAME target before the chain's own
+ * (autopath's candidate).
+ */
+void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
+			struct query_ctx *ctx, const uint8_t *first,
+			const struct cluster_chase *chase);
+
+/* Append a name to the request's chain; false when it does not fit. */
+bool query_chain_append(struct upstream_request *r, const uint8_t *name);
+
+/*
+ * w holds q's NXDOMAIN from the cluster table. When q is the first search
+ * suffix of a pod of this node asking from its own namespace, walk the rest
+ * of its search list and answer for the first name that exists
+ * (cluster.autopath); otherwise leave w alone.
+ */
+void query_autopath(const struct dns_query *q, const struct query_sources *s,
+		    struct dns_writer *w, struct query_ctx *ctx);
+
+#endif
