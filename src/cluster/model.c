@@ -359,8 +359,8 @@ static void build_external(const struct cluster_service *s, const uint8_t *owner
 	int len = s->external_name ? dns_name_from_text(s->external_name, target) : -1;
 
 	if (len <= 1) {
-		log_warn("service %s: externalName \"%s\" is not a DNS name; not served", s->key,
-			 s->external_name ? s->external_name : "");
+		log_warn("externalName is not a DNS name; service not served", "service", s->key,
+			 "external_name", s->external_name ? s->external_name : "");
 		return;
 	}
 	recs_add(r, owner, owner_len, DNS_T_CNAME, target, (size_t)len);
@@ -505,7 +505,7 @@ static void rebuild_service(struct cluster *c, struct cluster_service *s)
 	size_t owner_len = service_owner(c, s, owner);
 
 	if (!owner_len) {
-		log_warn("service %s: name too long for the cluster domain; not served", s->key);
+		log_warn("name too long for the cluster domain; service not served", "service", s->key);
 		return;
 	}
 	if (s->seen && s->kind == SVC_CLUSTER_IP) {
@@ -524,8 +524,8 @@ static void rebuild_service(struct cluster *c, struct cluster_service *s)
 	publish_ptrs(c, owner, &ptrs, s->ptrs, s->ptrs_len, &ptr_names);
 	publish_pod_refs(c, &pods, s->pods, s->pods_len, &pod_names);
 	if (r.failed || ptrs.failed || pods.failed)
-		log_error("service %s: some records could not be stored (out of memory or a "
-			  "name over 255 bytes)", s->key);
+		log_error("some records could not be stored (out of memory or a name over 255 bytes)",
+			  "service", s->key);
 	replace_list(&s->names, &s->names_len, &names);
 	replace_list(&s->ptrs, &s->ptrs_len, &ptr_names);
 	replace_list(&s->pods, &s->pods_len, &pod_names);
@@ -569,7 +569,7 @@ static void pod_ref(struct cluster *c, const uint8_t *owner, size_t len, int del
 	memcpy(rr + 4, ip.addr, rdlen);
 	if (!k || lh_table_insert(c->pod_refs, k, (void *)(intptr_t)delta) < 0 ||
 	    cluster_put(c, owner, len, rr, 4u + rdlen) < 0)
-		log_error("pod name %s: out of memory", key);
+		log_error("out of memory", "pod_name", key);
 }
 
 /* ---- the public writer calls ------------------------------------------------ */
@@ -589,7 +589,7 @@ static struct cluster_service *service_entry(struct cluster *c, const char *key)
 	    !(s->name = strdup(slash + 1)) || lh_table_insert(c->services, s->key, s) < 0) {
 		if (s)
 			free_service(s);
-		log_error("service %s: out of memory", key);
+		log_error("out of memory", "service", key);
 		return NULL;
 	}
 	return s;
@@ -777,7 +777,7 @@ static struct cluster_slice *slice_entry(struct cluster *c, const char *key)
 		if (sl)
 			free(sl->key);
 		free(sl);
-		log_error("endpointslice %s: out of memory", key);
+		log_error("out of memory", "endpointslice", key);
 		return NULL;
 	}
 	atomic_fetch_add(&c->n_slices, 1);
@@ -853,7 +853,7 @@ static void namespace_names(struct cluster *c, const char *name, bool exists)
 		if (!len)
 			continue;
 		if (exists && cluster_put(c, owner, len, NULL, 0) < 0)
-			log_error("namespace %s: out of memory", name);
+			log_error("out of memory", "namespace", name);
 		else if (!exists)
 			cluster_del(c, owner, len);
 	}
@@ -868,7 +868,7 @@ void cluster_namespace_upsert(struct cluster *c, struct json_object *obj)
 		return;
 	if (!(key = strdup(name)) || lh_table_insert(c->namespaces, key, key) < 0) {
 		free(key);
-		log_error("namespace %s: out of memory", name);
+		log_error("out of memory", "namespace", name);
 		return;
 	}
 	atomic_fetch_add(&c->n_namespaces, 1);
@@ -970,7 +970,7 @@ void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
 		if (!p || !(p->key = strdup(key)) || lh_table_insert(c->local_pods, p->key, p) < 0) {
 			if (p)
 				free_pod(p);
-			log_error("pod %s: out of memory", key);
+			log_error("out of memory", "pod", key);
 			return;
 		}
 		atomic_fetch_add(&c->n_pods, 1);
