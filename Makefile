@@ -8,7 +8,7 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
 PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
-            libmnl libnftnl
+            libmnl libnftnl ldns
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -26,6 +26,7 @@ LIB_SRC  := $(wildcard src/*/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/liblocaldns.a
 BIN      := $(BUILD)/localdns
+BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
 
 # Runs the Kubernetes API client alone, printing its handler calls (integration tests).
 KUBE_DUMP := $(BUILD)/tests/kube_dump
@@ -37,7 +38,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
-        libcurl4-openssl-dev libmicrohttpd-dev \
+        libcurl4-openssl-dev libmicrohttpd-dev libldns-dev \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
         nftables conntrack
@@ -70,7 +71,7 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): $(BUILD)/obj/cmd/localdns/main.o $(LIB)
+$(BIN): $(BIN_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
@@ -132,4 +133,4 @@ bench: $(BIN)
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(BUILD)/obj/cmd/localdns/main.d
+-include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d)

@@ -4,13 +4,17 @@
  *   localdns --config FILE         serve in the foreground
  *   localdns --check-config FILE   validate and exit 0, or 1 with FILE:LINE:COL
  *   localdns cleanup --config FILE remove the nftables table and the link (uninstall)
+ *   localdns ctl [...] COMMAND     talk to a running localdns (ctl.c)
  *   localdns --version | --help
  *
  * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
  * the answer sources); workers and the resolver thread never see a signal.
- * Start order: cache, cluster table, answer sources, resolver, node
- * integration (the addresses must exist before the workers bind them),
- * Kubernetes client (it feeds the node the kube-dns endpoints), workers; stop order: the Kubernetes client (the table's
+ * Start order: the control socket (a second localdns on the same path
+ * stops here, before it touches the node), cache, cluster table, answer
+ * sources, resolver, node integration (the addresses must exist before the
+ * workers bind them), Kubernetes client (it feeds the node the kube-dns
+ * endpoints), workers, the control thread;
+ * stop order: the control thread, the Kubernetes client (the table's
  * writer), the resolver (so nothing sends on a worker's socket any more),
  * the workers, what they read, then the node integration (torn down only
  * with nftables.teardown: left in place it fails open).
@@ -26,6 +30,8 @@
 #include "cluster/cluster.h"
 #include "cluster/feed.h"
 #include "config/config.h"
+#include "control/control.h"
+#include "ctl.h"
 #include "daemon/daemon.h"
 #include "kube/kube.h"
 #include "log/log.h"
@@ -38,6 +44,7 @@ static const char usage_text[] =
 	"usage: localdns --config FILE\n"
 	"       localdns --check-config FILE\n"
 	"       localdns cleanup --config FILE\n"
+	"       localdns ctl [--socket PATH | --config FILE] COMMAND [ARGS]\n"
 	"       localdns --version | --help\n"
 	"\n"
 	"A node-local DNS cache for Kubernetes.\n"
@@ -48,6 +55,8 @@ static const char usage_text[] =
 	"  -h, --help               print this help and exit\n"
 	"  cleanup --config FILE    remove the nftables table and the link or addresses\n"
 	"                           FILE describes (uninstall), then exit\n"
+	"  ctl COMMAND              stats, lookup, flush, dump-cache or reload on a\n"
+	"                           running localdns (localdns ctl --help)\n"
 	"\n"
 	"See docs/configuration.md for every configuration key.\n";
 
@@ -280,6 +289,7 @@ static int serve(const char *path)
 	struct query_sources *sources;
 	struct cluster *cluster = NULL;
 	struct kube_client *kube = NULL;
+	struct control *control = NULL;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
 	int sig = 0;
@@ -293,6 +303,8 @@ static int serve(const char *path)
 	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
 	block_signals(&signals);
 	urcu_memb_register_thread();
+	if (control_open(cfg, &control, err, sizeof err) < 0)
+		goto fail;
 	cache = make_cache(cfg);
 	if (!cache) {
 		snprintf(err, sizeof err, "cannot allocate the answer cache (cache.size)");
@@ -323,9 +335,12 @@ static int serve(const char *path)
 	daemon.cluster = cluster;
 	daemon.kube = kube;
 	daemon.node = node;
+	if (control_start(control, &daemon, err, sizeof err) < 0)
+		log_error("no control socket; serving without it", "error", err);
 	while ((sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
 		daemon_reload(&daemon, err, sizeof err);
 	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	control_stop(control);
 	log_totals(server, upstream, cache);
 	kube_stop(kube);
 	log_node_totals(node);
@@ -342,6 +357,7 @@ static int serve(const char *path)
 	return 0;
 fail:
 	log_error("cannot start", "error", err);
+	control_stop(control);
 	kube_stop(kube);
 	node_stop(node);
 	upstream_free(upstream);
@@ -367,6 +383,8 @@ int main(int argc, char **argv)
 	bool cleaning = argc > 1 && strcmp(argv[1], "cleanup") == 0;
 	int opt;
 
+	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
+		return ctl_main(argc - 1, argv + 1);
 	if (cleaning) {
 		/* The subcommand takes the same options after it. */
 		argv[1] = argv[0];

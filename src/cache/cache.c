@@ -68,10 +68,19 @@
  * (two revolutions; then it evicts regardless of bits) so readers setting
  * bits cannot keep a writer spinning.
  *
+ * Walking (cache_walk, for `localdns ctl dump-cache`): bucket by bucket,
+ * under the RCU read lock like a reader, copying entries into a batch; the
+ * lock is dropped before the caller sees the copies, so a caller that
+ * blocks (a slow socket) holds no lock and delays no grace period. A
+ * batch stops between buckets, so an entry that stays is seen once. We
+ * walk buckets rather than the CLOCK ring because the ring is writers'
+ * state (under the shard mutex) and the walk must not stall inserts.
+ *
  * Costs: a hit is one hash over the name, one chain walk (about one entry),
  * one memcpy of the stored sections and one 4-byte store per record TTL.
  * Insert is O(message) plus eviction, which is amortised O(1) per insert.
  * Flushing one name is O(entries in its shard); flushing all is O(entries).
+ * A walk is O(buckets + entry bytes).
  */
 #include "cache/cache.h"
 
@@ -250,6 +259,11 @@ static uint32_t clamp32(uint32_t v, uint32_t lo, uint32_t hi)
 }
 
 static uint32_t min32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint64_t min64(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
 }
@@ -804,6 +818,13 @@ static void write_entry(struct dns_writer *w, struct entry *e, bool stale,
 	}
 }
 
+/* An expired entry may still answer (RFC 8767) while the upstream fails. */
+static bool stale_servable(const struct cache *c, const struct entry *e, uint64_t now)
+{
+	return c->cfg.serve_stale && e->kind != KIND_SERVFAIL &&
+	       now - e->expire < c->cfg.stale_max_age;
+}
+
 static void count(_Atomic uint64_t *counter)
 {
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
@@ -838,8 +859,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 		    !atomic_load_explicit(&e->refresh_claimed, memory_order_relaxed) &&
 		    !atomic_exchange_explicit(&e->refresh_claimed, 1, memory_order_relaxed))
 			result = CACHE_HIT_REFRESH;
-	} else if (e && allow_stale && c->cfg.serve_stale &&
-		   e->kind != KIND_SERVFAIL && now - e->expire < c->cfg.stale_max_age) {
+	} else if (e && allow_stale && stale_servable(c, e, now)) {
 		result = CACHE_STALE;
 		write_entry(w, e, true, 0);
 	}
@@ -912,6 +932,163 @@ bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len)
 		w->buf[3] |= (uint8_t)DNS_F_AD;
 	append_sections(w, msg + r.sec_start, r.sec_end - r.sec_start, r.counts, r.add_off);
 	return true;
+}
+
+/* ---- walking ------------------------------------------------------------ */
+
+#define WALK_BATCH_BYTES (256 * 1024)  /* holds at least three of the largest entries */
+#define WALK_BATCH_ITEMS 2048
+#define WALK_BUCKETS_PER_PASS 1024     /* bounds one read-side section on empty buckets */
+
+/* Entries copied under one read-side section, handed out after it. */
+struct walk_batch {
+	size_t n, used;
+	struct cache_entry_info items[WALK_BATCH_ITEMS];
+	uint8_t bytes[WALK_BATCH_BYTES];
+};
+
+/* Where the next batch starts: a bucket, and how many of its chain's
+ * entries an earlier batch took (only for a chain larger than a batch). */
+struct walk_cursor {
+	unsigned shard;
+	uint64_t bucket;
+	size_t skip;
+};
+
+static size_t entry_message_len(const struct entry *e)
+{
+	return DNS_HEADER_LEN + e->qname_len + 4u + e->sec_len;
+}
+
+/* The entry as a reply message, TTLs aged as a hit at now would see them. */
+static void write_entry_message(uint8_t *m, struct entry *e, uint64_t now)
+{
+	const uint16_t header[6] = {0, e->flags, 1, e->counts[0], e->counts[1], e->counts[2]};
+	uint64_t age = now > e->inserted ? now - e->inserted : 0;
+
+	for (int i = 0; i < 6; i++) {
+		m[2 * i] = (uint8_t)(header[i] >> 8);
+		m[2 * i + 1] = (uint8_t)header[i];
+	}
+	uint8_t *p = m + DNS_HEADER_LEN;
+	memcpy(p, entry_qname(e), e->qname_len);
+	p += e->qname_len;
+	const uint16_t question[2] = {e->qtype, e->qclass};
+	for (int i = 0; i < 2; i++) {
+		*p++ = (uint8_t)(question[i] >> 8);
+		*p++ = (uint8_t)question[i];
+	}
+	memcpy(p, entry_sections(e), e->sec_len);
+	for (uint16_t i = 0; i < e->nttl; i++) {
+		uint32_t t = get32(p + e->ttl_off[i]);
+		put32(p + e->ttl_off[i], t > age ? (uint32_t)(t - age) : 0);
+	}
+}
+
+static void entry_state(const struct cache *c, const struct entry *e, uint64_t now,
+			struct cache_entry_info *info)
+{
+	if (now < e->expire) {
+		info->state = CACHE_ENTRY_LIVE;
+		info->seconds = (uint32_t)min64(e->expire - now, UINT32_MAX);
+		return;
+	}
+	info->state = stale_servable(c, e, now) ? CACHE_ENTRY_STALE : CACHE_ENTRY_EXPIRED;
+	info->seconds = (uint32_t)min64(now - e->expire, UINT32_MAX);
+}
+
+/* Copy e into the batch; false (nothing copied) when it does not fit. */
+static bool batch_add(struct walk_batch *b, const struct cache *c, struct entry *e,
+		      uint64_t now)
+{
+	size_t len = entry_message_len(e);
+
+	if (b->n == WALK_BATCH_ITEMS || WALK_BATCH_BYTES - b->used < len)
+		return false;
+	uint8_t *m = b->bytes + b->used;
+	write_entry_message(m, e, now);
+	struct cache_entry_info *info = &b->items[b->n++];
+	*info = (struct cache_entry_info){
+		.name = m + DNS_HEADER_LEN,
+		.name_len = e->qname_len,
+		.qtype = e->qtype,
+		.qclass = e->qclass,
+		.dnssec_ok = e->keyflags & KEY_DO,
+		.checking_disabled = e->keyflags & KEY_CD,
+		.rcode = (uint8_t)(e->flags & FLAGS_RCODE_MASK),
+		.bytes = e->charge,
+		.msg = m,
+		.msg_len = len,
+	};
+	entry_state(c, e, now, info);
+	b->used += len;
+	return true;
+}
+
+/*
+ * Copy one bucket's chain, from cur->skip on. A chain that does not fit
+ * what is left of the batch is taken back whole and left for the next
+ * batch, so a batch ends between buckets; only a chain larger than an
+ * empty batch is split, remembered in cur->skip. True when the bucket is
+ * done.
+ */
+static bool batch_bucket(struct walk_batch *b, const struct cache *c, struct shard *s,
+			 struct walk_cursor *cur, uint64_t now)
+{
+	size_t n0 = b->n, used0 = b->used, index = 0;
+	struct entry *e = atomic_load_explicit(&s->buckets[cur->bucket], memory_order_acquire);
+
+	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire), index++) {
+		if (index < cur->skip)
+			continue;
+		if (batch_add(b, c, e, now))
+			continue;
+		if (n0 > 0) {
+			b->n = n0;
+			b->used = used0;
+		} else {
+			cur->skip = index;
+		}
+		return false;
+	}
+	cur->skip = 0;
+	return true;
+}
+
+/* One batch from cur on, under one short read-side section. */
+static void batch_fill(struct walk_batch *b, const struct cache *c, struct walk_cursor *cur,
+		       uint64_t now)
+{
+	b->n = b->used = 0;
+	urcu_memb_read_lock();
+	for (unsigned i = 0; i < WALK_BUCKETS_PER_PASS && cur->shard < c->nshards; i++) {
+		struct shard *s = &c->shards[cur->shard];
+		if (!batch_bucket(b, c, s, cur, now))
+			break;
+		if (++cur->bucket > s->mask) {
+			cur->bucket = 0;
+			cur->shard++;
+		}
+	}
+	TSAN_GRACE_RELEASE();
+	urcu_memb_read_unlock();
+}
+
+int cache_walk(struct cache *c, uint64_t now, cache_walk_fn fn, void *arg)
+{
+	struct walk_batch *b = malloc(sizeof *b);
+	struct walk_cursor cur = {0};
+	int rc = 0;
+
+	if (!b)
+		return -1;
+	while (rc == 0 && cur.shard < c->nshards) {
+		batch_fill(b, c, &cur, now);
+		for (size_t i = 0; i < b->n && rc == 0; i++)
+			rc = fn(&b->items[i], arg);
+	}
+	free(b);
+	return rc;
 }
 
 void cache_stats(const struct cache *c, struct cache_stats *out)

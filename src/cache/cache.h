@@ -22,6 +22,7 @@
  * registered or not, but never inside an RCU read-side section: they may
  * wait for a grace period (urcu_memb_synchronize_rcu) before freeing what
  * they evicted. They serialise per shard on a mutex readers never touch.
+ * cache_walk reads like a reader, in short read-side sections of its own.
  *
  * Times are whole seconds on a monotonic clock, supplied by the caller, so
  * tests control them and the hot path makes no clock syscall of its own.
@@ -169,5 +170,51 @@ void cache_stats(const struct cache *c, struct cache_stats *out);
  * flight finish with what they found; the memory is freed after them.
  */
 void cache_flush(struct cache *c, const uint8_t *name_or_null);
+
+enum cache_entry_state {
+	CACHE_ENTRY_LIVE,    /* within its TTL */
+	CACHE_ENTRY_STALE,   /* expired; served while the upstream fails */
+	CACHE_ENTRY_EXPIRED, /* of no more use; freed when its shard needs room */
+};
+
+/* One entry as cache_walk shows it: a copy, valid during the callback. */
+struct cache_entry_info {
+	const uint8_t *name;       /* the key's lower-cased wire name */
+	size_t name_len;
+	uint16_t qtype;
+	uint16_t qclass;
+	bool dnssec_ok;            /* the key's DO bit */
+	bool checking_disabled;    /* the key's CD bit */
+	uint8_t rcode;
+	enum cache_entry_state state;
+	uint32_t seconds;          /* LIVE: TTL left; else: seconds since expiry */
+	uint32_t bytes;            /* what it is charged against max_bytes */
+	/* The entry as a reply (ID 0, the upstream's flags, the question in
+	 * the key's case, every record with its TTL aged to now, 0 once
+	 * expired): a complete DNS message. */
+	const uint8_t *msg;
+	size_t msg_len;
+};
+
+/* Called for each entry; nonzero stops the walk. */
+typedef int (*cache_walk_fn)(const struct cache_entry_info *e, void *arg);
+
+/*
+ * Call fn for every entry, shard by shard. fn runs outside any lock and
+ * outside the RCU read-side section, so it may block (write to a slow
+ * socket): the walk copies a batch of entries (up to a thousand buckets or
+ * 256 KiB, whichever comes first) under one short RCU read-side section,
+ * then hands the copies out. Workers never wait for it, and writers wait
+ * at most for one batch's copy. Entries present for the whole walk are
+ * seen exactly once; ones inserted or removed meanwhile may or may not be.
+ * (The exception: a bucket chain larger than a whole batch, which no real
+ * load builds, is copied in parts and may then show an entry twice.)
+ *
+ * The calling thread must be registered with RCU (memb) and not inside a
+ * read-side section. Allocates one batch buffer (~320 KiB) per walk.
+ * Returns 0 when every entry was seen, fn's nonzero value when it stopped
+ * the walk, -1 on ENOMEM.
+ */
+int cache_walk(struct cache *c, uint64_t now, cache_walk_fn fn, void *arg);
 
 #endif

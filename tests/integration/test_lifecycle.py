@@ -166,6 +166,9 @@ def test_make_run_example(env):
         f.write("nameserver 127.0.0.1\n")
     new, n = re.subn(r"(?m)^(\s+resolv_conf:\s*)/etc/resolv.conf\b", r"\g<1>" + resolv, new)
     assert n == 1, "expected one `resolv_conf: /etc/resolv.conf` line in local.yaml"
+    sock = os.path.join(env.tmp, "control.sock")  # runs may overlap: not the shared /tmp path
+    new, n = re.subn(r"(?m)^(\s+socket:\s*)/tmp/localdns/control.sock\b", r"\g<1>" + sock, new)
+    assert n == 1, "expected one `socket: /tmp/localdns/control.sock` line in local.yaml"
     path = os.path.join(dst, "local.yaml")
     with open(path, "w") as f:
         f.write(new)
@@ -177,6 +180,8 @@ def test_make_run_example(env):
     assert m.aa, m.describe()
     r = d.dig(DB, "A")
     assert r.status == "NOERROR" and r.rdatas("A"), r.text
+    p = env.run(["ctl", "--config", path, "lookup", DB])
+    assert p.returncode == 0 and p.stdout.startswith("source: static\n"), p.stdout + p.stderr
     rc, _ = d.stop()
     assert rc == 0, "exit %s" % rc
 

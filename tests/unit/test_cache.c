@@ -1,8 +1,9 @@
 /*
  * Unit tests for src/cache: keys, lifetimes (clamps, RFC 2308 negative
  * answers, SERVFAIL), TTL ageing, serve-stale, prefetch, truncation, the
- * byte bound under a random-name flood, flushes, concurrent readers, and
- * the hot-path promise (a hit allocates nothing and takes no mutex).
+ * byte bound under a random-name flood, flushes, walks (alone and beside a
+ * writer), concurrent readers, and the hot-path promise (a hit allocates
+ * nothing and takes no mutex).
  *
  * Upstream replies are assembled by hand here and our replies are read
  * back with this file's own reader, so the cache is never checked against
@@ -982,6 +983,286 @@ static void test_flush_all_and_one_name(void **state)
 	cache_free(c);
 }
 
+/* ---- walking ------------------------------------------------------------ */
+
+/* What a walk saw: each entry's fields, and its message as parsed. */
+#define SEEN_MAX 25000
+
+struct seen {
+	char name[256];
+	struct cache_entry_info info;
+	uint16_t flags, an, ns;
+	uint32_t first_ttl;
+};
+
+struct walk_log {
+	size_t n;
+	int stop_after;          /* return 7 after this many; 0: never */
+	bool bad;                /* a message that did not parse, or a mismatch */
+	struct seen *items;      /* SEEN_MAX of them */
+};
+
+static int log_entry(const struct cache_entry_info *e, void *arg)
+{
+	struct walk_log *log = arg;
+	static struct msg_view v;
+
+	if (log->n == SEEN_MAX || !parse_msg(e->msg, e->msg_len, &v)) {
+		log->bad = true;
+		return 0;
+	}
+	struct seen *s = &log->items[log->n++];
+	if (dns_name_to_text(e->name, s->name, sizeof s->name) < 0 ||
+	    strcmp(s->name, v.qname) != 0 || v.qtype != e->qtype || v.qclass != e->qclass ||
+	    (v.flags & 0xF) != e->rcode)
+		log->bad = true;
+	s->info = *e;
+	s->flags = v.flags;
+	s->an = v.an;
+	s->ns = v.ns;
+	s->first_ttl = v.nrr > 0 ? v.rr[0].ttl : 0;
+	return log->stop_after && (int)log->n == log->stop_after ? 7 : 0;
+}
+
+static struct walk_log *new_walk_log(void)
+{
+	struct walk_log *log = calloc(1, sizeof *log);
+	assert_non_null(log);
+	log->items = calloc(SEEN_MAX, sizeof *log->items);
+	assert_non_null(log->items);
+	return log;
+}
+
+static void free_walk_log(struct walk_log *log)
+{
+	free(log->items);
+	free(log);
+}
+
+static const struct seen *seen_once(const struct walk_log *log, const char *name,
+				    uint16_t qtype, bool dnssec_ok)
+{
+	const struct seen *found = NULL;
+
+	for (size_t i = 0; i < log->n; i++) {
+		const struct seen *s = &log->items[i];
+		if (strcmp(s->name, name) == 0 && s->info.qtype == qtype &&
+		    s->info.dnssec_ok == dnssec_ok) {
+			assert_null(found);
+			found = s;
+		}
+	}
+	assert_non_null(found);
+	return found;
+}
+
+static void test_walk_shows_each_entry_with_its_state(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.stale_max_age = 600;
+	struct cache *c = new_cache(cfg);
+	struct walk_log *log = new_walk_log();
+	struct pkt p;
+	struct dns_query q;
+
+	assert_int_equal(cache_walk(c, 0, log_entry, log), 0);
+	assert_int_equal(log->n, 0);
+
+	simple_reply(&p, "WWW.example.com", 60, 1);
+	query_a(&q, "WWW.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	make_query(&q, "www.example.com", DNS_T_A, DNS_C_IN, true, true, false);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	reply_start(&p, "nx.example.com", DNS_T_AAAA, DNS_C_IN, DNS_R_NXDOMAIN);
+	reply_soa(&p, "example.com", 300, 300);
+	make_query(&q, "nx.example.com", DNS_T_AAAA, DNS_C_IN, false, false, true);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	reply_start(&p, "broken.example.com", DNS_T_A, DNS_C_IN, DNS_R_SERVFAIL);
+	query_a(&q, "broken.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+
+	assert_int_equal(cache_walk(c, 10, log_entry, log), 0);
+	assert_false(log->bad);
+	assert_int_equal(log->n, 4);
+	const struct seen *www = seen_once(log, "www.example.com.", DNS_T_A, false);
+	assert_int_equal(www->info.state, CACHE_ENTRY_LIVE);
+	assert_int_equal(www->info.seconds, 50);
+	assert_int_equal(www->info.rcode, DNS_R_NOERROR);
+	assert_false(www->info.checking_disabled);
+	assert_true(www->info.bytes >= 80);
+	assert_int_equal(www->flags, DNS_F_QR | DNS_F_RD | DNS_F_RA);
+	assert_int_equal(www->an, 1);
+	assert_int_equal(www->first_ttl, 50); /* aged like a hit */
+	assert_true(seen_once(log, "www.example.com.", DNS_T_A, true)->info.dnssec_ok);
+	const struct seen *nx = seen_once(log, "nx.example.com.", DNS_T_AAAA, false);
+	assert_int_equal(nx->info.rcode, DNS_R_NXDOMAIN);
+	assert_true(nx->info.checking_disabled);
+	assert_int_equal(nx->ns, 1);
+	assert_int_equal(nx->info.seconds, 290);
+	const struct seen *broken = seen_once(log, "broken.example.com.", DNS_T_A, false);
+	assert_int_equal(broken->info.state, CACHE_ENTRY_EXPIRED); /* SERVFAIL: 5 s */
+	assert_int_equal(broken->info.seconds, 5);
+
+	/* a minute on: the A entries are stale, expired 40 s ago, TTLs at 0 */
+	log->n = 0;
+	assert_int_equal(cache_walk(c, 100, log_entry, log), 0);
+	www = seen_once(log, "www.example.com.", DNS_T_A, false);
+	assert_int_equal(www->info.state, CACHE_ENTRY_STALE);
+	assert_int_equal(www->info.seconds, 40);
+	assert_int_equal(www->first_ttl, 0);
+	/* past the stale window */
+	log->n = 0;
+	assert_int_equal(cache_walk(c, 60 + 600, log_entry, log), 0);
+	assert_int_equal(seen_once(log, "www.example.com.", DNS_T_A, false)->info.state,
+			 CACHE_ENTRY_EXPIRED);
+
+	/* the callback's nonzero value stops the walk */
+	log->n = 0;
+	log->stop_after = 2;
+	assert_int_equal(cache_walk(c, 10, log_entry, log), 7);
+	assert_int_equal(log->n, 2);
+	free_walk_log(log);
+	cache_free(c);
+}
+
+static int by_name_and_type(const void *a, const void *b)
+{
+	const struct seen *x = a, *y = b;
+	int d = strcmp(x->name, y->name);
+
+	return d ? d : (int)x->info.qtype - (int)y->info.qtype;
+}
+
+static void test_walk_covers_many_and_large_entries(void **state)
+{
+	(void)state;
+	/* 60 MiB: 64 shards of 2,048 buckets, so a pass of a thousand buckets
+	 * spans about 450 KiB of entries when full, more than a batch holds:
+	 * batches end on their byte limit, not only on the bucket count. */
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 60 << 20;
+	struct cache *c = new_cache(cfg);
+	struct walk_log *log = new_walk_log();
+	struct pkt p;
+	struct dns_query q;
+	char name[64], txt[256];
+
+	memset(txt, 'x', sizeof txt);
+	txt[0] = (char)255;
+	for (int i = 0; i < 3000; i++) { /* about 17 KiB each */
+		snprintf(name, sizeof name, "big%d.large.example", i);
+		reply_start(&p, name, DNS_T_TXT, DNS_C_IN, 0);
+		for (int r = 0; r < 63; r++)
+			reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 300, txt, 256);
+		make_query(&q, name, DNS_T_TXT, DNS_C_IN, false, false, false);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	}
+	for (int i = 0; i < 20000; i++) {
+		snprintf(name, sizeof name, "n%d.many.example", i);
+		simple_reply(&p, name, 300, (uint8_t)i);
+		query_a(&q, name);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	}
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_true(st.entries > 20000);
+
+	assert_int_equal(cache_walk(c, 1, log_entry, log), 0);
+	assert_false(log->bad);
+	assert_int_equal(log->n, st.entries);
+	qsort(log->items, log->n, sizeof *log->items, by_name_and_type);
+	uint64_t bytes = 0;
+	size_t big = 0;
+	for (size_t i = 0; i < log->n; i++) {
+		const struct seen *e = &log->items[i];
+		if (i > 0)
+			assert_int_not_equal(by_name_and_type(e - 1, e), 0);
+		bytes += e->info.bytes;
+		if (e->info.qtype == DNS_T_TXT) {
+			assert_int_equal(e->an, 63);
+			big++;
+		}
+	}
+	assert_true(big > 2500);
+	assert_true(bytes < st.bytes); /* entries, without the bucket arrays */
+	print_message("walked %zu entries (%zu large), %llu bytes\n", log->n, big,
+		      (unsigned long long)bytes);
+	free_walk_log(log);
+	cache_free(c);
+}
+
+struct churn_arg {
+	struct cache *c;
+	atomic_bool *stop;
+	unsigned long rounds, failed; /* counted here, asserted on the main thread */
+};
+
+/* Inserts and flushes names of its own, as the resolver and `ctl flush` would. */
+static void *churn_main(void *argp)
+{
+	struct churn_arg *arg = argp;
+	struct pkt p;
+	struct dns_query q;
+	char name[64];
+	uint8_t wire[DNS_MAX_NAME];
+	unsigned seed = 5;
+
+	while (!atomic_load(arg->stop)) {
+		for (int k = 0; k < 64; k++) {
+			snprintf(name, sizeof name, "c%u.churn.example", (unsigned)rand_r(&seed) % 4096);
+			simple_reply(&p, name, 300, 1);
+			query_a(&q, name);
+			if (cache_insert(arg->c, &q, p.b, p.len, 0) != 0)
+				arg->failed++;
+		}
+		snprintf(name, sizeof name, "c%u.churn.example", (unsigned)rand_r(&seed) % 4096);
+		text_to_wire(name, wire);
+		cache_flush(arg->c, wire);
+		arg->rounds++;
+	}
+	return NULL;
+}
+
+static void test_walk_alongside_inserts_and_flushes(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 16 << 20; /* room for everything: only flushes remove */
+	struct cache *c = new_cache(cfg);
+	struct walk_log *log = new_walk_log();
+	atomic_bool stop = false;
+	struct churn_arg arg = {.c = c, .stop = &stop};
+	pthread_t writer;
+	struct pkt p;
+	struct dns_query q;
+	char name[64];
+
+	for (int i = 0; i < 2000; i++) {
+		snprintf(name, sizeof name, "p%d.pinned.example", i);
+		simple_reply(&p, name, 300, (uint8_t)i);
+		query_a(&q, name);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	}
+	assert_int_equal(pthread_create(&writer, NULL, churn_main, &arg), 0);
+	for (int walk = 0; walk < 20; walk++) {
+		log->n = 0;
+		assert_int_equal(cache_walk(c, 1, log_entry, log), 0);
+		assert_false(log->bad);
+		size_t pinned = 0;
+		for (size_t i = 0; i < log->n; i++)
+			if (strstr(log->items[i].name, ".pinned.example."))
+				pinned++;
+		assert_int_equal(pinned, 2000); /* each once: no duplicates, none missed */
+	}
+	atomic_store(&stop, true);
+	pthread_join(writer, NULL);
+	assert_int_equal(arg.failed, 0);
+	print_message("walks alongside %lu insert/flush rounds\n", arg.rounds);
+	free_walk_log(log);
+	cache_free(c);
+}
+
 /* ---- concurrency -------------------------------------------------------- */
 
 #define THREAD_NAMES 512
@@ -1184,6 +1465,9 @@ int main(void)
 		cmocka_unit_test(test_replace_existing_entry),
 		cmocka_unit_test(test_byte_bound_and_hot_entry_survives_flood),
 		cmocka_unit_test(test_flush_all_and_one_name),
+		cmocka_unit_test(test_walk_shows_each_entry_with_its_state),
+		cmocka_unit_test(test_walk_covers_many_and_large_entries),
+		cmocka_unit_test(test_walk_alongside_inserts_and_flushes),
 		cmocka_unit_test(test_concurrent_readers_and_writer),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 	};

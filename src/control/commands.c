@@ -1,0 +1,301 @@
+/*
+ * control — the commands: stats, flush, dump-cache, reload, and the
+ * dispatch (lookup is in lookup.c). Names and output formats are an
+ * interface for operators' scripts: docs/ctl.md lists them; add, never
+ * rename.
+ */
+#include "control/internal.h"
+
+#include <inttypes.h>
+#include <ldns/ldns.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache.h"
+#include "kube/kube.h"
+#include "log/log.h"
+#include "node/node.h"
+#include "server/server.h"
+#include "upstream/upstream.h"
+
+/* ---- stats -------------------------------------------------------------- */
+
+static void stat_line(struct conn *c, const char *name, uint64_t value)
+{
+	conn_printf(c, "%s %" PRIu64 "\n", name, value);
+}
+
+static void stats_queries(struct control *ctl, struct conn *c)
+{
+	static const char *const rcodes[6] = {"noerror", "formerr", "servfail",
+					      "nxdomain", "notimp", "refused"};
+	struct query_stats q;
+	char name[64];
+
+	server_stats(ctl->d->server, &q);
+	stat_line(c, "queries", q.received);
+	stat_line(c, "queries_dropped", q.dropped);
+	stat_line(c, "queries_truncated", q.truncated);
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof name, "rcode_%s", rcodes[i]);
+		stat_line(c, name, q.rcode[i]);
+	}
+	stat_line(c, "rcode_other", q.rcode_other);
+	for (int s = 0; s < QUERY_SOURCE_COUNT; s++) {
+		snprintf(name, sizeof name, "answers_%s", query_source_name((enum query_source)s));
+		stat_line(c, name, q.source[s]);
+	}
+	stat_line(c, "control_lookups", ctl->lookup_stats.received);
+}
+
+static void stats_cache(struct control *ctl, struct conn *c)
+{
+	struct cache_stats s;
+
+	cache_stats(ctl->d->cache, &s);
+	stat_line(c, "cache_entries", s.entries);
+	stat_line(c, "cache_bytes", s.bytes);
+	stat_line(c, "cache_max_bytes", s.max_bytes);
+	stat_line(c, "cache_hits", s.hits);
+	stat_line(c, "cache_misses", s.misses);
+	stat_line(c, "cache_stale_hits", s.stale_hits);
+	stat_line(c, "cache_prefetches", s.prefetches);
+	stat_line(c, "cache_inserts", s.inserts);
+	stat_line(c, "cache_rejected", s.rejected);
+	stat_line(c, "cache_evictions", s.evictions);
+}
+
+static void stats_upstream(struct control *ctl, struct conn *c)
+{
+	struct upstream_stats s;
+
+	upstream_stats(ctl->d->upstream, &s);
+	stat_line(c, "upstream_queries", s.queries);
+	stat_line(c, "upstream_coalesced", s.coalesced);
+	stat_line(c, "upstream_answers", s.answers);
+	stat_line(c, "upstream_failures", s.failures);
+	stat_line(c, "upstream_timeouts", s.timeouts);
+	stat_line(c, "upstream_stale", s.stale);
+	stat_line(c, "upstream_servfail", s.servfail);
+	stat_line(c, "upstream_dropped", s.dropped);
+	stat_line(c, "upstream_bogus", s.bogus);
+	stat_line(c, "upstream_failing", upstream_failing(ctl->d->upstream));
+}
+
+/* Every kube_ line is there without Kubernetes too (zeros), so scripts need no cases. */
+static void stats_kube(struct control *ctl, struct conn *c)
+{
+	static const char *const resources[KUBE_N_RESOURCES] = {
+		"services", "endpointslices", "namespaces", "pods"};
+	struct kube_status k = {0};
+	uint64_t events = 0, relists = 0;
+	char name[64];
+
+	if (ctl->d->kube)
+		kube_status(ctl->d->kube, &k);
+	stat_line(c, "kube_enabled", ctl->d->kube != NULL);
+	stat_line(c, "kube_synced", k.synced);
+	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
+		snprintf(name, sizeof name, "kube_objects_%s", resources[r]);
+		stat_line(c, name, k.objects[r]);
+		events += k.events[r];
+		relists += k.relists[r];
+	}
+	stat_line(c, "kube_events", events);
+	stat_line(c, "kube_relists", relists);
+	stat_line(c, "kube_errors", k.errors);
+	stat_line(c, "kube_last_contact_time", (uint64_t)(k.last_contact_ms / 1000));
+}
+
+static void stats_node_and_reloads(struct control *ctl, struct conn *c)
+{
+	struct node_stats n;
+	struct daemon_reload_stats r;
+
+	node_stats(ctl->d->node, &n); /* zeros without node integration */
+	stat_line(c, "node_link_repairs", n.link_repairs);
+	stat_line(c, "node_table_repairs", n.table_repairs);
+	daemon_reload_stats(ctl->d, &r);
+	stat_line(c, "reloads_ok", r.ok);
+	stat_line(c, "reloads_failed", r.failed);
+	stat_line(c, "reload_last_success_time", (uint64_t)(r.last_ok_ms / 1000));
+}
+
+static void cmd_stats(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	reply_ok(c);
+	stats_queries(ctl, c);
+	stats_cache(ctl, c);
+	stats_upstream(ctl, c);
+	stats_kube(ctl, c);
+	stats_node_and_reloads(ctl, c);
+}
+
+/* ---- lookup, flush ------------------------------------------------------ */
+
+static void cmd_lookup(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	control_lookup(ctl, c, argv[1], argc > 2 ? argv[2] : "A");
+}
+
+static void cmd_flush(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	uint8_t wire[DNS_MAX_NAME];
+
+	if (argc == 1) {
+		cache_flush(ctl->d->cache, NULL);
+		log_info("cache flushed by localdns ctl");
+		reply_ok(c);
+		conn_printf(c, "flushed every entry\n");
+		return;
+	}
+	if (dns_name_from_text(argv[1], wire) < 0) {
+		reply_error(c, "\"%s\" is not a domain name", argv[1]);
+		return;
+	}
+	cache_flush(ctl->d->cache, wire);
+	log_info("cache entries flushed by localdns ctl", "name", argv[1]);
+	reply_ok(c);
+	conn_printf(c, "flushed %s (every type)\n", argv[1]);
+}
+
+/* ---- dump-cache --------------------------------------------------------- */
+
+struct dump {
+	struct conn *c;
+	bool records;
+};
+
+static const char *key_flags(const struct cache_entry_info *e)
+{
+	if (e->dnssec_ok)
+		return e->checking_disabled ? "do,cd" : "do";
+	return e->checking_disabled ? "cd" : "-";
+}
+
+static const char *state_name(enum cache_entry_state state)
+{
+	switch (state) {
+	case CACHE_ENTRY_LIVE:
+		return "ttl";
+	case CACHE_ENTRY_STALE:
+		return "stale";
+	case CACHE_ENTRY_EXPIRED:
+		break;
+	}
+	return "expired";
+}
+
+/* Each record of the entry, indented, in zone-file form. */
+static void dump_records(struct conn *c, const struct cache_entry_info *e)
+{
+	ldns_pkt *pkt;
+
+	if (ldns_wire2pkt(&pkt, e->msg, e->msg_len) != LDNS_STATUS_OK) {
+		conn_printf(c, "  ; records unreadable\n");
+		return;
+	}
+	ldns_rr_list *sections[3] = {ldns_pkt_answer(pkt), ldns_pkt_authority(pkt),
+				     ldns_pkt_additional(pkt)};
+	for (int s = 0; s < 3; s++) {
+		for (size_t i = 0; i < ldns_rr_list_rr_count(sections[s]); i++) {
+			char *text = ldns_rr2str(ldns_rr_list_rr(sections[s], i));
+			if (!text)
+				continue;
+			conn_write(c, "  ", 2);
+			conn_write(c, text, strlen(text));
+			free(text);
+		}
+	}
+	ldns_pkt_free(pkt);
+}
+
+static int dump_entry(const struct cache_entry_info *e, void *arg)
+{
+	struct dump *dump = arg;
+	char name[1024];
+	char *type = ldns_rr_type2str((ldns_rr_type)e->qtype);
+	char *class = ldns_rr_class2str((ldns_rr_class)e->qclass);
+	char *rcode = ldns_pkt_rcode2str((ldns_pkt_rcode)e->rcode);
+
+	if (dns_name_to_text(e->name, name, sizeof name) < 0)
+		snprintf(name, sizeof name, "?");
+	conn_printf(dump->c, "%s %s %s %s %s %s=%u %u\n", name, type ? type : "?",
+		    class ? class : "?", key_flags(e), rcode ? rcode : "?",
+		    state_name(e->state), e->seconds, e->bytes);
+	free(type);
+	free(class);
+	free(rcode);
+	if (dump->records)
+		dump_records(dump->c, e);
+	return dump->c->failed ? 1 : 0;
+}
+
+static void cmd_dump_cache(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	struct dump dump = {.c = c, .records = argc > 1};
+	struct timespec now;
+
+	if (argc > 1 && strcmp(argv[1], "--records") != 0) {
+		reply_usage(c, "dump-cache [--records]");
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+	reply_ok(c);
+	/* A failure after "ok" has gone out can only cut the reply short. */
+	if (cache_walk(ctl->d->cache, (uint64_t)now.tv_sec, dump_entry, &dump) < 0) {
+		log_error("dump-cache: out of memory");
+		c->failed = true;
+	}
+}
+
+/* ---- reload ------------------------------------------------------------- */
+
+static void cmd_reload(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	char err[CONFIG_ERR_MAX];
+
+	(void)argc;
+	(void)argv;
+	if (daemon_reload(ctl->d, err, sizeof err) < 0) {
+		reply_error(c, "%s", err);
+		return;
+	}
+	reply_ok(c);
+	conn_printf(c, "reloaded %s\n", ctl->d->config_path);
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+struct command {
+	const char *name;
+	int min_args, max_args;
+	const char *usage;
+	void (*run)(struct control *ctl, struct conn *c, int argc, char **argv);
+};
+
+static const struct command commands[] = {
+	{"stats", 0, 0, "stats", cmd_stats},
+	{"lookup", 1, 2, "lookup NAME [TYPE]", cmd_lookup},
+	{"flush", 0, 1, "flush [NAME]", cmd_flush},
+	{"dump-cache", 0, 1, "dump-cache [--records]", cmd_dump_cache},
+	{"reload", 0, 0, "reload", cmd_reload},
+};
+
+void control_run(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+		const struct command *cmd = &commands[i];
+		if (strcmp(argv[0], cmd->name) != 0)
+			continue;
+		if (argc - 1 < cmd->min_args || argc - 1 > cmd->max_args)
+			reply_usage(c, "%s", cmd->usage);
+		else
+			cmd->run(ctl, c, argc, argv);
+		return;
+	}
+	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload)",
+		    argv[0]);
+}

@@ -1,0 +1,409 @@
+/*
+ * control — the socket file, the control thread and the connection I/O.
+ * See control.h for the protocol.
+ *
+ * One connection at a time: the commands are for an operator or a probe,
+ * not for traffic, and serving them in turn keeps the thread simple and
+ * its memory fixed. A client that stalls costs at most
+ * CONTROL_IO_TIMEOUT_MS per wait; everything waits on the stop eventfd too,
+ * so shutdown never waits for a client.
+ */
+#include "control/internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <urcu/urcu-memb.h>
+
+#include "log/log.h"
+
+#define SOCKET_MODE 0660
+#define DIR_MODE 0755
+#define LISTEN_BACKLOG 16
+
+/* ---- the socket file ---------------------------------------------------- */
+
+/* mkdir -p for the directories above path. */
+static int make_parents(const char *path, char *err, size_t errlen)
+{
+	char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
+
+	snprintf(dir, sizeof dir, "%s", path);
+	for (char *slash = strchr(dir + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		if (mkdir(dir, DIR_MODE) < 0 && errno != EEXIST) {
+			snprintf(err, errlen, "control.socket: cannot create directory %s: %s", dir,
+				 strerror(errno));
+			return -1;
+		}
+		*slash = '/';
+	}
+	return 0;
+}
+
+static socklen_t unix_address(const char *path, struct sockaddr_un *sa)
+{
+	memset(sa, 0, sizeof *sa);
+	sa->sun_family = AF_UNIX;
+	snprintf(sa->sun_path, sizeof sa->sun_path, "%s", path);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(sa->sun_path) + 1);
+}
+
+/*
+ * The path is taken: by a live daemon (connect succeeds: refuse), by a
+ * socket nobody listens on any more (a crash: remove it), or by something
+ * that is not a socket (refuse: never delete an operator's file).
+ */
+static int clear_stale_socket(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	socklen_t salen = unix_address(path, &sa);
+
+	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "control.socket: %s exists and is not a socket", path);
+		return -1;
+	}
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe < 0) {
+		snprintf(err, errlen, "control.socket: socket: %s", strerror(errno));
+		return -1;
+	}
+	int rc = connect(probe, (struct sockaddr *)&sa, salen);
+	int connect_errno = errno;
+	close(probe);
+	if (rc == 0) {
+		snprintf(err, errlen, "control.socket: %s answers: another localdns is running "
+			 "with this control socket", path);
+		return -1;
+	}
+	if (connect_errno != ECONNREFUSED) {
+		snprintf(err, errlen, "control.socket: cannot check %s: %s", path,
+			 strerror(connect_errno));
+		return -1;
+	}
+	if (unlink(path) < 0 && errno != ENOENT) {
+		snprintf(err, errlen, "control.socket: cannot remove the stale %s: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	log_info("replaced a stale control socket (left by a process that is gone)", "path", path);
+	return 0;
+}
+
+static int bind_socket(struct control *ctl, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	socklen_t salen = unix_address(ctl->path, &sa);
+
+	if (bind(ctl->listen_fd, (struct sockaddr *)&sa, salen) < 0) {
+		if (errno != EADDRINUSE) {
+			snprintf(err, errlen, "control.socket: cannot bind %s: %s", ctl->path,
+				 strerror(errno));
+			return -1;
+		}
+		if (clear_stale_socket(ctl->path, err, errlen) < 0)
+			return -1;
+		if (bind(ctl->listen_fd, (struct sockaddr *)&sa, salen) < 0) {
+			snprintf(err, errlen, "control.socket: cannot bind %s: %s", ctl->path,
+				 strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Mode and identity before listen(): nobody can connect to it before it is 0660. */
+static int finish_socket_file(struct control *ctl, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (chmod(ctl->path, SOCKET_MODE) < 0 || stat(ctl->path, &st) < 0) {
+		snprintf(err, errlen, "control.socket: %s: %s", ctl->path, strerror(errno));
+		unlink(ctl->path);
+		return -1;
+	}
+	ctl->dev = st.st_dev;
+	ctl->ino = st.st_ino;
+	if (listen(ctl->listen_fd, LISTEN_BACKLOG) < 0) {
+		snprintf(err, errlen, "control.socket: listen on %s: %s", ctl->path, strerror(errno));
+		unlink(ctl->path);
+		return -1;
+	}
+	return 0;
+}
+
+/* Remove the socket file unless someone else's has replaced it since. */
+static void remove_socket_file(const struct control *ctl)
+{
+	struct stat st;
+
+	if (lstat(ctl->path, &st) == 0 && st.st_dev == ctl->dev && st.st_ino == ctl->ino)
+		unlink(ctl->path);
+}
+
+static void close_fds(struct control *ctl)
+{
+	if (ctl->listen_fd >= 0)
+		close(ctl->listen_fd);
+	if (ctl->stop_fd >= 0)
+		close(ctl->stop_fd);
+	ctl->listen_fd = ctl->stop_fd = -1;
+}
+
+int control_open(const struct config *cfg, struct control **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (cfg->control.socket[0] == '\0')
+		return 0;
+	struct control *ctl = calloc(1, sizeof *ctl);
+	if (!ctl) {
+		snprintf(err, errlen, "control.socket: out of memory");
+		return -1;
+	}
+	snprintf(ctl->path, sizeof ctl->path, "%s", cfg->control.socket);
+	ctl->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	ctl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ctl->listen_fd < 0 || ctl->stop_fd < 0) {
+		snprintf(err, errlen, "control.socket: %s", strerror(errno));
+		goto fail;
+	}
+	if (make_parents(ctl->path, err, errlen) < 0 || bind_socket(ctl, err, errlen) < 0 ||
+	    finish_socket_file(ctl, err, errlen) < 0)
+		goto fail;
+	*out = ctl;
+	return 0;
+fail:
+	close_fds(ctl);
+	free(ctl);
+	return -1;
+}
+
+/* ---- connection I/O ----------------------------------------------------- */
+
+bool control_wait(int fd, short events, int stop_fd, int timeout_ms)
+{
+	struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = stop_fd, .events = POLLIN}};
+
+	for (;;) {
+		int n = poll(p, 2, timeout_ms);
+		if (n < 0 && errno == EINTR)
+			continue;
+		return n > 0 && !(p[1].revents & POLLIN) && (p[0].revents & (events | POLLHUP | POLLERR));
+	}
+}
+
+static void send_all(struct conn *c, const char *p, size_t len)
+{
+	while (len > 0 && !c->failed) {
+		ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+		} else if (n < 0 && errno == EINTR) {
+			continue;
+		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			c->failed = !control_wait(c->fd, POLLOUT, c->stop_fd, CONTROL_IO_TIMEOUT_MS);
+		} else {
+			c->failed = true;
+		}
+	}
+}
+
+void conn_flush(struct conn *c)
+{
+	send_all(c, c->buf, c->len);
+	c->len = 0;
+}
+
+void conn_write(struct conn *c, const void *data, size_t len)
+{
+	const char *p = data;
+
+	while (len > 0 && !c->failed) {
+		size_t room = sizeof c->buf - c->len;
+		size_t n = len < room ? len : room;
+		memcpy(c->buf + c->len, p, n);
+		c->len += n;
+		p += n;
+		len -= n;
+		if (c->len == sizeof c->buf)
+			conn_flush(c);
+	}
+}
+
+static void conn_vprintf(struct conn *c, const char *fmt, va_list ap)
+{
+	char line[4096];
+	int n = vsnprintf(line, sizeof line, fmt, ap);
+
+	if (n > 0)
+		conn_write(c, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+void conn_printf(struct conn *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	conn_vprintf(c, fmt, ap);
+	va_end(ap);
+}
+
+void reply_ok(struct conn *c)
+{
+	conn_write(c, "ok\n", 3);
+}
+
+/* "error MESSAGE" / "usage MESSAGE": one line, whatever the message holds. */
+static void reply_status(struct conn *c, const char *status, const char *fmt, va_list ap)
+{
+	char msg[CONFIG_ERR_MAX + 256];
+
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	for (char *p = msg; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	conn_printf(c, "%s %s\n", status, msg);
+}
+
+void reply_error(struct conn *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	reply_status(c, "error", fmt, ap);
+	va_end(ap);
+}
+
+void reply_usage(struct conn *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	reply_status(c, "usage", fmt, ap);
+	va_end(ap);
+}
+
+/* ---- serving ------------------------------------------------------------ */
+
+/* The request line, without its newline; false if none came in time. */
+static bool read_request(struct conn *c, char *line, size_t cap)
+{
+	size_t len = 0;
+
+	for (;;) {
+		if (!control_wait(c->fd, POLLIN, c->stop_fd, CONTROL_IO_TIMEOUT_MS))
+			return false;
+		ssize_t n = recv(c->fd, line + len, cap - 1 - len, MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (n <= 0)
+			return false;
+		char *nl = memchr(line + len, '\n', (size_t)n);
+		len += (size_t)n;
+		if (nl) {
+			*nl = '\0';
+			return true;
+		}
+		if (len == cap - 1)
+			return false;
+	}
+}
+
+/* Split on single spaces; false for empty words or too many. */
+static bool split_words(char *line, int *argc, char **argv)
+{
+	*argc = 0;
+	for (char *word = line;; word++) {
+		char *space = strchr(word, ' ');
+		if (*word == '\0' || *word == ' ' || *argc == CONTROL_MAX_ARGS)
+			return false;
+		argv[(*argc)++] = word;
+		if (!space)
+			return true;
+		*space = '\0';
+		word = space;
+	}
+}
+
+static void serve_connection(struct control *ctl, int fd)
+{
+	struct conn c;
+	char line[CONTROL_REQUEST_MAX + 1];
+	char *argv[CONTROL_MAX_ARGS];
+	int argc;
+
+	c = (struct conn){.fd = fd, .stop_fd = ctl->stop_fd};
+	if (!read_request(&c, line, sizeof line))
+		return;
+	line[strcspn(line, "\r")] = '\0';
+	if (!split_words(line, &argc, argv))
+		reply_usage(&c, "a request is a command and up to %d arguments, separated by single "
+			    "spaces", CONTROL_MAX_ARGS - 1);
+	else
+		control_run(ctl, &c, argc, argv);
+	conn_write(&c, ".\n", 2);
+	conn_flush(&c);
+}
+
+static void *control_main(void *arg)
+{
+	struct control *ctl = arg;
+	struct pollfd p[2] = {{.fd = ctl->listen_fd, .events = POLLIN},
+			      {.fd = ctl->stop_fd, .events = POLLIN}};
+
+	urcu_memb_register_thread();
+	for (;;) {
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents & POLLIN)
+			break;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		int fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			continue;
+		serve_connection(ctl, fd);
+		close(fd);
+	}
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+int control_start(struct control *ctl, struct daemon *d, char *err, size_t errlen)
+{
+	if (!ctl)
+		return 0;
+	ctl->d = d;
+	int rc = pthread_create(&ctl->thread, NULL, control_main, ctl);
+	if (rc != 0) {
+		snprintf(err, errlen, "control thread: %s", strerror(rc));
+		close(ctl->listen_fd);
+		ctl->listen_fd = -1;
+		return -1;
+	}
+	ctl->started = true;
+	log_info("control socket ready", "path", ctl->path);
+	return 0;
+}
+
+void control_stop(struct control *ctl)
+{
+	if (!ctl)
+		return;
+	if (ctl->started) {
+		eventfd_write(ctl->stop_fd, 1);
+		pthread_join(ctl->thread, NULL);
+	}
+	remove_socket_file(ctl);
+	close_fds(ctl);
+	free(ctl);
+}

@@ -1,0 +1,65 @@
+/* control — private to src/control/. */
+#ifndef LOCALDNS_CONTROL_INTERNAL_H
+#define LOCALDNS_CONTROL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "control/control.h"
+#include "dns/dns.h"
+#include "query/query.h"
+
+#define CONTROL_MAX_ARGS 4
+
+struct control {
+	int listen_fd;
+	int stop_fd;                  /* eventfd: readable once control_stop is called */
+	char path[108];
+	dev_t dev;                    /* the socket file we made: removed only if */
+	ino_t ino;                    /* it is still this one */
+	struct daemon *d;
+	pthread_t thread;
+	bool started;
+
+	/* lookup's working space: the control thread's own, like a worker's */
+	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers' */
+	struct upstream_request request;
+	uint8_t answer[DNS_MAX_MESSAGE];
+};
+
+/* One client connection: a non-blocking socket and the reply's buffer. */
+struct conn {
+	int fd;
+	int stop_fd;
+	bool failed;                  /* the client went away or stalled: write no more */
+	size_t len;
+	char buf[16384];
+};
+
+/*
+ * Wait until fd is ready for events (POLLIN/POLLOUT) or timeout_ms pass;
+ * false on timeout, error, or a stop request (stop_fd readable).
+ */
+bool control_wait(int fd, short events, int stop_fd, int timeout_ms);
+
+/* Reply output: buffered, sent as the buffer fills; a failure sets c->failed. */
+void conn_write(struct conn *c, const void *data, size_t len);
+void conn_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void conn_flush(struct conn *c);
+
+/* The status line (before any body). */
+void reply_ok(struct conn *c);
+void reply_error(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void reply_usage(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Run the request in argv[0..argc) (argc >= 1) and write the whole reply but the last line. */
+void control_run(struct control *ctl, struct conn *c, int argc, char **argv);
+
+/* `lookup NAME [TYPE]` (lookup.c). */
+void control_lookup(struct control *ctl, struct conn *c, const char *name, const char *type);
+
+#endif

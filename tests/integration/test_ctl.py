@@ -1,0 +1,450 @@
+"""`localdns ctl` and the control socket: stats after known queries, lookup
+from every source (static, cluster, cache, upstream, stale), flush one name
+and all, dump-cache (streamed, with and without records), reload good and
+bad, the socket file's life (parents, mode, a stale file replaced, a live
+one refused, removed at exit), a client that stalls, and the client's
+errors and exit codes without a daemon."""
+
+import os
+import re
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import authority
+import dnsmsg
+import harness
+
+sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
+import fakeapi as F  # noqa: E402
+
+SITE = authority.zone_path("site.example.")
+
+# Every name `ctl stats` prints, in order (docs/ctl.md): a contract.
+STAT_NAMES = [
+    "queries", "queries_dropped", "queries_truncated",
+    "rcode_noerror", "rcode_formerr", "rcode_servfail", "rcode_nxdomain",
+    "rcode_notimp", "rcode_refused", "rcode_other",
+    "answers_none", "answers_static", "answers_cluster", "answers_cache",
+    "answers_stale", "answers_upstream", "control_lookups",
+    "cache_entries", "cache_bytes", "cache_max_bytes", "cache_hits",
+    "cache_misses", "cache_stale_hits", "cache_prefetches", "cache_inserts",
+    "cache_rejected", "cache_evictions",
+    "upstream_queries", "upstream_coalesced", "upstream_answers",
+    "upstream_failures", "upstream_timeouts", "upstream_stale",
+    "upstream_servfail", "upstream_dropped", "upstream_bogus", "upstream_failing",
+    "kube_enabled", "kube_synced", "kube_objects_services",
+    "kube_objects_endpointslices", "kube_objects_namespaces", "kube_objects_pods",
+    "kube_events", "kube_relists", "kube_errors", "kube_last_contact_time",
+    "node_link_repairs", "node_table_repairs",
+    "reloads_ok", "reloads_failed", "reload_last_success_time",
+]
+
+EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+
+
+def sock_path(env, name="control.sock"):
+    return os.path.join(env.tmp, "run", name)
+
+
+def start(env, path=None, **over):
+    """A daemon of this test's own with its control socket at path."""
+    path = path or sock_path(env)
+    d = env.start(control={"socket": path}, **over)
+    d.ctl_path = path
+    return d
+
+
+def ctl(env, d, *args, timeout=15):
+    return env.run(["ctl", "--socket", d.ctl_path] + list(args), timeout=timeout)
+
+
+def ok(env, d, *args):
+    p = ctl(env, d, *args)
+    assert p.returncode == 0, "ctl %s: exit %d\n%s%s" % (
+        " ".join(args), p.returncode, p.stdout, p.stderr)
+    return p.stdout
+
+
+def stats(env, d):
+    out = ok(env, d, "stats")
+    pairs = [line.split(" ") for line in out.strip().split("\n")]
+    assert all(len(p) == 2 and p[1].isdigit() for p in pairs), out
+    assert [p[0] for p in pairs] == STAT_NAMES, out
+    return {k: int(v) for k, v in pairs}
+
+
+def lookup(env, d, *args):
+    """(source, answer records as 'name ttl class type rdata' lists, text)."""
+    out = ok(env, d, "lookup", *args)
+    first, _, rest = out.partition("\n")
+    m = re.match(r"^source: (\w+)$", first)
+    assert m, out
+    section = re.search(r";; ANSWER SECTION:\n(.*?)\n\n", rest, re.S)
+    answer = [l.split(None, 4) for l in section.group(1).split("\n") if l] if section else []
+    return m.group(1), answer, out
+
+
+def rdatas(answer, rtype):
+    return sorted(r[4] for r in answer if r[3] == rtype)
+
+
+def dump(env, d, *args):
+    """dump-cache entry lines as lists of fields; records lines apart."""
+    out = ok(env, d, "dump-cache", *args)
+    entries, records = [], []
+    for line in out.split("\n"):
+        if line.startswith("  "):
+            records.append(line.strip())
+        elif line:
+            entries.append(line.split(" "))
+    return entries, records
+
+
+def forwarding(env, up, **over):
+    return start(env, upstream={"servers": [up.addr], "timeout": "1s"}, **over)
+
+
+# ------------------------------------------------------------------- stats
+
+def test_stats_count_known_queries_by_source_and_rcode(env):
+    d = start(env)
+    before = stats(env, d)
+    for _ in range(3):
+        assert d.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+    assert d.udp("nothere.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
+    assert d.udp("db.prod.svc.cluster.local", "A", qclass=dnsmsg.C_CH).rcode_name == "REFUSED"
+    after = stats(env, d)
+    delta = {k: after[k] - before[k] for k in STAT_NAMES}
+    assert delta["queries"] == 5, delta
+    assert delta["answers_static"] == 4 and delta["answers_none"] == 1, delta
+    assert delta["rcode_noerror"] == 3 and delta["rcode_nxdomain"] == 1, delta
+    assert delta["rcode_refused"] == 1, delta
+    assert after["cache_max_bytes"] == 64 << 20, after
+    assert after["kube_enabled"] == 0 and after["kube_synced"] == 0, after
+    assert after["reloads_ok"] == 0 and after["reload_last_success_time"] == 0, after
+    # ctl's own lookups are counted apart, not as client queries
+    lookup(env, d, "db.prod.svc.cluster.local")
+    again = stats(env, d)
+    assert again["control_lookups"] == after["control_lookups"] + 1, again
+    assert again["queries"] == after["queries"], again
+
+
+# ------------------------------------------------------------------ lookup
+
+def test_lookup_static_then_cache_then_upstream_after_flush(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        source, answer, out = lookup(env, d, "db.prod.svc.cluster.local")
+        assert source == "static" and rdatas(answer, "A") == ["10.0.0.5"], out
+        assert re.search(r"flags: qr aa rd", out), out
+        source, answer, _ = lookup(env, d, "db.prod.svc.cluster.local", "AAAA")
+        assert source == "static" and rdatas(answer, "AAAA") == ["fd00::5"], answer
+
+        source, answer, out = lookup(env, d, "www.site.example")
+        assert source == "upstream" and rdatas(answer, "A") == ["192.0.2.1"], out
+        assert ";; SERVER: 127.0.0.1" in out, out
+        assert up.queries() == 1
+        source, answer, out = lookup(env, d, "www.site.example")
+        assert source == "cache" and rdatas(answer, "A") == ["192.0.2.1"], out
+        assert 0 < int(answer[0][1]) <= 300, answer
+        source, answer, _ = lookup(env, d, "WWW.Site.Example.", "aaaa")
+        assert source == "upstream" and rdatas(answer, "AAAA") == ["2001:db8::1"], answer
+        m = d.udp("www.site.example", "AAAA")   # the lookup filled the cache
+        assert m.rcode_name == "NOERROR" and up.queries() == 2, m.describe()
+
+        assert ok(env, d, "flush", "www.site.example") == \
+            "flushed www.site.example (every type)\n"
+        assert lookup(env, d, "www.site.example")[0] == "upstream"
+        assert lookup(env, d, "www.site.example", "AAAA")[0] == "upstream"
+        assert up.queries() == 4
+        source, answer, out = lookup(env, d, "nothere.site.example", "TXT")
+        assert source == "upstream" and "rcode: NXDOMAIN" in out, out
+        assert lookup(env, d, "nothere.site.example", "TXT")[0] == "cache"
+
+
+def test_lookup_large_answer_comes_whole(env):
+    # 40 TXT records: more than 1232 bytes, so the daemon's UDP reply is
+    # truncated and ctl asks again over TCP; from the cache it is whole.
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        for expect in ("upstream", "cache"):
+            source, answer, out = lookup(env, d, "big.site.example", "TXT")
+            assert source == expect and len(rdatas(answer, "TXT")) == 40, out
+            assert "flags: qr rd ra ;" in out and " tc " not in out, out
+
+
+def test_lookup_stale_while_the_upstream_is_down(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up, cache={"max_ttl": "1s"})
+        assert lookup(env, d, "www.site.example")[0] == "upstream"
+        d.udp("mail.site.example", "MX")  # libunbound's one kept message
+        up.stop()
+        time.sleep(1.5)  # expired now
+        m = d.udp("never.site.example", "A", timeout=3)  # fails: upstream marked failing
+        assert m.rcode_name == "SERVFAIL", m.describe()
+        assert stats(env, d)["upstream_failing"] == 1
+        source, answer, out = lookup(env, d, "www.site.example")
+        assert source == "stale", out
+        assert rdatas(answer, "A") == ["192.0.2.1"] and answer[0][1] == "30", out
+        entries, _ = dump(env, d)
+        www = [e for e in entries if e[0] == "www.site.example." and e[1] == "A"]
+        assert len(www) == 1 and www[0][5].startswith("stale="), entries
+
+
+test_lookup_stale_while_the_upstream_is_down.timeout = 30
+
+
+def test_lookup_cluster_name_and_kube_stats(env):
+    with F.FakeAPI() as api:
+        api.apply(F.namespace("shop"),
+                  F.service("shop", "db", cluster_ips=["10.96.0.5"],
+                            ports=[F.service_port(3306, name="mysql")]))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
+        d = start(env, kubernetes={"enabled": True, "kubeconfig": kc,
+                                   "node_name": "node-a"})
+        deadline = time.monotonic() + 5
+        while stats(env, d)["kube_synced"] != 1:
+            assert time.monotonic() < deadline, "no first sync"
+            time.sleep(0.05)
+        source, answer, out = lookup(env, d, "db.shop.svc.cluster.local")
+        assert source == "cluster" and rdatas(answer, "A") == ["10.96.0.5"], out
+        source, _, out = lookup(env, d, "nothere.shop.svc.cluster.local")
+        assert source == "cluster" and "rcode: NXDOMAIN" in out, out
+        s = stats(env, d)
+        assert s["kube_enabled"] == 1 and s["kube_objects_services"] == 1, s
+        assert s["kube_objects_namespaces"] == 1, s
+        assert abs(s["kube_last_contact_time"] - time.time()) < 60, s
+
+
+def test_lookup_errors(env):
+    d = start(env)
+    p = ctl(env, d, "lookup", "db.prod.svc.cluster.local", "NOSUCHTYPE")
+    assert p.returncode == EXIT_FAILED, (p.returncode, p.stderr)
+    assert 'unknown record type "NOSUCHTYPE"' in p.stderr, p.stderr
+    p = ctl(env, d, "lookup", "a..b")
+    assert p.returncode == EXIT_FAILED and "not a domain name" in p.stderr, p.stderr
+    # an external name with a dead upstream: SERVFAIL is still an answer
+    source, _, out = lookup(env, d, "www.example.org")
+    assert source == "upstream" and "rcode: SERVFAIL" in out, out
+
+
+# --------------------------------------------------------- flush and dump
+
+def test_dump_cache_lists_entries_and_flush_all_empties_it(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        assert dump(env, d) == ([], [])
+        d.udp("www.site.example", "A")
+        d.udp("www.site.example", "A", do=True)
+        d.udp("nothere.site.example", "AAAA")
+        d.udp("c1.site.example", "A")
+        entries, records = dump(env, d, "--records")
+        assert len(entries) == 4, entries
+        by_key = {(e[0], e[1], e[3]): e for e in entries}
+        www = by_key[("www.site.example.", "A", "-")]
+        assert www[2] == "IN" and www[4] == "NOERROR", www
+        assert re.match(r"^ttl=\d+$", www[5]) and 0 < int(www[5][4:]) <= 300, www
+        assert int(www[6]) > 80, www
+        assert ("www.site.example.", "A", "do") in by_key, entries
+        nx = by_key[("nothere.site.example.", "AAAA", "-")]
+        assert nx[4] == "NXDOMAIN" and 0 < int(nx[5][4:]) <= 30, nx
+        assert "c1.site.example.\t120\tIN\tCNAME\tc2.site.example." in records, records
+        assert "www.site.example.\t120\tIN\tA\t192.0.2.1" in records, records
+        assert any("\tSOA\t" in r for r in records), records
+        assert ok(env, d, "flush") == "flushed every entry\n"
+        assert dump(env, d) == ([], [])
+        assert stats(env, d)["cache_entries"] == 0
+
+
+def test_dump_cache_streams_many_entries(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        names = ["n%d.site.example" % i for i in range(600)]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(5)
+            for i, n in enumerate(names):
+                s.sendto(dnsmsg.build_query(n, "A", qid=i), ("127.0.0.1", d.port))
+                if i % 50 == 49:   # keep the resolver's rings from overflowing
+                    for _ in range(50):
+                        s.recv(4096)
+        entries, records = dump(env, d, "--records")
+        got = sorted(e[0] for e in entries)
+        assert got == sorted(n + "." for n in names), got[:5]
+        assert all(e[4] == "NXDOMAIN" for e in entries), entries[:3]
+        assert len(records) == 600, len(records)   # the SOA of each
+        assert stats(env, d)["cache_entries"] == 600
+
+
+def test_flush_rejects_a_bad_name(env):
+    d = start(env)
+    p = ctl(env, d, "flush", "a" * 64 + ".example")
+    assert p.returncode == EXIT_FAILED and "is not a domain name" in p.stderr, p.stderr
+
+
+# ------------------------------------------------------------------ reload
+
+def test_reload_applies_a_good_file_and_keeps_serving_on_a_bad_one(env):
+    d = start(env)
+    cfg = harness.deep_merge(d.config, {})
+    cfg["static"]["records"].append({"name": "new.prod.svc.cluster.local",
+                                     "a": ["10.0.0.77"]})
+    with open(d.config_path, "w") as f:
+        f.write(harness.to_yaml(cfg) + "\n")
+    assert ok(env, d, "reload") == "reloaded %s\n" % d.config_path
+    source, answer, _ = lookup(env, d, "new.prod.svc.cluster.local")
+    assert source == "static" and rdatas(answer, "A") == ["10.0.0.77"], answer
+    s = stats(env, d)
+    assert s["reloads_ok"] == 1 and abs(s["reload_last_success_time"] - time.time()) < 60, s
+
+    text = harness.to_yaml(cfg).replace("workers: 2", "workers: lots")
+    with open(d.config_path, "w") as f:
+        f.write(text + "\n")
+    line = text.split("\n").index("  workers: lots") + 1
+    p = ctl(env, d, "reload")
+    assert p.returncode == EXIT_FAILED and p.stdout == "", (p.returncode, p.stdout)
+    assert re.search(r"^localdns ctl: %s:%d:\d+: " % (re.escape(d.config_path), line),
+                     p.stderr), p.stderr
+    assert d.udp("new.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+    assert lookup(env, d, "new.prod.svc.cluster.local")[0] == "static"
+    assert stats(env, d)["reloads_failed"] == 1
+
+
+# ------------------------------------------------------ the socket's life
+
+def test_socket_made_with_parents_and_mode_then_removed_at_exit(env):
+    path = os.path.join(env.tmp, "a", "b", "control.sock")
+    d = start(env, path=path)
+    st = os.lstat(path)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660, oct(st.st_mode)
+    for parent in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        assert stat.S_IMODE(os.stat(parent).st_mode) == 0o755, parent
+    assert "control socket ready" in d.stderr()
+    rc, _ = d.stop()
+    assert rc == 0, d.tail()
+    assert not os.path.exists(path), "the socket file outlived the daemon"
+
+
+def test_a_stale_socket_file_is_replaced(env):
+    path = sock_path(env)
+    os.makedirs(os.path.dirname(path))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(path)            # closed without unlink: what a crash leaves
+    d = start(env, path=path)
+    assert "replaced a stale control socket" in d.stderr(), d.tail()
+    assert stats(env, d)["queries"] >= 1
+
+
+def test_a_second_localdns_on_a_live_socket_fails_and_leaves_it(env):
+    d = start(env)
+    second = env.start(control={"socket": d.ctl_path}, wait=False)
+    rc = second.proc.wait(10)
+    assert rc == 1, second.tail()
+    assert "another localdns is running with this control socket" in second.stderr(), \
+        second.tail()
+    assert stats(env, d)["queries"] >= 1   # the first one's socket still works
+
+
+def test_a_file_that_is_not_a_socket_is_left_alone(env):
+    path = sock_path(env)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write("not a socket\n")
+    d = env.start(control={"socket": path}, wait=False)
+    assert d.proc.wait(10) == 1, d.tail()
+    assert "exists and is not a socket" in d.stderr(), d.tail()
+    with open(path) as f:
+        assert f.read() == "not a socket\n"
+
+
+def test_a_stalled_client_does_not_block_dns_or_later_clients(env):
+    d = start(env)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as idle:
+        idle.connect(d.ctl_path)       # and never sends a request
+        t0 = time.monotonic()
+        assert d.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+        s = stats(env, d)              # waits for the idle one's timeout
+        waited = time.monotonic() - t0
+        assert s["queries"] >= 1
+        assert 3 < waited < 12, "served after %.1fs; the timeout is 5s" % waited
+        idle.settimeout(1)
+        assert idle.recv(100) == b"", "the stalled client was not dropped"
+
+
+def test_raw_protocol_status_lines(env):
+    d = start(env)
+
+    def raw(request):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(d.ctl_path)
+            s.sendall(request)
+            out = b""
+            while True:
+                try:
+                    chunk = s.recv(65536)
+                except ConnectionResetError:   # closed with our request unread
+                    chunk = b""
+                if not chunk:
+                    return out.decode()
+                out += chunk
+
+    assert raw(b"flush\n") == "ok\nflushed every entry\n.\n"
+    assert raw(b"nonsense\n").startswith("usage unknown command \"nonsense\""), raw(b"nonsense\n")
+    assert raw(b"stats  extra\n").startswith("usage "), raw(b"stats  extra\n")
+    assert raw(b"lookup\n") == "usage lookup NAME [TYPE]\n.\n"
+    assert raw(b"stats\r\n").startswith("ok\nqueries ")
+    assert raw(b"x" * 2000 + b"\n") == ""     # no line within the limit: dropped
+
+
+# ------------------------------------------------- the client on its own
+
+def test_ctl_without_a_daemon_says_so(env):
+    path = os.path.join(env.tmp, "nothing-here.sock")
+    p = env.run(["ctl", "--socket", path, "stats"])
+    assert p.returncode == EXIT_UNREACHABLE, (p.returncode, p.stderr)
+    assert p.stderr == ("localdns ctl: cannot connect to %s: No such file or directory "
+                        "(is localdns running?)\n" % path), p.stderr
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(path)                   # a socket file nobody listens on
+    p = env.run(["ctl", "--socket", path, "stats"])
+    assert p.returncode == EXIT_UNREACHABLE and "Connection refused" in p.stderr, p.stderr
+
+
+def test_ctl_socket_from_config_file(env):
+    d = start(env)
+    p = env.run(["ctl", "--config", d.config_path, "stats"])
+    assert p.returncode == 0 and p.stdout.startswith("queries "), p.stderr
+    off = os.path.join(env.tmp, "off.yaml")
+    with open(off, "w") as f:
+        f.write(harness.to_yaml(harness.deep_merge(d.config, {"control": {"socket": ""}})))
+    with open(os.path.join(env.tmp, harness.STANDARD_FILE_NAME), "w") as f:
+        f.write(harness.static_file_yaml(harness.STANDARD_FILE_RECORDS))
+    p = env.run(["ctl", "--config", off, "stats"])
+    assert p.returncode == EXIT_USAGE and "control.socket is \"\" (off)" in p.stderr, p.stderr
+    p = env.run(["ctl", "--config", os.path.join(env.tmp, "missing.yaml"), "stats"])
+    assert p.returncode == EXIT_USAGE and "missing.yaml" in p.stderr, p.stderr
+
+
+def test_ctl_usage_errors(env):
+    cases = [
+        [],
+        ["bogus"],
+        ["lookup"],
+        ["lookup", "a", "A", "extra"],
+        ["stats", "now"],
+        ["dump-cache", "--all"],
+        ["--socket", "/x", "--config", "/y", "stats"],
+        ["lookup", "has space.example"],
+    ]
+    for args in cases:
+        p = env.run(["ctl", "--socket", "/nonexistent/ctl.sock"] + args
+                    if "--socket" not in args else ["ctl"] + args)
+        assert p.returncode == EXIT_USAGE, (args, p.returncode, p.stderr)
+        assert "usage: localdns ctl" in p.stderr, (args, p.stderr)
+    p = env.run(["ctl", "--help"])
+    assert p.returncode == 0 and "dump-cache [--records]" in p.stdout, p.stdout
+    p = env.run(["--help"])
+    assert "localdns ctl [--socket PATH | --config FILE] COMMAND" in p.stdout, p.stdout
