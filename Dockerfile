@@ -7,14 +7,21 @@
 #       --build-arg VCS_REF=$(git rev-parse --short HEAD) \
 #       --build-arg SOURCE=<repository URL> .
 #
+# Without a Docker engine, `make image` builds this file with buildah from a
+# base made by debootstrap (DEBIAN_IMAGE=localhost/debian:bookworm) and
+# `make image-test` checks the result; see README.md.
+#
 # The build stage compiles build/localdns with the same Makefile developers
-# use; the runtime stage carries only the shared libraries it links against
-# (and those the next releases link: libunbound, libnl, libmnl/libnftnl,
-# libcurl, libmicrohttpd), so the image does not change shape per release.
+# use. The runtime stage carries only the shared libraries, CA certificates
+# and DNSSEC root trust anchor; no compiler, no -dev package, no shell tools
+# beyond Debian's minimal base. It also installs the libraries the operations
+# work links next (libmicrohttpd for health and metrics, libcap for dropping
+# privileges, libldns for the control CLI), so it does not change shape when
+# they land.
 #
 # No config is baked in: a node's config comes from the ConfigMap mounted at
-# /etc/localdns/config.yaml (see chart/). deploy/examples/local.yaml serves
-# 127.0.0.1:5353 for development and is deliberately not used here.
+# /etc/localdns/config.yaml (see the Helm chart). deploy/examples/local.yaml
+# serves 127.0.0.1:5353 for development and is deliberately not used here.
 
 ARG DEBIAN_IMAGE=debian:bookworm
 
@@ -22,12 +29,15 @@ ARG DEBIAN_IMAGE=debian:bookworm
 FROM ${DEBIAN_IMAGE} AS build
 
 ARG DEBIAN_FRONTEND=noninteractive
+# libevent-dev and nettle-dev: libunbound.pc names them in Requires.private,
+# and pkg-config wants them present even for --cflags.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-        gcc make pkg-config \
-        libyaml-dev libjson-c-dev liburcu-dev libunbound-dev \
+        gcc libc6-dev make pkg-config \
+        libyaml-dev libjson-c-dev liburcu-dev \
+        libunbound-dev libevent-dev nettle-dev \
         libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
-        libcurl4-openssl-dev libmicrohttpd-dev \
+        libcurl4-openssl-dev libmicrohttpd-dev libcap-dev libldns-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -42,23 +52,60 @@ RUN make -j"$(nproc)" build/localdns GIT_REV="${VCS_REF}" \
 # ---------------------------------------------------------------- runtime
 FROM ${DEBIAN_IMAGE}
 
+# Privileges. localdns needs CAP_NET_ADMIN (its link, addresses and nftables
+# table) and CAP_NET_BIND_SERVICE (port 53), nothing else.
+#
+# - Kubernetes (the chart): the pod runs as uid 0 with only those two
+#   capabilities and allowPrivilegeEscalation: false. That sets no_new_privs,
+#   under which file capabilities cannot raise a non-root user's privileges,
+#   so in a pod non-root cannot work; root limited to two capabilities is the
+#   least privilege available there. Hence the default USER root below.
+# - podman/docker: the `localdns` user (uid/gid 953) can run the daemon,
+#   because /usr/bin/localdns carries the two capabilities as file
+#   capabilities (+ep):
+#       podman run --user localdns --cap-add NET_ADMIN,NET_BIND_SERVICE ...
+#   (podman would also pass --cap-add to a non-root user as ambient
+#   capabilities; Docker does not, so there the file capabilities are what
+#   make --user work.)
+#
+# The price of +ep: the kernel refuses to execute a binary whose file
+# capabilities are not all in the caller's bounding set (EPERM, "operation
+# not permitted"), whatever the user, even for `--version`. Docker and
+# podman leave NET_ADMIN out of the bounding set by default, so every run of
+# this image needs `--cap-add NET_ADMIN` (and NET_BIND_SERVICE where it was
+# dropped), including `--check-config` in CI. The chart grants both.
+#
+# setcap comes from libcap2-bin, installed for that one step and purged in
+# the same layer; the binary is copied in first so that layer sets it.
+COPY --from=build /src/build/localdns /usr/bin/localdns
+
 ARG DEBIAN_FRONTEND=noninteractive
 # Package names checked against bookworm (apt-cache policy): libyaml-0-2
 # 0.2.5, libjson-c5 0.16, liburcu8 0.13, libunbound8 1.17, libnl-3-200 and
 # libnl-route-3-200 3.7, libmnl0 1.0.4, libnftnl11 1.2.4, libcurl4 7.88,
-# libmicrohttpd12 0.9.75.
+# libmicrohttpd12 0.9.75, libcap2 2.66, libldns3 1.8.3. dns-root-data holds
+# /usr/share/dns/root.key, the default upstream.trust_anchor.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libyaml-0-2 libjson-c5 liburcu8 libunbound8 \
         libnl-3-200 libnl-route-3-200 libmnl0 libnftnl11 \
-        libcurl4 libmicrohttpd12 ca-certificates \
- && rm -rf /var/lib/apt/lists/* \
- && mkdir -p /etc/localdns /run/localdns
+        libcurl4 libmicrohttpd12 libcap2 libldns3 \
+        ca-certificates dns-root-data libcap2-bin \
+ && setcap cap_net_admin,cap_net_bind_service+ep /usr/bin/localdns \
+ && apt-get purge -y --auto-remove libcap2-bin \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
+ && groupadd --system --gid 953 localdns \
+ && useradd --system --uid 953 --gid localdns --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin localdns \
+ && install -d -o localdns -g localdns -m 0755 /run/localdns \
+ && install -d -m 0755 /etc/localdns
 
-COPY --from=build /src/build/localdns /usr/bin/localdns
-
-# The repository has no LICENSE file yet: NOASSERTION (SPDX) until it does;
-# CI passes SOURCE (the repository URL) and VERSION (the VERSION file).
+# The repository has no LICENSE file yet: NOASSERTION (SPDX) until it does.
+# `make image` passes VERSION (the VERSION file) and VCS_REF; SOURCE is the
+# repository URL, given by CI. No org.opencontainers.image.created label:
+# the image config's own `created` field says when it was built, and a label
+# with the build time would make every build differ.
+ARG DEBIAN_IMAGE
 ARG VERSION=0.0.0
 ARG VCS_REF=unknown
 ARG SOURCE=""
@@ -68,17 +115,15 @@ LABEL org.opencontainers.image.title="localdns" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="${LICENSES}" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${VCS_REF}"
+      org.opencontainers.image.revision="${VCS_REF}" \
+      org.opencontainers.image.base.name="${DEBIAN_IMAGE}"
 
-# Root on purpose, for now: managing the listen interface (netlink) and the
-# nftables table needs CAP_NET_ADMIN, and binding port 53 needs
-# CAP_NET_BIND_SERVICE. A non-root user with file capabilities or ambient
-# capabilities from the pod spec is the privileges issue's to design; until
-# then the DaemonSet grants only those capabilities (securityContext), not a
-# privileged container.
 USER root
 
-EXPOSE 53/udp 53/tcp
+# No HEALTHCHECK: Kubernetes ignores it and probes /health and /ready on
+# health.listen itself (see the chart), and one here would need an HTTP
+# client in the image.
+EXPOSE 53/udp 53/tcp 9253/tcp
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/localdns"]
 CMD ["--config", "/etc/localdns/config.yaml"]

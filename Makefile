@@ -1,5 +1,5 @@
 # localdns build. `make deps` once on a fresh Debian 12 machine (root), then
-# `make`, `make run`, `make test`, `make fuzz`, `make bench`.
+# `make`, `make run`, `make test`, `make fuzz`, `make bench`, `make image`.
 
 CC       ?= gcc
 BUILD    := build
@@ -43,7 +43,7 @@ DEPS := gcc make pkg-config git \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
         nftables conntrack
 
-.PHONY: all deps run test unit integration sanitize fuzz bench clean
+.PHONY: all deps run test unit integration sanitize fuzz bench image image-test clean
 
 all: $(BIN) $(KUBE_DUMP)
 
@@ -129,6 +129,24 @@ bench: $(BIN)
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
 	tests/bench/cluster_sync.py $(BIN)
+
+# The container image, built from the Dockerfile with buildah (root, no Docker
+# engine) on a bookworm base that debootstrap makes from the Debian mirror and
+# tests/image/base.sh caches in build/image/. `make image-test` builds it, then
+# checks it and runs the daemon from it (tests/image/check.sh). Neither is
+# part of `make test`; IMAGE_SOURCE sets the image's source label.
+IMAGE_DEPS   := buildah debootstrap libcap2-bin iproute2 dnsutils python3
+IMAGE        ?= localhost/localdns:$(VERSION)
+IMAGE_BASE   ?= localhost/debian:bookworm
+IMAGE_SOURCE ?=
+
+image:
+	$(call apt_install,$(IMAGE_DEPS))
+	tests/image/base.sh $(IMAGE_BASE) $(BUILD)/image
+	tests/image/build.sh $(IMAGE) $(IMAGE_BASE) $(VERSION) $(GIT_REV) "$(IMAGE_SOURCE)"
+
+image-test: image
+	tests/image/check.sh $(IMAGE) $(VERSION)
 
 clean:
 	rm -rf $(BUILD)
