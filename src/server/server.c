@@ -253,6 +253,10 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->autopath += st->autopath;
 		for (size_t k = 0; k < QUERY_SOURCE_COUNT; k++)
 			sum->source[k] += st->source[k];
+		for (size_t t = 0; t < QUERY_QTYPE_COUNT; t++)
+			sum->qtype[t] += st->qtype[t];
+		for (size_t p = 0; p < 2; p++)
+			sum->transport[p] += st->transport[p];
 		for (size_t r = 0; r < sizeof sum->rcode / sizeof sum->rcode[0]; r++)
 			sum->rcode[r] += st->rcode[r];
 	}
