@@ -10,8 +10,10 @@
  * the answer sources); workers and the resolver thread never see a signal.
  * Start order: cache, cluster table, answer sources, resolver, node
  * integration (the addresses must exist before the workers bind them),
- * Kubernetes client (it feeds the node the kube-dns endpoints), workers; stop order: the Kubernetes client (the table's
- * writer), the resolver (so nothing sends on a worker's socket any more),
+ * Kubernetes client (it feeds the node the kube-dns endpoints), workers,
+ * the health and metrics endpoints (they read them all); stop order: the
+ * endpoints, the Kubernetes client (the table's writer), the resolver (so
+ * nothing sends on a worker's socket any more),
  * the workers, what they read, then the node integration (torn down only
  * with nftables.teardown: left in place it fails open).
  */
@@ -27,6 +29,7 @@
 #include "cluster/feed.h"
 #include "config/config.h"
 #include "daemon/daemon.h"
+#include "http/http.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
@@ -280,6 +283,7 @@ static int serve(const char *path)
 	struct query_sources *sources;
 	struct cluster *cluster = NULL;
 	struct kube_client *kube = NULL;
+	struct http *http;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
 	int sig = 0;
@@ -323,9 +327,15 @@ static int serve(const char *path)
 	daemon.cluster = cluster;
 	daemon.kube = kube;
 	daemon.node = node;
-	while ((sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
+	/* Last: a bad health or metrics address stops everything started so far. */
+	http = http_start(&daemon, err, sizeof err);
+	if (!http)
+		log_error("cannot start", "error", err);
+	while (http && (sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
 		daemon_reload(&daemon, err, sizeof err);
-	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	if (http)
+		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	http_stop(http);
 	log_totals(server, upstream, cache);
 	kube_stop(kube);
 	log_node_totals(node);
@@ -339,7 +349,7 @@ static int serve(const char *path)
 	daemon_destroy(&daemon);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
-	return 0;
+	return http ? 0 : 1;
 fail:
 	log_error("cannot start", "error", err);
 	kube_stop(kube);
