@@ -283,29 +283,8 @@ uint64_t upstream_heartbeat_ms(const struct upstream *u)
 
 /* ---- replies ------------------------------------------------------------------ */
 
-static bool deliver_tcp(struct upstream *u, unsigned worker, const struct upstream_request *r,
-			size_t len)
-{
-	struct completion_ring *ring = u->completions[worker];
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
-	uint8_t *framed;
-
-	if (tail - head == COMPLETION_SLOTS || !(framed = malloc(len + 2))) {
-		bump(&u->n.dropped);
-		return false;
-	}
-	framed[0] = (uint8_t)(len >> 8);
-	framed[1] = (uint8_t)len;
-	memcpy(framed + 2, u->buf, len);
-	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
-		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
-	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
-	ring->signal_pending = true;
-	return true;
-}
-
-/* The workers count the replies they send; these are the resolver's. */
+/* The workers count the replies they send; these are the resolver's,
+ * counted before the client can see the reply (a scrape after it includes it). */
 static void count_reply(struct upstream *u, size_t len)
 {
 	unsigned rcode = u->buf[3] & 0xf;
@@ -315,18 +294,41 @@ static void count_reply(struct upstream *u, size_t len)
 		bump(&u->n.truncated);
 }
 
+static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstream_request *r,
+			size_t len)
+{
+	struct completion_ring *ring = u->completions[worker];
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+	uint8_t *framed;
+
+	if (tail - head == COMPLETION_SLOTS || !(framed = malloc(len + 2))) {
+		bump(&u->n.dropped);
+		return;
+	}
+	framed[0] = (uint8_t)(len >> 8);
+	framed[1] = (uint8_t)len;
+	memcpy(framed + 2, u->buf, len);
+	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
+		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
+	count_reply(u, len);
+	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
+	ring->signal_pending = true;
+}
+
 /* Send u->buf[0..len) to the client of r. */
 static void deliver(struct upstream *u, unsigned worker, const struct upstream_request *r,
 		    size_t len)
 {
-	if (len == 0 || r->transport == UPSTREAM_NO_REPLY)
+	if (len == 0)
 		return;
-	if (r->transport == UPSTREAM_UDP)
+	if (r->transport == UPSTREAM_UDP) {
+		count_reply(u, len);
 		sendto(r->fd, u->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
 		       (const struct sockaddr *)&r->peer, r->peer_len);
-	else if (!deliver_tcp(u, worker, r, len))
-		return;
-	count_reply(u, len);
+	} else if (r->transport == UPSTREAM_TCP) {
+		deliver_tcp(u, worker, r, len);
+	}
 }
 
 /* Wake each worker that got TCP completions this turn, once. */
