@@ -105,6 +105,10 @@ static void collect_queries(struct metrics_text *t, const struct server *s,
 	       st.dropped);
 	single(t, "localdns_truncated_total", "counter", "DNS replies sent with TC=1.",
 	       st.truncated + us->truncated);
+	single(t, "localdns_autopath_answers_total", "counter",
+	       "Queries a worker answered for another name of the client's search list "
+	       "(cluster.autopath: a CNAME to the name that exists).",
+	       st.autopath);
 }
 
 /* ---- answer cache -------------------------------------------------------------- */
