@@ -13,9 +13,10 @@
  * stops here, before it touches the node), cache, cluster table, answer
  * sources, resolver, node integration (the addresses must exist before the
  * workers bind them), Kubernetes client (it feeds the node the kube-dns
- * endpoints), workers, the control thread;
- * stop order: the control thread, the Kubernetes client (the table's
- * writer), the resolver (so nothing sends on a worker's socket any more),
+ * endpoints), workers, the health and metrics endpoints and the control
+ * thread (they read them all); stop order: those two, the Kubernetes
+ * client (the table's writer), the resolver (so nothing sends on a
+ * worker's socket any more),
  * the workers, what they read, then the node integration (torn down only
  * with nftables.teardown: left in place it fails open).
  */
@@ -33,6 +34,7 @@
 #include "control/control.h"
 #include "ctl.h"
 #include "daemon/daemon.h"
+#include "http/http.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
@@ -290,6 +292,7 @@ static int serve(const char *path)
 	struct cluster *cluster = NULL;
 	struct kube_client *kube = NULL;
 	struct control *control = NULL;
+	struct http *http;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
 	int sig = 0;
@@ -335,12 +338,18 @@ static int serve(const char *path)
 	daemon.cluster = cluster;
 	daemon.kube = kube;
 	daemon.node = node;
-	if (control_start(control, &daemon, err, sizeof err) < 0)
+	/* Last: a bad health or metrics address stops everything started so far. */
+	http = http_start(&daemon, err, sizeof err);
+	if (!http)
+		log_error("cannot start", "error", err);
+	if (http && control_start(control, &daemon, err, sizeof err) < 0)
 		log_error("no control socket; serving without it", "error", err);
-	while ((sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
+	while (http && (sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
 		daemon_reload(&daemon, err, sizeof err);
-	log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	if (http)
+		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 	control_stop(control);
+	http_stop(http);
 	log_totals(server, upstream, cache);
 	kube_stop(kube);
 	log_node_totals(node);
@@ -354,7 +363,7 @@ static int serve(const char *path)
 	daemon_destroy(&daemon);
 	urcu_memb_unregister_thread();
 	config_free(cfg);
-	return 0;
+	return http ? 0 : 1;
 fail:
 	log_error("cannot start", "error", err);
 	control_stop(control);

@@ -8,6 +8,11 @@
 #include "kube/kube.h"
 #include "log/log.h"
 #include "query/query.h"
+#include "server/server.h"
+#include "upstream/upstream.h"
+
+#define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
+#define KUBE_STUCK_MS 30000  /* the Kubernetes thread may parse and apply a big page in one turn */
 
 void daemon_init(struct daemon *d, const char *config_path, struct config *cfg)
 {
@@ -91,5 +96,48 @@ bool daemon_ready(const struct daemon *d, char *why, size_t whylen)
 		}
 	}
 	snprintf(why, whylen, "ready");
+	return true;
+}
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Has a loop whose last turn was at beat (ms) been silent for over limit? */
+static bool stuck(const char *loop, uint64_t beat, uint64_t limit, char *why, size_t whylen)
+{
+	uint64_t now = monotonic_ms();
+
+	if (now <= beat || now - beat <= limit)
+		return false;
+	snprintf(why, whylen, "%s has not gone round its loop for %.1fs", loop,
+		 (double)(now - beat) / 1000);
+	return true;
+}
+
+bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
+{
+	struct kube_status ks;
+	char name[32];
+
+	for (unsigned i = 0; i < server_workers(d->server); i++) {
+		snprintf(name, sizeof name, "worker %u", i);
+		if (stuck(name, server_heartbeat_ms(d->server, i), LOOP_STUCK_MS, why, whylen))
+			return false;
+	}
+	if (stuck("the resolver thread", upstream_heartbeat_ms(d->upstream), LOOP_STUCK_MS, why,
+		  whylen))
+		return false;
+	if (d->kube) {
+		kube_status(d->kube, &ks);
+		if (stuck("the kubernetes thread", (uint64_t)ks.heartbeat_ms, KUBE_STUCK_MS, why,
+			  whylen))
+			return false;
+	}
+	snprintf(why, whylen, "ok");
 	return true;
 }

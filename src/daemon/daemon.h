@@ -3,8 +3,8 @@
  * the control socket, the health and metrics endpoints and live reload.
  *
  * Owns: reloading (serialised: SIGHUP, the config file watcher and
- * `localdns ctl reload` may ask at once), the reload counters, and the
- * readiness rule.
+ * `localdns ctl reload` may ask at once), the reload counters, the
+ * readiness rule and the liveness rule.
  *
  * Must never: start or stop a subsystem (cmd/localdns does, in its order),
  * or let a failed reload change anything that is running.
@@ -73,5 +73,14 @@ void daemon_reload_stats(const struct daemon *d, struct daemon_reload_stats *out
  * the node integration applied. false with the reason in why.
  */
 bool daemon_ready(const struct daemon *d, char *why, size_t whylen);
+
+/*
+ * Alive: every worker and the resolver thread went round its loop in the
+ * last 5 seconds, and the Kubernetes thread in the last 30 (one turn may
+ * apply a whole LIST page). Each wakes at least once a second when idle,
+ * so an old heartbeat means a stuck thread. false with which one and for
+ * how long in why. Needs d->server and d->upstream.
+ */
+bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
 
 #endif

@@ -44,6 +44,8 @@ enum dns_type {
 	DNS_T_AAAA = 28,
 	DNS_T_SRV = 33,
 	DNS_T_OPT = 41,
+	DNS_T_SVCB = 64,  /* RFC 9460 */
+	DNS_T_HTTPS = 65,
 	DNS_T_IXFR = 251,
 	DNS_T_AXFR = 252,
 	DNS_T_ANY = 255,

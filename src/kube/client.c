@@ -130,6 +130,7 @@ struct kube_client {
 
 	pthread_mutex_t status_lock;
 	struct kube_status status;
+	_Atomic int64_t heartbeat_ms; /* outside the lock: stored every loop turn */
 };
 
 static const struct {
@@ -193,7 +194,10 @@ static void note_event(struct informer *inf)
 
 static void note_list_done(struct informer *inf, bool relist)
 {
+	int64_t t = clock_ms(CLOCK_REALTIME);
+
 	pthread_mutex_lock(&inf->k->status_lock);
+	inf->k->status.last_list_ms[inf->res] = t;
 	if (relist)
 		inf->k->status.relists[inf->res]++;
 	inf->k->status.objects[inf->res] = inf->keys.count;
@@ -214,6 +218,7 @@ void kube_status(const struct kube_client *k, struct kube_status *out)
 	pthread_mutex_lock(&mk->status_lock);
 	*out = k->status;
 	pthread_mutex_unlock(&mk->status_lock);
+	out->heartbeat_ms = atomic_load_explicit(&mk->heartbeat_ms, memory_order_relaxed);
 }
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -810,6 +815,7 @@ static void *client_thread(void *arg)
 	if (k->h.thread_begin)
 		k->h.thread_begin(k->h.ctx);
 	while (!atomic_load(&k->stopping)) {
+		atomic_store_explicit(&k->heartbeat_ms, now_ms(), memory_order_relaxed);
 		curl_multi_perform(k->multi, &running);
 		take_finished(k);
 		publish(k);
@@ -938,6 +944,7 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 	if (!k->node)
 		log_warn("no node name (kubernetes.node_name or $NODE_NAME): pods are not watched, "
 			 "pod names answer from nothing");
+	atomic_init(&k->heartbeat_ms, now_ms()); /* alive before it is scheduled */
 	int rc = pthread_create(&k->thread, NULL, client_thread, k);
 	if (rc) {
 		snprintf(err, errlen, "cannot start the kubernetes thread: %s", strerror(rc));

@@ -80,6 +80,8 @@ struct kube_status {
 	uint64_t relists[KUBE_N_RESOURCES];  /* complete LISTs after the first */
 	uint64_t errors;                     /* failed requests, all resources */
 	uint64_t objects[KUBE_N_RESOURCES];  /* objects known now */
+	int64_t last_list_ms[KUBE_N_RESOURCES]; /* CLOCK_REALTIME ms the last full LIST ended (0 = never) */
+	int64_t heartbeat_ms;        /* CLOCK_MONOTONIC ms of the thread's last loop turn (at least 1/s) */
 };
 
 /* A snapshot of the counters; any thread, never waits for the network. */

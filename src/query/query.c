@@ -172,6 +172,34 @@ const char *query_source_name(enum query_source source)
 	return source < QUERY_SOURCE_COUNT ? names[source] : "none";
 }
 
+const char *query_qtype_name(enum query_qtype t)
+{
+	static const char *const names[QUERY_QTYPE_COUNT] = {
+		"A", "AAAA", "CNAME", "PTR", "SRV", "TXT", "MX", "NS", "SOA", "ANY",
+		"HTTPS", "SVCB", "other"};
+
+	return t < QUERY_QTYPE_COUNT ? names[t] : "other";
+}
+
+static enum query_qtype qtype_counted(uint16_t qtype)
+{
+	switch (qtype) {
+	case DNS_T_A: return QUERY_QTYPE_A;
+	case DNS_T_AAAA: return QUERY_QTYPE_AAAA;
+	case DNS_T_CNAME: return QUERY_QTYPE_CNAME;
+	case DNS_T_PTR: return QUERY_QTYPE_PTR;
+	case DNS_T_SRV: return QUERY_QTYPE_SRV;
+	case DNS_T_TXT: return QUERY_QTYPE_TXT;
+	case DNS_T_MX: return QUERY_QTYPE_MX;
+	case DNS_T_NS: return QUERY_QTYPE_NS;
+	case DNS_T_SOA: return QUERY_QTYPE_SOA;
+	case DNS_T_ANY: return QUERY_QTYPE_ANY;
+	case DNS_T_HTTPS: return QUERY_QTYPE_HTTPS;
+	case DNS_T_SVCB: return QUERY_QTYPE_SVCB;
+	default: return QUERY_QTYPE_OTHER;
+	}
+}
+
 void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
 			     struct query_ctx *ctx)
 {
@@ -382,6 +410,9 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 	ctx->upstream = QUERY_UPSTREAM_NONE;
 	ctx->source = QUERY_SOURCE_NONE;
 	stats->received++;
+	stats->transport[ctx->transport]++;
+	if (parsed != DNS_PARSE_DROP && q.question_ok) /* a runt leaves q unset */
+		stats->qtype[qtype_counted(q.qtype)]++;
 	switch (parsed) {
 	case DNS_PARSE_DROP:
 		break;

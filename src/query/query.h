@@ -52,9 +52,22 @@ enum query_source {
 /* "none", "static", "cluster", "cache", "stale", "upstream". */
 const char *query_source_name(enum query_source source);
 
+/* The query types counted one by one; everything else is OTHER. */
+enum query_qtype {
+	QUERY_QTYPE_A, QUERY_QTYPE_AAAA, QUERY_QTYPE_CNAME, QUERY_QTYPE_PTR, QUERY_QTYPE_SRV,
+	QUERY_QTYPE_TXT, QUERY_QTYPE_MX, QUERY_QTYPE_NS, QUERY_QTYPE_SOA, QUERY_QTYPE_ANY,
+	QUERY_QTYPE_HTTPS, QUERY_QTYPE_SVCB, QUERY_QTYPE_OTHER,
+	QUERY_QTYPE_COUNT
+};
+
+/* "A", "AAAA", ... "SVCB", "other". */
+const char *query_qtype_name(enum query_qtype t);
+
 /* What a worker counts; one instance per worker, so no atomics are needed. */
 struct query_stats {
 	uint64_t received;
+	uint64_t transport[2];     /* received, by enum query_transport (UDP, TCP) */
+	uint64_t qtype[QUERY_QTYPE_COUNT]; /* queries whose question parsed, by type */
 	uint64_t dropped;          /* no reply sent (QR=1, runt packets) */
 	uint64_t rcode[6];         /* NOERROR .. REFUSED */
 	uint64_t rcode_other;      /* BADVERS and anything above REFUSED */

@@ -61,6 +61,7 @@ struct worker {
 	int *tcp_fds;
 	size_t n_fds;
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE, once per loop turn */
+	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
 	struct query_stats stats;
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */

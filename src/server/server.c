@@ -221,6 +221,8 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 			goto fail;
 	}
 	for (; started < s->n_workers; started++) {
+		/* alive from the start: a thread not yet scheduled is not stuck */
+		atomic_init(&s->workers[started]->heartbeat_ms, server_now_ms());
 		int rc = pthread_create(&s->workers[started]->thread, NULL, worker_main,
 					s->workers[started]);
 		if (rc != 0) {
@@ -253,6 +255,10 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->autopath += st->autopath;
 		for (size_t k = 0; k < QUERY_SOURCE_COUNT; k++)
 			sum->source[k] += st->source[k];
+		for (size_t t = 0; t < QUERY_QTYPE_COUNT; t++)
+			sum->qtype[t] += st->qtype[t];
+		for (size_t p = 0; p < 2; p++)
+			sum->transport[p] += st->transport[p];
 		for (size_t r = 0; r < sizeof sum->rcode / sizeof sum->rcode[0]; r++)
 			sum->rcode[r] += st->rcode[r];
 	}
@@ -261,4 +267,9 @@ void server_stats(const struct server *s, struct query_stats *sum)
 unsigned server_workers(const struct server *s)
 {
 	return s->n_workers;
+}
+
+uint64_t server_heartbeat_ms(const struct server *s, unsigned worker)
+{
+	return atomic_load_explicit(&s->workers[worker]->heartbeat_ms, memory_order_relaxed);
 }

@@ -16,6 +16,7 @@
 #define LOCALDNS_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config/config.h"
 #include "query/query.h"
@@ -46,5 +47,13 @@ void server_stats(const struct server *s, struct query_stats *sum);
 
 /* Number of worker threads. */
 unsigned server_workers(const struct server *s);
+
+/*
+ * When worker (< server_workers) last went round its loop, in
+ * CLOCK_MONOTONIC milliseconds. An idle worker still turns at least once a
+ * second (its epoll_wait timeout), so an old value means a stuck worker.
+ * Any thread.
+ */
+uint64_t server_heartbeat_ms(const struct server *s, unsigned worker);
 
 #endif

@@ -99,6 +99,7 @@ static void serve(struct worker *w)
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, sweep_interval_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
+		atomic_store_explicit(&w->heartbeat_ms, w->now_ms, memory_order_relaxed);
 		if (n < 0 && errno != EINTR)
 			break;
 		for (int i = 0; i < n; i++) {

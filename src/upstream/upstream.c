@@ -107,6 +107,7 @@ struct flight {
 	uint16_t candidate;          /* ... and the one asked now starts here */
 	struct waiter *waiters;
 	bool resolving;              /* a libunbound query is outstanding */
+	uint64_t asked_ns;           /* when it was asked (CLOCK_MONOTONIC) */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	struct upstream *u;
 };
@@ -114,7 +115,15 @@ struct flight {
 struct counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
 		servfail, dropped, bogus;
+	_Atomic uint64_t rcode[6], rcode_other, truncated;
+	_Atomic uint64_t latency[UPSTREAM_LATENCY_BUCKETS + 1]; /* per bucket, last: above all */
+	_Atomic uint64_t latency_ns;
 };
+
+/* Prometheus's default buckets and two below them: a forwarder on the node
+ * or in the cluster answers in well under 5 ms. */
+const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS] = {
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 struct upstream {
 	struct ub_ctx *ctx;
@@ -135,6 +144,7 @@ struct upstream {
 	struct waiter *fifo_head, *fifo_tail;
 	unsigned n_waiters;
 	uint64_t now_ms;
+	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint8_t buf[DNS_MAX_MESSAGE + 2];
 	uint8_t compacted[DNS_MAX_MESSAGE];
 
@@ -147,6 +157,14 @@ static uint64_t monotonic_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void bump(_Atomic uint64_t *counter)
@@ -221,6 +239,21 @@ bool upstream_failing(const struct upstream *u)
 	return atomic_load_explicit(&u->failing, memory_order_relaxed);
 }
 
+/* Cumulative counts from the per-bucket ones; the total is their sum, so
+ * the +Inf bucket always equals the count. */
+static void latency_stats(const struct counters *n, struct upstream_stats *out)
+{
+	uint64_t below = 0;
+
+	for (size_t i = 0; i < UPSTREAM_LATENCY_BUCKETS; i++) {
+		below += atomic_load_explicit(&n->latency[i], memory_order_relaxed);
+		out->latency_le[i] = below;
+	}
+	out->latency_count =
+		below + atomic_load_explicit(&n->latency[UPSTREAM_LATENCY_BUCKETS], memory_order_relaxed);
+	out->latency_sum = (double)atomic_load_explicit(&n->latency_ns, memory_order_relaxed) / 1e9;
+}
+
 void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 {
 	const struct counters *n = &u->n;
@@ -235,10 +268,31 @@ void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 		.servfail = atomic_load(&n->servfail),
 		.dropped = atomic_load(&n->dropped),
 		.bogus = atomic_load(&n->bogus),
+		.rcode_other = atomic_load(&n->rcode_other),
+		.truncated = atomic_load(&n->truncated),
 	};
+	for (size_t r = 0; r < 6; r++)
+		out->rcode[r] = atomic_load(&n->rcode[r]);
+	latency_stats(n, out);
+}
+
+uint64_t upstream_heartbeat_ms(const struct upstream *u)
+{
+	return atomic_load_explicit(&u->heartbeat_ms, memory_order_relaxed);
 }
 
 /* ---- replies ------------------------------------------------------------------ */
+
+/* The workers count the replies they send; these are the resolver's,
+ * counted before the client can see the reply (a scrape after it includes it). */
+static void count_reply(struct upstream *u, size_t len)
+{
+	unsigned rcode = u->buf[3] & 0xf;
+
+	bump(rcode < 6 ? &u->n.rcode[rcode] : &u->n.rcode_other);
+	if (len > 2 && (u->buf[2] & (DNS_F_TC >> 8)))
+		bump(&u->n.truncated);
+}
 
 static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstream_request *r,
 			size_t len)
@@ -257,6 +311,7 @@ static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstre
 	memcpy(framed + 2, u->buf, len);
 	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
 		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
+	count_reply(u, len);
 	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
 	ring->signal_pending = true;
 }
@@ -267,11 +322,13 @@ static void deliver(struct upstream *u, unsigned worker, const struct upstream_r
 {
 	if (len == 0)
 		return;
-	if (r->transport == UPSTREAM_UDP)
+	if (r->transport == UPSTREAM_UDP) {
+		count_reply(u, len);
 		sendto(r->fd, u->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
 		       (const struct sockaddr *)&r->peer, r->peer_len);
-	else if (r->transport == UPSTREAM_TCP)
+	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(u, worker, r, len);
+	}
 }
 
 /* Wake each worker that got TCP completions this turn, once. */
@@ -612,11 +669,23 @@ static void resolution_bogus(struct upstream *u, struct flight *f, const char *w
 	}
 }
 
+static void observe_latency(struct upstream *u, uint64_t took_ns)
+{
+	double seconds = (double)took_ns / 1e9;
+	size_t i = 0;
+
+	while (i < UPSTREAM_LATENCY_BUCKETS && seconds > upstream_latency_bounds[i])
+		i++;
+	bump(&u->n.latency[i]);
+	atomic_fetch_add_explicit(&u->n.latency_ns, took_ns, memory_order_relaxed);
+}
+
 static void on_result(void *arg, int err, struct ub_result *result)
 {
 	struct flight *f = arg;
 	struct upstream *u = f->u;
 
+	observe_latency(u, monotonic_ns() - f->asked_ns);
 	f->resolving = false;
 	u->now_ms = monotonic_ms();
 	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
@@ -651,8 +720,10 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 	char name[1024];
 	int id;
 
-	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0 ||
-	    ub_resolve_async(u->ctx, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
+	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0)
+		return false;
+	f->asked_ns = monotonic_ns();
+	if (ub_resolve_async(u->ctx, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
 		return false;
 	f->resolving = true;
 	bump(&u->n.queries);
@@ -775,6 +846,7 @@ static void *resolver_main(void *arg)
 		int n = epoll_wait(u->epfd, events, 4, wait_ms(u));
 		bool stop = false;
 		u->now_ms = monotonic_ms();
+		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
 		for (int i = 0; i < n; i++) {
 			if (events[i].data.u32 == EV_UNBOUND)
 				ub_process(u->ctx);
@@ -892,6 +964,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;
 	}
+	atomic_init(&u->heartbeat_ms, monotonic_ms()); /* alive before it is scheduled */
 	rc = pthread_create(&u->thread, NULL, resolver_main, u);
 	if (rc != 0) {
 		snprintf(err, errlen, "cannot start the resolver thread: %s", strerror(rc));

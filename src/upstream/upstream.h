@@ -20,6 +20,7 @@
  *
  * Threads: upstream_submit, upstream_wake and upstream_take_completion are
  * called by worker `worker` only (one producer and one consumer per ring);
+ * upstream_failing, upstream_stats and upstream_heartbeat_ms by any thread;
  * everything else by the thread that owns the upstream (main).
  */
 #ifndef LOCALDNS_UPSTREAM_H
@@ -84,6 +85,10 @@ struct upstream_completion {
 	size_t len;
 };
 
+/* Upper bounds (seconds) of the libunbound latency histogram's buckets. */
+#define UPSTREAM_LATENCY_BUCKETS 14
+extern const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS];
+
 struct upstream_stats {
 	uint64_t queries;      /* libunbound queries started */
 	uint64_t coalesced;    /* requests that joined a query in flight */
@@ -94,6 +99,14 @@ struct upstream_stats {
 	uint64_t servfail;     /* clients given SERVFAIL by the resolver */
 	uint64_t dropped;      /* requests lost to a full ring or waiter cap */
 	uint64_t bogus;        /* DNSSEC validation failures */
+	uint64_t rcode[6];     /* replies the resolver sent, NOERROR .. REFUSED */
+	uint64_t rcode_other;
+	uint64_t truncated;    /* of those, with TC=1 */
+	/* From asking libunbound to its result (any result): how many took at
+	 * most each bound (cumulative), all of them, and their total time. */
+	uint64_t latency_le[UPSTREAM_LATENCY_BUCKETS];
+	uint64_t latency_count;
+	double latency_sum;    /* seconds */
 };
 
 struct upstream;
@@ -157,6 +170,14 @@ bool upstream_take_completion(struct upstream *u, unsigned worker,
  */
 bool upstream_failing(const struct upstream *u);
 
+/* Counters; any thread (each is exact on its own, the set is not a snapshot). */
 void upstream_stats(const struct upstream *u, struct upstream_stats *out);
+
+/*
+ * When the resolver thread last went round its loop, in CLOCK_MONOTONIC
+ * milliseconds; it turns at least once a second, so an old value means it
+ * is stuck. Any thread.
+ */
+uint64_t upstream_heartbeat_ms(const struct upstream *u);
 
 #endif

@@ -93,6 +93,7 @@ def main():
         with open(cfg, "w") as f:
             f.write("listen: {addresses: [127.0.0.1], port: %d}\n"
                     "interface: {manage: false}\nnftables: {enabled: false}\n"
+                    "health: {listen: \"\"}\nmetrics: {listen: \"\"}\n"
                     "kubernetes: {enabled: true, kubeconfig: %s, node_name: bench}\n"
                     "upstream: {servers: [\"127.0.0.1:9\"]}\nlog: {level: warn}\n" % (port, kc))
         start = time.monotonic()

@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import time
+import urllib.request
 
 import dnsmsg
 import harness
@@ -160,6 +161,10 @@ def test_make_run_example(env):
     port = harness.free_port()
     new, n = re.subn(r"(?m)^(\s+port:\s*)5353\b", r"\g<1>%d" % port, text)
     assert n == 1, "expected one `port: 5353` line in local.yaml, found %d" % n
+    http_port = harness.free_port()
+    new, n = re.subn(r"(?m)^(\s+listen:\s*)127\.0\.0\.1:9253\b",
+                     r"\g<1>127.0.0.1:%d" % http_port, new)
+    assert n == 2, "expected health and metrics on 127.0.0.1:9253 in local.yaml"
     # Not the machine's resolvers: tests send nothing off loopback.
     resolv = os.path.join(env.tmp, "resolv.conf")
     with open(resolv, "w") as f:
@@ -182,6 +187,8 @@ def test_make_run_example(env):
     assert r.status == "NOERROR" and r.rdatas("A"), r.text
     p = env.run(["ctl", "--config", path, "lookup", DB])
     assert p.returncode == 0 and p.stdout.startswith("source: static\n"), p.stdout + p.stderr
+    with urllib.request.urlopen("http://127.0.0.1:%d/ready" % http_port, timeout=5) as r:
+        assert r.status == 200 and r.read() == b"ready\n"
     rc, _ = d.stop()
     assert rc == 0, "exit %s" % rc
 

@@ -18,6 +18,7 @@ daemon runs with interface.kind: loopback through the same netlink code.
 import ctypes
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -338,7 +339,9 @@ def test_node_link_local_without_endpoints_is_not_redirected(env):
 
 def test_node_repairs_table_and_addresses_within_a_second(env):
     n = Node(env)
-    d = n.start()
+    cfg = n.config()
+    cfg["metrics"] = {"listen": "127.0.0.1:9253"}  # inside the node's namespace
+    d = n.start(config=cfg)
     n.run(n.node, "nft", "delete", "table", "inet", "localdns")
     n.until(lambda: "table inet localdns" in n.tables(), True, 1.0)
     n.ip(n.node, "addr", "del", CLUSTER_IP + "/32", "dev", "lo")
@@ -353,6 +356,10 @@ def test_node_repairs_table_and_addresses_within_a_second(env):
                                         "local4").stdout, True, 1.0)
     assert n.ask(CLUSTER_IP) == LOCAL_ANSWER
     assert n.conntrack(CLUSTER_IP) == []
+    metrics = n.run(n.node, sys.executable, "-c", "import urllib.request as u; print(u.urlopen("
+                    "'http://127.0.0.1:9253/metrics', timeout=5).read().decode(), end='')").stdout
+    assert 'localdns_node_repairs_total{kind="link"} 1\n' in metrics, metrics
+    assert re.search(r'(?m)^localdns_node_repairs_total\{kind="table"\} [1-9]', metrics), metrics
     rc, _ = d.stop()
     assert rc == 0
     log = d.stderr()
