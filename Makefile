@@ -82,8 +82,10 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
 	    $(LDFLAGS) $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
 
-# test_query, test_cache and test_cluster count every allocator and mutex call the library makes.
-$(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster: LDFLAGS += \
+# test_query, test_cache, test_cluster and test_querylog count every allocator and mutex call
+# the library makes.
+$(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster \
+$(BUILD)/tests/test_querylog: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
 
 # Installs what is missing first, so it is the whole set-up on a fresh machine.

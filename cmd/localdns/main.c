@@ -31,6 +31,7 @@
 #include "log/log.h"
 #include "node/node.h"
 #include "query/query.h"
+#include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
 
@@ -285,6 +286,8 @@ static int serve(const char *path)
 	if (!sources)
 		goto fail;
 	query_sources_publish(sources);
+	if (querylog_start(cfg, server_worker_count(cfg), err, sizeof err) < 0)
+		goto fail;
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
 	if (!upstream || start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
 		goto fail;
@@ -309,6 +312,7 @@ static int serve(const char *path)
 	log_node_totals(node);
 	upstream_stop(upstream);
 	server_stop(server);
+	querylog_stop();
 	upstream_free(upstream);
 	query_sources_retire();
 	cluster_free(cluster);
@@ -323,6 +327,7 @@ fail:
 	kube_stop(kube);
 	node_stop(node);
 	upstream_free(upstream);
+	querylog_stop();
 	query_sources_retire();
 	cluster_free(cluster);
 	if (cache)

@@ -46,6 +46,19 @@ void worker_submit(struct worker *w, enum query_upstream what)
 		w->wake_upstream = true;
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
+	w->request.log_reply = false;
+}
+
+void worker_log_query(struct worker *w, const struct query_ctx *ctx,
+		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
+{
+	if (ctx->upstream == QUERY_UPSTREAM_ASK) {
+		/* the resolver writes this reply later: it logs it, with its rcode */
+		w->request.log_reply = true;
+		w->request.peer = *peer;
+	} else if (len > 0) {
+		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
+	}
 }
 
 void worker_wake_upstream(struct worker *w)
