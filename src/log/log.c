@@ -3,26 +3,28 @@
 
 #include <json-c/json.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #define LINE_MAX_BYTES 4096
 
-static enum log_level min_level = LOG_INFO;
-static enum log_format line_format = LOG_FORMAT_LOGFMT;
+/* A reload may change them while other threads write lines. */
+static atomic_int min_level = LOG_INFO;
+static atomic_int line_format = LOG_FORMAT_LOGFMT;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 void log_setup(enum log_level level, enum log_format format)
 {
-	min_level = level;
-	line_format = format;
+	atomic_store_explicit(&min_level, level, memory_order_relaxed);
+	atomic_store_explicit(&line_format, format, memory_order_relaxed);
 }
 
 bool log_enabled(enum log_level level)
 {
-	return level >= min_level;
+	return (int)level >= atomic_load_explicit(&min_level, memory_order_relaxed);
 }
 
 static void format_timestamp(const struct timespec *when, char *out, size_t outlen)
@@ -169,7 +171,7 @@ static void write_line(enum log_level level, const struct timespec *when, const 
 	size_t len;
 
 	format_timestamp(when, ts, sizeof ts);
-	if (line_format == LOG_FORMAT_JSON)
+	if (atomic_load_explicit(&line_format, memory_order_relaxed) == LOG_FORMAT_JSON)
 		len = format_json(line, sizeof line - 1, ts, level, msg, ap);
 	else
 		len = format_logfmt(line, sizeof line - 1, ts, level, msg, ap);

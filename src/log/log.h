@@ -26,6 +26,7 @@
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
 enum log_format { LOG_FORMAT_LOGFMT, LOG_FORMAT_JSON };
 
+/* At start-up and on reload; lines being written meanwhile use either setting. */
 void log_setup(enum log_level level, enum log_format format);
 bool log_enabled(enum log_level level);
 
