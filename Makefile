@@ -8,7 +8,7 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
 PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
-            libmnl libnftnl
+            libmnl libnftnl libcap
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -37,7 +37,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
-        libcurl4-openssl-dev libmicrohttpd-dev \
+        libcurl4-openssl-dev libmicrohttpd-dev libcap-dev \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
         nftables conntrack

@@ -30,6 +30,7 @@
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
+#include "privs/privs.h"
 #include "query/query.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
@@ -273,6 +274,12 @@ static int serve(const char *path)
 		return 1;
 	}
 	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
+	/* First: capabilities are per thread, and every thread copies these (privs.h). */
+	if (privs_drop(cfg, err, sizeof err) < 0) {
+		log_error("cannot start", "error", err);
+		config_free(cfg);
+		return 1;
+	}
 	block_signals(&signals);
 	urcu_memb_register_thread();
 	cache = make_cache(cfg);
