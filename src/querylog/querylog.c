@@ -300,12 +300,14 @@ int querylog_start(const struct config *cfg, unsigned n_workers, char *err, size
 		if (!(ql.rings[i].slots = calloc(slots, sizeof *ql.rings[i].slots)))
 			goto fail;
 	}
+	/* before the thread starts: it sleeps without a timeout while this is 0 */
+	atomic_store(&querylog_every, cfg->log.queries);
 	int rc = pthread_create(&ql.thread, NULL, log_thread, NULL);
 	if (rc != 0) {
+		atomic_store(&querylog_every, 0);
 		errno = rc;
 		goto fail;
 	}
-	atomic_store(&querylog_every, cfg->log.queries);
 	if (cfg->log.queries > 0) {
 		char every[16], buffer[16];
 		snprintf(every, sizeof every, "%u", cfg->log.queries);

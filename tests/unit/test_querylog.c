@@ -235,6 +235,30 @@ static void json_lines_carry_the_same_fields(void **state)
 	log_setup(LOG_INFO, LOG_FORMAT_LOGFMT);
 }
 
+/* Written by the log thread within its period, not only at stop. */
+static void records_are_written_while_running(void **state)
+{
+	static const char *const www[] = {"www", "example", "com", NULL};
+	uint8_t reply[512];
+	struct sockaddr_storage c4 = v4("192.0.2.1", 1000);
+	char line[256];
+	ssize_t n = 0;
+
+	(void)state;
+	start("log: {queries: 1}\n", 1);
+	begin_capture();
+	querylog_add(0, &c4, QUERY_UDP, QUERY_SOURCE_STATIC, reply, make_reply(reply, www, 1, 0, 0));
+	for (int i = 0; i < 200 && n <= 0; i++) {
+		usleep(10000);
+		n = pread(capture_fd, line, sizeof line - 1, 0);
+	}
+	querylog_stop();
+	end_capture();
+	assert_true(n > 0);
+	line[n] = '\0';
+	assert_non_null(strstr(line, "msg=query client=192.0.2.1"));
+}
+
 /* ---- a full ring ------------------------------------------------------------------ */
 
 static void full_ring_drops_and_counts_every_record_it_cannot_keep(void **state)
@@ -295,6 +319,7 @@ int main(void)
 		cmocka_unit_test(sampler_picks_one_in_n),
 		cmocka_unit_test(logfmt_lines_carry_every_field),
 		cmocka_unit_test(json_lines_carry_the_same_fields),
+		cmocka_unit_test(records_are_written_while_running),
 		cmocka_unit_test(full_ring_drops_and_counts_every_record_it_cannot_keep),
 		cmocka_unit_test(producers_allocate_nothing_and_take_no_lock),
 	};
