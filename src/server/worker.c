@@ -3,8 +3,9 @@
  *
  * Each worker owns its sockets, connections and counters outright, so the
  * loop shares nothing with other workers but the stop eventfd, the TCP
- * connection count (touched on accept and close only) and the RCU-published
- * answer sources. The RCU read lock is held across one batch of work, never
+ * connection count (touched on accept and close only), the RCU-published
+ * answer sources and the query log's rate (read-mostly; records go into the
+ * worker's own ring). The RCU read lock is held across one batch of work, never
  * across epoll_wait.
  */
 #include "server/internal.h"
