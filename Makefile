@@ -8,7 +8,7 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
 PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
-            libmnl libnftnl ldns libmicrohttpd
+            libmnl libnftnl ldns libmicrohttpd libcap
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -39,7 +39,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
-        libcurl4-openssl-dev libmicrohttpd-dev libldns-dev \
+        libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
         nftables conntrack prometheus
@@ -84,10 +84,10 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
 	    $(LDFLAGS) $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
 
-# test_query, test_cache, test_cluster and test_autopath count every allocator and mutex call
-# the library makes.
+# test_query, test_cache, test_cluster, test_autopath and test_querylog count every allocator and
+# mutex call the library makes.
 $(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster \
-$(BUILD)/tests/test_autopath: LDFLAGS += \
+$(BUILD)/tests/test_autopath $(BUILD)/tests/test_querylog: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
 
 # Installs what is missing first, so it is the whole set-up on a fresh machine.

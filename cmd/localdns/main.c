@@ -38,7 +38,9 @@
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
+#include "privs/privs.h"
 #include "query/query.h"
+#include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
 
@@ -304,6 +306,12 @@ static int serve(const char *path)
 		return 1;
 	}
 	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
+	/* First: capabilities are per thread, and every thread copies these (privs.h). */
+	if (privs_drop(cfg, err, sizeof err) < 0) {
+		log_error("cannot start", "error", err);
+		config_free(cfg);
+		return 1;
+	}
 	block_signals(&signals);
 	urcu_memb_register_thread();
 	if (control_open(cfg, &control, err, sizeof err) < 0)
@@ -319,6 +327,8 @@ static int serve(const char *path)
 	if (!sources)
 		goto fail;
 	query_sources_publish(sources);
+	if (querylog_start(cfg, server_worker_count(cfg), err, sizeof err) < 0)
+		goto fail;
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
 	if (!upstream)
 		goto fail;
@@ -355,6 +365,7 @@ static int serve(const char *path)
 	log_node_totals(node);
 	upstream_stop(upstream);
 	server_stop(server);
+	querylog_stop();
 	upstream_free(upstream);
 	query_sources_retire();
 	cluster_free(cluster);
@@ -370,6 +381,7 @@ fail:
 	kube_stop(kube);
 	node_stop(node);
 	upstream_free(upstream);
+	querylog_stop();
 	query_sources_retire();
 	cluster_free(cluster);
 	if (cache)

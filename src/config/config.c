@@ -266,6 +266,10 @@ static const struct key metrics_keys[] = {
 static const struct key log_keys[] = {
 	{"level", V_ENUM, CFG(log.level), .names = log_levels, .def = "info"},
 	{"format", V_ENUM, CFG(log.format), .names = log_formats, .def = "logfmt"},
+	{"queries", V_UINT, CFG(log.queries), .max = 1000000000, .def = "0"},
+	/* A record is about 300 bytes; pages are only touched once used. */
+	{"query_buffer", V_UINT, CFG(log.query_buffer), .min = 16, .max = 1u << 20,
+	 .def = "4096"},
 };
 
 static const struct key control_keys[] = {

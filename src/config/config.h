@@ -161,6 +161,8 @@ struct config {
 	struct {
 		enum config_log_level level;   /* info */
 		enum config_log_format format; /* logfmt */
+		uint32_t queries;              /* 0 = off; N = one query line per N per worker */
+		uint32_t query_buffer;         /* 4096: query records a thread may hold unwritten */
 	} log;
 
 	struct { char *socket; } control;  /* "/run/localdns/control.sock" */

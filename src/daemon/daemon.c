@@ -8,6 +8,7 @@
 #include "kube/kube.h"
 #include "log/log.h"
 #include "query/query.h"
+#include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
 
@@ -35,6 +36,13 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* log.level, log.format and log.queries take effect at once (log.query_buffer at restart). */
+static void apply_log_settings(const struct config *cfg)
+{
+	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
+	querylog_set_every(cfg->log.queries);
+}
+
 /* The answer sources from a new config; the running set stays on failure. */
 static int apply(struct daemon *d, char *err, size_t errlen)
 {
@@ -44,6 +52,8 @@ static int apply(struct daemon *d, char *err, size_t errlen)
 	if (config_load(d->config_path, &cfg, err, errlen) < 0)
 		return -1;
 	sources = query_sources_build(cfg, d->cluster, d->cache, err, errlen);
+	if (sources)
+		apply_log_settings(cfg);
 	config_free(cfg);
 	if (!sources)
 		return -1;

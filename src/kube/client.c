@@ -600,6 +600,10 @@ static int start_request(struct informer *inf)
 	inf->easy = e;
 	inf->headers = h2;
 	inf->kind = inf->need_list ? REQ_LIST : REQ_WATCH;
+	/* The URL holds no credentials (kube/conn.c refuses user@ in it); the
+	 * Authorization header is never logged. */
+	log_debug("kubernetes request", "resource", resources[inf->res].name, "verb",
+		  inf->kind == REQ_LIST ? "list" : "watch", "url", url);
 	inf->started_ms = now_ms();
 	inf->watch_events = 0;
 	if (inf->kind == REQ_LIST && !inf->cont) {

@@ -301,6 +301,14 @@ static int take_file_or_data(struct kc *kc, const yaml_node_t *map, const char *
 	return 0;
 }
 
+/* "https://user:secret@host": a password in the URL would be logged with it. */
+static bool has_userinfo(const char *url)
+{
+	const char *host = strstr(url, "://") + 3;
+
+	return memchr(host, '@', strcspn(host, "/?#")) != NULL;
+}
+
 static int take_cluster(struct kc *kc, const yaml_node_t *root, const char *name, struct kube_conn *c)
 {
 	const yaml_node_t *cl = named_entry(kc, root, "clusters", "cluster", name);
@@ -311,6 +319,9 @@ static int take_cluster(struct kc *kc, const yaml_node_t *root, const char *name
 		return kc_fail(kc, "cluster \"%s\" has no server", name);
 	if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0)
 		return kc_fail(kc, "cluster \"%s\": server \"%s\" is not an http(s) URL", name, server);
+	if (has_userinfo(server))
+		return kc_fail(kc, "cluster \"%s\": the server URL holds credentials (user@); "
+			       "put them in the user entry", name);
 	if (!(c->server = strdup(server)))
 		return kc_fail(kc, "out of memory");
 	size_t n = strlen(c->server);

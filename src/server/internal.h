@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "dns/dns.h"
+#include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
 
@@ -65,6 +66,7 @@ struct worker {
 	struct query_stats stats;
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
+	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
 	struct upstream_request request; /* filled by query_handle, copied on submit */
 
 	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
@@ -99,6 +101,12 @@ void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transp
  * The resolver is woken once per batch, by worker_wake_upstream.
  */
 void worker_submit(struct worker *w, enum query_upstream what);
+/*
+ * A query the query log sampled, after query_handle: recorded now, or
+ * marked in w->request so the resolver records the reply it sends.
+ */
+void worker_log_query(struct worker *w, const struct query_ctx *ctx,
+		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 void worker_wake_upstream(struct worker *w);
 
 /* UDP (udp.c). */

@@ -176,6 +176,8 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 		worker_query_ctx(w, &ctx, QUERY_TCP, &c->peer);
 		size_t len = query_handle(c->in + off + 2, mlen, w->tcp_out + out + 2,
 					  DNS_MAX_MESSAGE, &ctx);
+		if (querylog_sample(&w->querylog_count))
+			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		if (len) {
 			w->tcp_out[out] = (uint8_t)(len >> 8);

@@ -60,6 +60,8 @@ static int answer_batch(struct worker *w, int fd, int n)
 		worker_query_ctx(w, &ctx, QUERY_UDP, &b->peer[i]);
 		size_t len = query_handle(b->in[i], b->rx[i].msg_len, b->out[out],
 					  UDP_OUT_MAX, &ctx);
+		if (querylog_sample(&w->querylog_count))
+			worker_log_query(w, &ctx, &b->peer[i], b->out[out], len);
 		defer(w, &ctx, fd, i);
 		if (len == 0)
 			continue;

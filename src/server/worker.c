@@ -3,8 +3,9 @@
  *
  * Each worker owns its sockets, connections and counters outright, so the
  * loop shares nothing with other workers but the stop eventfd, the TCP
- * connection count (touched on accept and close only) and the RCU-published
- * answer sources. The RCU read lock is held across one batch of work, never
+ * connection count (touched on accept and close only), the RCU-published
+ * answer sources and the query log's rate (read-mostly; records go into the
+ * worker's own ring). The RCU read lock is held across one batch of work, never
  * across epoll_wait.
  */
 #include "server/internal.h"
@@ -46,6 +47,19 @@ void worker_submit(struct worker *w, enum query_upstream what)
 		w->wake_upstream = true;
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
+	w->request.log_reply = false;
+}
+
+void worker_log_query(struct worker *w, const struct query_ctx *ctx,
+		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
+{
+	if (ctx->upstream == QUERY_UPSTREAM_ASK) {
+		/* the resolver writes this reply later: it logs it, with its rcode */
+		w->request.log_reply = true;
+		w->request.peer = *peer;
+	} else if (len > 0) {
+		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
+	}
 }
 
 void worker_wake_upstream(struct worker *w)

@@ -56,6 +56,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
+#include "querylog/querylog.h"
 #include "upstream/internal.h"
 
 /* A burst of misses must fit while the resolver thread waits for a core;
@@ -329,6 +330,10 @@ static void deliver(struct upstream *u, unsigned worker, const struct upstream_r
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(u, worker, r, len);
 	}
+	if (r->log_reply)
+		querylog_add(QUERYLOG_RESOLVER, &r->peer,
+			     r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP,
+			     QUERY_SOURCE_UPSTREAM, u->buf, len);
 }
 
 /* Wake each worker that got TCP completions this turn, once. */

@@ -75,6 +75,8 @@ struct upstream_request {
 	socklen_t peer_len;
 	uint32_t conn;         /* TCP: the worker's connection slot ... */
 	uint32_t conn_gen;     /* ... and which connection held it */
+	bool log_reply;        /* sampled for the query log (peer set for TCP too):
+				  the resolver logs the reply it sends */
 };
 
 /* A TCP reply for a worker: the DNS message with its 2-byte length prefix. */

@@ -96,6 +96,8 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->metrics.listen, "0.0.0.0:9253");
 	assert_int_equal(c->log.level, CONFIG_LOG_INFO);
 	assert_int_equal(c->log.format, CONFIG_LOG_LOGFMT);
+	assert_int_equal(c->log.queries, 0);
+	assert_int_equal(c->log.query_buffer, 4096);
 	assert_string_equal(c->control.socket, "/run/localdns/control.sock");
 	assert_false(c->chaos.enabled);
 #ifdef LOCALDNS_VERSION
@@ -235,7 +237,7 @@ static void test_every_value_set(void **state)
 		"  stale_max_age: 1m, prefetch: false}\n"
 		"health: {listen: \"\"}\n"
 		"metrics: {listen: \"[::1]:9253\"}\n"
-		"log: {level: debug, format: json}\n"
+		"log: {level: debug, format: json, queries: 100, query_buffer: 16}\n"
 		"control: {socket: \"\"}\n"
 		"chaos: {enabled: true, version: v1, id: node-a}\n");
 
@@ -279,6 +281,8 @@ static void test_every_value_set(void **state)
 	assert_string_equal(c->metrics.listen, "[::1]:9253");
 	assert_int_equal(c->log.level, CONFIG_LOG_DEBUG);
 	assert_int_equal(c->log.format, CONFIG_LOG_JSON);
+	assert_int_equal(c->log.queries, 100);
+	assert_int_equal(c->log.query_buffer, 16);
 	assert_string_equal(c->control.socket, "");
 	assert_true(c->chaos.enabled);
 	assert_string_equal(c->chaos.version, "v1");
@@ -433,6 +437,10 @@ static void test_error_integer(void **state)
 		     "t.yaml:2:12: listen.workers: \"-1\" is not a decimal integer");
 	expect_error("listen:\n  udp_max_payload: 511\n",
 		     "t.yaml:2:20: listen.udp_max_payload: \"511\" is below the minimum 512");
+	expect_error("log:\n  queries: 1000000001\n",
+		     "t.yaml:2:12: log.queries: \"1000000001\" is above the maximum 1000000000");
+	expect_error("log:\n  query_buffer: 15\n",
+		     "t.yaml:2:17: log.query_buffer: \"15\" is below the minimum 16");
 }
 
 static void test_error_boolean(void **state)

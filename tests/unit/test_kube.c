@@ -277,6 +277,11 @@ static void test_kubeconfig_errors(void **state)
 				"clusters: [{name: k, cluster: {server: 10.0.0.1}}]\n",
 				"kubeconfig /k/config: cluster \"k\": server \"10.0.0.1\" is not an "
 				"http(s) URL");
+	/* never repeated in the message: it would be logged */
+	expect_kubeconfig_error("current-context: x\ncontexts: [{name: x, context: {cluster: k}}]\n"
+				"clusters: [{name: k, cluster: {server: 'https://u:s3cret@a/x'}}]\n",
+				"kubeconfig /k/config: cluster \"k\": the server URL holds credentials "
+				"(user@); put them in the user entry");
 	expect_kubeconfig_error("current-context: x\ncontexts: [{name: x, context: {cluster: k}}]\n"
 				"clusters: [{name: k, cluster: {server: 'https://a', "
 				"certificate-authority-data: '!!'}}]\n",
