@@ -27,6 +27,7 @@
 #include "node/node.h"
 #include "query/query.h"
 #include "server/server.h"
+#include "querylog/querylog.h"
 #include "upstream/upstream.h"
 
 #define N_RCODES 7 /* NOERROR .. REFUSED, then everything else */
@@ -260,6 +261,13 @@ static void collect_config(struct metrics_text *t, const struct daemon *d, doubl
 		       rs.last_ok_ms ? seconds_of_ms(rs.last_ok_ms) : start_time);
 }
 
+static void collect_query_log(struct metrics_text *t)
+{
+	single(t, "localdns_query_log_dropped_total", "counter",
+	       "Sampled query log records dropped because the log thread fell behind.",
+	       querylog_dropped());
+}
+
 static void collect_build(struct metrics_text *t)
 {
 	const struct metrics_label labels[2] = {{"version", LOCALDNS_VERSION},
@@ -375,6 +383,7 @@ char *metrics_collect(const struct daemon *d, size_t *len)
 	if (d->node)
 		collect_node(&t, d->node);
 	collect_config(&t, d, proc.start_time);
+	collect_query_log(&t);
 	collect_build(&t);
 	if (have_proc)
 		collect_process(&t, &proc);

@@ -304,6 +304,7 @@ def test_promtool_accepts_the_whole_exposition(env):
     info = [dict(k) for k in s.series("localdns_build_info")]
     assert len(info) == 1 and info[0]["version"] == version, info
     assert s.value("localdns_config_reloads_total", result="success") == 0
+    assert s.value("localdns_query_log_dropped_total") == 0  # log.queries is off
     assert abs(s.value("localdns_config_last_reload_success_timestamp_seconds")
                - s.value("process_start_time_seconds")) < 1
     assert abs(s.value("process_start_time_seconds") - time.time()) < 60
