@@ -61,19 +61,15 @@ FROM ${DEBIAN_IMAGE}
 #   so in a pod non-root cannot work; root limited to two capabilities is the
 #   least privilege available there. Hence the default USER root below.
 # - podman/docker: the `localdns` user (uid/gid 953) can run the daemon,
-#   because /usr/bin/localdns carries the two capabilities as file
-#   capabilities (+ep):
+#   because /usr/bin/localdns carries the two capabilities as permitted file
+#   capabilities (+p, no effective bit):
 #       podman run --user localdns --cap-add NET_ADMIN,NET_BIND_SERVICE ...
-#   (podman would also pass --cap-add to a non-root user as ambient
-#   capabilities; Docker does not, so there the file capabilities are what
-#   make --user work.)
-#
-# The price of +ep: the kernel refuses to execute a binary whose file
-# capabilities are not all in the caller's bounding set (EPERM, "operation
-# not permitted"), whatever the user, even for `--version`. Docker and
-# podman leave NET_ADMIN out of the bounding set by default, so every run of
-# this image needs `--cap-add NET_ADMIN` (and NET_BIND_SERVICE where it was
-# dropped), including `--check-config` in CI. The chart grants both.
+#   localdns raises them into its effective set itself when it drops every
+#   other capability at start-up (src/privs), before any thread exists.
+#   Without the effective bit the kernel never refuses to execute the binary
+#   when a capability is missing from the bounding set (it would with +ep),
+#   so `--version` and `--check-config` run in any container; the daemon
+#   then says which capability it lacks.
 #
 # setcap comes from libcap2-bin, installed for that one step and purged in
 # the same layer; the binary is copied in first so that layer sets it.
@@ -91,7 +87,7 @@ RUN apt-get update \
         libnl-3-200 libnl-route-3-200 libmnl0 libnftnl11 \
         libcurl4 libmicrohttpd12 libcap2 libldns3 \
         ca-certificates dns-root-data libcap2-bin \
- && setcap cap_net_admin,cap_net_bind_service+ep /usr/bin/localdns \
+ && setcap cap_net_admin,cap_net_bind_service+p /usr/bin/localdns \
  && apt-get purge -y --auto-remove libcap2-bin \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 953 localdns \
