@@ -38,7 +38,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "localdns.labels" -}}
 helm.sh/chart: {{ include "localdns.chart" . }}
 {{ include "localdns.selectorLabels" . }}
-app.kubernetes.io/version: {{ include "localdns.imageTag" . | quote }}
+app.kubernetes.io/version: {{ include "localdns.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
