@@ -42,9 +42,11 @@ DEPS := gcc make pkg-config git \
         libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
-        nftables conntrack prometheus
+        nftables conntrack prometheus \
+        golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
+        golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 
-.PHONY: all deps run test unit integration sanitize fuzz bench image image-test clean
+.PHONY: all deps run test unit integration sanitize fuzz bench image image-test clean chart deploy
 
 all: $(BIN) $(KUBE_DUMP)
 
@@ -90,6 +92,31 @@ $(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster 
 $(BUILD)/tests/test_autopath $(BUILD)/tests/test_querylog: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
 
+# The Helm chart, rendered without Helm: tests/chart/ is Helm's engine (Go
+# text/template + sprig) from Debian's Go packages, in GOPATH mode.
+CHART        := chart/localdns
+CHART_RENDER := $(BUILD)/tests/chart-render
+GO_ENV       := GOPATH=/usr/share/gocode GO111MODULE=off CGO_ENABLED=0 GOCACHE=$(abspath $(BUILD))/go-cache
+DEPLOY_ARGS  := --release-name localdns --namespace kube-system --release-service kubectl
+
+$(CHART_RENDER): $(wildcard tests/chart/*.go)
+	@mkdir -p $(dir $@)
+	cd tests/chart && $(GO_ENV) go build -o $(abspath $@) .
+
+# build/chart/localdns.yaml (the manifests, default values) and NOTES.txt.
+chart: $(CHART_RENDER)
+	@mkdir -p $(BUILD)/chart
+	$(CHART_RENDER) --notes $(BUILD)/chart/NOTES.txt $(CHART) > $(BUILD)/chart/localdns.yaml
+
+# deploy/kubernetes/localdns.yaml for `kubectl apply -f`; test_chart.py fails
+# when it is out of date. Its second line records the arguments.
+deploy: $(CHART_RENDER)
+	@mkdir -p deploy/kubernetes
+	{ echo "# Generated from $(CHART) by \`make deploy\`: edit the chart, not this file."; \
+	  echo "# chart-render $(DEPLOY_ARGS)"; \
+	  $(CHART_RENDER) $(DEPLOY_ARGS) $(CHART); } > deploy/kubernetes/localdns.yaml.tmp
+	mv deploy/kubernetes/localdns.yaml.tmp deploy/kubernetes/localdns.yaml
+
 # Installs what is missing first, so it is the whole set-up on a fresh machine.
 run: deps
 	$(MAKE) $(BIN)
@@ -101,7 +128,7 @@ test: deps
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
-integration: $(BIN) $(KUBE_DUMP)
+integration: $(BIN) $(KUBE_DUMP) $(CHART_RENDER)
 	python3 tests/integration/run.py --binary $(BIN)
 
 # The unit and integration suites again, built with ASan and UBSan: any

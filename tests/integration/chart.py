@@ -1,0 +1,175 @@
+"""chart: render the Helm chart with tests/chart's renderer (built next to
+the daemon as tests/chart-render) and read the references its output is
+checked against: the keys and defaults of docs/configuration.md, the key
+table of src/config/config.c, and the values table of the chart's README.
+
+    r = chart.render(env, values={"config": {...}}, sets=["a.b=1"])
+    r.one("DaemonSet")["spec"]...     r.config (config.yaml, parsed)
+    r.notes                           r.objects, r.text
+"""
+
+import json
+import os
+import re
+import subprocess
+
+import yaml
+
+import harness
+
+CHART = os.path.join(harness.REPO, "chart", "localdns")
+
+
+def renderer(env):
+    return os.path.join(os.path.dirname(env.binary), "tests", "chart-render")
+
+
+class Rendered:
+    def __init__(self, text, notes):
+        self.text = text
+        self.notes = notes
+        self.objects = [d for d in yaml.safe_load_all(text) if d]
+
+    def all(self, kind):
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def one(self, kind, name=None):
+        found = [o for o in self.all(kind)
+                 if name is None or o["metadata"]["name"] == name]
+        assert len(found) == 1, "want one %s %s, got %d: %s" % (
+            kind, name or "", len(found), self.kinds())
+        return found[0]
+
+    def kinds(self):
+        return [(o["kind"], o["metadata"]["name"]) for o in self.objects]
+
+    @property
+    def configmap(self):
+        return self.one("ConfigMap")
+
+    @property
+    def config_text(self):
+        return self.configmap["data"]["config.yaml"]
+
+    @property
+    def config(self):
+        return yaml.safe_load(self.config_text)
+
+    @property
+    def pod(self):
+        return self.one("DaemonSet")["spec"]["template"]
+
+    @property
+    def container(self):
+        containers = self.pod["spec"]["containers"]
+        assert len(containers) == 1, "containers: %r" % containers
+        return containers[0]
+
+
+def run_renderer(env, values=None, sets=(), args=()):
+    """Run the renderer; values (a dict) goes in as a -f file. Returns the
+    CompletedProcess and the NOTES.txt path."""
+    argv = [renderer(env)]
+    if values is not None:
+        path = os.path.join(env.tmp, "values-%d.yaml" % len(os.listdir(env.tmp)))
+        with open(path, "w") as f:
+            json.dump(values, f)          # JSON is YAML
+        argv += ["-f", path]
+    for s in sets:
+        argv += ["--set", s]
+    notes = os.path.join(env.tmp, "NOTES-%d.txt" % len(os.listdir(env.tmp)))
+    argv += ["--notes", notes] + list(args) + [CHART]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    return p, notes
+
+
+def render(env, values=None, sets=(), args=()):
+    p, notes = run_renderer(env, values, sets, args)
+    assert p.returncode == 0, "render failed (exit %d): %s" % (p.returncode, p.stderr)
+    with open(notes) as f:
+        return Rendered(p.stdout, f.read())
+
+
+def render_fails(env, values=None, sets=(), args=()):
+    """Render expecting failure; returns the error text."""
+    p, _ = run_renderer(env, values, sets, args)
+    assert p.returncode == 1, "render of values=%r sets=%r: exit %d, want 1; stderr %r" % (
+        values, sets, p.returncode, p.stderr)
+    assert p.stdout == "", "a failed render printed manifests"
+    return p.stderr
+
+
+def check_config(env, rendered, name):
+    """Write the rendered config.yaml (and the ConfigMap's other files) to a
+    directory and run `localdns --check-config` on it."""
+    d = os.path.join(env.tmp, name)
+    os.makedirs(d)
+    for key, content in rendered.configmap["data"].items():
+        with open(os.path.join(d, key), "w") as f:
+            f.write(content)
+    path = os.path.join(d, "config.yaml")
+    p = env.run(["--check-config", path])
+    assert p.returncode == 0, "%s: --check-config exit %d: %s\n%s" % (
+        name, p.returncode, p.stderr.strip(), rendered.config_text)
+
+
+# ------------------------------------------------------------ references
+
+def _backticked(cell):
+    m = re.fullmatch(r"`([^`]*)`", cell.strip())
+    return m.group(1) if m else None
+
+
+def documented_defaults():
+    """{"section.key": default} for every key of docs/configuration.md's
+    section tables (## listen, ## cluster, ...), defaults parsed as YAML."""
+    out = {}
+    section = None
+    with open(os.path.join(harness.REPO, "docs", "configuration.md")) as f:
+        for line in f:
+            if line.startswith("## "):
+                m = re.fullmatch(r"## ([a-z_]+)\s*", line)
+                section = m.group(1) if m else None
+                continue
+            if not section or not line.startswith("| `"):
+                continue
+            cells = line.strip().strip("|").split("|")
+            key, default = _backticked(cells[0]), _backticked(cells[2])
+            assert key and default is not None, "cannot read row %r" % line
+            out[section + "." + key] = yaml.safe_load(default)
+    assert len(out) > 40, "only %d keys read from docs/configuration.md" % len(out)
+    return out
+
+
+def source_keys():
+    """{"section.key"} from the key table of src/config/config.c."""
+    with open(os.path.join(harness.REPO, "src", "config", "config.c")) as f:
+        src = f.read()
+    arrays = {m.group(1): re.findall(r'^\s*\{"(\w+)",', m.group(2), re.M)
+              for m in re.finditer(r"static const struct key (\w+)\[\] = \{(.*?)\n\};",
+                                   src, re.S)}
+    schemas = dict(re.findall(r"static const struct schema (\w+) = SCHEMA\((\w+),", src))
+    sections = re.findall(r'SECTION\("(\w+)", (\w+)\)', src)
+    assert sections, "no SECTION(...) in config.c"
+    return {"%s.%s" % (name, key)
+            for name, schema in sections for key in arrays[schemas[schema]]}
+
+
+def readme_values():
+    """{"path": default} from the values table of the chart's README."""
+    out = {}
+    with open(os.path.join(CHART, "README.md")) as f:
+        for line in f:
+            if not line.startswith("| `"):
+                continue
+            cells = line.strip().strip("|").split("|")
+            path, default = _backticked(cells[0]), _backticked(cells[1])
+            if path is not None and default is not None:
+                out[path] = yaml.safe_load(default)
+    return out
+
+
+def chart_values():
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        return yaml.safe_load(f)
