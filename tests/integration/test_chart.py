@@ -229,13 +229,16 @@ def test_chart_intercept_mode(env):
     assert "Nothing to change in the kubelet" in r.notes, r.notes
     assert "--cluster-dns=" not in r.notes, r.notes
 
-    # Link-local mode: the kubelet flag to set, and the warning about the
-    # gap without fallback endpoints.
+    # Link-local mode: the kubelet flag to set; the warning about a gap only
+    # when neither the watched kube-dns endpoints nor a static list can fill
+    # the fallback map.
     notes = chart.render(env).notes
-    assert "--cluster-dns=169.254.20.10" in notes, notes
-    assert "fallback_endpoints" in notes, notes
-    notes = chart.render(env, sets=["config.nftables.fallback_endpoints={10.244.0.5}"]).notes
     assert "--cluster-dns=169.254.20.10" in notes and "fallback_endpoints" not in notes, notes
+    for off in (["config.nftables.fallback_service="], ["config.kubernetes.enabled=false"]):
+        notes = chart.render(env, sets=off).notes
+        assert "fallback_endpoints" in notes and "fails until localdns is back" in notes, notes
+        notes = chart.render(env, sets=off + ["config.nftables.fallback_endpoints={10.244.0.5}"]).notes
+        assert "fallback_endpoints" not in notes, notes
 
     # An address already listed is not repeated; no clusterIP is an error.
     r = chart.render(env, {"kubeDnsUpstream": {"enabled": True, "clusterIP": "10.96.0.11"},
