@@ -17,33 +17,7 @@
 
 #include "log/log.h"
 
-static char captured[16384];
-
-static int saved_stderr = -1;
-static int capture_fd = -1;
-
-static void begin_capture(void)
-{
-	char path[] = "/tmp/localdns-test-log-XXXXXX";
-
-	capture_fd = mkstemp(path);
-	assert_true(capture_fd >= 0);
-	unlink(path);
-	saved_stderr = dup(STDERR_FILENO);
-	assert_true(dup2(capture_fd, STDERR_FILENO) >= 0);
-}
-
-/* Everything written since begin_capture, NUL-terminated, in `captured`. */
-static const char *end_capture(void)
-{
-	dup2(saved_stderr, STDERR_FILENO);
-	close(saved_stderr);
-	ssize_t n = pread(capture_fd, captured, sizeof captured - 1, 0);
-	close(capture_fd);
-	assert_true(n >= 0);
-	captured[n] = '\0';
-	return captured;
-}
+#include "stderr_capture.h"
 
 /* The line after "ts=... " (timestamps differ from run to run). */
 static const char *after_ts(const char *line)
