@@ -1446,3 +1446,151 @@ const struct config_ip *config_served_address(const struct config *cfg, size_t i
 		return &cfg->listen.addresses[i];
 	return &cfg->nftables.intercept[i - cfg->listen.n_addresses];
 }
+
+/* ---- comparing and copying, for live reload ------------------------------------ */
+
+static bool same_fields(const struct schema *s, const void *a, const void *b);
+
+static bool same_element(const struct key *k, const void *a, const void *b)
+{
+	if (k->type == V_MAPPING)
+		return same_fields(k->sub, a, b);
+	if (owns_string(k->type)) {
+		const char *x = *(char *const *)a, *y = *(char *const *)b;
+		return x == y || (x && y && strcmp(x, y) == 0);
+	}
+	if (k->type == V_IP)
+		return ip_equal(a, b);
+	if (k->type == V_HOSTPORT)
+		return strcmp(((const struct config_hostport *)a)->text,
+			      ((const struct config_hostport *)b)->text) == 0;
+	return memcmp(a, b, k->size) == 0; /* numbers, booleans and enums, stored in k->size bytes */
+}
+
+static const char *array_of(const struct key *k, const void *base)
+{
+	return *(char *const *)((const char *)base + k->off);
+}
+
+static size_t count_of(const struct key *k, const void *base)
+{
+	return *(const size_t *)((const char *)base + k->count_off);
+}
+
+static bool same_value(const struct key *k, const void *a, const void *b)
+{
+	if (k->shape == ONE)
+		return same_element(k, (const char *)a + k->off, (const char *)b + k->off);
+	size_t n = count_of(k, a);
+	if (n != count_of(k, b))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!same_element(k, array_of(k, a) + i * k->size, array_of(k, b) + i * k->size))
+			return false;
+	return true;
+}
+
+static bool same_fields(const struct schema *s, const void *a, const void *b)
+{
+	for (size_t i = 0; i < s->n_keys; i++)
+		if (!same_value(&s->keys[i], a, b))
+			return false;
+	return true;
+}
+
+static void report_changes(const struct schema *s, const void *a, const void *b,
+			   const char *path, void (*fn)(const char *key, void *arg), void *arg)
+{
+	char kpath[PATH_LEN];
+
+	for (size_t i = 0; i < s->n_keys; i++) {
+		const struct key *k = &s->keys[i];
+		join_path(kpath, path, k->name);
+		if (k->shape == ONE && k->type == V_MAPPING)
+			report_changes(k->sub, (const char *)a + k->off, (const char *)b + k->off,
+				       kpath, fn, arg);
+		else if (!same_value(k, a, b))
+			fn(kpath, arg);
+	}
+}
+
+void config_diff(const struct config *a, const struct config *b,
+		 void (*fn)(const char *key, void *arg), void *arg)
+{
+	report_changes(&top_schema, a, b, "", fn, arg);
+}
+
+/* The key at a "section.key" path, and where its offsets count from; NULL if none. */
+static const struct key *key_at(const char *path, const struct schema *s, size_t *base_off)
+{
+	const char *dot = strchr(path, '.');
+	size_t len = dot ? (size_t)(dot - path) : strlen(path);
+
+	for (size_t i = 0; i < s->n_keys; i++) {
+		const struct key *k = &s->keys[i];
+		if (strlen(k->name) != len || strncmp(k->name, path, len) != 0)
+			continue;
+		if (!dot)
+			return k;
+		if (k->shape != ONE || k->type != V_MAPPING)
+			return NULL;
+		*base_off += k->off;
+		return key_at(dot + 1, k->sub, base_off);
+	}
+	return NULL;
+}
+
+/* One plain element, large enough for any of them. */
+union plain_element {
+	struct config_ip ip;
+	struct config_hostport hostport;
+	char *string;
+	uint64_t number;
+};
+
+/* A copy of one plain element (a string is duplicated); false when out of memory. */
+static bool copy_element(const struct key *k, void *dst, const void *src)
+{
+	if (!owns_string(k->type)) {
+		memcpy(dst, src, k->size);
+		return true;
+	}
+	const char *s = *(char *const *)src;
+	*(char **)dst = s ? strdup(s) : NULL;
+	return !s || *(char **)dst;
+}
+
+int config_copy_key(struct config *dst, const struct config *src, const char *key)
+{
+	size_t off = 0;
+	const struct key *k = key_at(key, &top_schema, &off);
+
+	if (!k || k->type == V_MAPPING || k->size > sizeof(union plain_element))
+		return -1;
+	const char *from = (const char *)src + off;
+	char *base = (char *)dst + off;
+	if (k->shape == ONE) {
+		union plain_element copy;
+		if (!copy_element(k, &copy, from + k->off))
+			return -1;
+		free_value(k, base);
+		memcpy(base + k->off, &copy, k->size);
+		return 0;
+	}
+	size_t n = count_of(k, from);
+	char *arr = n ? calloc(n, k->size) : NULL;
+	if (n && !arr)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (copy_element(k, arr + i * k->size, array_of(k, from) + i * k->size))
+			continue;
+		for (size_t j = 0; j < i; j++)
+			free_element(k, arr + j * k->size);
+		free(arr);
+		return -1;
+	}
+	free_value(k, base);
+	*(char **)(base + k->off) = arr;
+	*(size_t *)(base + k->count_off) = n;
+	return 0;
+}

@@ -229,6 +229,24 @@ int config_value_name(char *name, const char **why);
 size_t config_served_count(const struct config *cfg);
 const struct config_ip *config_served_address(const struct config *cfg, size_t i);
 
+/*
+ * Live reload. config_diff calls fn once for each key whose value differs
+ * between a and b, in table order, named "section.key" (a list of mappings,
+ * such as static.records or upstream.forward_zones, is one key; records
+ * from static.files count as static.records). Where a value was written
+ * (FILE:LINE:COL) is not part of it.
+ */
+void config_diff(const struct config *a, const struct config *b,
+		 void (*fn)(const char *key, void *arg), void *arg);
+
+/*
+ * Give dst's key ("section.key") a copy of src's value: how a reload keeps
+ * the running value of a key that only a restart may change. For plain
+ * values and lists of them, not lists of mappings. 0, or -1 (no such key,
+ * a list of mappings, out of memory) with dst unchanged.
+ */
+int config_copy_key(struct config *dst, const struct config *src, const char *key);
+
 /* The socket address of ip at port (for bind and connect). */
 socklen_t config_ip_sockaddr(const struct config_ip *ip, uint16_t port,
 			     struct sockaddr_storage *ss);

@@ -1016,6 +1016,120 @@ static void test_parse_hostport_and_name(void **state)
 	assert_int_equal(config_value_name(name, &why), -1);
 }
 
+/* ---- comparing and copying (live reload) ---------------------------------------- */
+
+struct changed {
+	char keys[16][64];
+	size_t n;
+};
+
+static void note_change(const char *key, void *arg)
+{
+	struct changed *c = arg;
+
+	assert_true(c->n < 16);
+	snprintf(c->keys[c->n++], sizeof c->keys[0], "%s", key);
+}
+
+static const char reload_base[] =
+	"listen: {addresses: [127.0.0.1], port: 5353, workers: 2}\n"
+	"cache: {size: 1MiB}\n"
+	"static:\n"
+	"  records:\n"
+	"    - {name: a.example, a: [10.0.0.1]}\n"
+	"upstream:\n"
+	"  servers: [127.0.0.1:5300]\n"
+	"  forward_zones: {corp.internal: [10.1.0.1]}\n"
+	"kubernetes: {node_name: n1}\n";
+
+static void test_diff_names_each_changed_key(void **state)
+{
+	(void)state;
+	struct config *a = load_ok(reload_base);
+	struct config *b = load_ok(
+		"listen: {addresses: [127.0.0.1, 127.0.0.2], port: 5353, workers: 3}\n"
+		"cache: {size: 2MiB}\n"
+		"static:\n"
+		"  records:\n"
+		"    - {name: a.example, a: [10.0.0.2]}\n"
+		"upstream:\n"
+		"  servers: [127.0.0.1:5300]\n"
+		"  forward_zones: {corp.internal: [10.1.0.2]}\n"
+		"kubernetes: {node_name: n2}\n");
+	static const char *const want[] = {
+		"listen.addresses", "listen.workers", "kubernetes.node_name",
+		"static.records", "upstream.forward_zones", "cache.size",
+	};
+	struct changed c = {0};
+
+	config_diff(a, b, note_change, &c);
+	assert_int_equal(c.n, sizeof want / sizeof want[0]);
+	for (size_t i = 0; i < c.n; i++)
+		assert_string_equal(c.keys[i], want[i]);
+	config_free(b);
+	config_free(a);
+}
+
+static void test_diff_of_equal_configs_is_empty(void **state)
+{
+	(void)state;
+	/* Same values written differently and at other positions. */
+	struct config *a = load_ok(reload_base);
+	struct config *b = load_ok(
+		"kubernetes: {node_name: n1}\n"
+		"upstream:\n"
+		"  forward_zones: {Corp.Internal.: ['10.1.0.1:53']}\n"
+		"  servers: ['127.0.0.1:5300']\n"
+		"\n"
+		"static: {records: [{name: A.Example., a: [10.0.0.1]}]}\n"
+		"cache: {size: 1024KiB}\n"
+		"listen: {workers: 2, addresses: [127.0.0.1], port: \"5353\"}\n");
+	struct changed c = {0};
+
+	config_diff(a, b, note_change, &c);
+	assert_int_equal(c.n, 0);
+	config_free(b);
+	config_free(a);
+}
+
+static void test_copy_key_keeps_a_running_value(void **state)
+{
+	(void)state;
+	struct config *running = load_ok(reload_base);
+	struct config *next = load_ok(
+		"listen: {addresses: [127.0.0.3], port: 5353, workers: 4}\n"
+		"kubernetes: {node_name: other}\n"
+		"nftables: {fallback_endpoints: [10.96.0.20]}\n");
+	struct changed c = {0};
+
+	assert_int_equal(config_copy_key(next, running, "listen.workers"), 0);
+	assert_int_equal(config_copy_key(next, running, "kubernetes.node_name"), 0);
+	assert_int_equal(config_copy_key(next, running, "nftables.fallback_endpoints"), 0);
+	assert_int_equal(config_copy_key(next, running, "listen.addresses"), 0);
+	assert_int_equal(next->listen.workers, 2);
+	assert_string_equal(next->kubernetes.node_name, "n1");
+	assert_int_equal(next->nftables.n_fallback_endpoints, 0);
+	assert_int_equal(next->listen.n_addresses, 1);
+	assert_string_equal(next->listen.addresses[0].text, "127.0.0.1");
+	/* Lists of mappings, sections and unknown keys are refused, and change nothing. */
+	assert_int_equal(config_copy_key(next, running, "static.records"), -1);
+	assert_int_equal(config_copy_key(next, running, "upstream.forward_zones"), -1);
+	assert_int_equal(config_copy_key(next, running, "listen"), -1);
+	assert_int_equal(config_copy_key(next, running, "listen.nope"), -1);
+	assert_int_equal(config_copy_key(next, running, "listen.workers.x"), -1);
+	/* What was not copied still differs; what was copied does not. */
+	config_diff(running, next, note_change, &c);
+	assert_int_equal(c.n, 4);
+	assert_string_equal(c.keys[0], "static.records");
+	assert_string_equal(c.keys[1], "upstream.servers");
+	assert_string_equal(c.keys[2], "upstream.forward_zones");
+	assert_string_equal(c.keys[3], "cache.size");
+	config_free(running);
+	/* next owns its copies: it outlives running and frees them itself. */
+	assert_string_equal(next->kubernetes.node_name, "n1");
+	config_free(next);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1059,6 +1173,9 @@ int main(void)
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_uint_bool_ip),
 		cmocka_unit_test(test_parse_hostport_and_name),
+		cmocka_unit_test(test_diff_names_each_changed_key),
+		cmocka_unit_test(test_diff_of_equal_configs_is_empty),
+		cmocka_unit_test(test_copy_key_keeps_a_running_value),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
