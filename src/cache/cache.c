@@ -4,10 +4,11 @@
  * Layout. The cache is split into up to 64 shards (fewer when cache.size is
  * small, so each shard keeps at least 64 KiB). A key's shard comes from the
  * hash of its name alone, so every type of one name lives in one shard and
- * cache_flush(name) visits one shard. Each shard has a fixed array of bucket
- * heads, sized once in cache_new at one bucket per 256 budget bytes (so a
- * chain averages about one entry at typical entry sizes) and never resized:
- * no rehash pauses, and the array is charged against cache.size up front.
+ * cache_flush(name) visits one shard. Each shard has an array of bucket
+ * heads, sized at one bucket per 256 budget bytes (so a chain averages
+ * about one entry at typical entry sizes) and charged against cache.size up
+ * front. It is never resized as the cache fills (no rehash pauses on the
+ * insert path); only a new cache.size replaces it (see Resizing).
  *
  * Entries. One malloc per entry holds the key (lower-cased qname, qtype,
  * qclass, DO/CD bits), the cached reply's header flags and section counts,
@@ -67,6 +68,19 @@
  * freed lazily, the next time the hand passes them. The sweep is bounded
  * (two revolutions; then it evicts regardless of bits) so readers setting
  * bits cannot keep a writer spinning.
+ *
+ * Resizing (cache_configure, a live reload of cache.size): the shard count
+ * chosen by cache_new stays; each shard in turn, under its lock, gets its
+ * new budget, evicts down to it with the CLOCK hand, and, when the bucket
+ * count changes, has its entries relinked into a new array that is then
+ * published (the old one is freed after a grace period). Readers never
+ * wait; a reader racing the relinking of its chain may miss (see rehash),
+ * and the resolver's insert into that shard waits for one shard's work:
+ * O(its entries), well under a millisecond for a 1 MiB shard. Until the
+ * last shard is done the total may still exceed a smaller cap; after, the
+ * accounting holds again. The TTL bounds, serve-stale and prefetch apply
+ * to what is stored and served from then on: entries keep the lifetime
+ * they were stored with.
  *
  * Walking (cache_walk, for `localdns ctl dump-cache`): bucket by bucket,
  * under the RCU read lock like a reader, copying entries into a batch; the
@@ -148,13 +162,18 @@ struct entry {
 _Static_assert(sizeof(struct entry) == ENTRY_HEADER_BYTES,
 	       "update the memory notes at the top of this file");
 
+/* A shard's bucket heads; replaced whole (and freed after a grace period) on resize. */
+struct buckets {
+	uint64_t mask;
+	_Atomic(struct entry *) head[];
+};
+
 struct shard {
 	pthread_mutex_t lock;          /* writers only; readers never take it */
 	struct cache *cache;           /* for the limbo list */
-	_Atomic(struct entry *) *buckets;
-	uint64_t mask;
+	_Atomic(struct buckets *) table; /* read by RCU readers */
 	struct entry *hand;            /* CLOCK hand; NULL when the shard is empty */
-	uint64_t budget;
+	_Atomic uint64_t budget;       /* written under lock; insert peeks before locking */
 	/* written under lock, read by cache_stats */
 	_Atomic uint64_t bytes, entries, inserts, evictions;
 } __attribute__((aligned(64)));
@@ -170,18 +189,26 @@ struct stripe {
 static atomic_uint next_stripe;
 static _Thread_local unsigned my_stripe = UINT32_MAX;
 
+/* cache_config, each field changeable while the cache runs (cache_configure).
+ * A reader may see one field old and another new for one lookup: harmless. */
+struct live_config {
+	_Atomic uint64_t max_bytes;
+	_Atomic uint32_t min_ttl, max_ttl, negative_max_ttl, servfail_ttl, stale_max_age;
+	atomic_bool serve_stale, prefetch;
+};
+
 struct cache {
-	struct cache_config cfg;
-	unsigned nshards;
+	struct live_config cfg;
+	unsigned nshards;              /* fixed at cache_new, whatever later resizes do */
 	unsigned shard_shift;          /* 64 - log2(nshards); 64 means one shard */
-	uint64_t fixed_bytes;          /* bucket arrays */
+	_Atomic uint64_t fixed_bytes;  /* bucket arrays */
 	_Atomic uint64_t rejected;
 	/* Unlinked entries waiting for a grace period, chained by clock_next;
 	 * charged in `bytes` until freed. Lock order: shard, then limbo. */
 	pthread_mutex_t limbo_lock;
 	struct entry *limbo;
 	_Atomic uint64_t limbo_bytes;
-	uint64_t limbo_trigger;        /* reclaim once limbo holds this much */
+	_Atomic uint64_t limbo_trigger; /* reclaim once limbo holds this much */
 	struct shard *shards;
 	struct stripe stripes[STRIPES];
 };
@@ -279,6 +306,75 @@ static uint64_t floor_pow2(uint64_t v)
 	return p;
 }
 
+/* How max_bytes is split for nshards shards (see "Memory" above). */
+struct layout {
+	uint64_t nbuckets;             /* per shard */
+	uint64_t fixed_bytes;          /* every shard's bucket array */
+	uint64_t limbo_trigger;
+	uint64_t budget;               /* per shard, for entries */
+};
+
+static struct layout plan_layout(uint64_t max_bytes, unsigned nshards)
+{
+	struct layout l;
+	uint64_t nbuckets = floor_pow2(max_bytes / nshards / BUDGET_BYTES_PER_BUCKET);
+
+	l.nbuckets = nbuckets < MIN_BUCKETS ? MIN_BUCKETS : nbuckets;
+	l.fixed_bytes = l.nbuckets * sizeof(struct entry *) * nshards;
+	/* Room kept for the limbo list: 1/32 of the cap, reclaimed at half. */
+	uint64_t limbo_reserve = max_bytes / 32;
+	l.limbo_trigger = limbo_reserve / 2;
+	uint64_t usable = max_bytes > l.fixed_bytes + limbo_reserve ?
+				  max_bytes - l.fixed_bytes - limbo_reserve : 0;
+	l.budget = usable / nshards;
+	return l;
+}
+
+static struct buckets *new_buckets(uint64_t n)
+{
+	struct buckets *b = calloc(1, sizeof *b + n * sizeof b->head[0]);
+
+	if (b)
+		b->mask = n - 1;
+	return b;
+}
+
+static void store_config(struct live_config *to, const struct cache_config *cfg)
+{
+	atomic_store_explicit(&to->max_bytes, cfg->max_bytes, memory_order_relaxed);
+	atomic_store_explicit(&to->min_ttl, cfg->min_ttl, memory_order_relaxed);
+	atomic_store_explicit(&to->max_ttl, cfg->max_ttl, memory_order_relaxed);
+	atomic_store_explicit(&to->negative_max_ttl, cfg->negative_max_ttl, memory_order_relaxed);
+	atomic_store_explicit(&to->servfail_ttl, cfg->servfail_ttl, memory_order_relaxed);
+	atomic_store_explicit(&to->stale_max_age, cfg->stale_max_age, memory_order_relaxed);
+	atomic_store_explicit(&to->serve_stale, cfg->serve_stale, memory_order_relaxed);
+	atomic_store_explicit(&to->prefetch, cfg->prefetch, memory_order_relaxed);
+}
+
+static void load_config(const struct live_config *from, struct cache_config *cfg)
+{
+	*cfg = (struct cache_config){
+		.max_bytes = atomic_load_explicit(&from->max_bytes, memory_order_relaxed),
+		.min_ttl = atomic_load_explicit(&from->min_ttl, memory_order_relaxed),
+		.max_ttl = atomic_load_explicit(&from->max_ttl, memory_order_relaxed),
+		.negative_max_ttl = atomic_load_explicit(&from->negative_max_ttl,
+							 memory_order_relaxed),
+		.servfail_ttl = atomic_load_explicit(&from->servfail_ttl, memory_order_relaxed),
+		.serve_stale = atomic_load_explicit(&from->serve_stale, memory_order_relaxed),
+		.stale_max_age = atomic_load_explicit(&from->stale_max_age, memory_order_relaxed),
+		.prefetch = atomic_load_explicit(&from->prefetch, memory_order_relaxed),
+	};
+}
+
+static void free_shards(struct cache *c, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		pthread_mutex_destroy(&c->shards[i].lock);
+		free(atomic_load(&c->shards[i].table));
+	}
+	free(c->shards);
+}
+
 struct cache *cache_new(const struct cache_config *cfg)
 {
 	if (!cfg)
@@ -287,7 +383,7 @@ struct cache *cache_new(const struct cache_config *cfg)
 	if (!c)
 		return NULL;
 	memset(c, 0, sizeof(*c));
-	c->cfg = *cfg;
+	store_config(&c->cfg, cfg);
 
 	unsigned n = MAX_SHARDS, bits = 6;
 	while (n > 1 && cfg->max_bytes / n < SHARD_MIN_BYTES) {
@@ -309,35 +405,22 @@ struct cache *cache_new(const struct cache_config *cfg)
 		return NULL;
 	}
 
-	uint64_t per_shard = cfg->max_bytes / n;
-	uint64_t nbuckets = floor_pow2(per_shard / BUDGET_BYTES_PER_BUCKET);
-	if (nbuckets < MIN_BUCKETS)
-		nbuckets = MIN_BUCKETS;
-	uint64_t bucket_bytes = nbuckets * sizeof(struct entry *);
-	c->fixed_bytes = bucket_bytes * n;
-	/* Room kept for the limbo list: 1/32 of the cap, reclaimed at half. */
-	uint64_t limbo_reserve = cfg->max_bytes / 32;
-	c->limbo_trigger = limbo_reserve / 2;
-	uint64_t usable = cfg->max_bytes > c->fixed_bytes + limbo_reserve ?
-				  cfg->max_bytes - c->fixed_bytes - limbo_reserve : 0;
-
+	struct layout l = plan_layout(cfg->max_bytes, n);
+	atomic_init(&c->fixed_bytes, l.fixed_bytes);
+	atomic_init(&c->limbo_trigger, l.limbo_trigger);
 	for (unsigned i = 0; i < n; i++) {
 		struct shard *s = &c->shards[i];
-		s->buckets = calloc(nbuckets, sizeof(*s->buckets));
-		if (!s->buckets || pthread_mutex_init(&s->lock, NULL) != 0) {
-			free(s->buckets);
-			for (unsigned j = 0; j < i; j++) {
-				pthread_mutex_destroy(&c->shards[j].lock);
-				free(c->shards[j].buckets);
-			}
+		struct buckets *b = new_buckets(l.nbuckets);
+		if (!b || pthread_mutex_init(&s->lock, NULL) != 0) {
+			free(b);
+			free_shards(c, i);
 			pthread_mutex_destroy(&c->limbo_lock);
-			free(c->shards);
 			free(c);
 			return NULL;
 		}
+		atomic_init(&s->table, b);
 		s->cache = c;
-		s->mask = nbuckets - 1;
-		s->budget = usable / n;
+		atomic_init(&s->budget, l.budget);
 	}
 	return c;
 }
@@ -370,7 +453,8 @@ static void reclaim(struct cache *c)
 
 static void maybe_reclaim(struct cache *c)
 {
-	if (atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed) >= c->limbo_trigger)
+	if (atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed) >=
+	    atomic_load_explicit(&c->limbo_trigger, memory_order_relaxed))
 		reclaim(c);
 }
 
@@ -378,7 +462,8 @@ static void maybe_reclaim(struct cache *c)
  * to be freed after a grace period. Caller holds s->lock. */
 static void remove_entry(struct shard *s, struct entry *e)
 {
-	_Atomic(struct entry *) *pp = &s->buckets[e->hash & s->mask];
+	struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
+	_Atomic(struct entry *) *pp = &b->head[e->hash & b->mask];
 	struct entry *cur;
 
 	while ((cur = atomic_load_explicit(pp, memory_order_relaxed)) != e)
@@ -456,11 +541,7 @@ void cache_free(struct cache *c)
 		return;
 	cache_flush(c, NULL); /* frees every entry, after a grace period */
 	pthread_mutex_destroy(&c->limbo_lock);
-	for (unsigned i = 0; i < c->nshards; i++) {
-		pthread_mutex_destroy(&c->shards[i].lock);
-		free(c->shards[i].buckets);
-	}
-	free(c->shards);
+	free_shards(c, c->nshards);
 	free(c);
 }
 
@@ -661,7 +742,8 @@ static void make_room(struct shard *s, uint64_t need, uint64_t now)
 	uint64_t max_steps = 2 * atomic_load_explicit(&s->entries, memory_order_relaxed) + 2;
 
 	while (s->hand &&
-	       atomic_load_explicit(&s->bytes, memory_order_relaxed) + need > s->budget) {
+	       atomic_load_explicit(&s->bytes, memory_order_relaxed) + need >
+		       atomic_load_explicit(&s->budget, memory_order_relaxed)) {
 		struct entry *e = s->hand;
 		if (steps++ < max_steps && now < e->expire &&
 		    atomic_load_explicit(&e->referenced, memory_order_relaxed)) {
@@ -678,8 +760,8 @@ static struct entry *find_locked(struct shard *s, uint64_t h,
 				 const uint8_t *qname, size_t qname_len,
 				 uint16_t qtype, uint16_t qclass, uint8_t keyflags)
 {
-	struct entry *e = atomic_load_explicit(&s->buckets[h & s->mask],
-					       memory_order_acquire);
+	struct buckets *b = atomic_load_explicit(&s->table, memory_order_acquire);
+	struct entry *e = atomic_load_explicit(&b->head[h & b->mask], memory_order_acquire);
 
 	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
 		if (e->hash == h && e->qtype == qtype && e->qclass == qclass &&
@@ -699,12 +781,14 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 		 size_t len, uint64_t now)
 {
 	uint16_t ttl_off[MAX_RRS];
+	struct cache_config cfg;
 	struct reply_scan r;
 	uint32_t ttl;
 	uint8_t kind;
 
+	load_config(&c->cfg, &cfg);
 	if (!q->question_ok || !scan_reply(msg, len, q, &r, ttl_off) ||
-	    !entry_lifetime(&c->cfg, get16(msg + 2) & FLAGS_RCODE_MASK, &r, &ttl, &kind))
+	    !entry_lifetime(&cfg, get16(msg + 2) & FLAGS_RCODE_MASK, &r, &ttl, &kind))
 		return reject(c);
 
 	size_t sec_len = r.sec_end - r.sec_start;
@@ -713,7 +797,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	uint64_t charge = ((size + 15) & ~(size_t)15) + MALLOC_OVERHEAD;
 	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
 	struct shard *s = shard_of(c, nh);
-	if (charge > s->budget)
+	if (charge > atomic_load_explicit(&s->budget, memory_order_relaxed))
 		return reject(c);
 
 	struct entry *e = malloc(size);
@@ -747,7 +831,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 		if (t > INT32_MAX)
 			t = 0;
 		if (kind == KIND_POSITIVE)
-			t = clamp32(t, c->cfg.min_ttl, c->cfg.max_ttl);
+			t = clamp32(t, cfg.min_ttl, cfg.max_ttl);
 		put32(sec + e->ttl_off[i], min32(t, ttl));
 	}
 
@@ -761,7 +845,8 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 		remove_entry(s, old);
 	}
 	make_room(s, charge, now);
-	_Atomic(struct entry *) *head = &s->buckets[e->hash & s->mask];
+	struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
+	_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
 	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
 			      memory_order_relaxed);
 	clock_link(s, e);
@@ -772,6 +857,83 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	pthread_mutex_unlock(&s->lock);
 	maybe_reclaim(c);
 	return 0;
+}
+
+/* ---- reconfiguring ------------------------------------------------------- */
+
+/*
+ * Move every entry of s into b (s locked; b not yet visible). Each entry is
+ * pushed onto its new chain, so its next pointer then points at an entry
+ * moved before it, or NULL: a reader still walking an old chain may jump
+ * into a new one and miss its entry (a miss is always allowed: the query
+ * goes upstream), but every path it can take ends at NULL.
+ */
+static void rehash(struct shard *s, struct buckets *b)
+{
+	struct entry *e = s->hand;
+
+	if (!e)
+		return;
+	do {
+		_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
+		atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
+				      memory_order_release);
+		atomic_store_explicit(head, e, memory_order_relaxed);
+		e = e->clock_next;
+	} while (e != s->hand);
+}
+
+/*
+ * One shard to a new budget (evicting down to it) and, when b is not NULL,
+ * to the bucket array b. Returns the array it replaced (to free after a
+ * grace period), or NULL.
+ */
+static struct buckets *resize_shard(struct shard *s, uint64_t budget, struct buckets *b,
+				    uint64_t now)
+{
+	struct buckets *old = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	atomic_store_explicit(&s->budget, budget, memory_order_relaxed);
+	make_room(s, 0, now);
+	if (b) {
+		rehash(s, b);
+		old = atomic_load_explicit(&s->table, memory_order_relaxed);
+		atomic_store_explicit(&s->table, b, memory_order_release);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return old;
+}
+
+void cache_configure(struct cache *c, const struct cache_config *cfg, uint64_t now)
+{
+	struct buckets *retired[MAX_SHARDS] = {0};
+	uint64_t was = atomic_load_explicit(&c->cfg.max_bytes, memory_order_relaxed);
+
+	store_config(&c->cfg, cfg);
+	if (cfg->max_bytes == was)
+		return;
+	struct layout l = plan_layout(cfg->max_bytes, c->nshards);
+	uint64_t fixed = 0;
+	for (unsigned i = 0; i < c->nshards; i++) {
+		struct shard *s = &c->shards[i];
+		struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
+		/* Without memory for a new array the old one serves on: longer or
+		 * emptier chains, still correct. */
+		if (b->mask + 1 != l.nbuckets && (b = new_buckets(l.nbuckets)))
+			retired[i] = resize_shard(s, l.budget, b, now);
+		else
+			resize_shard(s, l.budget, NULL, now);
+		b = atomic_load_explicit(&s->table, memory_order_relaxed);
+		fixed += (b->mask + 1) * sizeof(struct entry *);
+	}
+	atomic_store_explicit(&c->fixed_bytes, fixed, memory_order_relaxed);
+	atomic_store_explicit(&c->limbo_trigger, l.limbo_trigger, memory_order_relaxed);
+	urcu_memb_synchronize_rcu(); /* no reader holds an old array any more */
+	TSAN_GRACE_ACQUIRE();
+	for (unsigned i = 0; i < c->nshards; i++)
+		free(retired[i]);
+	reclaim(c);
 }
 
 /* ---- answering ---------------------------------------------------------- */
@@ -821,8 +983,9 @@ static void write_entry(struct dns_writer *w, struct entry *e, bool stale,
 /* An expired entry may still answer (RFC 8767) while the upstream fails. */
 static bool stale_servable(const struct cache *c, const struct entry *e, uint64_t now)
 {
-	return c->cfg.serve_stale && e->kind != KIND_SERVFAIL &&
-	       now - e->expire < c->cfg.stale_max_age;
+	return atomic_load_explicit(&c->cfg.serve_stale, memory_order_relaxed) &&
+	       e->kind != KIND_SERVFAIL &&
+	       now - e->expire < atomic_load_explicit(&c->cfg.stale_max_age, memory_order_relaxed);
 }
 
 static void count(_Atomic uint64_t *counter)
@@ -854,7 +1017,8 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	if (e && now < e->expire) {
 		result = CACHE_HIT;
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
-		if (claim && c->cfg.prefetch && e->kind != KIND_SERVFAIL &&
+		if (claim && atomic_load_explicit(&c->cfg.prefetch, memory_order_relaxed) &&
+		    e->kind != KIND_SERVFAIL &&
 		    (e->expire - now) * 10 <= e->ttl &&
 		    !atomic_load_explicit(&e->refresh_claimed, memory_order_relaxed) &&
 		    !atomic_exchange_explicit(&e->refresh_claimed, 1, memory_order_relaxed))
@@ -1032,11 +1196,11 @@ static bool batch_add(struct walk_batch *b, const struct cache *c, struct entry 
  * empty batch is split, remembered in cur->skip. True when the bucket is
  * done.
  */
-static bool batch_bucket(struct walk_batch *b, const struct cache *c, struct shard *s,
+static bool batch_bucket(struct walk_batch *b, const struct cache *c, const struct buckets *t,
 			 struct walk_cursor *cur, uint64_t now)
 {
 	size_t n0 = b->n, used0 = b->used, index = 0;
-	struct entry *e = atomic_load_explicit(&s->buckets[cur->bucket], memory_order_acquire);
+	struct entry *e = atomic_load_explicit(&t->head[cur->bucket], memory_order_acquire);
 
 	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire), index++) {
 		if (index < cur->skip)
@@ -1062,10 +1226,12 @@ static void batch_fill(struct walk_batch *b, const struct cache *c, struct walk_
 	b->n = b->used = 0;
 	urcu_memb_read_lock();
 	for (unsigned i = 0; i < WALK_BUCKETS_PER_PASS && cur->shard < c->nshards; i++) {
-		struct shard *s = &c->shards[cur->shard];
-		if (!batch_bucket(b, c, s, cur, now))
+		/* A resize between two batches may have shrunk the array under cur. */
+		const struct buckets *t = atomic_load_explicit(&c->shards[cur->shard].table,
+							       memory_order_acquire);
+		if (cur->bucket <= t->mask && !batch_bucket(b, c, t, cur, now))
 			break;
-		if (++cur->bucket > s->mask) {
+		if (++cur->bucket > t->mask) {
 			cur->bucket = 0;
 			cur->shard++;
 		}
@@ -1094,8 +1260,8 @@ int cache_walk(struct cache *c, uint64_t now, cache_walk_fn fn, void *arg)
 void cache_stats(const struct cache *c, struct cache_stats *out)
 {
 	memset(out, 0, sizeof(*out));
-	out->max_bytes = c->cfg.max_bytes;
-	out->bytes = c->fixed_bytes +
+	out->max_bytes = atomic_load_explicit(&c->cfg.max_bytes, memory_order_relaxed);
+	out->bytes = atomic_load_explicit(&c->fixed_bytes, memory_order_relaxed) +
 		     atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed);
 	out->rejected = atomic_load_explicit(&c->rejected, memory_order_relaxed);
 	for (unsigned i = 0; i < c->nshards; i++) {

@@ -59,6 +59,17 @@ struct cache;
 struct cache *cache_new(const struct cache_config *cfg);
 
 /*
+ * Apply cfg to a running cache (live reload); any thread but not inside an
+ * RCU read-side section, one call at a time. The TTL bounds, serve-stale
+ * and prefetch settings apply to what is stored and served from now on;
+ * a new max_bytes resizes the cache in place, shard by shard, evicting
+ * (CLOCK order) down to the new budget. Readers are never blocked; a
+ * concurrent insert waits at most for one shard's share of the work. The
+ * shard count chosen by cache_new stays. now: as for cache_insert.
+ */
+void cache_configure(struct cache *c, const struct cache_config *cfg, uint64_t now);
+
+/*
  * Free the cache and every entry (after one grace period). No other thread
  * may use c any more; must not be called inside an RCU read-side section.
  */
@@ -206,7 +217,9 @@ typedef int (*cache_walk_fn)(const struct cache_entry_info *e, void *arg);
  * 256 KiB, whichever comes first) under one short RCU read-side section,
  * then hands the copies out. Workers never wait for it, and writers wait
  * at most for one batch's copy. Entries present for the whole walk are
- * seen exactly once; ones inserted or removed meanwhile may or may not be.
+ * seen exactly once (unless a reload resizes the cache meanwhile: entries
+ * then move between buckets and may be missed or seen twice); ones
+ * inserted or removed meanwhile may or may not be.
  * (The exception: a bucket chain larger than a whole batch, which no real
  * load builds, is copied in parts and may then show an entry twice.)
  *

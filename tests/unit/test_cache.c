@@ -2,8 +2,9 @@
  * Unit tests for src/cache: keys, lifetimes (clamps, RFC 2308 negative
  * answers, SERVFAIL), TTL ageing, serve-stale, prefetch, truncation, the
  * byte bound under a random-name flood, flushes, walks (alone and beside a
- * writer), concurrent readers, and the hot-path promise (a hit allocates
- * nothing and takes no mutex).
+ * writer), concurrent readers, resizing and new serving rules at a reload
+ * (also under readers), and the hot-path promise (a hit allocates nothing
+ * and takes no mutex).
  *
  * Upstream replies are assembled by hand here and our replies are read
  * back with this file's own reader, so the cache is never checked against
@@ -1385,6 +1386,192 @@ static void test_concurrent_readers_and_writer(void **state)
 	cache_free(c);
 }
 
+/* ---- live reconfiguration ------------------------------------------------ */
+
+static void insert_names(struct cache *c, const char *fmt, int from, int to, uint64_t now)
+{
+	struct pkt p;
+	struct dns_query q;
+	char name[64];
+
+	for (int i = from; i < to; i++) {
+		snprintf(name, sizeof(name), fmt, i);
+		query_a(&q, name);
+		simple_reply(&p, name, 3600, (uint8_t)i);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, now), 0);
+	}
+}
+
+/* How many of the names answer from the cache. */
+static uint64_t hits_among(struct cache *c, const char *fmt, int from, int to, uint64_t now)
+{
+	struct dns_query q;
+	char name[64];
+	size_t len;
+	uint64_t hits = 0;
+
+	for (int i = from; i < to; i++) {
+		snprintf(name, sizeof(name), fmt, i);
+		query_a(&q, name);
+		hits += cache_answer(c, &q, out, sizeof(out), 1232, now, false, &len) == CACHE_HIT;
+	}
+	return hits;
+}
+
+static void test_resize_evicts_to_the_new_cap_and_keeps_what_is_hot(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 8u << 20;
+	struct cache *c = new_cache(cfg);
+	struct cache_stats st;
+	struct dns_query hot;
+	size_t len;
+
+	insert_names(c, "n%d.resize.example", 0, 20000, 0);
+	query_a(&hot, "n7.resize.example");
+	assert_int_equal(answer(c, &hot, 1, false, &len), CACHE_HIT); /* referenced */
+	cfg.max_bytes = 256u << 10;
+	cache_configure(c, &cfg, 1);
+	cache_stats(c, &st);
+	assert_int_equal(st.max_bytes, cfg.max_bytes);
+	assert_true(st.bytes <= cfg.max_bytes);
+	assert_true(st.entries > 100 && st.entries < 2000);
+	assert_int_equal(st.entries + st.evictions, 20000);
+	/* Every entry left is still found through the new bucket arrays. */
+	assert_int_equal(hits_among(c, "n%d.resize.example", 0, 20000, 1), st.entries);
+	assert_int_equal(answer(c, &hot, 1, false, &len), CACHE_HIT);
+
+	/* Growing again: room for more than the old cap held, all found. */
+	cfg.max_bytes = 16u << 20;
+	cache_configure(c, &cfg, 1);
+	insert_names(c, "m%d.resize.example", 0, 60000, 1);
+	cache_stats(c, &st);
+	assert_true(st.bytes <= cfg.max_bytes && st.bytes > (8u << 20));
+	assert_int_equal(hits_among(c, "m%d.resize.example", 0, 60000, 2), 60000);
+	assert_int_equal(answer(c, &hot, 2, false, &len), CACHE_HIT);
+	cache_free(c);
+}
+
+static void test_configure_applies_the_serving_rules(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q, later;
+	size_t len;
+
+	query_a(&q, "rules.example.com");
+	simple_reply(&p, "rules.example.com", 100, 1);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+	cfg.prefetch = false;
+	cfg.serve_stale = false;
+	cfg.max_ttl = 50;
+	cache_configure(c, &cfg, 0);
+	assert_int_equal(answer(c, &q, 95, false, &len), CACHE_HIT); /* no prefetch claim */
+	assert_int_equal(answer(c, &q, 101, true, &len), CACHE_MISS); /* no stale */
+	/* The stored lifetime stays; new entries get the new ceiling. */
+	query_a(&later, "later.example.com");
+	simple_reply(&p, "later.example.com", 100, 2);
+	assert_int_equal(cache_insert(c, &later, p.b, p.len, 0), 0);
+	assert_int_equal(answered_ttl(c, &later, 0, CACHE_HIT), 50);
+	cfg.serve_stale = true;
+	cache_configure(c, &cfg, 0);
+	assert_int_equal(answer(c, &q, 101, true, &len), CACHE_STALE);
+	cache_free(c);
+}
+
+static void test_resize_under_concurrent_readers(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 1u << 20;
+	struct cache *c = new_cache(cfg);
+	atomic_bool stop = false;
+	struct reader_arg args[2];
+	pthread_t threads[2];
+	struct pkt p;
+	struct dns_query q;
+	char name[64];
+
+	for (int t = 0; t < 2; t++) {
+		args[t] = (struct reader_arg){.c = c, .stop = &stop, .seed = 31u + (unsigned)t};
+		assert_int_equal(pthread_create(&threads[t], NULL, reader_main, &args[t]), 0);
+	}
+	for (int round = 0; round < 40; round++) {
+		for (unsigned i = 0; i < THREAD_NAMES; i++) {
+			snprintf(name, sizeof(name), "t%u.threads.example.org", i);
+			reply_start(&p, name, DNS_T_A, DNS_C_IN, 0);
+			for (unsigned r = 0; r < 1 + i % 8; r++)
+				reply_a(&p, DNS_SEC_ANSWER, NULL, 300, (uint8_t)i);
+			query_a(&q, name);
+			assert_int_equal(cache_insert(c, &q, p.b, p.len, 10), 0);
+		}
+		cfg.max_bytes = round % 2 ? 1u << 20 : 96u << 10;
+		cache_configure(c, &cfg, 10);
+	}
+	atomic_store(&stop, true);
+	for (int t = 0; t < 2; t++)
+		pthread_join(threads[t], NULL);
+	for (int t = 0; t < 2; t++) {
+		assert_int_equal(args[t].bad, 0);
+		assert_true(args[t].hits > 0);
+	}
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_true(st.bytes <= cfg.max_bytes);
+	cache_free(c);
+}
+
+struct resize_arg {
+	struct cache *c;
+	atomic_bool *stop;
+	unsigned long rounds;
+};
+
+/* A reload changing cache.size back and forth: the bucket arrays keep changing. */
+static void *resize_main(void *argp)
+{
+	struct resize_arg *arg = argp;
+	struct cache_config cfg = default_config();
+
+	while (!atomic_load(arg->stop)) {
+		cfg.max_bytes = arg->rounds++ % 2 ? 16u << 20 : 32u << 20;
+		cache_configure(arg->c, &cfg, 1);
+	}
+	return NULL;
+}
+
+static void test_walk_beside_a_resize(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 16u << 20; /* every size used holds everything */
+	struct cache *c = new_cache(cfg);
+	struct walk_log *log = new_walk_log();
+	atomic_bool stop = false;
+	struct resize_arg arg = {.c = c, .stop = &stop};
+	pthread_t resizer;
+
+	insert_names(c, "p%d.pinned.example", 0, 2000, 0);
+	assert_int_equal(pthread_create(&resizer, NULL, resize_main, &arg), 0);
+	for (int walk = 0; walk < 20; walk++) {
+		log->n = 0;
+		/* Entries may move under the walk: it must end, and show only sound copies. */
+		assert_int_equal(cache_walk(c, 1, log_entry, log), 0);
+		assert_false(log->bad);
+	}
+	atomic_store(&stop, true);
+	pthread_join(resizer, NULL);
+	log->n = 0;
+	assert_int_equal(cache_walk(c, 1, log_entry, log), 0);
+	assert_int_equal(log->n, 2000);
+	print_message("walks beside %lu resizes\n", arg.rounds);
+	free_walk_log(log);
+	cache_free(c);
+}
+
 /* ---- the hot-path promise ----------------------------------------------- */
 
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
@@ -1469,6 +1656,10 @@ int main(void)
 		cmocka_unit_test(test_walk_covers_many_and_large_entries),
 		cmocka_unit_test(test_walk_alongside_inserts_and_flushes),
 		cmocka_unit_test(test_concurrent_readers_and_writer),
+		cmocka_unit_test(test_resize_evicts_to_the_new_cap_and_keeps_what_is_hot),
+		cmocka_unit_test(test_configure_applies_the_serving_rules),
+		cmocka_unit_test(test_resize_under_concurrent_readers),
+		cmocka_unit_test(test_walk_beside_a_resize),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
