@@ -17,8 +17,27 @@
  * Deadlines. Every waiter has upstream.timeout from arrival. A waiter whose
  * deadline passes gets a stale answer if the cache has one (RFC 8767), else
  * SERVFAIL; the libunbound query keeps running so its answer still lands in
- * the cache. Timeout is the same for everyone, so waiters sit in one FIFO
- * that is already sorted by deadline.
+ * the cache. Waiters sit in one list sorted by deadline; as the timeout is
+ * the same for everyone, a new waiter goes at the tail in O(1) (only after
+ * a reload shortened the timeout does it walk back past longer deadlines).
+ *
+ * Reload. A new libunbound context is built on the reloading thread (it
+ * may be slow: resolv.conf's loopback stubs are probed) and handed over
+ * with a mutex-and-condition handshake: from then on every new query
+ * starts on it, with the new timeout. The old context stays in the epoll
+ * set until its queries have come back (their answers still go to their
+ * waiters and the cache), or until its timeout has passed once more: by
+ * then every client that was waiting has had its answer at its deadline,
+ * and what is still outstanding only serves the cache, so it is asked again
+ * on the new context and the old one deleted. The failing mark and the
+ * cool-downs belonged to the old upstream and are cleared.
+ *
+ * Retired sockets. When a listen address is removed, each worker stops
+ * reading its UDP socket and hands it here through its ring: every request
+ * carrying that socket came before, so once the last waiter now queued has
+ * reached its deadline (the list's tail), nobody can be answered on it any
+ * more, and the resolver closes it. Closing it in the worker would let a
+ * late sendto reach a reused descriptor number.
  *
  * Failures. A SERVFAIL or error from libunbound marks the upstream as
  * failing (workers then serve expired entries at once and ask for a
@@ -70,7 +89,14 @@
 #define NEGATIVE_MAX_TTL 3600    /* RFC 2308 section 5: cap negative answers */
 #define SWEEP_MS 1000
 
-enum { EV_REQUESTS = 1, EV_UNBOUND, EV_STOP };
+/*
+ * What an epoll event is about: its data.ptr points at one of these, the
+ * first member of a struct context for libunbound's descriptors.
+ */
+enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
+static const enum source requests_source = SRC_REQUESTS;
+static const enum source stop_source = SRC_STOP;
+static const enum source control_source = SRC_CONTROL;
 
 struct request_ring {
 	_Alignas(64) _Atomic uint32_t head; /* next slot the resolver reads */
@@ -84,6 +110,23 @@ struct completion_ring {
 	int efd;
 	bool signal_pending;                 /* resolver only: efd write owed */
 	struct upstream_completion slots[COMPLETION_SLOTS];
+};
+
+/* A libunbound context and the queries still running on it. */
+struct upstream_context {
+	enum source source;          /* SRC_UNBOUND: epoll data points here */
+	struct ub_ctx *ub;
+	uint64_t timeout_ms;         /* upstream.timeout of the config it came from */
+	unsigned outstanding;        /* resolver thread only */
+	uint64_t delete_by_ms;       /* retired: at the latest then */
+	struct upstream_context *next; /* retired list */
+};
+
+/* A UDP socket no worker reads any more, closed once nobody can be answered on it. */
+struct retired_socket {
+	int fd;
+	uint64_t close_at_ms;
+	struct retired_socket *next;
 };
 
 struct flight;
@@ -107,7 +150,8 @@ struct flight {
 	bool search;                 /* chain holds autopath's candidates ... */
 	uint16_t candidate;          /* ... and the one asked now starts here */
 	struct waiter *waiters;
-	bool resolving;              /* a libunbound query is outstanding */
+	bool resolving;              /* a libunbound query is outstanding ... */
+	struct upstream_context *ctx; /* ... on this context */
 	uint64_t asked_ns;           /* when it was asked (CLOCK_MONOTONIC) */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	struct upstream *u;
@@ -127,20 +171,28 @@ const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS] = {
 	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 struct upstream {
-	struct ub_ctx *ctx;
+	struct upstream_context *ctx; /* where new queries start */
 	struct cache *cache;
 	unsigned n_workers;
 	struct request_ring **requests;
 	struct completion_ring **completions;
 	int request_efd;
 	int stop_efd;
+	int control_efd;             /* upstream_switch has a context waiting */
 	int epfd;
 	pthread_t thread;
 	bool running;
-	uint64_t timeout_ms;
 	atomic_bool failing;
 
+	/* The hand-over of a new context (upstream_switch). */
+	pthread_mutex_t control_lock;
+	pthread_cond_t control_done;
+	struct upstream_context *incoming; /* control_lock */
+	bool accepting;              /* control_lock: the resolver thread takes them */
+
 	/* resolver thread only */
+	struct upstream_context *retired; /* contexts whose queries are finishing */
+	struct retired_socket *retired_sockets;
 	struct flight *flights[FLIGHT_BUCKETS];
 	struct waiter *fifo_head, *fifo_tail;
 	unsigned n_waiters;
@@ -209,6 +261,16 @@ bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_
 void upstream_wake(struct upstream *u)
 {
 	signal_fd(u->request_efd);
+}
+
+bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
+{
+	struct upstream_request r = {.transport = UPSTREAM_RETIRED_SOCKET, .fd = fd};
+
+	if (!upstream_submit(u, worker, &r))
+		return false;
+	upstream_wake(u);
+	return true;
 }
 
 int upstream_completion_fd(struct upstream *u, unsigned worker)
@@ -481,19 +543,27 @@ static void add_waiter(struct upstream *u, struct flight *f, unsigned worker,
 	w->req = *r;
 	w->worker = worker;
 	w->flight = f;
-	w->deadline_ms = u->now_ms + u->timeout_ms;
+	w->deadline_ms = u->now_ms + u->ctx->timeout_ms;
 	w->prev = NULL;
 	w->next = f->waiters;
 	if (f->waiters)
 		f->waiters->prev = w;
 	f->waiters = w;
-	w->fifo_next = NULL;
-	w->fifo_prev = u->fifo_tail;
-	if (u->fifo_tail)
-		u->fifo_tail->fifo_next = w;
+	/* After the last one with a deadline no later than ours: the tail,
+	 * unless a reload has just shortened the timeout. */
+	struct waiter *before = u->fifo_tail;
+	while (before && before->deadline_ms > w->deadline_ms)
+		before = before->fifo_prev;
+	w->fifo_prev = before;
+	w->fifo_next = before ? before->fifo_next : u->fifo_head;
+	if (w->fifo_next)
+		w->fifo_next->fifo_prev = w;
+	else
+		u->fifo_tail = w;
+	if (before)
+		before->fifo_next = w;
 	else
 		u->fifo_head = w;
-	u->fifo_tail = w;
 	u->n_waiters++;
 }
 
@@ -692,6 +762,8 @@ static void on_result(void *arg, int err, struct ub_result *result)
 
 	observe_latency(u, monotonic_ns() - f->asked_ns);
 	f->resolving = false;
+	f->ctx->outstanding--;
+	f->ctx = NULL;
 	u->now_ms = monotonic_ms();
 	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
 		resolution_failed(u, f);
@@ -728,9 +800,11 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0)
 		return false;
 	f->asked_ns = monotonic_ns();
-	if (ub_resolve_async(u->ctx, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
+	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
 		return false;
 	f->resolving = true;
+	f->ctx = u->ctx;
+	u->ctx->outstanding++;
 	bump(&u->n.queries);
 	return true;
 }
@@ -787,6 +861,36 @@ static void handle_client(struct upstream *u, unsigned worker, const struct upst
 	maybe_free_flight(u, f);
 }
 
+/* Every request carrying fd came before this one: close it once their waiters are gone. */
+static void retire_socket(struct upstream *u, int fd)
+{
+	struct retired_socket *rs = malloc(sizeof *rs);
+
+	if (!rs) {
+		/* Waiting on is then impossible: better a reply lost than the descriptor leaked. */
+		close(fd);
+		return;
+	}
+	rs->fd = fd;
+	rs->close_at_ms = u->fifo_tail ? u->fifo_tail->deadline_ms : u->now_ms;
+	rs->next = u->retired_sockets;
+	u->retired_sockets = rs;
+}
+
+static void close_retired_sockets(struct upstream *u, bool all)
+{
+	for (struct retired_socket **p = &u->retired_sockets; *p;) {
+		struct retired_socket *rs = *p;
+		if (!all && rs->close_at_ms > u->now_ms) {
+			p = &rs->next;
+			continue;
+		}
+		close(rs->fd);
+		*p = rs->next;
+		free(rs);
+	}
+}
+
 static void take_requests(struct upstream *u)
 {
 	drain_fd(u->request_efd);
@@ -796,11 +900,12 @@ static void take_requests(struct upstream *u)
 		uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
 		for (; head != tail; head++) {
 			const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
-			uint64_t h = question_hash(&r->q);
-			if (r->transport == UPSTREAM_NO_REPLY)
-				handle_refresh(u, r, h);
+			if (r->transport == UPSTREAM_RETIRED_SOCKET)
+				retire_socket(u, r->fd);
+			else if (r->transport == UPSTREAM_NO_REPLY)
+				handle_refresh(u, r, question_hash(&r->q));
 			else
-				handle_client(u, i, r, h);
+				handle_client(u, i, r, question_hash(&r->q));
 			/* released per slot: the worker may reuse it at once */
 			atomic_store_explicit(&ring->head, head + 1, memory_order_release);
 		}
@@ -840,36 +945,146 @@ static int wait_ms(const struct upstream *u)
 	return wait > SWEEP_MS ? SWEEP_MS : (int)wait;
 }
 
+/* ---- contexts ------------------------------------------------------------------------ */
+
+static void delete_context(struct upstream *u, struct upstream_context *c)
+{
+	epoll_ctl(u->epfd, EPOLL_CTL_DEL, ub_fd(c->ub), NULL);
+	ub_ctx_delete(c->ub); /* cancels what is outstanding; no callbacks follow */
+	free(c);
+}
+
+/*
+ * c is about to be deleted with queries still running: their flights are
+ * asked again on the current context if anyone still waits, else dropped.
+ */
+static void move_flights_off(struct upstream *u, struct upstream_context *c)
+{
+	for (size_t i = 0; i < FLIGHT_BUCKETS; i++) {
+		struct flight *f = u->flights[i];
+		while (f) {
+			struct flight *next = f->hnext;
+			if (f->resolving && f->ctx == c) {
+				f->resolving = false;
+				f->ctx = NULL;
+				c->outstanding--;
+				if (f->waiters && !start_resolving(u, f))
+					resolution_failed(u, f);
+				maybe_free_flight(u, f);
+			}
+			f = next;
+		}
+	}
+}
+
+/* Retired contexts go once their queries are back, or at their deadline. */
+static void delete_finished_contexts(struct upstream *u)
+{
+	for (struct upstream_context **p = &u->retired; *p;) {
+		struct upstream_context *c = *p;
+		if (c->outstanding > 0 && c->delete_by_ms > u->now_ms) {
+			p = &c->next;
+			continue;
+		}
+		if (c->outstanding > 0)
+			move_flights_off(u, c);
+		*p = c->next;
+		delete_context(u, c);
+	}
+}
+
+/* The failing mark and the cool-downs were about the old upstream. */
+static void forget_failures(struct upstream *u)
+{
+	atomic_store_explicit(&u->failing, false, memory_order_relaxed);
+	for (size_t i = 0; i < FLIGHT_BUCKETS; i++) {
+		struct flight *f = u->flights[i];
+		while (f) {
+			struct flight *next = f->hnext;
+			f->failed_until_ms = 0;
+			maybe_free_flight(u, f);
+			f = next;
+		}
+	}
+}
+
+/* New queries start on c from now on; the current one finishes what it runs. */
+static void install_context(struct upstream *u, struct upstream_context *c)
+{
+	struct upstream_context *old = u->ctx;
+
+	u->ctx = c;
+	old->delete_by_ms = u->now_ms + old->timeout_ms;
+	old->next = u->retired;
+	u->retired = old;
+	forget_failures(u);
+}
+
+/* upstream_switch's hand-over, on the resolver thread. */
+static void take_incoming(struct upstream *u)
+{
+	drain_fd(u->control_efd);
+	pthread_mutex_lock(&u->control_lock);
+	if (u->incoming) {
+		install_context(u, u->incoming);
+		u->incoming = NULL;
+		pthread_cond_broadcast(&u->control_done);
+	}
+	pthread_mutex_unlock(&u->control_lock);
+}
+
+static void stop_accepting(struct upstream *u)
+{
+	pthread_mutex_lock(&u->control_lock);
+	u->accepting = false;
+	pthread_cond_broadcast(&u->control_done);
+	pthread_mutex_unlock(&u->control_lock);
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
 static void *resolver_main(void *arg)
 {
 	struct upstream *u = arg;
-	struct epoll_event events[4];
+	struct epoll_event events[8];
 	uint64_t last_sweep = monotonic_ms();
+	bool stop = false;
 
 	urcu_memb_register_thread();
-	for (;;) {
-		int n = epoll_wait(u->epfd, events, 4, wait_ms(u));
-		bool stop = false;
+	while (!stop) {
+		int n = epoll_wait(u->epfd, events, 8, wait_ms(u));
 		u->now_ms = monotonic_ms();
 		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
 		for (int i = 0; i < n; i++) {
-			if (events[i].data.u32 == EV_UNBOUND)
-				ub_process(u->ctx);
-			else if (events[i].data.u32 == EV_REQUESTS)
+			const enum source *src = events[i].data.ptr;
+			switch (*src) {
+			case SRC_UNBOUND:
+				ub_process(((struct upstream_context *)events[i].data.ptr)->ub);
+				break;
+			case SRC_REQUESTS:
 				take_requests(u);
-			else
+				break;
+			case SRC_CONTROL:
+				take_incoming(u);
+				break;
+			case SRC_STOP:
 				stop = true;
+				break;
+			}
 		}
 		if (stop)
 			break;
 		u->now_ms = monotonic_ms();
 		expire_waiters(u);
+		close_retired_sockets(u, false);
+		delete_finished_contexts(u);
 		if (u->now_ms - last_sweep >= SWEEP_MS) {
 			sweep_cooled_flights(u);
 			last_sweep = u->now_ms;
 		}
 		signal_completions(u);
 	}
+	stop_accepting(u);
 	urcu_memb_unregister_thread();
 	return NULL;
 }
@@ -901,9 +1116,9 @@ int upstream_check(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-static int watch(int epfd, int fd, uint32_t what)
+static int watch(int epfd, int fd, const enum source *source)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = what};
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = (void *)source};
 
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
@@ -938,14 +1153,74 @@ static int make_loop(struct upstream *u)
 {
 	u->request_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	u->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	u->control_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	u->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (u->request_efd < 0 || u->stop_efd < 0 || u->epfd < 0)
+	if (u->request_efd < 0 || u->stop_efd < 0 || u->control_efd < 0 || u->epfd < 0)
 		return -1;
-	if (watch(u->epfd, u->request_efd, EV_REQUESTS) < 0 ||
-	    watch(u->epfd, u->stop_efd, EV_STOP) < 0 ||
-	    watch(u->epfd, ub_fd(u->ctx), EV_UNBOUND) < 0)
+	if (watch(u->epfd, u->request_efd, &requests_source) < 0 ||
+	    watch(u->epfd, u->stop_efd, &stop_source) < 0 ||
+	    watch(u->epfd, u->control_efd, &control_source) < 0 ||
+	    watch(u->epfd, ub_fd(u->ctx->ub), &u->ctx->source) < 0)
 		return -1;
 	return 0;
+}
+
+struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
+{
+	struct upstream_context *c = calloc(1, sizeof *c);
+
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->source = SRC_UNBOUND;
+	c->timeout_ms = cfg->upstream.timeout_ms;
+	c->ub = upstream_context_new(cfg, err, errlen);
+	if (!c->ub) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+void upstream_discard(struct upstream_context *c)
+{
+	if (!c)
+		return;
+	ub_ctx_delete(c->ub);
+	free(c);
+}
+
+static void log_resolving(const struct config *cfg)
+{
+	log_info(cfg->upstream.recursive ? "resolving external names by recursion"
+					 : "resolving external names by forwarding",
+		 "dnssec", cfg->upstream.dnssec ? "validate" : "off");
+}
+
+void upstream_switch(struct upstream *u, struct upstream_context *c, const struct config *cfg)
+{
+	pthread_mutex_lock(&u->control_lock);
+	if (!u->accepting ||
+	    watch(u->epfd, ub_fd(c->ub), &c->source) < 0) {
+		pthread_mutex_unlock(&u->control_lock);
+		log_error("the resolver is stopping: the new upstream settings are not used");
+		upstream_discard(c);
+		return;
+	}
+	u->incoming = c;
+	signal_fd(u->control_efd);
+	while (u->incoming == c && u->accepting)
+		pthread_cond_wait(&u->control_done, &u->control_lock);
+	bool taken = u->incoming != c;
+	u->incoming = NULL;
+	pthread_mutex_unlock(&u->control_lock);
+	if (!taken) {
+		epoll_ctl(u->epfd, EPOLL_CTL_DEL, ub_fd(c->ub), NULL);
+		upstream_discard(c);
+		return;
+	}
+	log_resolving(cfg);
 }
 
 struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
@@ -960,9 +1235,10 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	}
 	u->cache = cache;
 	u->n_workers = n_workers;
-	u->timeout_ms = cfg->upstream.timeout_ms;
-	u->request_efd = u->stop_efd = u->epfd = -1;
-	u->ctx = upstream_context_new(cfg, err, errlen);
+	u->request_efd = u->stop_efd = u->control_efd = u->epfd = -1;
+	pthread_mutex_init(&u->control_lock, NULL);
+	pthread_cond_init(&u->control_done, NULL);
+	u->ctx = upstream_prepare(cfg, err, errlen);
 	if (!u->ctx)
 		goto fail;
 	if (make_rings(u) < 0 || make_loop(u) < 0) {
@@ -970,15 +1246,15 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		goto fail;
 	}
 	atomic_init(&u->heartbeat_ms, monotonic_ms()); /* alive before it is scheduled */
+	u->accepting = true;
 	rc = pthread_create(&u->thread, NULL, resolver_main, u);
 	if (rc != 0) {
+		u->accepting = false;
 		snprintf(err, errlen, "cannot start the resolver thread: %s", strerror(rc));
 		goto fail;
 	}
 	u->running = true;
-	log_info(cfg->upstream.recursive ? "resolving external names by recursion"
-					 : "resolving external names by forwarding",
-		 "dnssec", cfg->upstream.dnssec ? "validate" : "off");
+	log_resolving(cfg);
 	return u;
 fail:
 	upstream_free(u);
@@ -992,8 +1268,14 @@ void upstream_stop(struct upstream *u)
 	signal_fd(u->stop_efd);
 	pthread_join(u->thread, NULL);
 	u->running = false;
-	ub_ctx_delete(u->ctx); /* cancels what is outstanding; no callbacks follow */
+	upstream_discard(u->ctx); /* cancels what is outstanding; no callbacks follow */
 	u->ctx = NULL;
+	while (u->retired) {
+		struct upstream_context *c = u->retired;
+		u->retired = c->next;
+		delete_context(u, c);
+	}
+	close_retired_sockets(u, true);
 	while (u->fifo_head)
 		remove_waiter(u, u->fifo_head);
 	for (size_t i = 0; i < FLIGHT_BUCKETS; i++)
@@ -1012,15 +1294,28 @@ static void free_completions(struct completion_ring *ring)
 	free(ring);
 }
 
+/* Sockets handed over after the resolver stopped are closed here. */
+static void free_requests(struct request_ring *ring)
+{
+	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
+
+	for (; head != tail; head++) {
+		const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
+		if (r->transport == UPSTREAM_RETIRED_SOCKET)
+			close(r->fd);
+	}
+	free(ring);
+}
+
 void upstream_free(struct upstream *u)
 {
 	if (!u)
 		return;
 	upstream_stop(u);
-	if (u->ctx)
-		ub_ctx_delete(u->ctx);
+	upstream_discard(u->ctx);
 	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
-		free(u->requests[i]);
+		if (u->requests[i])
+			free_requests(u->requests[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
 		if (u->completions[i])
 			free_completions(u->completions[i]);
@@ -1030,7 +1325,11 @@ void upstream_free(struct upstream *u)
 		close(u->request_efd);
 	if (u->stop_efd >= 0)
 		close(u->stop_efd);
+	if (u->control_efd >= 0)
+		close(u->control_efd);
 	if (u->epfd >= 0)
 		close(u->epfd);
+	pthread_cond_destroy(&u->control_done);
+	pthread_mutex_destroy(&u->control_lock);
 	free(u);
 }

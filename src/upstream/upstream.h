@@ -18,10 +18,13 @@
  * client without an answer past its deadline while running (shutdown drops
  * the waiting ones, so their retries reach the next instance).
  *
- * Threads: upstream_submit, upstream_wake and upstream_take_completion are
- * called by worker `worker` only (one producer and one consumer per ring);
- * upstream_failing, upstream_stats and upstream_heartbeat_ms by any thread;
- * everything else by the thread that owns the upstream (main).
+ * Threads: upstream_submit, upstream_wake, upstream_retire_socket and
+ * upstream_take_completion are called by worker `worker` only (one
+ * producer and one consumer per ring); upstream_failing, upstream_stats
+ * and upstream_heartbeat_ms by any thread; upstream_prepare,
+ * upstream_switch and upstream_discard by the reloading thread (one at a
+ * time; not while upstream_stop runs); everything else by the thread that
+ * owns the upstream (main).
  */
 #ifndef LOCALDNS_UPSTREAM_H
 #define LOCALDNS_UPSTREAM_H
@@ -40,6 +43,7 @@ enum upstream_transport {
 	UPSTREAM_NO_REPLY, /* a background refresh (prefetch, stale): nobody waits */
 	UPSTREAM_UDP,
 	UPSTREAM_TCP,
+	UPSTREAM_RETIRED_SOCKET, /* not a query: see upstream_retire_socket */
 };
 
 /* A local CNAME chain leaving local data, or autopath's candidates: concatenated wire names. */
@@ -142,6 +146,22 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 				unsigned n_workers, char *err, size_t errlen);
 
 /*
+ * Live reload of upstream.* and cluster.fallback_servers. upstream_prepare
+ * builds a libunbound context for cfg on the calling thread (it may take a
+ * while: resolv.conf's loopback nameservers are probed), changing nothing;
+ * NULL with err. upstream_switch hands it to the resolver thread and
+ * returns once it is in use: every query started from then on runs there,
+ * waiters get cfg's upstream.timeout, the failing mark and cool-downs are
+ * forgotten; queries running on the old context finish there (their
+ * clients are answered, at the latest at their deadline), then it is
+ * deleted. upstream_discard frees a context that was not switched to.
+ */
+struct upstream_context;
+struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen);
+void upstream_switch(struct upstream *u, struct upstream_context *ctx, const struct config *cfg);
+void upstream_discard(struct upstream_context *ctx);
+
+/*
  * Stop the resolver thread and delete the libunbound context; clients
  * still waiting get no reply. Workers may still submit (nothing happens);
  * free with upstream_free once they have stopped.
@@ -157,6 +177,14 @@ void upstream_free(struct upstream *u);
 bool upstream_submit(struct upstream *u, unsigned worker,
 		     const struct upstream_request *r);
 void upstream_wake(struct upstream *u);
+
+/*
+ * Worker side: the UDP socket fd (the worker's own, which it no longer
+ * reads) is handed over; the resolver closes it once no client waiting for
+ * an upstream answer can still be answered on it. false when the ring is
+ * full: try again later.
+ */
+bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd);
 
 /* The eventfd that becomes readable when worker has TCP completions. */
 int upstream_completion_fd(struct upstream *u, unsigned worker);
