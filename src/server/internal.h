@@ -23,8 +23,12 @@
 #define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
 
-/* What an epoll event is about: kind in the high half, index in the low. */
-enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM };
+/*
+ * What an epoll event is about: kind in the high half, in the low half the
+ * socket (EV_UDP, EV_LISTEN: listeners come and go at reloads, so events
+ * name the descriptor, not a slot) or the connection slot (EV_CONN).
+ */
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -53,14 +57,27 @@ struct udp_batch {
 	uint8_t out[UDP_BATCH][UDP_OUT_MAX];
 };
 
+/* One served address (ip and port) in one worker. */
+struct listener {
+	struct sockaddr_storage addr;
+	int udp_fd;
+	int tcp_fd;
+};
+
 struct worker {
 	struct server *server;
 	unsigned id;
 	pthread_t thread;
 	int epfd;
-	int *udp_fds;            /* one per listen address */
-	int *tcp_fds;
-	size_t n_fds;
+	/* Under server.reconf_lock: what is in epfd (the reloading thread adds
+	 * and takes out), and what was taken out for this worker to close. */
+	struct listener *listeners;
+	size_t n_listeners;
+	struct listener *retiring;
+	size_t n_retiring;
+	int retire_fd;           /* eventfd: retiring has entries */
+	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
+	size_t n_unhanded;
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE, once per loop turn */
 	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
 	struct query_stats stats;
@@ -87,10 +104,21 @@ struct server {
 	int stop_fd;                  /* eventfd: readable once stop begins */
 	atomic_uint tcp_conns;        /* open connections across workers */
 	unsigned tcp_max_conns;
-	uint64_t tcp_idle_timeout_ms;
+	_Atomic uint64_t tcp_idle_timeout_ms;
+	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker) */
+	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };
 
 void *worker_main(void *arg);
+
+/*
+ * Close the listeners the reloading thread took out of this worker's epoll
+ * set (worker thread, between event batches, so no event in hand still
+ * names them): accept the connections already queued, close the TCP
+ * listener, answer the datagrams already queued and hand the UDP socket to
+ * the resolver, which closes it (upstream_retire_socket).
+ */
+void worker_retire_listeners(struct worker *w);
 
 /* Query handling shared by UDP and TCP (worker.c). */
 void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,

@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
@@ -40,36 +41,50 @@ static void set_receive_buffer(int fd, uint64_t bytes)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
 }
 
-static int open_socket(const struct config_ip *ip, uint16_t port, int type,
-		       const struct config *cfg, char *err, size_t errlen)
+static int open_socket(const struct sockaddr_storage *ss, int type, const struct config *cfg,
+		       char *err, size_t errlen)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = config_ip_sockaddr(ip, port, &ss);
 	const char *proto = type == SOCK_DGRAM ? "udp" : "tcp";
+	socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						  : sizeof(struct sockaddr_in);
 	int one = 1;
-	int fd = socket(ip->family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = socket(ss->ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	char text[INET6_ADDRSTRLEN + 8];
 
 	if (fd < 0)
 		goto fail;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
 		goto fail;
-	if (ip->family == AF_INET6)
+	if (ss->ss_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
 	if (type == SOCK_DGRAM)
 		set_receive_buffer(fd, cfg->listen.udp_rcvbuf);
-	if (bind(fd, (struct sockaddr *)&ss, len) < 0)
+	if (bind(fd, (const struct sockaddr *)ss, len) < 0)
 		goto fail;
 	if (type == SOCK_STREAM && listen(fd, TCP_BACKLOG) < 0)
 		goto fail;
 	return fd;
 fail:
-	snprintf(err, errlen, "cannot listen on %s%s%s:%u/%s: %s",
-		 ip->family == AF_INET6 ? "[" : "", ip->text,
-		 ip->family == AF_INET6 ? "]" : "", port, proto, strerror(errno));
+	snprintf(err, errlen, "cannot listen on %s/%s: %s", server_address_text(ss, text, sizeof text),
+		 proto, strerror(errno));
 	if (fd >= 0)
 		close(fd);
 	return -1;
+}
+
+const char *server_address_text(const struct sockaddr_storage *ss, char *out, size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "";
+	bool v6 = ss->ss_family == AF_INET6;
+	const void *addr = v6 ? (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr
+			      : (const void *)&((const struct sockaddr_in *)ss)->sin_addr;
+	uint16_t port = ntohs(v6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+				 : ((const struct sockaddr_in *)ss)->sin_port);
+
+	inet_ntop(ss->ss_family, addr, ip, sizeof ip);
+	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", ip, port);
+	return out;
 }
 
 unsigned server_worker_count(const struct config *cfg)
@@ -90,20 +105,31 @@ static int watch(int epfd, int fd, uint64_t data)
 	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+static void close_listeners(struct listener *l, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (l[i].udp_fd >= 0)
+			close(l[i].udp_fd);
+		if (l[i].tcp_fd >= 0)
+			close(l[i].tcp_fd);
+	}
+}
+
 static void free_worker(struct worker *w)
 {
 	if (!w)
 		return;
-	for (size_t i = 0; i < w->n_fds; i++) {
-		if (w->udp_fds[i] >= 0)
-			close(w->udp_fds[i]);
-		if (w->tcp_fds[i] >= 0)
-			close(w->tcp_fds[i]);
-	}
+	close_listeners(w->listeners, w->n_listeners);
+	close_listeners(w->retiring, w->n_retiring);
+	for (size_t i = 0; i < w->n_unhanded; i++)
+		close(w->unhanded[i]);
 	if (w->epfd >= 0)
 		close(w->epfd);
-	free(w->udp_fds);
-	free(w->tcp_fds);
+	if (w->retire_fd >= 0)
+		close(w->retire_fd);
+	free(w->listeners);
+	free(w->retiring);
+	free(w->unhanded);
 	free(w->conns);
 	free(w->free_slots);
 	free(w->active);
@@ -125,54 +151,206 @@ static int alloc_connections(struct worker *w, uint32_t max_conns)
 	return 0;
 }
 
-static struct worker *new_worker(struct server *s, unsigned id, const struct config *cfg,
-				 char *err, size_t errlen)
+static struct worker *new_worker(struct server *s, unsigned id, char *err, size_t errlen)
 {
-	size_t n = config_served_count(cfg);
 	struct worker *w = calloc(1, sizeof *w);
 
-	if (!w)
-		goto nomem;
+	if (!w) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
 	w->server = s;
 	w->id = id;
-	w->epfd = -1;
+	w->epfd = w->retire_fd = -1;
 	udp_batch_init(&w->udp);
-	w->udp_fds = malloc(n * sizeof *w->udp_fds);
-	w->tcp_fds = malloc(n * sizeof *w->tcp_fds);
-	if (!w->udp_fds || !w->tcp_fds)
-		goto nomem;
-	for (size_t i = 0; i < n; i++)
-		w->udp_fds[i] = w->tcp_fds[i] = -1;
-	w->n_fds = n;
 	/* Any one worker may hold every connection: the cap is shared (server.c). */
-	if (alloc_connections(w, s->tcp_max_conns) < 0)
-		goto nomem;
+	if (alloc_connections(w, s->tcp_max_conns) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (w->epfd < 0 || watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
+	w->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->epfd < 0 || w->retire_fd < 0 ||
+	    watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
+	    watch(w->epfd, w->retire_fd, EV_DATA(EV_RETIRE, 0)) < 0 ||
 	    watch(w->epfd, upstream_completion_fd(s->upstream, id), EV_DATA(EV_UPSTREAM, 0)) < 0) {
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
 	}
-	for (size_t i = 0; i < n; i++) {
-		const struct config_ip *ip = config_served_address(cfg, i);
-		w->udp_fds[i] = open_socket(ip, cfg->listen.port, SOCK_DGRAM, cfg, err, errlen);
-		if (w->udp_fds[i] < 0)
-			goto fail;
-		w->tcp_fds[i] = open_socket(ip, cfg->listen.port, SOCK_STREAM, cfg, err, errlen);
-		if (w->tcp_fds[i] < 0)
-			goto fail;
-		if (watch(w->epfd, w->udp_fds[i], EV_DATA(EV_UDP, i)) < 0 ||
-		    watch(w->epfd, w->tcp_fds[i], EV_DATA(EV_LISTEN, i)) < 0) {
-			snprintf(err, errlen, "epoll: %s", strerror(errno));
-			goto fail;
-		}
-	}
 	return w;
-nomem:
-	snprintf(err, errlen, "out of memory");
 fail:
 	free_worker(w);
 	return NULL;
+}
+
+/* ---- listeners ------------------------------------------------------------------- */
+
+/* Does the worker serve ss already? (Every worker serves the same addresses.) */
+static bool serves(const struct worker *w, const struct sockaddr_storage *ss)
+{
+	for (size_t i = 0; i < w->n_listeners; i++)
+		if (memcmp(&w->listeners[i].addr, ss, sizeof *ss) == 0)
+			return true;
+	return false;
+}
+
+/* The served addresses of cfg (on its port) that the workers do not serve yet. */
+static size_t missing_addresses(const struct server *s, const struct config *cfg,
+				struct sockaddr_storage *out)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < config_served_count(cfg); i++) {
+		config_ip_sockaddr(config_served_address(cfg, i), cfg->listen.port, &out[n]);
+		if (!serves(s->workers[0], &out[n]))
+			n++;
+	}
+	return n;
+}
+
+/* Room for n more listeners in every worker's list (the lists only grow here). */
+static int reserve_listeners(struct server *s, size_t n)
+{
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		struct worker *w = s->workers[i];
+		struct listener *grown = realloc(w->listeners,
+						 (w->n_listeners + n) * sizeof *grown);
+		if (n && !grown)
+			return -1;
+		w->listeners = grown;
+	}
+	return 0;
+}
+
+/* Bind addr for every worker into fresh[worker]; -1 with err, nothing left open. */
+static int open_listeners(struct server *s, const struct sockaddr_storage *addr,
+			  const struct config *cfg, struct listener *fresh, char *err,
+			  size_t errlen)
+{
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		fresh[i] = (struct listener){.addr = *addr, .udp_fd = -1, .tcp_fd = -1};
+		fresh[i].udp_fd = open_socket(addr, SOCK_DGRAM, cfg, err, errlen);
+		if (fresh[i].udp_fd >= 0)
+			fresh[i].tcp_fd = open_socket(addr, SOCK_STREAM, cfg, err, errlen);
+		if (fresh[i].tcp_fd < 0) {
+			close_listeners(fresh, i + 1);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Take the listeners that `retire` picks out of every worker's epoll set
+ * and have each worker close them (worker_retire_listeners); returns once
+ * all have. Caller holds reconf_lock.
+ */
+static void retire_where(struct server *s, bool (*retire)(const struct listener *, size_t index,
+							   const void *arg),
+			 const void *arg)
+{
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		struct worker *w = s->workers[i];
+		size_t kept = 0, n = 0;
+		struct listener *out = malloc(w->n_listeners * sizeof *out + 1);
+		if (!out)
+			continue; /* keeps serving them: better than closing under the worker */
+		for (size_t k = 0; k < w->n_listeners; k++) {
+			struct listener *l = &w->listeners[k];
+			if (!retire(l, k, arg)) {
+				w->listeners[kept++] = *l;
+				continue;
+			}
+			epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->udp_fd, NULL);
+			epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->tcp_fd, NULL);
+			out[n++] = *l;
+		}
+		w->n_listeners = kept;
+		w->retiring = out;
+		w->n_retiring = n;
+		if (n) {
+			uint64_t one = 1;
+			ssize_t ignored = write(w->retire_fd, &one, sizeof one);
+			(void)ignored;
+		}
+	}
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		struct worker *w = s->workers[i];
+		while (w->n_retiring > 0)
+			pthread_cond_wait(&s->retired, &s->reconf_lock);
+		free(w->retiring);
+		w->retiring = NULL;
+	}
+}
+
+static bool index_at_least(const struct listener *l, size_t index, const void *first)
+{
+	(void)l;
+	return index >= *(const size_t *)first;
+}
+
+/* Put fresh[worker] in every worker's list and epoll set; caller holds reconf_lock. */
+static int register_listeners(struct server *s, struct listener *fresh, char *err, size_t errlen)
+{
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		struct worker *w = s->workers[i];
+		struct listener *l = &fresh[i];
+		w->listeners[w->n_listeners++] = *l;
+		if (watch(w->epfd, l->udp_fd, EV_DATA(EV_UDP, l->udp_fd)) < 0 ||
+		    watch(w->epfd, l->tcp_fd, EV_DATA(EV_LISTEN, l->tcp_fd)) < 0) {
+			snprintf(err, errlen, "epoll: %s", strerror(errno));
+			/* The rest of fresh was never seen by a worker. */
+			close_listeners(fresh + i + 1, s->n_workers - i - 1);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Serve every address of cfg. live: the workers run (caller holds
+ * reconf_lock); otherwise a failure leaves what was registered in the lists
+ * for free_worker.
+ */
+static int add_listeners(struct server *s, const struct config *cfg, bool live, char *err,
+			 size_t errlen)
+{
+	struct sockaddr_storage *addrs = calloc(config_served_count(cfg) + 1, sizeof *addrs);
+	struct listener *fresh = NULL; /* [address][worker] */
+	size_t before = s->workers[0]->n_listeners, n = 0, opened = 0;
+	int rc = -1;
+
+	if (addrs) {
+		n = missing_addresses(s, cfg, addrs);
+		fresh = calloc(n * s->n_workers + 1, sizeof *fresh);
+	}
+	if (!fresh || reserve_listeners(s, n) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	/* Every socket is bound before any worker sees one: a bad address changes nothing. */
+	while (opened < n && open_listeners(s, &addrs[opened], cfg, fresh + opened * s->n_workers,
+					    err, errlen) == 0)
+		opened++;
+	if (opened < n) {
+		close_listeners(fresh, opened * s->n_workers);
+		goto out;
+	}
+	/* Registering fails only for lack of memory; what a worker may have
+	 * seen by then is retired the safe way. */
+	for (size_t k = 0; k < n; k++) {
+		if (register_listeners(s, fresh + k * s->n_workers, err, errlen) == 0)
+			continue;
+		close_listeners(fresh + (k + 1) * s->n_workers, (n - k - 1) * s->n_workers);
+		if (live)
+			retire_where(s, index_at_least, &before);
+		goto out;
+	}
+	rc = 0;
+out:
+	free(addrs);
+	free(fresh);
+	return rc;
 }
 
 static void stop_and_join(struct server *s, unsigned started)
@@ -192,6 +370,8 @@ static void free_server(struct server *s)
 	free(s->workers);
 	if (s->stop_fd >= 0)
 		close(s->stop_fd);
+	pthread_cond_destroy(&s->retired);
+	pthread_mutex_destroy(&s->reconf_lock);
 	free(s);
 }
 
@@ -208,7 +388,9 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	s->upstream = upstream;
 	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
-	s->tcp_idle_timeout_ms = cfg->listen.tcp_idle_timeout_ms;
+	atomic_init(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
+	pthread_mutex_init(&s->reconf_lock, NULL);
+	pthread_cond_init(&s->retired, NULL);
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->workers = calloc(s->n_workers, sizeof *s->workers);
 	if (s->stop_fd < 0 || !s->workers) {
@@ -216,10 +398,12 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		goto fail;
 	}
 	for (unsigned i = 0; i < s->n_workers; i++) {
-		s->workers[i] = new_worker(s, i, cfg, err, errlen);
+		s->workers[i] = new_worker(s, i, err, errlen);
 		if (!s->workers[i])
 			goto fail;
 	}
+	if (add_listeners(s, cfg, false, err, errlen) < 0)
+		goto fail;
 	for (; started < s->n_workers; started++) {
 		/* alive from the start: a thread not yet scheduled is not stuck */
 		atomic_init(&s->workers[started]->heartbeat_ms, server_now_ms());
@@ -241,6 +425,45 @@ void server_stop(struct server *s)
 {
 	stop_and_join(s, s->n_workers);
 	free_server(s);
+}
+
+int server_listen(struct server *s, const struct config *cfg, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&s->reconf_lock);
+	int rc = add_listeners(s, cfg, true, err, errlen);
+	pthread_mutex_unlock(&s->reconf_lock);
+	return rc;
+}
+
+static bool not_served_by(const struct listener *l, size_t index, const void *cfgp)
+{
+	const struct config *cfg = cfgp;
+	struct sockaddr_storage ss;
+
+	(void)index;
+	for (size_t i = 0; i < config_served_count(cfg); i++) {
+		config_ip_sockaddr(config_served_address(cfg, i), cfg->listen.port, &ss);
+		if (memcmp(&ss, &l->addr, sizeof ss) == 0)
+			return false;
+	}
+	return true;
+}
+
+void server_unlisten_others(struct server *s, const struct config *cfg)
+{
+	pthread_mutex_lock(&s->reconf_lock);
+	retire_where(s, not_served_by, cfg);
+	pthread_mutex_unlock(&s->reconf_lock);
+}
+
+void server_tune(struct server *s, const struct config *cfg)
+{
+	atomic_store(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
+	pthread_mutex_lock(&s->reconf_lock);
+	for (unsigned i = 0; i < s->n_workers; i++)
+		for (size_t k = 0; k < s->workers[i]->n_listeners; k++)
+			set_receive_buffer(s->workers[i]->listeners[k].udp_fd, cfg->listen.udp_rcvbuf);
+	pthread_mutex_unlock(&s->reconf_lock);
 }
 
 void server_stats(const struct server *s, struct query_stats *sum)

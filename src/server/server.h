@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "config/config.h"
 #include "query/query.h"
@@ -41,6 +42,27 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
  * about one second), join the workers and free everything.
  */
 void server_stop(struct server *s);
+
+/*
+ * Live reload (the reloading thread; one call at a time, never while
+ * server_stop runs). server_listen serves every address of cfg on cfg's
+ * port: the sockets it lacks are opened and bound here for every worker
+ * (so a bad address fails with the address in err and nothing changed),
+ * then put in each worker's epoll set; the new addresses are served by
+ * every worker when it returns. server_unlisten_others stops serving every
+ * address cfg does not list: each worker stops reading it at once and,
+ * between two event batches, closes its TCP listener (after accepting what
+ * was queued; open connections stay) and answers what its UDP socket had
+ * queued, then hands the socket to the resolver to close; it returns when
+ * every worker has done so. server_tune applies listen.tcp_idle_timeout
+ * and listen.udp_rcvbuf.
+ */
+int server_listen(struct server *s, const struct config *cfg, char *err, size_t errlen);
+void server_unlisten_others(struct server *s, const struct config *cfg);
+void server_tune(struct server *s, const struct config *cfg);
+
+/* "ip:port" or "[ip6]:port" for a served address, into out. */
+const char *server_address_text(const struct sockaddr_storage *ss, char *out, size_t len);
 
 /* Sum of every worker's counters (read racily; fine for reporting). */
 void server_stats(const struct server *s, struct query_stats *sum);

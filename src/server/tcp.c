@@ -253,7 +253,8 @@ void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events)
 /* Walk backwards: closing moves the last active entry into the hole. */
 void tcp_sweep_idle(struct worker *w)
 {
-	uint64_t timeout = w->server->tcp_idle_timeout_ms;
+	uint64_t timeout = atomic_load_explicit(&w->server->tcp_idle_timeout_ms,
+						memory_order_relaxed);
 
 	for (uint32_t i = w->n_active; i-- > 0;) {
 		uint32_t index = w->active[i];

@@ -7,11 +7,20 @@
  * answer sources and the query log's rate (read-mostly; records go into the
  * worker's own ring). The RCU read lock is held across one batch of work, never
  * across epoll_wait.
+ *
+ * A reload adds listeners by putting them straight into the epoll set
+ * (events carry the descriptor, so the worker needs no table to serve
+ * them). Removing one takes two steps: the reloading thread takes it out of
+ * the epoll set, then the worker closes it when the retire eventfd fires,
+ * after the rest of that batch: an event already in hand may still name
+ * the socket, and only the worker knows when it is no longer reading it.
  */
 #include "server/internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 #include <urcu/urcu-memb.h>
 
 #define MAX_EVENTS 64
@@ -19,7 +28,8 @@
 
 static int sweep_interval_ms(const struct worker *w)
 {
-	uint64_t half = w->server->tcp_idle_timeout_ms / 2;
+	uint64_t half = atomic_load_explicit(&w->server->tcp_idle_timeout_ms,
+					     memory_order_relaxed) / 2;
 
 	return half < 50 ? 50 : half > 1000 ? 1000 : (int)half;
 }
@@ -85,10 +95,10 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 
 	switch (EV_KIND(ev->data.u64)) {
 	case EV_UDP:
-		udp_drain(w, w->udp_fds[index]);
+		udp_drain(w, (int)index);
 		break;
 	case EV_LISTEN:
-		tcp_accept(w, w->tcp_fds[index]);
+		tcp_accept(w, (int)index);
 		break;
 	case EV_CONN:
 		tcp_conn_event(w, index, ev->events);
@@ -97,8 +107,69 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 		take_completions(w);
 		break;
 	case EV_STOP:
-		break;
+	case EV_RETIRE:
+		break; /* handled after the batch */
 	}
+}
+
+/* Retired UDP sockets go to the resolver; a full ring means try again next turn. */
+static void hand_over_unhanded(struct worker *w)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < w->n_unhanded; i++)
+		if (!upstream_retire_socket(w->server->upstream, w->id, w->unhanded[i]))
+			w->unhanded[kept++] = w->unhanded[i];
+	w->n_unhanded = kept;
+}
+
+/*
+ * The last of one UDP socket: answer what is queued, then connect it to its
+ * own address, so the kernel no longer picks it for anyone's datagrams
+ * (connected sockets are skipped by SO_REUSEPORT's choice; alone on its
+ * address, a client gets "port unreachable" at once), and answer what came
+ * in meanwhile. The socket stays open for the resolver's late replies.
+ */
+static void retire_udp(struct worker *w, const struct listener *l)
+{
+	socklen_t len = l->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						      : sizeof(struct sockaddr_in);
+	int *grown = realloc(w->unhanded, (w->n_unhanded + 1) * sizeof *grown);
+
+	udp_drain(w, l->udp_fd);
+	connect(l->udp_fd, (const struct sockaddr *)&l->addr, len);
+	udp_drain(w, l->udp_fd);
+	if (!grown) {
+		close(l->udp_fd); /* no room to wait for the resolver: a late reply is lost */
+		return;
+	}
+	w->unhanded = grown;
+	w->unhanded[w->n_unhanded++] = l->udp_fd;
+}
+
+void worker_retire_listeners(struct worker *w)
+{
+	struct server *s = w->server;
+	uint64_t ignored;
+
+	if (read(w->retire_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+		return;
+	/* The reloading thread waits until we are done and changes nothing meanwhile. */
+	pthread_mutex_lock(&s->reconf_lock);
+	const struct listener *list = w->retiring;
+	size_t n = w->n_retiring;
+	pthread_mutex_unlock(&s->reconf_lock);
+	for (size_t i = 0; i < n; i++) {
+		tcp_accept(w, list[i].tcp_fd);
+		close(list[i].tcp_fd);
+		retire_udp(w, &list[i]);
+	}
+	worker_wake_upstream(w);
+	hand_over_unhanded(w);
+	pthread_mutex_lock(&s->reconf_lock);
+	w->n_retiring = 0;
+	pthread_cond_broadcast(&s->retired);
+	pthread_mutex_unlock(&s->reconf_lock);
 }
 
 /* Returns when the stop eventfd fires. */
@@ -109,6 +180,7 @@ static void serve(struct worker *w)
 	bool stopping = false;
 
 	while (!stopping) {
+		bool retire = false;
 		urcu_memb_thread_offline();
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, sweep_interval_ms(w));
 		urcu_memb_thread_online();
@@ -117,11 +189,15 @@ static void serve(struct worker *w)
 		if (n < 0 && errno != EINTR)
 			break;
 		for (int i = 0; i < n; i++) {
-			if (EV_KIND(events[i].data.u64) == EV_STOP)
-				stopping = true;
-			else
-				handle_event(w, &events[i]);
+			enum event_kind kind = EV_KIND(events[i].data.u64);
+			stopping = stopping || kind == EV_STOP;
+			retire = retire || kind == EV_RETIRE;
+			handle_event(w, &events[i]);
 		}
+		if (retire)
+			worker_retire_listeners(w);
+		if (w->n_unhanded)
+			hand_over_unhanded(w);
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
 			tcp_sweep_idle(w);
 			last_sweep = w->now_ms;
@@ -138,10 +214,11 @@ static void shut_down(struct worker *w)
 	struct epoll_event events[MAX_EVENTS];
 	uint64_t deadline = server_now_ms() + SHUTDOWN_FLUSH_MS;
 
-	for (size_t i = 0; i < w->n_fds; i++)
-		epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->tcp_fds[i], NULL);
-	for (size_t i = 0; i < w->n_fds; i++)
-		udp_drain(w, w->udp_fds[i]);
+	/* No reload runs now: the lists hold still. */
+	for (size_t i = 0; i < w->n_listeners; i++)
+		epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listeners[i].tcp_fd, NULL);
+	for (size_t i = 0; i < w->n_listeners; i++)
+		udp_drain(w, w->listeners[i].udp_fd);
 	while (!tcp_flush_all(w) && (w->now_ms = server_now_ms()) < deadline) {
 		urcu_memb_thread_offline();
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, 50);
