@@ -29,9 +29,10 @@ struct iface {
 	struct nl_sock *sk;     /* requests */
 	struct nl_sock *events; /* RTNLGRP_LINK and address groups */
 	bool maybe_removed;     /* set by the event callback */
-	/* What the last iface_apply created, for iface_rollback. */
+	/* What the last iface_apply or iface_add created, for iface_rollback. */
 	bool created_link;
-	bool *created_addr;     /* one per served address */
+	bool *created_addr;     /* one per served address of created_for */
+	const struct config *created_for; /* NULL: nothing to roll back */
 };
 
 static bool loopback(const struct iface *ifc)
@@ -338,17 +339,17 @@ static const char *index_name(struct iface *ifc, int ifindex, char *buf, size_t 
 	return buf;
 }
 
-/* Every served address on ifindex; returns how many were added, or -1. */
-static int ensure_addresses(struct iface *ifc, int ifindex, bool track, char *err,
-			    size_t errlen)
+/* Every address cfg serves on ifindex; returns how many were added, or -1. */
+static int ensure_addresses(struct iface *ifc, const struct config *cfg, int ifindex, bool track,
+			    char *err, size_t errlen)
 {
 	struct nl_cache *addrs = dump_addresses(ifc, err, errlen);
 	int added = 0;
 
 	if (!addrs)
 		return -1;
-	for (size_t i = 0; i < config_served_count(ifc->cfg); i++) {
-		const struct config_ip *ip = config_served_address(ifc->cfg, i);
+	for (size_t i = 0; i < config_served_count(cfg); i++) {
+		const struct config_ip *ip = config_served_address(cfg, i);
 		int owner = owner_of(addrs, ip);
 		char other[IFNAMSIZ + 16];
 
@@ -380,31 +381,58 @@ static int ensure_addresses(struct iface *ifc, int ifindex, bool track, char *er
 
 /* ---- the operations ----------------------------------------------------- */
 
-static int ensure(struct iface *ifc, bool track, char *err, size_t errlen)
+static int ensure(struct iface *ifc, const struct config *cfg, bool track, char *err,
+		  size_t errlen)
 {
 	int ifindex, links, addrs;
 
 	if ((links = ensure_link(ifc, &ifindex, err, errlen)) < 0)
 		return -1;
-	if ((addrs = ensure_addresses(ifc, ifindex, track, err, errlen)) < 0)
+	if ((addrs = ensure_addresses(ifc, cfg, ifindex, track, err, errlen)) < 0)
 		return -1;
 	return links + addrs;
 }
 
-int iface_apply(struct iface *ifc, char *err, size_t errlen)
+/* Put cfg's addresses (and the link) in place, remembering what was created. */
+static int ensure_tracked(struct iface *ifc, const struct config *cfg, char *err, size_t errlen)
 {
+	bool *created = realloc(ifc->created_addr, (config_served_count(cfg) + 1) * sizeof *created);
+
+	if (!created) {
+		snprintf(err, errlen, "netlink: out of memory");
+		return -1;
+	}
+	ifc->created_addr = created;
+	memset(created, 0, config_served_count(cfg) * sizeof *created);
 	ifc->created_link = false;
-	memset(ifc->created_addr, 0, config_served_count(ifc->cfg) * sizeof(bool));
-	if (ensure(ifc, true, err, errlen) < 0) {
+	ifc->created_for = cfg;
+	if (ensure(ifc, cfg, true, err, errlen) < 0) {
 		iface_rollback(ifc);
 		return -1;
 	}
 	return 0;
 }
 
+int iface_apply(struct iface *ifc, char *err, size_t errlen)
+{
+	return ensure_tracked(ifc, ifc->cfg, err, errlen);
+}
+
+int iface_add(struct iface *ifc, const struct config *next, char *err, size_t errlen)
+{
+	return ensure_tracked(ifc, next, err, errlen);
+}
+
+void iface_use(struct iface *ifc, const struct config *cfg)
+{
+	ifc->cfg = cfg;
+	ifc->created_link = false;
+	ifc->created_for = NULL;
+}
+
 int iface_repair(struct iface *ifc, char *err, size_t errlen)
 {
-	return ensure(ifc, false, err, errlen);
+	return ensure(ifc, ifc->cfg, false, err, errlen);
 }
 
 static int delete_link(struct iface *ifc, char *err, size_t errlen)
@@ -424,8 +452,21 @@ static int delete_link(struct iface *ifc, char *err, size_t errlen)
 	return rc;
 }
 
-/* Delete the served addresses from our link; with only_created, those we added. */
-static int delete_addresses(struct iface *ifc, bool only_created, char *err, size_t errlen)
+static bool served_by(const struct config *cfg, const struct config_ip *ip)
+{
+	for (size_t i = 0; i < config_served_count(cfg); i++) {
+		const struct config_ip *mine = config_served_address(cfg, i);
+		if (mine->family == ip->family && strcmp(mine->text, ip->text) == 0)
+			return true;
+	}
+	return false;
+}
+
+enum which { ALL_OF_THEM, CREATED_ONLY, NOT_SERVED_NOW };
+
+/* Delete cfg's served addresses from our link: all, those we created, or those ifc->cfg drops. */
+static int delete_addresses(struct iface *ifc, const struct config *cfg, enum which which,
+			    char *err, size_t errlen)
 {
 	struct rtnl_link *link = NULL;
 	int rc = 0, found = find_link(ifc, link_name(ifc), &link, err, errlen);
@@ -434,10 +475,11 @@ static int delete_addresses(struct iface *ifc, bool only_created, char *err, siz
 		return found;
 	int ifindex = rtnl_link_get_ifindex(link);
 	rtnl_link_put(link);
-	for (size_t i = 0; i < config_served_count(ifc->cfg); i++) {
-		const struct config_ip *ip = config_served_address(ifc->cfg, i);
+	for (size_t i = 0; i < config_served_count(cfg); i++) {
+		const struct config_ip *ip = config_served_address(cfg, i);
 
-		if (only_created && !ifc->created_addr[i])
+		if ((which == CREATED_ONLY && !ifc->created_addr[i]) ||
+		    (which == NOT_SERVED_NOW && served_by(ifc->cfg, ip)))
 			continue;
 		int r = change_address(ifc, ifindex, ip, false);
 		/* Absent already is what we want. */
@@ -456,15 +498,20 @@ void iface_rollback(struct iface *ifc)
 
 	if (ifc->created_link)
 		delete_link(ifc, ignored, sizeof ignored);
-	else
-		delete_addresses(ifc, true, ignored, sizeof ignored);
+	else if (ifc->created_for)
+		delete_addresses(ifc, ifc->created_for, CREATED_ONLY, ignored, sizeof ignored);
 	ifc->created_link = false;
-	memset(ifc->created_addr, 0, config_served_count(ifc->cfg) * sizeof(bool));
+	ifc->created_for = NULL;
+}
+
+int iface_drop(struct iface *ifc, const struct config *prev, char *err, size_t errlen)
+{
+	return delete_addresses(ifc, prev, NOT_SERVED_NOW, err, errlen) < 0 ? -1 : 0;
 }
 
 int iface_remove(struct iface *ifc, char *err, size_t errlen)
 {
 	if (loopback(ifc))
-		return delete_addresses(ifc, false, err, errlen);
+		return delete_addresses(ifc, ifc->cfg, ALL_OF_THEM, err, errlen);
 	return delete_link(ifc, err, errlen) < 0 ? -1 : 0;
 }

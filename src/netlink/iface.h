@@ -14,8 +14,9 @@
  * error, not something to move.
  *
  * Threads: one struct iface is used by one thread at a time (start-up on
- * the main thread, then the node monitor thread, then teardown on the main
- * thread after the monitor has stopped).
+ * the main thread, then the node monitor thread and reloads, which the node
+ * serialises with a mutex, then teardown on the main thread after the
+ * monitor has stopped).
  */
 #ifndef LOCALDNS_NETLINK_IFACE_H
 #define LOCALDNS_NETLINK_IFACE_H
@@ -39,8 +40,22 @@ void iface_close(struct iface *ifc);
  */
 int iface_apply(struct iface *ifc, char *err, size_t errlen);
 
-/* Remove what the last iface_apply created (and only that). */
+/* Remove what the last iface_apply or iface_add created (and only that). */
 void iface_rollback(struct iface *ifc);
+
+/*
+ * Live reload, in three steps around the server's: iface_add puts next's
+ * served addresses (and the link, if it went missing) in place before they
+ * are bound, leaving ifc describing its current config (on error nothing
+ * it added remains; iface_rollback takes back what it added); iface_use
+ * makes ifc describe cfg from then on (repairs, removal; nothing is rolled
+ * back any more); iface_drop, once the server has closed them, deletes
+ * prev's served addresses that ifc's config no longer serves. cfg and next
+ * are kept by reference, like iface_open's.
+ */
+int iface_add(struct iface *ifc, const struct config *next, char *err, size_t errlen);
+void iface_use(struct iface *ifc, const struct config *cfg);
+int iface_drop(struct iface *ifc, const struct config *prev, char *err, size_t errlen);
 
 /*
  * Put back the link (up) and every address if missing. Returns how many

@@ -646,6 +646,29 @@ int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_
 	return rc;
 }
 
+int nft_use(struct nft *n, const struct config *cfg, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&n->lock);
+	struct nft_plan old_plan = n->plan;
+	int rc = -1;
+
+	if (nft_plan_build(&n->plan, cfg, n->endpoints, n->n_endpoints) < 0) {
+		snprintf(err, errlen, "nftables: out of memory");
+		n->plan = old_plan;
+	} else if (strcmp(n->plan.comment, old_plan.comment) != 0 &&
+		   apply_locked(n, err, errlen) < 0) {
+		nft_plan_free(&n->plan);
+		n->plan = old_plan; /* the kernel kept the old table */
+	} else {
+		/* The same fingerprint is the same table: nothing to send. */
+		nft_plan_free(&old_plan);
+		n->cfg = cfg;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
 /* ---- checking ----------------------------------------------------------------- */
 
 struct seen {

@@ -49,6 +49,14 @@ int nft_apply(struct nft *n, char *err, size_t errlen);
 int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
 			       char *err, size_t errlen);
 
+/*
+ * Live reload: plan the table for cfg (kept by reference from then on, as
+ * nft_open's) with the current fallback endpoints, and when it differs
+ * from the installed one (served addresses, port) replace it in one
+ * transaction. On failure err says why, and the old table and config stay.
+ */
+int nft_use(struct nft *n, const struct config *cfg, char *err, size_t errlen);
+
 /* Renew the heartbeat elements (call every NFT_LIVE_REFRESH_MS). */
 int nft_heartbeat(struct nft *n, char *err, size_t errlen);
 

@@ -9,6 +9,11 @@
  * second localdns during an upgrade, cause no churn. A rebuilt table is at
  * most one per MIN_REBUILD_GAP_MS, so two instances with different configs
  * cannot trade rebuilds in a tight loop.
+ *
+ * A reload changes the served addresses under node->lock, which the
+ * monitor holds while it handles events and timers (never while it
+ * polls): iface is one-thread-at-a-time, and node->cfg moves to the new
+ * config. The kube watch's fallback endpoints take the lock too.
  */
 #include "node/node.h"
 
@@ -30,6 +35,7 @@
 #define MIN_REBUILD_GAP_MS 200
 
 struct node {
+	pthread_mutex_t lock;   /* cfg, iface: the monitor, reloads, the kube watch */
 	const struct config *cfg;
 	struct iface *iface;  /* NULL: interface.manage is off */
 	struct nft *nft;      /* NULL: nftables.enabled is off */
@@ -178,9 +184,11 @@ static void *monitor(void *arg)
 		if (fds[0].revents & POLLIN)
 			break;
 		now = now_ms();
+		pthread_mutex_lock(&node->lock);
 		if (ready > 0)
 			on_events(node, fds, &s, now);
 		on_timers(node, &s, now);
+		pthread_mutex_unlock(&node->lock);
 	}
 	return NULL;
 }
@@ -193,6 +201,7 @@ static void free_node(struct node *node)
 	nft_close(node->nft);
 	if (node->stop_fd >= 0)
 		close(node->stop_fd);
+	pthread_mutex_destroy(&node->lock);
 	free(node);
 }
 
@@ -223,6 +232,7 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	node->cfg = cfg;
+	pthread_mutex_init(&node->lock, NULL);
 	node->stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (node->stop_fd < 0) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
@@ -307,6 +317,7 @@ void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *i
 
 	if (!node || !node->nft)
 		return;
+	pthread_mutex_lock(&node->lock); /* a reload may replace cfg */
 	cfg = node->cfg;
 	if (n == 0) {
 		/* Nothing ready: the static list is the best guess left. */
@@ -315,13 +326,61 @@ void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *i
 		from = "nftables.fallback_endpoints";
 	}
 	join_ips(ips, n, list, sizeof list);
-	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0) {
+	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0)
 		log_error("cannot update the fallback endpoints; keeping the previous ones",
 			  "error", err);
-		return;
+	else
+		log_info("fallback endpoints for the link-local addresses", "service",
+			 cfg->nftables.fallback_service, "source", from, "endpoints",
+			 n ? list : "none");
+	pthread_mutex_unlock(&node->lock);
+}
+
+/* ---- reload -------------------------------------------------------------------- */
+
+int node_add_addresses(struct node *node, const struct config *next, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&node->lock);
+	if (node->iface)
+		rc = iface_add(node->iface, next, err, errlen);
+	pthread_mutex_unlock(&node->lock);
+	return rc;
+}
+
+void node_undo_addresses(struct node *node)
+{
+	pthread_mutex_lock(&node->lock);
+	if (node->iface)
+		iface_rollback(node->iface);
+	pthread_mutex_unlock(&node->lock);
+}
+
+int node_use(struct node *node, const struct config *next, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&node->lock);
+	if (node->nft)
+		rc = nft_use(node->nft, next, err, errlen);
+	if (rc == 0) {
+		if (node->iface)
+			iface_use(node->iface, next);
+		node->cfg = next;
 	}
-	log_info("fallback endpoints for the link-local addresses", "service",
-		 cfg->nftables.fallback_service, "source", from, "endpoints", n ? list : "none");
+	pthread_mutex_unlock(&node->lock);
+	return rc;
+}
+
+void node_drop_addresses(struct node *node, const struct config *prev)
+{
+	char err[CONFIG_ERR_MAX];
+
+	pthread_mutex_lock(&node->lock);
+	if (node->iface && iface_drop(node->iface, prev, err, sizeof err) < 0)
+		log_error("cannot remove an address that is no longer served", "error", err);
+	pthread_mutex_unlock(&node->lock);
 }
 
 void node_stats(struct node *node, struct node_stats *out)

@@ -13,7 +13,8 @@
  * the configured ones.
  *
  * Threads: node_start, node_stop and node_cleanup on the main thread;
- * node_nft's result may be used from any thread (see nft.h).
+ * node_nft's result may be used from any thread (see nft.h); the reload
+ * functions on the reloading thread.
  */
 #ifndef LOCALDNS_NODE_NODE_H
 #define LOCALDNS_NODE_NODE_H
@@ -34,8 +35,8 @@ struct node_stats {
 
 /*
  * Apply interface.* and nftables.* (each only when enabled) and start the
- * monitor thread. cfg must outlive the node. NULL with err on failure, and
- * then nothing this call added remains.
+ * monitor thread. cfg must outlive the node (or the first node_use). NULL
+ * with err on failure, and then nothing this call added remains.
  */
 struct node *node_start(const struct config *cfg, char *err, size_t errlen);
 
@@ -55,6 +56,28 @@ struct nft *node_nft(struct node *node);
  * Logged; a failure keeps the previous endpoints. NULL node is fine.
  */
 void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *ips, size_t n);
+
+/*
+ * Live reload (any one thread at a time; serialised with the monitor and
+ * the kube watch), around the server's own steps:
+ *   node_add_addresses  puts next's served addresses on the link before the
+ *                       server binds them (nothing else changes);
+ *   node_undo_addresses takes back what node_add_addresses added, when a
+ *                       later step fails;
+ *   node_use            makes the node describe next: the nftables table is
+ *                       replaced in one transaction when its addresses or
+ *                       port differ, and from then on the monitor repairs
+ *                       next's addresses. next must outlive the node or the
+ *                       next node_use. On failure (err) nothing changed;
+ *   node_drop_addresses once the server has closed them, deletes the
+ *                       addresses prev served and next does not (errors are
+ *                       logged).
+ * Without interface.manage the address steps do nothing.
+ */
+int node_add_addresses(struct node *node, const struct config *next, char *err, size_t errlen);
+void node_undo_addresses(struct node *node);
+int node_use(struct node *node, const struct config *next, char *err, size_t errlen);
+void node_drop_addresses(struct node *node, const struct config *prev);
 
 void node_stats(struct node *node, struct node_stats *out);
 
