@@ -7,8 +7,9 @@
  *   localdns ctl [...] COMMAND     talk to a running localdns (ctl.c)
  *   localdns --version | --help
  *
- * The main thread owns signals (sigwait: SIGTERM/SIGINT stop, SIGHUP reloads
- * the answer sources); workers and the resolver thread never see a signal.
+ * The main thread owns signals (a signalfd, polled with the config file
+ * watcher: SIGTERM/SIGINT stop, SIGHUP and changed config files reload);
+ * workers and the resolver thread never see a signal.
  * Start order: the control socket (a second localdns on the same path
  * stops here, before it touches the node), cache, cluster table, answer
  * sources, resolver, node integration (the addresses must exist before the
@@ -20,12 +21,16 @@
  * the workers, what they read, then the node integration (torn down only
  * with nftables.teardown: left in place it fails open).
  */
+#include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <time.h>
+#include <unistd.h>
 #include <urcu/urcu-memb.h>
 
 #include "cluster/cluster.h"
@@ -161,7 +166,7 @@ static struct cache *make_cache(const struct config *cfg)
 
 static void block_signals(sigset_t *signals)
 {
-	/* Blocked before any thread starts, so only sigwait sees them. */
+	/* Blocked before any thread starts, so only the signalfd sees them. */
 	sigemptyset(signals);
 	sigaddset(signals, SIGTERM);
 	sigaddset(signals, SIGINT);
@@ -244,18 +249,53 @@ static void report_staleness(const struct kube_client *kube, int64_t *last_repor
 		 "stale_for", age);
 }
 
-/* Wait for a signal, looking at the API's health every few seconds meanwhile. */
-static int wait_signal(const sigset_t *signals, const struct kube_client *kube,
-		       int64_t *last_report_ms)
-{
-	const struct timespec tick = {.tv_sec = 5};
+#define TICK_MS 5000 /* how often the API's health is looked at */
 
-	for (;;) {
-		int sig = sigtimedwait(signals, NULL, &tick);
-		if (sig > 0)
-			return sig;
-		report_staleness(kube, last_report_ms);
+/* A signal from the signalfd: SIGHUP reloads (0 returned), the others stop. */
+static int take_signal(int sigfd, struct daemon *d)
+{
+	struct signalfd_siginfo si;
+	char err[CONFIG_ERR_MAX];
+
+	if (read(sigfd, &si, sizeof si) != sizeof si)
+		return 0;
+	if (si.ssi_signo != SIGHUP)
+		return (int)si.ssi_signo;
+	daemon_reload(d, err, sizeof err);
+	return 0;
+}
+
+/*
+ * Until SIGTERM or SIGINT: reload on SIGHUP and when the config files
+ * change, and look at the API's health every few seconds meanwhile.
+ */
+static int serve_until_stopped(int sigfd, struct daemon *d)
+{
+	char err[CONFIG_ERR_MAX];
+	int64_t last_stale_report = 0;
+	int sig = 0;
+	struct daemon_watch *watch = daemon_watch_new(d, err, sizeof err);
+	struct pollfd fds[2] = {
+		{.fd = sigfd, .events = POLLIN},
+		{.fd = watch ? daemon_watch_fd(watch) : -1, .events = POLLIN},
+	};
+
+	if (!watch)
+		log_warn("the config file is not watched; SIGHUP reloads", "error", err);
+	while (!sig) {
+		int n = poll(fds, 2, TICK_MS);
+		if (n < 0 && errno != EINTR) {
+			log_error("poll failed; stopping", "error", strerror(errno));
+			sig = SIGTERM;
+		}
+		if (n > 0 && (fds[1].revents & POLLIN))
+			daemon_watch_process(watch);
+		if (n > 0 && (fds[0].revents & POLLIN))
+			sig = take_signal(sigfd, d);
+		report_staleness(d->kube, &last_stale_report);
 	}
+	daemon_watch_free(watch);
+	return sig;
 }
 
 static bool needs_node(const struct config *cfg)
@@ -297,8 +337,7 @@ static int serve(const char *path)
 	struct http *http;
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
-	int sig = 0;
-	int64_t last_stale_report = 0;
+	int sig, sigfd;
 	struct daemon daemon;
 
 	if (config_load(path, &cfg, err, sizeof err) < 0) {
@@ -313,6 +352,12 @@ static int serve(const char *path)
 		return 1;
 	}
 	block_signals(&signals);
+	sigfd = signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (sigfd < 0) {
+		fprintf(stderr, "cannot receive signals: %s\n", strerror(errno));
+		config_free(cfg);
+		return 1;
+	}
 	urcu_memb_register_thread();
 	if (control_open(cfg, &control, err, sizeof err) < 0)
 		goto fail;
@@ -354,10 +399,11 @@ static int serve(const char *path)
 		log_error("cannot start", "error", err);
 	if (http && control_start(control, &daemon, err, sizeof err) < 0)
 		log_error("no control socket; serving without it", "error", err);
-	while (http && (sig = wait_signal(&signals, kube, &last_stale_report)) == SIGHUP)
-		daemon_reload(&daemon, err, sizeof err);
-	if (http)
+	if (http) {
+		sig = serve_until_stopped(sigfd, &daemon);
 		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	}
+	close(sigfd);
 	control_stop(control);
 	http_stop(http);
 	log_totals(server, upstream, cache);
@@ -387,6 +433,7 @@ fail:
 	if (cache)
 		cache_free(cache);
 	urcu_memb_unregister_thread();
+	close(sigfd);
 	config_free(cfg);
 	return 1;
 }

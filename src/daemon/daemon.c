@@ -1,9 +1,13 @@
-/* daemon — see daemon.h. */
-#include "daemon/daemon.h"
+/* daemon — see daemon.h. Reloading is in reload.c, the file watcher in watch.c. */
+#include "daemon/internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kube/kube.h"
 #include "log/log.h"
@@ -20,63 +24,18 @@ void daemon_init(struct daemon *d, const char *config_path, struct config *cfg)
 	memset(d, 0, sizeof *d);
 	d->config_path = config_path;
 	d->cfg = cfg;
+	d->running = cfg;
+	d->files_hash = daemon_files_hash(cfg);
+	atomic_init(&d->cluster_fallback, cfg->cluster.n_fallback_servers > 0);
 	pthread_mutex_init(&d->reload_lock, NULL);
 }
 
 void daemon_destroy(struct daemon *d)
 {
+	if (d->running != d->cfg)
+		config_free(d->running);
+	d->running = NULL;
 	pthread_mutex_destroy(&d->reload_lock);
-}
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* log.level, log.format and log.queries take effect at once (log.query_buffer at restart). */
-static void apply_log_settings(const struct config *cfg)
-{
-	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
-	querylog_set_every(cfg->log.queries);
-}
-
-/* The answer sources from a new config; the running set stays on failure. */
-static int apply(struct daemon *d, char *err, size_t errlen)
-{
-	struct config *cfg;
-	struct query_sources *sources;
-
-	if (config_load(d->config_path, &cfg, err, errlen) < 0)
-		return -1;
-	sources = query_sources_build(cfg, d->cluster, d->cache, err, errlen);
-	if (sources)
-		apply_log_settings(cfg);
-	config_free(cfg);
-	if (!sources)
-		return -1;
-	query_sources_publish(sources);
-	return 0;
-}
-
-int daemon_reload(struct daemon *d, char *err, size_t errlen)
-{
-	pthread_mutex_lock(&d->reload_lock);
-	int rc = apply(d, err, errlen);
-	pthread_mutex_unlock(&d->reload_lock);
-	if (rc < 0) {
-		atomic_fetch_add(&d->reloads_failed, 1);
-		log_error("reload failed; keeping the running configuration", "error", err);
-		return -1;
-	}
-	atomic_fetch_add(&d->reloads_ok, 1);
-	atomic_store(&d->last_reload_ok_ms, wall_ms());
-	log_info("reloaded answer sources (listen, worker, upstream, cache, cluster and "
-		 "kubernetes changes need a restart)",
-		 "config", d->config_path);
-	return 0;
 }
 
 void daemon_reload_stats(const struct daemon *d, struct daemon_reload_stats *out)
@@ -98,7 +57,7 @@ bool daemon_ready(const struct daemon *d, char *why, size_t whylen)
 		snprintf(why, whylen, "node integration not applied yet");
 		return false;
 	}
-	if (d->kube && d->cfg->cluster.n_fallback_servers == 0) {
+	if (d->kube && !atomic_load(&d->cluster_fallback)) {
 		kube_status(d->kube, &ks);
 		if (!ks.synced) {
 			snprintf(why, whylen, "waiting for the first Kubernetes sync");
@@ -150,4 +109,63 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 	}
 	snprintf(why, whylen, "ok");
 	return true;
+}
+
+/* ---- the files behind the running config ---------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+{
+	const unsigned char *p = data;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static uint64_t hash_file(uint64_t h, const char *path)
+{
+	char buf[8192];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	h = fnv1a(h, path, strlen(path) + 1);
+	if (fd < 0)
+		return fnv1a(h, &errno, sizeof errno);
+	while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+		if (n > 0)
+			h = fnv1a(h, buf, (size_t)n);
+	if (n < 0)
+		h = fnv1a(h, &errno, sizeof errno);
+	close(fd);
+	return h;
+}
+
+uint64_t daemon_files_hash(const struct config *cfg)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < cfg->n_files; i++)
+		h = hash_file(h, cfg->files[i]);
+	return h;
+}
+
+char **daemon_files(struct daemon *d, size_t *n)
+{
+	pthread_mutex_lock(&d->reload_lock);
+	const struct config *cfg = d->running;
+	char **out = calloc(cfg->n_files + 1, sizeof *out);
+	size_t i = 0;
+
+	for (; out && i < cfg->n_files; i++)
+		if (!(out[i] = strdup(cfg->files[i])))
+			break;
+	if (out && i < cfg->n_files) {
+		while (i > 0)
+			free(out[--i]);
+		free(out);
+		out = NULL;
+	}
+	*n = out ? cfg->n_files : 0;
+	pthread_mutex_unlock(&d->reload_lock);
+	return out;
 }

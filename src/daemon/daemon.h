@@ -3,8 +3,10 @@
  * the control socket, the health and metrics endpoints and live reload.
  *
  * Owns: reloading (serialised: SIGHUP, the config file watcher and
- * `localdns ctl reload` may ask at once), the reload counters, the
- * readiness rule and the liveness rule.
+ * `localdns ctl reload` may ask at once): reading the new file, deciding
+ * per key what changed, applying it subsystem by subsystem in an order that
+ * drops no query, rolling back when a step fails; the config file watcher;
+ * the reload counters; the readiness rule and the liveness rule.
  *
  * Must never: start or stop a subsystem (cmd/localdns does, in its order),
  * or let a failed reload change anything that is running.
@@ -12,7 +14,11 @@
  * Lifetimes: main fills the pointers before it starts any thread that reads
  * them and stops those threads before it frees what they point at. The
  * pointers do not change while the daemon runs: a reload changes what the
- * objects do, never which objects there are.
+ * objects do, never which objects there are. cfg is the configuration
+ * started with and never changes either; what a reload applied is
+ * `running`, which only the reloading thread may read (under reload_lock).
+ * Every thread that may call daemon_reload must have stopped before main
+ * stops the subsystems.
  */
 #ifndef LOCALDNS_DAEMON_H
 #define LOCALDNS_DAEMON_H
@@ -43,6 +49,9 @@ struct daemon {
 	struct node *node;           /* NULL: no interface or nftables work */
 
 	pthread_mutex_t reload_lock;
+	struct config *running;      /* reload_lock: applied now (cfg until a reload) */
+	uint64_t files_hash;         /* reload_lock: the files' bytes at the last attempt */
+	atomic_bool cluster_fallback; /* the running config has cluster.fallback_servers */
 	atomic_uint_fast64_t reloads_ok;
 	atomic_uint_fast64_t reloads_failed;
 	atomic_int_fast64_t last_reload_ok_ms; /* wall clock; 0: never */
@@ -56,14 +65,25 @@ struct daemon_reload_stats {
 
 /* Zero d and set up its lock; main then fills the pointers. */
 void daemon_init(struct daemon *d, const char *config_path, struct config *cfg);
+/* After every subsystem has stopped: frees what reloads applied (not cfg). */
 void daemon_destroy(struct daemon *d);
 
 /*
- * Read the config file again and apply it. Any thread; one reload at a time.
- * 0, or -1 with "FILE:LINE:COL: message" (or why it could not be applied)
- * in err, and the running configuration untouched.
+ * Read the config file again and apply what changed. Any thread; one
+ * reload at a time. 0, or -1 with "FILE:LINE:COL: message" (or why it could
+ * not be applied) in err, and the running configuration untouched. Keys
+ * that only a restart applies keep their running values; a config that
+ * changes some of them still counts as a success (the log names them).
+ * Everything is logged: what changed, what each subsystem did, the outcome.
  */
 int daemon_reload(struct daemon *d, char *err, size_t errlen);
+
+/*
+ * daemon_reload, but only when the bytes of the running config's files (the
+ * main file and static.files) differ from those read at the last attempt:
+ * 1 reloaded, 0 nothing changed, -1 failed (err).
+ */
+int daemon_reload_if_changed(struct daemon *d, char *err, size_t errlen);
 
 void daemon_reload_stats(const struct daemon *d, struct daemon_reload_stats *out);
 
@@ -82,5 +102,22 @@ bool daemon_ready(const struct daemon *d, char *why, size_t whylen);
  * how long in why. Needs d->server and d->upstream.
  */
 bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
+
+/*
+ * The config file watcher (main thread): inotify on the directories of the
+ * config file and of static.files, both as named and as resolved through
+ * symlinks, so kubelet's swap of a ConfigMap's `..data` symlink, an editor's
+ * rename over the file and a write in place are all seen. Events are
+ * debounced (WATCH_QUIET_MS of quiet), then daemon_reload_if_changed runs,
+ * so the several events of one update make one reload and events that
+ * change no byte make none. daemon_watch_fd is one descriptor to poll;
+ * daemon_watch_process handles what it reported (never blocks).
+ */
+#define WATCH_QUIET_MS 200
+struct daemon_watch;
+struct daemon_watch *daemon_watch_new(struct daemon *d, char *err, size_t errlen);
+int daemon_watch_fd(const struct daemon_watch *w);
+void daemon_watch_process(struct daemon_watch *w);
+void daemon_watch_free(struct daemon_watch *w);
 
 #endif

@@ -69,8 +69,6 @@ static void load_search_domains(struct query_sources *s, const char *path)
 		 "file", path, "domains", text);
 }
 
-static void free_sources(struct query_sources *s);
-
 struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
 					  struct cache *cache, char *err, size_t errlen)
 {
@@ -97,13 +95,13 @@ struct query_sources *query_sources_build(const struct config *cfg, const struct
 	if (getrandom(s->cookie_secret, sizeof s->cookie_secret, 0) !=
 	    (ssize_t)sizeof s->cookie_secret) {
 		snprintf(err, errlen, "cannot get random bytes for the cookie secret");
-		free_sources(s);
+		query_sources_free(s);
 		return NULL;
 	}
 	return s;
 }
 
-static void free_sources(struct query_sources *s)
+void query_sources_free(struct query_sources *s)
 {
 	if (!s)
 		return;
@@ -117,13 +115,13 @@ void query_sources_publish(struct query_sources *s)
 
 	if (old) {
 		urcu_memb_synchronize_rcu();
-		free_sources(old);
+		query_sources_free(old);
 	}
 }
 
 void query_sources_retire(void)
 {
-	free_sources(rcu_xchg_pointer(&current_sources, NULL));
+	query_sources_free(rcu_xchg_pointer(&current_sources, NULL));
 }
 
 /* RFC 6891 6.2.5: never below 512; never above what we are willing to send. */

@@ -107,6 +107,9 @@ struct query_sources {
 struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
 					  struct cache *cache, char *err, size_t errlen);
 
+/* Free a set that was never published (a reload that failed later on). */
+void query_sources_free(struct query_sources *s);
+
 /* Make s current; the previous set is freed once no worker can see it. */
 void query_sources_publish(struct query_sources *s);
 

@@ -24,13 +24,15 @@
  * Reload. A new libunbound context is built on the reloading thread (it
  * may be slow: resolv.conf's loopback stubs are probed) and handed over
  * with a mutex-and-condition handshake: from then on every new query
- * starts on it, with the new timeout. The old context stays in the epoll
- * set until its queries have come back (their answers still go to their
- * waiters and the cache), or until its timeout has passed once more: by
- * then every client that was waiting has had its answer at its deadline,
- * and what is still outstanding only serves the cache, so it is asked again
- * on the new context and the old one deleted. The failing mark and the
- * cool-downs belonged to the old upstream and are cleared.
+ * starts on it, with the new timeout, and a new client never joins a query
+ * still running on the old one. The old context stays in the epoll set
+ * until its queries have come back, answering the clients that waited on
+ * them (their results describe the old settings, so they stay out of the
+ * cache, the failing mark and the cool-downs), or until its timeout has
+ * passed once more since the switch: by then each of those clients has had
+ * its answer at its deadline, and the old context is deleted with whatever
+ * it still runs. The failing mark and the cool-downs belonged to the old
+ * upstream and are cleared at the switch.
  *
  * Retired sockets. When a listen address is removed, each worker stops
  * reading its UDP socket and hands it here through its ring: every request
@@ -495,10 +497,11 @@ static bool same_question(const struct dns_query *a, const struct dns_query *b)
 	       a->qname_len == b->qname_len && memcmp(a->qname, b->qname, a->qname_len) == 0;
 }
 
+/* The flight for q; one still running on a replaced context is not joined any more. */
 static struct flight *find_flight(struct upstream *u, const struct dns_query *q, uint64_t h)
 {
 	for (struct flight *f = u->flights[h & (FLIGHT_BUCKETS - 1)]; f; f = f->hnext)
-		if (f->hash == h && same_question(&f->q, q))
+		if (f->hash == h && same_question(&f->q, q) && (!f->resolving || f->ctx == u->ctx))
 			return f;
 	return NULL;
 }
@@ -617,16 +620,24 @@ static bool cache_has_entry(struct upstream *u, const struct flight *f)
 	return cache_replay(u->cache, &w, u->now_ms / 1000, true) != CACHE_MISS;
 }
 
-static void resolution_failed(struct upstream *u, struct flight *f)
+/*
+ * The resolution_* functions answer f's waiters. remember: the result came
+ * from the current context, so it also goes into the cache, the failing
+ * mark and the cool-down; a replaced context's results answer their own
+ * waiters only (they describe the old upstream settings).
+ */
+static void resolution_failed(struct upstream *u, struct flight *f, bool remember)
 {
 	uint8_t msg[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
 
 	bump(&u->n.failures);
-	atomic_store_explicit(&u->failing, true, memory_order_relaxed);
-	f->failed_until_ms = u->now_ms + FAILURE_HOLD_MS;
-	if (!cache_has_entry(u, f))
-		cache_insert(u->cache, &f->q, msg, servfail_message(f, msg, sizeof msg),
-			     u->now_ms / 1000);
+	if (remember) {
+		atomic_store_explicit(&u->failing, true, memory_order_relaxed);
+		f->failed_until_ms = u->now_ms + FAILURE_HOLD_MS;
+		if (!cache_has_entry(u, f))
+			cache_insert(u->cache, &f->q, msg, servfail_message(f, msg, sizeof msg),
+				     u->now_ms / 1000);
+	}
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
 		answer_failed(u, w->worker, &w->req);
@@ -656,7 +667,7 @@ static size_t reply_nxdomain(struct upstream *u, const struct upstream_request *
  * asked; after the last, every waiter gets q's local NXDOMAIN.
  */
 static void candidate_missing(struct upstream *u, struct flight *f, const uint8_t *msg,
-			      size_t len)
+			      size_t len, bool remember)
 {
 	const uint8_t *name = f->chain + f->candidate;
 	struct dns_query candidate = f->q;
@@ -665,12 +676,13 @@ static void candidate_missing(struct upstream *u, struct flight *f, const uint8_
 	dns_query_set_name(&candidate, name);
 	n = dns_message_compact(msg, len, &candidate, !candidate.edns_do, u->compacted,
 				sizeof u->compacted);
-	if (n > 0)
+	if (n > 0 && remember)
 		cache_insert(u->cache, &candidate, u->compacted, n, u->now_ms / 1000);
 	f->candidate += (uint16_t)dns_name_len(name);
 	if (f->candidate < f->chain_len) {
+		/* the next candidate is asked on the current context */
 		if (!start_resolving(u, f))
-			resolution_failed(u, f);
+			resolution_failed(u, f, true);
 		return;
 	}
 	while (f->waiters) {
@@ -681,16 +693,18 @@ static void candidate_missing(struct upstream *u, struct flight *f, const uint8_
 }
 
 static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *msg,
-				size_t len, bool secure)
+				size_t len, bool secure, bool remember)
 {
 	/* what q's answer starts with: the local CNAME chain, or autopath's one CNAME */
 	const uint8_t *chain = f->search ? f->chain + f->candidate : f->chain;
 	size_t chain_len = f->search ? dns_name_len(chain) : f->chain_len;
-	bool cached;
+	bool cached = false;
 
 	bump(&u->n.answers);
-	atomic_store_explicit(&u->failing, false, memory_order_relaxed);
-	f->failed_until_ms = 0;
+	if (remember) {
+		atomic_store_explicit(&u->failing, false, memory_order_relaxed);
+		f->failed_until_ms = 0;
+	}
 	/* Our AD is libunbound's verdict, not whatever the forwarder said. */
 	if (len > 3) {
 		msg[3] &= (uint8_t)~DNS_F_AD;
@@ -698,7 +712,7 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 			msg[3] |= (uint8_t)DNS_F_AD;
 	}
 	if (f->search && (msg[3] & 0xf) == DNS_R_NXDOMAIN) {
-		candidate_missing(u, f, msg, len);
+		candidate_missing(u, f, msg, len, remember);
 		return;
 	}
 	/* libunbound always asks with DO, so a DO=0 client's copy loses the
@@ -711,14 +725,15 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 		: dns_message_compact(msg, len, &f->q, !f->q.edns_do, u->compacted,
 				      sizeof u->compacted);
 	if (chain_len && n == 0) {
-		resolution_failed(u, f); /* the chain's end cannot be joined to it */
+		resolution_failed(u, f, remember); /* the chain's end cannot be joined to it */
 		return;
 	}
 	if (n > 0) {
 		msg = u->compacted;
 		len = n;
 	}
-	cached = cache_insert(u->cache, &f->q, msg, len, u->now_ms / 1000) == 0;
+	if (remember)
+		cached = cache_insert(u->cache, &f->q, msg, len, u->now_ms / 1000) == 0;
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
 		answer_with(u, w->worker, &w->req, msg, len, cached);
@@ -726,7 +741,8 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 	}
 }
 
-static void resolution_bogus(struct upstream *u, struct flight *f, const char *why)
+static void resolution_bogus(struct upstream *u, struct flight *f, const char *why,
+			     bool remember)
 {
 	uint8_t msg[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
 	char name[1024];
@@ -735,7 +751,9 @@ static void resolution_bogus(struct upstream *u, struct flight *f, const char *w
 	if (log_enabled(LOG_DEBUG) && dns_name_to_text(f->q.qname, name, sizeof name) > 0)
 		log_debug("DNSSEC validation failed", "name", name, "why", why ? why : "");
 	/* RFC 4035 5.5: bogus data is not given out; remember the verdict briefly. */
-	cache_insert(u->cache, &f->q, msg, servfail_message(f, msg, sizeof msg), u->now_ms / 1000);
+	if (remember)
+		cache_insert(u->cache, &f->q, msg, servfail_message(f, msg, sizeof msg),
+			     u->now_ms / 1000);
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
 		deliver(u, w->worker, &w->req, reply_servfail(u, &w->req));
@@ -759,6 +777,7 @@ static void on_result(void *arg, int err, struct ub_result *result)
 {
 	struct flight *f = arg;
 	struct upstream *u = f->u;
+	bool current = f->ctx == u->ctx;
 
 	observe_latency(u, monotonic_ns() - f->asked_ns);
 	f->resolving = false;
@@ -766,14 +785,14 @@ static void on_result(void *arg, int err, struct ub_result *result)
 	f->ctx = NULL;
 	u->now_ms = monotonic_ms();
 	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
-		resolution_failed(u, f);
+		resolution_failed(u, f, current);
 	else if (result->bogus)
-		resolution_bogus(u, f, result->why_bogus);
+		resolution_bogus(u, f, result->why_bogus, current);
 	else if (result->rcode == DNS_R_SERVFAIL)
-		resolution_failed(u, f);
+		resolution_failed(u, f, current);
 	else
 		resolution_answered(u, f, result->answer_packet, (size_t)result->answer_len,
-				    result->secure);
+				    result->secure, current);
 	if (result)
 		ub_resolve_free(result);
 	maybe_free_flight(u, f);
@@ -826,7 +845,7 @@ static void handle_refresh(struct upstream *u, const struct upstream_request *r,
 	if (!f && !(f = new_flight(u, r, h)))
 		return;
 	if (!start_flight(u, f))
-		resolution_failed(u, f);
+		resolution_failed(u, f, true);
 	maybe_free_flight(u, f);
 }
 
@@ -857,7 +876,7 @@ static void handle_client(struct upstream *u, unsigned worker, const struct upst
 	}
 	add_waiter(u, f, worker, r);
 	if (!start_flight(u, f))
-		resolution_failed(u, f);
+		resolution_failed(u, f, true);
 	maybe_free_flight(u, f);
 }
 
@@ -955,10 +974,12 @@ static void delete_context(struct upstream *u, struct upstream_context *c)
 }
 
 /*
- * c is about to be deleted with queries still running: their flights are
- * asked again on the current context if anyone still waits, else dropped.
+ * c is about to be deleted with queries still running: their flights go.
+ * Nobody waits on them any more: only clients from before the switch
+ * joined them (find_flight), and their deadlines, at most c's timeout
+ * after the switch, have passed (expire_waiters runs first).
  */
-static void move_flights_off(struct upstream *u, struct upstream_context *c)
+static void drop_flights_on(struct upstream *u, struct upstream_context *c)
 {
 	for (size_t i = 0; i < FLIGHT_BUCKETS; i++) {
 		struct flight *f = u->flights[i];
@@ -968,8 +989,6 @@ static void move_flights_off(struct upstream *u, struct upstream_context *c)
 				f->resolving = false;
 				f->ctx = NULL;
 				c->outstanding--;
-				if (f->waiters && !start_resolving(u, f))
-					resolution_failed(u, f);
 				maybe_free_flight(u, f);
 			}
 			f = next;
@@ -987,7 +1006,7 @@ static void delete_finished_contexts(struct upstream *u)
 			continue;
 		}
 		if (c->outstanding > 0)
-			move_flights_off(u, c);
+			drop_flights_on(u, c);
 		*p = c->next;
 		delete_context(u, c);
 	}
