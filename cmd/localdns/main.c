@@ -288,7 +288,7 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 			log_error("poll failed; stopping", "error", strerror(errno));
 			sig = SIGTERM;
 		}
-		if (n > 0 && (fds[1].revents & POLLIN))
+		if (watch)
 			daemon_watch_process(watch);
 		if (n > 0 && (fds[0].revents & POLLIN))
 			sig = take_signal(sigfd, d);

@@ -111,7 +111,8 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
  * debounced (WATCH_QUIET_MS of quiet), then daemon_reload_if_changed runs,
  * so the several events of one update make one reload and events that
  * change no byte make none. daemon_watch_fd is one descriptor to poll;
- * daemon_watch_process handles what it reported (never blocks).
+ * daemon_watch_process handles what it reported (never blocks; call it at
+ * every wake-up, so the watches follow reloads made elsewhere too).
  */
 #define WATCH_QUIET_MS 200
 struct daemon_watch;

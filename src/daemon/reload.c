@@ -315,6 +315,16 @@ static unsigned also_needed(const struct config *next, unsigned parts)
 	return parts;
 }
 
+static bool same_file_list(const struct config *a, const struct config *b)
+{
+	if (a->n_files != b->n_files)
+		return false;
+	for (size_t i = 0; i < a->n_files; i++)
+		if (strcmp(a->files[i], b->files[i]) != 0)
+			return false;
+	return true;
+}
+
 /* Caller holds reload_lock. 0 applied (or nothing to apply), -1 with err. */
 static int reload_locked(struct daemon *d, char *err, size_t errlen)
 {
@@ -338,10 +348,13 @@ static int reload_locked(struct daemon *d, char *err, size_t errlen)
 		return 0;
 	}
 	log_info("configuration changed", "keys", c.live);
+	bool same_files = same_file_list(d->running, next);
 	if (apply(d, next, also_needed(next, c.parts), err, errlen) < 0) {
 		config_free(next);
 		return -1;
 	}
+	if (!same_files) /* else the watcher would take the new list for a change */
+		d->files_hash = daemon_files_hash(next);
 	log_info("reloaded", "config", d->config_path, "changed", c.live);
 	return 0;
 }

@@ -39,6 +39,7 @@ struct daemon_watch {
 	int timer_fd;            /* the quiet period */
 	int *wds;                /* the watches in place */
 	size_t n_wds;
+	uint_fast64_t armed_after; /* reloads_ok when they were set up */
 };
 
 /* The directory part of path, into out (PATH_MAX). */
@@ -82,6 +83,7 @@ static void arm(struct daemon_watch *w)
 
 	if (!files)
 		return;
+	w->armed_after = atomic_load(&w->d->reloads_ok);
 	wds = calloc(2 * n_files + 1, sizeof *wds);
 	for (size_t i = 0; wds && i < n_files; i++) {
 		dir_of(files[i], dir);
@@ -172,11 +174,13 @@ void daemon_watch_process(struct daemon_watch *w)
 		start_quiet_period(w); /* also forgets an expiry not read yet */
 		return;
 	}
-	if (!quiet_period_over(w))
-		return;
-	arm(w);
-	daemon_reload_if_changed(w->d, err, sizeof err);
-	arm(w); /* static.files may name other directories now */
+	if (quiet_period_over(w)) {
+		arm(w);
+		daemon_reload_if_changed(w->d, err, sizeof err);
+	}
+	/* After any reload (SIGHUP, `ctl reload` too) static.files may name other directories. */
+	if (atomic_load(&w->d->reloads_ok) != w->armed_after)
+		arm(w);
 }
 
 void daemon_watch_free(struct daemon_watch *w)

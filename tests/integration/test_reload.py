@@ -396,6 +396,28 @@ def test_edit_in_place_reloads_once_and_unchanged_bytes_do_not(env):
     stop_cleanly(d)
 
 
+def test_a_static_file_added_in_another_directory_is_watched_too(env):
+    cfg = env.config()
+    d = env.start(config=cfg)
+    os.mkdir(os.path.join(d.dir, "more"))
+    added = os.path.join(d.dir, "more", "added.yaml")
+    with open(added, "w") as f:
+        f.write(harness.static_file_yaml([{"name": "more.prod.svc.cluster.local",
+                                           "a": ["10.0.0.21"]}]))
+    cfg["static"]["files"].append("more/added.yaml")
+    write_config(d, cfg)
+    wait_log(d, "reloaded", 1)
+    assert a_records(d.udp("more.prod.svc.cluster.local")) == ["10.0.0.21"]
+    with open(added, "w") as f:
+        f.write(harness.static_file_yaml([{"name": "more.prod.svc.cluster.local",
+                                           "a": ["10.0.0.22"]}]))
+    wait_log(d, "reloaded", 2)
+    assert a_records(d.udp("more.prod.svc.cluster.local")) == ["10.0.0.22"]
+    time.sleep(0.5)
+    assert log_count(d, "configuration files changed; reloading") == 2, d.tail(20)
+    stop_cleanly(d)
+
+
 def test_sighup_reloads_and_restart_only_keys_are_named(env):
     cfg = env.config()
     d = env.start(config=cfg)
