@@ -937,7 +937,9 @@ static void expire_waiters(struct upstream *u)
 	while (u->fifo_head && u->fifo_head->deadline_ms <= u->now_ms) {
 		struct waiter *w = u->fifo_head;
 		bump(&u->n.timeouts);
-		atomic_store_explicit(&u->failing, true, memory_order_relaxed);
+		/* A query still running on a replaced context says nothing of the current one. */
+		if (!w->flight->resolving || w->flight->ctx == u->ctx)
+			atomic_store_explicit(&u->failing, true, memory_order_relaxed);
 		answer_failed(u, w->worker, &w->req);
 		remove_waiter(u, w);
 	}
