@@ -61,6 +61,9 @@ static const struct {
 	{"listen.udp_max_payload", PART_SOURCES},
 	{"static.", PART_SOURCES},
 	{"chaos.", PART_SOURCES},
+	{"cluster.autopath", PART_SOURCES},
+	/* Also where autopath reads the node's search domains. */
+	{"upstream.resolv_conf", PART_UPSTREAM | PART_SOURCES},
 	{"upstream.", PART_UPSTREAM},
 	/* They become forward zones, and send unsynced cluster names upstream. */
 	{"cluster.fallback_servers", PART_UPSTREAM | PART_SOURCES},
