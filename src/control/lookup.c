@@ -193,12 +193,15 @@ static size_t exchange_tcp(const struct exchange *x)
 	return got;
 }
 
-/* Ask the daemon's first served address; the reply's length, or 0 with err. */
+/* Ask the daemon's first served address (into server); the reply's length, or 0 with err. */
 static size_t ask_daemon(struct control *ctl, const uint8_t *query, size_t len,
-			 const struct config_ip **server, char *err, size_t errlen)
+			 struct config_ip *server, char *err, size_t errlen)
 {
-	const struct config *cfg = ctl->d->cfg;
-	uint64_t wait_ms = cfg->upstream.timeout_ms + LOOKUP_WAIT_EXTRA_MS;
+	uint16_t port;
+	uint64_t timeout_ms;
+
+	daemon_serving(ctl->d, server, &port, &timeout_ms); /* as reloads left it */
+	uint64_t wait_ms = timeout_ms + LOOKUP_WAIT_EXTRA_MS;
 	struct exchange x = {
 		.ctl = ctl,
 		.query = query,
@@ -208,14 +211,13 @@ static size_t ask_daemon(struct control *ctl, const uint8_t *query, size_t len,
 			       (int64_t)(wait_ms < LOOKUP_WAIT_MAX_MS ? wait_ms : LOOKUP_WAIT_MAX_MS),
 	};
 
-	*server = config_served_address(cfg, 0);
-	x.addr_len = config_ip_sockaddr(*server, cfg->listen.port, &x.addr);
+	x.addr_len = config_ip_sockaddr(server, port, &x.addr);
 	size_t n = exchange_udp(&x);
 	if (n > 0 && (ctl->answer[2] & (DNS_F_TC >> 8)))
 		n = exchange_tcp(&x);
 	if (n == 0)
-		snprintf(err, errlen, "no answer from localdns on %s port %u in time", (*server)->text,
-			 cfg->listen.port);
+		snprintf(err, errlen, "no answer from localdns on %s port %u in time", server->text,
+			 port);
 	return n;
 }
 
@@ -255,6 +257,7 @@ void control_lookup(struct control *ctl, struct conn *c, const char *name, const
 	uint8_t *query = NULL;
 	size_t query_len = 0;
 	struct query_ctx ctx;
+	struct config_ip served;
 	const struct config_ip *server = NULL;
 	ldns_pkt *q = build_query(name, type, err, sizeof err);
 
@@ -270,8 +273,10 @@ void control_lookup(struct control *ctl, struct conn *c, const char *name, const
 	}
 	int64_t start = monotonic_ms();
 	size_t len = answer_here(ctl, query, query_len, &ctx);
-	if (len == 0 && ctx.upstream == QUERY_UPSTREAM_ASK)
-		len = ask_daemon(ctl, query, query_len, &server, err, sizeof err);
+	if (len == 0 && ctx.upstream == QUERY_UPSTREAM_ASK) {
+		len = ask_daemon(ctl, query, query_len, &served, err, sizeof err);
+		server = &served;
+	}
 	else if (len == 0)
 		snprintf(err, sizeof err, "the query was dropped");
 	free(query);

@@ -45,6 +45,16 @@ void daemon_reload_stats(const struct daemon *d, struct daemon_reload_stats *out
 	out->last_ok_ms = atomic_load(&d->last_reload_ok_ms);
 }
 
+void daemon_serving(struct daemon *d, struct config_ip *ip, uint16_t *port,
+		    uint64_t *upstream_timeout_ms)
+{
+	pthread_mutex_lock(&d->reload_lock);
+	*ip = *config_served_address(d->running, 0);
+	*port = d->running->listen.port;
+	*upstream_timeout_ms = d->running->upstream.timeout_ms;
+	pthread_mutex_unlock(&d->reload_lock);
+}
+
 bool daemon_ready(const struct daemon *d, char *why, size_t whylen)
 {
 	struct kube_status ks;

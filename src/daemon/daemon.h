@@ -88,6 +88,13 @@ int daemon_reload_if_changed(struct daemon *d, char *err, size_t errlen);
 void daemon_reload_stats(const struct daemon *d, struct daemon_reload_stats *out);
 
 /*
+ * Where the daemon serves now, as reloads left it (any thread): its first
+ * served address and its port, and upstream.timeout. Copies.
+ */
+void daemon_serving(struct daemon *d, struct config_ip *ip, uint16_t *port,
+		    uint64_t *upstream_timeout_ms);
+
+/*
  * Ready to take traffic: sockets bound, cluster names answerable (the first
  * sync done, or cluster.fallback_servers set, or no Kubernetes at all) and
  * the node integration applied. false with the reason in why.
