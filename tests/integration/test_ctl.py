@@ -297,7 +297,8 @@ def test_reload_applies_a_good_file_and_keeps_serving_on_a_bad_one(env):
     source, answer, _ = lookup(env, d, "new.prod.svc.cluster.local")
     assert source == "static" and rdatas(answer, "A") == ["10.0.0.77"], answer
     s = stats(env, d)
-    assert s["reloads_ok"] == 1 and abs(s["reload_last_success_time"] - time.time()) < 60, s
+    # >= 1: the config file watcher may have reloaded the new file as well.
+    assert s["reloads_ok"] >= 1 and abs(s["reload_last_success_time"] - time.time()) < 60, s
 
     text = harness.to_yaml(cfg).replace("workers: 2", "workers: lots")
     with open(d.config_path, "w") as f:
@@ -309,7 +310,7 @@ def test_reload_applies_a_good_file_and_keeps_serving_on_a_bad_one(env):
                      p.stderr), p.stderr
     assert d.udp("new.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
     assert lookup(env, d, "new.prod.svc.cluster.local")[0] == "static"
-    assert stats(env, d)["reloads_failed"] == 1
+    assert stats(env, d)["reloads_failed"] >= 1
 
 
 # ------------------------------------------------------ the socket's life

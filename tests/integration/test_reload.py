@@ -21,6 +21,7 @@ import time
 import authority
 import dnsmsg
 import harness
+import test_ctl
 import test_node
 
 NAME = "db.prod.svc.cluster.local"        # a standard static record
@@ -439,6 +440,23 @@ def test_sighup_reloads_and_restart_only_keys_are_named(env):
     wait_log(d, "reloading configuration", 2)
     wait_log(d, "changed keys only apply at a restart; ignored until then", 2)
     stop_cleanly(d)
+
+
+def test_ctl_reload_and_lookup_follow_the_new_addresses(env):
+    with authority.Authority({"swap.example.": swap_zone("192.0.2.1")}) as a:
+        port = harness.free_port(("127.0.0.1", EXTRA))
+        d = test_ctl.start(env, port=port, upstream={"servers": [a.addr], "timeout": "2s"})
+        cfg = harness.deep_merge(d.config, {})
+        cfg["listen"]["addresses"] = [EXTRA]       # 127.0.0.1, the first address, goes
+        write_config(d, cfg)
+        wait_log(d, "reloaded", 1)
+        assert test_ctl.ok(env, d, "reload") == "reloaded %s\n" % d.config_path
+        # A miss is asked of the daemon where it serves now.
+        source, answer, out = test_ctl.lookup(env, d, "ctl.swap.example")
+        assert source == "upstream" and test_ctl.rdatas(answer, "A") == ["192.0.2.1"], out
+        assert ";; SERVER: %s" % EXTRA in out, out
+        assert no_udp_answer("127.0.0.1", port)
+        stop_cleanly(d)
 
 
 def test_node_reload_adds_and_removes_an_address_on_lo_and_in_nftables(env):
