@@ -53,6 +53,9 @@ def collect(pattern):
         modname = os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_file_location(modname, path)
         mod = importlib.util.module_from_spec(spec)
+        # Registered first, so a test file that imports another (test_reload
+        # uses test_node's namespaces) shares its module, counters included.
+        sys.modules[modname] = mod
         spec.loader.exec_module(mod)
         fns = [v for k, v in vars(mod).items()
                if k.startswith("test_") and callable(v)
