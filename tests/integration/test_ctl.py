@@ -251,8 +251,12 @@ def test_dump_cache_lists_entries_and_flush_all_empties_it(env):
         assert ("www.site.example.", "A", "do") in by_key, entries
         nx = by_key[("nothere.site.example.", "AAAA", "-")]
         assert nx[4] == "NXDOMAIN" and 0 < int(nx[5][4:]) <= 30, nx
-        assert "c1.site.example.\t120\tIN\tCNAME\tc2.site.example." in records, records
-        assert "www.site.example.\t120\tIN\tA\t192.0.2.1" in records, records
+        # TTLs may have aged by a second since the answers were cached
+        aged = r"\t1(19|20)\tIN\t"
+        assert any(re.fullmatch(r"c1\.site\.example\." + aged + r"CNAME\tc2\.site\.example\.", r)
+                   for r in records), records
+        assert any(re.fullmatch(r"www\.site\.example\." + aged + r"A\t192\.0\.2\.1", r)
+                   for r in records), records
         assert any("\tSOA\t" in r for r in records), records
         assert ok(env, d, "flush") == "flushed every entry\n"
         assert dump(env, d) == ([], [])

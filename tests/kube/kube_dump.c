@@ -46,19 +46,23 @@ static void on_upsert(void *ctx, enum kube_resource r, struct json_object *obj)
 		if (json_object_object_get_ex(meta, "resourceVersion", &v))
 			rv = json_object_get_string(v);
 	}
+	flockfile(stdout); /* one whole line: the main thread prints status lines */
 	printf("upsert %s ", kube_resource_name(r));
 	print_key(ns, name);
 	printf(" rv=%s\n", rv);
 	fflush(stdout);
+	funlockfile(stdout);
 }
 
 static void on_remove(void *ctx, enum kube_resource r, const char *ns, const char *name)
 {
 	(void)ctx;
+	flockfile(stdout);
 	printf("remove %s ", kube_resource_name(r));
 	print_key(ns, name);
 	printf("\n");
 	fflush(stdout);
+	funlockfile(stdout);
 }
 
 static void on_commit(void *ctx)
@@ -80,6 +84,7 @@ static void print_status(const struct kube_client *k)
 	struct kube_status st;
 
 	kube_status(k, &st);
+	flockfile(stdout); /* the client's thread prints handler lines meanwhile */
 	printf("status synced=%d errors=%llu contact=%d", st.synced, (unsigned long long)st.errors,
 	       st.last_contact_ms > 0);
 	for (int r = 0; r < KUBE_N_RESOURCES; r++)
@@ -88,6 +93,7 @@ static void print_status(const struct kube_client *k)
 		       (unsigned long long)st.objects[r]);
 	printf("\n");
 	fflush(stdout);
+	funlockfile(stdout);
 }
 
 int main(int argc, char **argv)
