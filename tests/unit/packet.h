@@ -44,4 +44,28 @@ static inline void put_raw(struct pkt *p, const void *data, size_t n)
 	p->len += n;
 }
 
+/* Dotted text to wire form, letter case kept ("." or "" is the root). */
+static inline size_t text_to_wire(const char *text, uint8_t *out)
+{
+	size_t n = 0;
+
+	while (*text) {
+		size_t label = strcspn(text, ".");
+		out[n++] = (uint8_t)label;
+		memcpy(out + n, text, label);
+		n += label;
+		text += label;
+		if (*text == '.')
+			text++;
+	}
+	out[n++] = 0;
+	return n;
+}
+
+static inline void put_name(struct pkt *p, const char *text)
+{
+	uint8_t wire[1024];
+	put_raw(p, wire, text_to_wire(text, wire));
+}
+
 #endif

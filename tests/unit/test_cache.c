@@ -55,30 +55,6 @@ static enum cache_result cache_answer(struct cache *c, const struct dns_query *q
 	return r;
 }
 
-/* Dotted text to wire form, letter case kept. */
-static size_t text_to_wire(const char *text, uint8_t *out)
-{
-	size_t n = 0;
-
-	while (*text) {
-		size_t label = strcspn(text, ".");
-		out[n++] = (uint8_t)label;
-		memcpy(out + n, text, label);
-		n += label;
-		text += label;
-		if (*text == '.')
-			text++;
-	}
-	out[n++] = 0;
-	return n;
-}
-
-static void put_name(struct pkt *p, const char *text)
-{
-	uint8_t wire[1024];
-	put_raw(p, wire, text_to_wire(text, wire));
-}
-
 static uint16_t rd16(const uint8_t *p)
 {
 	return (uint16_t)((p[0] << 8) | p[1]);

@@ -17,30 +17,6 @@
 
 #include "packet.h"
 
-/* Dotted text to wire form, letter case kept ("." or "" is the root). */
-static size_t text_to_wire(const char *text, uint8_t *out)
-{
-	size_t n = 0;
-
-	while (*text) {
-		size_t label = strcspn(text, ".");
-		out[n++] = (uint8_t)label;
-		memcpy(out + n, text, label);
-		n += label;
-		text += label;
-		if (*text == '.')
-			text++;
-	}
-	out[n++] = 0;
-	return n;
-}
-
-static void put_name(struct pkt *p, const char *text)
-{
-	uint8_t wire[1024];
-	put_raw(p, wire, text_to_wire(text, wire));
-}
-
 static void put_header(struct pkt *p, uint16_t id, uint16_t flags, uint16_t qd,
 		       uint16_t an, uint16_t ns, uint16_t ar)
 {
