@@ -395,13 +395,13 @@ static int serve(const char *path)
 	daemon.node = node;
 	/* Last: a bad health or metrics address stops everything started so far. */
 	http = http_start(&daemon, err, sizeof err);
-	if (!http)
-		log_error("cannot start", "error", err);
-	if (http && control_start(control, &daemon, err, sizeof err) < 0)
-		log_error("no control socket; serving without it", "error", err);
 	if (http) {
+		if (control_start(control, &daemon, err, sizeof err) < 0)
+			log_error("no control socket; serving without it", "error", err);
 		sig = serve_until_stopped(sigfd, &daemon);
 		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	} else {
+		log_error("cannot start", "error", err);
 	}
 	close(sigfd);
 	control_stop(control);
