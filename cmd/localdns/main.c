@@ -48,6 +48,7 @@
 #include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
+#include "util/clock.h"
 
 static const char usage_text[] =
 	"usage: localdns --config FILE\n"
@@ -222,19 +223,11 @@ static void follow_cluster_dns(const struct config *cfg, struct cluster *cluster
 #define STALE_AFTER_MS 30000   /* no word from the API this long: say so */
 #define STALE_REPEAT_MS 60000  /* and again this often while it lasts */
 
-static int64_t realtime_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* After a sync, an API outage keeps the last good data: the log says how old it is. */
 static void report_staleness(const struct kube_client *kube, int64_t *last_report_ms)
 {
 	struct kube_status st;
-	int64_t now = realtime_ms();
+	int64_t now = wall_ms();
 	char age[24];
 
 	if (!kube)

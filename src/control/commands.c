@@ -17,6 +17,7 @@
 #include "node/node.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
+#include "util/clock.h"
 
 /* ---- stats -------------------------------------------------------------- */
 
@@ -236,16 +237,14 @@ static int dump_entry(const struct cache_entry_info *e, void *arg)
 static void cmd_dump_cache(struct control *ctl, struct conn *c, int argc, char **argv)
 {
 	struct dump dump = {.c = c, .records = argc > 1};
-	struct timespec now;
 
 	if (argc > 1 && strcmp(argv[1], "--records") != 0) {
 		reply_usage(c, "dump-cache [--records]");
 		return;
 	}
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
 	reply_ok(c);
 	/* A failure after "ok" has gone out can only cut the reply short. */
-	if (cache_walk(ctl->d->cache, (uint64_t)now.tv_sec, dump_entry, &dump) < 0) {
+	if (cache_walk(ctl->d->cache, cache_clock_seconds(), dump_entry, &dump) < 0) {
 		log_error("dump-cache: out of memory");
 		c->failed = true;
 	}

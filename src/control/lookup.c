@@ -33,18 +33,11 @@
 #include <urcu/urcu-memb.h>
 
 #include "upstream/upstream.h"
+#include "util/clock.h"
 
 #define LOOKUP_EDNS_PAYLOAD 1232
 #define LOOKUP_WAIT_EXTRA_MS 1000   /* beyond upstream.timeout: the daemon answers by then */
 #define LOOKUP_WAIT_MAX_MS 30000
-
-static int64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The query a client would send: RD, EDNS. NULL with err set. */
 static ldns_pkt *build_query(const char *name, const char *type_text, char *err, size_t errlen)
@@ -74,13 +67,10 @@ static ldns_pkt *build_query(const char *name, const char *type_text, char *err,
 static size_t answer_here(struct control *ctl, const uint8_t *query, size_t len,
 			  struct query_ctx *ctx)
 {
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &now); /* the workers' cache clock */
 	*ctx = (struct query_ctx){
 		.transport = QUERY_TCP,
 		.stats = &ctl->lookup_stats,
-		.now = (uint64_t)now.tv_sec,
+		.now = cache_clock_seconds(),
 		.serve_stale = upstream_failing(ctl->d->upstream),
 		.request = &ctl->request,
 	};

@@ -15,6 +15,8 @@
 #include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
+#include "util/clock.h"
+#include "util/hash.h"
 
 #define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
 #define KUBE_STUCK_MS 30000  /* the Kubernetes thread may parse and apply a big page in one turn */
@@ -78,14 +80,6 @@ bool daemon_ready(const struct daemon *d, char *why, size_t whylen)
 	return true;
 }
 
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Has a loop whose last turn was at beat (ms) been silent for over limit? */
 static bool stuck(const char *loop, uint64_t beat, uint64_t limit, char *why, size_t whylen)
 {
@@ -123,15 +117,6 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 
 /* ---- the files behind the running config ---------------------------------------- */
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
-{
-	const unsigned char *p = data;
-
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
-	return h;
-}
-
 static uint64_t hash_file(uint64_t h, const char *path)
 {
 	char buf[8192];
@@ -152,7 +137,7 @@ static uint64_t hash_file(uint64_t h, const char *path)
 
 uint64_t daemon_files_hash(const struct config *cfg)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = FNV1A_SEED;
 
 	for (size_t i = 0; i < cfg->n_files; i++)
 		h = hash_file(h, cfg->files[i]);

@@ -36,6 +36,7 @@
 #include "querylog/querylog.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
+#include "util/clock.h"
 
 /* What a reload has to redo. */
 enum part {
@@ -172,15 +173,6 @@ static void log_upstream(const struct config *cfg)
 		 "fallback_servers", cfg->cluster.n_fallback_servers ? "yes" : "none");
 }
 
-/* The cache's clock: whole seconds, monotonic, as the workers and the resolver count. */
-static uint64_t cache_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec;
-}
-
 static void apply_cache(struct cache *cache, const struct config *cfg)
 {
 	struct cache_config cc;
@@ -189,7 +181,7 @@ static void apply_cache(struct cache *cache, const struct config *cfg)
 
 	upstream_cache_config(cfg, &cc);
 	cache_stats(cache, &before);
-	cache_configure(cache, &cc, cache_now());
+	cache_configure(cache, &cc, cache_clock_seconds());
 	cache_stats(cache, &after);
 	snprintf(size, sizeof size, "%llu", (unsigned long long)after.max_bytes);
 	snprintf(was, sizeof was, "%llu", (unsigned long long)before.max_bytes);
@@ -360,14 +352,6 @@ static int reload_locked(struct daemon *d, char *err, size_t errlen)
 		d->files_hash = daemon_files_hash(next);
 	log_info("reloaded", "config", d->config_path, "changed", c.live);
 	return 0;
-}
-
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int count(struct daemon *d, int rc, const char *err)

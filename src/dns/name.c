@@ -5,6 +5,7 @@
  * byte further than the buffer it sits in.
  */
 #include "dns/dns.h"
+#include "util/hash.h"
 
 #include <string.h>
 
@@ -137,13 +138,7 @@ int dns_name_to_text(const uint8_t *name, char *out, size_t outlen)
 
 uint64_t dns_name_hash(const uint8_t *name, size_t len)
 {
-	uint64_t h = 0xcbf29ce484222325ULL; /* short keys, good spread, no tables */
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= name[i];
-		h *= 0x100000001b3ULL;
-	}
-	return h;
+	return fnv1a(FNV1A_SEED, name, len);
 }
 
 size_t dns_name_len(const uint8_t *name)

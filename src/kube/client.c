@@ -51,6 +51,7 @@
 
 #include "kube/internal.h"
 #include "log/log.h"
+#include "util/clock.h"
 
 /*
  * Objects per LIST page: client-go's 500, except for EndpointSlices, which
@@ -151,14 +152,6 @@ const char *kube_resource_name(enum kube_resource r)
 }
 
 /* ---- clocks, randomness, status ------------------------------------------- */
-
-static int64_t clock_ms(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int64_t now_ms(void)
 {

@@ -8,6 +8,7 @@
  * the consumer's. 100,000 keys cost about 100 bytes each.
  */
 #include "kube/internal.h"
+#include "util/hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,17 +21,12 @@ struct kube_key {
 	char key[];
 };
 
-/* FNV-1a over ns, '/', name. */
 static uint64_t key_hash(const char *ns, const char *name)
 {
-	uint64_t h = 14695981039346656037ull;
+	uint64_t h = fnv1a(FNV1A_SEED, ns, strlen(ns));
 
-	for (const char *p = ns; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	h = (h ^ '/') * 1099511628211ull;
-	for (const char *p = name; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	return h;
+	h = fnv1a_byte(h, '/');
+	return fnv1a(h, name, strlen(name));
 }
 
 static bool key_equal(const struct kube_key *k, const char *ns, size_t ns_len, const char *name)

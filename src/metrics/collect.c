@@ -29,6 +29,7 @@
 #include "server/server.h"
 #include "querylog/querylog.h"
 #include "upstream/upstream.h"
+#include "util/clock.h"
 
 #define N_RCODES 7 /* NOERROR .. REFUSED, then everything else */
 
@@ -57,14 +58,6 @@ static void by_label(struct metrics_text *t, const char *name, const char *type,
 static double seconds_of_ms(int64_t ms)
 {
 	return (double)ms / 1000.0;
-}
-
-static int64_t realtime_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- queries ----------------------------------------------------------------- */
@@ -185,7 +178,7 @@ static void collect_kubernetes(struct metrics_text *t, const struct kube_client 
 	const char *resources[KUBE_N_RESOURCES];
 	struct kube_status ks;
 	struct cluster_stats cs;
-	int64_t now = realtime_ms();
+	int64_t now = wall_ms();
 
 	kube_status(k, &ks);
 	cluster_stats(c, &cs);

@@ -2,6 +2,7 @@
  * nft/plan.c — see plan.h for the table and why it looks like this.
  */
 #include "nft/plan.h"
+#include "util/hash.h"
 
 #include <netinet/in.h>
 #include <stdio.h>
@@ -101,19 +102,10 @@ static void add_rules(struct nft_plan *p, int family)
 	}
 }
 
-/* FNV-1a: a change of anything we install changes the comment on every rule. */
-static uint32_t fnv1a(uint32_t h, const char *s, size_t len)
-{
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
+/* A change of anything we install changes the comment on every rule. */
 static void fingerprint(struct nft_plan *p)
 {
-	uint32_t h = 2166136261u;
+	uint64_t h = FNV1A_SEED;
 	char port[8];
 
 	h = fnv1a(h, p->table, strlen(p->table) + 1);
@@ -126,7 +118,7 @@ static void fingerprint(struct nft_plan *p)
 		for (size_t j = 0; j < s->n_ips; j++)
 			h = fnv1a(h, s->ips[j]->text, strlen(s->ips[j]->text) + 1);
 	}
-	snprintf(p->comment, sizeof p->comment, "localdns %08x", h);
+	snprintf(p->comment, sizeof p->comment, "localdns %08x", (uint32_t)(h ^ (h >> 32)));
 }
 
 int nft_plan_build(struct nft_plan *p, const struct config *cfg,

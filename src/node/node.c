@@ -31,6 +31,7 @@
 #include "log/log.h"
 #include "netlink/iface.h"
 #include "nft/plan.h"
+#include "util/clock.h"
 
 #define MIN_REBUILD_GAP_MS 200
 
@@ -45,14 +46,6 @@ struct node {
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static void repair_link(struct node *node)
 {
@@ -94,7 +87,7 @@ static void repair_table(struct node *node)
 }
 
 
-/* Deadlines of the monitor loop, in now_ms() time. */
+/* Deadlines of the monitor loop, in (uint64_t)monotonic_ms() time. */
 struct schedule {
 	uint64_t heartbeat;
 	uint64_t reassert;
@@ -164,7 +157,7 @@ static void on_timers(struct node *node, struct schedule *s, uint64_t now)
 static void *monitor(void *arg)
 {
 	struct node *node = arg;
-	uint64_t now = now_ms();
+	uint64_t now = (uint64_t)monotonic_ms();
 	struct schedule s = {
 		.heartbeat = now,
 		.reassert = now + node->cfg->nftables.reassert_interval_ms,
@@ -183,7 +176,7 @@ static void *monitor(void *arg)
 		}
 		if (fds[0].revents & POLLIN)
 			break;
-		now = now_ms();
+		now = (uint64_t)monotonic_ms();
 		pthread_mutex_lock(&node->lock);
 		if (ready > 0)
 			on_events(node, fds, &s, now);

@@ -31,6 +31,7 @@
 
 #include "dns/dns.h"
 #include "log/log.h"
+#include "util/clock.h"
 
 #define DRAIN_MS 100
 #define DROP_REPORT_MS 10000
@@ -218,14 +219,6 @@ static void report_drops(void)
 	log_warn("query log records dropped: the log thread fell behind (see log.query_buffer)",
 		 "dropped", since, "dropped_total", all);
 	ql.reported_drops = total;
-}
-
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void *log_thread(void *arg)

@@ -21,15 +21,13 @@
 #include <unistd.h>
 
 #include "log/log.h"
+#include "util/clock.h"
 
 #define TCP_BACKLOG 1024
 
 uint64_t server_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return (uint64_t)coarse_ms();
 }
 
 /* Bursts must not be dropped: ask for a big buffer, forcing past rmem_max if allowed. */

@@ -79,6 +79,8 @@
 #include "log/log.h"
 #include "querylog/querylog.h"
 #include "upstream/internal.h"
+#include "util/clock.h"
+#include "util/hash.h"
 
 /* A burst of misses must fit while the resolver thread waits for a core;
  * ring slots cost memory only once used. */
@@ -205,14 +207,6 @@ struct upstream {
 
 	struct counters n;
 };
-
-static uint64_t monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static uint64_t monotonic_ns(void)
 {
@@ -480,14 +474,12 @@ static void answer_with(struct upstream *u, unsigned worker, const struct upstre
 
 static uint64_t question_hash(const struct dns_query *q)
 {
-	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+	uint64_t h = fnv1a(FNV1A_SEED, q->qname, q->qname_len);
 
-	for (size_t i = 0; i < q->qname_len; i++)
-		h = (h ^ q->qname[i]) * 0x100000001b3ull;
-	h = (h ^ q->qtype) * 0x100000001b3ull;
-	h = (h ^ q->qclass) * 0x100000001b3ull;
-	h = (h ^ (uint64_t)(q->edns_do ? 1 : 0)) * 0x100000001b3ull;
-	return (h ^ (uint64_t)(q->flags & DNS_F_CD)) * 0x100000001b3ull;
+	h = fnv1a(h, &q->qtype, sizeof q->qtype);
+	h = fnv1a(h, &q->qclass, sizeof q->qclass);
+	h = fnv1a_byte(h, q->edns_do);
+	return fnv1a_byte(h, (q->flags & DNS_F_CD) != 0);
 }
 
 static bool same_question(const struct dns_query *a, const struct dns_query *b)
@@ -783,7 +775,7 @@ static void on_result(void *arg, int err, struct ub_result *result)
 	f->resolving = false;
 	f->ctx->outstanding--;
 	f->ctx = NULL;
-	u->now_ms = monotonic_ms();
+	u->now_ms = (uint64_t)coarse_ms();
 	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
 		resolution_failed(u, f, current);
 	else if (result->bogus)
@@ -1068,13 +1060,13 @@ static void *resolver_main(void *arg)
 {
 	struct upstream *u = arg;
 	struct epoll_event events[8];
-	uint64_t last_sweep = monotonic_ms();
+	uint64_t last_sweep = (uint64_t)coarse_ms();
 	bool stop = false;
 
 	urcu_memb_register_thread();
 	while (!stop) {
 		int n = epoll_wait(u->epfd, events, 8, wait_ms(u));
-		u->now_ms = monotonic_ms();
+		u->now_ms = (uint64_t)coarse_ms();
 		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
 		for (int i = 0; i < n; i++) {
 			const enum source *src = events[i].data.ptr;
@@ -1095,7 +1087,7 @@ static void *resolver_main(void *arg)
 		}
 		if (stop)
 			break;
-		u->now_ms = monotonic_ms();
+		u->now_ms = (uint64_t)coarse_ms();
 		expire_waiters(u);
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
@@ -1266,7 +1258,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;
 	}
-	atomic_init(&u->heartbeat_ms, monotonic_ms()); /* alive before it is scheduled */
+	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
 	u->accepting = true;
 	rc = pthread_create(&u->thread, NULL, resolver_main, u);
 	if (rc != 0) {
