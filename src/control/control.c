@@ -390,6 +390,7 @@ int control_start(struct control *ctl, struct daemon *d, char *err, size_t errle
 		ctl->listen_fd = -1;
 		return -1;
 	}
+	pthread_setname_np(ctl->thread, "control");
 	ctl->started = true;
 	log_info("control socket ready", "path", ctl->path);
 	return 0;

@@ -11,6 +11,7 @@
 
 #include "kube/kube.h"
 #include "log/log.h"
+#include "node/node.h"
 #include "query/query.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
@@ -104,6 +105,9 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 	}
 	if (stuck("the resolver thread", upstream_heartbeat_ms(d->upstream), LOOP_STUCK_MS, why,
 		  whylen))
+		return false;
+	if (node_heartbeat_ms(d->node) &&
+	    stuck("the node monitor", node_heartbeat_ms(d->node), LOOP_STUCK_MS, why, whylen))
 		return false;
 	if (d->kube) {
 		kube_status(d->kube, &ks);

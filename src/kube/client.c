@@ -948,6 +948,7 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 		free_client(k);
 		return -1;
 	}
+	pthread_setname_np(k->thread, "kubernetes");
 	*out = k;
 	return 0;
 }

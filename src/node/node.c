@@ -34,6 +34,7 @@
 #include "util/clock.h"
 
 #define MIN_REBUILD_GAP_MS 200
+#define IDLE_TURN_MS 1000 /* an idle loop still turns: /health watches it */
 
 struct node {
 	pthread_mutex_t lock;   /* cfg, iface: the monitor, reloads, the kube watch */
@@ -43,6 +44,7 @@ struct node {
 	int stop_fd;
 	pthread_t thread;
 	bool running;
+	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
 };
@@ -97,7 +99,10 @@ struct schedule {
 
 static int poll_timeout(const struct node *node, const struct schedule *s, uint64_t now)
 {
-	uint64_t next = s->reassert;
+	uint64_t next = now + IDLE_TURN_MS;
+
+	if (s->reassert < next)
+		next = s->reassert;
 
 	if (node->nft && s->heartbeat < next)
 		next = s->heartbeat;
@@ -177,6 +182,7 @@ static void *monitor(void *arg)
 		if (fds[0].revents & POLLIN)
 			break;
 		now = (uint64_t)monotonic_ms();
+		atomic_store(&node->heartbeat_ms, now);
 		pthread_mutex_lock(&node->lock);
 		if (ready > 0)
 			on_events(node, fds, &s, now);
@@ -240,11 +246,13 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen)
 		goto fail;
 	}
 	if (node->iface || node->nft) {
+		atomic_init(&node->heartbeat_ms, (uint64_t)monotonic_ms()); /* alive before it runs */
 		int rc = pthread_create(&node->thread, NULL, monitor, node);
 		if (rc != 0) {
 			snprintf(err, errlen, "cannot start the node monitor: %s", strerror(rc));
 			goto fail;
 		}
+		pthread_setname_np(node->thread, "node");
 		node->running = true;
 	}
 	return node;
@@ -374,6 +382,11 @@ void node_drop_addresses(struct node *node, const struct config *prev)
 	if (node->iface && iface_drop(node->iface, prev, err, sizeof err) < 0)
 		log_error("cannot remove an address that is no longer served", "error", err);
 	pthread_mutex_unlock(&node->lock);
+}
+
+uint64_t node_heartbeat_ms(struct node *node)
+{
+	return node && node->running ? atomic_load(&node->heartbeat_ms) : 0;
 }
 
 void node_stats(struct node *node, struct node_stats *out)

@@ -81,6 +81,10 @@ void node_drop_addresses(struct node *node, const struct config *prev);
 
 void node_stats(struct node *node, struct node_stats *out);
 
+/* The monotonic ms of the monitor loop's last turn (it turns at least once a
+ * second); 0 when there is no monitor thread. Any thread. */
+uint64_t node_heartbeat_ms(struct node *node);
+
 /*
  * `localdns cleanup`: remove the table and, with interface.manage, the link
  * (or our addresses on lo) that cfg describes, whatever their state.

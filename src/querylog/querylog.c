@@ -301,6 +301,7 @@ int querylog_start(const struct config *cfg, unsigned n_workers, char *err, size
 		errno = rc;
 		goto fail;
 	}
+	pthread_setname_np(ql.thread, "querylog");
 	if (cfg->log.queries > 0) {
 		char every[16], buffer[16];
 		snprintf(every, sizeof every, "%u", cfg->log.queries);

@@ -373,6 +373,16 @@ static void free_server(struct server *s)
 	free(s);
 }
 
+/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
+static void name_worker(pthread_t thread, unsigned index)
+{
+	char name[24];
+
+	snprintf(name, sizeof name, "worker/%u", index);
+	name[15] = '\0'; /* the kernel's limit */
+	pthread_setname_np(thread, name);
+}
+
 struct server *server_start(const struct config *cfg, struct upstream *upstream,
 			    char *err, size_t errlen)
 {
@@ -411,6 +421,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 			snprintf(err, errlen, "cannot start worker: %s", strerror(rc));
 			goto fail;
 		}
+		name_worker(s->workers[started]->thread, started);
 	}
 	return s;
 fail:

@@ -1266,6 +1266,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		snprintf(err, errlen, "cannot start the resolver thread: %s", strerror(rc));
 		goto fail;
 	}
+	pthread_setname_np(u->thread, "resolver");
 	u->running = true;
 	log_resolving(cfg);
 	return u;

@@ -15,6 +15,7 @@ text output into a ToolReply; dnsmsg has the raw-socket side.
 """
 
 import copy
+import ctypes
 import json
 import os
 import re
@@ -271,6 +272,43 @@ def free_port(hosts=("127.0.0.1",)):
             for s in socks:
                 s.close()
     raise RuntimeError("no free port found")
+
+
+# ------------------------------------------------------- stopping a thread
+
+class StoppedThread:
+    """Holds one thread of another process stopped (PTRACE_SEIZE +
+    PTRACE_INTERRUPT stop that thread alone, not its process) until exit."""
+
+    PTRACE_SEIZE, PTRACE_INTERRUPT, PTRACE_DETACH = 0x4206, 0x4207, 17
+    WALL = 0x40000000
+
+    def __init__(self, tid):
+        self.tid = tid
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        self.libc.ptrace.restype = ctypes.c_long
+
+    def _ptrace(self, request):
+        if self.libc.ptrace(request, self.tid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), "ptrace %#x of thread %d" % (request, self.tid))
+
+    def __enter__(self):
+        self._ptrace(self.PTRACE_SEIZE)
+        self._ptrace(self.PTRACE_INTERRUPT)
+        os.waitpid(self.tid, self.WALL)
+        return self
+
+    def __exit__(self, *exc):
+        self._ptrace(self.PTRACE_DETACH)
+
+
+def thread_id(pid, name):
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+            if f.read().strip() == name:
+                return int(tid)
+    raise AssertionError("no thread named %r in process %d" % (name, pid))
 
 
 # ------------------------------------------------------------- the daemon

@@ -3,7 +3,8 @@ metrics.listen): /health and /ready answers, /ready held at 503 until the
 first Kubernetes sync (the fake API server forbids Services, then allows
 them), /metrics counting queries by protocol, qtype, rcode and answer source
 (static, cache, upstream through NSD, stale during an outage), the
-upstream latency histogram, the Kubernetes figures, `promtool check
+upstream latency histogram, /health failing while one thread is held
+stopped (ptrace) and recovering when it runs again, the Kubernetes figures, `promtool check
 metrics` on real scrapes, one server for both keys or one each, 404/405,
 and start-up failing on an address in use or not on this machine."""
 
@@ -158,6 +159,31 @@ def test_only_metrics_when_health_is_off(env):
 
 
 # ---------------------------------------------------------------- counting
+
+def test_health_fails_while_a_loop_is_stuck_and_recovers(env):
+    # A loop that has not turned for 5 s fails /health, so kubelet restarts a
+    # wedged daemon; /ready and the other threads are not affected.
+    d, port, _ = with_http(env)
+    assert status_body(port, "/health") == (200, "ok\n")
+    for thread, says in (("resolver", "the resolver thread has not gone round its loop"),
+                         ("worker/0", "worker 0 has not gone round its loop")):
+        with harness.StoppedThread(harness.thread_id(d.proc.pid, thread)):
+            wait_until(lambda: request(port, "/health")[0] == 503,
+                       "503 with %s stopped" % thread, timeout=10)
+            status, body = status_body(port, "/health")
+            assert status == 503 and says in body, (status, body)
+            assert status_body(port, "/ready") == (200, "ready\n")
+            if thread == "resolver":  # the workers still answer local names
+                m = d.udp("db.prod.svc.cluster.local", "A")
+                assert m.rcode_name == "NOERROR" and m.answer, m.describe()
+        wait_until(lambda: request(port, "/health")[0] == 200,
+                   "200 once %s runs again" % thread, timeout=5)
+    m = d.udp("db.prod.svc.cluster.local", "A")
+    assert m.rcode_name == "NOERROR" and m.answer, m.describe()
+
+
+test_health_fails_while_a_loop_is_stuck_and_recovers.timeout = 40
+
 
 def test_metrics_count_queries_by_protocol_qtype_rcode_and_source(env):
     with authority.Authority({"site.example.": SITE}) as up:

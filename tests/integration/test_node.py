@@ -366,6 +366,34 @@ def test_node_repairs_table_and_addresses_within_a_second(env):
     assert "table inet localdns is missing" in log and "link_repairs=1" in log, log
 
 
+def test_node_health_fails_while_the_monitor_is_stuck(env):
+    # The monitor thread repairs links and rules and renews the heartbeat
+    # set; /health fails when it stops turning, while serving goes on.
+    n = Node(env)
+    cfg = n.config()
+    cfg["health"] = {"listen": "127.0.0.1:9254"}  # inside the node's namespace
+    d = n.start(config=cfg)
+
+    def health():
+        return n.run(n.node, sys.executable, "-c", HEALTH_PROBE, check=False).stdout.strip()
+    assert health() == "200 ok"
+    with harness.StoppedThread(harness.thread_id(d.proc.pid, "node")):
+        n.until(lambda: health().startswith("503"), True, 10.0)
+        assert "the node monitor has not gone round its loop" in health(), health()
+        assert n.ask(LINK) == LOCAL_ANSWER
+    n.until(health, "200 ok", 5.0)
+
+
+HEALTH_PROBE = """
+import urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen("http://127.0.0.1:9254/health", timeout=5)
+    print(r.status, r.read().decode().strip())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())
+"""
+
+
 def test_node_sigterm_teardown_and_cleanup_leave_nothing(env):
     n = Node(env)
     d = n.start(teardown=True)
