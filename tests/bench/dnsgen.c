@@ -37,6 +37,17 @@
  * other), TC, empty answer section and size: a bench can prove every
  * answer was right.
  *
+ * Sending cheaply: on loopback the sender's CPU also carries each
+ * datagram through the receive path into the server's socket, so a
+ * generator sending one datagram per message costs about as much per query
+ * as the bare responder it measures, and the two would share the limit. So
+ * a run of queries of one length in a batch goes as one message with
+ * UDP_SEGMENT (GSO): the kernel takes it through the stack once and splits
+ * it into ordinary datagrams just before the server's socket, which sees
+ * exactly what a plain sendmmsg would have delivered. Queries of equal
+ * length are the usual case in the benchmarks' files. -G turns this off;
+ * a kernel that refuses it turns it off with a message.
+ *
  * Time: CLOCK_MONOTONIC, read once per batch (vDSO, no syscall): just
  * before a sendmmsg for every query in it, just after a recvmmsg for every
  * reply in it. A query's latency is the difference. Batching blurs it by
@@ -69,6 +80,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -111,6 +123,7 @@ struct options {
 	unsigned outstanding;
 	unsigned sockets;
 	unsigned batch;
+	bool gso;               /* send runs of equal-size queries as one UDP_SEGMENT message */
 };
 
 /* The prebuilt queries, packed one after another in wire. */
@@ -139,9 +152,17 @@ struct gen_socket {
 	unsigned share;         /* max rate: this socket's part of -q */
 };
 
+/* Room for one UDP_SEGMENT control message. */
+union gso_cmsg {
+	char buf[CMSG_SPACE(sizeof(uint16_t))];
+	struct cmsghdr align;
+};
+
 struct batch {
 	struct mmsghdr msg[MAX_BATCH];
-	struct iovec iov[MAX_BATCH];
+	struct iovec iov[MAX_BATCH];        /* one per datagram */
+	union gso_cmsg cmsg[MAX_BATCH];     /* sending: message m's UDP_SEGMENT */
+	unsigned first[MAX_BATCH + 1];      /* sending: message m carries datagrams first[m].. */
 };
 
 struct tally {
@@ -425,6 +446,42 @@ static void release_id(struct gen_socket *s, uint16_t id)
 
 /* ------------------------------------------------------------ sending */
 
+/*
+ * Put the n datagrams of tx.iov into messages; returns how many. With GSO,
+ * a run of datagrams of one length is one message with UDP_SEGMENT: the
+ * kernel takes it through the stack once and splits it into datagrams just
+ * before the server's socket.
+ */
+static unsigned gather(struct gen *g, unsigned n)
+{
+	unsigned m = 0;
+
+	for (unsigned i = 0; i < n; m++) {
+		size_t len = g->tx.iov[i].iov_len;
+		unsigned k = 1;
+		struct msghdr *h = &g->tx.msg[m].msg_hdr;
+
+		while (g->opt.gso && i + k < n && g->tx.iov[i + k].iov_len == len)
+			k++;
+		*h = (struct msghdr){.msg_iov = &g->tx.iov[i], .msg_iovlen = k};
+		if (k > 1) {
+			uint16_t segment = (uint16_t)len;
+
+			h->msg_control = g->tx.cmsg[m].buf;
+			h->msg_controllen = sizeof g->tx.cmsg[m].buf;
+			struct cmsghdr *c = CMSG_FIRSTHDR(h);
+			c->cmsg_level = SOL_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof segment);
+			memcpy(CMSG_DATA(c), &segment, sizeof segment);
+		}
+		g->tx.first[m] = i;
+		i += k;
+	}
+	g->tx.first[m] = n;
+	return m;
+}
+
 /* Send up to n queries on s; returns how many the socket took. */
 static unsigned send_batch(struct gen *g, struct gen_socket *s, unsigned n)
 {
@@ -443,11 +500,17 @@ static unsigned send_batch(struct gen *g, struct gen_socket *s, unsigned n)
 		ids[i] = id;
 		g->cursor = (g->cursor + 1) % g->q.n;
 	}
-	int rc = sendmmsg(s->fd, g->tx.msg, n, 0);
-	unsigned sent = rc > 0 ? (unsigned)rc : 0;
+	unsigned messages = gather(g, n);
+	int rc = sendmmsg(s->fd, g->tx.msg, messages, 0);
+	unsigned sent = rc > 0 ? g->tx.first[rc] : 0;
 
-	if (rc < 0 && errno != EAGAIN && errno != ENOBUFS && errno != EINTR)
+	if (rc < 0 && g->opt.gso && messages < n && (errno == EINVAL || errno == EIO)) {
+		fprintf(stderr, "dnsgen: UDP GSO refused (%s): one datagram per message\n",
+			strerror(errno));
+		g->opt.gso = false;
+	} else if (rc < 0 && errno != EAGAIN && errno != ENOBUFS && errno != EINTR) {
 		g->t.errors++; /* e.g. a port unreachable reported for an earlier datagram */
+	}
 	/* What the socket did not take was not sent: give the IDs back, ask those queries next. */
 	for (unsigned i = n; i-- > sent;) {
 		release_id(s, ids[i]);
@@ -634,7 +697,6 @@ static void set_up_batches(struct gen *g)
 	g->rx_buf = xcalloc(MAX_BATCH, sizeof *g->rx_buf);
 	for (unsigned i = 0; i < MAX_BATCH; i++) {
 		g->tx.iov[i] = (struct iovec){.iov_base = g->tx_buf[i]};
-		g->tx.msg[i].msg_hdr = (struct msghdr){.msg_iov = &g->tx.iov[i], .msg_iovlen = 1};
 		g->rx.iov[i] = (struct iovec){.iov_base = g->rx_buf[i], .iov_len = MAX_REPLY};
 		g->rx.msg[i].msg_hdr = (struct msghdr){.msg_iov = &g->rx.iov[i], .msg_iovlen = 1};
 	}
@@ -696,20 +758,20 @@ static void report(const struct gen *g, double wall_s, double cpu_s)
 	       " truncated=%" PRIu64 " no_answer=%" PRIu64 " mismatched=%" PRIu64
 	       " unexpected=%" PRIu64 " errors=%" PRIu64 " size_min=%" PRIu64 " size_avg=%.1f"
 	       " size_max=%" PRIu64 " p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f"
-	       " gen_cpu_pct=%.0f\n",
+	       " gen_cpu_pct=%.0f gso=%d\n",
 	       o->rate ? "fixed" : "max", o->rate, o->server_text, o->sockets, o->outstanding,
 	       g->q.n, elapsed, t->sent, t->received, t->lost, qps, t->rcode[RC_NOERROR],
 	       t->rcode[RC_NXDOMAIN], t->rcode[RC_SERVFAIL], t->rcode[RC_OTHER], t->truncated,
 	       t->no_answer, t->mismatched, t->unexpected, t->errors, t->size_min, avg_size,
-	       t->size_max, p50, p99, p999, pmax, cpu_pct);
+	       t->size_max, p50, p99, p999, pmax, cpu_pct, o->gso);
 	fflush(stdout);
 
 	if (o->rate)
 		fprintf(stderr, "dnsgen: fixed rate %" PRIu64 " QPS", o->rate);
 	else
 		fprintf(stderr, "dnsgen: max rate, %u in flight", o->outstanding);
-	fprintf(stderr, ", %u sockets, to %s, %zu distinct queries\n", o->sockets, o->server_text,
-		g->q.n);
+	fprintf(stderr, ", %u sockets%s, to %s, %zu distinct queries\n", o->sockets,
+		o->gso ? " (GSO)" : "", o->server_text, g->q.n);
 	fprintf(stderr, "  sent %" PRIu64 ", received %" PRIu64 ", lost %" PRIu64
 		" (%.2f%%) in %.2f s: %.0f QPS\n", t->sent, t->received, t->lost, lost_pct, elapsed, qps);
 	fprintf(stderr, "  rcodes: NOERROR %" PRIu64 ", NXDOMAIN %" PRIu64 ", SERVFAIL %" PRIu64
@@ -731,7 +793,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: dnsgen -d FILE [-s ADDR] [-p PORT] [-l SECONDS] [-Q QPS] [-q N] [-c N]\n"
-		"              [-t SECONDS] [-b N] [-n N]\n"
+		"              [-t SECONDS] [-b N] [-n N] [-G]\n"
 		"  -d FILE     queries, \"name TYPE\" per line (dnsperf's format)\n"
 		"  -s ADDR     server IPv4 or IPv6 address (default 127.0.0.1)\n"
 		"  -p PORT     server port (default 53)\n"
@@ -741,7 +803,8 @@ static void usage(FILE *f)
 		"  -c N        sockets (default 8, at most %d)\n"
 		"  -t SECONDS  a query unanswered this long is lost (default 2)\n"
 		"  -b N        datagrams per sendmmsg/recvmmsg at most (default %d)\n"
-		"  -n N        stop after N queries (e.g. one pass over the file)\n",
+		"  -n N        stop after N queries (e.g. one pass over the file)\n"
+		"  -G          no UDP GSO: one datagram per message\n",
 		MAX_SOCKETS, MAX_BATCH);
 }
 
@@ -797,8 +860,8 @@ static bool parse_options(struct options *o, int argc, char **argv)
 	uint64_t port = 53, outstanding = 500, sockets = 8, batch = MAX_BATCH;
 	int c;
 
-	*o = (struct options){.duration_ns = 10 * NS, .timeout_ns = 2 * NS};
-	while ((c = getopt(argc, argv, "d:s:p:l:Q:q:c:t:b:n:h")) != -1) {
+	*o = (struct options){.duration_ns = 10 * NS, .timeout_ns = 2 * NS, .gso = true};
+	while ((c = getopt(argc, argv, "d:s:p:l:Q:q:c:t:b:n:Gh")) != -1) {
 		bool ok = true;
 
 		switch (c) {
@@ -812,6 +875,7 @@ static bool parse_options(struct options *o, int argc, char **argv)
 		case 't': ok = parse_seconds(optarg, &o->timeout_ns); break;
 		case 'b': ok = parse_count(optarg, 1, MAX_BATCH, &batch); break;
 		case 'n': ok = parse_count(optarg, 1, UINT64_MAX, &o->limit); break;
+		case 'G': o->gso = false; break;
 		case 'h': usage(stdout); exit(0);
 		default: ok = false;
 		}
