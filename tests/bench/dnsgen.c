@@ -93,7 +93,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SOCKETS 64
+#define MAX_SOCKETS 64 /* a bit each in a uint64_t */
 #define MAX_BATCH 64
 #define ID_SPACE 65536
 #define NIL (-1)
@@ -678,16 +678,26 @@ static uint64_t expire(struct gen *g, uint64_t now)
 	return next;
 }
 
-/* Sleep until a reply comes or until `until` (at most MAX_WAIT_NS from now). */
-static void wait_for_work(struct gen *g, uint64_t now, uint64_t until)
+/*
+ * Sleep until a reply comes or until `until` (at most MAX_WAIT_NS from now);
+ * returns the sockets with something to read (a bit each), so the next turn
+ * reads only those.
+ */
+static uint64_t wait_for_work(struct gen *g, uint64_t now, uint64_t until)
 {
 	struct pollfd pfd[MAX_SOCKETS];
 	uint64_t wait = until > now ? min_u64(until - now, MAX_WAIT_NS) : 0;
 	struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)wait};
+	uint64_t ready = 0;
 
 	for (unsigned i = 0; i < g->opt.sockets; i++)
 		pfd[i] = (struct pollfd){.fd = g->sock[i].fd, .events = POLLIN};
-	ppoll(pfd, g->opt.sockets, &ts, NULL);
+	if (ppoll(pfd, g->opt.sockets, &ts, NULL) <= 0)
+		return 0;
+	for (unsigned i = 0; i < g->opt.sockets; i++)
+		if (pfd[i].revents) /* a reply, or an error for recvmmsg to collect */
+			ready |= 1ull << i;
+	return ready;
 }
 
 /* ------------------------------------------------------------ the run */
@@ -706,6 +716,8 @@ static void run(struct gen *g)
 {
 	uint64_t start = now_ns();
 	uint64_t stop_sending = start + g->opt.duration_ns;
+	uint64_t every_socket = g->opt.sockets == 64 ? UINT64_MAX : (1ull << g->opt.sockets) - 1;
+	uint64_t ready = every_socket;
 
 	for (;;) {
 		uint64_t now = now_ns();
@@ -715,7 +727,8 @@ static void run(struct gen *g)
 		if (!sending && g->in_flight == 0)
 			return;
 		for (unsigned i = 0; i < g->opt.sockets; i++)
-			work += receive(g, &g->sock[i]);
+			if (ready & (1ull << i))
+				work += receive(g, &g->sock[i]);
 		now = now_ns();
 		uint64_t until = expire(g, now);
 		if (sending) {
@@ -724,8 +737,7 @@ static void run(struct gen *g)
 			if (g->opt.rate && g->in_flight < g->opt.outstanding)
 				until = min_u64(until, next_due(g, start));
 		}
-		if (work == 0)
-			wait_for_work(g, now_ns(), until);
+		ready = work ? every_socket : wait_for_work(g, now_ns(), until);
 	}
 }
 
