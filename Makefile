@@ -31,6 +31,10 @@ BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
 # Runs the Kubernetes API client alone, printing its handler calls (integration tests).
 KUBE_DUMP := $(BUILD)/tests/kube_dump
 
+# The benchmarks' load generator and canned-reply responder (tests/bench/), also
+# run by the integration tests; never installed.
+BENCH_TOOLS := $(BUILD)/bench/dnsgen $(BUILD)/bench/bare_responder
+
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -81,6 +85,10 @@ $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
+$(BUILD)/bench/%: tests/bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
@@ -128,7 +136,7 @@ test: deps
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
-integration: $(BIN) $(KUBE_DUMP) $(CHART_RENDER)
+integration: $(BIN) $(KUBE_DUMP) $(CHART_RENDER) $(BENCH_TOOLS)
 	python3 tests/integration/run.py --binary $(BIN)
 
 # The unit and integration suites again, built with ASan and UBSan: any
@@ -152,7 +160,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) src/dns/dns.h
 fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
 
-bench: $(BIN)
+bench: $(BIN) $(BENCH_TOOLS)
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)

@@ -11,20 +11,22 @@
 #     TTL 1 day. The query file asks for all 10,000 A records in a fixed
 #     shuffled order.
 #   - localdns forwards to that NSD (upstream.servers), one worker pinned to
-#     CPU 0; dnsperf is pinned to CPU 1 (taskset, when there are two CPUs or
-#     more). NSD is not pinned; it only works during the warm-up.
-#   - Warm-up: one pass over the 10,000 names at $BENCH_WARM_RATE (5,000)
-#     QPS; every one must come back NOERROR. After it every name is in the
-#     cache for a day, so each measured query is a hit: NSD's own query
-#     counter (nsd-control over a local socket) is read before and after the
-#     measured runs and printed, and should not move.
-#   - Run 1, "max", and run 2, "fixed" (20k QPS, -v, p50/p99/p99.9): the same
-#     two dnsperf runs as static_qps.sh, over the 10,000-name hot set, with
-#     the server's CPU time per answered query from /proc.
+#     CPU 0; the generator, build/bench/dnsgen, is pinned to CPU 1 (taskset,
+#     when there are two CPUs or more). NSD is not pinned; it only works
+#     during the warm-up.
+#   - Warm-up: one pass over the 10,000 names (dnsgen -n 10000) at
+#     $BENCH_WARM_RATE (5,000) QPS; every one must come back NOERROR. After
+#     it every name is in the cache for a day, so each measured query is a
+#     hit: NSD's own query counter (nsd-control over a local socket) is read
+#     before and after the measured runs and printed, and should not move.
+#   - Run 1, "max", run 2, "fixed" (20k QPS, p50/p99/p99.9) and the dnsperf
+#     cross-check: the same runs as static_qps.sh, over the 10,000-name hot
+#     set, with the server's CPU time per answered query from /proc.
 #   - RSS of the server just after start, after the warm-up (10,000 names
-#     cached) and after both runs.
+#     cached) and after the runs.
 #   - Unbound 1.17 (Debian), one thread, the same pinning, forwarding "." to
-#     the same NSD, warmed the same way, the same two runs.
+#     the same NSD, warmed the same way, the same runs; then the bare
+#     responder (no warm-up: it knows no names) the same way.
 # Then the "Cache hits" block of docs/performance.md is rewritten with the
 # figures, date, machine and commit (BENCH_NO_DOC=1 leaves it alone).
 #
@@ -110,43 +112,22 @@ nsd_delta() { # before after
 # One pass over every name at WARM_RATE. Sets WARM_OK (1 when every query
 # was answered NOERROR), WARM_TEXT, WARM_UPSTREAM (queries NSD answered).
 warm_up() { # port tag
-	local port=$1 tag=$2 n0 n1 sent completed lost noerr
+	local port=$1 tag=$2 n0 n1 sent received lost noerr
+	local f=$TMP/$tag-warm.txt
 	n0=$(nsd_queries)
-	timeout $((NAMES / WARM_RATE + 30)) "${GEN_PIN[@]}" dnsperf -s 127.0.0.1 -p "$port" \
-		-d "$QUERIES" -n 1 -Q "$WARM_RATE" -c 8 -q 500 -t 2 \
-		>"$TMP/$tag-warm.txt" 2>&1 || true
+	gen "$f" -p "$port" -n "$NAMES" -Q "$WARM_RATE" -l $((NAMES / WARM_RATE + 30)) -c 8 -t 2
 	n1=$(nsd_queries)
-	read -r sent completed lost noerr < <(dnsperf_counts "$TMP/$tag-warm.txt")
+	sent=$(gen_value "$f" sent)
+	received=$(gen_value "$f" received)
+	lost=$(gen_value "$f" lost)
+	noerr=$(gen_value "$f" noerror)
 	WARM_UPSTREAM=$(nsd_delta "$n0" "$n1")
-	WARM_TEXT="$noerr/$NAMES NOERROR ($sent sent, $completed completed, $lost lost; NSD answered $WARM_UPSTREAM)"
-	if [ "$sent" = "$NAMES" ] && [ "$completed" = "$NAMES" ] && [ "$noerr" = "$NAMES" ]; then
+	WARM_TEXT="$noerr/$NAMES NOERROR ($sent sent, $received answered, $lost lost; NSD answered $WARM_UPSTREAM)"
+	if [ "$sent" = "$NAMES" ] && [ "$received" = "$NAMES" ] && [ "$noerr" = "$NAMES" ]; then
 		WARM_OK=1
 	else
 		WARM_OK=0
-		echo "cache_qps: warning: $tag warm-up incomplete: $WARM_TEXT; response codes: $(dnsperf_rcodes "$TMP/$tag-warm.txt")" >&2
-	fi
-}
-
-# After measure: were all answers NOERROR and none lost? Sets ANSWERS_TEXT,
-# and REPLY_BYTES (dnsperf's average response size in the max run).
-check_answers() { # tag
-	local tag=$1 ok=1 f lost rc
-	ANSWERS_TEXT=""
-	for f in max fixed; do
-		read -r _ _ lost _ < <(dnsperf_counts "$TMP/$tag-$f.txt")
-		rc=$(dnsperf_rcodes "$TMP/$tag-$f.txt")
-		case "$rc" in
-		"NOERROR "*"(100.00%)") ;;
-		*) ok=0 ;;
-		esac
-		[ "$lost" = 0 ] || ok=0
-		ANSWERS_TEXT="$ANSWERS_TEXT${ANSWERS_TEXT:+; }$f run: $lost lost, $rc"
-	done
-	REPLY_BYTES=$(awk '/Average packet size:/ {print $NF}' "$TMP/$tag-max.txt")
-	if [ "$ok" = 1 ]; then
-		ANSWERS_TEXT="all NOERROR, none lost"
-	else
-		echo "cache_qps: warning: $tag did not answer every query NOERROR: $ANSWERS_TEXT" >&2
+		echo "cache_qps: warning: $tag warm-up incomplete: $WARM_TEXT" >&2
 	fi
 }
 
@@ -165,7 +146,7 @@ run_server() { # port pid tag
 	RSS=$(rss_kib "$pid")
 	check_answers "$tag"
 	report "$tag"
-	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; answers: $ANSWERS_TEXT, ${REPLY_BYTES:-?} bytes each; RSS $RSS_START KiB at start, $RSS_WARM KiB with $NAMES names cached"
+	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; RSS $RSS_START KiB at start, $RSS_WARM KiB with $NAMES names cached"
 }
 
 # ------------------------------------------------------------------ localdns
@@ -191,7 +172,7 @@ wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES cached names (NSD on 127.0.0.1:$NPORT), workers 1, $PINNING"
 run_server "$PORT" "$LPID" localdns
 read -r -a L < <(figures)
-L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT, ${REPLY_BYTES:-?}-byte replies" "$RSS_START" "$RSS_WARM")
+L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
 bench_stop "$LPID"
 
 # ------------------------------------------------------------------ unbound
@@ -232,13 +213,16 @@ EOF
 	if wait_answer "$UPORT" "$UPID" unbound; then
 		run_server "$UPORT" "$UPID" unbound
 		read -r -a U < <(figures)
-		U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT, ${REPLY_BYTES:-?}-byte replies" "$RSS_START" "$RSS_WARM")
+		U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
 	fi
 	bench_stop "$UPID"
 else
 	echo "unbound: not installed, no peer figure (apt-get install unbound)"
 fi
 bench_stop "$NPID"
+
+# ------------------------------------------------------------------ bare responder
+measure_bare
 
 bench_ratio
 
@@ -250,17 +234,18 @@ if [ "${#U_WARM[@]}" -gt 0 ]; then
 	NOTES=(
 		"- Warm-up, one pass at $WARM_RATE QPS: localdns ${L_WARM[1]}; Unbound ${U_WARM[1]}."
 		"- NSD answered ${L_WARM[2]} queries during the measured runs of localdns and ${U_WARM[2]} during those of Unbound (0 = every measured query was a cache hit)."
-		"- Answers in the measured runs: localdns ${L_WARM[3]}; Unbound ${U_WARM[3]}."
+		"- Answers in the measured dnsgen runs: localdns ${L_WARM[3]}; Unbound ${U_WARM[3]}."
 		"- RSS with the $NAMES names cached (after the warm-up, before the runs): localdns $(mib "${L_WARM[5]}") MiB ($(mib "${L_WARM[4]}") MiB just after start; cache.size 64MiB), Unbound $(mib "${U_WARM[5]}") MiB ($(mib "${U_WARM[4]}") MiB just after start)."
 	)
 else
 	NOTES=(
 		"- Warm-up, one pass at $WARM_RATE QPS: localdns ${L_WARM[1]}."
 		"- NSD answered ${L_WARM[2]} queries during the measured runs of localdns (0 = every measured query was a cache hit)."
-		"- Answers in the measured runs: localdns ${L_WARM[3]}."
+		"- Answers in the measured dnsgen runs: localdns ${L_WARM[3]}."
 		"- RSS with the $NAMES names cached (after the warm-up, before the runs): localdns $(mib "${L_WARM[5]}") MiB ($(mib "${L_WARM[4]}") MiB just after start; cache.size 64MiB)."
 	)
 fi
+[ -z "$B_ANSWERS" ] || NOTES+=("- Bare responder: $B_ANSWERS.")
 bench_write_doc cache-hits "$NAMES cached names (A, TTL 1 d) from NSD, all hits after one warm-up pass" \
 	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, forwarding to NSD)" \
 	"${NOTES[@]}"

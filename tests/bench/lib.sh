@@ -4,7 +4,8 @@
 # BIN first, then calls bench_init NAME.
 #
 # What it provides:
-#   bench_init NAME   checks the tools, makes $TMP, installs the exit trap
+#   bench_init NAME   checks the tools (dnsgen and bare_responder, built next
+#                     to BIN in bench/), makes $TMP, installs the exit trap
 #                     (kills every process in PIDS, removes $TMP), sets the
 #                     CPU placement (SRV_PIN, GEN_PIN, PINNING), CLK_TCK, and
 #                     how busy the machine was (BUSY, BUSY_NOTE).
@@ -12,13 +13,16 @@
 #   bench_spawn NAME CMD... (unpinned) and bench_server NAME CMD... (pinned
 #   to the server CPU): start CMD in the background, log to $TMP/NAME.log,
 #   set SPID, register it for the exit trap; bench_stop PID.
-#   rss_kib PID, cpu_ticks PID, measure PORT TAG PID (the two dnsperf runs),
-#   report LABEL, bench_ratio, bench_doc_meta and bench_write_doc (rewrite
-#   one marked block of docs/performance.md).
+#   rss_kib PID, cpu_ticks PID, gen FILE ARGS... (one dnsgen run), gen_value
+#   FILE KEY, measure PORT TAG PID (the dnsgen runs and the dnsperf
+#   cross-check), check_answers TAG, figures, report LABEL, measure_bare (the
+#   bare responder, into B), bench_ratio, bench_doc_meta and bench_write_doc
+#   (rewrite one marked block of docs/performance.md).
 #
 # Knobs: BENCH_DURATION (max-rate run, s), BENCH_FIXED (fixed-rate run, s),
-# BENCH_RATE (fixed rate, QPS). Every dnsperf run reads $QUERIES
-# ($TMP/queries.txt unless the caller sets it).
+# BENCH_RATE (fixed rate, QPS), BENCH_DNSPERF (dnsperf cross-check run, s;
+# 0 = none). Every run reads $QUERIES ($TMP/queries.txt unless the caller
+# sets it).
 
 BENCH_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_LIB/../.." && pwd)
@@ -26,12 +30,25 @@ DOC=$REPO/docs/performance.md
 DURATION=${BENCH_DURATION:-10}
 FIXED=${BENCH_FIXED:-10}
 RATE=${BENCH_RATE:-20000}
+DNSPERF_TIME=${BENCH_DNSPERF:-5}
+# dnsgen's sockets and queries in flight in the max-rate run (dnsperf's -c and -q as before).
+GEN_SOCKETS=8
+GEN_OUTSTANDING=500
 
 bench_init() {
 	BENCH_NAME=$1
 	[ -x "$BIN" ] || { echo "$BENCH_NAME: $BIN is not executable" >&2; exit 1; }
-	command -v dnsperf >/dev/null || { echo "$BENCH_NAME: dnsperf not installed (make deps)" >&2; exit 1; }
+	DNSGEN=$(dirname "$BIN")/bench/dnsgen
+	BARE=$(dirname "$BIN")/bench/bare_responder
+	for t in "$DNSGEN" "$BARE"; do
+		[ -x "$t" ] || { echo "$BENCH_NAME: $t not built (make $t, or make bench)" >&2; exit 1; }
+	done
 	command -v python3 >/dev/null || { echo "$BENCH_NAME: python3 not installed" >&2; exit 1; }
+	command -v dig >/dev/null || { echo "$BENCH_NAME: dig not installed (make deps)" >&2; exit 1; }
+	if [ "$DNSPERF_TIME" != 0 ] && ! command -v dnsperf >/dev/null; then
+		echo "$BENCH_NAME: dnsperf not installed: no cross-check (make deps)" >&2
+		DNSPERF_TIME=0
+	fi
 
 	TMP=$(mktemp -d /tmp/localdns-bench.XXXXXX)
 	QUERIES=${QUERIES:-$TMP/queries.txt}
@@ -47,7 +64,7 @@ bench_init() {
 	if command -v taskset >/dev/null && [ "$NCPU" -ge 2 ]; then
 		SRV_PIN=(taskset -c 0)
 		GEN_PIN=(taskset -c 1)
-		PINNING="server on CPU 0, dnsperf on CPU 1"
+		PINNING="server on CPU 0, generator on CPU 1"
 	else
 		SRV_PIN=()
 		GEN_PIN=()
@@ -158,82 +175,123 @@ rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; 
 # utime + stime of a process (all threads), in clock ticks.
 cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | awk '{print $12 + $13}' || echo 0; }
 
-# From one dnsperf output file: "sent completed lost noerror" (numbers) and
-# the response-code line as dnsperf printed it.
-dnsperf_counts() { # file
-	awk '/Queries sent:/ {s = $3} /Queries completed:/ {c = $3} /Queries lost:/ {l = $3}
-	     /Response codes:/ {for (i = 3; i <= NF; i++) if ($i == "NOERROR") n = $(i + 1)}
-	     END {printf "%d %d %d %d\n", s, c, l, n}' "$1"
+# One dnsgen run (pinned to the generator CPU): its key=value line goes to
+# FILE, its readable summary to FILE.err.
+gen() { # file dnsgen-args...
+	local file=$1
+	shift
+	timeout 300 "${GEN_PIN[@]}" "$DNSGEN" -s 127.0.0.1 -d "$QUERIES" "$@" >"$file" 2>"$file.err" || true
 }
-dnsperf_rcodes() { # file
-	awk -F': *' '/Response codes:/ {print $2}' "$1"
+gen_value() { # file key
+	awk -v k="$2" '{for (i = 1; i <= NF; i++) {n = index($i, "="); if (substr($i, 1, n - 1) == k) print substr($i, n + 1)}}' "$1"
 }
 
-# One measurement of the server $pid on $port: sets MAX_QPS, MAX_LAT_US,
-# MAX_LOST, SRV_CPU (% of one CPU during the max run), US_PER_Q (server CPU
-# time per answered query), P50_US, P99_US, P999_US, FIXED_QPS; and, for
-# callers that check the answers, MAX_RCODES and FIXED_RCODES (dnsperf's
-# "Response codes" lines) and FIXED_LOST. dnsperf's outputs stay in
-# $TMP/TAG-max.txt and $TMP/TAG-fixed.txt.
+# One measurement of the server $pid on $port: sets MAX_QPS, MAX_LOST,
+# SRV_CPU (% of one CPU during the max-rate run), US_PER_Q (server CPU time
+# per answered query), GEN_CPU (the generator's CPU %, same run), P50_US,
+# P99_US, P999_US, FIXED_QPS and DNSPERF_QPS ("-" without the cross-check).
+# The outputs stay in $TMP/TAG-max.txt, $TMP/TAG-fixed.txt (dnsgen) and
+# $TMP/TAG-dnsperf.txt.
 measure() {
 	local port=$1 tag=$2 pid=$3 c0 c1 t0 t1
 	c0=$(cpu_ticks "$pid")
 	t0=$(date +%s.%N)
-	timeout $((DURATION + 20)) "${GEN_PIN[@]}" dnsperf -s 127.0.0.1 -p "$port" \
-		-d "$QUERIES" -l "$DURATION" -c 8 -q 500 -t 2 \
-		>"$TMP/$tag-max.txt" 2>&1 || true
-	MAX_QPS=$(awk '/Queries per second:/ {printf "%d", $4}' "$TMP/$tag-max.txt")
-	MAX_LAT_US=$(awk '/Average Latency \(s\):/ {printf "%.0f", $4 * 1e6}' "$TMP/$tag-max.txt")
-	MAX_LOST=$(awk '/Queries lost:/ {print $3 $4}' "$TMP/$tag-max.txt")
-	[ -n "$MAX_LOST" ] || MAX_LOST="?"
-	MAX_RCODES=$(dnsperf_rcodes "$TMP/$tag-max.txt")
+	gen "$TMP/$tag-max.txt" -p "$port" -l "$DURATION" -c "$GEN_SOCKETS" -q "$GEN_OUTSTANDING" -t 2
 	c1=$(cpu_ticks "$pid")
 	t1=$(date +%s.%N)
+	MAX_QPS=$(gen_value "$TMP/$tag-max.txt" qps)
+	[ -n "$MAX_QPS" ] || { echo "$BENCH_NAME: dnsgen gave no result for $tag:" >&2; tail -20 "$TMP/$tag-max.txt.err" >&2; return 1; }
+	MAX_LOST=$(gen_value "$TMP/$tag-max.txt" lost)
+	GEN_CPU=$(gen_value "$TMP/$tag-max.txt" gen_cpu_pct)
 	read -r SRV_CPU US_PER_Q < <(awk -v c="$((c1 - c0))" -v hz="$CLK_TCK" -v t0="$t0" -v t1="$t1" \
-		'/Queries completed:/ {n = $3} END {s = c / hz; printf "%.0f %.1f\n", 100 * s / (t1 - t0), n ? s * 1e6 / n : 0}' \
-		"$TMP/$tag-max.txt")
-	timeout $((FIXED + 20)) "${GEN_PIN[@]}" dnsperf -s 127.0.0.1 -p "$port" \
-		-d "$QUERIES" -l "$FIXED" -Q "$RATE" -c 8 -q 500 -t 2 -v \
-		>"$TMP/$tag-fixed.txt" 2>&1 || true
-	FIXED_LOST=$(awk '/Queries lost:/ {print $3 $4}' "$TMP/$tag-fixed.txt")
-	[ -n "$FIXED_LOST" ] || FIXED_LOST="?"
-	FIXED_RCODES=$(dnsperf_rcodes "$TMP/$tag-fixed.txt")
-	read -r P50_US P99_US P999_US FIXED_QPS FIXED_N < <(python3 - "$TMP/$tag-fixed.txt" <<'EOF'
-import sys
-lat, qps = [], "0"
-for line in open(sys.argv[1], errors="replace"):
-    if line.startswith("> "):
-        try:
-            lat.append(float(line.split()[-1]))
-        except ValueError:
-            pass
-    elif "Queries per second:" in line:
-        qps = "%d" % float(line.split()[-1])
-lat.sort()
-def pct(p):
-    return "%.0f" % (lat[min(len(lat) - 1, int(len(lat) * p))] * 1e6) if lat else "0"
-print(pct(0.50), pct(0.99), pct(0.999), qps, len(lat))
-EOF
-)
-	[ -n "$MAX_QPS" ] || { echo "$BENCH_NAME: dnsperf gave no result for $tag:" >&2; tail -20 "$TMP/$tag-max.txt" >&2; return 1; }
+		-v n="$(gen_value "$TMP/$tag-max.txt" received)" \
+		'BEGIN {s = c / hz; printf "%.0f %.2f\n", 100 * s / (t1 - t0), n ? s * 1e6 / n : 0}')
+	gen "$TMP/$tag-fixed.txt" -p "$port" -l "$FIXED" -Q "$RATE" -c "$GEN_SOCKETS" -q "$GEN_OUTSTANDING" -t 2
+	P50_US=$(gen_value "$TMP/$tag-fixed.txt" p50_us)
+	P99_US=$(gen_value "$TMP/$tag-fixed.txt" p99_us)
+	P999_US=$(gen_value "$TMP/$tag-fixed.txt" p999_us)
+	FIXED_QPS=$(gen_value "$TMP/$tag-fixed.txt" qps)
+	awk -v q="$FIXED_QPS" -v r="$RATE" 'BEGIN {exit !(q < 0.95 * r || q > 1.05 * r)}' &&
+		echo "$BENCH_NAME: warning: $tag: asked $RATE QPS, dnsgen reached $FIXED_QPS; the percentiles are not at that rate" >&2
+	DNSPERF_QPS="-"
+	if [ "$DNSPERF_TIME" != 0 ]; then
+		timeout $((DNSPERF_TIME + 20)) "${GEN_PIN[@]}" dnsperf -s 127.0.0.1 -p "$port" \
+			-d "$QUERIES" -l "$DNSPERF_TIME" -c 8 -q 500 -t 2 \
+			>"$TMP/$tag-dnsperf.txt" 2>&1 || true
+		DNSPERF_QPS=$(awk '/Queries per second:/ {printf "%d", $4}' "$TMP/$tag-dnsperf.txt")
+		[ -n "$DNSPERF_QPS" ] || DNSPERF_QPS="-"
+	fi
+}
+
+# After measure: was every query of both dnsgen runs answered NOERROR with
+# a non-empty answer, none lost, no wrong or stray reply? Sets ANSWERS_OK
+# (1 or 0) and ANSWERS_TEXT (what happened, with the average reply size);
+# warns when not.
+check_answers() { # tag
+	local tag=$1 f v problems="" k
+	for f in max fixed; do
+		v="$TMP/$tag-$f.txt"
+		[ "$(gen_value "$v" noerror)" = "$(gen_value "$v" received)" ] ||
+			problems="$problems; $f run: $(gen_value "$v" received) answered, $(gen_value "$v" noerror) NOERROR, $(gen_value "$v" nxdomain) NXDOMAIN, $(gen_value "$v" servfail) SERVFAIL, $(gen_value "$v" rcode_other) other"
+		for k in lost no_answer truncated mismatched unexpected errors; do
+			[ "$(gen_value "$v" "$k")" = 0 ] || problems="$problems; $f run: $k $(gen_value "$v" "$k")"
+		done
+	done
+	REPLY_BYTES=$(gen_value "$TMP/$tag-max.txt" size_avg)
+	if [ -z "$problems" ]; then
+		ANSWERS_OK=1
+		ANSWERS_TEXT="all NOERROR with an answer, none lost, ${REPLY_BYTES}-byte replies on average"
+	else
+		ANSWERS_OK=0
+		ANSWERS_TEXT="NOT all right${problems}"
+		echo "$BENCH_NAME: warning: $tag: $ANSWERS_TEXT" >&2
+	fi
 }
 
 # The figures of the last measure (plus RSS, set by the caller) as a list:
-# max_qps mean_us lost cpu% us/query fixed_qps p50 p99 p999 rss_kib.
+# max_qps lost cpu% us/query gen_cpu% fixed_qps p50 p99 p999 rss_kib dnsperf_qps.
 figures() {
-	echo "$MAX_QPS $MAX_LAT_US $MAX_LOST $SRV_CPU $US_PER_Q $FIXED_QPS $P50_US $P99_US $P999_US $RSS"
+	echo "$MAX_QPS $MAX_LOST $SRV_CPU $US_PER_Q $GEN_CPU $FIXED_QPS $P50_US $P99_US $P999_US $RSS $DNSPERF_QPS"
 }
 
 report() { # label
-	printf '%-9s max %7s QPS, mean %5s us, lost %s, server CPU %s%% (%s us/query) | at %s QPS: p50 %s us, p99 %s us, p99.9 %s us | RSS %s KiB\n' \
-		"$1" "$MAX_QPS" "$MAX_LAT_US" "$MAX_LOST" "$SRV_CPU" "$US_PER_Q" "$FIXED_QPS" "$P50_US" "$P99_US" "$P999_US" "$RSS"
+	printf '%-9s max %7s QPS, lost %s, server CPU %s%% (%s us/query), generator CPU %s%% | at %s QPS: p50 %s us, p99 %s us, p99.9 %s us | RSS %s KiB | dnsperf %s QPS\n' \
+		"$1" "$MAX_QPS" "$MAX_LOST" "$SRV_CPU" "$US_PER_Q" "$GEN_CPU" "$FIXED_QPS" "$P50_US" "$P99_US" "$P999_US" "$RSS" "$DNSPERF_QPS"
+	[ "${ANSWERS_TEXT:-}" = "" ] || echo "          answers: $ANSWERS_TEXT"
 }
 
-# localdns against Unbound, from the arrays L and U (see figures).
-bench_ratio() {
-	if [ "${#U[@]}" -gt 0 ] && [ "${U[0]:-0}" -gt 0 ]; then
-		python3 -c "print('localdns/unbound: max QPS %.2f, CPU per query %.2f' % (${L[0]} / ${U[0]}, ${L[4]} / max(0.01, ${U[4]})))"
+# The brief's 100% line: bare_responder on the server CPU, the same runs
+# over $QUERIES. Sets B (see figures) and B_ANSWERS (check_answers' text).
+measure_bare() {
+	local port pid
+	port=$(free_port)
+	bench_server bare "$BARE" -s 127.0.0.1 -p "$port"
+	pid=$SPID
+	B=()
+	B_ANSWERS=""
+	if wait_answer "$port" "$pid" bare; then
+		measure "$port" bare "$pid"
+		RSS=$(rss_kib "$pid")
+		check_answers bare
+		B_ANSWERS=$ANSWERS_TEXT
+		read -r -a B < <(figures)
+		report bare
 	fi
+	bench_stop "$pid"
+}
+
+# The ratio lines: localdns (L) against Unbound (U) and the bare responder
+# (B), whichever ran (see figures).
+bench_ratio() {
+	BR_L="${L[*]}" BR_U="${U[*]}" BR_B="${B[*]}" python3 - <<'EOF'
+import os
+L = os.environ["BR_L"].split()
+for label, env, target in (("unbound", "BR_U", ">= 1.25"), ("bare responder", "BR_B", ">= 0.88")):
+    P = os.environ[env].split()
+    if L and P and float(P[0]) > 0 and float(P[3]) > 0:
+        print("localdns / %s: max QPS %.2f (target %s), CPU per query %.2f (lower is better)." % (
+            label, float(L[0]) / float(P[0]), target, float(L[3]) / float(P[3])))
+EOF
 }
 
 # COMMIT (with "+uncommitted changes" when src, cmd or the Makefile differ
@@ -246,32 +304,37 @@ bench_doc_meta() {
 	CPU=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
 	DATE=$(date -u +%Y-%m-%d)
 	KERNEL=$(uname -r)
-	DNSPERF=$(dnsperf -h 2>&1 | awk '/^Version/ {print $2; exit}')
+	DNSPERF=""
+	if [ "$DNSPERF_TIME" != 0 ]; then
+		DNSPERF=$(dnsperf -h 2>&1 | awk '/^Version/ {print $2; exit}')
+	fi
 }
 
 # Rewrite the block between "<!-- MARKER:begin" and "<!-- MARKER:end -->" in
-# $DOC: provenance, the table (localdns from L, Unbound from U when it ran),
-# the ratio, then any NOTE lines. Call bench_doc_meta first.
+# $DOC: provenance, the table (localdns from L, Unbound from U and the bare
+# responder from B, when they ran), the ratios, then any NOTE lines. Call
+# bench_doc_meta first.
 bench_write_doc() { # marker workload localdns-label unbound-label [note...]
-	local marker=$1 workload=$2 llabel=$3 ulabel=$4
+	local marker=$1 workload=$2 llabel=$3 ulabel=$4 cross="no dnsperf cross-check"
 	shift 4
+	[ -z "$DNSPERF" ] || cross="dnsperf $DNSPERF for ${DNSPERF_TIME} s (-c 8 -q 500) as a cross-check"
 	BD_MARKER=$marker BD_SCRIPT="$BENCH_NAME.sh" BD_NAME=$BENCH_NAME \
 	BD_HEAD1="Measured $DATE on $NCPU CPUs ($CPU), Linux $KERNEL, commit $COMMIT;" \
-	BD_HEAD2="dnsperf $DNSPERF, $PINNING; $workload, ${DURATION} s max-rate run, ${FIXED} s at ${RATE} QPS;" \
+	BD_HEAD2="dnsgen -c $GEN_SOCKETS, $PINNING; $workload; ${DURATION} s max-rate run (-q $GEN_OUTSTANDING), ${FIXED} s at ${RATE} QPS; $cross;" \
 	BD_HEAD3="$BUSY_NOTE." \
-	BD_LLABEL=$llabel BD_ULABEL=$ulabel BD_L="${L[*]}" BD_U="${U[*]}" \
+	BD_LLABEL=$llabel BD_ULABEL=$ulabel BD_L="${L[*]}" BD_U="${U[*]}" BD_B="${B[*]}" \
+	BD_RATIOS="$(bench_ratio)" \
 	python3 - "$DOC" "$@" <<'EOF'
 import os, sys
 doc, notes = sys.argv[1], sys.argv[2:]
 env = os.environ
 marker, name = env["BD_MARKER"], env["BD_NAME"]
-L = env["BD_L"].split()
-U = env["BD_U"].split()
 def row(label, v):
-    # v: max_qps mean_us lost cpu% us/query fixed_qps p50 p99 p999 rss_kib
-    return "| %s | %s | %s | %s | %s%% | %s | %s | %s | %s | %s | %.1f |" % (
-        label, "{:,}".format(int(v[0])), v[1], v[2].replace("(", " ("), v[3], v[4],
-        "{:,}".format(int(v[5])), v[6], v[7], v[8], int(v[9]) / 1024)
+    # v: max_qps lost cpu% us/query gen_cpu% fixed_qps p50 p99 p999 rss_kib dnsperf_qps
+    dnsperf = "{:,}".format(int(v[10])) if v[10].isdigit() else v[10]
+    return "| %s | %s | %s | %s%% | %s | %s%% | %s | %s | %s | %.1f | %s |" % (
+        label, "{:,}".format(int(float(v[0]))), v[1], v[2], v[3], v[4], v[6], v[7], v[8],
+        int(v[9]) / 1024, dnsperf)
 begin = "<!-- %s:begin" % marker
 end = "<!-- %s:end -->" % marker
 lines = [
@@ -280,18 +343,17 @@ lines = [
     env["BD_HEAD2"],
     env["BD_HEAD3"],
     "",
-    "| server | max QPS | mean latency (us) | lost | server CPU | CPU us/query | QPS at fixed rate | p50 (us) | p99 (us) | p99.9 (us) | RSS (MiB) |",
+    "| server | max QPS | lost | server CPU | CPU us/query | generator CPU | p50 (us) | p99 (us) | p99.9 (us) | RSS (MiB) | dnsperf max QPS |",
     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    row(env["BD_LLABEL"], L),
+    row(env["BD_LLABEL"], env["BD_L"].split()),
 ]
-if U:
-    lines.append(row(env["BD_ULABEL"], U))
-    lines.append("")
-    lines.append("localdns / unbound: max QPS %.2f, CPU per query %.2f (lower is better)." % (
-        int(L[0]) / int(U[0]), float(L[4]) / float(U[4]) if float(U[4]) else 0))
-else:
-    lines.append("")
+for label, key in ((env["BD_ULABEL"], "BD_U"), ("bare responder (tests/bench/bare_responder.c)", "BD_B")):
+    if env[key].split():
+        lines.append(row(label, env[key].split()))
+lines.append("")
+if not env["BD_U"].split():
     lines.append("Unbound was not installed: no peer figure in this run.")
+lines.extend(env["BD_RATIOS"].split("\n") if env["BD_RATIOS"] else [])
 if notes:
     lines.append("")
     lines.extend(notes)

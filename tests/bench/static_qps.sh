@@ -8,24 +8,32 @@
 #   - 1,000 static names under cluster.local, each with one A and one AAAA;
 #     the query file asks for all 2,000 (name, type) pairs in a fixed
 #     shuffled order.
-#   - The server under test runs with one worker pinned to CPU 0; dnsperf is
-#     pinned to CPU 1 (taskset, when there are two CPUs or more).
-#   - Run 1, "max": dnsperf -l $BENCH_DURATION -c 8 -q 500, the highest rate it
-#     can push; we report QPS, mean latency, lost queries, and the server's
-#     own CPU time (utime+stime from /proc) per answered query, which does
-#     not depend on how fast the generator is.
-#   - Run 2, "fixed": dnsperf -Q $BENCH_RATE (20k QPS) for $BENCH_FIXED
-#     seconds with -v, and we compute p50/p99/p99.9 from every reply.
-#   - RSS of the server after both runs.
+#   - The server under test runs with one worker pinned to CPU 0; the load
+#     generator, build/bench/dnsgen (tests/bench/dnsgen.c: sendmmsg and
+#     recvmmsg batches on 8 sockets), is pinned to CPU 1 (taskset, when
+#     there are two CPUs or more).
+#   - Run 1, "max": dnsgen -l $BENCH_DURATION -q 500, as fast as the server
+#     answers; we report QPS, lost queries, the generator's CPU, and the
+#     server's own CPU time (utime+stime from /proc) per answered query,
+#     which does not depend on how fast the generator is.
+#   - Run 2, "fixed": dnsgen -Q $BENCH_RATE (20k QPS) for $BENCH_FIXED
+#     seconds: p50/p99/p99.9 of every reply's latency.
+#   - Run 3, the cross-check: dnsperf -c 8 -q 500 for $BENCH_DNSPERF (5)
+#     seconds, its max QPS only (dnsperf itself tops out near 180k QPS).
+#   - Both dnsgen runs must get every answer NOERROR with an answer, none
+#     lost; the script warns and the doc says so otherwise.
+#   - RSS of the server after the runs.
 #   - Unbound 1.17 (Debian) gets the same names as local-data, one thread,
-#     the same pinning and the same two runs.
+#     the same pinning and the same runs; then build/bench/bare_responder
+#     (tests/bench/bare_responder.c, a canned reply the size of localdns's)
+#     the same way: the brief's 100% line.
 # Then the "Static answers" block of docs/performance.md is rewritten with
 # the figures, date, machine and commit (BENCH_NO_DOC=1 leaves it alone).
 #
 # Everything is bounded (timeouts on every step) and every process this
 # script starts is killed on exit. Traffic goes to 127.0.0.1 only. The
-# helpers (servers, dnsperf runs, the doc block) are in lib.sh, shared with
-# cache_qps.sh.
+# helpers (servers, the dnsgen and dnsperf runs, the bare responder, the doc
+# block) are in lib.sh, shared with cache_qps.sh.
 set -euo pipefail
 
 BIN=${1:?usage: static_qps.sh BIN}
@@ -83,6 +91,8 @@ wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES names, workers 1, $PINNING"
 measure "$PORT" localdns "$LPID"
 RSS=$(rss_kib "$LPID")
+check_answers localdns
+L_ANSWERS=$ANSWERS_TEXT
 read -r -a L < <(figures)
 report localdns
 bench_stop "$LPID"
@@ -90,6 +100,7 @@ bench_stop "$LPID"
 # ------------------------------------------------------------------ unbound
 UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 U=()
+U_ANSWERS=""
 UVER=""
 if [ -n "$UNBOUND" ]; then
 	UPORT=$(free_port)
@@ -124,6 +135,8 @@ EOF
 	if wait_answer "$UPORT" "$UPID" unbound; then
 		measure "$UPORT" unbound "$UPID"
 		RSS=$(rss_kib "$UPID")
+		check_answers unbound
+		U_ANSWERS=$ANSWERS_TEXT
 		read -r -a U < <(figures)
 		report unbound
 	fi
@@ -132,10 +145,17 @@ else
 	echo "unbound: not installed, no peer figure (apt-get install unbound)"
 fi
 
+# ------------------------------------------------------------------ bare responder
+measure_bare
+
 bench_ratio
 
 # ------------------------------------------------------------------ the doc
 [ "${BENCH_NO_DOC:-0}" = 1 ] && exit 0
 bench_doc_meta
+NOTES=("- Answers in the dnsgen runs: localdns $L_ANSWERS.")
+[ -z "$U_ANSWERS" ] || NOTES+=("- Unbound: $U_ANSWERS.")
+[ -z "$B_ANSWERS" ] || NOTES+=("- Bare responder: $B_ANSWERS.")
 bench_write_doc static-answers "$NAMES names, A/AAAA mix" \
-	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, local-data)"
+	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, local-data)" \
+	"${NOTES[@]}"
