@@ -20,6 +20,7 @@ environment. Every process started is killed on exit; traffic stays on
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -153,6 +154,9 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY: YAML",
                     help="replace a top-level config key, e.g. 'cache: {size: 8MiB}'")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--wrap", default="", metavar="CMD",
+                    help="run localdns under CMD (e.g. 'valgrind --tool=massif'); figures then "
+                         "describe CMD's process unless it execs localdns")
     ap.add_argument("--malloc-stats", action="store_true",
                     help="also print glibc's malloc_stats() per arena (attaches gdb)")
     args = ap.parse_args()
@@ -176,7 +180,7 @@ def main():
         env.update(kv.split("=", 1) for kv in args.env)
         log_path = os.path.join(tmp, "localdns.log")
         log = open(log_path, "w")
-        daemon = subprocess.Popen([os.path.abspath(args.binary), "--config",
+        daemon = subprocess.Popen(shlex.split(args.wrap) + [os.path.abspath(args.binary), "--config",
                                    os.path.join(tmp, "localdns.yaml")],
                                   stdout=log, stderr=log, env=env)
         procs.append(daemon)
