@@ -2,9 +2,9 @@
  * upstream/upstream.c — the resolver thread: requests in, libunbound
  * queries out, answers into the cache and back to the clients.
  *
- * Flow. A worker that cannot answer from local data or the cache copies an
- * upstream_request into its ring (single producer, single consumer, fixed
- * slots: no allocation, no lock) and, once per batch, writes the shared
+ * Flow. A worker that cannot answer from local data or the cache packs an
+ * upstream_request into its ring (single producer, single consumer, see
+ * ring.c: no allocation, no lock) and, once per batch, writes the shared
  * request eventfd. The resolver thread sleeps in epoll on that eventfd,
  * libunbound's ub_fd and the stop eventfd, with a timeout set by the
  * earliest client deadline. For each request it first looks at the cache
@@ -80,9 +80,8 @@
 #include "querylog/querylog.h"
 #include "upstream/internal.h"
 
-/* A burst of misses must fit while the resolver thread waits for a core;
- * ring slots cost memory only once used. */
-#define REQUEST_SLOTS 1024       /* per worker; a power of two */
+/* A burst of TCP replies must fit while the worker is busy; ring slots
+ * cost memory only once used. (Request rings: ring.c.) */
 #define COMPLETION_SLOTS 1024    /* per worker; a power of two */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
 #define FLIGHT_BUCKETS 4096      /* a power of two */
@@ -99,12 +98,6 @@ enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
 static const enum source requests_source = SRC_REQUESTS;
 static const enum source stop_source = SRC_STOP;
 static const enum source control_source = SRC_CONTROL;
-
-struct request_ring {
-	_Alignas(64) _Atomic uint32_t head; /* next slot the resolver reads */
-	_Alignas(64) _Atomic uint32_t tail; /* next slot the worker writes */
-	struct upstream_request slots[REQUEST_SLOTS];
-};
 
 struct completion_ring {
 	_Alignas(64) _Atomic uint32_t head; /* next slot the worker reads */
@@ -202,6 +195,7 @@ struct upstream {
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint8_t buf[DNS_MAX_MESSAGE + 2];
 	uint8_t compacted[DNS_MAX_MESSAGE];
+	struct upstream_request taken; /* the request take_requests unpacked last */
 
 	struct counters n;
 };
@@ -247,17 +241,10 @@ static void drain_fd(int fd)
 
 bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_request *r)
 {
-	struct request_ring *ring = u->requests[worker];
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
-
-	if (tail - head == REQUEST_SLOTS) {
-		bump(&u->n.dropped);
-		return false;
-	}
-	ring->slots[tail & (REQUEST_SLOTS - 1)] = *r;
-	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
-	return true;
+	if (request_ring_put(u->requests[worker], r))
+		return true;
+	bump(&u->n.dropped);
+	return false;
 }
 
 void upstream_wake(struct upstream *u)
@@ -912,21 +899,17 @@ static void close_retired_sockets(struct upstream *u, bool all)
 
 static void take_requests(struct upstream *u)
 {
+	struct upstream_request *r = &u->taken;
+
 	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct request_ring *ring = u->requests[i];
-		uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
-		uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-		for (; head != tail; head++) {
-			const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
+		while (request_ring_take(u->requests[i], r)) {
 			if (r->transport == UPSTREAM_RETIRED_SOCKET)
 				retire_socket(u, r->fd);
 			else if (r->transport == UPSTREAM_NO_REPLY)
 				handle_refresh(u, r, question_hash(&r->q));
 			else
 				handle_client(u, i, r, question_hash(&r->q));
-			/* released per slot: the worker may reuse it at once */
-			atomic_store_explicit(&ring->head, head + 1, memory_order_release);
 		}
 	}
 }
@@ -1151,7 +1134,7 @@ static int make_rings(struct upstream *u)
 	if (!u->requests || !u->completions)
 		return -1;
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct request_ring *requests = aligned_alloc(64, sizeof *requests);
+		struct request_ring *requests = request_ring_new();
 		struct completion_ring *completions = aligned_alloc(64, sizeof *completions);
 		if (completions) {
 			memset(completions, 0, sizeof *completions);
@@ -1161,8 +1144,6 @@ static int make_rings(struct upstream *u)
 		u->completions[i] = completions;
 		if (!requests || !completions)
 			return -1;
-		atomic_init(&requests->head, 0);
-		atomic_init(&requests->tail, 0);
 		completions->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (completions->efd < 0)
 			return -1;
@@ -1316,16 +1297,12 @@ static void free_completions(struct completion_ring *ring)
 }
 
 /* Sockets handed over after the resolver stopped are closed here. */
-static void free_requests(struct request_ring *ring)
+static void free_requests(struct upstream *u, struct request_ring *ring)
 {
-	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
-
-	for (; head != tail; head++) {
-		const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
-		if (r->transport == UPSTREAM_RETIRED_SOCKET)
-			close(r->fd);
-	}
-	free(ring);
+	while (request_ring_take(ring, &u->taken))
+		if (u->taken.transport == UPSTREAM_RETIRED_SOCKET)
+			close(u->taken.fd);
+	request_ring_free(ring);
 }
 
 void upstream_free(struct upstream *u)
@@ -1336,7 +1313,7 @@ void upstream_free(struct upstream *u)
 	upstream_discard(u->ctx);
 	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
 		if (u->requests[i])
-			free_requests(u->requests[i]);
+			free_requests(u, u->requests[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
 		if (u->completions[i])
 			free_completions(u->completions[i]);
