@@ -315,7 +315,7 @@ def _sanitized(binary):
 
 
 # RSS may grow past its start-up value by cache.size plus this: libunbound's
-# own caches (1 MiB of RRsets when forwarding, 1 MiB of negative answers,
+# own caches (256 KiB of RRsets when forwarding, 1 MiB of negative answers,
 # its infrastructure cache), its query
 # state, and malloc's free lists (docs/performance.md).
 FLOOD_OVERHEAD_KIB = 8 * 1024
