@@ -10,9 +10,10 @@ The set-up is cache_qps.sh's (docs/performance.md, "Method for cache
 hits"): NSD serves N names h00000.bench.example. ... (one A record each,
 TTL 1 day) on 127.0.0.1 at a free port; localdns forwards to it with one
 worker, health, metrics and control off, cache.size 64MiB; one pass of
-dnsperf over every name at 5,000 QPS fills the cache. Not pinned, no
-throughput figures: this only looks at memory, so it is quick (about
-5 s) and fine on a busy machine. --set replaces a top-level key of the
+dnsperf over every name at 5,000 QPS fills the cache; --load N then
+queries them at full rate for N seconds (the batches fill up, as in
+cache_qps.sh's runs). Not pinned, no throughput figures: this only looks
+at memory, so it is quick (about 5 s) and fine on a busy machine. --set replaces a top-level key of the
 config (YAML flow text). --env NAME=VALUE runs localdns with it in its
 environment. Every process started is killed on exit; traffic stays on
 127.0.0.1.
@@ -157,6 +158,9 @@ def main():
     ap.add_argument("--wrap", default="", metavar="CMD",
                     help="run localdns under CMD (e.g. 'valgrind --tool=massif'); figures then "
                          "describe CMD's process unless it execs localdns")
+    ap.add_argument("--load", type=float, default=0, metavar="SECONDS",
+                    help="then query the cached names at dnsperf's full rate this long "
+                         "(full batches, as cache_qps.sh's runs) and show the memory again")
     ap.add_argument("--malloc-stats", action="store_true",
                     help="also print glibc's malloc_stats() per arena (attaches gdb)")
     args = ap.parse_args()
@@ -196,6 +200,14 @@ def main():
         time.sleep(0.5)
         show("with %d names cached (%s)" % (args.names, "; ".join(done)), daemon.pid, log_path,
              args.malloc_stats)
+        if args.load > 0:
+            run = subprocess.run(["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d",
+                                  os.path.join(tmp, "queries.txt"), "-l", str(args.load),
+                                  "-c", "8", "-q", "500", "-t", "2"],
+                                 capture_output=True, text=True, timeout=args.load + 60)
+            qps = [ln.strip() for ln in run.stdout.splitlines() if "Queries per second" in ln]
+            show("after %g s at full rate (%s)" % (args.load, "; ".join(qps)), daemon.pid,
+                 log_path, args.malloc_stats)
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
