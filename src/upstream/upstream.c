@@ -1137,7 +1137,11 @@ static int make_rings(struct upstream *u)
 		struct request_ring *requests = request_ring_new();
 		struct completion_ring *completions = aligned_alloc(64, sizeof *completions);
 		if (completions) {
-			memset(completions, 0, sizeof *completions);
+			/* slots are written before they are read: not cleared, so a
+			 * worker that never sees a TCP miss never touches them */
+			atomic_init(&completions->head, 0);
+			atomic_init(&completions->tail, 0);
+			completions->signal_pending = false;
 			completions->efd = -1;
 		}
 		u->requests[i] = requests;
