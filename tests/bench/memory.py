@@ -10,7 +10,7 @@ The set-up is cache_qps.sh's (docs/performance.md, "Method for cache
 hits"): NSD serves N names h00000.bench.example. ... (one A record each,
 TTL 1 day) on 127.0.0.1 at a free port; localdns forwards to it with one
 worker, health, metrics and control off, cache.size 64MiB; one pass of
-dnsperf over every name at 5,000 QPS fills the cache; --load N then
+dnsperf over every name at 5,000 QPS (--warm-rate) fills the cache; --load N then
 queries them at full rate for N seconds (the batches fill up, as in
 cache_qps.sh's runs). Not pinned, no throughput figures: this only looks
 at memory, so it is quick (about 5 s) and fine on a busy machine. --set replaces a top-level key of the
@@ -152,6 +152,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("binary")
     ap.add_argument("--names", type=int, default=10000)
+    ap.add_argument("--warm-rate", type=int, default=5000, metavar="QPS",
+                    help="the warm-up pass's rate (every query a miss)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY: YAML",
                     help="replace a top-level config key, e.g. 'cache: {size: 8MiB}'")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
@@ -192,11 +194,13 @@ def main():
         time.sleep(0.5)
         show("just after start (one name cached)", daemon.pid, log_path, args.malloc_stats)
         warm = subprocess.run(["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d",
-                               os.path.join(tmp, "queries.txt"), "-n", "1", "-Q", "5000",
+                               os.path.join(tmp, "queries.txt"), "-n", "1", "-Q",
+                               str(args.warm_rate),
                                "-c", "8", "-q", "500", "-t", "2"],
-                              capture_output=True, text=True, timeout=args.names // 5000 + 60)
+                              capture_output=True, text=True,
+                              timeout=args.names // args.warm_rate + 60)
         done = [ln.strip() for ln in warm.stdout.splitlines()
-                if "Queries completed" in ln or "Response codes" in ln]
+                if "Queries completed" in ln or "Response codes" in ln or "Run time" in ln]
         time.sleep(0.5)
         show("with %d names cached (%s)" % (args.names, "; ".join(done)), daemon.pid, log_path,
              args.malloc_stats)
