@@ -1,7 +1,8 @@
 /*
  * upstream/ring.c — the request rings from each worker to the resolver
  * thread: single producer, single consumer, a byte ring of packed
- * requests.
+ * requests. The packing also keeps the copy of each waiting client's
+ * request small (upstream.c).
  *
  * Why packed: a struct upstream_request is about 1.4 KB, nearly all of it
  * room for the largest name, CNAME chain, autopath candidates and client
@@ -96,6 +97,21 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	return n;
 }
 
+size_t upstream_request_packed_size(const struct upstream_request *r)
+{
+	return transfer((struct upstream_request *)r, NULL, true); /* only reads it */
+}
+
+void upstream_request_pack(const struct upstream_request *r, uint8_t *out)
+{
+	transfer((struct upstream_request *)r, out, true); /* only reads it */
+}
+
+void upstream_request_unpack(const uint8_t *in, struct upstream_request *r)
+{
+	transfer(r, (uint8_t *)in, false); /* only reads in */
+}
+
 /* The lengths index fixed arrays on the reader's side: a writer's bug must not overrun them. */
 static bool lengths_fit(const struct upstream_request *r)
 {
@@ -128,11 +144,10 @@ void request_ring_free(struct request_ring *ring)
 
 bool request_ring_put(struct request_ring *ring, const struct upstream_request *r)
 {
-	struct upstream_request *rw = (struct upstream_request *)r; /* transfer only reads it here */
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
 	uint32_t at = tail & (RING_BYTES - 1);
-	uint32_t size = record_size(transfer(rw, NULL, true));
+	uint32_t size = record_size(upstream_request_packed_size(r));
 	uint32_t skip = size > RING_BYTES - at ? RING_BYTES - at : 0;
 
 	if (!lengths_fit(r) || RING_BYTES - (tail - head) < skip + size)
@@ -143,7 +158,7 @@ bool request_ring_put(struct request_ring *ring, const struct upstream_request *
 		at = 0;
 	}
 	memcpy(ring->bytes + at, &size, sizeof size);
-	transfer(rw, ring->bytes + at + sizeof size, true);
+	upstream_request_pack(r, ring->bytes + at + sizeof size);
 	atomic_store_explicit(&ring->tail, tail + skip + size, memory_order_release);
 	return true;
 }
@@ -161,7 +176,7 @@ bool request_ring_take(struct request_ring *ring, struct upstream_request *out)
 		head += RING_BYTES - (head & (RING_BYTES - 1));
 		memcpy(&size, ring->bytes, sizeof size);
 	}
-	transfer(out, ring->bytes + (head & (RING_BYTES - 1)) + sizeof size, false);
+	upstream_request_unpack(ring->bytes + (head & (RING_BYTES - 1)) + sizeof size, out);
 	/* given back at once: the worker may fill these bytes while we handle the request */
 	atomic_store_explicit(&ring->head, head + size, memory_order_release);
 	return true;

@@ -132,14 +132,13 @@ struct waiter {
 	struct flight *flight;
 	uint64_t deadline_ms;
 	unsigned worker;
-	struct upstream_request req;
+	uint8_t req[];                        /* the client's request, packed (ring.c) */
 };
 
 struct flight {
 	struct flight *hnext;
 	uint64_t hash;
 	struct dns_query q;          /* the question (key: name, type, class, DO, CD) */
-	uint8_t chain[UPSTREAM_CHAIN_MAX]; /* a local CNAME chain to chase (see upstream.h) */
 	uint16_t chain_len;
 	uint32_t chain_ttl;
 	bool search;                 /* chain holds autopath's candidates ... */
@@ -150,6 +149,7 @@ struct flight {
 	uint64_t asked_ns;           /* when it was asked (CLOCK_MONOTONIC) */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	struct upstream *u;
+	uint8_t chain[];             /* chain_len bytes: a local CNAME chain to chase (see upstream.h) */
 };
 
 struct counters {
@@ -196,6 +196,7 @@ struct upstream {
 	uint8_t buf[DNS_MAX_MESSAGE + 2];
 	uint8_t compacted[DNS_MAX_MESSAGE];
 	struct upstream_request taken; /* the request take_requests unpacked last */
+	struct upstream_request waiting; /* the waiter's request waiter_request unpacked last */
 
 	struct counters n;
 };
@@ -495,7 +496,7 @@ static struct flight *find_flight(struct upstream *u, const struct dns_query *q,
 
 static struct flight *new_flight(struct upstream *u, const struct upstream_request *r, uint64_t h)
 {
-	struct flight *f = calloc(1, sizeof *f);
+	struct flight *f = calloc(1, sizeof *f + r->chain_len);
 
 	if (!f)
 		return NULL;
@@ -526,11 +527,12 @@ static void add_waiter(struct upstream *u, struct flight *f, unsigned worker,
 {
 	struct waiter *w;
 
-	if (u->n_waiters >= MAX_WAITERS || !(w = malloc(sizeof *w))) {
+	if (u->n_waiters >= MAX_WAITERS ||
+	    !(w = malloc(sizeof *w + upstream_request_packed_size(r)))) {
 		bump(&u->n.dropped);
 		return;
 	}
-	w->req = *r;
+	upstream_request_pack(r, w->req);
 	w->worker = worker;
 	w->flight = f;
 	w->deadline_ms = u->now_ms + u->ctx->timeout_ms;
@@ -575,6 +577,13 @@ static void remove_waiter(struct upstream *u, struct waiter *w)
 		u->fifo_tail = w->fifo_prev;
 	u->n_waiters--;
 	free(w);
+}
+
+/* w's request, unpacked; valid until the next call. */
+static const struct upstream_request *waiter_request(struct upstream *u, const struct waiter *w)
+{
+	upstream_request_unpack(w->req, &u->waiting);
+	return &u->waiting;
 }
 
 /* A flight with nobody waiting, nothing outstanding and no cool-down goes. */
@@ -627,7 +636,7 @@ static void resolution_failed(struct upstream *u, struct flight *f, bool remembe
 	}
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		answer_failed(u, w->worker, &w->req);
+		answer_failed(u, w->worker, waiter_request(u, w));
 		remove_waiter(u, w);
 	}
 }
@@ -674,7 +683,8 @@ static void candidate_missing(struct upstream *u, struct flight *f, const uint8_
 	}
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		deliver(u, w->worker, &w->req, reply_nxdomain(u, &w->req));
+		const struct upstream_request *r = waiter_request(u, w);
+		deliver(u, w->worker, r, reply_nxdomain(u, r));
 		remove_waiter(u, w);
 	}
 }
@@ -723,7 +733,7 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 		cached = cache_insert(u->cache, &f->q, msg, len, u->now_ms / 1000) == 0;
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		answer_with(u, w->worker, &w->req, msg, len, cached);
+		answer_with(u, w->worker, waiter_request(u, w), msg, len, cached);
 		remove_waiter(u, w);
 	}
 }
@@ -743,7 +753,8 @@ static void resolution_bogus(struct upstream *u, struct flight *f, const char *w
 			     u->now_ms / 1000);
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		deliver(u, w->worker, &w->req, reply_servfail(u, &w->req));
+		const struct upstream_request *r = waiter_request(u, w);
+		deliver(u, w->worker, r, reply_servfail(u, r));
 		bump(&u->n.servfail);
 		remove_waiter(u, w);
 	}
@@ -923,7 +934,7 @@ static void expire_waiters(struct upstream *u)
 		/* A query still running on a replaced context says nothing of the current one. */
 		if (!w->flight->resolving || w->flight->ctx == u->ctx)
 			atomic_store_explicit(&u->failing, true, memory_order_relaxed);
-		answer_failed(u, w->worker, &w->req);
+		answer_failed(u, w->worker, waiter_request(u, w));
 		remove_waiter(u, w);
 	}
 }
