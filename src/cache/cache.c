@@ -5,10 +5,17 @@
  * small, so each shard keeps at least 64 KiB). A key's shard comes from the
  * hash of its name alone, so every type of one name lives in one shard and
  * cache_flush(name) visits one shard. Each shard has an array of bucket
- * heads, sized at one bucket per 256 budget bytes (so a chain averages
- * about one entry at typical entry sizes) and charged against cache.size up
- * front. It is never resized as the cache fills (no rehash pauses on the
- * insert path); only a new cache.size replaces it (see Resizing).
+ * heads that doubles whenever its entries outnumber its buckets, up to a
+ * cap of one bucket per 256 budget bytes (so a chain averages about one
+ * entry at typical entry sizes); the arrays at their cap are charged
+ * against cache.size up front. Growing, not allocating the cap at once,
+ * is about resident memory: a 64 MiB cache has 2 MiB of bucket heads at
+ * its cap, written all over by the first few thousand inserts, while
+ * 10,000 names need 128 KiB. A doubling relinks one shard's entries
+ * (O(entries in the shard), at most 9 times per shard from the initial 8
+ * buckets to the cap of a 64 MiB cache) under the shard lock, then waits
+ * for one grace period before freeing the old array: amortised O(1) per
+ * insert, and the resolver thread that inserts pays it, never a reader.
  *
  * Entries. One malloc per entry holds the key (lower-cased qname, qtype,
  * qclass, DO/CD bits), the cached reply's header flags and section counts,
@@ -47,8 +54,8 @@
  *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
  * sections, 16) + 16 bytes of malloc overhead. cache.size is split into the
- * bucket arrays (1/32), a limbo reserve (1/32) and the shards' budgets (the
- * rest, evenly). Dead, expired and stale entries count like live ones;
+ * bucket arrays at their cap (1/32), a limbo reserve (1/32) and the shards'
+ * budgets (the rest, evenly). Dead, expired and stale entries count like live ones;
  * entries in limbo count until they are freed. The header is 80 bytes, so
  * a one-record A answer for a 27-byte name is charged 160 bytes (plus about
  * 6 bytes of bucket share): 8 MiB holds about 49,000 of them, and glibc's
@@ -71,11 +78,12 @@
  *
  * Resizing (cache_configure, a live reload of cache.size): the shard count
  * chosen by cache_new stays; each shard in turn, under its lock, gets its
- * new budget, evicts down to it with the CLOCK hand, and, when the bucket
- * count changes, has its entries relinked into a new array that is then
- * published (the old one is freed after a grace period). Readers never
- * wait; a reader racing the relinking of its chain may miss (see rehash),
- * and the resolver's insert into that shard waits for one shard's work:
+ * new budget and bucket cap, evicts down to the budget with the CLOCK
+ * hand, and, when its array is larger than the new cap, has its entries
+ * relinked into a new array that is then published (the old one is freed
+ * after a grace period). Readers never wait; a reader racing the
+ * relinking of its chain may miss (see rehash; growing relinks the same
+ * way), and the resolver's insert into that shard waits for one shard's work:
  * O(its entries), well under a millisecond for a 1 MiB shard. Until the
  * last shard is done the total may still exceed a smaller cap; after, the
  * accounting holds again. The TTL bounds, serve-stale and prefetch apply
@@ -89,6 +97,11 @@
  * batch stops between buckets, so an entry that stays is seen once. We
  * walk buckets rather than the CLOCK ring because the ring is writers'
  * state (under the shard mutex) and the walk must not stall inserts.
+ * The arrays change size under a walk, so it walks a shard's buckets as
+ * they were numbered when it reached the shard: bucket b under mask m
+ * holds the entries whose hash & m == b, wherever they sit now. A shard's
+ * relinking count (odd while relinking) tells the walk to take a bucket
+ * again when entries moved while it read them.
  *
  * Costs: a hit is one hash over the name, one chain walk (about one entry),
  * one memcpy of the stored sections and one 4-byte store per record TTL.
@@ -99,6 +112,7 @@
 #include "cache/cache.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +135,7 @@ static char tsan_grace;
 #define MAX_SHARDS 64
 #define SHARD_MIN_BYTES (64 * 1024)
 #define BUDGET_BYTES_PER_BUCKET 256
-#define MIN_BUCKETS 8
+#define MIN_BUCKETS 8          /* a new shard's array, and the smallest cap */
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
 #define MALLOC_OVERHEAD 16
 #define RR_FIXED_LEN 10
@@ -172,6 +186,9 @@ struct shard {
 	pthread_mutex_t lock;          /* writers only; readers never take it */
 	struct cache *cache;           /* for the limbo list */
 	_Atomic(struct buckets *) table; /* read by RCU readers */
+	_Atomic uint32_t relinking;    /* odd while entries move between arrays (walks) */
+	_Atomic uint64_t nbuckets;     /* the array's size, for cache_stats; under lock */
+	uint64_t max_buckets;          /* the array's cap; under lock */
 	struct entry *hand;            /* CLOCK hand; NULL when the shard is empty */
 	_Atomic uint64_t budget;       /* written under lock; insert peeks before locking */
 	/* written under lock, read by cache_stats */
@@ -308,8 +325,8 @@ static uint64_t floor_pow2(uint64_t v)
 
 /* How max_bytes is split for nshards shards (see "Memory" above). */
 struct layout {
-	uint64_t nbuckets;             /* per shard */
-	uint64_t fixed_bytes;          /* every shard's bucket array */
+	uint64_t nbuckets;             /* per shard, at the cap */
+	uint64_t fixed_bytes;          /* every shard's bucket array at its cap */
 	uint64_t limbo_trigger;
 	uint64_t budget;               /* per shard, for entries */
 };
@@ -410,7 +427,7 @@ struct cache *cache_new(const struct cache_config *cfg)
 	atomic_init(&c->limbo_trigger, l.limbo_trigger);
 	for (unsigned i = 0; i < n; i++) {
 		struct shard *s = &c->shards[i];
-		struct buckets *b = new_buckets(l.nbuckets);
+		struct buckets *b = new_buckets(MIN_BUCKETS);
 		if (!b || pthread_mutex_init(&s->lock, NULL) != 0) {
 			free(b);
 			free_shards(c, i);
@@ -419,6 +436,8 @@ struct cache *cache_new(const struct cache_config *cfg)
 			return NULL;
 		}
 		atomic_init(&s->table, b);
+		atomic_init(&s->nbuckets, MIN_BUCKETS);
+		s->max_buckets = l.nbuckets;
 		s->cache = c;
 		atomic_init(&s->budget, l.budget);
 	}
@@ -771,6 +790,55 @@ static struct entry *find_locked(struct shard *s, uint64_t h,
 	return NULL;
 }
 
+/*
+ * Move every entry of s into b (s locked; b not yet visible) and publish b;
+ * returns the array b replaces, to free after a grace period. Each entry
+ * is pushed onto its new chain, so its next pointer then points at an
+ * entry moved before it, or NULL: a reader still walking an old chain may
+ * jump into a new one and miss its entry (a miss is always allowed: the
+ * query goes upstream), but every path it can take ends at NULL. Walks,
+ * which must not miss, watch the relinking count (a seqcount: odd from
+ * the first move to the publication) and take the bucket again.
+ */
+static struct buckets *relink(struct shard *s, struct buckets *b)
+{
+	struct buckets *old = atomic_load_explicit(&s->table, memory_order_relaxed);
+	struct entry *e = s->hand;
+
+	atomic_fetch_add_explicit(&s->relinking, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	if (e) {
+		do {
+			_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
+			atomic_store_explicit(&e->next,
+					      atomic_load_explicit(head, memory_order_relaxed),
+					      memory_order_release);
+			atomic_store_explicit(head, e, memory_order_relaxed);
+			e = e->clock_next;
+		} while (e != s->hand);
+	}
+	atomic_store_explicit(&s->table, b, memory_order_release);
+	atomic_store_explicit(&s->nbuckets, b->mask + 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->relinking, 1, memory_order_release);
+	return old;
+}
+
+/*
+ * Double s's array when its entries outnumber its buckets, up to its cap
+ * (s locked). Returns the array it replaced, or NULL. Without memory for
+ * a new array the chains just get longer: slower, still correct.
+ */
+static struct buckets *grow_if_crowded(struct shard *s)
+{
+	uint64_t n = atomic_load_explicit(&s->nbuckets, memory_order_relaxed);
+	struct buckets *bigger;
+
+	if (atomic_load_explicit(&s->entries, memory_order_relaxed) <= n || n >= s->max_buckets ||
+	    !(bigger = new_buckets(2 * n)))
+		return NULL;
+	return relink(s, bigger);
+}
+
 static int reject(struct cache *c)
 {
 	atomic_fetch_add_explicit(&c->rejected, 1, memory_order_relaxed);
@@ -854,7 +922,13 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	atomic_fetch_add_explicit(&s->entries, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->inserts, 1, memory_order_relaxed);
 	atomic_store_explicit(head, e, memory_order_release); /* publish */
+	struct buckets *outgrown = grow_if_crowded(s);
 	pthread_mutex_unlock(&s->lock);
+	if (outgrown) {
+		urcu_memb_synchronize_rcu(); /* no reader holds the old array any more */
+		TSAN_GRACE_ACQUIRE();
+		free(outgrown);
+	}
 	maybe_reclaim(c);
 	return 0;
 }
@@ -862,45 +936,23 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 /* ---- reconfiguring ------------------------------------------------------- */
 
 /*
- * Move every entry of s into b (s locked; b not yet visible). Each entry is
- * pushed onto its new chain, so its next pointer then points at an entry
- * moved before it, or NULL: a reader still walking an old chain may jump
- * into a new one and miss its entry (a miss is always allowed: the query
- * goes upstream), but every path it can take ends at NULL.
+ * One shard to a new budget (evicting down to it) and bucket cap (its
+ * array relinked into a smaller one when over it). Returns the array it
+ * replaced (to free after a grace period), or NULL.
  */
-static void rehash(struct shard *s, struct buckets *b)
-{
-	struct entry *e = s->hand;
-
-	if (!e)
-		return;
-	do {
-		_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
-		atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
-				      memory_order_release);
-		atomic_store_explicit(head, e, memory_order_relaxed);
-		e = e->clock_next;
-	} while (e != s->hand);
-}
-
-/*
- * One shard to a new budget (evicting down to it) and, when b is not NULL,
- * to the bucket array b. Returns the array it replaced (to free after a
- * grace period), or NULL.
- */
-static struct buckets *resize_shard(struct shard *s, uint64_t budget, struct buckets *b,
+static struct buckets *resize_shard(struct shard *s, uint64_t budget, uint64_t max_buckets,
 				    uint64_t now)
 {
-	struct buckets *old = NULL;
+	struct buckets *old = NULL, *smaller;
 
 	pthread_mutex_lock(&s->lock);
 	atomic_store_explicit(&s->budget, budget, memory_order_relaxed);
+	s->max_buckets = max_buckets;
 	make_room(s, 0, now);
-	if (b) {
-		rehash(s, b);
-		old = atomic_load_explicit(&s->table, memory_order_relaxed);
-		atomic_store_explicit(&s->table, b, memory_order_release);
-	}
+	/* Without memory for a new array the old one serves on: emptier chains, still correct. */
+	if (atomic_load_explicit(&s->nbuckets, memory_order_relaxed) > max_buckets &&
+	    (smaller = new_buckets(max_buckets)))
+		old = relink(s, smaller);
 	pthread_mutex_unlock(&s->lock);
 	return old;
 }
@@ -917,15 +969,10 @@ void cache_configure(struct cache *c, const struct cache_config *cfg, uint64_t n
 	uint64_t fixed = 0;
 	for (unsigned i = 0; i < c->nshards; i++) {
 		struct shard *s = &c->shards[i];
-		struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
-		/* Without memory for a new array the old one serves on: longer or
-		 * emptier chains, still correct. */
-		if (b->mask + 1 != l.nbuckets && (b = new_buckets(l.nbuckets)))
-			retired[i] = resize_shard(s, l.budget, b, now);
-		else
-			resize_shard(s, l.budget, NULL, now);
-		b = atomic_load_explicit(&s->table, memory_order_relaxed);
-		fixed += (b->mask + 1) * sizeof(struct entry *);
+		retired[i] = resize_shard(s, l.budget, l.nbuckets, now);
+		/* the cap is charged; an array left over it (no memory to shrink) is, too */
+		uint64_t n = atomic_load_explicit(&s->nbuckets, memory_order_relaxed);
+		fixed += (n > l.nbuckets ? n : l.nbuckets) * sizeof(struct entry *);
 	}
 	atomic_store_explicit(&c->fixed_bytes, fixed, memory_order_relaxed);
 	atomic_store_explicit(&c->limbo_trigger, l.limbo_trigger, memory_order_relaxed);
@@ -1111,11 +1158,13 @@ struct walk_batch {
 	uint8_t bytes[WALK_BATCH_BYTES];
 };
 
-/* Where the next batch starts: a bucket, and how many of its chain's
- * entries an earlier batch took (only for a chain larger than a batch). */
+/* Where the next batch starts: a bucket, numbered by the shard's mask
+ * when the walk reached the shard (0: not yet), and how many of its
+ * entries an earlier batch took (only for a bucket larger than a batch). */
 struct walk_cursor {
 	unsigned shard;
 	uint64_t bucket;
+	uint64_t mask;
 	size_t skip;
 };
 
@@ -1190,54 +1239,83 @@ static bool batch_add(struct walk_batch *b, const struct cache *c, struct entry 
 }
 
 /*
- * Copy one bucket's chain, from cur->skip on. A chain that does not fit
- * what is left of the batch is taken back whole and left for the next
- * batch, so a batch ends between buckets; only a chain larger than an
- * empty batch is split, remembered in cur->skip. True when the bucket is
- * done.
+ * Copy bucket cur->bucket (numbered by cur->mask), from cur->skip on: the
+ * entries whose hash & cur->mask is that bucket, wherever the array t has
+ * them now (one chain if it is no larger than then, every chain
+ * cur->mask + 1 apart if it grew). A bucket that does not fit what is
+ * left of the batch is taken back whole and left for the next batch, so a
+ * batch ends between buckets; only a bucket larger than an empty batch is
+ * split, remembered in cur->skip. True when the bucket is done.
  */
 static bool batch_bucket(struct walk_batch *b, const struct cache *c, const struct buckets *t,
 			 struct walk_cursor *cur, uint64_t now)
 {
 	size_t n0 = b->n, used0 = b->used, index = 0;
-	struct entry *e = atomic_load_explicit(&t->head[cur->bucket], memory_order_acquire);
+	uint64_t step = (t->mask < cur->mask ? t->mask : cur->mask) + 1;
 
-	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire), index++) {
-		if (index < cur->skip)
-			continue;
-		if (batch_add(b, c, e, now))
-			continue;
-		if (n0 > 0) {
-			b->n = n0;
-			b->used = used0;
-		} else {
-			cur->skip = index;
+	for (uint64_t i = cur->bucket & t->mask; i <= t->mask; i += step) {
+		struct entry *e = atomic_load_explicit(&t->head[i], memory_order_acquire);
+		for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire)) {
+			if ((e->hash & cur->mask) != cur->bucket)
+				continue;
+			size_t at = index++;
+			if (at < cur->skip || batch_add(b, c, e, now))
+				continue;
+			if (n0 > 0) {
+				b->n = n0;
+				b->used = used0;
+			} else {
+				cur->skip = at;
+			}
+			return false;
 		}
-		return false;
 	}
 	cur->skip = 0;
 	return true;
 }
 
-/* One batch from cur on, under one short read-side section. */
-static void batch_fill(struct walk_batch *b, const struct cache *c, struct walk_cursor *cur,
+/*
+ * One batch from cur on, under one short read-side section. False when it
+ * stopped because a shard was relinking its entries (try again shortly).
+ */
+static bool batch_fill(struct walk_batch *b, const struct cache *c, struct walk_cursor *cur,
 		       uint64_t now)
 {
+	bool relinking = false;
+
 	b->n = b->used = 0;
 	urcu_memb_read_lock();
 	for (unsigned i = 0; i < WALK_BUCKETS_PER_PASS && cur->shard < c->nshards; i++) {
-		/* A resize between two batches may have shrunk the array under cur. */
-		const struct buckets *t = atomic_load_explicit(&c->shards[cur->shard].table,
-							       memory_order_acquire);
-		if (cur->bucket <= t->mask && !batch_bucket(b, c, t, cur, now))
+		struct shard *s = &c->shards[cur->shard];
+		size_t n0 = b->n, used0 = b->used, skip0 = cur->skip;
+		uint32_t seq = atomic_load_explicit(&s->relinking, memory_order_acquire);
+		const struct buckets *t = atomic_load_explicit(&s->table, memory_order_acquire);
+		if (cur->mask == 0)
+			cur->mask = t->mask;
+		if (seq & 1) {
+			relinking = true;
 			break;
-		if (++cur->bucket > t->mask) {
-			cur->bucket = 0;
+		}
+		bool done = batch_bucket(b, c, t, cur, now);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&s->relinking, memory_order_relaxed) != seq) {
+			/* entries moved while we read them: this bucket again, later */
+			b->n = n0;
+			b->used = used0;
+			cur->skip = skip0;
+			relinking = true;
+			break;
+		}
+		if (!done)
+			break;
+		if (++cur->bucket > cur->mask) {
+			cur->bucket = cur->mask = 0;
 			cur->shard++;
 		}
 	}
 	TSAN_GRACE_RELEASE();
 	urcu_memb_read_unlock();
+	return !relinking;
 }
 
 int cache_walk(struct cache *c, uint64_t now, cache_walk_fn fn, void *arg)
@@ -1249,7 +1327,8 @@ int cache_walk(struct cache *c, uint64_t now, cache_walk_fn fn, void *arg)
 	if (!b)
 		return -1;
 	while (rc == 0 && cur.shard < c->nshards) {
-		batch_fill(b, c, &cur, now);
+		if (!batch_fill(b, c, &cur, now) && b->n == 0)
+			sched_yield(); /* a relinking takes microseconds: let it finish */
 		for (size_t i = 0; i < b->n && rc == 0; i++)
 			rc = fn(&b->items[i], arg);
 	}
@@ -1266,6 +1345,7 @@ void cache_stats(const struct cache *c, struct cache_stats *out)
 	out->rejected = atomic_load_explicit(&c->rejected, memory_order_relaxed);
 	for (unsigned i = 0; i < c->nshards; i++) {
 		struct shard *s = &c->shards[i];
+		out->buckets += atomic_load_explicit(&s->nbuckets, memory_order_relaxed);
 		out->entries += atomic_load_explicit(&s->entries, memory_order_relaxed);
 		out->bytes += atomic_load_explicit(&s->bytes, memory_order_relaxed);
 		out->inserts += atomic_load_explicit(&s->inserts, memory_order_relaxed);

@@ -52,9 +52,10 @@ struct cache_config {
 struct cache;
 
 /*
- * Make an empty cache. The bucket arrays are allocated here, once, and
- * charged against max_bytes, as is a 1/32 reserve for entries waiting to
- * be freed. Returns NULL on ENOMEM (or a NULL cfg).
+ * Make an empty cache. Its bucket arrays start small and grow with the
+ * entries; what they may grow to is charged against max_bytes from the
+ * start, as is a 1/32 reserve for entries waiting to be freed. Returns
+ * NULL on ENOMEM (or a NULL cfg).
  */
 struct cache *cache_new(const struct cache_config *cfg);
 
@@ -93,7 +94,9 @@ void cache_free(struct cache *c);
  * its clamped value, never above the entry's lifetime, so ageing on serve
  * never outlives the entry. The OPT record (and anything after it, such as
  * a TSIG) is dropped. Replaces an existing entry for the same key, and
- * evicts others as needed to stay within max_bytes.
+ * evicts others as needed to stay within max_bytes. When the entry makes
+ * its shard's bucket array too crowded, the array is doubled and the old
+ * one freed after a grace period (which this call waits for).
  *
  * now: seconds on a monotonic clock. Returns 0, or -1 when the message is
  * not cacheable, malformed, larger than a shard's budget, or on ENOMEM.
@@ -158,7 +161,8 @@ bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len);
 
 struct cache_stats {
 	uint64_t entries;     /* entries held (live, stale or dead-not-yet-freed) */
-	uint64_t bytes;       /* accounted bytes: entries + bucket arrays */
+	uint64_t bytes;       /* accounted bytes: entries + bucket arrays at their cap */
+	uint64_t buckets;     /* bucket heads allocated now (they grow with the entries) */
 	uint64_t max_bytes;   /* the configured cap */
 	uint64_t hits;        /* CACHE_HIT and CACHE_HIT_REFRESH */
 	uint64_t misses;

@@ -19,6 +19,7 @@
 #define UDP_BATCH 64          /* datagrams per recvmmsg/sendmmsg */
 #define UDP_ROUNDS 8          /* batches per wake-up before others get a turn */
 #define UDP_IN_MAX 4096       /* larger queries are dropped (MSG_TRUNC) */
+#define UDP_IN_HEAD 512       /* a query's first bytes, in its slot of udp_batch.in_head */
 #define UDP_OUT_MAX 4096      /* >= the largest listen.udp_max_payload */
 #define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
@@ -47,14 +48,24 @@ struct tcp_conn {
 	uint8_t in[2 + TCP_QUERY_MAX];
 };
 
+/*
+ * Laid out so that a batch touches the pages its bytes need, not one page
+ * per datagram (64 slots of 4 KiB each way were 512 KiB resident once
+ * batches filled): recvmmsg writes each query's first UDP_IN_HEAD bytes
+ * into in_head, packed, and only the rest of a longer one (rare) into
+ * in_tail; replies are written one after the other into out, which has
+ * room for UDP_BATCH of the largest.
+ */
 struct udp_batch {
 	struct mmsghdr rx[UDP_BATCH];
 	struct mmsghdr tx[UDP_BATCH];
-	struct iovec rx_iov[UDP_BATCH];
+	struct iovec rx_iov[UDP_BATCH][2];
 	struct iovec tx_iov[UDP_BATCH];
 	struct sockaddr_storage peer[UDP_BATCH];
-	uint8_t in[UDP_BATCH][UDP_IN_MAX];
-	uint8_t out[UDP_BATCH][UDP_OUT_MAX];
+	uint8_t in_head[UDP_BATCH][UDP_IN_HEAD];
+	uint8_t in_tail[UDP_BATCH][UDP_IN_MAX - UDP_IN_HEAD];
+	uint8_t in_joined[UDP_IN_MAX];   /* a query longer than UDP_IN_HEAD, made whole */
+	uint8_t out[UDP_BATCH * UDP_OUT_MAX];
 };
 
 /* One served address (ip and port) in one worker. */

@@ -1,25 +1,40 @@
 /*
  * server/udp.c — UDP in batches: one recvmmsg fills up to UDP_BATCH slots,
- * each query is answered into its own output slot, and one sendmmsg sends
- * every reply. Replies leave from the bound address (we never bind a
+ * each query is answered into the output buffer right after the previous
+ * reply, and one sendmmsg sends every reply. Replies leave from the bound address (we never bind a
  * wildcard), so no per-packet source address handling is needed.
  */
 #include "server/internal.h"
 
 #include <errno.h>
+#include <string.h>
 #include <urcu/urcu-memb.h>
 
 void udp_batch_init(struct udp_batch *b)
 {
 	for (int i = 0; i < UDP_BATCH; i++) {
-		b->rx_iov[i] = (struct iovec){.iov_base = b->in[i], .iov_len = UDP_IN_MAX};
+		b->rx_iov[i][0] = (struct iovec){.iov_base = b->in_head[i], .iov_len = UDP_IN_HEAD};
+		b->rx_iov[i][1] = (struct iovec){.iov_base = b->in_tail[i],
+						 .iov_len = UDP_IN_MAX - UDP_IN_HEAD};
 		b->rx[i].msg_hdr = (struct msghdr){
 			.msg_name = &b->peer[i],
 			.msg_namelen = sizeof b->peer[i],
-			.msg_iov = &b->rx_iov[i],
-			.msg_iovlen = 1,
+			.msg_iov = b->rx_iov[i],
+			.msg_iovlen = 2,
 		};
 	}
+}
+
+/* Query i in one piece: its head slot, or head and tail joined when it is longer. */
+static const uint8_t *query_bytes(struct udp_batch *b, int i)
+{
+	size_t len = b->rx[i].msg_len;
+
+	if (len <= UDP_IN_HEAD)
+		return b->in_head[i];
+	memcpy(b->in_joined, b->in_head[i], UDP_IN_HEAD);
+	memcpy(b->in_joined + UDP_IN_HEAD, b->in_tail[i], len - UDP_IN_HEAD);
+	return b->in_joined;
 }
 
 /* recvmmsg rewrites only msg_namelen (and msg_len, msg_flags) of the slots it filled. */
@@ -48,6 +63,7 @@ static int answer_batch(struct worker *w, int fd, int n)
 {
 	struct udp_batch *b = &w->udp;
 	struct query_ctx ctx;
+	size_t used = 0; /* bytes of out taken by this batch's replies */
 	int out = 0;
 
 	urcu_memb_read_lock();
@@ -58,14 +74,16 @@ static int answer_batch(struct worker *w, int fd, int n)
 			continue;
 		}
 		worker_query_ctx(w, &ctx, QUERY_UDP, &b->peer[i]);
-		size_t len = query_handle(b->in[i], b->rx[i].msg_len, b->out[out],
-					  UDP_OUT_MAX, &ctx);
+		uint8_t *reply = b->out + used; /* room for UDP_OUT_MAX: at most UDP_BATCH replies */
+		size_t len = query_handle(query_bytes(b, i), b->rx[i].msg_len, reply, UDP_OUT_MAX,
+					  &ctx);
 		if (querylog_sample(&w->querylog_count))
-			worker_log_query(w, &ctx, &b->peer[i], b->out[out], len);
+			worker_log_query(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
 		if (len == 0)
 			continue;
-		b->tx_iov[out] = (struct iovec){.iov_base = b->out[out], .iov_len = len};
+		used += len;
+		b->tx_iov[out] = (struct iovec){.iov_base = reply, .iov_len = len};
 		b->tx[out].msg_hdr = (struct msghdr){
 			.msg_name = &b->peer[i],
 			.msg_namelen = b->rx[i].msg_hdr.msg_namelen,

@@ -18,9 +18,15 @@
  *   refreshes the same nearly expired answer back instead of asking. (A
  *   cache-max-ttl of 0 would do more, but it also zeroes the TTLs in the
  *   answers.) The RRset cache stays: it holds the delegations recursion
- *   needs (4 MiB; 1 MiB when forwarding, where it only serves CNAME
- *   chains), and unbound only builds CNAME, DNAME, DS and DNSKEY answers
- *   from it, never the A/AAAA/... answers we cache;
+ *   needs (4 MiB) and the DS/DNSKEY sets validation fetches (1 MiB when
+ *   forwarding with DNSSEC); unbound only builds CNAME, DNAME, DS and
+ *   DNSKEY answers from it, never the A/AAAA/... answers we cache, so
+ *   when forwarding without DNSSEC it gets 256 KiB: every answer passes
+ *   through it, and at 1 MiB it held a second copy of 10,000 cached names
+ *   (1.1 MiB of RSS, measured with tests/bench/memory.py);
+ * - outgoing sockets only for the address families the forwarders use
+ *   (do-ip4/do-ip6), unless recursing: libunbound keeps a table of the
+ *   ~60,000 ports it may pick from for each family (240 KB each);
  * - infra-keep-probing, so a forwarder that was down is tried again
  *   promptly once it is back instead of staying blocked;
  * - with DNSSEC, forward zones are marked domain-insecure: they are
@@ -241,7 +247,42 @@ static const char *fallback_zone(const struct config *cfg, size_t i)
 	return i == 0 ? cfg->cluster.domain : reverse[i - 1];
 }
 
-static void write_server_clause(FILE *f, const struct config *cfg)
+/* Which address families forwarders use: bits of FAMILY_V4 and FAMILY_V6. */
+enum { FAMILY_V4 = 1, FAMILY_V6 = 2 };
+
+static unsigned hostport_families(const struct config_hostport *hp, size_t n)
+{
+	unsigned families = 0;
+
+	for (size_t i = 0; i < n; i++)
+		families |= hp[i].addr.ss_family == AF_INET6 ? FAMILY_V6 : FAMILY_V4;
+	return families;
+}
+
+/* root: the "ip@port" forwarders for "." (only IPv6 addresses have colons). */
+static unsigned forwarder_families(const struct config *cfg, char root[][UPSTREAM_ADDR_TEXT],
+				   size_t n_root)
+{
+	unsigned families = hostport_families(cfg->cluster.fallback_servers,
+					      cfg->cluster.n_fallback_servers);
+
+	for (size_t i = 0; i < n_root; i++)
+		families |= strchr(root[i], ':') ? FAMILY_V6 : FAMILY_V4;
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
+		families |= hostport_families(cfg->upstream.forward_zones[i].servers,
+					      cfg->upstream.forward_zones[i].n_servers);
+	return families;
+}
+
+static const char *rrset_cache_size(const struct config *cfg)
+{
+	if (cfg->upstream.recursive)
+		return "4m";
+	return cfg->upstream.dnssec ? "1m" : "256k";
+}
+
+/* families: those the forwarders use; 0 (recursion, or no forwarder) keeps both. */
+static void write_server_clause(FILE *f, const struct config *cfg, unsigned families)
 {
 	const char *modules = cfg->upstream.dnssec ? "validator iterator" : "iterator";
 
@@ -256,7 +297,11 @@ static void write_server_clause(FILE *f, const struct config *cfg)
 		   "  infra-keep-probing: yes\n"
 		   "  unblock-lan-zones: yes\n"
 		   "  insecure-lan-zones: yes\n",
-		modules, cfg->upstream.recursive ? "4m" : "1m");
+		modules, rrset_cache_size(cfg));
+	if (families == FAMILY_V4)
+		fputs("  do-ip6: no\n", f);
+	else if (families == FAMILY_V6)
+		fputs("  do-ip4: no\n", f);
 	if (cfg->upstream.recursive && *cfg->upstream.root_hints)
 		fprintf(f, "  root-hints: \"%s\"\n", cfg->upstream.root_hints);
 	if (cfg->upstream.dnssec) {
@@ -327,18 +372,20 @@ static int root_forwarders(const struct config *cfg, char addrs[][UPSTREAM_ADDR_
 static int write_conf(FILE *f, const struct config *cfg, char *err, size_t errlen)
 {
 	char addrs[MAX_FORWARDERS][UPSTREAM_ADDR_TEXT];
+	int n_root = 0;
 
-	write_server_clause(f, cfg);
 	if (!cfg->upstream.recursive) {
-		int n = root_forwarders(cfg, addrs, err, errlen);
-		if (n < 0)
+		n_root = root_forwarders(cfg, addrs, err, errlen);
+		if (n_root < 0)
 			return -1;
-		if (n == 0)
+		if (n_root == 0)
 			log_error("no usable upstream servers: external names will get SERVFAIL",
 				  "resolv_conf", cfg->upstream.resolv_conf);
-		else
-			write_forward_zone(f, ".", addrs, (size_t)n, false);
 	}
+	write_server_clause(f, cfg, cfg->upstream.recursive ? 0 :
+				    forwarder_families(cfg, addrs, (size_t)n_root));
+	if (n_root > 0)
+		write_forward_zone(f, ".", addrs, (size_t)n_root, false);
 	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
 		const struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
 		size_t n = z->n_servers < MAX_FORWARDERS ? z->n_servers : MAX_FORWARDERS;

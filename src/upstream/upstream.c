@@ -2,9 +2,9 @@
  * upstream/upstream.c — the resolver thread: requests in, libunbound
  * queries out, answers into the cache and back to the clients.
  *
- * Flow. A worker that cannot answer from local data or the cache copies an
- * upstream_request into its ring (single producer, single consumer, fixed
- * slots: no allocation, no lock) and, once per batch, writes the shared
+ * Flow. A worker that cannot answer from local data or the cache packs an
+ * upstream_request into its ring (single producer, single consumer, see
+ * ring.c: no allocation, no lock) and, once per batch, writes the shared
  * request eventfd. The resolver thread sleeps in epoll on that eventfd,
  * libunbound's ub_fd and the stop eventfd, with a timeout set by the
  * earliest client deadline. For each request it first looks at the cache
@@ -82,9 +82,8 @@
 #include "util/clock.h"
 #include "util/hash.h"
 
-/* A burst of misses must fit while the resolver thread waits for a core;
- * ring slots cost memory only once used. */
-#define REQUEST_SLOTS 1024       /* per worker; a power of two */
+/* A burst of TCP replies must fit while the worker is busy; ring slots
+ * cost memory only once used. (Request rings: ring.c.) */
 #define COMPLETION_SLOTS 1024    /* per worker; a power of two */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
 #define FLIGHT_BUCKETS 4096      /* a power of two */
@@ -101,12 +100,6 @@ enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
 static const enum source requests_source = SRC_REQUESTS;
 static const enum source stop_source = SRC_STOP;
 static const enum source control_source = SRC_CONTROL;
-
-struct request_ring {
-	_Alignas(64) _Atomic uint32_t head; /* next slot the resolver reads */
-	_Alignas(64) _Atomic uint32_t tail; /* next slot the worker writes */
-	struct upstream_request slots[REQUEST_SLOTS];
-};
 
 struct completion_ring {
 	_Alignas(64) _Atomic uint32_t head; /* next slot the worker reads */
@@ -141,14 +134,13 @@ struct waiter {
 	struct flight *flight;
 	uint64_t deadline_ms;
 	unsigned worker;
-	struct upstream_request req;
+	uint8_t req[];                        /* the client's request, packed (ring.c) */
 };
 
 struct flight {
 	struct flight *hnext;
 	uint64_t hash;
 	struct dns_query q;          /* the question (key: name, type, class, DO, CD) */
-	uint8_t chain[UPSTREAM_CHAIN_MAX]; /* a local CNAME chain to chase (see upstream.h) */
 	uint16_t chain_len;
 	uint32_t chain_ttl;
 	bool search;                 /* chain holds autopath's candidates ... */
@@ -159,6 +151,7 @@ struct flight {
 	uint64_t asked_ns;           /* when it was asked (CLOCK_MONOTONIC) */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	struct upstream *u;
+	uint8_t chain[];             /* chain_len bytes: a local CNAME chain to chase (see upstream.h) */
 };
 
 struct counters {
@@ -204,6 +197,8 @@ struct upstream {
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint8_t buf[DNS_MAX_MESSAGE + 2];
 	uint8_t compacted[DNS_MAX_MESSAGE];
+	struct upstream_request taken; /* the request take_requests unpacked last */
+	struct upstream_request waiting; /* the waiter's request waiter_request unpacked last */
 
 	struct counters n;
 };
@@ -241,17 +236,10 @@ static void drain_fd(int fd)
 
 bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_request *r)
 {
-	struct request_ring *ring = u->requests[worker];
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
-
-	if (tail - head == REQUEST_SLOTS) {
-		bump(&u->n.dropped);
-		return false;
-	}
-	ring->slots[tail & (REQUEST_SLOTS - 1)] = *r;
-	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
-	return true;
+	if (request_ring_put(u->requests[worker], r))
+		return true;
+	bump(&u->n.dropped);
+	return false;
 }
 
 void upstream_wake(struct upstream *u)
@@ -500,7 +488,7 @@ static struct flight *find_flight(struct upstream *u, const struct dns_query *q,
 
 static struct flight *new_flight(struct upstream *u, const struct upstream_request *r, uint64_t h)
 {
-	struct flight *f = calloc(1, sizeof *f);
+	struct flight *f = calloc(1, sizeof *f + r->chain_len);
 
 	if (!f)
 		return NULL;
@@ -531,11 +519,12 @@ static void add_waiter(struct upstream *u, struct flight *f, unsigned worker,
 {
 	struct waiter *w;
 
-	if (u->n_waiters >= MAX_WAITERS || !(w = malloc(sizeof *w))) {
+	if (u->n_waiters >= MAX_WAITERS ||
+	    !(w = malloc(sizeof *w + upstream_request_packed_size(r)))) {
 		bump(&u->n.dropped);
 		return;
 	}
-	w->req = *r;
+	upstream_request_pack(r, w->req);
 	w->worker = worker;
 	w->flight = f;
 	w->deadline_ms = u->now_ms + u->ctx->timeout_ms;
@@ -580,6 +569,13 @@ static void remove_waiter(struct upstream *u, struct waiter *w)
 		u->fifo_tail = w->fifo_prev;
 	u->n_waiters--;
 	free(w);
+}
+
+/* w's request, unpacked; valid until the next call. */
+static const struct upstream_request *waiter_request(struct upstream *u, const struct waiter *w)
+{
+	upstream_request_unpack(w->req, &u->waiting);
+	return &u->waiting;
 }
 
 /* A flight with nobody waiting, nothing outstanding and no cool-down goes. */
@@ -632,7 +628,7 @@ static void resolution_failed(struct upstream *u, struct flight *f, bool remembe
 	}
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		answer_failed(u, w->worker, &w->req);
+		answer_failed(u, w->worker, waiter_request(u, w));
 		remove_waiter(u, w);
 	}
 }
@@ -679,7 +675,8 @@ static void candidate_missing(struct upstream *u, struct flight *f, const uint8_
 	}
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		deliver(u, w->worker, &w->req, reply_nxdomain(u, &w->req));
+		const struct upstream_request *r = waiter_request(u, w);
+		deliver(u, w->worker, r, reply_nxdomain(u, r));
 		remove_waiter(u, w);
 	}
 }
@@ -728,7 +725,7 @@ static void resolution_answered(struct upstream *u, struct flight *f, uint8_t *m
 		cached = cache_insert(u->cache, &f->q, msg, len, u->now_ms / 1000) == 0;
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		answer_with(u, w->worker, &w->req, msg, len, cached);
+		answer_with(u, w->worker, waiter_request(u, w), msg, len, cached);
 		remove_waiter(u, w);
 	}
 }
@@ -748,7 +745,8 @@ static void resolution_bogus(struct upstream *u, struct flight *f, const char *w
 			     u->now_ms / 1000);
 	while (f->waiters) {
 		struct waiter *w = f->waiters;
-		deliver(u, w->worker, &w->req, reply_servfail(u, &w->req));
+		const struct upstream_request *r = waiter_request(u, w);
+		deliver(u, w->worker, r, reply_servfail(u, r));
 		bump(&u->n.servfail);
 		remove_waiter(u, w);
 	}
@@ -904,21 +902,17 @@ static void close_retired_sockets(struct upstream *u, bool all)
 
 static void take_requests(struct upstream *u)
 {
+	struct upstream_request *r = &u->taken;
+
 	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct request_ring *ring = u->requests[i];
-		uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
-		uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-		for (; head != tail; head++) {
-			const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
+		while (request_ring_take(u->requests[i], r)) {
 			if (r->transport == UPSTREAM_RETIRED_SOCKET)
 				retire_socket(u, r->fd);
 			else if (r->transport == UPSTREAM_NO_REPLY)
 				handle_refresh(u, r, question_hash(&r->q));
 			else
 				handle_client(u, i, r, question_hash(&r->q));
-			/* released per slot: the worker may reuse it at once */
-			atomic_store_explicit(&ring->head, head + 1, memory_order_release);
 		}
 	}
 }
@@ -932,7 +926,7 @@ static void expire_waiters(struct upstream *u)
 		/* A query still running on a replaced context says nothing of the current one. */
 		if (!w->flight->resolving || w->flight->ctx == u->ctx)
 			atomic_store_explicit(&u->failing, true, memory_order_relaxed);
-		answer_failed(u, w->worker, &w->req);
+		answer_failed(u, w->worker, waiter_request(u, w));
 		remove_waiter(u, w);
 	}
 }
@@ -1143,18 +1137,20 @@ static int make_rings(struct upstream *u)
 	if (!u->requests || !u->completions)
 		return -1;
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct request_ring *requests = aligned_alloc(64, sizeof *requests);
+		struct request_ring *requests = request_ring_new();
 		struct completion_ring *completions = aligned_alloc(64, sizeof *completions);
 		if (completions) {
-			memset(completions, 0, sizeof *completions);
+			/* slots are written before they are read: not cleared, so a
+			 * worker that never sees a TCP miss never touches them */
+			atomic_init(&completions->head, 0);
+			atomic_init(&completions->tail, 0);
+			completions->signal_pending = false;
 			completions->efd = -1;
 		}
 		u->requests[i] = requests;
 		u->completions[i] = completions;
 		if (!requests || !completions)
 			return -1;
-		atomic_init(&requests->head, 0);
-		atomic_init(&requests->tail, 0);
 		completions->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (completions->efd < 0)
 			return -1;
@@ -1309,16 +1305,12 @@ static void free_completions(struct completion_ring *ring)
 }
 
 /* Sockets handed over after the resolver stopped are closed here. */
-static void free_requests(struct request_ring *ring)
+static void free_requests(struct upstream *u, struct request_ring *ring)
 {
-	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
-
-	for (; head != tail; head++) {
-		const struct upstream_request *r = &ring->slots[head & (REQUEST_SLOTS - 1)];
-		if (r->transport == UPSTREAM_RETIRED_SOCKET)
-			close(r->fd);
-	}
-	free(ring);
+	while (request_ring_take(ring, &u->taken))
+		if (u->taken.transport == UPSTREAM_RETIRED_SOCKET)
+			close(u->taken.fd);
+	request_ring_free(ring);
 }
 
 void upstream_free(struct upstream *u)
@@ -1329,7 +1321,7 @@ void upstream_free(struct upstream *u)
 	upstream_discard(u->ctx);
 	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
 		if (u->requests[i])
-			free_requests(u->requests[i]);
+			free_requests(u, u->requests[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
 		if (u->completions[i])
 			free_completions(u->completions[i]);

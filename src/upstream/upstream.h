@@ -51,6 +51,7 @@ enum upstream_transport {
 /* q's local NXDOMAIN answer for autopath: one SOA record, compressed (54 bytes). */
 #define UPSTREAM_NXDOMAIN_MAX 64
 
+/* A new field here must also be listed in transfer() in ring.c, which packs requests. */
 struct upstream_request {
 	struct dns_query q;
 	/* When chain_len > 0, q was answered locally with CNAMEs (each with

@@ -251,6 +251,49 @@ def test_unknown_edns_option_ignored(env):
     assert m.rcode_name == "NOERROR" and m.answer, m.describe()
 
 
+def padded_query(name, qid, size):
+    """An A query of exactly size bytes: an EDNS padding option (RFC 7830)
+    fills it, then a client cookie made of the ID ends it."""
+    cookie = struct.pack("!HHI", qid, qid, 0x600d600d)
+    bare = build_query(name, "A", qid=qid, cookie=cookie)
+    return build_query(name, "A", qid=qid, options=[(12, b"\0" * (size - len(bare) - 4))],
+                       cookie=cookie)
+
+
+def test_long_udp_queries_are_answered_up_to_4096_bytes(env):
+    # A worker takes each datagram's first 512 bytes into a packed slot and
+    # the rest into another (src/server/internal.h): long queries in one
+    # burst with short ones are all answered, each with its own question
+    # and the cookie from its last bytes.
+    sizes = [512, 513, 1500, 4095, 4096, 511, 700]
+    pkts = {}
+    for i in range(60):
+        qid = 0x5000 + i
+        pkts[qid] = padded_query(DB, qid, sizes[i % len(sizes)] if i % 2 else 80)
+        assert len(pkts[qid]) == (sizes[i % len(sizes)] if i % 2 else 80)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        for p in pkts.values():
+            s.sendto(p, (env.server.host, env.server.port))
+        got = {}
+        s.settimeout(2)
+        while len(got) < len(pkts):
+            try:
+                m = parse(s.recv(65535))
+            except socket.timeout:
+                break
+            got[m.id] = m
+    missing = sorted(set(pkts) - set(got))
+    assert not missing, "no reply to %d queries, ids %s" % (len(missing), missing[:5])
+    for qid, m in got.items():
+        assert m.rcode_name == "NOERROR" and m.question[0][0] == DB + ".", m.describe()
+        assert [r["rdata"] for r in m.answer] == ["10.0.0.5"], m.describe()
+        cookies = [v for c, v in m.opt["options"] if c == dnsmsg.OPT_COOKIE]
+        assert cookies and cookies[0][:8] == struct.pack("!HHI", qid, qid, 0x600d600d), \
+            (hex(qid), cookies)
+    expect_silence(env, [padded_query(DB, 0x5fff, 4097)], "a 4,097-byte query")
+
+
 def test_two_opt_formerr(env):
     q = build_query(DB, "A", qid=0x7171)
     pkt = bytearray(q[:12] + q[12:]) + dnsmsg.opt_rr() + dnsmsg.opt_rr()

@@ -315,7 +315,7 @@ def _sanitized(binary):
 
 
 # RSS may grow past its start-up value by cache.size plus this: libunbound's
-# own caches (1 MiB of RRsets when forwarding, 1 MiB of negative answers,
+# own caches (256 KiB of RRsets when forwarding, 1 MiB of negative answers,
 # its infrastructure cache), its query
 # state, and malloc's free lists (docs/performance.md).
 FLOOD_OVERHEAD_KIB = 8 * 1024
@@ -372,6 +372,23 @@ def test_forward_zones_longest_match_wins(env):
         assert a_records(m) == ["192.0.2.50"], m.describe()
         assert a_records(d.udp("www.site.example", "A")) == ["192.0.2.1"]
         assert corp.queries() == 1 and sub.queries() == 1, (corp.queries(), sub.queries())
+
+
+def test_forwarders_of_one_family_and_of_both(env):
+    # libunbound gets outgoing sockets only for the families the forwarders
+    # use (src/upstream/context.c): an IPv6-only forwarder must still be
+    # reached, and so must each forwarder when the two families are mixed.
+    if not harness.have_ipv6_loopback():
+        raise harness.Skip("::1 is not configured on lo")
+    with authority.Authority({"site.example.": SITE}, address="::1") as up6, \
+            authority.Authority({"corp.internal.": CORP}) as corp:
+        d = forwarding(env, up6)
+        assert a_records(d.udp("www.site.example", "A")) == ["192.0.2.1"]
+        d.stop()
+        d = forwarding(env, up6, upstream={"forward_zones": {"corp.internal": [corp.addr]}})
+        assert a_records(d.udp("db.corp.internal", "A")) == ["10.1.0.5"]
+        assert a_records(d.udp("mx1.site.example", "A")) == ["192.0.2.25"]
+        assert corp.queries() == 1 and up6.queries() == 2, (corp.queries(), up6.queries())
 
 
 def test_recursion_from_a_local_root(env):

@@ -1548,6 +1548,92 @@ static void test_walk_beside_a_resize(void **state)
 	cache_free(c);
 }
 
+/* ---- bucket arrays that grow ---------------------------------------------- */
+
+static void test_bucket_arrays_grow_with_the_entries_up_to_their_cap(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 64u << 20;
+	struct cache *c = new_cache(cfg);
+	struct cache_stats st;
+
+	/* 64 shards of 8 buckets; what the arrays may grow to (4,096 heads a
+	 * shard, 2 MiB) is charged from the start. */
+	cache_stats(c, &st);
+	assert_int_equal(st.buckets, 64 * 8);
+	assert_int_equal(st.bytes, 64 * 4096 * sizeof(void *));
+	insert_names(c, "n%d.grow.example", 0, 10000, 0);
+	cache_stats(c, &st);
+	/* Every shard has at least a bucket per entry and fewer than two. */
+	assert_true(st.buckets >= 10000 && st.buckets < 2 * 10000 + 64 * 8);
+	assert_int_equal(hits_among(c, "n%d.grow.example", 0, 10000, 1), 10000);
+	print_message("10,000 entries: %llu buckets\n", (unsigned long long)st.buckets);
+	cache_free(c);
+
+	/* A small cache fills to its cap: 4 shards of 64 KiB, 256 buckets each. */
+	cfg.max_bytes = 256u << 10;
+	c = new_cache(cfg);
+	insert_names(c, "m%d.grow.example", 0, 20000, 0);
+	cache_stats(c, &st);
+	assert_int_equal(st.buckets, 4 * 256);
+	assert_true(st.bytes <= cfg.max_bytes);
+	assert_int_equal(hits_among(c, "m%d.grow.example", 0, 20000, 1), st.entries);
+	cache_free(c);
+}
+
+struct grow_arg {
+	struct cache *c;
+	atomic_bool done;
+};
+
+static void *grow_main(void *argp)
+{
+	struct grow_arg *arg = argp;
+
+	insert_names(arg->c, "g%d.grow.example", 0, 20000, 0);
+	atomic_store(&arg->done, true);
+	return NULL;
+}
+
+static void test_walk_sees_each_entry_once_while_the_arrays_grow(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 32u << 20; /* room for everything: nothing is evicted */
+	struct cache *c = new_cache(cfg);
+	struct walk_log *log = new_walk_log();
+	struct grow_arg arg = {.c = c};
+	pthread_t writer;
+	int walks = 0;
+
+	/* A few entries a shard, then 20,000 more: every array doubles five or six times. */
+	insert_names(c, "p%d.pinned.example", 0, 300, 0);
+	assert_int_equal(pthread_create(&writer, NULL, grow_main, &arg), 0);
+	do {
+		log->n = 0;
+		assert_int_equal(cache_walk(c, 1, log_entry, log), 0);
+		assert_false(log->bad);
+		qsort(log->items, log->n, sizeof *log->items, by_name_and_type);
+		size_t pinned = 0;
+		for (size_t i = 0; i < log->n; i++) {
+			if (i > 0) /* no entry twice */
+				assert_int_not_equal(by_name_and_type(&log->items[i - 1],
+								      &log->items[i]), 0);
+			pinned += strstr(log->items[i].name, ".pinned.example.") != NULL;
+		}
+		assert_int_equal(pinned, 300); /* none missed */
+		walks++;
+	} while (!atomic_load(&arg.done));
+	pthread_join(writer, NULL);
+	log->n = 0;
+	assert_int_equal(cache_walk(c, 1, log_entry, log), 0);
+	assert_int_equal(log->n, 20300);
+	print_message("%d walks while the arrays grew\n", walks);
+	free_walk_log(log);
+	cache_free(c);
+}
+
 /* ---- the hot-path promise ----------------------------------------------- */
 
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
@@ -1636,6 +1722,8 @@ int main(void)
 		cmocka_unit_test(test_configure_applies_the_serving_rules),
 		cmocka_unit_test(test_resize_under_concurrent_readers),
 		cmocka_unit_test(test_walk_beside_a_resize),
+		cmocka_unit_test(test_bucket_arrays_grow_with_the_entries_up_to_their_cap),
+		cmocka_unit_test(test_walk_sees_each_entry_once_while_the_arrays_grow),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

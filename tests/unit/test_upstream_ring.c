@@ -1,0 +1,260 @@
+/*
+ * Unit tests for upstream/ring.c, the packed request rings from workers to
+ * the resolver thread: every field survives packing (including the longest
+ * name, chain, autopath NXDOMAIN, cookies and an IPv6 client), requests
+ * come out in order across many wraps of the ring, a full ring refuses
+ * rather than overwrites, the burst a coalescing test sends (1,000 misses)
+ * fits, and a worker and a resolver thread running at once agree on every
+ * byte.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <netinet/in.h>
+#include <cmocka.h>
+
+#include "upstream/internal.h"
+
+/* A request whose variable parts have the given lengths, every byte derived from seq. */
+static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_len,
+			 size_t chain_len, size_t nxdomain_len, size_t cookie_len, bool v6)
+{
+	memset(r, 0, sizeof *r);
+	r->q.id = (uint16_t)seq;
+	r->q.flags = 0x0100;
+	r->q.question_ok = true;
+	r->q.qtype = (uint16_t)(1 + seq % 50);
+	r->q.qclass = 1;
+	r->q.qname_len = (uint16_t)qname_len;
+	r->q.qname_labels = (uint8_t)(seq % 100);
+	for (size_t i = 0; i < qname_len; i++) {
+		r->q.qname[i] = (uint8_t)('a' + (seq + i) % 26);
+		r->q.qname_orig[i] = (uint8_t)('A' + (seq + i) % 26);
+	}
+	r->q.has_edns = seq & 1;
+	r->q.edns_version = 0;
+	r->q.edns_do = seq & 2;
+	r->q.edns_udp_size = (uint16_t)(512 + seq % 4000);
+	r->q.cookie_len = (uint8_t)cookie_len;
+	for (size_t i = 0; i < cookie_len; i++)
+		r->q.cookie[i] = (uint8_t)(seq * 7 + i);
+	r->chain_len = (uint16_t)chain_len;
+	for (size_t i = 0; i < chain_len; i++)
+		r->chain[i] = (uint8_t)(seq * 3 + i);
+	r->chain_ttl = seq * 11;
+	r->search = seq & 4;
+	r->nxdomain_len = (uint8_t)nxdomain_len;
+	for (size_t i = 0; i < nxdomain_len; i++)
+		r->nxdomain[i] = (uint8_t)(seq + 5 * i);
+	r->reply_limit = 512 + seq % 65000;
+	r->udp_payload = 1232;
+	r->has_cookie = seq & 8;
+	for (size_t i = 0; i < sizeof r->cookie; i++)
+		r->cookie[i] = (uint8_t)(seq ^ i);
+	r->transport = (enum upstream_transport)(seq % 4);
+	r->fd = (int)(seq % 1000);
+	if (v6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&r->peer;
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = (uint16_t)seq;
+		memset(&in6->sin6_addr, (int)(seq & 0xff), sizeof in6->sin6_addr);
+		r->peer_len = sizeof *in6;
+	} else {
+		struct sockaddr_in *in = (struct sockaddr_in *)&r->peer;
+		in->sin_family = AF_INET;
+		in->sin_port = (uint16_t)seq;
+		in->sin_addr.s_addr = seq;
+		r->peer_len = sizeof *in;
+	}
+	r->conn = seq;
+	r->conn_gen = ~seq;
+	r->log_reply = seq & 16;
+}
+
+/* The same request, comparing only the bytes the lengths say are used. */
+static void assert_same(const struct upstream_request *a, const struct upstream_request *b)
+{
+	assert_int_equal(a->q.id, b->q.id);
+	assert_int_equal(a->q.flags, b->q.flags);
+	assert_int_equal(a->q.question_ok, b->q.question_ok);
+	assert_int_equal(a->q.qtype, b->q.qtype);
+	assert_int_equal(a->q.qclass, b->q.qclass);
+	assert_int_equal(a->q.qname_len, b->q.qname_len);
+	assert_int_equal(a->q.qname_labels, b->q.qname_labels);
+	assert_memory_equal(a->q.qname, b->q.qname, a->q.qname_len);
+	assert_memory_equal(a->q.qname_orig, b->q.qname_orig, a->q.qname_len);
+	assert_int_equal(a->q.has_edns, b->q.has_edns);
+	assert_int_equal(a->q.edns_version, b->q.edns_version);
+	assert_int_equal(a->q.edns_do, b->q.edns_do);
+	assert_int_equal(a->q.edns_udp_size, b->q.edns_udp_size);
+	assert_int_equal(a->q.cookie_len, b->q.cookie_len);
+	if (a->q.cookie_len)
+		assert_memory_equal(a->q.cookie, b->q.cookie, a->q.cookie_len);
+	assert_int_equal(a->chain_len, b->chain_len);
+	if (a->chain_len)
+		assert_memory_equal(a->chain, b->chain, a->chain_len);
+	assert_int_equal(a->chain_ttl, b->chain_ttl);
+	assert_int_equal(a->search, b->search);
+	assert_int_equal(a->nxdomain_len, b->nxdomain_len);
+	if (a->nxdomain_len)
+		assert_memory_equal(a->nxdomain, b->nxdomain, a->nxdomain_len);
+	assert_int_equal(a->reply_limit, b->reply_limit);
+	assert_int_equal(a->udp_payload, b->udp_payload);
+	assert_int_equal(a->has_cookie, b->has_cookie);
+	assert_memory_equal(a->cookie, b->cookie, sizeof a->cookie);
+	assert_int_equal(a->transport, b->transport);
+	assert_int_equal(a->fd, b->fd);
+	assert_int_equal(a->peer_len, b->peer_len);
+	assert_memory_equal(&a->peer, &b->peer, a->peer_len);
+	assert_int_equal(a->conn, b->conn);
+	assert_int_equal(a->conn_gen, b->conn_gen);
+	assert_int_equal(a->log_reply, b->log_reply);
+}
+
+/* Sizes that vary from request to request, sometimes the largest there are. */
+static void varied_request(struct upstream_request *r, uint32_t seq)
+{
+	bool largest = seq % 97 == 0;
+
+	make_request(r, seq, largest ? DNS_MAX_NAME : 2 + seq % 60,
+		     largest ? UPSTREAM_CHAIN_MAX : (seq % 5 == 0 ? seq % 300 : 0),
+		     largest ? UPSTREAM_NXDOMAIN_MAX : (seq % 7 == 0 ? 54 : 0),
+		     largest ? DNS_COOKIE_MAX : (seq % 3 == 0 ? 24 : 0), largest || seq % 2);
+}
+
+static struct upstream_request in, out; /* too large for cmocka's small test stacks */
+
+static void test_every_field_survives_the_ring(void **state)
+{
+	(void)state;
+	struct request_ring *ring = request_ring_new();
+
+	assert_non_null(ring);
+	assert_false(request_ring_take(ring, &out));
+	make_request(&in, 42, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+		     DNS_COOKIE_MAX, true);
+	assert_true(request_ring_put(ring, &in));
+	memset(&out, 0xee, sizeof out);
+	assert_true(request_ring_take(ring, &out));
+	assert_same(&in, &out);
+	make_request(&in, 7, 1, 0, 0, 0, false); /* the root, nothing else */
+	assert_true(request_ring_put(ring, &in));
+	assert_true(request_ring_take(ring, &out));
+	assert_same(&in, &out);
+	assert_false(request_ring_take(ring, &out));
+	request_ring_free(ring);
+}
+
+static void test_a_burst_of_misses_fits_and_a_full_ring_refuses(void **state)
+{
+	(void)state;
+	struct request_ring *ring = request_ring_new();
+	uint32_t typical = 0, largest = 0;
+
+	/* "www.site.example" A from an IPv4 client with a cookie, as the coalescing test sends */
+	do
+		make_request(&in, typical, 18, 0, 0, 24, false);
+	while (request_ring_put(ring, &in) && ++typical < 100000);
+	print_message("%u typical requests fit\n", typical);
+	assert_true(typical >= 1000);
+	for (uint32_t i = 0; i < typical; i++) {
+		assert_true(request_ring_take(ring, &out));
+		assert_int_equal(out.q.id, (uint16_t)i);
+	}
+	assert_false(request_ring_take(ring, &out));
+
+	do
+		make_request(&in, largest, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+			     DNS_COOKIE_MAX, true);
+	while (request_ring_put(ring, &in) && ++largest < 100000);
+	print_message("%u of the largest requests fit\n", largest);
+	assert_true(largest >= 150);
+	/* the one refused was not half written: the ring still holds exactly the others */
+	for (uint32_t i = 0; i < largest; i++) {
+		assert_true(request_ring_take(ring, &out));
+		make_request(&in, i, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+			     DNS_COOKIE_MAX, true);
+		assert_same(&in, &out);
+	}
+	assert_false(request_ring_take(ring, &out));
+	request_ring_free(ring);
+}
+
+static void test_order_and_bytes_hold_across_many_wraps(void **state)
+{
+	(void)state;
+	struct request_ring *ring = request_ring_new();
+	uint32_t put = 0, taken = 0;
+
+	/* 200,000 requests through 256 KiB, the ring between empty and nearly full */
+	while (taken < 200000) {
+		uint32_t burst = 1 + (put * 2654435761u) % 800;
+		for (uint32_t i = 0; i < burst; i++) {
+			varied_request(&in, put);
+			if (!request_ring_put(ring, &in))
+				break;
+			put++;
+		}
+		uint32_t drain = 1 + (taken * 40503u) % 900;
+		for (uint32_t i = 0; i < drain && request_ring_take(ring, &out); i++) {
+			varied_request(&in, taken++);
+			assert_same(&in, &out);
+		}
+	}
+	while (request_ring_take(ring, &out)) {
+		varied_request(&in, taken++);
+		assert_same(&in, &out);
+	}
+	assert_int_equal(taken, put);
+	request_ring_free(ring);
+}
+
+#define THREADED_REQUESTS 300000
+
+static void *producer_main(void *arg)
+{
+	struct request_ring *ring = arg;
+	static struct upstream_request r;
+
+	for (uint32_t seq = 0; seq < THREADED_REQUESTS;) {
+		varied_request(&r, seq);
+		if (request_ring_put(ring, &r))
+			seq++;
+	}
+	return NULL;
+}
+
+static void test_a_worker_and_the_resolver_at_once(void **state)
+{
+	(void)state;
+	struct request_ring *ring = request_ring_new();
+	pthread_t producer;
+	uint32_t seq = 0;
+
+	assert_int_equal(pthread_create(&producer, NULL, producer_main, ring), 0);
+	while (seq < THREADED_REQUESTS) {
+		if (!request_ring_take(ring, &out))
+			continue;
+		varied_request(&in, seq++);
+		assert_same(&in, &out);
+	}
+	pthread_join(producer, NULL);
+	assert_false(request_ring_take(ring, &out));
+	request_ring_free(ring);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_every_field_survives_the_ring),
+		cmocka_unit_test(test_a_burst_of_misses_fits_and_a_full_ring_refuses),
+		cmocka_unit_test(test_order_and_bytes_hold_across_many_wraps),
+		cmocka_unit_test(test_a_worker_and_the_resolver_at_once),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
