@@ -274,6 +274,47 @@ def free_port(hosts=("127.0.0.1",)):
     raise RuntimeError("no free port found")
 
 
+# ------------------------------------------------------------ bench tools
+
+# What dnsgen's key=value line counts (tests/bench/dnsgen.c).
+DNSGEN_COUNTS = ("sent", "received", "lost", "noerror", "nxdomain", "servfail",
+                 "rcode_other", "truncated", "no_answer", "mismatched", "unexpected",
+                 "errors", "size_min", "size_max")
+
+
+def bench_tool(env, name):
+    """A tool built next to the daemon (build/bench/, or the sanitized build's)."""
+    path = os.path.join(os.path.dirname(env.binary), "bench", name)
+    assert os.access(path, os.X_OK), "%s not built (make integration builds it)" % path
+    return path
+
+
+def dnsgen(env, port, queries, *args):
+    """Run dnsgen against 127.0.0.1:port with queries [(name, type)]; returns
+    its key=value line as a dict (counts as ints, the rest as floats or
+    text) and its stderr summary."""
+    qfile = os.path.join(env.tmp, "queries.txt")
+    with open(qfile, "w") as f:
+        f.write("; comment lines and blank lines are skipped\n\n")
+        f.write("".join("%s %s\n" % q for q in queries))
+    argv = [bench_tool(env, "dnsgen"), "-s", "127.0.0.1", "-p", str(port),
+            "-d", qfile] + list(args)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, "dnsgen exited %d: %s" % (p.returncode, p.stderr)
+    lines = p.stdout.strip().split("\n")
+    assert len(lines) == 1, "want one key=value line, got: %r" % p.stdout
+    r = {}
+    for kv in lines[0].split():
+        k, v = kv.split("=", 1)
+        try:
+            r[k] = int(v) if k in DNSGEN_COUNTS else float(v)
+        except ValueError:
+            r[k] = v
+    for k in DNSGEN_COUNTS:
+        assert k in r, "no %s= in %r" % (k, lines[0])
+    return r, p.stderr
+
+
 # ------------------------------------------------------- stopping a thread
 
 class StoppedThread:

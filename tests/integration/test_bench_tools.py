@@ -20,42 +20,6 @@ import dnsmsg
 import harness
 
 DB = "db.prod.svc.cluster.local"
-COUNTS = ("sent", "received", "lost", "noerror", "nxdomain", "servfail",
-          "rcode_other", "truncated", "no_answer", "mismatched", "unexpected",
-          "errors", "size_min", "size_max")
-
-
-def tool(env, name):
-    """A tool built next to the daemon (build/bench/, or the sanitized build's)."""
-    path = os.path.join(os.path.dirname(env.binary), "bench", name)
-    assert os.access(path, os.X_OK), "%s not built (make integration builds it)" % path
-    return path
-
-
-def dnsgen(env, port, queries, *args):
-    """Run dnsgen against 127.0.0.1:port with queries [(name, type)]; returns
-    its key=value line as a dict (counts as ints, the rest as floats or
-    text) and its stderr summary."""
-    qfile = os.path.join(env.tmp, "queries.txt")
-    with open(qfile, "w") as f:
-        f.write("; comment lines and blank lines are skipped\n\n")
-        f.write("".join("%s %s\n" % q for q in queries))
-    argv = [tool(env, "dnsgen"), "-s", "127.0.0.1", "-p", str(port), "-d", qfile] + list(args)
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-    assert p.returncode == 0, "dnsgen exited %d: %s" % (p.returncode, p.stderr)
-    lines = p.stdout.strip().split("\n")
-    assert len(lines) == 1, "want one key=value line, got: %r" % p.stdout
-    r = {}
-    for kv in lines[0].split():
-        k, v = kv.split("=", 1)
-        try:
-            r[k] = int(v) if k in COUNTS else float(v)
-        except ValueError:
-            r[k] = v
-    for k in COUNTS:
-        assert k in r, "no %s= in %r" % (k, lines[0])
-    return r, p.stderr
-
 
 def check_consistent(r, summary):
     """What every run must satisfy, whatever the server did."""
@@ -95,7 +59,7 @@ def test_dnsgen_max_rate_counts_add_up(env):
     # With UDP GSO (db A and AAAA are one length: one message, two
     # datagrams) and with one datagram per message (-G).
     for extra in ((), ("-G",)):
-        r, summary = dnsgen(env, env.server.port, STATIC, "-l", "0.5", "-q", "8", "-c", "4",
+        r, summary = harness.dnsgen(env, env.server.port, STATIC, "-l", "0.5", "-q", "8", "-c", "4",
                             "-t", "2", *extra)
         assert r["mode"] == "max", r
         assert r["gso"] == 0 if extra else (r["gso"] == 1 or "GSO refused" in summary), r
@@ -103,7 +67,7 @@ def test_dnsgen_max_rate_counts_add_up(env):
 
 
 def test_dnsgen_fixed_rate_is_the_rate_asked(env):
-    r, summary = dnsgen(env, env.server.port, STATIC, "-l", "1", "-Q", "2000", "-t", "2")
+    r, summary = harness.dnsgen(env, env.server.port, STATIC, "-l", "1", "-Q", "2000", "-t", "2")
     assert r["mode"] == "fixed" and r["rate"] == 2000, r
     check_all_answered(r, summary, env.server.port, STATIC)
     assert 1800 <= r["sent"] <= 2200, "asked 2000 QPS for 1 s, sent %d: %s" % (r["sent"], summary)
@@ -113,7 +77,7 @@ def test_dnsgen_fixed_rate_is_the_rate_asked(env):
 def test_dnsgen_tallies_rcodes_and_empty_answers(env):
     # -n 300 over three lines: each asked exactly 100 times.
     queries = [(DB, "A"), ("nope.prod.svc.cluster.local", "A"), (DB, "TXT")]
-    r, summary = dnsgen(env, env.server.port, queries, "-n", "300", "-Q", "3000", "-l", "5")
+    r, summary = harness.dnsgen(env, env.server.port, queries, "-n", "300", "-Q", "3000", "-l", "5")
     check_consistent(r, summary)
     got = {k: r[k] for k in ("sent", "received", "noerror", "nxdomain", "no_answer")}
     assert got == {"sent": 300, "received": 300, "noerror": 200, "nxdomain": 100,
@@ -174,7 +138,7 @@ def test_dnsgen_does_not_count_wrong_or_stray_replies(env):
     try:
         names = [("lost.example", "A"), ("servfail.example", "A"), ("wrong.example", "A"),
                  ("twice.example", "A")]
-        r, summary = dnsgen(env, liar.port, names, "-n", "40", "-Q", "400", "-l", "5",
+        r, summary = harness.dnsgen(env, liar.port, names, "-n", "40", "-Q", "400", "-l", "5",
                             "-t", "0.5", "-c", "2")
     finally:
         liar.close()
@@ -190,10 +154,10 @@ def test_dnsgen_refuses_a_bad_query_file(env):
     qfile = os.path.join(env.tmp, "bad.txt")
     with open(qfile, "w") as f:
         f.write("%s A\nbad..name A\n" % DB)
-    p = subprocess.run([tool(env, "dnsgen"), "-p", "53", "-d", qfile], capture_output=True,
+    p = subprocess.run([harness.bench_tool(env, "dnsgen"), "-p", "53", "-d", qfile], capture_output=True,
                        text=True, timeout=10)
     assert p.returncode == 1 and "bad.txt:2: bad name" in p.stderr, (p.returncode, p.stderr)
-    p = subprocess.run([tool(env, "dnsgen"), "-d", qfile, "-q", "0"], capture_output=True,
+    p = subprocess.run([harness.bench_tool(env, "dnsgen"), "-d", qfile, "-q", "0"], capture_output=True,
                        text=True, timeout=10)
     assert p.returncode == 2 and "-q" in p.stderr, (p.returncode, p.stderr)
 
@@ -201,7 +165,7 @@ def test_dnsgen_refuses_a_bad_query_file(env):
 def start_bare(env):
     port = harness.free_port()
     p = harness.track_process(subprocess.Popen(
-        [tool(env, "bare_responder"), "-p", str(port)], stdin=subprocess.DEVNULL,
+        [harness.bench_tool(env, "bare_responder"), "-p", str(port)], stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     probe = dnsmsg.build_query("probe.example", "A")
     deadline = time.monotonic() + 5
@@ -244,7 +208,7 @@ def test_bare_responder_replies_are_valid_answers(env):
             assert reply_size(port, DB, qt) == reply_size(env.server.port, DB, qt), qt
         # dnsgen's view of it: every query answered.
         queries = [(DB, "A"), (DB, "AAAA"), ("x.example", "A")]
-        r, summary = dnsgen(env, port, queries, "-l", "1", "-Q", "1000")
+        r, summary = harness.dnsgen(env, port, queries, "-l", "1", "-Q", "1000")
         check_all_answered(r, summary, port, queries)
     finally:
         rc, err = stop_bare(p)
