@@ -80,6 +80,9 @@ static void stats_upstream(struct control *ctl, struct conn *c)
 	stat_line(c, "upstream_servfail", s.servfail);
 	stat_line(c, "upstream_dropped", s.dropped);
 	stat_line(c, "upstream_bogus", s.bogus);
+	stat_line(c, "upstream_resolving", s.resolving);
+	stat_line(c, "upstream_context_renewals", s.renewals);
+	stat_line(c, "upstream_shed", s.shed);
 	stat_line(c, "upstream_failing", upstream_failing(ctl->d->upstream));
 }
 

@@ -160,6 +160,16 @@ static void collect_upstream(struct metrics_text *t, const struct upstream *u,
 	single(t, "localdns_upstream_dropped_total", "counter",
 	       "Upstream requests lost to a full request or reply ring or the waiting-client cap.",
 	       us->dropped);
+	single(t, "localdns_upstream_resolving", "gauge",
+	       "libunbound queries running now, on the current and on retired contexts.",
+	       us->resolving);
+	single(t, "localdns_upstream_context_renewals_total", "counter",
+	       "Fresh libunbound contexts started because the current one ran too many queries.",
+	       us->renewals);
+	single(t, "localdns_upstream_shed_total", "counter",
+	       "Queries not given to libunbound because it ran too many even after a renewal; "
+	       "answered like a failed resolution (also in errors_total{kind=\"resolution\"}).",
+	       us->shed);
 	single(t, "localdns_upstream_failing", "gauge",
 	       "1 while the upstream looks down (its last resolution failed or timed out).",
 	       upstream_failing(u) ? 1 : 0);

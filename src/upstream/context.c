@@ -429,36 +429,56 @@ static int check_files(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-static int apply_conf(struct ub_ctx *ctx, const struct config *cfg, char *err, size_t errlen)
+char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (check_files(cfg, err, errlen) < 0)
+		return NULL;
+	if (!(f = open_memstream(&text, &len))) {
+		snprintf(err, errlen, "cannot make the resolver configuration: %s",
+			 strerror(errno));
+		return NULL;
+	}
+	int rc = write_conf(f, cfg, err, errlen);
+	if (fclose(f) != 0 && rc == 0) {
+		snprintf(err, errlen, "cannot make the resolver configuration: out of memory");
+		rc = -1;
+	}
+	if (rc < 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* ub_ctx_config reads a file: the text goes through a memfd, never to disk. */
+static int apply_conf_text(struct ub_ctx *ctx, const char *text, char *err, size_t errlen)
 {
 	char path[64];
-	int rc = -1;
+	size_t len = strlen(text);
 	int fd = memfd_create("localdns-unbound.conf", MFD_CLOEXEC);
-	FILE *f = fd < 0 ? NULL : fdopen(fd, "w+");
 
-	if (!f) {
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
 		snprintf(err, errlen, "cannot make the resolver configuration: %s",
 			 strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return -1;
 	}
-	if (check_files(cfg, err, errlen) < 0 || write_conf(f, cfg, err, errlen) < 0)
-		goto out;
-	fflush(f);
 	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
 	int ub = ub_ctx_config(ctx, path);
+	close(fd);
 	if (ub != 0) {
 		snprintf(err, errlen, "resolver configuration rejected: %s", ub_strerror(ub));
-		goto out;
+		return -1;
 	}
-	rc = 0;
-out:
-	fclose(f);
-	return rc;
+	return 0;
 }
 
-struct ub_ctx *upstream_context_new(const struct config *cfg, char *err, size_t errlen)
+struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t errlen)
 {
 	struct ub_ctx *ctx = ub_ctx_create();
 	int rc;
@@ -473,7 +493,7 @@ struct ub_ctx *upstream_context_new(const struct config *cfg, char *err, size_t 
 		ub_ctx_delete(ctx);
 		return NULL;
 	}
-	if (apply_conf(ctx, cfg, err, errlen) < 0) {
+	if (apply_conf_text(ctx, text, err, errlen) < 0) {
 		ub_ctx_delete(ctx);
 		return NULL;
 	}

@@ -12,12 +12,17 @@
 #include "upstream/upstream.h"
 
 /*
- * A configured libunbound context (context.c): forwarders or recursion,
- * forward zones, DNSSEC, threads instead of a forked process. Every
- * decision an operator would want to know about (which resolv.conf
- * servers were used or skipped, and why) is logged. NULL with err set.
+ * The libunbound configuration for cfg (context.c) as unbound.conf text,
+ * malloc'd: forwarders or recursion, forward zones, DNSSEC. Every decision
+ * an operator would want to know about (which resolv.conf servers were used
+ * or skipped, and why) is logged. It may probe resolv.conf servers (up to a
+ * few hundred ms), so it never runs on the resolver thread. NULL with err set.
  */
-struct ub_ctx *upstream_context_new(const struct config *cfg, char *err, size_t errlen);
+char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen);
+
+/* A libunbound context (threads, not a forked process) configured by text;
+ * reads no file but those text names. NULL with err set. */
+struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t errlen);
 
 /* Largest text form of a forwarder ("ip@port"). */
 #define UPSTREAM_ADDR_TEXT 64

@@ -50,6 +50,18 @@
  * the same time, so workers answer it without coming here. Any answer
  * clears the failing mark.
  *
+ * Capacity. libunbound keeps every query it is given until that query
+ * ends, and with a forwarder that has stopped answering that takes minutes:
+ * a flood of new names then holds about 12 KB each (60,000 names were 700
+ * MiB), and ub_cancel frees nothing in threaded mode. So a context runs at
+ * most MAX_RESOLVING queries. A new one past that renews the context: a
+ * fresh one built from the same unbound.conf text takes the new queries and
+ * the clogged one is retired as after a switch (deleted with what it still
+ * runs once its timeout has passed). A context is renewed at most once per
+ * upstream.timeout, so at most about two contexts' worth of queries are
+ * ever held; a query that finds no room even then is shed: answered like a
+ * failed resolution (stale or SERVFAIL, the cool-down), at once.
+ *
  * Chains. A flight may answer its question for another name: an
  * ExternalName's local CNAME chain (libunbound is asked for its last
  * target), or autopath's candidates (search), which one flight asks in
@@ -91,6 +103,9 @@
 #define SERVFAIL_TTL 5           /* seconds the cache keeps a SERVFAIL */
 #define NEGATIVE_MAX_TTL 3600    /* RFC 2308 section 5: cap negative answers */
 #define SWEEP_MS 1000
+#define RENEWAL_LOG_MS 60000
+#define MAX_RESOLVING 1024       /* libunbound queries on one context (Unbound's
+				    num-queries-per-thread default) */
 
 /*
  * What an epoll event is about: its data.ptr points at one of these, the
@@ -113,7 +128,9 @@ struct completion_ring {
 struct upstream_context {
 	enum source source;          /* SRC_UNBOUND: epoll data points here */
 	struct ub_ctx *ub;
+	char *conf;                  /* its unbound.conf text, to build a fresh one */
 	uint64_t timeout_ms;         /* upstream.timeout of the config it came from */
+	uint64_t installed_ms;       /* when new queries started going to it */
 	unsigned outstanding;        /* resolver thread only */
 	uint64_t delete_by_ms;       /* retired: at the latest then */
 	struct upstream_context *next; /* retired list */
@@ -156,7 +173,8 @@ struct flight {
 
 struct counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus;
+		servfail, dropped, bogus, shed, renewals;
+	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */
 	_Atomic uint64_t rcode[6], rcode_other, truncated;
 	_Atomic uint64_t latency[UPSTREAM_LATENCY_BUCKETS + 1]; /* per bucket, last: above all */
 	_Atomic uint64_t latency_ns;
@@ -194,6 +212,7 @@ struct upstream {
 	struct waiter *fifo_head, *fifo_tail;
 	unsigned n_waiters;
 	uint64_t now_ms;
+	uint64_t renewal_logged_ms;
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint8_t buf[DNS_MAX_MESSAGE + 2];
 	uint8_t compacted[DNS_MAX_MESSAGE];
@@ -315,6 +334,9 @@ void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 		.servfail = atomic_load(&n->servfail),
 		.dropped = atomic_load(&n->dropped),
 		.bogus = atomic_load(&n->bogus),
+		.shed = atomic_load(&n->shed),
+		.renewals = atomic_load(&n->renewals),
+		.resolving = atomic_load(&n->resolving),
 		.rcode_other = atomic_load(&n->rcode_other),
 		.truncated = atomic_load(&n->truncated),
 	};
@@ -763,6 +785,15 @@ static void observe_latency(struct upstream *u, uint64_t took_ns)
 	atomic_fetch_add_explicit(&u->n.latency_ns, took_ns, memory_order_relaxed);
 }
 
+/* f's libunbound query is over: answered, or dropped with its context. */
+static void stop_counting(struct upstream *u, struct flight *f)
+{
+	f->resolving = false;
+	f->ctx->outstanding--;
+	f->ctx = NULL;
+	atomic_fetch_sub_explicit(&u->n.resolving, 1, memory_order_relaxed);
+}
+
 static void on_result(void *arg, int err, struct ub_result *result)
 {
 	struct flight *f = arg;
@@ -770,9 +801,7 @@ static void on_result(void *arg, int err, struct ub_result *result)
 	bool current = f->ctx == u->ctx;
 
 	observe_latency(u, monotonic_ns() - f->asked_ns);
-	f->resolving = false;
-	f->ctx->outstanding--;
-	f->ctx = NULL;
+	stop_counting(u, f);
 	u->now_ms = (uint64_t)coarse_ms();
 	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
 		resolution_failed(u, f, current);
@@ -801,12 +830,22 @@ static const uint8_t *name_to_resolve(const struct flight *f)
 	return name;
 }
 
+static bool renew_context(struct upstream *u);
+
+static bool room_to_resolve(struct upstream *u)
+{
+	if (u->ctx->outstanding < MAX_RESOLVING || renew_context(u))
+		return true;
+	bump(&u->n.shed);
+	return false;
+}
+
 static bool start_resolving(struct upstream *u, struct flight *f)
 {
 	char name[1024];
 	int id;
 
-	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0)
+	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0 || !room_to_resolve(u))
 		return false;
 	f->asked_ns = monotonic_ns();
 	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
@@ -814,6 +853,7 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 	f->resolving = true;
 	f->ctx = u->ctx;
 	u->ctx->outstanding++;
+	atomic_fetch_add_explicit(&u->n.resolving, 1, memory_order_relaxed);
 	bump(&u->n.queries);
 	return true;
 }
@@ -957,8 +997,7 @@ static int wait_ms(const struct upstream *u)
 static void delete_context(struct upstream *u, struct upstream_context *c)
 {
 	epoll_ctl(u->epfd, EPOLL_CTL_DEL, ub_fd(c->ub), NULL);
-	ub_ctx_delete(c->ub); /* cancels what is outstanding; no callbacks follow */
-	free(c);
+	upstream_discard(c); /* cancels what is outstanding; no callbacks follow */
 }
 
 /*
@@ -974,9 +1013,7 @@ static void drop_flights_on(struct upstream *u, struct upstream_context *c)
 		while (f) {
 			struct flight *next = f->hnext;
 			if (f->resolving && f->ctx == c) {
-				f->resolving = false;
-				f->ctx = NULL;
-				c->outstanding--;
+				stop_counting(u, f);
 				maybe_free_flight(u, f);
 			}
 			f = next;
@@ -1016,15 +1053,53 @@ static void forget_failures(struct upstream *u)
 }
 
 /* New queries start on c from now on; the current one finishes what it runs. */
-static void install_context(struct upstream *u, struct upstream_context *c)
+static void replace_context(struct upstream *u, struct upstream_context *c)
 {
 	struct upstream_context *old = u->ctx;
 
 	u->ctx = c;
+	c->installed_ms = u->now_ms;
 	old->delete_by_ms = u->now_ms + old->timeout_ms;
 	old->next = u->retired;
 	u->retired = old;
+}
+
+/* New upstream settings (upstream_switch). */
+static void install_context(struct upstream *u, struct upstream_context *c)
+{
+	replace_context(u, c);
 	forget_failures(u);
+}
+
+static int watch(int epfd, int fd, const enum source *source);
+static struct upstream_context *context_from_text(const char *conf, uint64_t timeout_ms,
+						  char *err, size_t errlen);
+
+/* The same settings, a fresh context: see "Capacity" above. */
+static bool renew_context(struct upstream *u)
+{
+	struct upstream_context *clogged = u->ctx, *fresh;
+	char err[CONFIG_ERR_MAX], running[16];
+
+	if (u->now_ms < clogged->installed_ms + clogged->timeout_ms)
+		return false;
+	fresh = context_from_text(clogged->conf, clogged->timeout_ms, err, sizeof err);
+	if (!fresh || watch(u->epfd, ub_fd(fresh->ub), &fresh->source) < 0) {
+		log_error("cannot renew the libunbound context", "error",
+			  fresh ? strerror(errno) : err);
+		upstream_discard(fresh);
+		return false;
+	}
+	replace_context(u, fresh);
+	bump(&u->n.renewals);
+	if (u->now_ms >= u->renewal_logged_ms + RENEWAL_LOG_MS) {
+		u->renewal_logged_ms = u->now_ms;
+		snprintf(running, sizeof running, "%u", clogged->outstanding);
+		log_warn("libunbound has too many queries running (is the upstream answering?): "
+			 "new ones go to a fresh context, the old one is dropped after "
+			 "upstream.timeout (said at most once a minute)", "running", running);
+	}
+	return true;
 }
 
 /* upstream_switch's hand-over, on the resolver thread. */
@@ -1115,11 +1190,11 @@ void upstream_cache_config(const struct config *cfg, struct cache_config *out)
 
 int upstream_check(const struct config *cfg, char *err, size_t errlen)
 {
-	struct ub_ctx *ctx = upstream_context_new(cfg, err, errlen);
+	struct upstream_context *c = upstream_prepare(cfg, err, errlen);
 
-	if (!ctx)
+	if (!c)
 		return -1;
-	ub_ctx_delete(ctx);
+	upstream_discard(c);
 	return 0;
 }
 
@@ -1174,21 +1249,37 @@ static int make_loop(struct upstream *u)
 	return 0;
 }
 
-struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
+/* A context of conf (copied). NULL with err set. */
+static struct upstream_context *context_from_text(const char *conf, uint64_t timeout_ms,
+						  char *err, size_t errlen)
 {
 	struct upstream_context *c = calloc(1, sizeof *c);
 
-	if (!c) {
+	if (!c || !(c->conf = strdup(conf))) {
 		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	c->source = SRC_UNBOUND;
-	c->timeout_ms = cfg->upstream.timeout_ms;
-	c->ub = upstream_context_new(cfg, err, errlen);
-	if (!c->ub) {
 		free(c);
 		return NULL;
 	}
+	c->source = SRC_UNBOUND;
+	c->timeout_ms = timeout_ms;
+	c->ub = upstream_context_from_text(conf, err, errlen);
+	if (!c->ub) {
+		free(c->conf);
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
+{
+	char *conf = upstream_conf_text(cfg, err, errlen);
+	struct upstream_context *c;
+
+	if (!conf)
+		return NULL;
+	c = context_from_text(conf, cfg->upstream.timeout_ms, err, errlen);
+	free(conf);
 	return c;
 }
 
@@ -1197,6 +1288,7 @@ void upstream_discard(struct upstream_context *c)
 	if (!c)
 		return;
 	ub_ctx_delete(c->ub);
+	free(c->conf);
 	free(c);
 }
 
@@ -1250,6 +1342,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	u->ctx = upstream_prepare(cfg, err, errlen);
 	if (!u->ctx)
 		goto fail;
+	u->ctx->installed_ms = (uint64_t)coarse_ms();
 	if (make_rings(u) < 0 || make_loop(u) < 0) {
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;

@@ -106,6 +106,9 @@ struct upstream_stats {
 	uint64_t servfail;     /* clients given SERVFAIL by the resolver */
 	uint64_t dropped;      /* requests lost to a full ring or waiter cap */
 	uint64_t bogus;        /* DNSSEC validation failures */
+	uint64_t shed;         /* queries not given to libunbound: it ran too many */
+	uint64_t renewals;     /* fresh libunbound contexts for a clogged one */
+	uint64_t resolving;    /* gauge: libunbound queries running now */
 	uint64_t rcode[6];     /* replies the resolver sent, NOERROR .. REFUSED */
 	uint64_t rcode_other;
 	uint64_t truncated;    /* of those, with TC=1 */

@@ -5,12 +5,14 @@ flood under a small cache), forward zones, recursion from a local root, and
 DNSSEC validation with a bogus case."""
 
 import os
+import re
 import select
 import socket
 import struct
 import subprocess
 import threading
 import time
+import urllib.request
 
 import authority
 import dnsmsg
@@ -216,10 +218,11 @@ test_upstream_outage_serves_stale_then_recovers.timeout = 40
 class SlowProxy:
     """A UDP relay that holds each query `delay` seconds before passing it
     on to 127.0.0.1:target, so many client queries arrive while the first
-    upstream query is still in flight."""
+    upstream query is still in flight; while `drop` is set it answers
+    nothing at all (an upstream that has stopped answering)."""
 
-    def __init__(self, target, delay):
-        self.target, self.delay = target, delay
+    def __init__(self, target, delay, drop=False):
+        self.target, self.delay, self.drop = target, delay, drop
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -244,6 +247,8 @@ class SlowProxy:
             try:
                 data, client = self.sock.recvfrom(65535)
             except OSError:
+                continue
+            if self.drop:
                 continue
             self.relayed += 1
             threading.Thread(target=self._relay, args=(data, client),
@@ -358,6 +363,54 @@ def test_random_name_flood_stays_within_the_cache_size(env):
 
 
 test_random_name_flood_stays_within_the_cache_size.timeout = 90
+
+
+def test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers(env):
+    # libunbound holds a query to a silent forwarder for minutes (~12 KB a
+    # name). localdns runs at most 1,024 on a context and renews a clogged
+    # one at most once per upstream.timeout, so the held queries, and RSS,
+    # stay bounded; every client still gets SERVFAIL at once or at its
+    # deadline, and new names resolve as soon as the upstream answers again.
+    sanitized = _sanitized(env.binary)
+    names, rate = (3000, 1500) if sanitized else (12000, 4000)  # 2-3 s: renewals may happen
+    with authority.Authority({"site.example.": SITE}) as up:
+        proxy = SlowProxy(up.port, 0, drop=True)
+        try:
+            mport = harness.free_port()
+            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "1s"},
+                          metrics={"listen": "127.0.0.1:%d" % mport})
+            before = _rss_kib(d.proc.pid)
+            flood = [("f%06d.site.example" % i, "A") for i in range(names)]
+            r, summary = harness.dnsgen(env, d.port, flood, "-n", str(names), "-Q", str(rate),
+                                        "-l", "10", "-q", str(names), "-t", "3")
+            assert r["received"] == names and r["servfail"] == names, summary
+            assert r["p999_us"] < 1600000, "a client waited past timeout + 0.5 s: " + summary
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
+                text = h.read().decode()
+
+            def metric(name):
+                return float(re.search(r"(?m)^%s (\S+)$" % name, text).group(1))
+            assert metric("localdns_upstream_resolving") <= 2048, text
+            assert metric("localdns_upstream_context_renewals_total") >= 1, text
+            assert metric("localdns_upstream_shed_total") > 0, text
+            grown = _rss_kib(d.proc.pid) - before
+            if not sanitized:  # 12,000 names held would be ~140 MiB
+                assert grown <= 64 * 1024, "RSS grew %d KiB" % grown
+            assert "libunbound has too many queries running" in d.stderr(), d.tail()
+            proxy.drop = False
+            deadline = time.monotonic() + 8
+            while True:
+                m = d.udp("www.site.example", "A", timeout=3)
+                if m.rcode_name == "NOERROR":
+                    break
+                assert time.monotonic() < deadline, "no recovery: %s" % m.describe()
+                time.sleep(0.5)
+            assert a_records(m) == ["192.0.2.1"], m.describe()
+        finally:
+            proxy.close()
+
+
+test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers.timeout = 60
 
 
 def test_forward_zones_longest_match_wins(env):
