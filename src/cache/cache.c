@@ -169,6 +169,7 @@ struct entry {
 	uint8_t qname_len;
 	atomic_uchar referenced;       /* CLOCK bit, set by readers */
 	atomic_uchar refresh_claimed;  /* prefetch handed to one reader */
+	uint8_t gen;                   /* the cache's generation at insert (cache_make_all_stale) */
 	/* ttl_off[nttl], then qname[qname_len], then sections[sec_len] */
 	uint16_t ttl_off[];
 };
@@ -226,6 +227,10 @@ struct cache {
 	struct entry *limbo;
 	_Atomic uint64_t limbo_bytes;
 	_Atomic uint64_t limbo_trigger; /* reclaim once limbo holds this much */
+	/* cache_make_all_stale: an entry inserted before the second stale_upto,
+	 * or in it under another generation, counts as expired. */
+	_Atomic uint64_t stale_upto;
+	atomic_uchar gen;
 	struct shard *shards;
 	struct stripe stripes[STRIPES];
 };
@@ -528,6 +533,12 @@ static void flush_shard(struct shard *s, const uint8_t *name, size_t name_len)
 	pthread_mutex_unlock(&s->lock);
 }
 
+void cache_make_all_stale(struct cache *c, uint64_t now)
+{
+	atomic_store_explicit(&c->stale_upto, now, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->gen, 1, memory_order_relaxed);
+}
+
 void cache_flush(struct cache *c, const uint8_t *name_or_null)
 {
 	if (!name_or_null) {
@@ -755,6 +766,22 @@ static void clock_link(struct shard *s, struct entry *e)
 	s->hand->clock_prev = e;
 }
 
+/* Within its TTL, and inserted since the last cache_make_all_stale. */
+static bool live(const struct cache *c, const struct entry *e, uint64_t now)
+{
+	uint64_t upto = atomic_load_explicit(&c->stale_upto, memory_order_relaxed);
+
+	return now < e->expire &&
+	       (e->inserted > upto ||
+		(e->inserted == upto && e->gen == atomic_load_explicit(&c->gen, memory_order_relaxed)));
+}
+
+/* Seconds since e stopped being live (0 when made stale before its TTL ran out). */
+static uint64_t expired_for(const struct entry *e, uint64_t now)
+{
+	return now > e->expire ? now - e->expire : 0;
+}
+
 static void make_room(struct shard *s, uint64_t need, uint64_t now)
 {
 	uint64_t steps = 0;
@@ -764,7 +791,7 @@ static void make_room(struct shard *s, uint64_t need, uint64_t now)
 	       atomic_load_explicit(&s->bytes, memory_order_relaxed) + need >
 		       atomic_load_explicit(&s->budget, memory_order_relaxed)) {
 		struct entry *e = s->hand;
-		if (steps++ < max_steps && now < e->expire &&
+		if (steps++ < max_steps && live(s->cache, e, now) &&
 		    atomic_load_explicit(&e->referenced, memory_order_relaxed)) {
 			atomic_store_explicit(&e->referenced, 0, memory_order_relaxed);
 			s->hand = e->clock_next;
@@ -875,6 +902,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	e->keyflags = query_keyflags(q);
 	e->hash = key_hash(nh, q->qtype, q->qclass, e->keyflags);
 	e->inserted = now;
+	e->gen = atomic_load_explicit(&c->gen, memory_order_relaxed);
 	e->expire = now + ttl;
 	e->ttl = ttl;
 	e->charge = (uint32_t)charge;
@@ -1032,7 +1060,7 @@ static bool stale_servable(const struct cache *c, const struct entry *e, uint64_
 {
 	return atomic_load_explicit(&c->cfg.serve_stale, memory_order_relaxed) &&
 	       e->kind != KIND_SERVFAIL &&
-	       now - e->expire < atomic_load_explicit(&c->cfg.stale_max_age, memory_order_relaxed);
+	       expired_for(e, now) < atomic_load_explicit(&c->cfg.stale_max_age, memory_order_relaxed);
 }
 
 static void count(_Atomic uint64_t *counter)
@@ -1061,7 +1089,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	urcu_memb_read_lock();
 	struct entry *e = find_locked(s, h, q->qname, q->qname_len, q->qtype,
 				      q->qclass, keyflags);
-	if (e && now < e->expire) {
+	if (e && live(c, e, now)) {
 		result = CACHE_HIT;
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
 		if (claim && atomic_load_explicit(&c->cfg.prefetch, memory_order_relaxed) &&
@@ -1124,7 +1152,7 @@ bool cache_has_nxdomain(struct cache *c, const struct dns_query *q, uint64_t now
 	urcu_memb_read_lock();
 	e = find_locked(shard_of(c, nh), key_hash(nh, q->qtype, q->qclass, keyflags), q->qname,
 			q->qname_len, q->qtype, q->qclass, keyflags);
-	nxdomain = e && now < e->expire && (e->flags & FLAGS_RCODE_MASK) == DNS_R_NXDOMAIN;
+	nxdomain = e && live(c, e, now) && (e->flags & FLAGS_RCODE_MASK) == DNS_R_NXDOMAIN;
 	TSAN_GRACE_RELEASE();
 	urcu_memb_read_unlock();
 	return nxdomain;
@@ -1201,13 +1229,13 @@ static void write_entry_message(uint8_t *m, struct entry *e, uint64_t now)
 static void entry_state(const struct cache *c, const struct entry *e, uint64_t now,
 			struct cache_entry_info *info)
 {
-	if (now < e->expire) {
+	if (live(c, e, now)) {
 		info->state = CACHE_ENTRY_LIVE;
 		info->seconds = (uint32_t)min64(e->expire - now, UINT32_MAX);
 		return;
 	}
 	info->state = stale_servable(c, e, now) ? CACHE_ENTRY_STALE : CACHE_ENTRY_EXPIRED;
-	info->seconds = (uint32_t)min64(now - e->expire, UINT32_MAX);
+	info->seconds = (uint32_t)min64(expired_for(e, now), UINT32_MAX);
 }
 
 /* Copy e into the batch; false (nothing copied) when it does not fit. */

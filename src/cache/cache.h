@@ -186,6 +186,16 @@ void cache_stats(const struct cache *c, struct cache_stats *out);
  */
 void cache_flush(struct cache *c, const uint8_t *name_or_null);
 
+/*
+ * Every entry inserted up to the second now (the cache clock) stops being
+ * live: it answers only as stale data (cache.serve_stale, while the upstream
+ * fails) until a fresh answer replaces it. For a new upstream: its answers
+ * replace the old ones at the next query, while the old ones still cover an
+ * outage of the new one. Entries inserted after the call, even within the
+ * same second, are live. O(1); the same thread as cache_insert.
+ */
+void cache_make_all_stale(struct cache *c, uint64_t now);
+
 enum cache_entry_state {
 	CACHE_ENTRY_LIVE,    /* within its TTL */
 	CACHE_ENTRY_STALE,   /* expired; served while the upstream fails */

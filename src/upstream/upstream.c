@@ -1064,11 +1064,20 @@ static void replace_context(struct upstream *u, struct upstream_context *c)
 	u->retired = old;
 }
 
-/* New upstream settings (upstream_switch). */
+/*
+ * New upstream settings (upstream_switch). When they resolve differently
+ * (the unbound.conf text changed, not just upstream.timeout), answers from
+ * the old ones are kept only as stale data: the next query for each asks
+ * the new upstream, and an outage of it is still covered.
+ */
 static void install_context(struct upstream *u, struct upstream_context *c)
 {
+	bool resolves_differently = strcmp(u->ctx->conf, c->conf) != 0;
+
 	replace_context(u, c);
 	forget_failures(u);
+	if (resolves_differently)
+		cache_make_all_stale(u->cache, u->now_ms / 1000);
 }
 
 static int watch(int epfd, int fd, const enum source *source);

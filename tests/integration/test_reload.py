@@ -245,6 +245,7 @@ def test_upstream_switch_sends_new_names_to_the_new_servers(env):
         cfg = env.config(upstream={"servers": [a.addr], "timeout": "2s"})
         d = env.start(config=cfg)
         assert a_records(d.udp("old.swap.example")) == ["192.0.2.1"]
+        assert a_records(d.udp("kept.swap.example")) == ["192.0.2.1"]
         cfg["upstream"]["servers"] = [b.addr]
         write_config(d, cfg)
         wait_log(d, "reloaded", 1)
@@ -254,8 +255,15 @@ def test_upstream_switch_sends_new_names_to_the_new_servers(env):
         assert a_records(d.tcp("new2.swap.example")) == ["192.0.2.2"]
         assert a.queries() == asked_a, "the old upstream was asked after the switch"
         assert b.queries() >= 2
-        # The cache is kept: what the old upstream said stays until it expires.
-        assert a_records(d.udp("old.swap.example")) == ["192.0.2.1"]
+        # What the old upstream said is asked again of the new one ...
+        assert a_records(d.udp("old.swap.example")) == ["192.0.2.2"]
+        asked_b = b.queries()
+        assert a_records(d.udp("old.swap.example")) == ["192.0.2.2"]
+        assert b.queries() == asked_b, "the new answer was not cached"
+        # ... and still covers an outage of the new one, as stale data.
+        b.stop()
+        m = d.udp("kept.swap.example", timeout=4)
+        assert a_records(m) == ["192.0.2.1"] and m.answer[0]["ttl"] == 30, m.describe()
         stop_cleanly(d)
 
 

@@ -604,6 +604,42 @@ static void test_expired_stale_and_past_stale(void **state)
 	cache_free(c);
 }
 
+static void test_make_all_stale_keeps_entries_only_as_stale(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.stale_max_age = 600;
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q, nx;
+	size_t len;
+
+	simple_reply(&p, "old.example.com", 300, 1);
+	query_a(&q, "old.example.com");
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 100), 0);
+	assert_int_equal(answer(c, &q, 110, false, &len), CACHE_HIT);
+	cache_make_all_stale(c, 110);
+	/* Well within its TTL, yet no longer live: a miss, or stale data while failing. */
+	assert_int_equal(answer(c, &q, 110, false, &len), CACHE_MISS);
+	assert_int_equal(answered_ttl(c, &q, 110, CACHE_STALE), CACHE_STALE_TTL);
+	assert_int_equal(answered_ttl(c, &q, 709, CACHE_STALE), CACHE_STALE_TTL);
+	/* A fresh answer is live, even within the same second. */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 110), 0);
+	assert_int_equal(answer(c, &q, 110, false, &len), CACHE_HIT);
+	assert_int_equal(answer(c, &q, 112, false, &len), CACHE_HIT);
+	cache_make_all_stale(c, 115);
+	assert_int_equal(answer(c, &q, 116, false, &len), CACHE_MISS); /* an earlier second */
+	/* Autopath's NXDOMAIN probe sees only live entries too. */
+	reply_start(&p, "gone.example.com", DNS_T_A, DNS_C_IN, DNS_R_NXDOMAIN);
+	reply_soa(&p, "example.com", 900, 300);
+	query_a(&nx, "gone.example.com");
+	assert_int_equal(cache_insert(c, &nx, p.b, p.len, 120), 0);
+	assert_true(cache_has_nxdomain(c, &nx, 121));
+	cache_make_all_stale(c, 121);
+	assert_false(cache_has_nxdomain(c, &nx, 122));
+	cache_free(c);
+}
+
 static void test_prefetch_told_once(void **state)
 {
 	(void)state;
@@ -1705,6 +1741,7 @@ int main(void)
 		cmocka_unit_test(test_negative_without_soa_not_cached),
 		cmocka_unit_test(test_servfail_cached_briefly),
 		cmocka_unit_test(test_expired_stale_and_past_stale),
+		cmocka_unit_test(test_make_all_stale_keeps_entries_only_as_stale),
 		cmocka_unit_test(test_prefetch_told_once),
 		cmocka_unit_test(test_do_cd_type_class_are_distinct_keys),
 		cmocka_unit_test(test_upstream_opt_stripped_ours_added),
