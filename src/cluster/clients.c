@@ -124,19 +124,6 @@ void cluster_clients_set(struct cluster *c, struct cluster_pod *p, const char *n
 	p->n_clients = n;
 }
 
-void cluster_clients_free(struct cds_lfht *clients)
-{
-	struct cds_lfht_iter it;
-	struct cluster_client *e;
-
-	urcu_memb_read_lock();
-	cds_lfht_for_each_entry(clients, &it, e, ht) {
-		cds_lfht_del(clients, &e->ht);
-		free(e); /* no reader is left to see it */
-	}
-	urcu_memb_read_unlock();
-	cds_lfht_destroy(clients, NULL);
-}
 
 /* ---- read side ------------------------------------------------------------ */
 

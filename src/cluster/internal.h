@@ -177,8 +177,11 @@ int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rda
 /* Publish p's client addresses (none: it is not a client, or it is gone). */
 void cluster_clients_set(struct cluster *c, struct cluster_pod *p, const char *ns,
 			 const struct cluster_ip *ips, size_t n);
-/* At cluster_free: no reader is left. */
-void cluster_clients_free(struct cds_lfht *clients);
+/*
+ * Empty ht, freeing every entry (malloc'd, its cds_lfht_node node_offset
+ * bytes in), and destroy it. At cluster_free: no reader is left.
+ */
+void cluster_table_destroy(struct cds_lfht *ht, size_t node_offset);
 
 /* ---- names.c: building owner names and rdata ----------------------------- */
 

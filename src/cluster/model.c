@@ -18,6 +18,7 @@
  */
 #include "cluster/internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1138,30 +1139,15 @@ static void free_keys(struct lh_table *t)
 	lh_table_free(t);
 }
 
-static void free_nodes(struct cds_lfht *ht)
-{
-	struct cds_lfht_iter it;
-	struct cluster_node *n;
-
-	urcu_memb_read_lock();
-	cds_lfht_for_each_entry(ht, &it, n, ht) {
-		cds_lfht_del(ht, &n->ht);
-		free(n); /* no reader is left to see it */
-	}
-	urcu_memb_read_unlock();
-}
-
 void cluster_free(struct cluster *c)
 {
 	if (!c)
 		return;
 	urcu_memb_barrier(); /* run the call_rcu frees still queued */
-	if (c->ht) {
-		free_nodes(c->ht);
-		cds_lfht_destroy(c->ht, NULL);
-	}
+	if (c->ht)
+		cluster_table_destroy(c->ht, offsetof(struct cluster_node, ht));
 	if (c->clients)
-		cluster_clients_free(c->clients);
+		cluster_table_destroy(c->clients, offsetof(struct cluster_client, ht));
 	if (c->services)
 		free_services(c->services);
 	if (c->slices)

@@ -109,3 +109,17 @@ int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rda
 	b->len = need;
 	return 0;
 }
+
+void cluster_table_destroy(struct cds_lfht *ht, size_t node_offset)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *node;
+
+	urcu_memb_read_lock();
+	cds_lfht_for_each(ht, &it, node) {
+		cds_lfht_del(ht, node);
+		free((char *)node - node_offset); /* no reader is left to see it */
+	}
+	urcu_memb_read_unlock();
+	cds_lfht_destroy(ht, NULL);
+}

@@ -106,8 +106,9 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 	if (stuck("the resolver thread", upstream_heartbeat_ms(d->upstream), LOOP_STUCK_MS, why,
 		  whylen))
 		return false;
-	if (node_heartbeat_ms(d->node) &&
-	    stuck("the node monitor", node_heartbeat_ms(d->node), LOOP_STUCK_MS, why, whylen))
+	uint64_t node_beat = node_heartbeat_ms(d->node);
+
+	if (node_beat && stuck("the node monitor", node_beat, LOOP_STUCK_MS, why, whylen))
 		return false;
 	if (d->kube) {
 		kube_status(d->kube, &ks);
