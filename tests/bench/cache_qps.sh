@@ -140,32 +140,21 @@ run_server() { # port pid tag
 	warm_up "$port" "$tag"
 	RSS_WARM=$(rss_kib "$pid")
 	n0=$(nsd_queries)
-	measure "$port" "$tag" "$pid"
+	measure_and_report "$port" "$tag" "$pid"
 	n1=$(nsd_queries)
 	RUN_UPSTREAM=$(nsd_delta "$n0" "$n1")
-	RSS=$(rss_kib "$pid")
-	check_answers "$tag"
-	report "$tag"
 	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; RSS $RSS_START KiB at start, $RSS_WARM KiB with $NAMES names cached"
 }
 
 # ------------------------------------------------------------------ localdns
 PORT=$(free_port)
-cat >"$TMP/localdns.yaml" <<EOF
-listen:
-  addresses: [127.0.0.1]
-  port: $PORT
-  workers: 1
-interface: {manage: false}
-nftables: {enabled: false}
-kubernetes: {enabled: false}
-health: {listen: ""}
-metrics: {listen: ""}
-control: {socket: ""}
-log: {level: warn}
+{
+	localdns_config_head "$PORT"
+	cat <<EOF
 upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s}
 cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
 EOF
+} >"$TMP/localdns.yaml"
 bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
 LPID=$SPID
 wait_answer "$PORT" "$LPID" localdns
@@ -182,23 +171,9 @@ U_WARM=()
 UVER=""
 if [ -n "$UNBOUND" ]; then
 	UPORT=$(free_port)
-	cat >"$TMP/unbound.conf" <<EOF
-server:
-  interface: 127.0.0.1
-  port: $UPORT
-  num-threads: 1
-  do-daemonize: no
-  chroot: ""
-  username: ""
-  directory: "$TMP"
-  pidfile: ""
-  use-syslog: no
-  logfile: ""
-  verbosity: 0
-  do-ip6: no
-  access-control: 127.0.0.0/8 allow
-  module-config: "iterator"
-  so-rcvbuf: 4m
+	{
+		unbound_server_clause "$UPORT"
+		cat <<EOF
   do-not-query-localhost: no
   prefetch: yes
 forward-zone:
@@ -207,6 +182,7 @@ forward-zone:
 remote-control:
   control-enable: no
 EOF
+	} >"$TMP/unbound.conf"
 	bench_server unbound "$UNBOUND" -d -c "$TMP/unbound.conf"
 	UPID=$SPID
 	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')

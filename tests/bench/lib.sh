@@ -260,6 +260,55 @@ report() { # label
 	[ "${ANSWERS_TEXT:-}" = "" ] || echo "          answers: $ANSWERS_TEXT"
 }
 
+# measure, then RSS, the answer check and the report line for one server.
+measure_and_report() { # port tag pid
+	measure "$1" "$2" "$3"
+	RSS=$(rss_kib "$3")
+	check_answers "$2"
+	report "$2"
+}
+
+# What every localdns under test shares: one worker on 127.0.0.1:PORT, nothing
+# but DNS (no node integration, Kubernetes, HTTP or control socket).
+localdns_config_head() { # port
+	cat <<EOF
+listen:
+  addresses: [127.0.0.1]
+  port: $1
+  workers: 1
+interface: {manage: false}
+nftables: {enabled: false}
+kubernetes: {enabled: false}
+health: {listen: ""}
+metrics: {listen: ""}
+control: {socket: ""}
+log: {level: warn}
+EOF
+}
+
+# What every Unbound peer shares: one thread on 127.0.0.1:PORT, in the
+# foreground, no files, iterator only (no validation), a big receive buffer.
+unbound_server_clause() { # port
+	cat <<EOF
+server:
+  interface: 127.0.0.1
+  port: $1
+  num-threads: 1
+  do-daemonize: no
+  chroot: ""
+  username: ""
+  directory: "$TMP"
+  pidfile: ""
+  use-syslog: no
+  logfile: ""
+  verbosity: 0
+  do-ip6: no
+  access-control: 127.0.0.0/8 allow
+  module-config: "iterator"
+  so-rcvbuf: 4m
+EOF
+}
+
 # The brief's 100% line: bare_responder on the server CPU, the same runs
 # over $QUERIES. Sets B (see figures) and B_ANSWERS (check_answers' text).
 measure_bare() {
@@ -270,12 +319,9 @@ measure_bare() {
 	B=()
 	B_ANSWERS=""
 	if wait_answer "$port" "$pid" bare; then
-		measure "$port" bare "$pid"
-		RSS=$(rss_kib "$pid")
-		check_answers bare
+		measure_and_report "$port" bare "$pid"
 		B_ANSWERS=$ANSWERS_TEXT
 		read -r -a B < <(figures)
-		report bare
 	fi
 	bench_stop "$pid"
 }

@@ -69,32 +69,21 @@ PROBE=$(head -1 "$TMP/queries.txt")
 
 # ------------------------------------------------------------------ localdns
 PORT=$(free_port)
-cat >"$TMP/localdns.yaml" <<EOF
-listen:
-  addresses: [127.0.0.1]
-  port: $PORT
-  workers: 1
-interface: {manage: false}
-nftables: {enabled: false}
-kubernetes: {enabled: false}
-health: {listen: ""}
-metrics: {listen: ""}
-control: {socket: ""}
-log: {level: warn}
+{
+	localdns_config_head "$PORT"
+	cat <<EOF
 cluster: {domain: cluster.local, ttl: 5s}
 static:
   files: [records.yaml]
 EOF
+} >"$TMP/localdns.yaml"
 bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
 LPID=$SPID
 wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES names, workers 1, $PINNING"
-measure "$PORT" localdns "$LPID"
-RSS=$(rss_kib "$LPID")
-check_answers localdns
+measure_and_report "$PORT" localdns "$LPID"
 L_ANSWERS=$ANSWERS_TEXT
 read -r -a L < <(figures)
-report localdns
 bench_stop "$LPID"
 
 # ------------------------------------------------------------------ unbound
@@ -105,24 +94,7 @@ UVER=""
 if [ -n "$UNBOUND" ]; then
 	UPORT=$(free_port)
 	{
-		cat <<EOF
-server:
-  interface: 127.0.0.1
-  port: $UPORT
-  num-threads: 1
-  do-daemonize: no
-  chroot: ""
-  username: ""
-  directory: "$TMP"
-  pidfile: ""
-  use-syslog: no
-  logfile: ""
-  verbosity: 0
-  do-ip6: no
-  access-control: 127.0.0.0/8 allow
-  module-config: "iterator"
-  so-rcvbuf: 4m
-EOF
+		unbound_server_clause "$UPORT"
 		cat "$TMP/unbound-data.conf"
 		cat <<EOF
 remote-control:
@@ -133,12 +105,9 @@ EOF
 	UPID=$SPID
 	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
 	if wait_answer "$UPORT" "$UPID" unbound; then
-		measure "$UPORT" unbound "$UPID"
-		RSS=$(rss_kib "$UPID")
-		check_answers unbound
+		measure_and_report "$UPORT" unbound "$UPID"
 		U_ANSWERS=$ANSWERS_TEXT
 		read -r -a U < <(figures)
-		report unbound
 	fi
 	bench_stop "$UPID"
 else
