@@ -1068,10 +1068,15 @@ static void count(_Atomic uint64_t *counter)
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
-/* The lookup behind cache_write_answer and cache_replay; claim: may hand
- * out the prefetch claim (CACHE_HIT_REFRESH). */
+/*
+ * The lookup behind cache_write_answer and cache_replay. client: a worker
+ * answering a client, which may take the prefetch claim (CACHE_HIT_REFRESH)
+ * and marks the entry used for CLOCK. The resolver's replay of an answer it
+ * has just stored is not a second use: marking it would make a flood of
+ * new names look as hot as the names clients really ask for again.
+ */
 static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
-					  uint64_t now, bool allow_stale, bool claim)
+					  uint64_t now, bool allow_stale, bool client)
 {
 	const struct dns_query *q = w->q;
 
@@ -1092,7 +1097,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	if (e && live(c, e, now)) {
 		result = CACHE_HIT;
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
-		if (claim && atomic_load_explicit(&c->cfg.prefetch, memory_order_relaxed) &&
+		if (client && atomic_load_explicit(&c->cfg.prefetch, memory_order_relaxed) &&
 		    e->kind != KIND_SERVFAIL &&
 		    (e->expire - now) * 10 <= e->ttl &&
 		    !atomic_load_explicit(&e->refresh_claimed, memory_order_relaxed) &&
@@ -1102,7 +1107,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 		result = CACHE_STALE;
 		write_entry(w, e, true, 0);
 	}
-	if (result != CACHE_MISS &&
+	if (client && result != CACHE_MISS &&
 	    !atomic_load_explicit(&e->referenced, memory_order_relaxed))
 		atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
 	TSAN_GRACE_RELEASE();

@@ -138,7 +138,9 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 /*
  * As cache_write_answer, for a client that waited while the resolver asked
  * upstream: not counted as a client hit or miss (the resolver's own
- * counters say what happened), and never hands out the prefetch claim.
+ * counters say what happened), never hands out the prefetch claim, and
+ * does not mark the entry used for eviction (the resolver replays every
+ * answer it has just stored; a flood of new names must not look hot).
  */
 enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t now,
 			       bool allow_stale);

@@ -956,6 +956,45 @@ static void test_byte_bound_and_hot_entry_survives_flood(void **state)
 	cache_free(c);
 }
 
+/*
+ * The resolver inserts each answer, then replays it from the cache to the
+ * clients that waited for it. That replay is not a second use: if it set
+ * the CLOCK bit, every flood entry would look as hot as a name clients
+ * really ask for again, and the first overflow would evict the hot one.
+ */
+static void test_resolver_replay_does_not_make_a_flood_hot(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config();
+	cfg.max_bytes = 2u << 20;
+	struct cache *c = new_cache(cfg);
+	struct pkt p;
+	struct dns_query q, hot;
+	struct dns_writer w;
+	size_t len;
+	char name[64];
+
+	query_a(&hot, "hot.example.com");
+	simple_reply(&p, "hot.example.com", 86400, 1);
+	assert_int_equal(cache_insert(c, &hot, p.b, p.len, 0), 0);
+	assert_int_equal(answer(c, &hot, 0, false, &len), CACHE_HIT);
+
+	for (int i = 0; i < 50000; i++) {
+		snprintf(name, sizeof(name), "r%d.flood.example.net", i);
+		query_a(&q, name);
+		simple_reply(&p, name, 300, (uint8_t)i);
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, 1), 0);
+		dns_response_begin(&w, out, sizeof(out), &q, DNS_R_NOERROR);
+		assert_int_equal(cache_replay(c, &w, 1, false), CACHE_HIT);
+		if (i % 1000 == 999)
+			assert_int_equal(answer(c, &hot, 1, false, &len), CACHE_HIT);
+	}
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_true(st.evictions > 20000);
+	cache_free(c);
+}
+
 static void test_flush_all_and_one_name(void **state)
 {
 	(void)state;
@@ -1750,6 +1789,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_or_mismatched_rejected),
 		cmocka_unit_test(test_replace_existing_entry),
 		cmocka_unit_test(test_byte_bound_and_hot_entry_survives_flood),
+		cmocka_unit_test(test_resolver_replay_does_not_make_a_flood_hot),
 		cmocka_unit_test(test_flush_all_and_one_name),
 		cmocka_unit_test(test_walk_shows_each_entry_with_its_state),
 		cmocka_unit_test(test_walk_covers_many_and_large_entries),
