@@ -89,7 +89,7 @@ struct worker {
 	int retire_fd;           /* eventfd: retiring has entries */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
-	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE, once per loop turn */
+	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
 	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
 	struct query_stats stats;
 	uint32_t next_gen;       /* for tcp_conn.gen */
@@ -162,5 +162,13 @@ void tcp_close_all(struct worker *w);
 void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);
 
 uint64_t server_now_ms(void);
+/*
+ * Reads the clock into w->now_ms right after queries were received. A reply's
+ * TTLs are aged by the clock read after its query arrived, so a client that
+ * asks again after a reply is answered by a clock no older than the one that
+ * aged that reply, on whichever worker: its TTLs never go up. (A clock read at
+ * the top of a long loop turn could be a second older than another worker's.)
+ */
+void worker_read_clock(struct worker *w);
 
 #endif

@@ -205,6 +205,7 @@ static void read_queries(struct worker *w, uint32_t index)
 	if (n < 0)
 		return;
 	c->in_len += (size_t)n;
+	worker_read_clock(w);
 	c->last_active_ms = w->now_ms;
 	answer_buffered(w, index);
 }

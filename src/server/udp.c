@@ -118,6 +118,7 @@ void udp_drain(struct worker *w, int fd)
 		int n = recvmmsg(fd, w->udp.rx, UDP_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0)
 			return;
+		worker_read_clock(w);
 		send_batch(&w->udp, fd, answer_batch(w, fd, n));
 		worker_wake_upstream(w);
 		reset_used_slots(&w->udp, n);

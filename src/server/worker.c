@@ -34,6 +34,11 @@ static int sweep_interval_ms(const struct worker *w)
 	return half < 50 ? 50 : half > 1000 ? 1000 : (int)half;
 }
 
+void worker_read_clock(struct worker *w)
+{
+	w->now_ms = server_now_ms();
+}
+
 void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,
 		      const struct sockaddr_storage *peer)
 {

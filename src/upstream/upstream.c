@@ -947,6 +947,9 @@ static void take_requests(struct upstream *u)
 	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
 		while (request_ring_take(u->requests[i], r)) {
+			/* read after the request arrived: TTLs aged by an older
+			 * clock could go up between two replies (see worker_read_clock) */
+			u->now_ms = (uint64_t)coarse_ms();
 			if (r->transport == UPSTREAM_RETIRED_SOCKET)
 				retire_socket(u, r->fd);
 			else if (r->transport == UPSTREAM_NO_REPLY)
