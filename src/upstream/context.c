@@ -27,6 +27,17 @@
  * - outgoing sockets only for the address families the forwarders use
  *   (do-ip4/do-ip6), unless recursing: libunbound keeps a table of the
  *   ~60,000 ports it may pick from for each family (240 KB each);
+ * - the daemon's outgoing capacity, not the library's: libunbound's own
+ *   defaults (16 outgoing UDP ports, 2 TCP connections, "reasonable for
+ *   library use") let at most 16 questions be on the wire at once. Behind
+ *   an upstream that rate-limits, a dropped packet holds its port for a
+ *   retransmission timeout and a truncated answer waits for one of the two
+ *   TCP connections, so 2,000 new names a second got a third answered
+ *   (each waited 1.5 s on average) where Unbound answered all of them. A
+ *   port per query a context may run (MAX_RESOLVING in upstream.c, 1,024;
+ *   about 0.9 MiB of pre-made socket slots) and the daemon's 10 TCP
+ *   connections, which libunbound keeps open and pipelines queries over
+ *   (tcp-reuse-timeout, max-reuse-tcp-queries at their defaults);
  * - infra-keep-probing, so a forwarder that was down is tried again
  *   promptly once it is back instead of staying blocked;
  * - with DNSSEC, forward zones are marked domain-insecure: they are
@@ -295,6 +306,8 @@ static void write_server_clause(FILE *f, const struct config *cfg, unsigned fami
 		   "  rrset-cache-size: %s\n"
 		   "  key-cache-size: 1m\n"
 		   "  infra-keep-probing: yes\n"
+		   "  outgoing-range: 1024\n"
+		   "  outgoing-num-tcp: 10\n"
 		   "  unblock-lan-zones: yes\n"
 		   "  insecure-lan-zones: yes\n",
 		modules, rrset_cache_size(cfg));

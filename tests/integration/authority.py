@@ -83,15 +83,17 @@ class Authority:
     is removed by harness.cleanup_all() at the end of the run.
     """
 
-    def __init__(self, zones, address="127.0.0.1", port=None, netns=None):
+    def __init__(self, zones, address="127.0.0.1", port=None, netns=None, rrl=False):
         """zones: {origin: zone file text (has a newline) or path}.
         port: a free one by default (53 inside a netns, where everything is
         ours). netns: run NSD in that network namespace; address must be
-        configured there."""
+        configured there. rrl: keep NSD's response rate limiting (200
+        answers a second per /24, slip 2) instead of turning it off."""
         if not zones:
             raise ValueError("an Authority needs at least one zone")
         self.host = address
         self.netns = netns
+        self.rrl = rrl
         if port is None:
             port = 53 if netns else harness.free_port((address,))
         self.port = port
@@ -140,9 +142,13 @@ class Authority:
             "    verbosity: 0",   # errors only: no line per nsd-control
             # NSD's response rate limiting (on by default) would drop or
             # truncate a burst of similar answers to one source: a flood
-            # test would measure NSD's policy instead of localdns.
+            # test would measure NSD's policy instead of localdns. rrl=True
+            # keeps NSD's defaults, for the tests about an upstream that
+            # pushes back.
+            ] + ([] if self.rrl else [
             "    rrl-ratelimit: 0",
             "    rrl-whitelist-ratelimit: 0",
+            ]) + [
             "remote-control:",
             "    control-enable: yes",
             '    control-interface: "%s"' % self.ctl_path,

@@ -429,6 +429,42 @@ def test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers(env):
 test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers.timeout = 60
 
 
+WILDCARD_ZONE = """$TTL 300
+@ IN SOA ns.rl.example. admin.rl.example. 1 3600 600 86400 300
+@ IN NS ns.rl.example.
+ns IN A 192.0.2.53
+* IN A 192.0.2.1
+"""
+
+
+def test_a_rate_limiting_upstream_costs_latency_not_answers(env):
+    # NSD with its default response rate limiting answers 200 a second per
+    # /24: of the rest, every second answer comes back truncated (the
+    # resolver must retry over TCP) and the others are dropped (it must
+    # retransmit). A burst of new names at several times that rate must
+    # still be answered, as Unbound answers it (tests/bench/ratelimit.py
+    # compares the two; docs/performance.md). libunbound's library defaults
+    # (16 outgoing ports, 2 TCP connections) answered about a third.
+    sanitized = _sanitized(env.binary)
+    rate, seconds = (400, 4) if sanitized else (1500, 5)
+    with authority.Authority({"rl.example.": WILDCARD_ZONE}, rrl=True) as up:
+        mport = harness.free_port()
+        d = forwarding(env, up, upstream={"timeout": "2s"},
+                       metrics={"listen": "127.0.0.1:%d" % mport})
+        names = [("n%06d.rl.example" % i, "A") for i in range(rate * seconds)]
+        r, summary = harness.dnsgen(env, d.port, names, "-Q", str(rate), "-l", str(seconds),
+                                    "-q", "500", "-t", "5")
+        assert r["noerror"] >= len(names) * 0.99, "answers collapsed: " + summary
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
+            text = h.read().decode()
+        # what libunbound learned about the server (RTT, TCP) was kept
+        renewals = re.search(r"(?m)^localdns_upstream_context_renewals_total (\S+)$", text)
+        assert renewals and float(renewals.group(1)) == 0, text
+
+
+test_a_rate_limiting_upstream_costs_latency_not_answers.timeout = 60
+
+
 def test_forward_zones_longest_match_wins(env):
     with authority.Authority({"site.example.": SITE}) as up, \
             authority.Authority({"sub.site.example.": SUB}) as sub, \
