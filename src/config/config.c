@@ -239,6 +239,7 @@ static const struct key upstream_keys[] = {
 	{"recursive", V_BOOL, CFG(upstream.recursive), .def = "false"},
 	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false"},
 	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s"},
+	{"max_rate", V_UINT, CFG(upstream.max_rate), .max = 10000000, .def = "5000"},
 	{"trust_anchor", V_PATH, CFG(upstream.trust_anchor), .def = "/usr/share/dns/root.key"},
 	{"root_hints", V_PATH, CFG(upstream.root_hints), .def = ""},
 	{"forward_zones", V_MAPPING, .shape = MAP,

@@ -141,6 +141,7 @@ struct config {
 		bool recursive;                /* false */
 		bool dnssec;                   /* false */
 		uint64_t timeout_ms;           /* 2s */
+		uint64_t max_rate;             /* 5000: new questions a second; 0 = no limit */
 		char *trust_anchor;            /* "/usr/share/dns/root.key" (dnssec) */
 		char *root_hints;              /* "" = libunbound's built-in (recursive) */
 		struct config_forward_zone *forward_zones; size_t n_forward_zones;

@@ -69,6 +69,7 @@ static void stats_cache(struct control *ctl, struct conn *c)
 static void stats_upstream(struct control *ctl, struct conn *c)
 {
 	struct upstream_stats s;
+	char name[64];
 
 	upstream_stats(ctl->d->upstream, &s);
 	stat_line(c, "upstream_queries", s.queries);
@@ -81,8 +82,18 @@ static void stats_upstream(struct control *ctl, struct conn *c)
 	stat_line(c, "upstream_dropped", s.dropped);
 	stat_line(c, "upstream_bogus", s.bogus);
 	stat_line(c, "upstream_resolving", s.resolving);
+	stat_line(c, "upstream_queued", s.queued);
+	stat_line(c, "upstream_flights", s.flights);
+	stat_line(c, "upstream_paced", s.paced);
 	stat_line(c, "upstream_context_renewals", s.renewals);
-	stat_line(c, "upstream_shed", s.shed);
+	for (int i = 0; i < UPSTREAM_SHEDS; i++) {
+		snprintf(name, sizeof name, "upstream_shed_%s", upstream_shed_names[i]);
+		stat_line(c, name, s.shed[i]);
+	}
+	for (int i = 0; i < UPSTREAM_RESULTS; i++) {
+		snprintf(name, sizeof name, "upstream_results_%s", upstream_result_names[i]);
+		stat_line(c, name, s.results[i]);
+	}
 	stat_line(c, "upstream_failing", upstream_failing(ctl->d->upstream));
 }
 

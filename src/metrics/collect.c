@@ -163,13 +163,28 @@ static void collect_upstream(struct metrics_text *t, const struct upstream *u,
 	single(t, "localdns_upstream_resolving", "gauge",
 	       "libunbound queries running now, on the current and on retired contexts.",
 	       us->resolving);
+	single(t, "localdns_upstream_queued", "gauge",
+	       "Questions waiting to be sent upstream: libunbound runs all it may, or "
+	       "upstream.max_rate is reached.",
+	       us->queued);
+	single(t, "localdns_upstream_flights", "gauge",
+	       "Questions the resolver knows now: running, queued, or cooling down after a failure.",
+	       us->flights);
+	single(t, "localdns_upstream_paced_total", "counter",
+	       "Questions that had to wait because upstream.max_rate was reached.", us->paced);
+	by_label(t, "localdns_upstream_results_total", "counter",
+		 "libunbound's results by what they said: an rcode, error (no answer at all) or "
+		 "bogus (DNSSEC validation failed).",
+		 "result", upstream_result_names, us->results, UPSTREAM_RESULTS);
 	single(t, "localdns_upstream_context_renewals_total", "counter",
-	       "Fresh libunbound contexts started because the current one ran too many queries.",
+	       "Fresh libunbound contexts started because the current one was full and nothing "
+	       "came back from it for upstream.timeout.",
 	       us->renewals);
-	single(t, "localdns_upstream_shed_total", "counter",
-	       "Queries not given to libunbound because it ran too many even after a renewal; "
-	       "answered like a failed resolution (also in errors_total{kind=\"resolution\"}).",
-	       us->shed);
+	by_label(t, "localdns_upstream_shed_total", "counter",
+		 "Questions given up without asking the upstream, their clients answered from a "
+		 "stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
+		 "made room for a new one), table_full (too many questions known at once).",
+		 "reason", upstream_shed_names, us->shed, UPSTREAM_SHEDS);
 	single(t, "localdns_upstream_failing", "gauge",
 	       "1 while the upstream looks down (its last resolution failed or timed out).",
 	       upstream_failing(u) ? 1 : 0);

@@ -24,6 +24,15 @@ static inline int64_t clock_ms(clockid_t id)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* For durations finer than a millisecond (the upstream latency histogram). */
+static inline uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static inline int64_t monotonic_ms(void)
 {
 	return clock_ms(CLOCK_MONOTONIC);
