@@ -165,6 +165,7 @@ bench: $(BIN) $(BENCH_TOOLS)
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
 	tests/bench/cluster_sync.py $(BIN)
+	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 
 # The container image, built from the Dockerfile with buildah (root, no Docker
 # engine) on a bookworm base that debootstrap makes from the Debian mirror and

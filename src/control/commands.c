@@ -85,6 +85,7 @@ static void stats_upstream(struct control *ctl, struct conn *c)
 	stat_line(c, "upstream_queued", s.queued);
 	stat_line(c, "upstream_flights", s.flights);
 	stat_line(c, "upstream_paced", s.paced);
+	stat_line(c, "upstream_retries", s.retries);
 	stat_line(c, "upstream_context_renewals", s.renewals);
 	for (int i = 0; i < UPSTREAM_SHEDS; i++) {
 		snprintf(name, sizeof name, "upstream_shed_%s", upstream_shed_names[i]);

@@ -172,6 +172,9 @@ static void collect_upstream(struct metrics_text *t, const struct upstream *u,
 	       us->flights);
 	single(t, "localdns_upstream_paced_total", "counter",
 	       "Questions that had to wait because upstream.max_rate was reached.", us->paced);
+	single(t, "localdns_upstream_retries_total", "counter",
+	       "Failed questions asked once more because clients still waited for them.",
+	       us->retries);
 	by_label(t, "localdns_upstream_results_total", "counter",
 		 "libunbound's results by what they said: an rcode, error (no answer at all) or "
 		 "bogus (DNSSEC validation failed).",

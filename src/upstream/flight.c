@@ -400,6 +400,7 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 static bool start_flight(struct upstream *u, struct flight *f)
 {
 	f->candidate = 0;
+	f->retried = false;
 	return ask_or_queue(u, f);
 }
 

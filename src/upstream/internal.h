@@ -159,6 +159,7 @@ struct flight {
 	uint64_t queued_until_ms;    /* ... and worth asking until then even unwaited */
 	uint64_t asked_ns;           /* when it was asked (CLOCK_MONOTONIC) */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
+	bool retried;                /* a failure was asked again once already */
 	struct upstream *u;
 	uint8_t chain[];             /* chain_len bytes: a local CNAME chain to chase (see upstream.h) */
 };
@@ -173,7 +174,7 @@ struct flight_table {
 
 struct counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus, renewals, paced;
+		servfail, dropped, bogus, renewals, paced, retries;
 	_Atomic uint64_t shed[UPSTREAM_SHEDS];
 	_Atomic uint64_t results[UPSTREAM_RESULTS];
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */

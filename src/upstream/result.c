@@ -198,6 +198,25 @@ void stop_counting(struct upstream *u, struct flight *f)
 	atomic_fetch_sub_explicit(&u->n.resolving, 1, memory_order_relaxed);
 }
 
+/*
+ * A failure is asked once more while clients still wait for it: behind an
+ * upstream that rate-limits, libunbound gives up on a question whose
+ * packets were dropped a few times in a row (its server's retransmission
+ * timeout has grown), and the same question asked again a moment later is
+ * usually answered. A dead upstream costs one more quick failure per new
+ * question at most. The clients keep their deadlines either way.
+ */
+static bool retried_once(struct upstream *u, struct flight *f, bool current)
+{
+	if (!current || f->retried || !f->waiters)
+		return false;
+	f->retried = true;
+	if (!ask_or_queue(u, f))
+		return false;
+	upstream_bump(&u->n.retries);
+	return true;
+}
+
 static enum upstream_result result_kind(int err, const struct ub_result *result)
 {
 	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
@@ -224,7 +243,8 @@ void on_result(void *arg, int err, struct ub_result *result)
 	u->now_ms = (uint64_t)coarse_ms();
 	f->ctx->last_result_ms = u->now_ms;
 	stop_counting(u, f);
-	if (kind == UPSTREAM_RESULT_ERROR || kind == UPSTREAM_RESULT_SERVFAIL)
+	if ((kind == UPSTREAM_RESULT_ERROR || kind == UPSTREAM_RESULT_SERVFAIL) &&
+	    !retried_once(u, f, current))
 		resolution_failed(u, f, current);
 	else if (kind == UPSTREAM_RESULT_BOGUS)
 		resolution_bogus(u, f, result->why_bogus, current);

@@ -184,6 +184,7 @@ void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 		.bogus = atomic_load(&n->bogus),
 		.renewals = atomic_load(&n->renewals),
 		.paced = atomic_load(&n->paced),
+		.retries = atomic_load(&n->retries),
 		.resolving = atomic_load(&n->resolving),
 		.queued = atomic_load(&n->queued),
 		.flights = atomic_load(&n->flights),

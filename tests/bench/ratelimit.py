@@ -49,7 +49,11 @@ METRICS = ("localdns_upstream_queries_total", "localdns_upstream_coalesced_total
            'localdns_upstream_errors_total{kind="resolution"}',
            'localdns_upstream_errors_total{kind="timeout"}',
            "localdns_upstream_shed_total", "localdns_upstream_context_renewals_total",
-           "localdns_upstream_paced_total", "localdns_upstream_jostled_total",
+           "localdns_upstream_paced_total", "localdns_upstream_retries_total",
+           'localdns_upstream_shed_total{reason="queue_full"}',
+           'localdns_upstream_results_total{result="SERVFAIL"}',
+           'localdns_upstream_results_total{result="error"}',
+           'localdns_upstream_fallback_replies_total{reply="servfail"}',
            "localdns_upstream_duration_seconds_sum", "localdns_upstream_duration_seconds_count")
 
 
@@ -260,10 +264,10 @@ def row(label, r):
 
 
 def report(results, args):
-    lines = ["%d new names a second for %d s, at most %d in flight, %g s client timeout; "
-             "NSD %s with its default rate limiting (200/s per /24, slip 2)."
-             % (args.rate, args.seconds, args.outstanding, args.client_timeout,
-                nsd_version()),
+    lines = ["%s, commit %s, %d CPUs: %d new names a second for %d s, at most %d in flight, "
+             "%g s client timeout; NSD %s with its default rate limiting (200/s per /24, slip 2)."
+             % (time.strftime("%Y-%m-%d"), git_rev(), os.cpu_count(), args.rate, args.seconds,
+                args.outstanding, args.client_timeout, nsd_version()),
              "",
              "| resolver | sent | NOERROR | SERVFAIL | no answer | NOERROR/s | p50 ms | p99 ms "
              "| peak RSS MiB |",
@@ -281,6 +285,12 @@ def report(results, args):
                                       for k, v in m.items() if "duration" not in k),
                             lat * 1000))
     return "\n".join(lines)
+
+
+def git_rev():
+    p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                       text=True)
+    return p.stdout.strip() or "unknown"
 
 
 def nsd_version():
