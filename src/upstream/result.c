@@ -243,10 +243,10 @@ void on_result(void *arg, int err, struct ub_result *result)
 	u->now_ms = (uint64_t)coarse_ms();
 	f->ctx->last_result_ms = u->now_ms;
 	stop_counting(u, f);
-	if ((kind == UPSTREAM_RESULT_ERROR || kind == UPSTREAM_RESULT_SERVFAIL) &&
-	    !retried_once(u, f, current))
-		resolution_failed(u, f, current);
-	else if (kind == UPSTREAM_RESULT_BOGUS)
+	if (kind == UPSTREAM_RESULT_ERROR || kind == UPSTREAM_RESULT_SERVFAIL) {
+		if (!retried_once(u, f, current))
+			resolution_failed(u, f, current);
+	} else if (kind == UPSTREAM_RESULT_BOGUS)
 		resolution_bogus(u, f, result->why_bogus, current);
 	else
 		resolution_answered(u, f, result->answer_packet, (size_t)result->answer_len,

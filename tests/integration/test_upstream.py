@@ -462,9 +462,15 @@ def test_a_rate_limiting_upstream_costs_latency_not_answers(env):
         assert r["noerror"] >= len(names) * 0.99, "answers collapsed: " + summary
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
             text = h.read().decode()
+        def metric(name):
+            return float(re.search(r"(?m)^%s (\S+)$" % re.escape(name), text).group(1))
         # what libunbound learned about the server (RTT, TCP) was kept
-        renewals = re.search(r"(?m)^localdns_upstream_context_renewals_total (\S+)$", text)
-        assert renewals and float(renewals.group(1)) == 0, text
+        assert metric("localdns_upstream_context_renewals_total") == 0, text
+        # a question libunbound gave up on is asked once more, and only one
+        # that failed twice reaches its client as SERVFAIL
+        failed = metric('localdns_upstream_errors_total{kind="resolution"}')
+        assert metric("localdns_upstream_retries_total") >= failed, text
+        assert r["servfail"] == failed, "%s\n%s" % (summary, text)
 
 
 test_a_rate_limiting_upstream_costs_latency_not_answers.timeout = 60
