@@ -37,7 +37,17 @@ static void add_target_addresses(const struct cluster *c, struct dns_writer *w,
 					    c->ttl, rr.rdata, rr.rdlen);
 }
 
-/* The records of type qtype (all for ANY) with this owner (NULL: the
+/* RFC 8482: ANY gets one RRset, the first the name holds, not everything
+ * (a small question must not draw a large answer); 0 when it holds none. */
+static uint16_t any_type(const struct cluster_node *n)
+{
+	struct cluster_rr rr;
+	size_t pos = 0;
+
+	return cluster_node_next(n, &pos, &rr) ? rr.type : 0;
+}
+
+/* The records of type qtype (one RRset for ANY) with this owner (NULL: the
  * question name); false when there are none. */
 static bool add_records(const struct cluster *c, struct dns_writer *w,
 			const struct cluster_node *n, const uint8_t *owner, uint16_t qtype)
@@ -46,15 +56,17 @@ static bool add_records(const struct cluster *c, struct dns_writer *w,
 	size_t pos = 0;
 	bool any = false;
 
+	if (qtype == DNS_T_ANY && !(qtype = any_type(n)))
+		return false;
 	while (cluster_node_next(n, &pos, &rr)) {
-		if (rr.type != qtype && qtype != DNS_T_ANY)
+		if (rr.type != qtype)
 			continue;
 		any = true;
 		if (!dns_response_add_rr(w, DNS_SEC_ANSWER, owner, rr.type, DNS_C_IN, c->ttl,
 					 rr.rdata, rr.rdlen))
 			return true;
 	}
-	if (!any || (qtype != DNS_T_SRV && qtype != DNS_T_ANY))
+	if (!any || qtype != DNS_T_SRV)
 		return any;
 	for (pos = 0; cluster_node_next(n, &pos, &rr);)
 		if (rr.type == DNS_T_SRV)

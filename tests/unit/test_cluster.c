@@ -194,6 +194,19 @@ static void test_cluster_ip_service_has_every_cluster_ip(void **state)
 	assert_true(has_answer_address(&r, DNS_T_AAAA, "fd00::5"));
 }
 
+/* RFC 8482: a small ANY question must not draw every record: one RRset. */
+static void test_any_gets_one_rrset(void **state)
+{
+	struct reply r;
+
+	assert_int_equal(ask(*state, "db.prod.svc.cluster.local", DNS_T_ANY, &r),
+			 CLUSTER_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.count[1], 1); /* the service has an A and an AAAA */
+	assert_true(r.rr[0].type == DNS_T_A || r.rr[0].type == DNS_T_AAAA);
+	assert_int_equal(r.count[3], 0);
+}
+
 static void test_named_ports_get_srv_with_target_addresses(void **state)
 {
 	struct reply r;
@@ -732,6 +745,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_cluster_ip_service_has_every_cluster_ip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_any_gets_one_rrset, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_named_ports_get_srv_with_target_addresses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_service_lists_ready_endpoints, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_srv_names_each_endpoint, setup, teardown),
