@@ -116,6 +116,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <urcu/urcu-memb.h>
 
 #if defined(__SANITIZE_THREAD__)
@@ -232,10 +233,19 @@ struct cache {
 	_Atomic uint64_t stale_upto;
 	atomic_uchar gen;
 	struct shard *shards;
+	/* Names are hashed with SipHash under this key, drawn at cache_new:
+	 * clients choose the names, and must not be able to choose ones that
+	 * share a chain. */
+	uint8_t hash_key[16];
 	struct stripe stripes[STRIPES];
 };
 
 /* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t name_hash(const struct cache *c, const uint8_t *name, size_t len)
+{
+	return dns_siphash24(c->hash_key, name, len);
+}
 
 static uint16_t get16(const uint8_t *p)
 {
@@ -406,6 +416,10 @@ struct cache *cache_new(const struct cache_config *cfg)
 		return NULL;
 	memset(c, 0, sizeof(*c));
 	store_config(&c->cfg, cfg);
+	if (getrandom(c->hash_key, sizeof c->hash_key, 0) != (ssize_t)sizeof c->hash_key) {
+		free(c);
+		return NULL;
+	}
 
 	unsigned n = MAX_SHARDS, bits = 6;
 	while (n > 1 && cfg->max_bytes / n < SHARD_MIN_BYTES) {
@@ -561,7 +575,7 @@ void cache_flush(struct cache *c, const uint8_t *name_or_null)
 		return;
 	len++;
 	dns_name_copy_lower(name, name_or_null, len);
-	flush_shard(shard_of(c, dns_name_hash(name, len)), name, len);
+	flush_shard(shard_of(c, name_hash(c, name, len)), name, len);
 	reclaim(c);
 }
 
@@ -890,7 +904,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	size_t size = sizeof(struct entry) + r.nttl * sizeof(uint16_t) +
 		      q->qname_len + sec_len;
 	uint64_t charge = ((size + 15) & ~(size_t)15) + MALLOC_OVERHEAD;
-	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
+	uint64_t nh = name_hash(c, q->qname, q->qname_len);
 	struct shard *s = shard_of(c, nh);
 	if (charge > atomic_load_explicit(&s->budget, memory_order_relaxed))
 		return reject(c);
@@ -1085,7 +1099,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	    w->count[2] || !q || q->qname_len == 0 || q->qname_len > DNS_MAX_NAME)
 		return CACHE_MISS;
 
-	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
+	uint64_t nh = name_hash(c, q->qname, q->qname_len);
 	uint8_t keyflags = query_keyflags(q);
 	uint64_t h = key_hash(nh, q->qtype, q->qclass, keyflags);
 	struct shard *s = shard_of(c, nh);
@@ -1149,7 +1163,7 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 
 bool cache_has_nxdomain(struct cache *c, const struct dns_query *q, uint64_t now)
 {
-	uint64_t nh = dns_name_hash(q->qname, q->qname_len);
+	uint64_t nh = name_hash(c, q->qname, q->qname_len);
 	uint8_t keyflags = query_keyflags(q);
 	struct entry *e;
 	bool nxdomain;

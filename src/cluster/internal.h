@@ -141,6 +141,9 @@ struct cluster {
 	uint8_t soa[2 * DNS_MAX_NAME + 20];
 	uint16_t soa_len;
 	_Atomic bool synced;
+	/* Keys the tables' hash (SipHash): names come from objects tenants
+	 * create, and must not be chosen to share a chain. */
+	uint8_t hash_key[16];
 
 	/* writer only */
 	struct lh_table *services;   /* key -> struct cluster_service */
@@ -152,6 +155,12 @@ struct cluster {
 	/* for cluster_stats from any thread */
 	_Atomic size_t n_names, n_services, n_slices, n_endpoints, n_namespaces, n_pods;
 };
+
+/* The tables' hash of bytes (a wire name, an address), under c's key. */
+static inline uint64_t cluster_hash(const struct cluster *c, const void *bytes, size_t len)
+{
+	return dns_siphash24(c->hash_key, bytes, len);
+}
 
 /* watch.c: after every rebuild of s (calls the watcher when its set changed). */
 void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s);

@@ -20,8 +20,10 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "log/log.h"
 #include "zone/zone.h"
@@ -1059,6 +1061,11 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	if (set_zone(c, cfg, err, errlen) < 0) {
+		free(c);
+		return NULL;
+	}
+	if (getrandom(c->hash_key, sizeof c->hash_key, 0) != (ssize_t)sizeof c->hash_key) {
+		snprintf(err, errlen, "cannot key the cluster table: %s", strerror(errno));
 		free(c);
 		return NULL;
 	}

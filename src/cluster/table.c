@@ -28,7 +28,7 @@ const struct cluster_node *cluster_find(const struct cluster *c, const uint8_t *
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *ht;
 
-	cds_lfht_lookup(c->ht, dns_name_hash(name, len), match_owner, name, &it);
+	cds_lfht_lookup(c->ht, cluster_hash(c, name, len), match_owner, name, &it);
 	ht = cds_lfht_iter_get_node(&it);
 	return ht ? caa_container_of(ht, struct cluster_node, ht) : NULL;
 }
@@ -70,7 +70,7 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 	memcpy(n->data, owner, owner_len);
 	if (rr_len)
 		memcpy(n->data + owner_len, rrs, rr_len);
-	old = cds_lfht_add_replace(c->ht, dns_name_hash(owner, owner_len), match_owner,
+	old = cds_lfht_add_replace(c->ht, cluster_hash(c, owner, owner_len), match_owner,
 				   n->data, &n->ht);
 	if (old)
 		urcu_memb_call_rcu(&caa_container_of(old, struct cluster_node, ht)->rcu, free_node);
