@@ -67,6 +67,7 @@ enum vtype {
 	V_PATH,     /* owned char *, relative paths resolved against the config's directory */
 	V_OBJECT,   /* owned char *, "" (off) or a Kubernetes "namespace/name" */
 	V_IP,       /* struct config_ip */
+	V_CIDR,     /* struct config_cidr */
 	V_HOSTPORT, /* struct config_hostport, port 53 unless given */
 	V_MAPPING,  /* a nested mapping described by key->sub */
 };
@@ -145,12 +146,21 @@ static const char *const log_formats[] = {"logfmt", "json", NULL};
 static const struct key listen_keys[] = {
 	{"addresses", V_IP, CFG_LIST(listen.addresses, listen.n_addresses),
 	 .def = "169.254.20.10", .flags = F_NONEMPTY | F_NO_WILDCARD | F_UNIQUE},
+	{"allow", V_CIDR, CFG_LIST(listen.allow, listen.n_allow), .flags = F_NONEMPTY},
 	{"port", V_UINT, CFG(listen.port), .min = 1, .def = "53"},
 	{"workers", V_UINT, CFG(listen.workers), .max = 1024, .def = "0"},
 	{"tcp_max_connections", V_UINT, CFG(listen.tcp_max_connections), .min = 1,
 	 .max = 1000000, .def = "1024"},
 	{"tcp_idle_timeout", V_DURATION, CFG(listen.tcp_idle_timeout_ms), .min = 1,
 	 .def = "10s"},
+	{"tcp_max_connections_per_client", V_UINT, CFG(listen.tcp_max_connections_per_client),
+	 .min = 1, .max = 65535, .def = "64"},
+	{"tcp_max_pending_queries", V_UINT, CFG(listen.tcp_max_pending_queries), .min = 1,
+	 .max = 65535, .def = "64"},
+	{"tcp_output_budget", V_SIZE, CFG(listen.tcp_output_budget), .min = 65536,
+	 .max = 1ull << 32, .def = "4MiB"},
+	{"tcp_query_timeout", V_DURATION, CFG(listen.tcp_query_timeout_ms), .min = 1,
+	 .def = "2s"},
 	{"udp_max_payload", V_UINT, CFG(listen.udp_max_payload), .min = 512, .max = 4096,
 	 .def = "1232"},
 	/* SO_RCVBUF takes an int and the kernel doubles it. */
@@ -240,6 +250,8 @@ static const struct key upstream_keys[] = {
 	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false"},
 	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s"},
 	{"max_rate", V_UINT, CFG(upstream.max_rate), .max = 10000000, .def = "5000"},
+	{"max_pending_per_client", V_UINT, CFG(upstream.max_pending_per_client), .min = 1,
+	 .max = 65535, .def = "1000"},
 	{"trust_anchor", V_PATH, CFG(upstream.trust_anchor), .def = "/usr/share/dns/root.key"},
 	{"root_hints", V_PATH, CFG(upstream.root_hints), .def = ""},
 	{"forward_zones", V_MAPPING, .shape = MAP,
@@ -286,7 +298,16 @@ static const struct key chaos_keys[] = {
 	{"id", V_STRING, CFG(chaos.id), .max = 255, .def = ""},
 };
 
+static const struct key rrl_keys[] = {
+	{"responses_per_second", V_UINT, CFG(rrl.responses_per_second), .max = 1000000,
+	 .def = "0"},
+	{"slip", V_UINT, CFG(rrl.slip), .max = 10, .def = "2"},
+	{"ipv4_prefix_length", V_UINT, CFG(rrl.ipv4_prefix_length), .max = 32, .def = "24"},
+	{"ipv6_prefix_length", V_UINT, CFG(rrl.ipv6_prefix_length), .max = 128, .def = "56"},
+};
+
 static const struct schema listen_schema = SCHEMA(listen_keys, NULL);
+static const struct schema rrl_schema = SCHEMA(rrl_keys, NULL);
 static const struct schema interface_schema = SCHEMA(interface_keys, NULL);
 static const struct schema nftables_schema = SCHEMA(nftables_keys, NULL);
 static const struct schema cluster_schema = SCHEMA(cluster_keys, NULL);
@@ -309,7 +330,7 @@ static const struct key top_keys[] = {
 	SECTION("upstream", upstream_schema), SECTION("cache", cache_schema),
 	SECTION("health", health_schema),     SECTION("metrics", metrics_schema),
 	SECTION("log", log_schema),           SECTION("control", control_schema),
-	SECTION("chaos", chaos_schema),
+	SECTION("chaos", chaos_schema), SECTION("rrl", rrl_schema),
 };
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
@@ -759,6 +780,11 @@ static int set_scalar(struct loader *ld, const struct key *k, const char *text, 
 		return set_object(k, text, field, why, len);
 	case V_IP:
 		return set_ip(k, text, field, why, len);
+	case V_CIDR:
+		if (config_value_cidr(text, field, &phrase) == 0)
+			return 0;
+		snprintf(why, len, QUOTE_FMT " %s", QUOTE(text), phrase);
+		return -1;
 	case V_HOSTPORT:
 		return set_hostport(text, 53, field, why, len);
 	case V_MAPPING:
@@ -783,6 +809,7 @@ static const char *expectation(const struct key *k)
 		[V_PATH] = "a file path",
 		[V_OBJECT] = "\"namespace/name\" or \"\"",
 		[V_IP] = "an IP address",
+		[V_CIDR] = "an IP network",
 		[V_HOSTPORT] = "\"ip\" or \"ip:port\"",
 		[V_MAPPING] = "a mapping",
 	};
@@ -1465,6 +1492,9 @@ static bool same_element(const struct key *k, const void *a, const void *b)
 	if (k->type == V_HOSTPORT)
 		return strcmp(((const struct config_hostport *)a)->text,
 			      ((const struct config_hostport *)b)->text) == 0;
+	if (k->type == V_CIDR)
+		return strcmp(((const struct config_cidr *)a)->text,
+			      ((const struct config_cidr *)b)->text) == 0;
 	return memcmp(a, b, k->size) == 0; /* numbers, booleans and enums, stored in k->size bytes */
 }
 

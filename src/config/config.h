@@ -42,6 +42,13 @@ struct config_ip {
 	char text[48]; /* as normalised by inet_ntop */
 };
 
+/* A network: "10.0.0.0/8", "fd00::/8", or one address (all its bits). */
+struct config_cidr {
+	struct config_ip ip;       /* the network address (no host bits set) */
+	uint8_t prefix;            /* 0..32 (IPv4) or 0..128 (IPv6) */
+	char text[52];             /* normalised "ip/prefix" */
+};
+
 /* "ip", "ip:port" or "[ipv6]:port"; the port defaults per use (53). */
 struct config_hostport {
 	struct sockaddr_storage addr;
@@ -86,10 +93,17 @@ struct config {
 
 	struct {
 		struct config_ip *addresses; size_t n_addresses;
+		/* Clients that may query; none given = the private and local
+		 * ranges (config_default_allow). */
+		struct config_cidr *allow; size_t n_allow;
 		uint16_t port;                 /* 53 */
 		unsigned workers;              /* 0 = one per CPU we may run on */
 		unsigned tcp_max_connections;  /* 1024, across all workers */
 		uint64_t tcp_idle_timeout_ms;  /* 10s */
+		unsigned tcp_max_connections_per_client; /* 64: per IPv4 address or IPv6 /64 */
+		unsigned tcp_max_pending_queries; /* 64: per connection, waiting for the upstream */
+		uint64_t tcp_output_budget;    /* 4MiB: unsent TCP replies, all connections */
+		uint64_t tcp_query_timeout_ms; /* 2s: from a query's first byte to its last */
 		uint16_t udp_max_payload;      /* 1232: largest UDP reply we send */
 		uint64_t udp_rcvbuf;           /* 4MiB: SO_RCVBUF per UDP socket */
 	} listen;
@@ -142,6 +156,7 @@ struct config {
 		bool dnssec;                   /* false */
 		uint64_t timeout_ms;           /* 2s */
 		uint64_t max_rate;             /* 5000: new questions a second; 0 = no limit */
+		unsigned max_pending_per_client; /* 1000: per IPv4 address or IPv6 /64 */
 		char *trust_anchor;            /* "/usr/share/dns/root.key" (dnssec) */
 		char *root_hints;              /* "" = libunbound's built-in (recursive) */
 		struct config_forward_zone *forward_zones; size_t n_forward_zones;
@@ -173,6 +188,13 @@ struct config {
 		char *version;                 /* answer to version.bind */
 		char *id;                      /* answer to id.server; "" = hostname */
 	} chaos;
+
+	struct {
+		unsigned responses_per_second; /* 0 = off */
+		unsigned slip;                 /* 2: every 2nd limited response goes out TC */
+		unsigned ipv4_prefix_length;   /* 24 */
+		unsigned ipv6_prefix_length;   /* 56 */
+	} rrl;
 };
 
 /*
@@ -212,6 +234,8 @@ int config_value_uint(const char *text, uint64_t *out, const char **why);
 int config_value_bool(const char *text, bool *out, const char **why);
 /* One IPv4 or IPv6 literal; no prefix length, no zone index. */
 int config_value_ip(const char *text, struct config_ip *out, const char **why);
+/* "ip/prefix" or a bare "ip" (the whole address); host bits must be zero. */
+int config_value_cidr(const char *text, struct config_cidr *out, const char **why);
 /* "ip", "ip:port", "[ip6]:port" or a bare "ip6"; default_port 0 = port required. */
 int config_value_hostport(const char *text, uint16_t default_port,
 			  struct config_hostport *out, const char **why);
@@ -221,6 +245,10 @@ int config_value_hostport(const char *text, uint16_t default_port,
  * The root and wildcards ("*.example") are refused.
  */
 int config_value_name(char *name, const char **why);
+
+/* listen.allow when the config gives none: the private and local address
+ * ranges, where pods and the node's own processes query from. */
+extern const char *const config_default_allow[];
 
 /*
  * Every address localdns serves: listen.addresses, then nftables.intercept

@@ -185,6 +185,58 @@ int config_value_ip(const char *text, struct config_ip *out, const char **why)
 	return 0;
 }
 
+/* The private and local ranges (RFC 1918, RFC 6598, loopback, link-local, RFC 4193). */
+const char *const config_default_allow[] = {
+	"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8",
+	"169.254.0.0/16", "fc00::/7", "fe80::/10", "::1", NULL};
+
+/* Does ip have any bit set past the first prefix bits? */
+static bool host_bits_set(const struct config_ip *ip, unsigned prefix)
+{
+	const uint8_t *b = ip->family == AF_INET ? (const uint8_t *)&ip->v4
+						 : (const uint8_t *)&ip->v6;
+	unsigned bits = ip->family == AF_INET ? 32 : 128;
+
+	for (unsigned i = prefix; i < bits; i++)
+		if (b[i / 8] & (0x80 >> (i % 8)))
+			return true;
+	return false;
+}
+
+int config_value_cidr(const char *text, struct config_cidr *out, const char **why)
+{
+	char addr[64];
+	const char *slash = strchr(text, '/');
+	size_t n = slash ? (size_t)(slash - text) : strlen(text);
+	uint64_t prefix;
+
+	memset(out, 0, sizeof *out);
+	if (n >= sizeof addr) {
+		*why = "is not an IP network (\"10.0.0.0/8\", \"fd00::/8\" or one address)";
+		return -1;
+	}
+	memcpy(addr, text, n);
+	addr[n] = '\0';
+	if (config_value_ip(addr, &out->ip, why) < 0) {
+		*why = "is not an IP network (\"10.0.0.0/8\", \"fd00::/8\" or one address)";
+		return -1;
+	}
+	unsigned bits = out->ip.family == AF_INET ? 32 : 128;
+	prefix = bits;
+	if (slash && (config_value_uint(slash + 1, &prefix, why) < 0 || prefix > bits)) {
+		*why = out->ip.family == AF_INET ? "has a bad prefix length (0..32)"
+						 : "has a bad prefix length (0..128)";
+		return -1;
+	}
+	if (host_bits_set(&out->ip, (unsigned)prefix)) {
+		*why = "has bits set past its prefix length (write the network address)";
+		return -1;
+	}
+	out->prefix = (uint8_t)prefix;
+	snprintf(out->text, sizeof out->text, "%s/%u", out->ip.text, out->prefix);
+	return 0;
+}
+
 /*
  * Split "host[:port]" into host text and port text (NULL when absent).
  * Brackets are required around an IPv6 address only when a port follows;

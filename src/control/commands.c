@@ -47,6 +47,9 @@ static void stats_queries(struct control *ctl, struct conn *c)
 		stat_line(c, name, q.source[s]);
 	}
 	stat_line(c, "control_lookups", ctl->lookup_stats.received);
+	stat_line(c, "queries_not_allowed", q.not_allowed);
+	stat_line(c, "queries_rrl_slipped", q.rrl_slipped);
+	stat_line(c, "queries_rrl_dropped", q.rrl_dropped);
 }
 
 static void stats_cache(struct control *ctl, struct conn *c)
@@ -82,11 +85,14 @@ static void stats_upstream(struct control *ctl, struct conn *c)
 	stat_line(c, "upstream_dropped", s.dropped);
 	stat_line(c, "upstream_bogus", s.bogus);
 	stat_line(c, "upstream_resolving", s.resolving);
+	stat_line(c, "upstream_context_renewals", s.renewals);
+	stat_line(c, "upstream_shed", s.shed[UPSTREAM_SHED_QUEUE_FULL] + s.shed[UPSTREAM_SHED_TABLE_FULL]);
+	stat_line(c, "upstream_failing", upstream_failing(ctl->d->upstream));
 	stat_line(c, "upstream_queued", s.queued);
 	stat_line(c, "upstream_flights", s.flights);
 	stat_line(c, "upstream_paced", s.paced);
 	stat_line(c, "upstream_retries", s.retries);
-	stat_line(c, "upstream_context_renewals", s.renewals);
+	stat_line(c, "upstream_client_limited", s.client_limited);
 	for (int i = 0; i < UPSTREAM_SHEDS; i++) {
 		snprintf(name, sizeof name, "upstream_shed_%s", upstream_shed_names[i]);
 		stat_line(c, name, s.shed[i]);
@@ -95,7 +101,6 @@ static void stats_upstream(struct control *ctl, struct conn *c)
 		snprintf(name, sizeof name, "upstream_results_%s", upstream_result_names[i]);
 		stat_line(c, name, s.results[i]);
 	}
-	stat_line(c, "upstream_failing", upstream_failing(ctl->d->upstream));
 }
 
 /* Every kube_ line is there without Kubernetes too (zeros), so scripts need no cases. */

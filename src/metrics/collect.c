@@ -99,10 +99,80 @@ static void collect_queries(struct metrics_text *t, const struct server *s,
 	       st.dropped);
 	single(t, "localdns_truncated_total", "counter", "DNS replies sent with TC=1.",
 	       st.truncated + us->truncated);
+	single(t, "localdns_not_allowed_total", "counter",
+	       "DNS queries answered REFUSED because the client's address is outside "
+	       "listen.allow.",
+	       st.not_allowed);
+	const uint64_t rrl[2] = {st.rrl_slipped, st.rrl_dropped};
+	static const char *const rrl_actions[2] = {"slipped", "dropped"};
+	by_label(t, "localdns_rrl_limited_total", "counter",
+		 "UDP responses over rrl.responses_per_second for their client network: sent "
+		 "truncated (slipped, so the client retries over TCP) or not sent (dropped).",
+		 "action", rrl_actions, rrl, 2);
 	single(t, "localdns_autopath_answers_total", "counter",
 	       "Queries a worker answered for another name of the client's search list "
 	       "(cluster.autopath: a CNAME to the name that exists).",
 	       st.autopath);
+}
+
+/* ---- loops ----------------------------------------------------------------------- */
+
+static void heartbeat_sample(struct metrics_text *t, const char *loop, uint64_t beat_ms,
+			     uint64_t now_ms)
+{
+	const struct metrics_label l = {"loop", loop};
+
+	metrics_sample(t, "localdns_loop_heartbeat_age_seconds", &l, 1,
+		       now_ms > beat_ms ? (double)(now_ms - beat_ms) / 1000.0 : 0);
+}
+
+/* How long since each event loop last went round: each turns at least once a second. */
+static void collect_heartbeats(struct metrics_text *t, const struct daemon *d)
+{
+	uint64_t now = (uint64_t)monotonic_ms();
+	char name[32];
+
+	metrics_family(t, "localdns_loop_heartbeat_age_seconds", "gauge",
+		       "Seconds since each event loop last went round (each turns at least once a "
+		       "second when idle; /health fails past 5 s, 30 s for kubernetes).");
+	for (unsigned i = 0; i < server_workers(d->server); i++) {
+		snprintf(name, sizeof name, "worker%u", i);
+		heartbeat_sample(t, name, server_heartbeat_ms(d->server, i), now);
+	}
+	heartbeat_sample(t, "resolver", upstream_heartbeat_ms(d->upstream), now);
+	if (node_heartbeat_ms(d->node))
+		heartbeat_sample(t, "node", node_heartbeat_ms(d->node), now);
+	if (d->kube) {
+		struct kube_status ks;
+		kube_status(d->kube, &ks);
+		heartbeat_sample(t, "kubernetes", (uint64_t)ks.heartbeat_ms, now);
+	}
+}
+
+/* ---- TCP ------------------------------------------------------------------------- */
+
+static void collect_tcp(struct metrics_text *t, const struct server *s)
+{
+	static const char *const refusals[2] = {"max_connections", "per_client"};
+	static const char *const closes[3] = {"idle", "slow_query", "output_budget"};
+	struct server_tcp_stats st;
+
+	server_tcp_stats(s, &st);
+	single(t, "localdns_tcp_connections", "gauge", "TCP connections open now.", st.connections);
+	single(t, "localdns_tcp_output_bytes", "gauge",
+	       "TCP reply bytes the clients' sockets have not taken yet, all connections "
+	       "(listen.tcp_output_budget caps it).",
+	       st.output_bytes);
+	by_label(t, "localdns_tcp_refused_total", "counter",
+		 "TCP connections closed at accept: listen.tcp_max_connections reached, or "
+		 "listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
+		 "reason", refusals, &st.events[SERVER_TCP_REFUSED_MAX_CONNECTIONS], 2);
+	by_label(t, "localdns_tcp_closed_total", "counter",
+		 "TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
+		 "query not complete within listen.tcp_query_timeout of its first byte), "
+		 "output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
+		 "exceeded).",
+		 "reason", closes, &st.events[SERVER_TCP_CLOSED_IDLE], 3);
 }
 
 /* ---- answer cache -------------------------------------------------------------- */
@@ -172,6 +242,11 @@ static void collect_upstream(struct metrics_text *t, const struct upstream *u,
 	       us->flights);
 	single(t, "localdns_upstream_paced_total", "counter",
 	       "Questions that had to wait because upstream.max_rate was reached.", us->paced);
+	single(t, "localdns_upstream_client_limited_total", "counter",
+	       "Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
+	       "address, an IPv6 /64) already had upstream.max_pending_per_client questions "
+	       "or waiting queries.",
+	       us->client_limited);
 	single(t, "localdns_upstream_retries_total", "counter",
 	       "Failed questions asked once more because clients still waited for them.",
 	       us->retries);
@@ -397,6 +472,8 @@ char *metrics_collect(const struct daemon *d, size_t *len)
 	metrics_text_init(&t);
 	upstream_stats(d->upstream, &us);
 	collect_queries(&t, d->server, &us);
+	collect_tcp(&t, d->server);
+	collect_heartbeats(&t, d);
 	collect_cache(&t, d->cache);
 	collect_upstream(&t, d->upstream, &us);
 	if (d->kube)

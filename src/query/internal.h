@@ -34,4 +34,10 @@ bool query_chain_append(struct upstream_request *r, const uint8_t *name);
 void query_autopath(const struct dns_query *q, const struct query_sources *s,
 		    struct dns_writer *w, struct query_ctx *ctx);
 
+/* allow.c: listen.allow into s (the default ranges when the config names none). */
+int query_allow_build(struct query_sources *s, const struct config *cfg, char *err,
+		      size_t errlen);
+/* May peer query? (NULL: a local caller, always.) */
+bool query_client_allowed(const struct query_sources *s, const struct sockaddr_storage *peer);
+
 #endif

@@ -91,6 +91,10 @@ struct query_sources *query_sources_build(const struct config *cfg, const struct
 		load_search_domains(s, cfg->upstream.resolv_conf);
 	s->cache = cache;
 	s->udp_max_payload = cfg->listen.udp_max_payload;
+	if (query_allow_build(s, cfg, err, errlen) < 0) {
+		query_sources_free(s);
+		return NULL;
+	}
 	set_chaos_identity(s, cfg);
 	if (getrandom(s->cookie_secret, sizeof s->cookie_secret, 0) !=
 	    (ssize_t)sizeof s->cookie_secret) {
@@ -353,7 +357,10 @@ static size_t answer(const struct dns_query *q, bool bad_version,
 	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
 	if (has_cookie)
 		dns_response_set_server_cookie(&w, cookie);
-	if (bad_version)
+	if (!query_client_allowed(s, ctx->peer)) {
+		ctx->stats->not_allowed++;
+		dns_response_set_rcode(&w, DNS_R_REFUSED);
+	} else if (bad_version)
 		dns_response_set_rcode(&w, DNS_R_BADVERS); /* RFC 6891 6.1.3 */
 	else if (q->qtype == DNS_T_AXFR || q->qtype == DNS_T_IXFR)
 		dns_response_set_rcode(&w, DNS_R_REFUSED); /* we serve no zones to copy */

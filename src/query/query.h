@@ -74,10 +74,21 @@ struct query_stats {
 	uint64_t truncated;
 	uint64_t source[QUERY_SOURCE_COUNT]; /* where answers came from */
 	uint64_t autopath;         /* answered for another search candidate (CNAME) */
+	uint64_t not_allowed;      /* REFUSED: the client is outside listen.allow */
+	uint64_t rrl_slipped;      /* rrl: sent truncated instead (server/udp.c) */
+	uint64_t rrl_dropped;      /* rrl: not sent (server/udp.c) */
 };
 
 /* Bytes of the node's search domains autopath keeps (wire names). */
 #define QUERY_SEARCH_MAX 512
+
+/* A client network of listen.allow. */
+#define QUERY_ALLOW_MAX 64
+struct query_net {
+	uint8_t family;            /* AF_INET or AF_INET6 */
+	uint8_t prefix;
+	uint8_t addr[16];
+};
 
 /* Everything a query may be answered from; immutable once published. */
 struct query_sources {
@@ -96,6 +107,8 @@ struct query_sources {
 	uint8_t chaos_id[256];
 	uint16_t chaos_id_len;
 	uint8_t cookie_secret[16]; /* keys our DNS server cookies (RFC 9018) */
+	struct query_net allow[QUERY_ALLOW_MAX]; /* listen.allow: who may query */
+	unsigned n_allow;
 };
 
 /*

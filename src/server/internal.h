@@ -23,6 +23,11 @@
 #define UDP_OUT_MAX 4096      /* >= the largest listen.udp_max_payload */
 #define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
+#define TCP_SOURCE_SLOTS 4096 /* a power of two */
+#define TCP_SNDBUF 65536      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_TURN_QUERIES 128  /* TCP queries a worker answers per loop turn, all connections */
+#define TCP_CONN_QUERIES 16   /* of those, from one connection before the others' turn */
+#define RRL_SLOTS 65536       /* a power of two: 512 KiB, touched only with rrl on */
 
 /*
  * What an epoll event is about: kind in the high half, in the low half the
@@ -34,18 +39,41 @@ enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIR
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
 
+/* Reply bytes a connection's socket has not taken yet: a list, never copied as it grows. */
+struct out_chunk {
+	struct out_chunk *next;
+	uint8_t *data;          /* bytes[] below, or an adopted buffer (an upstream reply) */
+	size_t len;
+	size_t off;             /* sent so far */
+	uint8_t bytes[];
+};
+
 struct tcp_conn {
 	bool open;              /* false (calloc's zero) when the slot is free */
 	int fd;
 	uint32_t gen;           /* which connection holds the slot (upstream replies) */
 	uint32_t active_pos;    /* where this slot sits in worker.active */
+	uint32_t interest;      /* the epoll events asked for now */
+	uint16_t source_slot;   /* its client's place in server.tcp_per_source */
+	uint16_t waiting;       /* queries sent to the resolver, reply not yet here */
+	bool ready;             /* in worker.ready: complete queries left for a later turn */
 	struct sockaddr_storage peer; /* keys the client's DNS cookies */
 	uint64_t last_active_ms;
+	uint64_t partial_since_ms; /* an incomplete query's first bytes came then; 0: none */
 	size_t in_len;
-	uint8_t *pending;       /* reply bytes the socket has not taken yet */
-	size_t pending_len;
-	size_t pending_off;
+	struct out_chunk *out_head, *out_tail;
+	size_t out_bytes;       /* unsent bytes in the list */
 	uint8_t in[2 + TCP_QUERY_MAX];
+};
+
+/* Why a TCP connection was refused or closed (counted per worker; server.h's order). */
+enum tcp_event {
+	TCP_REFUSED_MAX_CONNECTIONS = SERVER_TCP_REFUSED_MAX_CONNECTIONS,
+	TCP_REFUSED_PER_CLIENT = SERVER_TCP_REFUSED_PER_CLIENT,
+	TCP_CLOSED_IDLE = SERVER_TCP_CLOSED_IDLE,
+	TCP_CLOSED_SLOW_QUERY = SERVER_TCP_CLOSED_SLOW_QUERY,
+	TCP_CLOSED_OUTPUT_BUDGET = SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	TCP_EVENTS = SERVER_TCP_EVENTS
 };
 
 /*
@@ -92,6 +120,7 @@ struct worker {
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
 	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
 	struct query_stats stats;
+	uint64_t tcp_events[TCP_EVENTS];
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
@@ -103,6 +132,9 @@ struct worker {
 	uint32_t *active;        /* open conn indexes, so sweeps touch only those */
 	uint32_t n_active;
 	uint32_t max_conns;
+	uint32_t *ready;         /* conns with complete queries read but not answered yet */
+	uint32_t n_ready;
+	unsigned tcp_turn_left;  /* TCP queries this turn may still answer */
 
 	struct udp_batch udp;
 	uint8_t tcp_out[TCP_OUT_SCRATCH];
@@ -116,6 +148,21 @@ struct server {
 	atomic_uint tcp_conns;        /* open connections across workers */
 	unsigned tcp_max_conns;
 	_Atomic uint64_t tcp_idle_timeout_ms;
+	_Atomic uint64_t tcp_query_timeout_ms;
+	_Atomic uint64_t tcp_output_budget;
+	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections */
+	_Atomic unsigned tcp_max_waiting;  /* listen.tcp_max_pending_queries */
+	_Atomic unsigned tcp_max_per_source;
+	/* Open connections per client (IPv4 address, IPv6 /64), counted in
+	 * slots picked by a keyed hash: two clients may share a slot (and a
+	 * limit), but nobody can aim at another's. */
+	_Atomic uint16_t tcp_per_source[TCP_SOURCE_SLOTS];
+	uint8_t source_key[16];      /* keys every per-client table of the server */
+	_Atomic unsigned rrl_rate;   /* rrl.responses_per_second; 0 = off */
+	_Atomic unsigned rrl_slip;
+	_Atomic unsigned rrl_v4_prefix, rrl_v6_prefix;
+	_Atomic(_Atomic uint64_t *) rrl_slots; /* RRL_SLOTS of (second << 32 | count);
+					   made by the first config that turns rrl on */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };
@@ -137,9 +184,10 @@ void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transp
 /*
  * After query_handle said ASK or REFRESH and the caller filled in where
  * the reply goes (w->request.transport and fd/peer or conn): queue it.
- * The resolver is woken once per batch, by worker_wake_upstream.
+ * The resolver is woken once per batch, by worker_wake_upstream. false
+ * when nothing was queued (no upstream work, or the ring is full).
  */
-void worker_submit(struct worker *w, enum query_upstream what);
+bool worker_submit(struct worker *w, enum query_upstream what);
 /*
  * A query the query log sampled, after query_handle: recorded now, or
  * marked in w->request so the resolver records the reply it sends.
@@ -147,6 +195,13 @@ void worker_submit(struct worker *w, enum query_upstream what);
 void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 void worker_wake_upstream(struct worker *w);
+
+/* Response rate limiting (rrl.c). */
+enum rrl_verdict { RRL_PASS, RRL_SLIP, RRL_DROP };
+/* Count one UDP response to peer in second now_s; what to do with it. */
+enum rrl_verdict rrl_check(struct server *s, const struct sockaddr_storage *peer, uint64_t now_s);
+/* Cut a reply to header and question with TC set (a slip); its new length, 0 if it cannot be. */
+size_t rrl_truncate(uint8_t *reply, size_t len);
 
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);
@@ -157,6 +212,8 @@ void tcp_accept(struct worker *w, int listen_fd);
 void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events);
 void tcp_sweep_idle(struct worker *w);
 bool tcp_flush_all(struct worker *w);
+/* A new loop turn: answer what connections had left over, within the turn's budget. */
+void tcp_new_turn(struct worker *w);
 void tcp_close_all(struct worker *w);
 /* An upstream reply (framed, malloc'd) for connection slot index, gen. */
 void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,6 +132,7 @@ static void free_worker(struct worker *w)
 	free(w->conns);
 	free(w->free_slots);
 	free(w->active);
+	free(w->ready);
 	free(w);
 }
 
@@ -140,13 +142,33 @@ static int alloc_connections(struct worker *w, uint32_t max_conns)
 	w->conns = calloc(max_conns, sizeof *w->conns);
 	w->free_slots = calloc(max_conns, sizeof *w->free_slots);
 	w->active = calloc(max_conns, sizeof *w->active);
-	if (!w->conns || !w->free_slots || !w->active)
+	w->ready = calloc(max_conns, sizeof *w->ready);
+	if (!w->conns || !w->free_slots || !w->active || !w->ready)
 		return -1;
 	/* Only the free-slot stack is touched now; a conn's pages on first use. */
 	for (uint32_t i = 0; i < max_conns; i++)
 		w->free_slots[i] = max_conns - 1 - i;
 	w->n_free = max_conns;
 	return 0;
+}
+
+/* The per-client limits a reload may change (tcp.c, rrl.c). */
+static void tune_limits(struct server *s, const struct config *cfg)
+{
+	atomic_store(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
+	atomic_store(&s->tcp_query_timeout_ms, cfg->listen.tcp_query_timeout_ms);
+	atomic_store(&s->tcp_output_budget, cfg->listen.tcp_output_budget);
+	atomic_store(&s->tcp_max_waiting, cfg->listen.tcp_max_pending_queries);
+	atomic_store(&s->tcp_max_per_source, cfg->listen.tcp_max_connections_per_client);
+	atomic_store(&s->rrl_slip, cfg->rrl.slip);
+	atomic_store(&s->rrl_v4_prefix, cfg->rrl.ipv4_prefix_length);
+	atomic_store(&s->rrl_v6_prefix, cfg->rrl.ipv6_prefix_length);
+	/* the table only when it is used; kept once made (a reload may turn it on again) */
+	if (cfg->rrl.responses_per_second && !atomic_load(&s->rrl_slots))
+		atomic_store_explicit(&s->rrl_slots, calloc(RRL_SLOTS, sizeof(uint64_t)),
+				      memory_order_release);
+	atomic_store(&s->rrl_rate,
+		     atomic_load(&s->rrl_slots) ? cfg->rrl.responses_per_second : 0);
 }
 
 static struct worker *new_worker(struct server *s, unsigned id, char *err, size_t errlen)
@@ -366,6 +388,7 @@ static void free_server(struct server *s)
 	for (unsigned i = 0; i < s->n_workers; i++)
 		free_worker(s->workers[i]);
 	free(s->workers);
+	free((void *)atomic_load(&s->rrl_slots));
 	if (s->stop_fd >= 0)
 		close(s->stop_fd);
 	pthread_cond_destroy(&s->retired);
@@ -396,11 +419,15 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	s->upstream = upstream;
 	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
-	atomic_init(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
+	tune_limits(s, cfg);
 	pthread_mutex_init(&s->reconf_lock, NULL);
 	pthread_cond_init(&s->retired, NULL);
 	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s->workers = calloc(s->n_workers, sizeof *s->workers);
+	if (getrandom(s->source_key, sizeof s->source_key, 0) != (ssize_t)sizeof s->source_key) {
+		snprintf(err, errlen, "cannot key the per-client tables: %s", strerror(errno));
+		goto fail;
+	}
 	if (s->stop_fd < 0 || !s->workers) {
 		snprintf(err, errlen, "cannot set up workers: %s", strerror(errno));
 		goto fail;
@@ -467,12 +494,22 @@ void server_unlisten_others(struct server *s, const struct config *cfg)
 
 void server_tune(struct server *s, const struct config *cfg)
 {
-	atomic_store(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
+	tune_limits(s, cfg);
 	pthread_mutex_lock(&s->reconf_lock);
 	for (unsigned i = 0; i < s->n_workers; i++)
 		for (size_t k = 0; k < s->workers[i]->n_listeners; k++)
 			set_receive_buffer(s->workers[i]->listeners[k].udp_fd, cfg->listen.udp_rcvbuf);
 	pthread_mutex_unlock(&s->reconf_lock);
+}
+
+void server_tcp_stats(const struct server *s, struct server_tcp_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	out->connections = atomic_load(&s->tcp_conns);
+	out->output_bytes = atomic_load(&s->tcp_output_bytes);
+	for (unsigned i = 0; i < s->n_workers; i++)
+		for (int e = 0; e < TCP_EVENTS; e++)
+			out->events[e] += s->workers[i]->tcp_events[e];
 }
 
 void server_stats(const struct server *s, struct query_stats *sum)
@@ -485,6 +522,9 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->truncated += st->truncated;
 		sum->rcode_other += st->rcode_other;
 		sum->autopath += st->autopath;
+		sum->not_allowed += st->not_allowed;
+		sum->rrl_slipped += st->rrl_slipped;
+		sum->rrl_dropped += st->rrl_dropped;
 		for (size_t k = 0; k < QUERY_SOURCE_COUNT; k++)
 			sum->source[k] += st->source[k];
 		for (size_t t = 0; t < QUERY_QTYPE_COUNT; t++)

@@ -54,8 +54,9 @@ void server_stop(struct server *s);
  * between two event batches, closes its TCP listener (after accepting what
  * was queued; open connections stay) and answers what its UDP socket had
  * queued, then hands the socket to the resolver to close; it returns when
- * every worker has done so. server_tune applies listen.tcp_idle_timeout
- * and listen.udp_rcvbuf.
+ * every worker has done so. server_tune applies listen.udp_rcvbuf and the
+ * TCP limits (listen.tcp_idle_timeout, tcp_query_timeout, tcp_output_budget,
+ * tcp_max_pending_queries, tcp_max_connections_per_client).
  */
 int server_listen(struct server *s, const struct config *cfg, char *err, size_t errlen);
 void server_unlisten_others(struct server *s, const struct config *cfg);
@@ -66,6 +67,19 @@ const char *server_address_text(const struct sockaddr_storage *ss, char *out, si
 
 /* Sum of every worker's counters (read racily; fine for reporting). */
 void server_stats(const struct server *s, struct query_stats *sum);
+
+/* TCP: connections open now, unsent reply bytes, refusals and closes by reason. */
+enum server_tcp_event {
+	SERVER_TCP_REFUSED_MAX_CONNECTIONS, SERVER_TCP_REFUSED_PER_CLIENT,
+	SERVER_TCP_CLOSED_IDLE, SERVER_TCP_CLOSED_SLOW_QUERY, SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	SERVER_TCP_EVENTS
+};
+struct server_tcp_stats {
+	uint64_t connections;
+	uint64_t output_bytes;
+	uint64_t events[SERVER_TCP_EVENTS];
+};
+void server_tcp_stats(const struct server *s, struct server_tcp_stats *out);
 
 /* Number of worker threads. */
 unsigned server_workers(const struct server *s);

@@ -1,12 +1,30 @@
 /*
  * server/tcp.c — DNS over TCP (RFC 7766): 2-byte length framing, several
- * queries per connection answered in order, idle timeout, a connection cap.
+ * queries per connection, answered in order when local and as they come
+ * back when they need the upstream; an idle timeout; caps on everything a
+ * client controls.
  *
  * Replies to every complete query in one read are gathered in the worker's
  * scratch buffer and sent with one send(). When the socket takes less, the
- * rest is copied to a per-connection heap buffer and the connection stops
- * reading until it drains: a client that does not read its replies costs
- * memory for one batch, never more, and never blocks the worker.
+ * rest is kept in the connection's list of unsent chunks (the bytes copied
+ * once; an upstream reply's buffer is adopted as it is), and the connection
+ * stops reading until the list drains.
+ *
+ * What one client can cost (docs/security.md):
+ * - connections: listen.tcp_max_connections in all, and
+ *   listen.tcp_max_connections_per_client from one address (an IPv6 /64);
+ *   past either, a new connection is closed at accept;
+ * - queries waiting for the upstream on one connection: at most
+ *   listen.tcp_max_pending_queries; at the cap the connection is not read
+ *   until a reply comes back (a reply the resolver lost leaves it idle, and
+ *   the idle timeout closes it);
+ * - unsent reply bytes: one budget for all connections of all workers
+ *   (listen.tcp_output_budget, as Unbound's stream-wait-size); when an
+ *   addition takes the total past it, this worker closes its connections
+ *   that hold the most until the total is back under it, or it has none;
+ * - time: a query must be complete within listen.tcp_query_timeout of its
+ *   first byte (a byte-at-a-time client is closed), and a connection with
+ *   nothing to do is closed after listen.tcp_idle_timeout.
  */
 #include "server/internal.h"
 
@@ -17,37 +35,115 @@
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
-static void set_interest(struct worker *w, uint32_t index, uint32_t events)
-{
-	struct epoll_event ev = {.events = events, .data.u64 = EV_DATA(EV_CONN, index)};
+#include "util/client.h"
 
-	epoll_ctl(w->epfd, EPOLL_CTL_MOD, w->conns[index].fd, &ev);
+/* ---- connections ------------------------------------------------------------ */
+
+/* Reading stops while replies wait to be sent, or too many wait for the upstream. */
+static bool may_read(const struct worker *w, const struct tcp_conn *c)
+{
+	return !c->out_head &&
+	       c->waiting < atomic_load_explicit(&w->server->tcp_max_waiting, memory_order_relaxed);
+}
+
+/* Ask epoll for what the connection can use now: output to drain, or input. */
+static void update_interest(struct worker *w, uint32_t index)
+{
+	struct tcp_conn *c = &w->conns[index];
+	uint32_t events = c->out_head ? EPOLLOUT : may_read(w, c) && !c->ready ? EPOLLIN : 0;
+
+	if (events == c->interest)
+		return;
+	struct epoll_event ev = {.events = events, .data.u64 = EV_DATA(EV_CONN, index)};
+	epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+	c->interest = events;
+}
+
+static void free_output(struct server *s, struct tcp_conn *c)
+{
+	while (c->out_head) {
+		struct out_chunk *k = c->out_head;
+		c->out_head = k->next;
+		if (k->data != k->bytes)
+			free(k->data);
+		free(k);
+	}
+	c->out_tail = NULL;
+	atomic_fetch_sub_explicit(&s->tcp_output_bytes, c->out_bytes, memory_order_relaxed);
+	c->out_bytes = 0;
 }
 
 static void close_conn(struct worker *w, uint32_t index)
 {
+	struct server *s = w->server;
 	struct tcp_conn *c = &w->conns[index];
 
 	close(c->fd); /* also leaves the epoll set */
-	free(c->pending);
-	c->pending = NULL;
+	free_output(s, c);
 	c->open = false;
+	c->ready = false; /* its entry in worker.ready is skipped */
 	uint32_t last = w->active[--w->n_active];
 	w->active[c->active_pos] = last;
 	w->conns[last].active_pos = c->active_pos;
 	w->free_slots[w->n_free++] = index;
-	atomic_fetch_sub(&w->server->tcp_conns, 1);
+	atomic_fetch_sub(&s->tcp_per_source[c->source_slot], 1);
+	atomic_fetch_sub(&s->tcp_conns, 1);
 }
 
-/* Claim a place under the shared cap; false when every place is taken. */
-static bool reserve_conn(struct server *s)
+static void close_for(struct worker *w, uint32_t index, enum tcp_event why)
 {
-	unsigned n = atomic_load(&s->tcp_conns);
+	w->tcp_events[why]++;
+	close_conn(w, index);
+}
+
+/* Claim a place under a shared cap; false when every place is taken. */
+static bool reserve(_Atomic unsigned *count, unsigned cap)
+{
+	unsigned n = atomic_load(count);
 
 	do {
-		if (n >= s->tcp_max_conns)
+		if (n >= cap)
 			return false;
-	} while (!atomic_compare_exchange_weak(&s->tcp_conns, &n, n + 1));
+	} while (!atomic_compare_exchange_weak(count, &n, n + 1));
+	return true;
+}
+
+static bool reserve_source(_Atomic uint16_t *count, unsigned cap)
+{
+	uint16_t n = atomic_load(count);
+
+	do {
+		if (n >= cap || n == UINT16_MAX)
+			return false;
+	} while (!atomic_compare_exchange_weak(count, &n, (uint16_t)(n + 1)));
+	return true;
+}
+
+/* The client's slot: its IPv4 address or IPv6 /64, through the server's key. */
+static uint16_t source_slot(const struct server *s, const struct sockaddr_storage *peer)
+{
+	uint8_t prefix[CLIENT_PREFIX_MAX];
+	size_t n = client_prefix(peer, prefix);
+
+	return (uint16_t)(dns_siphash24(s->source_key, prefix, n) & (TCP_SOURCE_SLOTS - 1));
+}
+
+/* May this client open one more connection? Counts it when so. */
+static bool admit(struct worker *w, const struct sockaddr_storage *peer, uint16_t *slot)
+{
+	struct server *s = w->server;
+
+	if (w->n_free == 0 || !reserve(&s->tcp_conns, s->tcp_max_conns)) {
+		w->tcp_events[TCP_REFUSED_MAX_CONNECTIONS]++;
+		return false;
+	}
+	*slot = source_slot(s, peer);
+	if (!reserve_source(&s->tcp_per_source[*slot],
+			    atomic_load_explicit(&s->tcp_max_per_source, memory_order_relaxed))) {
+		atomic_fetch_sub(&s->tcp_conns, 1);
+		w->tcp_events[TCP_REFUSED_PER_CLIENT]++;
+		return false;
+	}
 	return true;
 }
 
@@ -57,19 +153,23 @@ void tcp_accept(struct worker *w, int listen_fd)
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage peer;
 		socklen_t peer_len = sizeof peer;
+		uint16_t slot;
 		int fd = accept4(listen_fd, (struct sockaddr *)&peer, &peer_len,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		if (w->n_free == 0 || !reserve_conn(w->server)) {
-			close(fd); /* over the cap: UDP and open connections are unaffected */
+		if (!admit(w, &peer, &slot)) {
+			close(fd); /* over a cap: UDP and open connections are unaffected */
 			continue;
 		}
+		/* Without a fixed size the kernel grows a send buffer to megabytes for
+		 * a client that does not read: node memory outside our budget. */
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){TCP_SNDBUF}, sizeof(int));
 		uint32_t index = w->free_slots[--w->n_free];
 		struct tcp_conn *c = &w->conns[index];
 		*c = (struct tcp_conn){.open = true, .fd = fd, .last_active_ms = w->now_ms,
-				       .active_pos = w->n_active, .peer = peer,
-				       .gen = ++w->next_gen};
+				       .active_pos = w->n_active, .peer = peer, .source_slot = slot,
+				       .interest = EPOLLIN, .gen = ++w->next_gen};
 		w->active[w->n_active++] = index;
 		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_CONN, index)};
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
@@ -77,16 +177,70 @@ void tcp_accept(struct worker *w, int listen_fd)
 	}
 }
 
-/* Keep what the socket did not take. false on ENOMEM (caller closes). */
-static bool keep_pending(struct tcp_conn *c, const uint8_t *data, size_t len)
+/* ---- output ------------------------------------------------------------------ */
+
+/*
+ * Past the budget: close this worker's connections that hold the most
+ * unsent bytes until the total is under it again, or none here holds any.
+ */
+static void keep_to_output_budget(struct worker *w)
 {
-	c->pending = malloc(len);
-	if (!c->pending)
+	struct server *s = w->server;
+	uint64_t budget = atomic_load_explicit(&s->tcp_output_budget, memory_order_relaxed);
+
+	while (atomic_load_explicit(&s->tcp_output_bytes, memory_order_relaxed) > budget) {
+		uint32_t worst = UINT32_MAX;
+		size_t most = 0;
+		for (uint32_t i = 0; i < w->n_active; i++) {
+			const struct tcp_conn *c = &w->conns[w->active[i]];
+			if (c->out_bytes > most) {
+				most = c->out_bytes;
+				worst = w->active[i];
+			}
+		}
+		if (worst == UINT32_MAX)
+			return;
+		close_for(w, worst, TCP_CLOSED_OUTPUT_BUDGET);
+	}
+}
+
+/*
+ * Put data[off..len) at the end of the connection's unsent list: adopted
+ * (taken over and freed later) when adopt, else copied. false when the
+ * connection was closed (out of memory, or it held the most past the
+ * output budget); an adopted buffer is freed then.
+ */
+static bool queue_output(struct worker *w, uint32_t index, uint8_t *data, size_t len, size_t off,
+			 bool adopt)
+{
+	struct tcp_conn *c = &w->conns[index];
+	size_t copy = adopt ? 0 : len - off;
+	struct out_chunk *k = malloc(sizeof *k + copy);
+
+	if (!k) {
+		if (adopt)
+			free(data);
+		close_conn(w, index);
 		return false;
-	memcpy(c->pending, data, len);
-	c->pending_len = len;
-	c->pending_off = 0;
-	return true;
+	}
+	k->next = NULL;
+	if (adopt) {
+		*k = (struct out_chunk){.data = data, .len = len, .off = off};
+	} else {
+		memcpy(k->bytes, data + off, copy);
+		*k = (struct out_chunk){.data = k->bytes, .len = copy};
+	}
+	if (c->out_tail)
+		c->out_tail->next = k;
+	else
+		c->out_head = k;
+	c->out_tail = k;
+	c->out_bytes += k->len - k->off;
+	atomic_fetch_add_explicit(&w->server->tcp_output_bytes, k->len - k->off,
+				  memory_order_relaxed);
+	update_interest(w, index);
+	keep_to_output_budget(w);
+	return c->open && c->out_tail == k;
 }
 
 enum send_result { SENT_ALL, SENT_PART, SEND_FAILED };
@@ -118,16 +272,15 @@ static bool send_replies(struct worker *w, uint32_t index, size_t len)
 	case SENT_ALL:
 		return true;
 	case SENT_PART:
-		if (!keep_pending(c, w->tcp_out + done, len - done))
-			break;
-		set_interest(w, index, EPOLLOUT);
-		return true;
+		return queue_output(w, index, w->tcp_out, len, done, false);
 	case SEND_FAILED:
 		break;
 	}
 	close_conn(w, index);
 	return false;
 }
+
+/* ---- input ------------------------------------------------------------------- */
 
 /* Queue a query the resolver answers later, through our completion queue. */
 static void defer(struct worker *w, const struct query_ctx *ctx, uint32_t index)
@@ -137,7 +290,11 @@ static void defer(struct worker *w, const struct query_ctx *ctx, uint32_t index)
 	w->request.transport = UPSTREAM_TCP;
 	w->request.conn = index;
 	w->request.conn_gen = w->conns[index].gen;
-	worker_submit(w, ctx->upstream);
+	w->request.peer = w->conns[index].peer;
+	w->request.peer_len = w->conns[index].peer.ss_family == AF_INET6
+		? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	if (worker_submit(w, ctx->upstream) && ctx->upstream == QUERY_UPSTREAM_ASK)
+		w->conns[index].waiting++;
 }
 
 static uint16_t frame_length(const uint8_t *p)
@@ -145,18 +302,43 @@ static uint16_t frame_length(const uint8_t *p)
 	return (uint16_t)(p[0] << 8 | p[1]);
 }
 
+/* Is what is left in the input buffer the start of a query still coming? */
+static bool incomplete_query(const struct tcp_conn *c)
+{
+	return c->in_len > 0 && (c->in_len < 2 || c->in_len - 2 < frame_length(c->in));
+}
+
+/* Leave the rest of c's complete queries for a later turn (tcp_new_turn). */
+static void defer_rest(struct worker *w, uint32_t index)
+{
+	struct tcp_conn *c = &w->conns[index];
+
+	if (!c->ready) {
+		c->ready = true;
+		w->ready[w->n_ready++] = index;
+	}
+}
+
 /*
- * Answer every complete query in the input buffer, stopping early if the
- * socket stops taking replies. false when the connection was closed.
+ * Answer the complete queries in the input buffer, stopping early if the
+ * socket stops taking replies, too many wait for the upstream, or this
+ * connection or this turn has answered its share (the rest waits for the
+ * next turn, so one client's pipelined burst cannot hold up the worker's
+ * other sockets). false when the connection was closed.
  */
 static bool answer_buffered(struct worker *w, uint32_t index)
 {
 	struct tcp_conn *c = &w->conns[index];
 	struct query_ctx ctx;
 	size_t off = 0, out = 0;
+	unsigned answered = 0;
 
 	urcu_memb_read_lock();
-	while (c->in_len - off >= 2 && !c->pending) {
+	while (c->in_len - off >= 2 && may_read(w, c)) {
+		if (answered == TCP_CONN_QUERIES || w->tcp_turn_left == 0) {
+			defer_rest(w, index);
+			break;
+		}
 		uint16_t mlen = frame_length(c->in + off);
 		if (mlen == 0 || mlen > TCP_QUERY_MAX) {
 			urcu_memb_read_unlock();
@@ -171,7 +353,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 				return false;
 			}
 			out = 0;
-			continue; /* re-check pending before answering more */
+			continue; /* re-check the output list before answering more */
 		}
 		worker_query_ctx(w, &ctx, QUERY_TCP, &c->peer);
 		size_t len = query_handle(c->in + off + 2, mlen, w->tcp_out + out + 2,
@@ -179,6 +361,8 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
+		answered++;
+		w->tcp_turn_left--;
 		if (len) {
 			w->tcp_out[out] = (uint8_t)(len >> 8);
 			w->tcp_out[out + 1] = (uint8_t)len;
@@ -190,12 +374,22 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 	worker_wake_upstream(w);
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
-	return out == 0 || send_replies(w, index, out);
+	if (!incomplete_query(c))
+		c->partial_since_ms = 0;
+	else if (!c->partial_since_ms)
+		c->partial_since_ms = w->now_ms;
+	if (out && !send_replies(w, index, out))
+		return false;
+	update_interest(w, index);
+	return true;
 }
 
 static void read_queries(struct worker *w, uint32_t index)
 {
 	struct tcp_conn *c = &w->conns[index];
+
+	if (!may_read(w, c) || c->ready || c->in_len == sizeof c->in)
+		return; /* an event from before reading stopped; or its queries wait their turn */
 	ssize_t n = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, 0);
 
 	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -210,28 +404,31 @@ static void read_queries(struct worker *w, uint32_t index)
 	answer_buffered(w, index);
 }
 
-/* The socket can take more: send pending bytes, then resume reading. */
-static void drain_pending(struct worker *w, uint32_t index)
+/* The socket can take more: send unsent chunks, then resume reading. */
+static void drain_output(struct worker *w, uint32_t index)
 {
 	struct tcp_conn *c = &w->conns[index];
-	size_t done;
 
-	switch (send_some(c->fd, c->pending + c->pending_off,
-			  c->pending_len - c->pending_off, &done)) {
-	case SEND_FAILED:
-		close_conn(w, index);
-		return;
-	case SENT_PART:
-		c->pending_off += done;
+	while (c->out_head) {
+		struct out_chunk *k = c->out_head;
+		size_t done;
+		enum send_result r = send_some(c->fd, k->data + k->off, k->len - k->off, &done);
+		k->off += done;
+		c->out_bytes -= done;
+		atomic_fetch_sub_explicit(&w->server->tcp_output_bytes, done, memory_order_relaxed);
+		if (r == SEND_FAILED) {
+			close_conn(w, index);
+			return;
+		}
 		c->last_active_ms = w->now_ms;
-		return;
-	case SENT_ALL:
-		break;
+		if (r == SENT_PART)
+			return;
+		c->out_head = k->next;
+		if (k->data != k->bytes)
+			free(k->data);
+		free(k);
 	}
-	free(c->pending);
-	c->pending = NULL;
-	c->last_active_ms = w->now_ms;
-	set_interest(w, index, EPOLLIN);
+	c->out_tail = NULL;
 	answer_buffered(w, index);
 }
 
@@ -245,29 +442,52 @@ void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events)
 		close_conn(w, index);
 		return;
 	}
-	if ((events & EPOLLOUT) && c->pending)
-		drain_pending(w, index);
+	if ((events & EPOLLOUT) && c->out_head)
+		drain_output(w, index);
 	else if (events & EPOLLIN)
 		read_queries(w, index);
 }
 
+void tcp_new_turn(struct worker *w)
+{
+	uint32_t n = w->n_ready;
+
+	w->tcp_turn_left = TCP_TURN_QUERIES;
+	w->n_ready = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t index = w->ready[i];
+		struct tcp_conn *c = &w->conns[index];
+		if (!c->open || !c->ready)
+			continue;
+		c->ready = false;
+		if (answer_buffered(w, index) && !c->ready)
+			update_interest(w, index); /* all answered: read again */
+	}
+}
+
+/* ---- time -------------------------------------------------------------------- */
+
 /* Walk backwards: closing moves the last active entry into the hole. */
 void tcp_sweep_idle(struct worker *w)
 {
-	uint64_t timeout = atomic_load_explicit(&w->server->tcp_idle_timeout_ms,
-						memory_order_relaxed);
+	struct server *s = w->server;
+	uint64_t idle = atomic_load_explicit(&s->tcp_idle_timeout_ms, memory_order_relaxed);
+	uint64_t query = atomic_load_explicit(&s->tcp_query_timeout_ms, memory_order_relaxed);
 
 	for (uint32_t i = w->n_active; i-- > 0;) {
 		uint32_t index = w->active[i];
-		if (w->now_ms - w->conns[index].last_active_ms >= timeout)
-			close_conn(w, index);
+		const struct tcp_conn *c = &w->conns[index];
+		if (c->partial_since_ms && w->now_ms - c->partial_since_ms >= query)
+			close_for(w, index, TCP_CLOSED_SLOW_QUERY);
+		else if (w->now_ms - c->last_active_ms >= idle)
+			close_for(w, index, TCP_CLOSED_IDLE);
 	}
 }
 
 bool tcp_flush_all(struct worker *w)
 {
 	for (uint32_t i = 0; i < w->n_active; i++)
-		if (w->conns[w->active[i]].pending)
+		if (w->conns[w->active[i]].out_head)
 			return false;
 	return true;
 }
@@ -278,22 +498,7 @@ void tcp_close_all(struct worker *w)
 		close_conn(w, w->active[w->n_active - 1]);
 }
 
-/* Queue behind bytes the socket has not taken yet; false on ENOMEM. */
-static bool append_pending(struct tcp_conn *c, const uint8_t *data, size_t len)
-{
-	size_t left = c->pending_len - c->pending_off;
-	uint8_t *grown = malloc(left + len);
-
-	if (!grown)
-		return false;
-	memcpy(grown, c->pending + c->pending_off, left);
-	memcpy(grown + left, data, len);
-	free(c->pending);
-	c->pending = grown;
-	c->pending_len = left + len;
-	c->pending_off = 0;
-	return true;
-}
+/* ---- upstream replies ----------------------------------------------------------- */
 
 /*
  * An upstream reply, possibly out of order with the connection's other
@@ -303,32 +508,29 @@ static bool append_pending(struct tcp_conn *c, const uint8_t *data, size_t len)
 void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len)
 {
 	struct tcp_conn *c = index < w->max_conns ? &w->conns[index] : NULL;
-	size_t done;
+	size_t done = 0;
 
 	if (!c || !c->open || c->gen != gen) {
 		free(framed);
 		return;
 	}
 	c->last_active_ms = w->now_ms;
-	if (c->pending) {
-		if (!append_pending(c, framed, len))
-			close_conn(w, index);
-		free(framed);
-		return;
-	}
-	switch (send_some(c->fd, framed, len, &done)) {
-	case SENT_ALL:
-		break;
-	case SENT_PART:
-		if (!keep_pending(c, framed + done, len - done)) {
-			close_conn(w, index);
+	if (c->waiting > 0)
+		c->waiting--;
+	if (!c->out_head) {
+		switch (send_some(c->fd, framed, len, &done)) {
+		case SENT_ALL:
+			free(framed);
+			/* below the cap again: the queries read meanwhile */
+			answer_buffered(w, index);
+			return;
+		case SENT_PART:
 			break;
+		case SEND_FAILED:
+			free(framed);
+			close_conn(w, index);
+			return;
 		}
-		set_interest(w, index, EPOLLOUT);
-		break;
-	case SEND_FAILED:
-		close_conn(w, index);
-		break;
 	}
-	free(framed);
+	queue_output(w, index, framed, len, done, true);
 }

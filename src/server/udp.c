@@ -58,6 +58,26 @@ static void defer(struct worker *w, const struct query_ctx *ctx, int fd, int i)
 	worker_submit(w, ctx->upstream);
 }
 
+/* rrl.*: the reply as it may go out (whole, or cut to a TC slip), or 0 when dropped. */
+static size_t rate_limited(struct worker *w, const struct sockaddr_storage *peer,
+			   uint8_t *reply, size_t len)
+{
+	switch (rrl_check(w->server, peer, w->now_ms / 1000)) {
+	case RRL_PASS:
+		return len;
+	case RRL_SLIP:
+		if ((len = rrl_truncate(reply, len)) > 0) {
+			w->stats.rrl_slipped++;
+			return len;
+		}
+		break;
+	case RRL_DROP:
+		break;
+	}
+	w->stats.rrl_dropped++;
+	return 0;
+}
+
 /* Answer rx[0..n) into tx; returns how many replies there are to send. */
 static int answer_batch(struct worker *w, int fd, int n)
 {
@@ -80,7 +100,7 @@ static int answer_batch(struct worker *w, int fd, int n)
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
-		if (len == 0)
+		if (len == 0 || (len = rate_limited(w, &b->peer[i], reply, len)) == 0)
 			continue;
 		used += len;
 		b->tx_iov[out] = (struct iovec){.iov_base = reply, .iov_len = len};

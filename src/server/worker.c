@@ -31,7 +31,9 @@ static int sweep_interval_ms(const struct worker *w)
 	uint64_t half = atomic_load_explicit(&w->server->tcp_idle_timeout_ms,
 					     memory_order_relaxed) / 2;
 
-	return half < 50 ? 50 : half > 1000 ? 1000 : (int)half;
+	/* at most 500 ms: an idle worker still turns twice a second, so a
+	 * heartbeat older than a second means it is stuck, not idle */
+	return half < 50 ? 50 : half > 500 ? 500 : (int)half;
 }
 
 void worker_read_clock(struct worker *w)
@@ -52,17 +54,21 @@ void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transp
 	};
 }
 
-void worker_submit(struct worker *w, enum query_upstream what)
+bool worker_submit(struct worker *w, enum query_upstream what)
 {
+	bool queued;
+
 	if (what == QUERY_UPSTREAM_NONE)
-		return;
+		return false;
 	if (what == QUERY_UPSTREAM_REFRESH)
 		w->request.transport = UPSTREAM_NO_REPLY;
-	if (upstream_submit(w->server->upstream, w->id, &w->request))
+	queued = upstream_submit(w->server->upstream, w->id, &w->request);
+	if (queued)
 		w->wake_upstream = true;
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
 	w->request.log_reply = false;
+	return queued;
 }
 
 void worker_log_query(struct worker *w, const struct query_ctx *ctx,
@@ -187,12 +193,15 @@ static void serve(struct worker *w)
 	while (!stopping) {
 		bool retire = false;
 		urcu_memb_thread_offline();
-		int n = epoll_wait(w->epfd, events, MAX_EVENTS, sweep_interval_ms(w));
+		/* connections with queries left over: look, but do not sleep */
+		int n = epoll_wait(w->epfd, events, MAX_EVENTS,
+				   w->n_ready ? 0 : sweep_interval_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
 		atomic_store_explicit(&w->heartbeat_ms, w->now_ms, memory_order_relaxed);
 		if (n < 0 && errno != EINTR)
 			break;
+		tcp_new_turn(w);
 		for (int i = 0; i < n; i++) {
 			enum event_kind kind = EV_KIND(events[i].data.u64);
 			stopping = stopping || kind == EV_STOP;

@@ -40,6 +40,7 @@
 #include <sys/random.h>
 
 #include "log/log.h"
+#include "util/client.h"
 #include "util/clock.h"
 
 #define FIRST_BUCKETS 256        /* a power of two; doubles up to MAX_FLIGHTS */
@@ -128,8 +129,9 @@ static void grow_if_crowded(struct flight_table *t)
 	t->mask = 2 * n - 1;
 }
 
-/* NULL when the table is full or memory is short. */
-static struct flight *new_flight(struct upstream *u, const struct upstream_request *r, uint64_t h)
+/* NULL when the table is full or memory is short. owner: the client it counts against. */
+static struct flight *new_flight(struct upstream *u, const struct upstream_request *r, uint64_t h,
+				 uint16_t owner)
 {
 	struct flight_table *t = &u->flights;
 	struct flight *f;
@@ -143,6 +145,9 @@ static struct flight *new_flight(struct upstream *u, const struct upstream_reque
 	f->chain_ttl = r->chain_ttl;
 	f->search = r->search;
 	f->u = u;
+	f->owner = owner;
+	if (owner != NO_CLIENT)
+		u->clients[owner].flights++;
 	f->hnext = t->buckets[h & t->mask];
 	t->buckets[h & t->mask] = f;
 	t->count++;
@@ -159,6 +164,8 @@ static void free_flight(struct upstream *u, struct flight *f)
 	while (*p != f)
 		p = &(*p)->hnext;
 	*p = f->hnext;
+	if (f->owner != NO_CLIENT)
+		u->clients[f->owner].flights--;
 	t->count--;
 	atomic_store_explicit(&u->n.flights, t->count, memory_order_relaxed);
 	free(f);
@@ -172,9 +179,52 @@ void maybe_free_flight(struct upstream *u, struct flight *f)
 
 /* ---- waiters ------------------------------------------------------------------ */
 
+/* The client slot of r's sender; NO_CLIENT for a refresh nobody waits for. */
+static uint16_t client_of(const struct upstream *u, const struct upstream_request *r)
+{
+	uint8_t prefix[CLIENT_PREFIX_MAX];
+	size_t n;
+
+	if (r->transport == UPSTREAM_NO_REPLY || r->peer_len == 0)
+		return NO_CLIENT;
+	n = client_prefix(&r->peer, prefix);
+	return (uint16_t)(dns_siphash24(u->client_key, prefix, n) & (CLIENT_SLOTS - 1));
+}
+
+/* Are the resolver's places getting scarce (libunbound half full, or questions waiting)? */
+static bool contended(const struct upstream *u)
+{
+	return u->queue_head || u->ctx->outstanding >= MAX_RESOLVING / 2;
+}
+
+/*
+ * Has client as many questions started, or waiting queries, as it may?
+ * Questions: upstream.max_pending_per_client, and while places are scarce
+ * no more than its fair share (a quarter of a context): a client may use
+ * what others leave, not take what they need. Waiters: a quarter of all
+ * there may be; joining a question already asked costs only a waiter, so
+ * it is limited only so that one client cannot take every waiter's place.
+ */
+static bool client_full(const struct upstream *u, uint16_t client, bool questions)
+{
+	if (client == NO_CLIENT)
+		return false;
+	if (!questions)
+		return u->clients[client].waiters >= MAX_WAITERS_PER_CLIENT;
+	uint16_t n = u->clients[client].flights;
+	return n >= u->max_per_client || (n >= FAIR_SHARE && contended(u));
+}
+
+/* The client asked more than its share: an answer at once (stale or SERVFAIL), counted. */
+static void limit_client(struct upstream *u, unsigned worker, const struct upstream_request *r)
+{
+	upstream_bump(&u->n.client_limited);
+	answer_failed(u, worker, r);
+}
+
 /* false when the waiter cap or memory says no (the request is then dropped). */
 static bool add_waiter(struct upstream *u, struct flight *f, unsigned worker,
-		       const struct upstream_request *r)
+		       const struct upstream_request *r, uint16_t client)
 {
 	struct waiter *w;
 
@@ -184,6 +234,9 @@ static bool add_waiter(struct upstream *u, struct flight *f, unsigned worker,
 		return false;
 	}
 	upstream_request_pack(r, w->req);
+	w->client = client;
+	if (client != NO_CLIENT)
+		u->clients[client].waiters++;
 	w->worker = worker;
 	w->flight = f;
 	w->deadline_ms = u->now_ms + u->ctx->timeout_ms;
@@ -227,6 +280,8 @@ void remove_waiter(struct upstream *u, struct waiter *w)
 		w->fifo_next->fifo_prev = w->fifo_prev;
 	else
 		u->fifo_tail = w->fifo_prev;
+	if (w->client != NO_CLIENT)
+		u->clients[w->client].waiters--;
 	u->n_waiters--;
 	free(w);
 }
@@ -413,7 +468,7 @@ void handle_refresh(struct upstream *u, const struct upstream_request *r)
 
 	if (f && (f->resolving || f->queued || f->failed_until_ms > u->now_ms))
 		return;
-	if (!f && !(f = new_flight(u, r, h))) {
+	if (!f && !(f = new_flight(u, r, h, NO_CLIENT))) {
 		upstream_bump(&u->n.shed[UPSTREAM_SHED_TABLE_FULL]);
 		return;
 	}
@@ -426,12 +481,17 @@ void handle_client(struct upstream *u, unsigned worker, const struct upstream_re
 {
 	uint64_t h = question_hash(&u->flights, &r->q);
 	struct flight *f = find_flight(u, &r->q, h);
+	uint16_t client = client_of(u, r);
 	enum cache_result how;
 	size_t len;
 
 	if (f && (f->resolving || f->queued)) {
+		if (client_full(u, client, false)) {
+			limit_client(u, worker, r);
+			return;
+		}
 		upstream_bump(&u->n.coalesced);
-		add_waiter(u, f, worker, r);
+		add_waiter(u, f, worker, r, client);
 		return;
 	}
 	/* Answered since the worker looked? */
@@ -443,12 +503,16 @@ void handle_client(struct upstream *u, unsigned worker, const struct upstream_re
 		answer_failed(u, worker, r);
 		return;
 	}
-	if (!f && !(f = new_flight(u, r, h))) {
+	if (client_full(u, client, !f)) {
+		limit_client(u, worker, r);
+		return;
+	}
+	if (!f && !(f = new_flight(u, r, h, client))) {
 		upstream_bump(&u->n.shed[UPSTREAM_SHED_TABLE_FULL]);
 		answer_failed(u, worker, r);
 		return;
 	}
-	if (!add_waiter(u, f, worker, r)) {
+	if (!add_waiter(u, f, worker, r, client)) {
 		maybe_free_flight(u, f);
 		return;
 	}

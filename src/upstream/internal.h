@@ -90,8 +90,12 @@ uint64_t pace_wait_ms(const struct pace *p, uint64_t now_ms);
 #define MAX_QUEUED 2048          /* questions waiting for room or pace */
 #define MAX_FLIGHTS 8192         /* questions known at once: running, queued, cooling */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
+#define MAX_WAITERS_PER_CLIENT (MAX_WAITERS / 4)
+#define FAIR_SHARE (MAX_RESOLVING / 4) /* questions per client while places are scarce */
 #define COMPLETION_SLOTS 1024    /* TCP replies per worker ring; a power of two */
 #define FAILURE_HOLD_MS 5000     /* cool-down after a failed resolution */
+#define CLIENT_SLOTS 4096        /* per-client counts (a power of two) */
+#define NO_CLIENT UINT16_MAX     /* a question nobody in particular asked (a refresh) */
 #define SERVFAIL_TTL 5           /* seconds the cache keeps a SERVFAIL */
 
 /*
@@ -116,6 +120,7 @@ struct upstream_context {
 	char *conf;                  /* its unbound.conf text, to build a fresh one */
 	uint64_t timeout_ms;         /* upstream.timeout of the config it came from */
 	uint64_t max_rate;           /* upstream.max_rate of that config */
+	unsigned max_per_client;     /* upstream.max_pending_per_client of that config */
 	uint64_t installed_ms;       /* when new queries started going to it */
 	uint64_t last_result_ms;     /* when it last gave a result (or was installed) */
 	unsigned outstanding;        /* resolver thread only */
@@ -139,6 +144,7 @@ struct waiter {
 	struct flight *flight;
 	uint64_t deadline_ms;
 	unsigned worker;
+	uint16_t client;                      /* its slot in upstream.clients */
 	uint8_t req[];                        /* the client's request, packed (ring.c) */
 };
 
@@ -160,8 +166,20 @@ struct flight {
 	uint64_t asked_ns;           /* when it was asked (CLOCK_MONOTONIC) */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	bool retried;                /* a failure was asked again once already */
+	uint16_t owner;              /* the client slot it counts against, or NO_CLIENT */
 	struct upstream *u;
 	uint8_t chain[];             /* chain_len bytes: a local CNAME chain to chase (see upstream.h) */
+};
+
+/*
+ * What one client (an IPv4 address, an IPv6 /64) has pending upstream: the
+ * clients waiting and the questions it started that are not over. Slots are
+ * picked by a keyed hash, so two clients may share one (and its limits),
+ * but nobody can aim at another's.
+ */
+struct client_slot {
+	uint16_t waiters;
+	uint16_t flights;
 };
 
 /* The flight table: keyed hash (SipHash, a random key per start), growing buckets. */
@@ -174,7 +192,7 @@ struct flight_table {
 
 struct counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus, renewals, paced, retries;
+		servfail, dropped, bogus, renewals, paced, retries, client_limited;
 	_Atomic uint64_t shed[UPSTREAM_SHEDS];
 	_Atomic uint64_t results[UPSTREAM_RESULTS];
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */
@@ -212,6 +230,9 @@ struct upstream {
 	struct flight *queue_head, *queue_tail; /* oldest, newest */
 	unsigned n_queued;
 	struct pace pace;
+	unsigned max_per_client;     /* upstream.max_pending_per_client */
+	struct client_slot clients[CLIENT_SLOTS];
+	uint8_t client_key[16];
 	struct waiter *fifo_head, *fifo_tail;
 	unsigned n_waiters;
 	uint64_t now_ms;

@@ -60,6 +60,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
@@ -70,6 +71,7 @@
 
 #define NEGATIVE_MAX_TTL 3600    /* RFC 2308 section 5: cap negative answers */
 #define SWEEP_MS 1000
+#define TURN_MS 500              /* the longest sleep: idle, it still turns twice a second */
 #define RENEWAL_LOG_MS 60000
 
 const char *const upstream_shed_names[UPSTREAM_SHEDS] = {"queue_full", "table_full"};
@@ -185,6 +187,7 @@ void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 		.renewals = atomic_load(&n->renewals),
 		.paced = atomic_load(&n->paced),
 		.retries = atomic_load(&n->retries),
+		.client_limited = atomic_load(&n->client_limited),
 		.resolving = atomic_load(&n->resolving),
 		.queued = atomic_load(&n->queued),
 		.flights = atomic_load(&n->flights),
@@ -257,7 +260,7 @@ static void take_requests(struct upstream *u)
 
 static int wait_ms(const struct upstream *u)
 {
-	uint64_t wait = queue_wait_ms(u, SWEEP_MS);
+	uint64_t wait = queue_wait_ms(u, TURN_MS);
 
 	if (u->fifo_head) {
 		uint64_t deadline = u->fifo_head->deadline_ms > u->now_ms
@@ -315,6 +318,7 @@ static void install_context(struct upstream *u, struct upstream_context *c)
 
 	if (c->max_rate != u->ctx->max_rate)
 		pace_init(&u->pace, c->max_rate, u->now_ms);
+	u->max_per_client = c->max_per_client;
 	replace_context(u, c);
 	forget_failures(u);
 	if (resolves_differently)
@@ -513,7 +517,8 @@ static int make_loop(struct upstream *u)
 
 /* A context of conf (copied) with these settings. NULL with err set. */
 static struct upstream_context *context_from_text(const char *conf, uint64_t timeout_ms,
-						  uint64_t max_rate, char *err, size_t errlen)
+						  uint64_t max_rate, unsigned max_per_client,
+						  char *err, size_t errlen)
 {
 	struct upstream_context *c = calloc(1, sizeof *c);
 
@@ -525,6 +530,7 @@ static struct upstream_context *context_from_text(const char *conf, uint64_t tim
 	c->source = SRC_UNBOUND;
 	c->timeout_ms = timeout_ms;
 	c->max_rate = max_rate;
+	c->max_per_client = max_per_client;
 	c->ub = upstream_context_from_text(conf, err, errlen);
 	if (!c->ub) {
 		free(c->conf);
@@ -537,7 +543,8 @@ static struct upstream_context *context_from_text(const char *conf, uint64_t tim
 static struct upstream_context *context_like(const struct upstream_context *model,
 					     char *err, size_t errlen)
 {
-	return context_from_text(model->conf, model->timeout_ms, model->max_rate, err, errlen);
+	return context_from_text(model->conf, model->timeout_ms, model->max_rate,
+				 model->max_per_client, err, errlen);
 }
 
 struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
@@ -547,7 +554,8 @@ struct upstream_context *upstream_prepare(const struct config *cfg, char *err, s
 
 	if (!conf)
 		return NULL;
-	c = context_from_text(conf, cfg->upstream.timeout_ms, cfg->upstream.max_rate, err, errlen);
+	c = context_from_text(conf, cfg->upstream.timeout_ms, cfg->upstream.max_rate,
+			      cfg->upstream.max_pending_per_client, err, errlen);
 	free(conf);
 	return c;
 }
@@ -613,7 +621,9 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		goto fail;
 	u->now_ms = u->ctx->installed_ms = u->ctx->last_result_ms = (uint64_t)coarse_ms();
 	pace_init(&u->pace, u->ctx->max_rate, u->now_ms);
-	if (flight_table_init(&u->flights) < 0) {
+	u->max_per_client = u->ctx->max_per_client;
+	if (flight_table_init(&u->flights) < 0 ||
+	    getrandom(u->client_key, sizeof u->client_key, 0) != (ssize_t)sizeof u->client_key) {
 		snprintf(err, errlen, "cannot set up the resolver: out of memory or randomness");
 		goto fail;
 	}

@@ -128,6 +128,7 @@ struct upstream_stats {
 	uint64_t renewals;     /* fresh libunbound contexts for a full, silent one */
 	uint64_t paced;        /* questions that waited for upstream.max_rate */
 	uint64_t retries;      /* failed questions asked once more for waiting clients */
+	uint64_t client_limited; /* requests answered at once: their client had too many pending */
 	uint64_t results[UPSTREAM_RESULTS]; /* libunbound's results */
 	uint64_t resolving;    /* gauge: libunbound queries running now */
 	uint64_t queued;       /* gauge: questions waiting for room or pace */

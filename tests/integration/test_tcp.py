@@ -257,3 +257,47 @@ def test_tcp_client_half_close(env):
         data = tcp_read_msg(c)
         assert data is not None, "no reply after the client's half-close"
         assert parse(data).id == 0x4242
+
+
+def test_tcp_pipelined_misses_wait_at_the_per_connection_cap(env):
+    # 200 new names on one connection at an upstream that takes 0.3 s: at
+    # most listen.tcp_max_pending_queries (20) go to the resolver at once;
+    # the connection is read again as their answers come back, and every
+    # query is answered in the end.
+    import re
+    import urllib.request
+    from test_hostile import SlowAuthority
+    import harness
+    up = SlowAuthority(0.3)
+    try:
+        mport = harness.free_port()
+        d = env.start(listen={"tcp_max_pending_queries": 20},
+                      upstream={"servers": ["127.0.0.1:%d" % up.port], "timeout": "3s"},
+                      metrics={"listen": "127.0.0.1:%d" % mport})
+
+        def handed_and_answered():
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
+                text = h.read().decode()
+            get = lambda n: float(re.search(r"(?m)^%s (\S+)$" % re.escape(n), text).group(1))
+            return (get('localdns_answers_total{source="upstream"}'),
+                    get('localdns_upstream_results_total{result="NOERROR"}'))
+
+        with dnsmsg.tcp_connect(d.host, d.port, timeout=10) as c:
+            c.sendall(b"".join(frame(build_query("p%03d.pipe.example" % i, "A", qid=i))
+                               for i in range(200)))
+            time.sleep(0.15)
+            handed, answered = handed_and_answered()
+            # however slow this machine, never more than the cap beyond what came back
+            assert 0 < handed <= 20 + answered, (handed, answered)
+            got = set()
+            while len(got) < 200:
+                m = parse(tcp_read_msg(c))
+                assert m.rcode_name == "NOERROR", m.describe()
+                got.add(m.id)
+        handed, answered = handed_and_answered()
+        assert handed == 200 and answered == 200, (handed, answered)
+    finally:
+        up.close()
+
+
+test_tcp_pipelined_misses_wait_at_the_per_connection_cap.timeout = 30

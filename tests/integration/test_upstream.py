@@ -395,7 +395,10 @@ def test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers(env):
         proxy = SlowProxy(up.port, 0, drop=True)
         try:
             mport = harness.free_port()
-            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "1s"},
+            # one client here: lift its own share (the hostile-client tests
+            # check that) to reach the resolver's limits
+            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "1s",
+                                    "max_pending_per_client": 65535},
                           metrics={"listen": "127.0.0.1:%d" % mport})
             before = _rss_kib(d.proc.pid)
             flood = [("f%06d.site.example" % i, "A") for i in range(names)]

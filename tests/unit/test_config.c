@@ -106,6 +106,17 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->chaos.version, "localdns");
 #endif
 	assert_string_equal(c->chaos.id, "");
+	assert_int_equal(c->listen.n_allow, 0); /* config_default_allow applies */
+	assert_int_equal(c->listen.tcp_max_connections_per_client, 64);
+	assert_int_equal(c->listen.tcp_max_pending_queries, 64);
+	assert_int_equal(c->listen.tcp_output_budget, 4 << 20);
+	assert_int_equal(c->listen.tcp_query_timeout_ms, 2000);
+	assert_int_equal(c->upstream.max_rate, 5000);
+	assert_int_equal(c->upstream.max_pending_per_client, 1000);
+	assert_int_equal(c->rrl.responses_per_second, 0);
+	assert_int_equal(c->rrl.slip, 2);
+	assert_int_equal(c->rrl.ipv4_prefix_length, 24);
+	assert_int_equal(c->rrl.ipv6_prefix_length, 56);
 }
 
 static void test_defaults_from_empty_document(void **state)
@@ -373,6 +384,39 @@ static void test_hostport_forms(void **state)
 	assert_string_equal(c->upstream.forward_zones[1].zone, "consul");
 	assert_string_equal(c->upstream.forward_zones[1].servers[0].text, "127.0.0.1:8600");
 	config_free(c);
+}
+
+static void test_allow_networks(void **state)
+{
+	(void)state;
+	struct config *c = load_ok("listen:\n  allow: [10.0.0.0/8, 192.0.2.7, \"fd00::/8\", \"::/0\",\n"
+				   "          172.16.0.0/12]\n");
+
+	assert_int_equal(c->listen.n_allow, 5);
+	assert_string_equal(c->listen.allow[0].text, "10.0.0.0/8");
+	assert_int_equal(c->listen.allow[0].prefix, 8);
+	assert_string_equal(c->listen.allow[1].text, "192.0.2.7/32");
+	assert_string_equal(c->listen.allow[2].text, "fd00::/8");
+	assert_int_equal(c->listen.allow[2].ip.family, AF_INET6);
+	assert_string_equal(c->listen.allow[3].text, "::/0");
+	config_free(c);
+	for (size_t i = 0; config_default_allow[i]; i++) {
+		struct config_cidr cidr;
+		const char *why;
+		assert_int_equal(config_value_cidr(config_default_allow[i], &cidr, &why), 0);
+	}
+	expect_error("listen:\n  allow: [10.0.0.1/8]\n",
+		     "t.yaml:2:11: listen.allow[0]: \"10.0.0.1/8\" has bits set past its prefix "
+		     "length (write the network address)");
+	expect_error("listen:\n  allow: [10.0.0.0/33]\n",
+		     "t.yaml:2:11: listen.allow[0]: \"10.0.0.0/33\" has a bad prefix length (0..32)");
+	expect_error("listen:\n  allow: [\"fd00::/129\"]\n",
+		     "t.yaml:2:11: listen.allow[0]: \"fd00::/129\" has a bad prefix length (0..128)");
+	expect_error("listen:\n  allow: [pods]\n",
+		     "t.yaml:2:11: listen.allow[0]: \"pods\" is not an IP network (\"10.0.0.0/8\", "
+		     "\"fd00::/8\" or one address)");
+	expect_error("listen:\n  allow: []\n",
+		     "t.yaml:2:10: listen.allow: must not be empty");
 }
 
 /* The repository's example must stay loadable: `make run` uses it. */
@@ -1140,6 +1184,7 @@ int main(void)
 		cmocka_unit_test(test_record_types),
 		cmocka_unit_test(test_record_ttl_defaults_to_cluster_ttl),
 		cmocka_unit_test(test_hostport_forms),
+		cmocka_unit_test(test_allow_networks),
 		cmocka_unit_test(test_example_config_loads),
 		cmocka_unit_test(test_error_unknown_key),
 		cmocka_unit_test(test_error_wrong_type),
