@@ -212,7 +212,8 @@ static _Thread_local unsigned my_stripe = UINT32_MAX;
  * A reader may see one field old and another new for one lookup: harmless. */
 struct live_config {
 	_Atomic uint64_t max_bytes;
-	_Atomic uint32_t min_ttl, max_ttl, negative_max_ttl, servfail_ttl, stale_max_age;
+	_Atomic uint32_t min_ttl, max_ttl, negative_max_ttl, servfail_ttl, stale_max_age,
+		stale_answer_ms;
 	atomic_bool serve_stale, prefetch;
 };
 
@@ -379,6 +380,7 @@ static void store_config(struct live_config *to, const struct cache_config *cfg)
 	atomic_store_explicit(&to->negative_max_ttl, cfg->negative_max_ttl, memory_order_relaxed);
 	atomic_store_explicit(&to->servfail_ttl, cfg->servfail_ttl, memory_order_relaxed);
 	atomic_store_explicit(&to->stale_max_age, cfg->stale_max_age, memory_order_relaxed);
+	atomic_store_explicit(&to->stale_answer_ms, cfg->stale_answer_ms, memory_order_relaxed);
 	atomic_store_explicit(&to->serve_stale, cfg->serve_stale, memory_order_relaxed);
 	atomic_store_explicit(&to->prefetch, cfg->prefetch, memory_order_relaxed);
 }
@@ -394,6 +396,7 @@ static void load_config(const struct live_config *from, struct cache_config *cfg
 		.servfail_ttl = atomic_load_explicit(&from->servfail_ttl, memory_order_relaxed),
 		.serve_stale = atomic_load_explicit(&from->serve_stale, memory_order_relaxed),
 		.stale_max_age = atomic_load_explicit(&from->stale_max_age, memory_order_relaxed),
+		.stale_answer_ms = atomic_load_explicit(&from->stale_answer_ms, memory_order_relaxed),
 		.prefetch = atomic_load_explicit(&from->prefetch, memory_order_relaxed),
 	};
 }
@@ -1159,6 +1162,13 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 		break;
 	}
 	return result;
+}
+
+uint32_t cache_stale_answer_ms(const struct cache *c)
+{
+	if (!atomic_load_explicit(&c->cfg.serve_stale, memory_order_relaxed))
+		return 0;
+	return atomic_load_explicit(&c->cfg.stale_answer_ms, memory_order_relaxed);
 }
 
 bool cache_has_nxdomain(struct cache *c, const struct dns_query *q, uint64_t now)

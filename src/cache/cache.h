@@ -46,6 +46,9 @@ struct cache_config {
 	uint32_t servfail_ttl;     /* SERVFAIL kept this long; 0 = not cached */
 	bool serve_stale;          /* cache.serve_stale */
 	uint32_t stale_max_age;    /* seconds past expiry an entry may serve stale */
+	uint32_t stale_answer_ms;  /* cache.stale_answer_timeout: a client waiting for a
+				      refresh gets the stale entry this soon; 0 = not before
+				      upstream.timeout */
 	bool prefetch;             /* cache.prefetch */
 };
 
@@ -144,6 +147,13 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
  */
 enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t now,
 			       bool allow_stale);
+
+/*
+ * How long a client that has a stale entry waits for its refresh before it
+ * gets the stale entry (RFC 8767's client response timer), in ms; 0 when
+ * serve-stale is off or the timer is. Any thread.
+ */
+uint32_t cache_stale_answer_ms(const struct cache *c);
 
 /*
  * Whether a live entry says q's name does not exist (NXDOMAIN, for q's type,

@@ -265,6 +265,8 @@ static const struct key cache_keys[] = {
 	{"max_ttl", V_SECONDS, CFG(cache.max_ttl), .max = TTL_MAX, .def = "1d"},
 	{"serve_stale", V_BOOL, CFG(cache.serve_stale), .def = "true"},
 	{"stale_max_age", V_SECONDS, CFG(cache.stale_max_age), .max = TTL_MAX, .def = "1d"},
+	{"stale_answer_timeout", V_DURATION, CFG(cache.stale_answer_timeout_ms), .max = 60000,
+	 .def = "400ms"},
 	{"prefetch", V_BOOL, CFG(cache.prefetch), .def = "true"},
 };
 

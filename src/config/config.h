@@ -168,6 +168,7 @@ struct config {
 		uint32_t max_ttl;              /* 86400 */
 		bool serve_stale;              /* true */
 		uint32_t stale_max_age;        /* 86400 */
+		uint64_t stale_answer_timeout_ms; /* 400ms: RFC 8767's client response timer; 0 = off */
 		bool prefetch;                 /* true */
 	} cache;
 

@@ -10,12 +10,15 @@
  * MAX_FLIGHTS; past that a new question is answered at once (stale or
  * SERVFAIL) and counted as shed, never queued without bound.
  *
- * Waiters. Every waiter has upstream.timeout from its arrival. They sit in
- * one list sorted by deadline; as the timeout is the same for everyone, a
- * new waiter goes at the tail in O(1) (only after a reload shortened the
- * timeout does it walk back past longer deadlines). A waiter whose deadline
- * passes gets a stale answer if the cache has one (RFC 8767), else
- * SERVFAIL; its question goes on, so the answer still lands in the cache.
+ * Waiters. Every waiter has upstream.timeout from its arrival, or, when the
+ * cache holds a stale answer for it, cache.stale_answer_timeout (RFC 8767's
+ * client response timer: a refresh that does not come back quickly must not
+ * stall the client). Each kind sits in a list sorted by deadline; as each
+ * timeout is the same for everyone, a new waiter goes at the tail in O(1)
+ * (only after a reload shortened a timeout does it walk back past longer
+ * deadlines). A waiter whose deadline passes gets a stale answer if the
+ * cache has one, else SERVFAIL; its question goes on, so the answer still
+ * lands in the cache.
  *
  * The queue. A slow or rate-limiting upstream must cost latency, not
  * answers. A question that cannot start on libunbound now, because the
@@ -200,10 +203,11 @@ static bool contended(const struct upstream *u)
 /*
  * Has client as many questions started, or waiting queries, as it may?
  * Questions: upstream.max_pending_per_client, and while places are scarce
- * no more than its fair share (a quarter of a context): a client may use
- * what others leave, not take what they need. Waiters: a quarter of all
- * there may be; joining a question already asked costs only a waiter, so
- * it is limited only so that one client cannot take every waiter's place.
+ * a quarter of that (by default 250, about a quarter of a context): a
+ * client may use what others leave, not take what they need. Waiters: a
+ * quarter of all there may be; joining a question already asked costs only
+ * a waiter, so it is limited only so that one client cannot take every
+ * waiter's place.
  */
 static bool client_full(const struct upstream *u, uint16_t client, bool questions)
 {
@@ -211,8 +215,8 @@ static bool client_full(const struct upstream *u, uint16_t client, bool question
 		return false;
 	if (!questions)
 		return u->clients[client].waiters >= MAX_WAITERS_PER_CLIENT;
-	uint16_t n = u->clients[client].flights;
-	return n >= u->max_per_client || (n >= FAIR_SHARE && contended(u));
+	unsigned n = u->clients[client].flights;
+	return n >= u->max_per_client || (n >= u->max_per_client / 4 + 1 && contended(u));
 }
 
 /* The client asked more than its share: an answer at once (stale or SERVFAIL), counted. */
@@ -222,11 +226,64 @@ static void limit_client(struct upstream *u, unsigned worker, const struct upstr
 	answer_failed(u, worker, r);
 }
 
+/* Into list, after the last waiter whose deadline is no later than w's. */
+static void list_insert(struct waiter_list *list, struct waiter *w)
+{
+	struct waiter *before = list->tail;
+
+	while (before && before->deadline_ms > w->deadline_ms)
+		before = before->fifo_prev;
+	w->list = list;
+	w->fifo_prev = before;
+	w->fifo_next = before ? before->fifo_next : list->head;
+	if (w->fifo_next)
+		w->fifo_next->fifo_prev = w;
+	else
+		list->tail = w;
+	if (before)
+		before->fifo_next = w;
+	else
+		list->head = w;
+}
+
+static void list_remove(struct waiter *w)
+{
+	struct waiter_list *list = w->list;
+
+	if (w->fifo_prev)
+		w->fifo_prev->fifo_next = w->fifo_next;
+	else
+		list->head = w->fifo_next;
+	if (w->fifo_next)
+		w->fifo_next->fifo_prev = w->fifo_prev;
+	else
+		list->tail = w->fifo_prev;
+}
+
+/*
+ * How long r's client waits: upstream.timeout, or, when the cache holds a
+ * stale answer for it, RFC 8767's client response timer (the refresh goes
+ * on; the stale answer goes out at the timer).
+ */
+static bool stale_soon(struct upstream *u, const struct upstream_request *r, uint64_t *ms)
+{
+	enum cache_result how;
+	uint32_t timer = cache_stale_answer_ms(u->cache);
+
+	if (timer == 0 || timer >= u->ctx->timeout_ms || !reply_from_cache(u, r, true, &how) ||
+	    how != CACHE_STALE)
+		return false;
+	*ms = timer;
+	return true;
+}
+
 /* false when the waiter cap or memory says no (the request is then dropped). */
 static bool add_waiter(struct upstream *u, struct flight *f, unsigned worker,
 		       const struct upstream_request *r, uint16_t client)
 {
 	struct waiter *w;
+	uint64_t wait = u->ctx->timeout_ms;
+	bool soon = stale_soon(u, r, &wait);
 
 	if (u->n_waiters >= MAX_WAITERS ||
 	    !(w = malloc(sizeof *w + upstream_request_packed_size(r)))) {
@@ -239,27 +296,13 @@ static bool add_waiter(struct upstream *u, struct flight *f, unsigned worker,
 		u->clients[client].waiters++;
 	w->worker = worker;
 	w->flight = f;
-	w->deadline_ms = u->now_ms + u->ctx->timeout_ms;
+	w->deadline_ms = u->now_ms + wait;
 	w->prev = NULL;
 	w->next = f->waiters;
 	if (f->waiters)
 		f->waiters->prev = w;
 	f->waiters = w;
-	/* After the last one with a deadline no later than ours: the tail,
-	 * unless a reload has just shortened the timeout. */
-	struct waiter *before = u->fifo_tail;
-	while (before && before->deadline_ms > w->deadline_ms)
-		before = before->fifo_prev;
-	w->fifo_prev = before;
-	w->fifo_next = before ? before->fifo_next : u->fifo_head;
-	if (w->fifo_next)
-		w->fifo_next->fifo_prev = w;
-	else
-		u->fifo_tail = w;
-	if (before)
-		before->fifo_next = w;
-	else
-		u->fifo_head = w;
+	list_insert(soon ? &u->stale_soon : &u->by_timeout, w);
 	u->n_waiters++;
 	return true;
 }
@@ -272,14 +315,7 @@ void remove_waiter(struct upstream *u, struct waiter *w)
 		w->flight->waiters = w->next;
 	if (w->next)
 		w->next->prev = w->prev;
-	if (w->fifo_prev)
-		w->fifo_prev->fifo_next = w->fifo_next;
-	else
-		u->fifo_head = w->fifo_next;
-	if (w->fifo_next)
-		w->fifo_next->fifo_prev = w->fifo_prev;
-	else
-		u->fifo_tail = w->fifo_prev;
+	list_remove(w);
 	if (w->client != NO_CLIENT)
 		u->clients[w->client].waiters--;
 	u->n_waiters--;
@@ -523,10 +559,29 @@ void handle_client(struct upstream *u, unsigned worker, const struct upstream_re
 
 /* ---- time ------------------------------------------------------------------------------ */
 
+/* w's wait is over, its answer given: it goes, and its question if nobody needs it. */
+static void waiter_done(struct upstream *u, struct waiter *w)
+{
+	struct flight *f = w->flight;
+
+	remove_waiter(u, w);
+	if (f->queued && !worth_asking(u, f)) {
+		dequeue(u, f);
+		maybe_free_flight(u, f);
+	}
+}
+
 void expire_waiters(struct upstream *u)
 {
-	while (u->fifo_head && u->fifo_head->deadline_ms <= u->now_ms) {
-		struct waiter *w = u->fifo_head;
+	/* RFC 8767's client response timer: the stale answer now, the refresh goes on.
+	 * (A slow refresh says nothing of a failing upstream: no mark.) */
+	while (u->stale_soon.head && u->stale_soon.head->deadline_ms <= u->now_ms) {
+		struct waiter *w = u->stale_soon.head;
+		answer_failed(u, w->worker, waiter_request(u, w));
+		waiter_done(u, w);
+	}
+	while (u->by_timeout.head && u->by_timeout.head->deadline_ms <= u->now_ms) {
+		struct waiter *w = u->by_timeout.head;
 		struct flight *f = w->flight;
 		upstream_bump(&u->n.timeouts);
 		/* Only a query running on the current context says the upstream
@@ -534,12 +589,30 @@ void expire_waiters(struct upstream *u)
 		if (f->resolving && f->ctx == u->ctx)
 			atomic_store_explicit(&u->failing, true, memory_order_relaxed);
 		answer_failed(u, w->worker, waiter_request(u, w));
-		remove_waiter(u, w);
-		if (f->queued && !worth_asking(u, f)) {
-			dequeue(u, f);
-			maybe_free_flight(u, f);
-		}
+		waiter_done(u, w);
 	}
+}
+
+uint64_t last_deadline_ms(const struct upstream *u)
+{
+	uint64_t last = u->now_ms;
+
+	if (u->by_timeout.tail && u->by_timeout.tail->deadline_ms > last)
+		last = u->by_timeout.tail->deadline_ms;
+	if (u->stale_soon.tail && u->stale_soon.tail->deadline_ms > last)
+		last = u->stale_soon.tail->deadline_ms;
+	return last;
+}
+
+bool first_deadline_ms(const struct upstream *u, uint64_t *out)
+{
+	const struct waiter *a = u->by_timeout.head, *b = u->stale_soon.head;
+
+	if (!a && !b)
+		return false;
+	*out = !a ? b->deadline_ms : !b ? a->deadline_ms
+		: a->deadline_ms < b->deadline_ms ? a->deadline_ms : b->deadline_ms;
+	return true;
 }
 
 void sweep_cooled_flights(struct upstream *u)
@@ -585,8 +658,10 @@ void forget_failures(struct upstream *u)
 
 void drop_everything(struct upstream *u)
 {
-	while (u->fifo_head)
-		remove_waiter(u, u->fifo_head);
+	while (u->by_timeout.head)
+		remove_waiter(u, u->by_timeout.head);
+	while (u->stale_soon.head)
+		remove_waiter(u, u->stale_soon.head);
 	while (u->queue_head)
 		dequeue(u, u->queue_head);
 	for (size_t i = 0; u->flights.buckets && i <= u->flights.mask; i++)

@@ -91,7 +91,6 @@ uint64_t pace_wait_ms(const struct pace *p, uint64_t now_ms);
 #define MAX_FLIGHTS 8192         /* questions known at once: running, queued, cooling */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
 #define MAX_WAITERS_PER_CLIENT (MAX_WAITERS / 4)
-#define FAIR_SHARE (MAX_RESOLVING / 4) /* questions per client while places are scarce */
 #define COMPLETION_SLOTS 1024    /* TCP replies per worker ring; a power of two */
 #define FAILURE_HOLD_MS 5000     /* cool-down after a failed resolution */
 #define CLIENT_SLOTS 4096        /* per-client counts (a power of two) */
@@ -136,11 +135,23 @@ struct retired_socket {
 };
 
 struct flight;
+struct waiter;
+
+/*
+ * Waiters by deadline. Each list holds waiters with the same timeout, so a
+ * new one goes at the tail (only after a reload shortened a timeout does it
+ * walk back past longer deadlines): the clients waiting for upstream.timeout,
+ * and those with a stale entry waiting for cache.stale_answer_timeout.
+ */
+struct waiter_list {
+	struct waiter *head, *tail;
+};
 
 /* A client waiting for a flight's answer, until its deadline. */
 struct waiter {
 	struct waiter *prev, *next;           /* the flight's waiters */
-	struct waiter *fifo_prev, *fifo_next; /* all waiters, by deadline */
+	struct waiter *fifo_prev, *fifo_next; /* its list, by deadline */
+	struct waiter_list *list;
 	struct flight *flight;
 	uint64_t deadline_ms;
 	unsigned worker;
@@ -233,7 +244,8 @@ struct upstream {
 	unsigned max_per_client;     /* upstream.max_pending_per_client */
 	struct client_slot clients[CLIENT_SLOTS];
 	uint8_t client_key[16];
-	struct waiter *fifo_head, *fifo_tail;
+	struct waiter_list by_timeout; /* until upstream.timeout */
+	struct waiter_list stale_soon; /* with a stale entry: until cache.stale_answer_timeout */
 	unsigned n_waiters;
 	uint64_t now_ms;
 	uint64_t renewal_logged_ms;
@@ -291,6 +303,10 @@ void sweep_cooled_flights(struct upstream *u);
 void drop_flights_on(struct upstream *u, struct upstream_context *c);
 /* The failing mark and the cool-downs were about the old upstream. */
 void forget_failures(struct upstream *u);
+/* The latest deadline of any waiter (now when none waits). */
+uint64_t last_deadline_ms(const struct upstream *u);
+/* The earliest deadline of any waiter; false when none waits. */
+bool first_deadline_ms(const struct upstream *u, uint64_t *out);
 /* Forget every waiter (no reply), queued question and flight (shutdown). */
 void drop_everything(struct upstream *u);
 

@@ -219,7 +219,7 @@ static void retire_socket(struct upstream *u, int fd)
 		return;
 	}
 	rs->fd = fd;
-	rs->close_at_ms = u->fifo_tail ? u->fifo_tail->deadline_ms : u->now_ms;
+	rs->close_at_ms = last_deadline_ms(u);
 	rs->next = u->retired_sockets;
 	u->retired_sockets = rs;
 }
@@ -262,9 +262,10 @@ static int wait_ms(const struct upstream *u)
 {
 	uint64_t wait = queue_wait_ms(u, TURN_MS);
 
-	if (u->fifo_head) {
-		uint64_t deadline = u->fifo_head->deadline_ms > u->now_ms
-			? u->fifo_head->deadline_ms - u->now_ms : 0;
+	uint64_t first;
+
+	if (first_deadline_ms(u, &first)) {
+		uint64_t deadline = first > u->now_ms ? first - u->now_ms : 0;
 		wait = deadline < wait ? deadline : wait;
 	}
 	return (int)wait;
@@ -450,6 +451,7 @@ void upstream_cache_config(const struct config *cfg, struct cache_config *out)
 		.servfail_ttl = SERVFAIL_TTL,
 		.serve_stale = cfg->cache.serve_stale,
 		.stale_max_age = cfg->cache.stale_max_age,
+		.stale_answer_ms = (uint32_t)cfg->cache.stale_answer_timeout_ms,
 		.prefetch = cfg->cache.prefetch,
 	};
 }

@@ -187,8 +187,9 @@ test_health_fails_while_a_loop_is_stuck_and_recovers.timeout = 40
 
 def test_metrics_count_queries_by_protocol_qtype_rcode_and_source(env):
     with authority.Authority({"site.example.": SITE}) as up:
+        # no client response timer: the outage below goes the timeout's way
         d, port, _ = with_http(env, upstream={"servers": [up.addr], "timeout": "1s"},
-                               cache={"max_ttl": "1s"})
+                               cache={"max_ttl": "1s", "stale_answer_timeout": "0s"})
         before = scrape(port)
         assert d.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
         assert d.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"

@@ -260,6 +260,39 @@ class SlowProxy:
         self.sock.close()
 
 
+def test_a_slow_refresh_gets_the_stale_answer_at_the_client_response_timer(env):
+    # RFC 8767: an expired answer whose refresh takes 2 s goes out stale at
+    # cache.stale_answer_timeout (400 ms), not at upstream.timeout (3 s),
+    # and the refresh still lands in the cache. The upstream is slow, not
+    # failing: nothing marks it so.
+    with authority.Authority({"site.example.": SITE}) as up:
+        proxy = SlowProxy(up.port, 0)
+        try:
+            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "3s"},
+                          cache={"max_ttl": "1s"})
+            assert a_records(d.udp("www.site.example", "A")) == ["192.0.2.1"]
+            d.udp("mail.site.example", "MX")  # libunbound's one kept message
+            proxy.delay = 2.0
+            time.sleep(1.5)  # expired now
+            start = time.monotonic()
+            m = d.udp("www.site.example", "A", timeout=2.5)
+            took = time.monotonic() - start
+            assert m.rcode_name == "NOERROR" and ttls(m) == [30], m.describe()
+            # 3 s without the timer; the margin is what a busy machine may add
+            assert took < 2.0, "the stale answer took %.2f s" % took
+            deadline = time.monotonic() + 8
+            while ttls(m) == [30]:  # the refresh lands, in its own time
+                assert time.monotonic() < deadline, "the refresh never landed"
+                time.sleep(0.3)
+                m = d.udp("www.site.example", "A", timeout=3)
+            assert a_records(m) == ["192.0.2.1"], m.describe()
+        finally:
+            proxy.close()
+
+
+test_a_slow_refresh_gets_the_stale_answer_at_the_client_response_timer.timeout = 40
+
+
 def burst(port, name, n, sockets=10):
     """n identical queries from several sockets, all sent before any reply
     is read; returns {qid: parsed reply}."""
@@ -485,7 +518,9 @@ def test_max_rate_paces_new_names_and_keeps_their_answers(env):
     rate, names = 200, 400
     with authority.Authority({"rl.example.": WILDCARD_ZONE}) as up:
         mport = harness.free_port()
-        d = forwarding(env, up, upstream={"timeout": "4s", "max_rate": rate},
+        # one client here: its own share (the hostile-client tests check it) lifted
+        d = forwarding(env, up, upstream={"timeout": "4s", "max_rate": rate,
+                                          "max_pending_per_client": 65535},
                        metrics={"listen": "127.0.0.1:%d" % mport})
         before = up.queries()
         start = time.monotonic()
