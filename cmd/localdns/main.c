@@ -98,10 +98,13 @@ static int check_config(const char *path)
 	}
 	urcu_memb_register_thread();
 	query_sources_publish(sources);
-	if (upstream_check(cfg, err, sizeof err) < 0) {
+	int kube = 0;
+	if (upstream_check(cfg, err, sizeof err) < 0 || (kube = kube_check(cfg, err, sizeof err)) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);
 		rc = 1;
 	} else {
+		if (kube > 0)
+			printf("%s: %s\n", path, err);
 		printf("%s: configuration is valid\n", path);
 	}
 	query_sources_retire();

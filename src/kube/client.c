@@ -48,6 +48,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kube/internal.h"
 #include "log/log.h"
@@ -901,6 +902,23 @@ static int resolve_connection(const struct config *cfg, struct kube_client *k, c
 		return kube_conn_load_kubeconfig(kc, &k->conn, err, errlen);
 	return kube_conn_in_cluster(getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT"),
 				    cfg->kubernetes.service_account_dir, &k->conn, err, errlen);
+}
+
+int kube_check(const struct config *cfg, char *err, size_t errlen)
+{
+	const char *kc = cfg->kubernetes.kubeconfig;
+	struct kube_conn c;
+
+	if (!cfg->kubernetes.enabled || !kc || !*kc)
+		return 0;
+	if (access(kc, R_OK) < 0) {
+		snprintf(err, errlen, "kubeconfig %s: %s; not checked here", kc, strerror(errno));
+		return 1;
+	}
+	if (kube_conn_load_kubeconfig(kc, &c, err, errlen) < 0)
+		return -1;
+	kube_conn_free(&c);
+	return 0;
 }
 
 int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,

@@ -70,6 +70,16 @@ struct kube_client;
 int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
 	       char *err, size_t errlen);
 
+/*
+ * What kube_start would refuse about the connection, checked without
+ * starting anything (for --check-config): with kubernetes.kubeconfig set,
+ * the file is read and parsed (a bearer token for a plain http:// server,
+ * for one, is an error). Returns 0; 1 when the kubeconfig cannot be read
+ * here (it may exist only where the daemon runs), with why in err; -1 with
+ * the error in err. The in-cluster connection is known only in the pod.
+ */
+int kube_check(const struct config *cfg, char *err, size_t errlen);
+
 /* Promptly stops the thread (wakes it from curl_multi_poll), joins it, frees all. */
 void kube_stop(struct kube_client *k);
 

@@ -161,6 +161,17 @@ def standard_objects(n_services=3):
             F.pod("default", "elsewhere", ips="10.1.0.9", node="node-b")]
 
 
+_tls = []
+
+
+def shared_tls():
+    """A CA, server and client certificates (fakeapi.make_tls), made once for
+    every test here: a bearer token only ever goes to an https:// server."""
+    if not _tls:
+        _tls.append(F.make_tls(harness.mkdtemp("localdns-tls-")))
+    return _tls[0]
+
+
 def start_synced(env, api, token=None, node=NODE, **kc):
     """A kube_dump on a kubeconfig for api; returns it once synced."""
     path = api.kubeconfig(os.path.join(env.tmp, "kubeconfig-%d" % time.monotonic_ns()),
@@ -175,9 +186,9 @@ def watch_rv(req):
 
 
 def test_kube_list_pages_then_watches_from_the_list_rv(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         list_rv = api.apply(standard_objects(1201))
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         before_sync = d.lines()[:d.wait("synced")]
         svcs = upserts(before_sync, "services")
         assert len(svcs) == 1201 and len(set(svcs)) == 1201, len(svcs)
@@ -211,9 +222,9 @@ def test_kube_list_pages_then_watches_from_the_list_rv(env):
 
 
 def test_kube_watch_events_and_resume_after_a_cut(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         api.wait_watches(count=4)
         m = d.mark()
         rv_new = api.apply(F.service("default", "new", ports=[53]))
@@ -247,9 +258,9 @@ def test_kube_watch_events_and_resume_after_a_cut(env):
 
 
 def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         api.wait_watches(count=4)
         # A gap: the API goes away, things change, history is compacted.
         api.set_down(True)
@@ -277,9 +288,9 @@ def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
 
 
 def test_kube_bookmarks_move_the_resource_version(env):
-    with F.FakeAPI(tokens=["t0"], bookmark_interval=0.2) as api:
+    with F.FakeAPI(bookmark_interval=0.2) as api:
         list_rv = api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         # Only namespaces change: services' RV moves by bookmarks alone.
         rv = api.apply(F.namespace("other"))
         d.wait("upsert namespaces other rv=%d" % rv)
@@ -294,9 +305,9 @@ def test_kube_bookmarks_move_the_resource_version(env):
 
 
 def test_kube_api_down_backs_off_then_resumes_without_loss(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         api.wait_watches(count=4)
         m = d.mark()
         api.set_down(True)
@@ -335,9 +346,10 @@ def test_kube_401_logged_then_a_rotated_token_file_recovers(env):
     write_token(valid, "old")
     client_token = os.path.join(env.tmp, "client-token")
     write_token(client_token, "old")
-    with F.FakeAPI(token_file=valid) as api:
+    tls = shared_tls()
+    with F.FakeAPI(token_file=valid, tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token_file=client_token)
+        d = start_synced(env, api, token_file=client_token, ca=tls.ca)
         api.wait_watches(count=4)
         # The server stops accepting our token: every request gets 401.
         write_token(valid, "new")
@@ -365,9 +377,10 @@ def test_kube_401_rereads_a_token_the_stat_check_cannot_see(env):
     new token, and the retry is immediate (no error logged)."""
     client_token = os.path.join(env.tmp, "client-token")
     write_token(client_token, "tok-1")
-    with F.FakeAPI(tokens=["tok-1"]) as api:
+    tls = shared_tls()
+    with F.FakeAPI(tokens=["tok-1"], tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token_file=client_token)
+        d = start_synced(env, api, token_file=client_token, ca=tls.ca)
         api.wait_watches(count=4)
         st = os.stat(client_token)
         with open(client_token, "r+") as f:
@@ -386,10 +399,10 @@ def test_kube_401_rereads_a_token_the_stat_check_cannot_see(env):
 
 
 def test_kube_403_is_logged_with_the_reason_and_holds_the_sync(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
         api.forbid("endpointslices")
-        path = api.kubeconfig(os.path.join(env.tmp, "kc"), token="t0")
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
         d = Dump(env, {"kubeconfig": path, "node_name": NODE})
         api.wait_requests("endpointslices", "list", count=2)
         log = d.log()
@@ -515,10 +528,49 @@ def test_kube_start_errors_are_clear(env):
         assert p.returncode == 1 and want in p.stderr, (kube, p.returncode, p.stderr)
 
 
+def test_kube_token_never_sent_over_plain_http(env):
+    """A kubeconfig pairing an http:// server with a token (inline or a
+    file) is refused by the client, by --check-config and by the daemon's
+    start-up, before any request; without a token plain HTTP works."""
+    token_file = os.path.join(env.tmp, "token")
+    write_token(token_file, "secret-token")
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "kube_dump")
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        want = ('cluster "fake": server "%s" is plain http://, and user "fake" has a bearer '
+                'token, which would cross the network unencrypted; use https:// (or a user '
+                'without a token)' % api.url)
+        for name, kc in (("inline", {"token": "secret-token"}),
+                         ("file", {"token_file": token_file})):
+            path = api.kubeconfig(os.path.join(env.tmp, "kc-" + name), **kc)
+            dump_cfg = os.path.join(env.tmp, "dump-%s.yaml" % name)
+            with open(dump_cfg, "w") as f:
+                f.write(harness.to_yaml({"kubernetes": {"kubeconfig": path}}) + "\n")
+            p = subprocess.run([binary, "--config", dump_cfg], capture_output=True,
+                               text=True, timeout=5)
+            assert p.returncode == 1 and want in p.stderr, (name, p.returncode, p.stderr)
+            daemon_cfg = os.path.join(env.tmp, "daemon-%s.yaml" % name)
+            with open(daemon_cfg, "w") as f:
+                f.write(harness.to_yaml(env.config(
+                    kubernetes={"enabled": True, "kubeconfig": path, "node_name": NODE},
+                    static={"records": [], "files": []})) + "\n")
+            p = env.run(["--check-config", daemon_cfg])
+            assert p.returncode == 1 and want in p.stderr, (name, p.stderr)
+            p = env.run(["--config", daemon_cfg])     # logfmt escapes the quotes
+            assert p.returncode == 1 and 'msg="cannot start"' in p.stderr and \
+                want.replace('"', '\\"') in p.stderr, (name, p.stderr)
+            assert "secret-token" not in p.stderr, p.stderr
+        assert api.count() == 0, api.requests()
+        # No token, nothing to leak: an anonymous client may use http://.
+        d = start_synced(env, api)
+        assert users(api) == {"anonymous"}, users(api)
+        d.stop()
+
+
 def test_kube_expired_continue_token_starts_the_list_over(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects(1500))
-        path = api.kubeconfig(os.path.join(env.tmp, "kc"), token="t0")
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
         d = Dump(env, {"kubeconfig": path, "node_name": NODE})
         # While page 1 is being served, history moves on and is compacted:
         # page 2's continue token is then too old (410 Expired).
