@@ -32,7 +32,17 @@
  * handle (a new one per request; the multi handle keeps the connections).
  * A LIST page is parsed incrementally as it arrives (json_tokener keeps the
  * state), then walked; watch events are split into lines (lines.c) and each
- * line parsed on its own, so a stream never sits in memory. The handler is
+ * line parsed on its own, so a stream never sits in memory.
+ *
+ * Every byte we parse comes from objects anyone allowed to create a
+ * Service may write (annotations: up to 256 KiB each). A LIST response
+ * (decoded, so a gzip bomb counts at its real size) is cut off past
+ * kubernetes.list_max_bytes: the same page (same continue token) is asked
+ * for again with half the limit, down to one object, which is the last
+ * resort before a failure with backoff. The informer keeps the smaller
+ * limit and doubles it back after a page that, at twice the limit, would
+ * still fill at most half the cap, so one cluster of large objects costs
+ * a few extra round trips, never a page of unbounded size. The handler is
  * called only from this thread; status counters are behind a mutex that no
  * handler call is made under.
  */
@@ -63,6 +73,8 @@
  */
 #define LIST_PAGE_LIMIT 500
 #define LIST_PAGE_LIMIT_ENDPOINTSLICES 100
+/* Halving stops here: a page of one object that is still too large is a failure. */
+#define LIST_PAGE_LIMIT_MIN 1
 /* client-go: a watch asks for 5 minutes times (1 + rand), so a fleet spreads out. */
 #define WATCH_TIMEOUT_MIN_S 300
 /* Past its own timeoutSeconds, a watch that sends nothing is dead (a lost peer). */
@@ -95,6 +107,8 @@ struct informer {
 	char *rv;                  /* last resourceVersion seen (LIST, event, bookmark) */
 	char *cont;                /* continue token of the LIST in progress */
 	unsigned pages;            /* pages of the LIST in progress */
+	int page_limit;            /* limit= of the next page: the resource's, or less after a
+				    * response past list_max_bytes */
 	int64_t list_started_ms;
 	int64_t next_at_ms;        /* CLOCK_MONOTONIC: when the next request may start */
 	struct kube_backoff backoff;
@@ -107,6 +121,8 @@ struct informer {
 	struct curl_slist *headers;
 	char errbuf[CURL_ERROR_SIZE];
 	long status;               /* HTTP status, once the headers are in */
+	uint64_t body_bytes;       /* of a LIST page or an error body, decoded */
+	bool too_large;            /* cut off past list_max_bytes */
 	json_tokener *tok;
 	struct json_object *body;  /* a whole LIST page, or an error Status */
 	bool body_bad;             /* the body is not one JSON value */
@@ -122,6 +138,7 @@ struct kube_client {
 	struct kube_conn conn;
 	struct kube_token token;
 	char *node;                /* NULL: pods are not watched */
+	uint64_t list_max_bytes;   /* kubernetes.list_max_bytes */
 	CURLM *multi;
 	pthread_t thread;
 	atomic_bool stopping;
@@ -195,6 +212,15 @@ static void note_list_done(struct informer *inf, bool relist)
 	if (relist)
 		inf->k->status.relists[inf->res]++;
 	inf->k->status.objects[inf->res] = inf->keys.count;
+	pthread_mutex_unlock(&inf->k->status_lock);
+}
+
+static void note_page_limit(struct informer *inf, bool too_large)
+{
+	pthread_mutex_lock(&inf->k->status_lock);
+	if (too_large)
+		inf->k->status.pages_too_large[inf->res]++;
+	inf->k->status.page_limit[inf->res] = (uint64_t)inf->page_limit;
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
 
@@ -340,6 +366,49 @@ static void finish_list(struct informer *inf, const char *rv)
 	schedule_now(inf);
 }
 
+/*
+ * After a page of n objects: back towards the resource's limit when twice
+ * as many objects of this page's size would fill at most half the cap.
+ */
+static void grow_page_limit(struct informer *inf, size_t n)
+{
+	int full = resources[inf->res].page_limit;
+
+	if (inf->page_limit >= full || n == 0 ||
+	    inf->body_bytes * 4 * (uint64_t)inf->page_limit > n * inf->k->list_max_bytes)
+		return;
+	inf->page_limit = inf->page_limit * 2 < full ? inf->page_limit * 2 : full;
+	note_page_limit(inf, false);
+}
+
+/*
+ * A LIST response past list_max_bytes was cut off: ask for the same page
+ * (the continue token stays) with half the objects, now; at one object
+ * there is nothing smaller to ask for, and it is a failure.
+ */
+static void take_oversized_page(struct informer *inf)
+{
+	char max[24], was[16], now[16];
+	int limit = inf->page_limit;
+
+	snprintf(max, sizeof max, "%" PRIu64, inf->k->list_max_bytes);
+	if (limit > LIST_PAGE_LIMIT_MIN) {
+		inf->page_limit = limit / 2 > LIST_PAGE_LIMIT_MIN ? limit / 2 : LIST_PAGE_LIMIT_MIN;
+		note_page_limit(inf, true);
+		snprintf(was, sizeof was, "%d", limit);
+		snprintf(now, sizeof now, "%d", inf->page_limit);
+		log_warn("kubernetes list response over kubernetes.list_max_bytes; asking for fewer "
+			 "objects", "resource", resources[inf->res].name, "max_bytes", max, "limit", was,
+			 "new_limit", now);
+		schedule_now(inf);
+		return;
+	}
+	note_page_limit(inf, true);
+	snprintf(now, sizeof now, "%" PRIu64, schedule_backoff(inf));
+	log_error("kubernetes list response over kubernetes.list_max_bytes with one object per page; "
+		  "raise it", "resource", resources[inf->res].name, "max_bytes", max, "retry_ms", now);
+}
+
 /* A 200 LIST page: deliver its items, then ask for the next page or finish. */
 static void take_list_page(struct informer *inf)
 {
@@ -362,6 +431,7 @@ static void take_list_page(struct informer *inf)
 		deliver_upsert(inf, json_object_array_get_idx(items, i));
 	inf->pages++;
 	note_success(inf);
+	grow_page_limit(inf, n);
 	const char *cont = json_string_at(meta, "continue");
 	if (cont && *cont) {
 		set_string(&inf->cont, cont);
@@ -465,6 +535,13 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
 		/* Returning less than len aborts the transfer (CURLE_WRITE_ERROR). */
 		return inf->stop == STREAM_OK ? len : 0;
 	}
+	/* Counted after decoding: a compressed body is as costly as a plain one. */
+	inf->body_bytes += len;
+	if (inf->body_bytes > inf->k->list_max_bytes) {
+		inf->too_large = true;
+		set_string(&inf->stop_reason, "a response larger than kubernetes.list_max_bytes");
+		return 0;
+	}
 	/* json_tokener takes an int length; feed huge chunks in pieces. */
 	for (size_t off = 0; off < len; off += INT32_MAX)
 		feed_body(inf, data + off, len - off < INT32_MAX ? len - off : INT32_MAX);
@@ -532,8 +609,7 @@ static char *request_url(struct informer *inf, CURL *e, long watch_timeout_s)
 
 	if (inf->need_list) {
 		char *cont = inf->cont ? curl_easy_escape(e, inf->cont, 0) : NULL;
-		n = asprintf(&url, "%s%s?limit=%d%s%s%s%s", server, inf->path,
-			     resources[inf->res].page_limit,
+		n = asprintf(&url, "%s%s?limit=%d%s%s%s%s", server, inf->path, inf->page_limit,
 			     cont ? "&continue=" : "", cont ? cont : "", amp, sel);
 		curl_free(cont);
 	} else {
@@ -563,6 +639,8 @@ static void end_request(struct informer *inf)
 	inf->headers = NULL;
 	inf->body = NULL;
 	inf->body_bad = false;
+	inf->body_bytes = 0;
+	inf->too_large = false;
 	inf->stop = STREAM_OK;
 	inf->stop_reason = NULL;
 	inf->status = 0;
@@ -687,6 +765,10 @@ static void take_list_result(struct informer *inf, CURLcode cc)
 {
 	if (cc == CURLE_OK && inf->status == 200 && inf->body) {
 		take_list_page(inf);
+		return;
+	}
+	if (inf->too_large && inf->status == 200) {
+		take_oversized_page(inf);
 		return;
 	}
 	/* Any failure starts the LIST over, as client-go's reflector does. */
@@ -851,6 +933,8 @@ static int init_informers(struct kube_client *k)
 		inf->path = resources[r].path;
 		inf->need_list = true;
 		inf->enabled = r != KUBE_PODS || k->node;
+		inf->page_limit = resources[r].page_limit;
+		k->status.page_limit[r] = (uint64_t)inf->page_limit;
 		kube_keys_init(&inf->keys);
 		kube_lines_init(&inf->lines, EVENT_MAX);
 		if (!(inf->tok = json_tokener_new_ex(JSON_DEPTH)))
@@ -936,6 +1020,7 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 		return -1;
 	}
 	k->h = *h;
+	k->list_max_bytes = cfg->kubernetes.list_max_bytes;
 	pthread_mutex_init(&k->status_lock, NULL);
 	atomic_init(&k->stopping, false);
 	const char *node = cfg->kubernetes.node_name && *cfg->kubernetes.node_name

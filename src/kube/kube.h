@@ -8,7 +8,10 @@
  * each resource (LIST pages, then WATCH from the list's resourceVersion,
  * resume from the last seen resourceVersion, relist on 410 Gone), backoff
  * on errors, and the set of object keys (namespace/name) it has delivered,
- * so a relist can report what disappeared.
+ * so a relist can report what disappeared. Every response is bounded: a
+ * watch event by a fixed size, a LIST response by kubernetes.list_max_bytes
+ * (a larger one is abandoned and its page asked for again with fewer
+ * objects).
  *
  * Must never: keep whole objects (the consumer keeps what it needs), buffer
  * a whole watch stream (events are parsed line by line as they arrive),
@@ -91,6 +94,8 @@ struct kube_status {
 	uint64_t errors;                     /* failed requests, all resources */
 	uint64_t objects[KUBE_N_RESOURCES];  /* objects known now */
 	int64_t last_list_ms[KUBE_N_RESOURCES]; /* CLOCK_REALTIME ms the last full LIST ended (0 = never) */
+	uint64_t pages_too_large[KUBE_N_RESOURCES]; /* LIST responses abandoned at list_max_bytes */
+	uint64_t page_limit[KUBE_N_RESOURCES];      /* the limit= of the next LIST page */
 	int64_t heartbeat_ms;        /* CLOCK_MONOTONIC ms of the thread's last loop turn (at least 1/s) */
 };
 

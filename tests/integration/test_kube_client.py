@@ -567,6 +567,83 @@ def test_kube_token_never_sent_over_plain_http(env):
         d.stop()
 
 
+def big_services(n, size=30000):
+    """n Services in default, after standard_objects()' in list order, each
+    carrying `size` bytes of annotations."""
+    blob = "x" * size
+    return [F.service("default", "zz-big-%02d" % i, ports=[80],
+                      annotations={"example.com/blob": blob}) for i in range(n)]
+
+
+def test_kube_list_page_over_the_byte_cap_is_asked_again_smaller(env):
+    """A LIST response past kubernetes.list_max_bytes is abandoned and the
+    same page (same continue token) asked for again with half the limit,
+    until it fits; the smaller limit stays for the pages and LISTs after,
+    and grows back while pages come in well under the cap. Nothing is
+    delivered twice or lost."""
+    cap = 1 << 20
+    with F.FakeAPI() as api:
+        # Page 1 (limit 500): small Services. Page 2: 100 small ones, then
+        # 40 of 30 KB: 1.3 MB at limit 500 or 250, 0.8 MB at 125.
+        api.apply(standard_objects(600) + big_services(40))
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "list_max_bytes": "1MiB"})
+        d.wait("synced", timeout=15)
+        lists = api.requests("services", "list")
+        assert [int(r.query["limit"]) for r in lists] == [500, 500, 250, 125, 125], lists
+        conts = [r.query.get("continue") for r in lists]
+        assert conts[0] is None and conts[1] == conts[2] == conts[3] != conts[4], conts
+        sizes = [r.size for r in lists]
+        assert sizes[1] > cap and sizes[2] > cap, sizes       # abandoned
+        assert all(s <= cap for s in sizes[:1] + sizes[3:]), sizes
+        got = [k for _, k, _ in upserts(d.lines(), "services")]
+        assert len(got) == 640 and len(set(got)) == 640, len(got)
+        assert re.search(r'level=warn msg="kubernetes list response over '
+                         r'kubernetes.list_max_bytes; asking for fewer objects" '
+                         r'resource=services max_bytes=1048576 limit=500 new_limit=250', d.log()), \
+            d.log()
+        st = d.status()
+        assert st["services"]["too_large"] == 2 and st["services"]["page_limit"] == 125, st
+        assert st["endpointslices"]["too_large"] == 0 and \
+            st["endpointslices"]["page_limit"] == 100, st
+        assert st["errors"] == 0, st      # a page asked again smaller is no failure
+        # A relist starts at the smaller limit, which doubles back while
+        # pages of small Services come in far under the cap.
+        api.clear_requests()
+        api.fail_next(1, 410, resource="services", verb="watch")
+        api.cut_watches("services")
+        api.wait_watches("services", count=1, timeout=10)
+        relist = [int(r.query["limit"]) for r in api.requests("services", "list")]
+        assert relist[:3] == [125, 250, 500], relist
+        assert d.status()["services"]["relists"] == 1
+        d.stop()
+
+
+def test_kube_list_object_over_the_byte_cap_holds_the_sync_and_says_so(env):
+    """One object larger than kubernetes.list_max_bytes: the limit halves
+    down to one object, then the page is a failure (logged as an error
+    naming the key, retried with backoff) until the object is gone."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects() + [F.service("default", "huge", annotations={
+            "example.com/blob": "x" * 100000})])
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "list_max_bytes": "64KiB"})
+        reqs = api.wait_requests("services", "list", count=10, timeout=10)
+        assert [int(r.query["limit"]) for r in reqs] == \
+            [500, 250, 125, 62, 31, 15, 7, 3, 1, 1], reqs
+        assert reqs[-1].time - reqs[-2].time >= 0.2, reqs     # backoff, not a spin
+        assert re.search(r'level=error msg="kubernetes list response over '
+                         r'kubernetes.list_max_bytes with one object per page; raise it" '
+                         r'resource=services max_bytes=65536 retry_ms=\d+', d.log()), d.log()
+        assert "synced" not in d.lines()
+        api.delete("services", "default", "huge")
+        d.wait("synced", timeout=10)
+        got = sorted(k for _, k, _ in upserts(d.lines(), "services"))
+        assert got == ["default/svc-0000", "default/svc-0001", "default/svc-0002"], got
+        assert d.status()["services"]["too_large"] >= 10
+        d.stop()
+
+
 def test_kube_expired_continue_token_starts_the_list_over(env):
     with F.FakeAPI() as api:
         api.apply(standard_objects(1500))
