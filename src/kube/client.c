@@ -18,7 +18,9 @@
  * has history back to our RV) sends the informer back to LIST; the relist
  * marks every key it sees with a new generation and the sweep after its last
  * page reports whatever vanished during the gap. A 410 on a LIST page means
- * its continue token expired: the LIST starts over.
+ * its continue token expired: the LIST starts over. The first relist of a
+ * streak is immediate; 410s that keep coming back wait longer each time
+ * (backoff.c), since each relist is a full LIST from every node.
  *
  * Errors (connection failures, 5xx, 401/403, a broken stream) wait with
  * exponential backoff and jitter (backoff.c), per informer, reset by the
@@ -112,6 +114,7 @@ struct informer {
 	int64_t list_started_ms;
 	int64_t next_at_ms;        /* CLOCK_MONOTONIC: when the next request may start */
 	struct kube_backoff backoff;
+	struct kube_gone gone;     /* 410s in a row: relists after the first wait */
 	bool auth_retried;         /* a 401 already re-read the token and retried */
 	struct kube_keys keys;
 
@@ -322,6 +325,16 @@ static void sweep_removed(void *ctx, const char *ns, const char *name)
 static void schedule_now(struct informer *inf)
 {
 	inf->next_at_ms = now_ms();
+}
+
+/* A 410: list again, at once or after the wait repeated 410s earn; returns the wait. */
+static uint64_t schedule_relist(struct informer *inf)
+{
+	int64_t now = now_ms();
+	uint64_t wait = kube_gone_next(&inf->gone, now, next_random(inf->k));
+
+	inf->next_at_ms = now + (int64_t)wait;
+	return wait;
 }
 
 /* One more failure: wait per the backoff; returns the wait for the log. */
@@ -775,9 +788,10 @@ static void take_list_result(struct informer *inf, CURLcode cc)
 	set_string(&inf->cont, NULL);
 	if (cc == CURLE_OK && inf->status == 410) {
 		/* The continue token expired (the server compacted past the list's RV). */
+		char w[24];
+		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes list continue token expired; listing again", "resource",
-			 resources[inf->res].name);
-		schedule_now(inf);
+			 resources[inf->res].name, "retry_ms", w);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else {
@@ -790,12 +804,13 @@ static void take_watch_result(struct informer *inf, CURLcode cc)
 	int64_t lasted = now_ms() - inf->started_ms;
 
 	if (inf->stop == STREAM_GONE || (cc == CURLE_OK && inf->status == 410)) {
+		char w[24];
+		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes watch expired (410 Gone); relisting", "resource",
 			 resources[inf->res].name, "resource_version", inf->rv, "reason",
-			 inf->stop_reason ? inf->stop_reason : "HTTP 410");
+			 inf->stop_reason ? inf->stop_reason : "HTTP 410", "retry_ms", w);
 		note_contact(inf->k);
 		inf->need_list = true;
-		schedule_now(inf);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else if (inf->status == 200 && inf->stop == STREAM_OK &&

@@ -287,6 +287,42 @@ def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
         d.stop()
 
 
+def test_kube_repeated_410_relists_back_off(env):
+    """A 410 that comes back after every relist (a server or proxy that
+    expires each watch at once): the first relist is at once, the next
+    ones wait per the backoff (jittered in [b/2, b], b = 400, 800, 1600
+    ms), so a fleet of nodes does not LIST the cluster in a loop."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api)
+        api.wait_watches(count=4)
+        api.clear_requests()
+        api.fail_next(4, 410, resource="services", verb="watch")
+        assert api.cut_watches("services") == 1
+        d_mark = d.mark()
+        # Four expired watches, each followed by a LIST, then a watch that holds.
+        api.wait_requests("services", "watch", count=5, timeout=10)
+        api.wait_watches("services", count=1, timeout=10)
+        reqs = [r for r in api.requests("services") if r.verb in ("list", "watch")]
+        assert [r.verb for r in reqs] == ["watch", "list"] * 4 + ["watch"], reqs
+        # The wait between each expiry and its LIST: the server's own clock.
+        gaps = [reqs[i + 1].time - reqs[i].time for i in range(0, 8, 2)]
+        for gap, least in zip(gaps[1:], (0.2, 0.4, 0.8)):
+            assert gap >= least, gaps
+        waits = [int(w) for w in re.findall(
+            r'msg="kubernetes watch expired \(410 Gone\); relisting" resource=services '
+            r'.*retry_ms=(\d+)', d.log())]
+        assert len(waits) == 4 and waits[0] == 0, waits
+        assert 200 <= waits[1] <= 400 and 400 <= waits[2] <= 800 and 800 <= waits[3] <= 1600, \
+            waits
+        st = d.status()
+        assert st["services"]["relists"] == 4, st
+        # The other resources never noticed.
+        assert api.count("namespaces", "list") == 0, api.requests("namespaces")
+        assert not removes(d.lines(d_mark)), d.lines(d_mark)
+        d.stop()
+
+
 def test_kube_bookmarks_move_the_resource_version(env):
     with F.FakeAPI(bookmark_interval=0.2) as api:
         list_rv = api.apply(standard_objects())
@@ -609,10 +645,12 @@ def test_kube_list_page_over_the_byte_cap_is_asked_again_smaller(env):
         assert st["errors"] == 0, st      # a page asked again smaller is no failure
         # A relist starts at the smaller limit, which doubles back while
         # pages of small Services come in far under the cap.
+        api.wait_watches("services", count=1)
         api.clear_requests()
         api.fail_next(1, 410, resource="services", verb="watch")
-        api.cut_watches("services")
-        api.wait_watches("services", count=1, timeout=10)
+        assert api.cut_watches("services") == 1
+        # The expired watch, the relist, then a watch again.
+        api.wait_requests("services", "watch", count=2, timeout=10)
         relist = [int(r.query["limit"]) for r in api.requests("services", "list")]
         assert relist[:3] == [125, 250, 500], relist
         assert d.status()["services"]["relists"] == 1

@@ -1,7 +1,8 @@
 /*
  * Unit tests for kube/'s pure parts: the watch-stream line splitter (every
  * chunk boundary, events split over many chunks, many events in one
- * chunk, the size limit), the backoff schedule, base64, kubeconfig
+ * chunk, the size limit), the backoff schedule and the 410 relist
+ * schedule, base64, kubeconfig
  * parsing (contexts, relative paths, *-data, tokenFile, refused
  * credentials, exact messages), the in-cluster connection, token file
  * rotation, and the known-key set with its relist sweep.
@@ -138,6 +139,27 @@ static void test_backoff_grows_jitters_and_caps(void **state)
 	assert_int_equal(kube_backoff_next(&b, 0), 200);
 	w = kube_backoff_next(&(struct kube_backoff){0}, 200);
 	assert_int_equal(w, 400);
+}
+
+/* The first 410 relists at once; 410s that keep coming back wait longer and longer. */
+static void test_gone_first_prompt_then_backoff(void **state)
+{
+	(void)state;
+	struct kube_gone g = {0};
+	int64_t t = 1000000;
+
+	assert_int_equal(kube_gone_next(&g, t, 0), 0);
+	assert_int_equal(kube_gone_next(&g, t += 50, 0), 200);
+	assert_int_equal(kube_gone_next(&g, t += 300, 0), 400);
+	uint64_t w = kube_gone_next(&g, t += 500, UINT32_MAX);
+	assert_true(w >= 800 && w <= 1600);
+	/* Quiet for a whole streak: the next 410 is a first one again. */
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS, 0), 0);
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS - 1, 0), 200);
+	/* The wait is capped like any backoff; the streak goes on while 410s come. */
+	for (int i = 0; i < 20; i++)
+		w = kube_gone_next(&g, t += KUBE_BACKOFF_CAP_MS, (uint32_t)i * 2654435761u);
+	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
 }
 
 /* ---- base64 ---------------------------------------------------------------- */
@@ -497,6 +519,7 @@ int main(void)
 		cmocka_unit_test(test_lines_event_over_many_chunks),
 		cmocka_unit_test(test_lines_limit_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
+		cmocka_unit_test(test_gone_first_prompt_then_backoff),
 		cmocka_unit_test(test_base64),
 		cmocka_unit_test(test_kubeconfig_current_context),
 		cmocka_unit_test(test_kubeconfig_files_token_insecure),
