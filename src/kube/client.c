@@ -30,6 +30,10 @@
  * and retries at once: kubelet may have rotated the token between our
  * check and the request.
  *
+ * This node's Pods are an informer like the others, enabled only while the
+ * consumer needs them (kube_watch_pods): turning it off ends its request
+ * and reports every Pod it delivered as removed.
+ *
  * One request per informer is in flight at a time, each on its own easy
  * handle (a new one per request; the multi handle keeps the connections).
  * A LIST page is parsed incrementally as it arrives (json_tokener keeps the
@@ -140,7 +144,9 @@ struct kube_client {
 	struct kube_handler h;
 	struct kube_conn conn;
 	struct kube_token token;
-	char *node;                /* NULL: pods are not watched */
+	char *node;                /* NULL: pods cannot be watched */
+	atomic_bool pods_wanted;   /* kube_watch_pods, from any thread */
+	bool pods_applied;         /* what the thread last made of pods_wanted */
 	uint64_t list_max_bytes;   /* kubernetes.list_max_bytes */
 	CURLM *multi;
 	pthread_t thread;
@@ -850,6 +856,62 @@ static void take_finished(struct kube_client *k)
 	}
 }
 
+/* ---- the Pods informer on and off ---------------------------------------------------- */
+
+static void start_informer(struct informer *inf)
+{
+	inf->enabled = true;
+	inf->need_list = true;
+	schedule_now(inf);
+}
+
+/* Off: no request, no resourceVersion, and every key it delivered reported gone. */
+static void stop_informer(struct informer *inf)
+{
+	end_request(inf);
+	kube_keys_new_generation(&inf->keys);
+	kube_keys_sweep(&inf->keys, sweep_removed, inf);
+	set_string(&inf->rv, NULL);
+	set_string(&inf->cont, NULL);
+	kube_backoff_reset(&inf->backoff);
+	inf->gone = (struct kube_gone){0};
+	inf->auth_retried = false;
+	inf->enabled = false;
+	inf->synced = false;
+	pthread_mutex_lock(&inf->k->status_lock);
+	inf->k->status.objects[inf->res] = inf->keys.count;
+	pthread_mutex_unlock(&inf->k->status_lock);
+}
+
+/* Follow kube_watch_pods: start or stop the Pods informer once per change. */
+static void follow_pods_wanted(struct kube_client *k)
+{
+	struct informer *inf = &k->inf[KUBE_PODS];
+	bool want = atomic_load(&k->pods_wanted);
+
+	if (want == k->pods_applied)
+		return;
+	k->pods_applied = want;
+	if (want && !k->node) {
+		log_warn("pods needed but not watched: no node name (kubernetes.node_name or "
+			 "$NODE_NAME)");
+		return;
+	}
+	if (want) {
+		start_informer(inf);
+		log_info("kubernetes pods watched from now on", "node", k->node);
+	} else {
+		stop_informer(inf);
+		log_info("kubernetes pods no longer watched; those known are forgotten");
+	}
+}
+
+void kube_watch_pods(struct kube_client *k, bool on)
+{
+	atomic_store(&k->pods_wanted, on);
+	curl_multi_wakeup(k->multi);
+}
+
 /* ---- the thread ------------------------------------------------------------------ */
 
 /* Start what is due; returns the ms until the next informer is due (POLL_MAX_MS at most). */
@@ -913,6 +975,7 @@ static void *client_thread(void *arg)
 		atomic_store_explicit(&k->heartbeat_ms, now_ms(), memory_order_relaxed);
 		curl_multi_perform(k->multi, &running);
 		take_finished(k);
+		follow_pods_wanted(k);
 		publish(k);
 		/* After the results: a finished LIST page or watch starts its
 		 * successor now, not a poll timeout later. A new handle makes
@@ -935,8 +998,9 @@ static void log_connection(const struct kube_client *k, const char *source)
 			   : (c->cert_file || c->cert_data.data) ? "client certificate"
 								 : "none";
 	log_info("kubernetes API client starting", "server", c->server, "source", source, "auth",
-		 auth, "tls_verify", c->insecure ? "false" : "true", "node",
-		 k->node ? k->node : "(none: pods not watched)");
+		 auth, "tls_verify", c->insecure ? "false" : "true", "node", k->node ? k->node : "",
+		 "pods", !k->pods_applied ? "not watched (not needed)"
+			 : k->node ? "watched" : "not watched (no node name)");
 }
 
 static int init_informers(struct kube_client *k)
@@ -947,7 +1011,7 @@ static int init_informers(struct kube_client *k)
 		inf->res = (enum kube_resource)r;
 		inf->path = resources[r].path;
 		inf->need_list = true;
-		inf->enabled = r != KUBE_PODS || k->node;
+		inf->enabled = r != KUBE_PODS || (k->node && k->pods_applied);
 		inf->page_limit = resources[r].page_limit;
 		k->status.page_limit[r] = (uint64_t)inf->page_limit;
 		kube_keys_init(&inf->keys);
@@ -1020,8 +1084,8 @@ int kube_check(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
-	       char *err, size_t errlen)
+int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h,
+	       struct kube_client **out, char *err, size_t errlen)
 {
 	/* Thread-safe in libcurl >= 7.84 (Debian 12 has 7.88); reference-counted. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -1036,6 +1100,8 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 	}
 	k->h = *h;
 	k->list_max_bytes = cfg->kubernetes.list_max_bytes;
+	atomic_init(&k->pods_wanted, pods);
+	k->pods_applied = pods;
 	pthread_mutex_init(&k->status_lock, NULL);
 	atomic_init(&k->stopping, false);
 	const char *node = cfg->kubernetes.node_name && *cfg->kubernetes.node_name
@@ -1056,9 +1122,9 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 	log_connection(k, cfg->kubernetes.kubeconfig && *cfg->kubernetes.kubeconfig
 				  ? cfg->kubernetes.kubeconfig
 				  : "in-cluster");
-	if (!k->node)
-		log_warn("no node name (kubernetes.node_name or $NODE_NAME): pods are not watched, "
-			 "pod names answer from nothing");
+	if (pods && !k->node)
+		log_warn("pods needed but not watched: no node name (kubernetes.node_name or "
+			 "$NODE_NAME)");
 	atomic_init(&k->heartbeat_ms, now_ms()); /* alive before it is scheduled */
 	int rc = pthread_create(&k->thread, NULL, client_thread, k);
 	if (rc) {

@@ -1,6 +1,7 @@
 /*
  * kube — the Kubernetes API client: list+watch of Services, EndpointSlices,
- * Namespaces and this node's Pods, delivered object by object to a handler.
+ * Namespaces and, when asked, this node's Pods, delivered object by object
+ * to a handler.
  *
  * Owns: the connection (a kubeconfig or the in-cluster service account, the
  * bearer token and its rotation), one thread running libcurl's multi
@@ -65,13 +66,23 @@ struct kube_client;
 /*
  * Resolve the connection (cfg->kubernetes.kubeconfig, or in-cluster from
  * $KUBERNETES_SERVICE_HOST/PORT and kubernetes.service_account_dir) and the
- * node name (kubernetes.node_name, else $NODE_NAME; none: Pods are not
- * watched, logged), then start the thread. cfg is not kept.
+ * node name (kubernetes.node_name, else $NODE_NAME), then start the thread.
+ * pods: watch this node's Pods too (with no node name they cannot be:
+ * logged). cfg is not kept.
  * Returns 0, or -1 with a clear message in err (e.g. "kubeconfig FILE: no
  * current-context") and nothing started.
  */
-int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
-	       char *err, size_t errlen);
+int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h,
+	       struct kube_client **out, char *err, size_t errlen);
+
+/*
+ * Start or stop watching this node's Pods; any thread, never waits: the
+ * client's thread applies it at its next turn. Starting LISTs and WATCHes
+ * them like the other resources; stopping ends the request in flight and
+ * reports every Pod delivered so far through remove (then commit), so the
+ * consumer keeps nothing of them.
+ */
+void kube_watch_pods(struct kube_client *k, bool on);
 
 /*
  * What kube_start would refuse about the connection, checked without

@@ -33,11 +33,15 @@ class Dump:
     """kube_dump running on a config of its own; its stdout lines are
     collected by a thread, its stderr (the log) goes to a file."""
 
-    def __init__(self, env, kubernetes, extra_env=None):
+    def __init__(self, env, kubernetes, extra_env=None, cluster=None):
+        """cluster: the config's cluster section; the default, verified pod
+        names, has this node's Pods watched (as autopath would)."""
         self.dir = env.tmp
         self.config = os.path.join(self.dir, "dump-%d.yaml" % id(self))
         with open(self.config, "w") as f:
             f.write(harness.to_yaml({"kubernetes": kubernetes,
+                                     "cluster": {"pods": "verified"} if cluster is None
+                                     else cluster,
                                      "log": {"level": "debug"}}) + "\n")
         self.log_path = os.path.join(self.dir, "dump-%d.log" % id(self))
         binary = os.path.join(os.path.dirname(env.binary), "tests", "kube_dump")
@@ -538,9 +542,32 @@ def test_kube_no_node_name_skips_pods(env):
         api.apply(standard_objects())
         d = start_synced(env, api, node="")
         assert api.count("pods") == 0, api.requests("pods")
-        assert "pods are not watched" in d.log(), d.log()
+        assert 'msg="pods needed but not watched: no node name' in d.log(), d.log()
         assert not upserts(d.lines(), "pods")
         d.stop()
+
+
+def test_kube_pods_watched_only_when_needed(env):
+    """Without cluster.autopath or verified pod names nothing reads Pods:
+    no LIST, no WATCH; either one has this node's Pods watched."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        for cluster in ({}, {"pods": "insecure", "autopath": False}, {"pods": "disabled"}):
+            d = Dump(env, {"kubeconfig": path, "node_name": NODE}, cluster=cluster)
+            d.wait("synced", timeout=10)
+            api.wait_watches("namespaces", count=1)
+            assert 'pods="not watched (not needed)"' in d.log(), d.log()
+            assert not upserts(d.lines(), "pods"), d.lines()
+            d.stop()
+        assert api.count("pods") == 0, api.requests("pods")
+        for cluster in ({"autopath": True}, {"pods": "verified"}):
+            d = Dump(env, {"kubeconfig": path, "node_name": NODE}, cluster=cluster)
+            d.wait("synced", timeout=10)
+            assert [k for _, k, _ in upserts(d.lines(), "pods")] == ["default/here"], cluster
+            assert "pods=watched" in d.log(), d.log()
+            d.stop()
+        assert api.count("pods", "list") == 2, api.requests("pods")
 
 
 def test_kube_start_errors_are_clear(env):
