@@ -98,10 +98,13 @@ static int check_config(const char *path)
 	}
 	urcu_memb_register_thread();
 	query_sources_publish(sources);
-	if (upstream_check(cfg, err, sizeof err) < 0) {
+	int kube = 0;
+	if (upstream_check(cfg, err, sizeof err) < 0 || (kube = kube_check(cfg, err, sizeof err)) < 0) {
 		fprintf(stderr, "%s: %s\n", path, err);
 		rc = 1;
 	} else {
+		if (kube > 0)
+			printf("%s: %s\n", path, err);
 		printf("%s: configuration is valid\n", path);
 	}
 	query_sources_retire();
@@ -198,7 +201,7 @@ static int start_watching(const struct config *cfg, struct cluster *cluster,
 	if (!cluster)
 		return 0;
 	cluster_feed_handler(cluster, &h);
-	return kube_start(cfg, &h, kube, err, errlen);
+	return kube_start(cfg, cluster_needs_pods(cfg), &h, kube, err, errlen);
 }
 
 static void use_cluster_dns_endpoints(void *node, const struct config_ip *ips, size_t n)

@@ -5,7 +5,8 @@
  * the specification is silent).
  *
  * Owns: a model of the watched objects (Services, EndpointSlices,
- * Namespaces, this node's Pods) kept by one writer thread, and the name
+ * Namespaces, this node's Pods when autopath or verified pod names need
+ * them) kept by one writer thread, and the name
  * table derived from it: owner name -> that name's records in wire form, in
  * a liburcu lock-free hash table; beside it, this node's pod addresses ->
  * their namespace (for autopath), read the same way. A change to one object rewrites only the
@@ -68,6 +69,13 @@ void cluster_namespace_upsert(struct cluster *c, struct json_object *ns);
 void cluster_namespace_remove(struct cluster *c, const char *name);
 void cluster_pod_upsert(struct cluster *c, struct json_object *pod);
 void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
+
+/*
+ * Whether cfg needs this node's Pods: autopath (who is asking) or verified
+ * pod names (pods that back no Service). Otherwise they are not watched at
+ * all, so the service account needs no right to read Pod specs.
+ */
+bool cluster_needs_pods(const struct config *cfg);
 
 /*
  * Report the ready endpoint addresses of Service ns/name to fn, on the

@@ -896,6 +896,11 @@ void cluster_namespace_remove(struct cluster *c, const char *name)
 
 /* ---- this node's pods ------------------------------------------------------- */
 
+bool cluster_needs_pods(const struct config *cfg)
+{
+	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED;
+}
+
 static void pod_ips(struct json_object *status, struct cluster_ip **ips, size_t *n)
 {
 	struct json_object *list = field(status, "podIPs");

@@ -14,8 +14,9 @@
  *     the node (nftables table) described by the new config; a failure
  *     here closes what was just bound, takes the new addresses off the
  *     link, drops what step 1 built, and the reload fails;
- *  3. what cannot fail: upstream switched, answer sources published, cache
- *     reconfigured, listener settings, log settings;
+ *  3. what cannot fail: upstream switched, answer sources published, the
+ *     Kubernetes client told whether to watch this node's Pods (autopath),
+ *     cache reconfigured, listener settings, log settings;
  *  4. addresses no longer served: each worker stops reading them and closes
  *     them, then they leave the link.
  * Queries on addresses that stay are never touched: their sockets stay
@@ -30,6 +31,8 @@
 #include <time.h>
 
 #include "cache/cache.h"
+#include "cluster/cluster.h"
+#include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
 #include "query/query.h"
@@ -47,6 +50,7 @@ enum part {
 	PART_CACHE = 1 << 4,
 	PART_LOG = 1 << 5,
 	PART_NODE = 1 << 6,      /* read by the node from its config: nothing to redo */
+	PART_PODS = 1 << 7,      /* whether the Kubernetes client watches this node's Pods */
 };
 
 /* The keys a reload applies; a name ending in '.' is a whole section. */
@@ -68,7 +72,8 @@ static const struct {
 	{"listen.allow", PART_SOURCES},
 	{"static.", PART_SOURCES},
 	{"chaos.", PART_SOURCES},
-	{"cluster.autopath", PART_SOURCES},
+	/* Autopath needs this node's Pods: the watch follows it (cluster.pods is restart-only). */
+	{"cluster.autopath", PART_SOURCES | PART_PODS},
 	/* Also where autopath reads the node's search domains. */
 	{"upstream.resolv_conf", PART_UPSTREAM | PART_SOURCES},
 	{"upstream.", PART_UPSTREAM},
@@ -290,6 +295,8 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 	if (listen)
 		log_addresses("listening", next, prev);
 	switch_upstream_and_sources(d, next, ctx, sources);
+	if ((parts & PART_PODS) && d->kube)
+		kube_watch_pods(d->kube, cluster_needs_pods(next));
 	if (parts & PART_CACHE)
 		apply_cache(d->cache, next);
 	if (parts & PART_SERVER)

@@ -1,11 +1,16 @@
 /*
- * kube/backoff.c — how long to wait after a failed request (see internal.h).
+ * kube/backoff.c — how long to wait after a failed request, and before a
+ * relist after 410 Gone (see internal.h).
  *
  * client-go's reflector backs off from 800 ms to 30 s; we start at 400 ms
  * because one node's cache is cheap for the API server and a blip (an API
  * server restart, a load balancer change) should cost little staleness.
  * The jitter keeps a fleet of nodes that lost the API server at the same
  * moment from reconnecting in lockstep.
+ *
+ * A 410 is not a failure (the next good response would reset the backoff
+ * above: the relist's LIST always succeeds), so repeated 410s have a
+ * backoff of their own, reset by time.
  */
 #include "kube/internal.h"
 
@@ -24,4 +29,17 @@ uint64_t kube_backoff_next(struct kube_backoff *b, uint32_t rnd)
 void kube_backoff_reset(struct kube_backoff *b)
 {
 	b->failures = 0;
+}
+
+uint64_t kube_gone_next(struct kube_gone *g, int64_t now_ms, uint32_t rnd)
+{
+	bool repeated = g->seen && now_ms - g->last_ms < KUBE_GONE_STREAK_MS;
+
+	g->seen = true;
+	g->last_ms = now_ms;
+	if (!repeated) {
+		kube_backoff_reset(&g->backoff);
+		return 0;
+	}
+	return kube_backoff_next(&g->backoff, rnd);
 }

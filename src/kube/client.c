@@ -18,7 +18,9 @@
  * has history back to our RV) sends the informer back to LIST; the relist
  * marks every key it sees with a new generation and the sweep after its last
  * page reports whatever vanished during the gap. A 410 on a LIST page means
- * its continue token expired: the LIST starts over.
+ * its continue token expired: the LIST starts over. The first relist of a
+ * streak is immediate; 410s that keep coming back wait longer each time
+ * (backoff.c), since each relist is a full LIST from every node.
  *
  * Errors (connection failures, 5xx, 401/403, a broken stream) wait with
  * exponential backoff and jitter (backoff.c), per informer, reset by the
@@ -28,11 +30,25 @@
  * and retries at once: kubelet may have rotated the token between our
  * check and the request.
  *
+ * This node's Pods are an informer like the others, enabled only while the
+ * consumer needs them (kube_watch_pods): turning it off ends its request
+ * and reports every Pod it delivered as removed.
+ *
  * One request per informer is in flight at a time, each on its own easy
  * handle (a new one per request; the multi handle keeps the connections).
  * A LIST page is parsed incrementally as it arrives (json_tokener keeps the
  * state), then walked; watch events are split into lines (lines.c) and each
- * line parsed on its own, so a stream never sits in memory. The handler is
+ * line parsed on its own, so a stream never sits in memory.
+ *
+ * Every byte we parse comes from objects anyone allowed to create a
+ * Service may write (annotations: up to 256 KiB each). A LIST response
+ * (decoded, so a gzip bomb counts at its real size) is cut off past
+ * kubernetes.list_max_bytes: the same page (same continue token) is asked
+ * for again with half the limit, down to one object, which is the last
+ * resort before a failure with backoff. The informer keeps the smaller
+ * limit and doubles it back after a page that, at twice the limit, would
+ * still fill at most half the cap, so one cluster of large objects costs
+ * a few extra round trips, never a page of unbounded size. The handler is
  * called only from this thread; status counters are behind a mutex that no
  * handler call is made under.
  */
@@ -48,6 +64,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kube/internal.h"
 #include "log/log.h"
@@ -62,6 +79,8 @@
  */
 #define LIST_PAGE_LIMIT 500
 #define LIST_PAGE_LIMIT_ENDPOINTSLICES 100
+/* Halving stops here: a page of one object that is still too large is a failure. */
+#define LIST_PAGE_LIMIT_MIN 1
 /* client-go: a watch asks for 5 minutes times (1 + rand), so a fleet spreads out. */
 #define WATCH_TIMEOUT_MIN_S 300
 /* Past its own timeoutSeconds, a watch that sends nothing is dead (a lost peer). */
@@ -94,9 +113,12 @@ struct informer {
 	char *rv;                  /* last resourceVersion seen (LIST, event, bookmark) */
 	char *cont;                /* continue token of the LIST in progress */
 	unsigned pages;            /* pages of the LIST in progress */
+	int page_limit;            /* limit= of the next page: the resource's, or less after a
+				    * response past list_max_bytes */
 	int64_t list_started_ms;
 	int64_t next_at_ms;        /* CLOCK_MONOTONIC: when the next request may start */
 	struct kube_backoff backoff;
+	struct kube_gone gone;     /* 410s in a row: relists after the first wait */
 	bool auth_retried;         /* a 401 already re-read the token and retried */
 	struct kube_keys keys;
 
@@ -106,6 +128,8 @@ struct informer {
 	struct curl_slist *headers;
 	char errbuf[CURL_ERROR_SIZE];
 	long status;               /* HTTP status, once the headers are in */
+	uint64_t body_bytes;       /* of a LIST page or an error body, decoded */
+	bool too_large;            /* cut off past list_max_bytes */
 	json_tokener *tok;
 	struct json_object *body;  /* a whole LIST page, or an error Status */
 	bool body_bad;             /* the body is not one JSON value */
@@ -120,7 +144,10 @@ struct kube_client {
 	struct kube_handler h;
 	struct kube_conn conn;
 	struct kube_token token;
-	char *node;                /* NULL: pods are not watched */
+	char *node;                /* NULL: pods cannot be watched */
+	atomic_bool pods_wanted;   /* kube_watch_pods, from any thread */
+	bool pods_applied;         /* what the thread last made of pods_wanted */
+	uint64_t list_max_bytes;   /* kubernetes.list_max_bytes */
 	CURLM *multi;
 	pthread_t thread;
 	atomic_bool stopping;
@@ -194,6 +221,15 @@ static void note_list_done(struct informer *inf, bool relist)
 	if (relist)
 		inf->k->status.relists[inf->res]++;
 	inf->k->status.objects[inf->res] = inf->keys.count;
+	pthread_mutex_unlock(&inf->k->status_lock);
+}
+
+static void note_page_limit(struct informer *inf, bool too_large)
+{
+	pthread_mutex_lock(&inf->k->status_lock);
+	if (too_large)
+		inf->k->status.pages_too_large[inf->res]++;
+	inf->k->status.page_limit[inf->res] = (uint64_t)inf->page_limit;
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
 
@@ -297,6 +333,16 @@ static void schedule_now(struct informer *inf)
 	inf->next_at_ms = now_ms();
 }
 
+/* A 410: list again, at once or after the wait repeated 410s earn; returns the wait. */
+static uint64_t schedule_relist(struct informer *inf)
+{
+	int64_t now = now_ms();
+	uint64_t wait = kube_gone_next(&inf->gone, now, next_random(inf->k));
+
+	inf->next_at_ms = now + (int64_t)wait;
+	return wait;
+}
+
 /* One more failure: wait per the backoff; returns the wait for the log. */
 static uint64_t schedule_backoff(struct informer *inf)
 {
@@ -339,6 +385,49 @@ static void finish_list(struct informer *inf, const char *rv)
 	schedule_now(inf);
 }
 
+/*
+ * After a page of n objects: back towards the resource's limit when twice
+ * as many objects of this page's size would fill at most half the cap.
+ */
+static void grow_page_limit(struct informer *inf, size_t n)
+{
+	int full = resources[inf->res].page_limit;
+
+	if (inf->page_limit >= full || n == 0 ||
+	    inf->body_bytes * 4 * (uint64_t)inf->page_limit > n * inf->k->list_max_bytes)
+		return;
+	inf->page_limit = inf->page_limit * 2 < full ? inf->page_limit * 2 : full;
+	note_page_limit(inf, false);
+}
+
+/*
+ * A LIST response past list_max_bytes was cut off: ask for the same page
+ * (the continue token stays) with half the objects, now; at one object
+ * there is nothing smaller to ask for, and it is a failure.
+ */
+static void take_oversized_page(struct informer *inf)
+{
+	char max[24], was[16], now[16];
+	int limit = inf->page_limit;
+
+	snprintf(max, sizeof max, "%" PRIu64, inf->k->list_max_bytes);
+	if (limit > LIST_PAGE_LIMIT_MIN) {
+		inf->page_limit = limit / 2 > LIST_PAGE_LIMIT_MIN ? limit / 2 : LIST_PAGE_LIMIT_MIN;
+		note_page_limit(inf, true);
+		snprintf(was, sizeof was, "%d", limit);
+		snprintf(now, sizeof now, "%d", inf->page_limit);
+		log_warn("kubernetes list response over kubernetes.list_max_bytes; asking for fewer "
+			 "objects", "resource", resources[inf->res].name, "max_bytes", max, "limit", was,
+			 "new_limit", now);
+		schedule_now(inf);
+		return;
+	}
+	note_page_limit(inf, true);
+	snprintf(now, sizeof now, "%" PRIu64, schedule_backoff(inf));
+	log_error("kubernetes list response over kubernetes.list_max_bytes with one object per page; "
+		  "raise it", "resource", resources[inf->res].name, "max_bytes", max, "retry_ms", now);
+}
+
 /* A 200 LIST page: deliver its items, then ask for the next page or finish. */
 static void take_list_page(struct informer *inf)
 {
@@ -361,6 +450,7 @@ static void take_list_page(struct informer *inf)
 		deliver_upsert(inf, json_object_array_get_idx(items, i));
 	inf->pages++;
 	note_success(inf);
+	grow_page_limit(inf, n);
 	const char *cont = json_string_at(meta, "continue");
 	if (cont && *cont) {
 		set_string(&inf->cont, cont);
@@ -464,6 +554,13 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
 		/* Returning less than len aborts the transfer (CURLE_WRITE_ERROR). */
 		return inf->stop == STREAM_OK ? len : 0;
 	}
+	/* Counted after decoding: a compressed body is as costly as a plain one. */
+	inf->body_bytes += len;
+	if (inf->body_bytes > inf->k->list_max_bytes) {
+		inf->too_large = true;
+		set_string(&inf->stop_reason, "a response larger than kubernetes.list_max_bytes");
+		return 0;
+	}
 	/* json_tokener takes an int length; feed huge chunks in pieces. */
 	for (size_t off = 0; off < len; off += INT32_MAX)
 		feed_body(inf, data + off, len - off < INT32_MAX ? len - off : INT32_MAX);
@@ -531,8 +628,7 @@ static char *request_url(struct informer *inf, CURL *e, long watch_timeout_s)
 
 	if (inf->need_list) {
 		char *cont = inf->cont ? curl_easy_escape(e, inf->cont, 0) : NULL;
-		n = asprintf(&url, "%s%s?limit=%d%s%s%s%s", server, inf->path,
-			     resources[inf->res].page_limit,
+		n = asprintf(&url, "%s%s?limit=%d%s%s%s%s", server, inf->path, inf->page_limit,
 			     cont ? "&continue=" : "", cont ? cont : "", amp, sel);
 		curl_free(cont);
 	} else {
@@ -562,6 +658,8 @@ static void end_request(struct informer *inf)
 	inf->headers = NULL;
 	inf->body = NULL;
 	inf->body_bad = false;
+	inf->body_bytes = 0;
+	inf->too_large = false;
 	inf->stop = STREAM_OK;
 	inf->stop_reason = NULL;
 	inf->status = 0;
@@ -688,13 +786,18 @@ static void take_list_result(struct informer *inf, CURLcode cc)
 		take_list_page(inf);
 		return;
 	}
+	if (inf->too_large && inf->status == 200) {
+		take_oversized_page(inf);
+		return;
+	}
 	/* Any failure starts the LIST over, as client-go's reflector does. */
 	set_string(&inf->cont, NULL);
 	if (cc == CURLE_OK && inf->status == 410) {
 		/* The continue token expired (the server compacted past the list's RV). */
+		char w[24];
+		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes list continue token expired; listing again", "resource",
-			 resources[inf->res].name);
-		schedule_now(inf);
+			 resources[inf->res].name, "retry_ms", w);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else {
@@ -707,12 +810,13 @@ static void take_watch_result(struct informer *inf, CURLcode cc)
 	int64_t lasted = now_ms() - inf->started_ms;
 
 	if (inf->stop == STREAM_GONE || (cc == CURLE_OK && inf->status == 410)) {
+		char w[24];
+		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes watch expired (410 Gone); relisting", "resource",
 			 resources[inf->res].name, "resource_version", inf->rv, "reason",
-			 inf->stop_reason ? inf->stop_reason : "HTTP 410");
+			 inf->stop_reason ? inf->stop_reason : "HTTP 410", "retry_ms", w);
 		note_contact(inf->k);
 		inf->need_list = true;
-		schedule_now(inf);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else if (inf->status == 200 && inf->stop == STREAM_OK &&
@@ -750,6 +854,62 @@ static void take_finished(struct kube_client *k)
 			take_watch_result(inf, cc);
 		end_request(inf);
 	}
+}
+
+/* ---- the Pods informer on and off ---------------------------------------------------- */
+
+static void start_informer(struct informer *inf)
+{
+	inf->enabled = true;
+	inf->need_list = true;
+	schedule_now(inf);
+}
+
+/* Off: no request, no resourceVersion, and every key it delivered reported gone. */
+static void stop_informer(struct informer *inf)
+{
+	end_request(inf);
+	kube_keys_new_generation(&inf->keys);
+	kube_keys_sweep(&inf->keys, sweep_removed, inf);
+	set_string(&inf->rv, NULL);
+	set_string(&inf->cont, NULL);
+	kube_backoff_reset(&inf->backoff);
+	inf->gone = (struct kube_gone){0};
+	inf->auth_retried = false;
+	inf->enabled = false;
+	inf->synced = false;
+	pthread_mutex_lock(&inf->k->status_lock);
+	inf->k->status.objects[inf->res] = inf->keys.count;
+	pthread_mutex_unlock(&inf->k->status_lock);
+}
+
+/* Follow kube_watch_pods: start or stop the Pods informer once per change. */
+static void follow_pods_wanted(struct kube_client *k)
+{
+	struct informer *inf = &k->inf[KUBE_PODS];
+	bool want = atomic_load(&k->pods_wanted);
+
+	if (want == k->pods_applied)
+		return;
+	k->pods_applied = want;
+	if (want && !k->node) {
+		log_warn("pods needed but not watched: no node name (kubernetes.node_name or "
+			 "$NODE_NAME)");
+		return;
+	}
+	if (want) {
+		start_informer(inf);
+		log_info("kubernetes pods watched from now on", "node", k->node);
+	} else {
+		stop_informer(inf);
+		log_info("kubernetes pods no longer watched; those known are forgotten");
+	}
+}
+
+void kube_watch_pods(struct kube_client *k, bool on)
+{
+	atomic_store(&k->pods_wanted, on);
+	curl_multi_wakeup(k->multi);
 }
 
 /* ---- the thread ------------------------------------------------------------------ */
@@ -815,6 +975,7 @@ static void *client_thread(void *arg)
 		atomic_store_explicit(&k->heartbeat_ms, now_ms(), memory_order_relaxed);
 		curl_multi_perform(k->multi, &running);
 		take_finished(k);
+		follow_pods_wanted(k);
 		publish(k);
 		/* After the results: a finished LIST page or watch starts its
 		 * successor now, not a poll timeout later. A new handle makes
@@ -837,8 +998,9 @@ static void log_connection(const struct kube_client *k, const char *source)
 			   : (c->cert_file || c->cert_data.data) ? "client certificate"
 								 : "none";
 	log_info("kubernetes API client starting", "server", c->server, "source", source, "auth",
-		 auth, "tls_verify", c->insecure ? "false" : "true", "node",
-		 k->node ? k->node : "(none: pods not watched)");
+		 auth, "tls_verify", c->insecure ? "false" : "true", "node", k->node ? k->node : "",
+		 "pods", !k->pods_applied ? "not watched (not needed)"
+			 : k->node ? "watched" : "not watched (no node name)");
 }
 
 static int init_informers(struct kube_client *k)
@@ -849,7 +1011,9 @@ static int init_informers(struct kube_client *k)
 		inf->res = (enum kube_resource)r;
 		inf->path = resources[r].path;
 		inf->need_list = true;
-		inf->enabled = r != KUBE_PODS || k->node;
+		inf->enabled = r != KUBE_PODS || (k->node && k->pods_applied);
+		inf->page_limit = resources[r].page_limit;
+		k->status.page_limit[r] = (uint64_t)inf->page_limit;
 		kube_keys_init(&inf->keys);
 		kube_lines_init(&inf->lines, EVENT_MAX);
 		if (!(inf->tok = json_tokener_new_ex(JSON_DEPTH)))
@@ -903,8 +1067,25 @@ static int resolve_connection(const struct config *cfg, struct kube_client *k, c
 				    cfg->kubernetes.service_account_dir, &k->conn, err, errlen);
 }
 
-int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
-	       char *err, size_t errlen)
+int kube_check(const struct config *cfg, char *err, size_t errlen)
+{
+	const char *kc = cfg->kubernetes.kubeconfig;
+	struct kube_conn c;
+
+	if (!cfg->kubernetes.enabled || !kc || !*kc)
+		return 0;
+	if (access(kc, R_OK) < 0) {
+		snprintf(err, errlen, "kubeconfig %s: %s; not checked here", kc, strerror(errno));
+		return 1;
+	}
+	if (kube_conn_load_kubeconfig(kc, &c, err, errlen) < 0)
+		return -1;
+	kube_conn_free(&c);
+	return 0;
+}
+
+int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h,
+	       struct kube_client **out, char *err, size_t errlen)
 {
 	/* Thread-safe in libcurl >= 7.84 (Debian 12 has 7.88); reference-counted. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -918,6 +1099,9 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 		return -1;
 	}
 	k->h = *h;
+	k->list_max_bytes = cfg->kubernetes.list_max_bytes;
+	atomic_init(&k->pods_wanted, pods);
+	k->pods_applied = pods;
 	pthread_mutex_init(&k->status_lock, NULL);
 	atomic_init(&k->stopping, false);
 	const char *node = cfg->kubernetes.node_name && *cfg->kubernetes.node_name
@@ -938,9 +1122,9 @@ int kube_start(const struct config *cfg, const struct kube_handler *h, struct ku
 	log_connection(k, cfg->kubernetes.kubeconfig && *cfg->kubernetes.kubeconfig
 				  ? cfg->kubernetes.kubeconfig
 				  : "in-cluster");
-	if (!k->node)
-		log_warn("no node name (kubernetes.node_name or $NODE_NAME): pods are not watched, "
-			 "pod names answer from nothing");
+	if (pods && !k->node)
+		log_warn("pods needed but not watched: no node name (kubernetes.node_name or "
+			 "$NODE_NAME)");
 	atomic_init(&k->heartbeat_ms, now_ms()); /* alive before it is scheduled */
 	int rc = pthread_create(&k->thread, NULL, client_thread, k);
 	if (rc) {

@@ -9,7 +9,8 @@
  * cluster (server, CA, insecure-skip-tls-verify) and user (client
  * certificate and key, token, tokenFile). Credentials we cannot use (exec
  * plugins, auth-provider, basic auth) stop start-up with a message rather
- * than produce a client that can only get 401s.
+ * than produce a client that can only get 401s, and so does a token that
+ * would go to a plain http:// server.
  */
 #include "kube/internal.h"
 
@@ -362,6 +363,23 @@ static int take_user(struct kc *kc, const yaml_node_t *root, const char *name, s
 	return 0;
 }
 
+/*
+ * A bearer token is a password for the whole service account: over plain
+ * http:// anyone on the path (the node's network, a proxy) could read it
+ * and use it. A client certificate is different (its key never leaves us,
+ * and curl does not offer it without TLS); an anonymous client has nothing
+ * to hide.
+ */
+static int refuse_token_in_clear(struct kc *kc, const struct kube_conn *c, const char *cluster,
+				 const char *user)
+{
+	if (strncmp(c->server, "http://", 7) != 0 || !(c->token || c->token_file))
+		return 0;
+	return kc_fail(kc, "cluster \"%s\": server \"%s\" is plain http://, and user \"%s\" has a "
+		       "bearer token, which would cross the network unencrypted; use https:// (or a "
+		       "user without a token)", cluster, c->server, user);
+}
+
 static int take_current_context(struct kc *kc, struct kube_conn *c)
 {
 	const yaml_node_t *root = yaml_document_get_root_node(&kc->doc);
@@ -380,7 +398,11 @@ static int take_current_context(struct kc *kc, struct kube_conn *c)
 	if (take_cluster(kc, root, cluster, c) < 0)
 		return -1;
 	/* A context without a user is legal: an API server open to anonymous reads. */
-	return user ? take_user(kc, root, user, c) : 0;
+	if (!user)
+		return 0;
+	if (take_user(kc, root, user, c) < 0)
+		return -1;
+	return refuse_token_in_clear(kc, c, cluster, user);
 }
 
 int kube_conn_from_kubeconfig(const char *path, const char *yaml, size_t len,

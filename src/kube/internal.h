@@ -1,8 +1,8 @@
 /*
  * kube/internal.h — the client's pure parts, private to src/kube/ (and its
  * unit tests): the connection description and where it comes from, the
- * watch-stream line splitter, the backoff schedule and the set of known
- * object keys. None of these does network I/O or logs.
+ * watch-stream line splitter, the backoff schedules (errors, repeated
+ * 410s) and the set of known object keys. None of these does network I/O or logs.
  */
 #ifndef LOCALDNS_KUBE_INTERNAL_H
 #define LOCALDNS_KUBE_INTERNAL_H
@@ -120,6 +120,25 @@ struct kube_backoff {
 /* The wait in ms before the next attempt after one more failure; rnd is any random 32-bit value. */
 uint64_t kube_backoff_next(struct kube_backoff *b, uint32_t rnd);
 void kube_backoff_reset(struct kube_backoff *b);
+
+/*
+ * Relists after "410 Gone". The first is at once: the server's history
+ * moved past us, which is normal. A 410 within KUBE_GONE_STREAK_MS of the
+ * previous one means listing again did not help (a server or proxy that
+ * expires every watch, continue tokens that never last), so each such
+ * relist waits per the backoff above; a streak ends after that long
+ * without a 410 (client-go's reflector resets its backoff after 2 min).
+ */
+#define KUBE_GONE_STREAK_MS 120000
+
+struct kube_gone {
+	struct kube_backoff backoff;
+	int64_t last_ms;     /* the previous 410, any monotonic ms clock */
+	bool seen;           /* there was a previous 410 */
+};
+
+/* The wait in ms before relisting after a 410 at now_ms. */
+uint64_t kube_gone_next(struct kube_gone *g, int64_t now_ms, uint32_t rnd);
 
 /* ---- known object keys (keys.c) -------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /*
  * kube — the Kubernetes API client: list+watch of Services, EndpointSlices,
- * Namespaces and this node's Pods, delivered object by object to a handler.
+ * Namespaces and, when asked, this node's Pods, delivered object by object
+ * to a handler.
  *
  * Owns: the connection (a kubeconfig or the in-cluster service account, the
  * bearer token and its rotation), one thread running libcurl's multi
@@ -8,7 +9,10 @@
  * each resource (LIST pages, then WATCH from the list's resourceVersion,
  * resume from the last seen resourceVersion, relist on 410 Gone), backoff
  * on errors, and the set of object keys (namespace/name) it has delivered,
- * so a relist can report what disappeared.
+ * so a relist can report what disappeared. Every response is bounded: a
+ * watch event by a fixed size, a LIST response by kubernetes.list_max_bytes
+ * (a larger one is abandoned and its page asked for again with fewer
+ * objects).
  *
  * Must never: keep whole objects (the consumer keeps what it needs), buffer
  * a whole watch stream (events are parsed line by line as they arrive),
@@ -62,13 +66,33 @@ struct kube_client;
 /*
  * Resolve the connection (cfg->kubernetes.kubeconfig, or in-cluster from
  * $KUBERNETES_SERVICE_HOST/PORT and kubernetes.service_account_dir) and the
- * node name (kubernetes.node_name, else $NODE_NAME; none: Pods are not
- * watched, logged), then start the thread. cfg is not kept.
+ * node name (kubernetes.node_name, else $NODE_NAME), then start the thread.
+ * pods: watch this node's Pods too (with no node name they cannot be:
+ * logged). cfg is not kept.
  * Returns 0, or -1 with a clear message in err (e.g. "kubeconfig FILE: no
  * current-context") and nothing started.
  */
-int kube_start(const struct config *cfg, const struct kube_handler *h, struct kube_client **out,
-	       char *err, size_t errlen);
+int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h,
+	       struct kube_client **out, char *err, size_t errlen);
+
+/*
+ * Start or stop watching this node's Pods; any thread, never waits: the
+ * client's thread applies it at its next turn. Starting LISTs and WATCHes
+ * them like the other resources; stopping ends the request in flight and
+ * reports every Pod delivered so far through remove (then commit), so the
+ * consumer keeps nothing of them.
+ */
+void kube_watch_pods(struct kube_client *k, bool on);
+
+/*
+ * What kube_start would refuse about the connection, checked without
+ * starting anything (for --check-config): with kubernetes.kubeconfig set,
+ * the file is read and parsed (a bearer token for a plain http:// server,
+ * for one, is an error). Returns 0; 1 when the kubeconfig cannot be read
+ * here (it may exist only where the daemon runs), with why in err; -1 with
+ * the error in err. The in-cluster connection is known only in the pod.
+ */
+int kube_check(const struct config *cfg, char *err, size_t errlen);
 
 /* Promptly stops the thread (wakes it from curl_multi_poll), joins it, frees all. */
 void kube_stop(struct kube_client *k);
@@ -81,6 +105,8 @@ struct kube_status {
 	uint64_t errors;                     /* failed requests, all resources */
 	uint64_t objects[KUBE_N_RESOURCES];  /* objects known now */
 	int64_t last_list_ms[KUBE_N_RESOURCES]; /* CLOCK_REALTIME ms the last full LIST ended (0 = never) */
+	uint64_t pages_too_large[KUBE_N_RESOURCES]; /* LIST responses abandoned at list_max_bytes */
+	uint64_t page_limit[KUBE_N_RESOURCES];      /* the limit= of the next LIST page */
 	int64_t heartbeat_ms;        /* CLOCK_MONOTONIC ms of the thread's last loop turn (at least 1/s) */
 };
 

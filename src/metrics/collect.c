@@ -302,6 +302,14 @@ static void collect_kubernetes(struct metrics_text *t, const struct kube_client 
 	       ks.errors);
 	by_label(t, "localdns_kubernetes_objects", "gauge", "Objects known now, by resource.",
 		 "resource", resources, ks.objects, KUBE_N_RESOURCES);
+	by_label(t, "localdns_kubernetes_list_pages_too_large_total", "counter",
+		 "LIST responses abandoned past kubernetes.list_max_bytes (the page is asked for "
+		 "again with fewer objects, or, at one object, fails), by resource.",
+		 "resource", resources, ks.pages_too_large, KUBE_N_RESOURCES);
+	by_label(t, "localdns_kubernetes_list_page_limit", "gauge",
+		 "Objects the next LIST page asks for (limit=): 500, 100 for endpointslices, "
+		 "less after a response past kubernetes.list_max_bytes.",
+		 "resource", resources, ks.page_limit, KUBE_N_RESOURCES);
 
 	metrics_family(t, "localdns_kubernetes_last_sync_timestamp_seconds", "gauge",
 		       "When the last full LIST of a resource ended (the first sync or a relist), "

@@ -141,19 +141,30 @@ def test_chart_probes_follow_health_listen(env):
     assert live is None and ready is None, "health off, still probed: %r %r" % (live, ready)
 
 
-def test_chart_rbac_is_list_watch_only(env):
-    r = chart.render(env, args=["--namespace", "kube-system"])
-    role = r.one("ClusterRole")
+def _rules(rendered):
+    """{(apiGroup, resource): sorted verbs} of the ClusterRole."""
     rules = {}
-    for rule in role["rules"]:
+    for rule in rendered.one("ClusterRole")["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
         for group in rule["apiGroups"]:
             for res in rule["resources"]:
                 assert (group, res) not in rules, "%s/%s twice" % (group, res)
                 rules[(group, res)] = sorted(rule["verbs"])
-    assert rules == {("", "services"): ["list", "watch"], ("", "namespaces"): ["list", "watch"],
-                     ("", "pods"): ["list", "watch"],
-                     ("discovery.k8s.io", "endpointslices"): ["list", "watch"]}, rules
+    return rules
+
+
+def test_chart_rbac_is_list_watch_only(env):
+    r = chart.render(env, args=["--namespace", "kube-system"])
+    # No Pods by default: only autopath and verified pod names read them.
+    want = {("", "services"): ["list", "watch"], ("", "namespaces"): ["list", "watch"],
+            ("discovery.k8s.io", "endpointslices"): ["list", "watch"]}
+    assert _rules(r) == want, _rules(r)
+    for sets in (["config.cluster.autopath=true"], ["config.cluster.pods=verified"],
+                 ["config.cluster.autopath=true", "config.cluster.pods=disabled"]):
+        rules = _rules(chart.render(env, sets=sets))
+        assert rules == {**want, ("", "pods"): ["list", "watch"]}, (sets, rules)
+    for sets in (["config.cluster.pods=disabled"], ["config.cluster.pods=insecure"]):
+        assert _rules(chart.render(env, sets=sets)) == want, sets
     binding = r.one("ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
                                   "kind": "ClusterRole", "name": "localdns"}, binding

@@ -223,6 +223,34 @@ def test_fakeapi_paging_walks_snapshot(env):
                 for r in lists[1:]), lists[:3]
 
 
+def test_fakeapi_large_objects(env):
+    """Services with large annotations make large LIST pages; each LIST
+    request records its body's size (before gzip, which the client gets
+    when it asks); annotations over 256 KiB are refused as by the real
+    server's validation."""
+    with start() as api:
+        blob = "x" * 100000
+        api.apply([fakeapi.service("big", "s%d" % i,
+                                   annotations={"example.com/blob": blob})
+                   for i in range(5)])
+        code, body, headers = call(api, "/api/v1/services?limit=3",
+                                   headers={"Accept-Encoding": "gzip"})
+        assert code == 200 and headers.get("Content-Encoding") == "gzip", headers
+        assert [s["metadata"]["annotations"]["example.com/blob"] == blob
+                for s in body["items"]] == [True] * 3, body["metadata"]
+        sent = len(json.dumps(body, separators=(",", ":")))
+        size = api.requests("services", "list")[-1].size
+        assert 300000 < size and abs(size - sent) < 100, (size, sent)
+        too_big = fakeapi.service("big", "huge", annotations={
+            "example.com/blob": "x" * (fakeapi.ANNOTATIONS_MAX + 1)})
+        try:
+            api.apply(too_big)
+            raise AssertionError("annotations over 256 KiB accepted")
+        except ValueError as e:
+            assert "must have at most 262144 bytes" in str(e), e
+        assert api.get("services", "big", "huge") is None
+
+
 def test_fakeapi_list_errors(env):
     """Expired continue -> 410 Expired; continue with an RV -> 400; an
     Exact RV before the compaction -> 410; selectors the real server

@@ -33,11 +33,15 @@ class Dump:
     """kube_dump running on a config of its own; its stdout lines are
     collected by a thread, its stderr (the log) goes to a file."""
 
-    def __init__(self, env, kubernetes, extra_env=None):
+    def __init__(self, env, kubernetes, extra_env=None, cluster=None):
+        """cluster: the config's cluster section; the default, verified pod
+        names, has this node's Pods watched (as autopath would)."""
         self.dir = env.tmp
         self.config = os.path.join(self.dir, "dump-%d.yaml" % id(self))
         with open(self.config, "w") as f:
             f.write(harness.to_yaml({"kubernetes": kubernetes,
+                                     "cluster": {"pods": "verified"} if cluster is None
+                                     else cluster,
                                      "log": {"level": "debug"}}) + "\n")
         self.log_path = os.path.join(self.dir, "dump-%d.log" % id(self))
         binary = os.path.join(os.path.dirname(env.binary), "tests", "kube_dump")
@@ -161,6 +165,17 @@ def standard_objects(n_services=3):
             F.pod("default", "elsewhere", ips="10.1.0.9", node="node-b")]
 
 
+_tls = []
+
+
+def shared_tls():
+    """A CA, server and client certificates (fakeapi.make_tls), made once for
+    every test here: a bearer token only ever goes to an https:// server."""
+    if not _tls:
+        _tls.append(F.make_tls(harness.mkdtemp("localdns-tls-")))
+    return _tls[0]
+
+
 def start_synced(env, api, token=None, node=NODE, **kc):
     """A kube_dump on a kubeconfig for api; returns it once synced."""
     path = api.kubeconfig(os.path.join(env.tmp, "kubeconfig-%d" % time.monotonic_ns()),
@@ -175,9 +190,9 @@ def watch_rv(req):
 
 
 def test_kube_list_pages_then_watches_from_the_list_rv(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         list_rv = api.apply(standard_objects(1201))
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         before_sync = d.lines()[:d.wait("synced")]
         svcs = upserts(before_sync, "services")
         assert len(svcs) == 1201 and len(set(svcs)) == 1201, len(svcs)
@@ -211,9 +226,9 @@ def test_kube_list_pages_then_watches_from_the_list_rv(env):
 
 
 def test_kube_watch_events_and_resume_after_a_cut(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         api.wait_watches(count=4)
         m = d.mark()
         rv_new = api.apply(F.service("default", "new", ports=[53]))
@@ -247,9 +262,9 @@ def test_kube_watch_events_and_resume_after_a_cut(env):
 
 
 def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         api.wait_watches(count=4)
         # A gap: the API goes away, things change, history is compacted.
         api.set_down(True)
@@ -260,8 +275,9 @@ def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
         m = d.mark()
         api.set_down(False)
         i = d.wait("remove services default/svc-0002", start=m, timeout=10)
-        d.wait("remove namespaces kube-system", start=m, timeout=10)
-        d.wait("commit", start=i)
+        j = d.wait("remove namespaces kube-system", start=m, timeout=10)
+        # Each relist's counters are set before the commit that ends it.
+        d.wait("commit", start=max(i, j))
         lines = d.lines(m)
         assert ("services", "default/born-in-gap") in \
             [(r, k) for r, k, _ in upserts(lines)], lines
@@ -276,10 +292,46 @@ def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
         d.stop()
 
 
+def test_kube_repeated_410_relists_back_off(env):
+    """A 410 that comes back after every relist (a server or proxy that
+    expires each watch at once): the first relist is at once, the next
+    ones wait per the backoff (jittered in [b/2, b], b = 400, 800, 1600
+    ms), so a fleet of nodes does not LIST the cluster in a loop."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        d = start_synced(env, api)
+        api.wait_watches(count=4)
+        api.clear_requests()
+        api.fail_next(4, 410, resource="services", verb="watch")
+        assert api.cut_watches("services") == 1
+        d_mark = d.mark()
+        # Four expired watches, each followed by a LIST, then a watch that holds.
+        api.wait_requests("services", "watch", count=5, timeout=10)
+        api.wait_watches("services", count=1, timeout=10)
+        reqs = [r for r in api.requests("services") if r.verb in ("list", "watch")]
+        assert [r.verb for r in reqs] == ["watch", "list"] * 4 + ["watch"], reqs
+        # The wait between each expiry and its LIST: the server's own clock.
+        gaps = [reqs[i + 1].time - reqs[i].time for i in range(0, 8, 2)]
+        for gap, least in zip(gaps[1:], (0.2, 0.4, 0.8)):
+            assert gap >= least, gaps
+        waits = [int(w) for w in re.findall(
+            r'msg="kubernetes watch expired \(410 Gone\); relisting" resource=services '
+            r'.*retry_ms=(\d+)', d.log())]
+        assert len(waits) == 4 and waits[0] == 0, waits
+        assert 200 <= waits[1] <= 400 and 400 <= waits[2] <= 800 and 800 <= waits[3] <= 1600, \
+            waits
+        st = d.status()
+        assert st["services"]["relists"] == 4, st
+        # The other resources never noticed.
+        assert api.count("namespaces", "list") == 0, api.requests("namespaces")
+        assert not removes(d.lines(d_mark)), d.lines(d_mark)
+        d.stop()
+
+
 def test_kube_bookmarks_move_the_resource_version(env):
-    with F.FakeAPI(tokens=["t0"], bookmark_interval=0.2) as api:
+    with F.FakeAPI(bookmark_interval=0.2) as api:
         list_rv = api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         # Only namespaces change: services' RV moves by bookmarks alone.
         rv = api.apply(F.namespace("other"))
         d.wait("upsert namespaces other rv=%d" % rv)
@@ -294,9 +346,9 @@ def test_kube_bookmarks_move_the_resource_version(env):
 
 
 def test_kube_api_down_backs_off_then_resumes_without_loss(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token="t0")
+        d = start_synced(env, api)
         api.wait_watches(count=4)
         m = d.mark()
         api.set_down(True)
@@ -335,9 +387,10 @@ def test_kube_401_logged_then_a_rotated_token_file_recovers(env):
     write_token(valid, "old")
     client_token = os.path.join(env.tmp, "client-token")
     write_token(client_token, "old")
-    with F.FakeAPI(token_file=valid) as api:
+    tls = shared_tls()
+    with F.FakeAPI(token_file=valid, tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token_file=client_token)
+        d = start_synced(env, api, token_file=client_token, ca=tls.ca)
         api.wait_watches(count=4)
         # The server stops accepting our token: every request gets 401.
         write_token(valid, "new")
@@ -365,9 +418,10 @@ def test_kube_401_rereads_a_token_the_stat_check_cannot_see(env):
     new token, and the retry is immediate (no error logged)."""
     client_token = os.path.join(env.tmp, "client-token")
     write_token(client_token, "tok-1")
-    with F.FakeAPI(tokens=["tok-1"]) as api:
+    tls = shared_tls()
+    with F.FakeAPI(tokens=["tok-1"], tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(standard_objects())
-        d = start_synced(env, api, token_file=client_token)
+        d = start_synced(env, api, token_file=client_token, ca=tls.ca)
         api.wait_watches(count=4)
         st = os.stat(client_token)
         with open(client_token, "r+") as f:
@@ -386,10 +440,10 @@ def test_kube_401_rereads_a_token_the_stat_check_cannot_see(env):
 
 
 def test_kube_403_is_logged_with_the_reason_and_holds_the_sync(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects())
         api.forbid("endpointslices")
-        path = api.kubeconfig(os.path.join(env.tmp, "kc"), token="t0")
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
         d = Dump(env, {"kubeconfig": path, "node_name": NODE})
         api.wait_requests("endpointslices", "list", count=2)
         log = d.log()
@@ -489,9 +543,32 @@ def test_kube_no_node_name_skips_pods(env):
         api.apply(standard_objects())
         d = start_synced(env, api, node="")
         assert api.count("pods") == 0, api.requests("pods")
-        assert "pods are not watched" in d.log(), d.log()
+        assert 'msg="pods needed but not watched: no node name' in d.log(), d.log()
         assert not upserts(d.lines(), "pods")
         d.stop()
+
+
+def test_kube_pods_watched_only_when_needed(env):
+    """Without cluster.autopath or verified pod names nothing reads Pods:
+    no LIST, no WATCH; either one has this node's Pods watched."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        for cluster in ({}, {"pods": "insecure", "autopath": False}, {"pods": "disabled"}):
+            d = Dump(env, {"kubeconfig": path, "node_name": NODE}, cluster=cluster)
+            d.wait("synced", timeout=10)
+            api.wait_watches("namespaces", count=1)
+            assert 'pods="not watched (not needed)"' in d.log(), d.log()
+            assert not upserts(d.lines(), "pods"), d.lines()
+            d.stop()
+        assert api.count("pods") == 0, api.requests("pods")
+        for cluster in ({"autopath": True}, {"pods": "verified"}):
+            d = Dump(env, {"kubeconfig": path, "node_name": NODE}, cluster=cluster)
+            d.wait("synced", timeout=10)
+            assert [k for _, k, _ in upserts(d.lines(), "pods")] == ["default/here"], cluster
+            assert "pods=watched" in d.log(), d.log()
+            d.stop()
+        assert api.count("pods", "list") == 2, api.requests("pods")
 
 
 def test_kube_start_errors_are_clear(env):
@@ -515,10 +592,128 @@ def test_kube_start_errors_are_clear(env):
         assert p.returncode == 1 and want in p.stderr, (kube, p.returncode, p.stderr)
 
 
+def test_kube_token_never_sent_over_plain_http(env):
+    """A kubeconfig pairing an http:// server with a token (inline or a
+    file) is refused by the client, by --check-config and by the daemon's
+    start-up, before any request; without a token plain HTTP works."""
+    token_file = os.path.join(env.tmp, "token")
+    write_token(token_file, "secret-token")
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "kube_dump")
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        want = ('cluster "fake": server "%s" is plain http://, and user "fake" has a bearer '
+                'token, which would cross the network unencrypted; use https:// (or a user '
+                'without a token)' % api.url)
+        for name, kc in (("inline", {"token": "secret-token"}),
+                         ("file", {"token_file": token_file})):
+            path = api.kubeconfig(os.path.join(env.tmp, "kc-" + name), **kc)
+            dump_cfg = os.path.join(env.tmp, "dump-%s.yaml" % name)
+            with open(dump_cfg, "w") as f:
+                f.write(harness.to_yaml({"kubernetes": {"kubeconfig": path}}) + "\n")
+            p = subprocess.run([binary, "--config", dump_cfg], capture_output=True,
+                               text=True, timeout=5)
+            assert p.returncode == 1 and want in p.stderr, (name, p.returncode, p.stderr)
+            daemon_cfg = os.path.join(env.tmp, "daemon-%s.yaml" % name)
+            with open(daemon_cfg, "w") as f:
+                f.write(harness.to_yaml(env.config(
+                    kubernetes={"enabled": True, "kubeconfig": path, "node_name": NODE},
+                    static={"records": [], "files": []})) + "\n")
+            p = env.run(["--check-config", daemon_cfg])
+            assert p.returncode == 1 and want in p.stderr, (name, p.stderr)
+            p = env.run(["--config", daemon_cfg])     # logfmt escapes the quotes
+            assert p.returncode == 1 and 'msg="cannot start"' in p.stderr and \
+                want.replace('"', '\\"') in p.stderr, (name, p.stderr)
+            assert "secret-token" not in p.stderr, p.stderr
+        assert api.count() == 0, api.requests()
+        # No token, nothing to leak: an anonymous client may use http://.
+        d = start_synced(env, api)
+        assert users(api) == {"anonymous"}, users(api)
+        d.stop()
+
+
+def big_services(n, size=30000):
+    """n Services in default, after standard_objects()' in list order, each
+    carrying `size` bytes of annotations."""
+    blob = "x" * size
+    return [F.service("default", "zz-big-%02d" % i, ports=[80],
+                      annotations={"example.com/blob": blob}) for i in range(n)]
+
+
+def test_kube_list_page_over_the_byte_cap_is_asked_again_smaller(env):
+    """A LIST response past kubernetes.list_max_bytes is abandoned and the
+    same page (same continue token) asked for again with half the limit,
+    until it fits; the smaller limit stays for the pages and LISTs after,
+    and grows back while pages come in well under the cap. Nothing is
+    delivered twice or lost."""
+    cap = 1 << 20
+    with F.FakeAPI() as api:
+        # Page 1 (limit 500): small Services. Page 2: 100 small ones, then
+        # 40 of 30 KB: 1.3 MB at limit 500 or 250, 0.8 MB at 125.
+        api.apply(standard_objects(600) + big_services(40))
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "list_max_bytes": "1MiB"})
+        d.wait("synced", timeout=15)
+        lists = api.requests("services", "list")
+        assert [int(r.query["limit"]) for r in lists] == [500, 500, 250, 125, 125], lists
+        conts = [r.query.get("continue") for r in lists]
+        assert conts[0] is None and conts[1] == conts[2] == conts[3] != conts[4], conts
+        sizes = [r.size for r in lists]
+        assert sizes[1] > cap and sizes[2] > cap, sizes       # abandoned
+        assert all(s <= cap for s in sizes[:1] + sizes[3:]), sizes
+        got = [k for _, k, _ in upserts(d.lines(), "services")]
+        assert len(got) == 640 and len(set(got)) == 640, len(got)
+        assert re.search(r'level=warn msg="kubernetes list response over '
+                         r'kubernetes.list_max_bytes; asking for fewer objects" '
+                         r'resource=services max_bytes=1048576 limit=500 new_limit=250', d.log()), \
+            d.log()
+        st = d.status()
+        assert st["services"]["too_large"] == 2 and st["services"]["page_limit"] == 125, st
+        assert st["endpointslices"]["too_large"] == 0 and \
+            st["endpointslices"]["page_limit"] == 100, st
+        assert st["errors"] == 0, st      # a page asked again smaller is no failure
+        # A relist starts at the smaller limit, which doubles back while
+        # pages of small Services come in far under the cap.
+        api.wait_watches("services", count=1)
+        api.clear_requests()
+        api.fail_next(1, 410, resource="services", verb="watch")
+        assert api.cut_watches("services") == 1
+        # The expired watch, the relist, then a watch again.
+        api.wait_requests("services", "watch", count=2, timeout=10)
+        relist = [int(r.query["limit"]) for r in api.requests("services", "list")]
+        assert relist[:3] == [125, 250, 500], relist
+        assert d.status()["services"]["relists"] == 1
+        d.stop()
+
+
+def test_kube_list_object_over_the_byte_cap_holds_the_sync_and_says_so(env):
+    """One object larger than kubernetes.list_max_bytes: the limit halves
+    down to one object, then the page is a failure (logged as an error
+    naming the key, retried with backoff) until the object is gone."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects() + [F.service("default", "huge", annotations={
+            "example.com/blob": "x" * 100000})])
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "list_max_bytes": "64KiB"})
+        reqs = api.wait_requests("services", "list", count=10, timeout=10)
+        assert [int(r.query["limit"]) for r in reqs] == \
+            [500, 250, 125, 62, 31, 15, 7, 3, 1, 1], reqs
+        assert reqs[-1].time - reqs[-2].time >= 0.2, reqs     # backoff, not a spin
+        assert re.search(r'level=error msg="kubernetes list response over '
+                         r'kubernetes.list_max_bytes with one object per page; raise it" '
+                         r'resource=services max_bytes=65536 retry_ms=\d+', d.log()), d.log()
+        assert "synced" not in d.lines()
+        api.delete("services", "default", "huge")
+        d.wait("synced", timeout=10)
+        got = sorted(k for _, k, _ in upserts(d.lines(), "services"))
+        assert got == ["default/svc-0000", "default/svc-0001", "default/svc-0002"], got
+        assert d.status()["services"]["too_large"] >= 10
+        d.stop()
+
+
 def test_kube_expired_continue_token_starts_the_list_over(env):
-    with F.FakeAPI(tokens=["t0"]) as api:
+    with F.FakeAPI() as api:
         api.apply(standard_objects(1500))
-        path = api.kubeconfig(os.path.join(env.tmp, "kc"), token="t0")
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
         d = Dump(env, {"kubeconfig": path, "node_name": NODE})
         # While page 1 is being served, history moves on and is compacted:
         # page 2's continue token is then too old (410 Expired).

@@ -285,9 +285,10 @@ def test_no_token_from_a_rotated_token_file_in_the_log(env):
     path = os.path.join(env.tmp, "token")
     with open(path, "w") as f:
         f.write(bad + "\n")
-    with F.FakeAPI(tokens=[good]) as api:
+    tls = F.make_tls(os.path.join(env.tmp, "tls"))
+    with F.FakeAPI(tokens=[good], tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(F.namespace("shop"), F.service("shop", "db", cluster_ips=["10.96.0.5"]))
-        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), token_file=path)
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), token_file=path, ca=tls.ca)
         d = _kube_daemon(env, api, kc)
         wait_for(lambda: "401 Unauthorized" in d.stderr(), "the 401 in the log")
         with open(path + ".new", "w") as f:

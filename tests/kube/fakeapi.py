@@ -57,6 +57,8 @@ HTTP control API (JSON bodies; query parameters work too; answers JSON):
     POST /_control/tokens        {"tokens": [...]}
     POST /_control/bookmark_interval {"seconds"}
     GET  /_control/requests?resource=&verb=  -> {"requests": [...]}
+                                 (each with its query, status code, time
+                                  and, for a LIST, the body's size)
     POST /_control/clear_requests
     GET  /_control/state         -> RV, compaction, down, port, open watches
     POST /_control/wait_watches  {"resource", "count", "timeout"} (504 on
@@ -253,14 +255,17 @@ def _normalise_service_port(p):
 
 def service(ns, name, cluster_ips=None, ports=None, type="ClusterIP",
             external_name=None, headless=False, publish_not_ready=False,
-            ip_families=None, selector=None, labels=None, deleting=False):
+            ip_families=None, selector=None, labels=None, deleting=False,
+            annotations=None):
     """A v1 Service.
 
     type: "ClusterIP" (default), "NodePort", "LoadBalancer" or
     "ExternalName" (give external_name). headless=True makes clusterIP
     "None". cluster_ips: one address or a list (dual-stack); allocated from
     10.96/16 when omitted. ports: ints or dicts with name, port, protocol,
-    targetPort (see service_port())."""
+    targetPort (see service_port()). annotations: a dict, e.g.
+    {"example.com/blob": "x" * 100000} for a large object (the server
+    refuses more than 256 KiB of them, see ANNOTATIONS_MAX)."""
     spec = {}
     if ports:
         spec["ports"] = [_normalise_service_port(p)
@@ -295,7 +300,7 @@ def service(ns, name, cluster_ips=None, ports=None, type="ClusterIP",
     if type == "ExternalName" and publish_not_ready:
         spec["publishNotReadyAddresses"] = True
     return {"kind": "Service", "apiVersion": "v1",
-            "metadata": _meta(name, ns, labels, deleting=deleting),
+            "metadata": _meta(name, ns, labels, annotations, deleting=deleting),
             "spec": spec,
             "status": {"loadBalancer": {}}}
 
@@ -567,6 +572,22 @@ class Event:
         self.obj, self.item, self.old = obj, item, old
 
 
+# The API server's limit on one object's annotations, keys and values
+# together (apimachinery's TotalAnnotationSizeLimitB): the largest object a
+# client can be sent through annotations alone.
+ANNOTATIONS_MAX = 256 * 1024
+
+
+def check_annotations(obj):
+    """Refuse what the real server's validation refuses: annotations over
+    ANNOTATIONS_MAX bytes in total."""
+    notes = (obj.get("metadata") or {}).get("annotations") or {}
+    size = sum(len(k) + len(v) for k, v in notes.items())
+    if size > ANNOTATIONS_MAX:
+        raise ValueError("metadata.annotations: Too long: must have at most "
+                         "%d bytes" % ANNOTATIONS_MAX)
+
+
 def encode_item(obj):
     body = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
     return json.dumps(body, separators=(",", ":")).encode()
@@ -609,6 +630,7 @@ class Store:
     def _apply_one(self, obj):
         res = resource_of(obj)
         key = key_of(res, obj)
+        check_annotations(obj)
         revs = self.revs[res.name].get(key)
         old = revs[-1].obj if revs and revs[-1].obj is not None else None
         meta = dict(obj["metadata"])
@@ -816,12 +838,13 @@ class Request:
             raw_query, keep_blank_values=True).items()}
         self.user = user              # token or client cert CN, or None
         self.code = None              # HTTP status sent
+        self.size = None              # LIST: body bytes before any gzip
         self.time = time.time()
 
     def to_dict(self):
         return {k: getattr(self, k) for k in (
             "verb", "resource", "namespace", "name", "path", "raw_query",
-            "query", "user", "code", "time")}
+            "query", "user", "code", "size", "time")}
 
     def __repr__(self):
         return "<%s %s?%s -> %s>" % (self.verb, self.path, self.raw_query,
@@ -1553,6 +1576,7 @@ class FakeAPI:
                meta.encode()),
             b",".join(items), b"]}"])
         h._req.code = 200
+        h._req.size = len(body)
         h.send_json(200, body)
 
     # -- watch

@@ -9,7 +9,9 @@
  *   synced
  *
  * SIGUSR1 prints the client's counters as one line:
- *   status synced=1 errors=0 services=events:3,relists:0,objects:2 ...
+ *   status synced=1 errors=0 services=events:3,relists:0,objects:2,too_large:0,page_limit:500 ...
+ * Pods are watched as the daemon watches them: with cluster.autopath or
+ * cluster.pods: verified in the config.
  * SIGTERM or SIGINT stops the client (kube_stop) and exits 0. Every line is
  * flushed at once, so a test reading the pipe sees it immediately.
  *
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cluster/cluster.h"
 #include "config/config.h"
 #include "kube/kube.h"
 #include "log/log.h"
@@ -88,9 +91,10 @@ static void print_status(const struct kube_client *k)
 	printf("status synced=%d errors=%llu contact=%d", st.synced, (unsigned long long)st.errors,
 	       st.last_contact_ms > 0);
 	for (int r = 0; r < KUBE_N_RESOURCES; r++)
-		printf(" %s=events:%llu,relists:%llu,objects:%llu", kube_resource_name(r),
-		       (unsigned long long)st.events[r], (unsigned long long)st.relists[r],
-		       (unsigned long long)st.objects[r]);
+		printf(" %s=events:%llu,relists:%llu,objects:%llu,too_large:%llu,page_limit:%llu",
+		       kube_resource_name(r), (unsigned long long)st.events[r],
+		       (unsigned long long)st.relists[r], (unsigned long long)st.objects[r],
+		       (unsigned long long)st.pages_too_large[r], (unsigned long long)st.page_limit[r]);
 	printf("\n");
 	fflush(stdout);
 	funlockfile(stdout);
@@ -121,7 +125,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	struct kube_handler h = {.upsert = on_upsert, .remove = on_remove, .commit = on_commit,
 				 .synced = on_synced};
-	if (kube_start(cfg, &h, &k, err, sizeof err) < 0) {
+	if (kube_start(cfg, cluster_needs_pods(cfg), &h, &k, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		config_free(cfg);
 		return 1;

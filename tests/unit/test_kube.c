@@ -1,7 +1,8 @@
 /*
  * Unit tests for kube/'s pure parts: the watch-stream line splitter (every
  * chunk boundary, events split over many chunks, many events in one
- * chunk, the size limit), the backoff schedule, base64, kubeconfig
+ * chunk, the size limit), the backoff schedule and the 410 relist
+ * schedule, base64, kubeconfig
  * parsing (contexts, relative paths, *-data, tokenFile, refused
  * credentials, exact messages), the in-cluster connection, token file
  * rotation, and the known-key set with its relist sweep.
@@ -140,6 +141,27 @@ static void test_backoff_grows_jitters_and_caps(void **state)
 	assert_int_equal(w, 400);
 }
 
+/* The first 410 relists at once; 410s that keep coming back wait longer and longer. */
+static void test_gone_first_prompt_then_backoff(void **state)
+{
+	(void)state;
+	struct kube_gone g = {0};
+	int64_t t = 1000000;
+
+	assert_int_equal(kube_gone_next(&g, t, 0), 0);
+	assert_int_equal(kube_gone_next(&g, t += 50, 0), 200);
+	assert_int_equal(kube_gone_next(&g, t += 300, 0), 400);
+	uint64_t w = kube_gone_next(&g, t += 500, UINT32_MAX);
+	assert_true(w >= 800 && w <= 1600);
+	/* Quiet for a whole streak: the next 410 is a first one again. */
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS, 0), 0);
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS - 1, 0), 200);
+	/* The wait is capped like any backoff; the streak goes on while 410s come. */
+	for (int i = 0; i < 20; i++)
+		w = kube_gone_next(&g, t += KUBE_BACKOFF_CAP_MS, (uint32_t)i * 2654435761u);
+	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
+}
+
 /* ---- base64 ---------------------------------------------------------------- */
 
 static void expect_b64(const char *in, const char *want)
@@ -232,7 +254,7 @@ static void test_kubeconfig_files_token_insecure(void **state)
 	static const char text[] =
 		"current-context: c\n"
 		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
-		"clusters: [{name: k, cluster: {server: 'http://127.0.0.1:8080', "
+		"clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443', "
 		"insecure-skip-tls-verify: true, certificate-authority-data: QUJD}}]\n"
 		"users: [{name: u, user: {token: abc.def, client-certificate: c.crt, "
 		"client-key: /k/c.key}}]\n";
@@ -241,7 +263,7 @@ static void test_kubeconfig_files_token_insecure(void **state)
 
 	/* No directory part: relative paths stay relative to the working directory. */
 	assert_int_equal(kube_conn_from_kubeconfig("kc", text, strlen(text), &c, err, sizeof err), 0);
-	assert_string_equal(c.server, "http://127.0.0.1:8080");
+	assert_string_equal(c.server, "https://127.0.0.1:6443");
 	assert_true(c.insecure);
 	assert_memory_equal(c.ca_data.data, "ABC", 3);
 	assert_string_equal(c.token, "abc.def");
@@ -300,9 +322,40 @@ static void test_kubeconfig_errors(void **state)
 				      "without a key, or a key without a certificate");
 	snprintf(text, sizeof text, "%susers: [{name: v, user: {}}]\n", head);
 	expect_kubeconfig_error(text, "kubeconfig /k/config: user \"u\" not found in users");
+	/* A bearer token is never sent where anyone on the path can read it. */
+	static const char plain[] = "current-context: x\n"
+				    "contexts: [{name: x, context: {cluster: k, user: u}}]\n"
+				    "clusters: [{name: k, cluster: {server: 'http://10.0.0.1:8080'}}]\n";
+	static const char *const tokens[] = {"{token: abc}", "{tokenFile: /t}"};
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(text, sizeof text, "%susers: [{name: u, user: %s}]\n", plain, tokens[i]);
+		expect_kubeconfig_error(text, "kubeconfig /k/config: cluster \"k\": server "
+					      "\"http://10.0.0.1:8080\" is plain http://, and user "
+					      "\"u\" has a bearer token, which would cross the network "
+					      "unencrypted; use https:// (or a user without a token)");
+	}
 	expect_kubeconfig_error("a: [\n", "kubeconfig /k/config: 2:1: did not find expected node "
 					  "content");
 	expect_kubeconfig_error("- 1\n", "kubeconfig /k/config: not a YAML mapping");
+}
+
+/* Plain http:// with nothing to hide (a local API proxy, a test server) is allowed. */
+static void test_kubeconfig_plain_http_without_token(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"current-context: c\n"
+		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+		"clusters: [{name: k, cluster: {server: 'http://127.0.0.1:8001'}}]\n"
+		"users: [{name: u, user: {}}]\n";
+	struct kube_conn c;
+	char err[256] = "";
+
+	assert_int_equal(kube_conn_from_kubeconfig("kc", text, strlen(text), &c, err, sizeof err), 0);
+	assert_string_equal(c.server, "http://127.0.0.1:8001");
+	assert_null(c.token);
+	assert_null(c.token_file);
+	kube_conn_free(&c);
 }
 
 static void test_kubeconfig_unreadable(void **state)
@@ -466,10 +519,12 @@ int main(void)
 		cmocka_unit_test(test_lines_event_over_many_chunks),
 		cmocka_unit_test(test_lines_limit_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
+		cmocka_unit_test(test_gone_first_prompt_then_backoff),
 		cmocka_unit_test(test_base64),
 		cmocka_unit_test(test_kubeconfig_current_context),
 		cmocka_unit_test(test_kubeconfig_files_token_insecure),
 		cmocka_unit_test(test_kubeconfig_errors),
+		cmocka_unit_test(test_kubeconfig_plain_http_without_token),
 		cmocka_unit_test(test_kubeconfig_unreadable),
 		cmocka_unit_test(test_in_cluster),
 		cmocka_unit_test(test_token_rotation),
