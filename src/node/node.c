@@ -288,13 +288,23 @@ static int apply_interface(struct node *node, char *err, size_t errlen)
 	return iface_apply(node->iface, err, errlen);
 }
 
-static int apply_table(struct node *node, char *err, size_t errlen)
+/*
+ * Before anything on the node changes: a table of our name that someone
+ * else made (nftables.table: filter) stops start-up with the node as it was.
+ */
+static int claim_table(struct node *node, char *err, size_t errlen)
 {
 	if (!node->cfg->nftables.enabled)
 		return 0;
 	if (!(node->nft = nft_open(node->cfg, err, errlen)))
 		return -1;
-	return nft_apply(node->nft, err, errlen);
+	int owner = nft_table_owner(node->nft, err, errlen);
+	return owner < 0 || owner == NFT_TABLE_FOREIGN ? -1 : 0;
+}
+
+static int apply_table(struct node *node, char *err, size_t errlen)
+{
+	return node->nft ? nft_apply(node->nft, err, errlen) : 0;
 }
 
 struct node *node_start(const struct config *cfg, char *err, size_t errlen)
@@ -315,7 +325,7 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen)
 		free_node(node);
 		return NULL;
 	}
-	if (apply_interface(node, err, errlen) < 0)
+	if (claim_table(node, err, errlen) < 0 || apply_interface(node, err, errlen) < 0)
 		goto fail;
 	if (apply_table(node, err, errlen) < 0) {
 		if (node->iface)
