@@ -9,10 +9,11 @@
  *
  * The allow-lists are what each kind of thread was seen to call (strace
  * -f of the whole integration suite, one list per thread name; the suite
- * passes with them, plain and under ASan and UBSan), grouped by purpose. Threads that libraries start
- * (libunbound's, libcurl's resolver threads, libmicrohttpd's, liburcu's
- * call_rcu thread) inherit the list of the thread that started them, so a
- * list covers those too.
+ * passes with them, plain and under ASan and UBSan), grouped by purpose.
+ * Threads that libraries start (libunbound's, libcurl's resolver threads,
+ * libmicrohttpd's, liburcu's call_rcu and hash table resize threads)
+ * inherit the list of the thread that started them, so a list covers
+ * those too.
  */
 #include "privs/privs.h"
 
@@ -26,9 +27,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/capability.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <termios.h>
 
