@@ -8,7 +8,7 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
 PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
-            libmnl libnftnl ldns libmicrohttpd libcap
+            libmnl libnftnl ldns libmicrohttpd libcap libseccomp
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -31,6 +31,10 @@ BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
 # Runs the Kubernetes API client alone, printing its handler calls (integration tests).
 KUBE_DUMP := $(BUILD)/tests/kube_dump
 
+# The daemon with a worker that makes a forbidden syscall on cue (tests/privs/forbidden.c,
+# for test_privileges.py): the same objects, recvmmsg wrapped. Never installed.
+FORBIDDEN := $(BUILD)/tests/localdns-forbidden
+
 # The benchmarks' load generator and canned-reply responder (tests/bench/), also
 # run by the integration tests; never installed.
 BENCH_TOOLS := $(BUILD)/bench/dnsgen $(BUILD)/bench/bare_responder
@@ -43,7 +47,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
-        libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev \
+        libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev libseccomp-dev \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
         nftables conntrack prometheus \
@@ -84,6 +88,10 @@ $(BIN): $(BIN_OBJ) $(LIB)
 $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(FORBIDDEN): tests/privs/forbidden.c $(BIN_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg $(LDLIBS)
 
 $(BUILD)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
@@ -136,7 +144,7 @@ test: deps
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
-integration: $(BIN) $(KUBE_DUMP) $(CHART_RENDER) $(BENCH_TOOLS)
+integration: $(BIN) $(KUBE_DUMP) $(FORBIDDEN) $(CHART_RENDER) $(BENCH_TOOLS)
 	python3 tests/integration/run.py --binary $(BIN)
 
 # The unit and integration suites again, built with ASan and UBSan: any

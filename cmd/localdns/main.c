@@ -184,12 +184,38 @@ static void block_signals(sigset_t *signals)
  * sources point at it), the client that fills it once everything else has
  * started (start_watching).
  */
+struct cluster_making {
+	const struct config *cfg;
+	struct cluster *cluster;
+	char *err;
+	size_t errlen;
+};
+
+static void make_cluster(void *arg)
+{
+	struct cluster_making *m = arg;
+
+	urcu_memb_register_thread(); /* the fixed names go in under the read lock */
+	m->cluster = cluster_new(m->cfg, m->err, m->errlen);
+	urcu_memb_unregister_thread();
+}
+
+/*
+ * liburcu's hash tables start their resize thread from the thread that
+ * makes the first of them: made on a thread restricted as the Kubernetes
+ * thread (the tables' writer), that resize thread inherits its limits
+ * instead of the main thread's capabilities.
+ */
 static int make_cluster_table(const struct config *cfg, struct cluster **cluster,
 			      char *err, size_t errlen)
 {
+	struct cluster_making m = {.cfg = cfg, .err = err, .errlen = errlen};
+
 	if (!cfg->kubernetes.enabled)
 		return 0;
-	*cluster = cluster_new(cfg, err, errlen);
+	if (privs_run_as(PRIVS_KUBERNETES, "kubernetes", make_cluster, &m, err, errlen) < 0)
+		return -1;
+	*cluster = m.cluster;
 	return *cluster ? 0 : -1;
 }
 
@@ -271,15 +297,16 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 	int64_t last_stale_report = 0;
 	int sig = 0;
 	struct daemon_watch *watch = daemon_watch_new(d, err, sizeof err);
-	struct pollfd fds[2] = {
+	struct pollfd fds[3] = {
 		{.fd = sigfd, .events = POLLIN},
 		{.fd = watch ? daemon_watch_fd(watch) : -1, .events = POLLIN},
+		{.fd = daemon_ask_fd(d), .events = POLLIN}, /* localdns ctl reload */
 	};
 
 	if (!watch)
 		log_warn("the config file is not watched; SIGHUP reloads", "error", err);
 	while (!sig) {
-		int n = poll(fds, 2, TICK_MS);
+		int n = poll(fds, 3, TICK_MS);
 		if (n < 0 && errno != EINTR) {
 			log_error("poll failed; stopping", "error", strerror(errno));
 			sig = SIGTERM;
@@ -288,8 +315,11 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 			daemon_watch_process(watch);
 		if (n > 0 && (fds[0].revents & POLLIN))
 			sig = take_signal(sigfd, d);
+		if (n > 0 && (fds[2].revents & POLLIN))
+			daemon_serve_asked_reload(d);
 		report_staleness(d->kube, &last_stale_report);
 	}
+	daemon_refuse_reloads(d); /* before the control thread is stopped: it may be waiting */
 	daemon_watch_free(watch);
 	return sig;
 }
@@ -382,7 +412,8 @@ static int serve(const char *path)
 	if (!server)
 		goto fail;
 	log_serving(cfg, server);
-	daemon_init(&daemon, path, cfg);
+	if (daemon_init(&daemon, path, cfg, err, sizeof err) < 0)
+		goto fail;
 	daemon.server = server;
 	daemon.upstream = upstream;
 	daemon.cache = cache;
@@ -421,6 +452,10 @@ fail:
 	log_error("cannot start", "error", err);
 	control_stop(control);
 	kube_stop(kube);
+	if (server) {
+		upstream_stop(upstream); /* nothing sends on a worker's socket any more */
+		server_stop(server);
+	}
 	node_stop(node);
 	upstream_free(upstream);
 	querylog_stop();

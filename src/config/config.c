@@ -297,6 +297,10 @@ static const struct key control_keys[] = {
 	 .def = "/run/localdns/control.sock"},
 };
 
+static const struct key security_keys[] = {
+	{"seccomp", V_BOOL, CFG(security.seccomp), .def = "true"},
+};
+
 static const struct key chaos_keys[] = {
 	{"enabled", V_BOOL, CFG(chaos.enabled), .def = "false"},
 	/* Answered as one TXT character-string. */
@@ -325,6 +329,7 @@ static const struct schema health_schema = SCHEMA(health_keys, NULL);
 static const struct schema metrics_schema = SCHEMA(metrics_keys, NULL);
 static const struct schema log_schema = SCHEMA(log_keys, NULL);
 static const struct schema control_schema = SCHEMA(control_keys, NULL);
+static const struct schema security_schema = SCHEMA(security_keys, NULL);
 static const struct schema chaos_schema = SCHEMA(chaos_keys, NULL);
 
 /* Sections share struct config as their base: their keys' offsets are absolute. */
@@ -336,8 +341,8 @@ static const struct key top_keys[] = {
 	SECTION("upstream", upstream_schema), SECTION("cache", cache_schema),
 	SECTION("health", health_schema),     SECTION("metrics", metrics_schema),
 	SECTION("log", log_schema),           SECTION("control", control_schema),
-	SECTION("chaos", chaos_schema), SECTION("rrl", rrl_schema),
-};
+	SECTION("security", security_schema), SECTION("chaos", chaos_schema),
+	SECTION("rrl", rrl_schema),};
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
 /* ---- messages ---------------------------------------------------------- */

@@ -186,6 +186,10 @@ struct config {
 	struct { char *socket; } control;  /* "/run/localdns/control.sock" */
 
 	struct {
+		bool seccomp;                  /* true: each thread gets its syscall allow-list */
+	} security;
+
+	struct {
 		bool enabled;                  /* false: CH TXT queries get REFUSED */
 		char *version;                 /* answer to version.bind */
 		char *id;                      /* answer to id.server; "" = hostname */

@@ -278,7 +278,8 @@ static void cmd_reload(struct control *ctl, struct conn *c, int argc, char **arg
 
 	(void)argc;
 	(void)argv;
-	if (daemon_reload(ctl->d, err, sizeof err) < 0) {
+	/* On the main thread: this one may not bind addresses or change the node. */
+	if (daemon_ask_reload(ctl->d, err, sizeof err) < 0) {
 		reply_error(c, "%s", err);
 		return;
 	}

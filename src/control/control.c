@@ -23,6 +23,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
+#include "privs/privs.h"
 
 #define SOCKET_MODE 0660
 #define DIR_MODE 0755
@@ -383,14 +384,12 @@ int control_start(struct control *ctl, struct daemon *d, char *err, size_t errle
 	if (!ctl)
 		return 0;
 	ctl->d = d;
-	int rc = pthread_create(&ctl->thread, NULL, control_main, ctl);
-	if (rc != 0) {
-		snprintf(err, errlen, "control thread: %s", strerror(rc));
+	if (privs_thread_create(&ctl->thread, PRIVS_CONTROL, "control", control_main, ctl, err,
+				errlen) < 0) {
 		close(ctl->listen_fd);
 		ctl->listen_fd = -1;
 		return -1;
 	}
-	pthread_setname_np(ctl->thread, "control");
 	ctl->started = true;
 	log_info("control socket ready", "path", ctl->path);
 	return 0;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,8 @@
 #define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
 #define KUBE_STUCK_MS 30000  /* the Kubernetes thread may parse and apply a big page in one turn */
 
-void daemon_init(struct daemon *d, const char *config_path, struct config *cfg)
+int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, char *err,
+		size_t errlen)
 {
 	memset(d, 0, sizeof *d);
 	d->config_path = config_path;
@@ -31,6 +33,15 @@ void daemon_init(struct daemon *d, const char *config_path, struct config *cfg)
 	d->files_hash = daemon_files_hash(cfg);
 	atomic_init(&d->cluster_fallback, cfg->cluster.n_fallback_servers > 0);
 	pthread_mutex_init(&d->reload_lock, NULL);
+	pthread_mutex_init(&d->ask_lock, NULL);
+	pthread_cond_init(&d->ask_done, NULL);
+	d->ask_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (d->ask_fd < 0) {
+		snprintf(err, errlen, "eventfd: %s", strerror(errno));
+		daemon_destroy(d);
+		return -1;
+	}
+	return 0;
 }
 
 void daemon_destroy(struct daemon *d)
@@ -38,7 +49,67 @@ void daemon_destroy(struct daemon *d)
 	if (d->running != d->cfg)
 		config_free(d->running);
 	d->running = NULL;
+	if (d->ask_fd >= 0)
+		close(d->ask_fd);
+	d->ask_fd = -1;
+	pthread_cond_destroy(&d->ask_done);
+	pthread_mutex_destroy(&d->ask_lock);
 	pthread_mutex_destroy(&d->reload_lock);
+}
+
+/* ---- reloads asked by other threads ------------------------------------------------ */
+
+int daemon_ask_reload(struct daemon *d, char *err, size_t errlen)
+{
+	int rc = -1;
+
+	pthread_mutex_lock(&d->ask_lock);
+	uint64_t mine = ++d->asked;
+	if (!d->refusing)
+		eventfd_write(d->ask_fd, 1);
+	while (!d->refusing && d->answered < mine)
+		pthread_cond_wait(&d->ask_done, &d->ask_lock);
+	if (d->answered >= mine) {
+		rc = d->ask_rc;
+		snprintf(err, errlen, "%s", d->ask_err);
+	} else {
+		snprintf(err, errlen, "localdns is shutting down");
+	}
+	pthread_mutex_unlock(&d->ask_lock);
+	return rc;
+}
+
+int daemon_ask_fd(const struct daemon *d)
+{
+	return d->ask_fd;
+}
+
+void daemon_serve_asked_reload(struct daemon *d)
+{
+	char err[CONFIG_ERR_MAX] = "";
+	eventfd_t ignored;
+
+	if (eventfd_read(d->ask_fd, &ignored) < 0)
+		return;
+	pthread_mutex_lock(&d->ask_lock);
+	uint64_t covered = d->asked;
+	pthread_mutex_unlock(&d->ask_lock);
+	/* Outside ask_lock: an asker arriving meanwhile waits for the next round. */
+	int rc = daemon_reload(d, err, sizeof err);
+	pthread_mutex_lock(&d->ask_lock);
+	d->answered = covered;
+	d->ask_rc = rc;
+	snprintf(d->ask_err, sizeof d->ask_err, "%s", err);
+	pthread_cond_broadcast(&d->ask_done);
+	pthread_mutex_unlock(&d->ask_lock);
+}
+
+void daemon_refuse_reloads(struct daemon *d)
+{
+	pthread_mutex_lock(&d->ask_lock);
+	d->refusing = true;
+	pthread_cond_broadcast(&d->ask_done);
+	pthread_mutex_unlock(&d->ask_lock);
 }
 
 void daemon_reload_stats(const struct daemon *d, struct daemon_reload_stats *out)

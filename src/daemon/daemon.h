@@ -19,6 +19,10 @@
  * `running`, which only the reloading thread may read (under reload_lock).
  * Every thread that may call daemon_reload must have stopped before main
  * stops the subsystems.
+ *
+ * Reloads run on the main thread: it is the one thread that keeps the
+ * capabilities a reload needs (binding new listen addresses, changing the
+ * node), see privs.h. Other threads ask it (daemon_ask_reload).
  */
 #ifndef LOCALDNS_DAEMON_H
 #define LOCALDNS_DAEMON_H
@@ -55,6 +59,16 @@ struct daemon {
 	atomic_uint_fast64_t reloads_ok;
 	atomic_uint_fast64_t reloads_failed;
 	atomic_int_fast64_t last_reload_ok_ms; /* wall clock; 0: never */
+
+	/* Reloads asked by other threads (daemon_ask_reload) and their outcome. */
+	pthread_mutex_t ask_lock;
+	pthread_cond_t ask_done;
+	int ask_fd;                  /* eventfd: readable when a reload was asked */
+	uint64_t asked;              /* ask_lock: requests so far */
+	uint64_t answered;           /* ask_lock: requests the last outcome covers */
+	int ask_rc;                  /* ask_lock: the last outcome */
+	char ask_err[CONFIG_ERR_MAX];
+	bool refusing;               /* ask_lock: the main thread serves no more */
 };
 
 struct daemon_reload_stats {
@@ -63,8 +77,9 @@ struct daemon_reload_stats {
 	int64_t last_ok_ms;          /* wall clock milliseconds; 0: never */
 };
 
-/* Zero d and set up its lock; main then fills the pointers. */
-void daemon_init(struct daemon *d, const char *config_path, struct config *cfg);
+/* Zero d and set up its locks; main then fills the pointers. 0, or -1 with err. */
+int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, char *err,
+		size_t errlen);
 /* After every subsystem has stopped: frees what reloads applied (not cfg). */
 void daemon_destroy(struct daemon *d);
 
@@ -77,6 +92,24 @@ void daemon_destroy(struct daemon *d);
  * Everything is logged: what changed, what each subsystem did, the outcome.
  */
 int daemon_reload(struct daemon *d, char *err, size_t errlen);
+
+/*
+ * daemon_reload run by the main thread for another thread (`localdns ctl
+ * reload`), whose capabilities and seccomp list allow none of it: asks,
+ * waits, and returns the outcome as daemon_reload does. Once the main
+ * thread has stopped serving (daemon_refuse_reloads), -1 at once.
+ */
+int daemon_ask_reload(struct daemon *d, char *err, size_t errlen);
+
+/*
+ * The main thread's side: poll daemon_ask_fd, and when it is readable call
+ * daemon_serve_asked_reload, which reloads once for every request made so
+ * far. daemon_refuse_reloads (before stopping the threads that ask) answers
+ * the waiting and later requests with an error.
+ */
+int daemon_ask_fd(const struct daemon *d);
+void daemon_serve_asked_reload(struct daemon *d);
+void daemon_refuse_reloads(struct daemon *d);
 
 /*
  * daemon_reload, but only when the bytes of the running config's files (the

@@ -5,7 +5,10 @@
  * libmicrohttpd (MHD_OPTION_LISTEN_SOCKET): the bind error then comes with
  * its errno and the key it belongs to, and the socket gets SO_REUSEPORT.
  * Each daemon runs libmicrohttpd's own thread (epoll where available); a
- * request is answered within the access callback, on that thread. Scrapes
+ * request is answered within the access callback, on that thread, which
+ * has no capability and the "http" seccomp list (privs.h): it is started
+ * from a short-lived thread restricted so, whose limits and name it
+ * inherits. Scrapes
  * and probes are rare and small: a connection cap and an idle timeout are
  * all the protection they need.
  */
@@ -25,6 +28,7 @@
 #include "daemon/daemon.h"
 #include "log/log.h"
 #include "metrics/metrics.h"
+#include "privs/privs.h"
 
 #define MAX_CONNECTIONS 32   /* per daemon; probes and scrapes only */
 #define IDLE_TIMEOUT_S 10
@@ -158,22 +162,39 @@ static int listen_on(const char *key, const char *address, char *err, size_t err
 	return fd;
 }
 
+struct mhd_start {
+	struct endpoint *ep;
+	int fd;
+};
+
+static void start_mhd(void *arg)
+{
+	struct mhd_start *st = arg;
+
+	st->ep->mhd = MHD_start_daemon(
+		MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+		on_request, st->ep, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, /* first, or some
+		messages go to stderr raw */
+		MHD_OPTION_LISTEN_SOCKET, st->fd, MHD_OPTION_CONNECTION_LIMIT,
+		(unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+		MHD_OPTION_END);
+}
+
 static int start_endpoint(struct endpoint *ep, const char *key, const char *address,
 			  char *err, size_t errlen)
 {
-	int fd = listen_on(key, address, err, errlen);
+	struct mhd_start st = {.ep = ep, .fd = listen_on(key, address, err, errlen)};
 
-	if (fd < 0)
+	if (st.fd < 0)
 		return -1;
-	ep->mhd = MHD_start_daemon(
-		MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-		on_request, ep, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, /* first, or some
-		messages go to stderr raw */
-		MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_END);
+	/* libmicrohttpd's thread is started by one already restricted: it inherits that. */
+	if (privs_run_as(PRIVS_HTTP, "http", start_mhd, &st, err, errlen) < 0) {
+		close(st.fd);
+		return -1;
+	}
 	if (!ep->mhd) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server on %s", key, address);
-		close(fd);
+		close(st.fd);
 		return -1;
 	}
 	log_info(ep->health && ep->metrics ? "serving /health, /ready and /metrics"

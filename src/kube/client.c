@@ -68,6 +68,7 @@
 
 #include "kube/internal.h"
 #include "log/log.h"
+#include "privs/privs.h"
 #include "util/clock.h"
 
 /*
@@ -1126,13 +1127,12 @@ int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h
 		log_warn("pods needed but not watched: no node name (kubernetes.node_name or "
 			 "$NODE_NAME)");
 	atomic_init(&k->heartbeat_ms, now_ms()); /* alive before it is scheduled */
-	int rc = pthread_create(&k->thread, NULL, client_thread, k);
-	if (rc) {
-		snprintf(err, errlen, "cannot start the kubernetes thread: %s", strerror(rc));
+	/* libcurl's resolver threads and liburcu's call_rcu thread start from this one. */
+	if (privs_thread_create(&k->thread, PRIVS_KUBERNETES, "kubernetes", client_thread, k, err,
+				errlen) < 0) {
 		free_client(k);
 		return -1;
 	}
-	pthread_setname_np(k->thread, "kubernetes");
 	*out = k;
 	return 0;
 }

@@ -36,6 +36,9 @@
 #define NFT_TYPE_IPADDR 7
 #define NFT_TYPE_IP6ADDR 8
 
+/* The table's comment (userdata, kernel 5.13+): how a table says it is ours. */
+#define TABLE_COMMENT "managed by localdns"
+
 #define BATCH_LIMIT (128 * 1024)
 #define BATCH_MSGS 512
 #define WHAT_MAX 96
@@ -51,6 +54,8 @@ struct nft {
 	size_t n_endpoints;
 	struct nft_plan plan;
 };
+
+static void drop_stale_answers(struct nft *n);
 
 /* ---- batches -------------------------------------------------------------- */
 
@@ -145,10 +150,7 @@ static int batch_send(struct nft *n, struct batch *bt, char *err, size_t errlen)
 		snprintf(err, errlen, "nftables: the rule set is too large for one batch");
 		return -1;
 	}
-	/* Answers to an earlier batch that failed half-read must not count here. */
-	char stale[MNL_SOCKET_BUFFER_SIZE];
-	while (recv(mnl_socket_get_fd(n->nl), stale, sizeof stale, MSG_DONTWAIT) > 0)
-		;
+	drop_stale_answers(n);
 	if (mnl_socket_sendto(n->nl, mnl_nlmsg_batch_head(bt->b),
 			      mnl_nlmsg_batch_size(bt->b)) < 0) {
 		snprintf(err, errlen, "nftables: cannot send to the kernel: %s", strerror(errno));
@@ -159,17 +161,39 @@ static int batch_send(struct nft *n, struct batch *bt, char *err, size_t errlen)
 
 /* ---- objects ---------------------------------------------------------------- */
 
-static void put_table(struct nft *n, struct batch *bt, uint16_t type, uint16_t flags)
+/* A new table carries our comment; a kernel without table userdata ignores it. */
+static bool mark_table(struct nftnl_table *t)
+{
+	struct nftnl_udata_buf *u = nftnl_udata_buf_alloc(64);
+	bool ok = u && nftnl_udata_put_strz(u, NFTNL_UDATA_TABLE_COMMENT, TABLE_COMMENT);
+
+	if (ok)
+		nftnl_table_set_data(t, NFTNL_TABLE_USERDATA, nftnl_udata_buf_data(u),
+				     nftnl_udata_buf_len(u));
+	nftnl_udata_buf_free(u);
+	return ok;
+}
+
+/*
+ * NEWTABLE (marked as ours), or DELTABLE of the table with this handle: the
+ * one found to be ours a moment ago. Were it replaced by someone else's
+ * since, the handle no longer names a table and the whole batch fails.
+ */
+static void put_table(struct nft *n, struct batch *bt, uint16_t type, uint16_t flags,
+		      uint64_t handle)
 {
 	struct nftnl_table *t = nftnl_table_alloc();
 	char what[WHAT_MAX];
 
-	if (!t) {
+	if (!t || (type == NFT_MSG_NEWTABLE && !mark_table(t))) {
 		bt->broken = true;
+		nftnl_table_free(t);
 		return;
 	}
 	nftnl_table_set_str(t, NFTNL_TABLE_NAME, n->plan.table);
 	nftnl_table_set_u32(t, NFTNL_TABLE_FAMILY, NFPROTO_INET);
+	if (type == NFT_MSG_DELTABLE)
+		nftnl_table_set_u64(t, NFTNL_TABLE_HANDLE, handle);
 	snprintf(what, sizeof what, "table inet %s", n->plan.table);
 	struct nlmsghdr *h = batch_msg(n, bt, type, flags, what);
 	if (h) {
@@ -517,21 +541,32 @@ static void put_rule(struct nft *n, struct batch *bt, const struct nft_rule_plan
 	nftnl_rule_free(r);
 }
 
+/* ---- whose table -------------------------------------------------------------- */
+
+static int table_owner(struct nft *n, uint64_t *handle, char *err, size_t errlen);
+
 /* ---- operations --------------------------------------------------------------- */
 
-/* Add (no-op if present), delete, add again with everything: one transaction. */
+/*
+ * Delete our table (if there is one) and add it again with everything: one
+ * transaction. A table of that name that is not ours is never touched.
+ */
 static int apply_locked(struct nft *n, char *err, size_t errlen)
 {
-	struct batch *bt = batch_new(n);
 	size_t in_chain[NFT_CHAINS] = {0};
+	uint64_t handle;
+	int owner = table_owner(n, &handle, err, errlen);
 
+	if (owner < 0 || owner == NFT_TABLE_FOREIGN)
+		return -1;
+	struct batch *bt = batch_new(n);
 	if (!bt) {
 		snprintf(err, errlen, "nftables: out of memory");
 		return -1;
 	}
-	put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE);
-	put_table(n, bt, NFT_MSG_DELTABLE, 0);
-	put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
+	if (owner == NFT_TABLE_OURS)
+		put_table(n, bt, NFT_MSG_DELTABLE, 0, handle);
+	put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL, 0);
 	for (size_t i = 0; i < n->plan.n_sets; i++)
 		put_set(n, bt, &n->plan.sets[i], true);
 	for (size_t i = 0; i < NFT_CHAINS; i++)
@@ -565,16 +600,7 @@ static void fill_heartbeat(struct nft *n, struct batch *bt)
 	}
 }
 
-/* Adding first makes the delete succeed whether or not it existed. */
-static void fill_removal(struct nft *n, struct batch *bt)
-{
-	put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE);
-	put_table(n, bt, NFT_MSG_DELTABLE, 0);
-}
-
-/* One small transaction under the lock: build it with fill, send it. */
-static int send_batch(struct nft *n, void (*fill)(struct nft *, struct batch *),
-		      char *err, size_t errlen)
+int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&n->lock);
 	struct batch *bt = batch_new(n);
@@ -583,7 +609,7 @@ static int send_batch(struct nft *n, void (*fill)(struct nft *, struct batch *),
 	if (!bt) {
 		snprintf(err, errlen, "nftables: out of memory");
 	} else {
-		fill(n, bt);
+		fill_heartbeat(n, bt);
 		rc = batch_send(n, bt, err, errlen);
 	}
 	batch_free(bt);
@@ -591,14 +617,35 @@ static int send_batch(struct nft *n, void (*fill)(struct nft *, struct batch *),
 	return rc;
 }
 
-int nft_heartbeat(struct nft *n, char *err, size_t errlen)
-{
-	return send_batch(n, fill_heartbeat, err, errlen);
-}
-
 int nft_remove(struct nft *n, char *err, size_t errlen)
 {
-	return send_batch(n, fill_removal, err, errlen);
+	uint64_t handle;
+	struct batch *bt = NULL;
+	int rc = -1;
+
+	pthread_mutex_lock(&n->lock);
+	int owner = table_owner(n, &handle, err, errlen);
+	if (owner == NFT_TABLE_ABSENT) {
+		rc = 0;
+	} else if (owner == NFT_TABLE_OURS && !(bt = batch_new(n))) {
+		snprintf(err, errlen, "nftables: out of memory");
+	} else if (owner == NFT_TABLE_OURS) {
+		put_table(n, bt, NFT_MSG_DELTABLE, 0, handle);
+		rc = batch_send(n, bt, err, errlen);
+	}
+	batch_free(bt);
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+int nft_table_owner(struct nft *n, char *err, size_t errlen)
+{
+	uint64_t handle;
+
+	pthread_mutex_lock(&n->lock);
+	int owner = table_owner(n, &handle, err, errlen);
+	pthread_mutex_unlock(&n->lock);
+	return owner;
 }
 
 static int copy_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips)
@@ -865,6 +912,171 @@ int nft_check(struct nft *n, char *err, size_t errlen)
 		rc = check_chains_and_rules(n, err, errlen);
 	pthread_mutex_unlock(&n->lock);
 	return rc;
+}
+
+/* ---- whose table ---------------------------------------------------------------- */
+
+/*
+ * A table named like ours is ours when it carries our comment, and also,
+ * without any comment, when everything in it looks like ours: a table made
+ * by a localdns from before tables were marked, or on a kernel older than
+ * 5.13, which keeps no table comment. Either way it survives us (kill -9,
+ * an upgrade) and the next localdns adopts it: that is what makes a crash
+ * fail open. Anything else is someone's firewall.
+ */
+struct table_seen {
+	uint64_t handle;
+	bool has_comment;
+	char comment[64];
+	size_t our_rules;          /* (no comment) rules carrying "localdns <fingerprint>" */
+	bool foreign;              /* (no comment) a chain or rule that is not ours */
+	char why[WHAT_MAX];
+};
+
+static int table_comment_cb(const struct nftnl_udata *attr, void *data)
+{
+	struct table_seen *t = data;
+
+	if (nftnl_udata_type(attr) == NFTNL_UDATA_TABLE_COMMENT) {
+		t->has_comment = true;
+		snprintf(t->comment, sizeof t->comment, "%.*s", (int)nftnl_udata_len(attr),
+			 (const char *)nftnl_udata_get(attr));
+	}
+	return MNL_CB_OK;
+}
+
+static int on_table(const struct nlmsghdr *h, void *data)
+{
+	struct table_seen *t = data;
+	struct nftnl_table *table = nftnl_table_alloc();
+	uint32_t len = 0;
+
+	if (!table || nftnl_table_nlmsg_parse(h, table) < 0) {
+		nftnl_table_free(table);
+		return MNL_CB_ERROR;
+	}
+	t->handle = nftnl_table_get_u64(table, NFTNL_TABLE_HANDLE);
+	const void *udata = nftnl_table_get_data(table, NFTNL_TABLE_USERDATA, &len);
+	if (udata)
+		nftnl_udata_parse(udata, len, table_comment_cb, t);
+	nftnl_table_free(table);
+	return MNL_CB_OK;
+}
+
+/* Answers to an earlier request that failed half-read must not count here. */
+static void drop_stale_answers(struct nft *n)
+{
+	char stale[MNL_SOCKET_BUFFER_SIZE];
+
+	while (recv(mnl_socket_get_fd(n->nl), stale, sizeof stale, MSG_DONTWAIT) > 0)
+		;
+}
+
+/* 1 found (t filled), 0 no such table, -1 could not ask (errno). */
+static int get_table(struct nft *n, struct table_seen *t)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	uint32_t seq = n->seq++;
+	struct nlmsghdr *h = nftnl_nlmsg_build_hdr(buf, NFT_MSG_GETTABLE, NFPROTO_INET, NLM_F_ACK,
+						   seq);
+
+	mnl_attr_put_strz(h, NFTA_TABLE_NAME, n->plan.table);
+	drop_stale_answers(n);
+	if (mnl_socket_sendto(n->nl, h, h->nlmsg_len) < 0)
+		return -1;
+	for (;;) {
+		ssize_t r = mnl_socket_recvfrom(n->nl, buf, sizeof buf);
+		if (r < 0)
+			return -1;
+		int rc = mnl_cb_run(buf, (size_t)r, seq, n->portid, on_table, t);
+		if (rc < 0)
+			return errno == ENOENT ? 0 : -1;
+		if (rc == MNL_CB_STOP)
+			return 1;
+	}
+}
+
+static int on_probed_chain(const struct nlmsghdr *h, void *data)
+{
+	struct seen *s = data;
+	struct nftnl_chain *c = nftnl_chain_alloc();
+
+	if (!c || nftnl_chain_nlmsg_parse(h, c) < 0) {
+		nftnl_chain_free(c);
+		return MNL_CB_ERROR;
+	}
+	const char *table = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
+	const char *name = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
+	if (table && strcmp(table, s->plan->table) == 0 && chain_index(name) < 0 && !s->foreign) {
+		s->foreign = true;
+		snprintf(s->why, sizeof s->why, "it has a chain %s", name);
+	}
+	nftnl_chain_free(c);
+	return MNL_CB_OK;
+}
+
+static int on_probed_rule(const struct nlmsghdr *h, void *data)
+{
+	struct seen *s = data;
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	const char *comment = NULL;
+	uint32_t len = 0;
+
+	if (!r || nftnl_rule_nlmsg_parse(h, r) < 0) {
+		nftnl_rule_free(r);
+		return MNL_CB_ERROR;
+	}
+	const void *udata = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
+	if (udata)
+		nftnl_udata_parse(udata, len, comment_cb, &comment);
+	if (comment && strncmp(comment, "localdns ", 9) == 0) {
+		s->count++;
+	} else if (!s->foreign) {
+		s->foreign = true;
+		snprintf(s->why, sizeof s->why, "a rule in its chain %s is not ours",
+			 nftnl_rule_get_str(r, NFTNL_RULE_CHAIN));
+	}
+	nftnl_rule_free(r);
+	return MNL_CB_OK;
+}
+
+/* A table without a comment: are its chains and rules all ours? -1: could not ask. */
+static int probe_unmarked(struct nft *n, struct table_seen *t)
+{
+	struct seen s = {.plan = &n->plan};
+
+	if (dump(n, NFT_MSG_GETCHAIN, NULL, on_probed_chain, &s) < 0 ||
+	    (!s.foreign && dump(n, NFT_MSG_GETRULE, NULL, on_probed_rule, &s) < 0))
+		return -1;
+	t->foreign = s.foreign;
+	t->our_rules = s.count;
+	snprintf(t->why, sizeof t->why, "%s", s.foreign ? s.why : "it has no rule of ours");
+	return 0;
+}
+
+/* enum nft_table_owner, or -1 when the kernel could not be asked; err for both failures. */
+static int table_owner(struct nft *n, uint64_t *handle, char *err, size_t errlen)
+{
+	struct table_seen t = {0};
+	int found = get_table(n, &t);
+
+	if (found == 0)
+		return NFT_TABLE_ABSENT;
+	if (found < 0 || (!t.has_comment && probe_unmarked(n, &t) < 0)) {
+		snprintf(err, errlen, "nftables: cannot look at table inet %s: %s", n->plan.table,
+			 strerror(errno));
+		return -1;
+	}
+	*handle = t.handle;
+	if (t.has_comment ? strcmp(t.comment, TABLE_COMMENT) == 0 : !t.foreign && t.our_rules)
+		return NFT_TABLE_OURS;
+	if (t.has_comment)
+		snprintf(t.why, sizeof t.why, "its comment is \"%.48s\"", t.comment);
+	snprintf(err, errlen, "nftables.table: table inet %s exists and was not made by localdns "
+		 "(%s); localdns never replaces a table it did not make: set nftables.table to a "
+		 "name no other program uses, or delete that table if it is a leftover",
+		 n->plan.table, t.why);
+	return NFT_TABLE_FOREIGN;
 }
 
 /* ---- events ------------------------------------------------------------------- */

@@ -10,6 +10,16 @@
  * endpoints; removing the table; telling foreign changes to it apart from
  * our own (event descriptor).
  *
+ * Ownership: the table we make carries the comment "managed by localdns".
+ * A table of our name that exists is adopted when it carries that comment
+ * (or, without any comment, holds nothing but our chains and rules: made
+ * by an older localdns, or on a kernel before 5.13), so a table left by a
+ * killed localdns is taken over, not duplicated; any other table of that
+ * name is someone else's and is never replaced or removed: installing it
+ * fails with a message that says so. Replacing and removing delete the
+ * table by the handle just found to be ours, so a table swapped in
+ * meanwhile makes the batch fail rather than go.
+ *
  * Must never: touch another table, or flush the ruleset.
  *
  * Threads: every function taking a struct nft may be called from any
@@ -32,8 +42,18 @@ struct nft;
 struct nft *nft_open(const struct config *cfg, char *err, size_t errlen);
 void nft_close(struct nft *n);
 
+enum nft_table_owner { NFT_TABLE_ABSENT, NFT_TABLE_OURS, NFT_TABLE_FOREIGN };
+
 /*
- * Replace our table with the planned one in one transaction. On failure
+ * Whose is the table named nftables.table (see "Ownership"): an enum
+ * nft_table_owner (FOREIGN with err saying why and what to do), or -1 when
+ * the kernel could not be asked (err).
+ */
+int nft_table_owner(struct nft *n, char *err, size_t errlen);
+
+/*
+ * Replace our table with the planned one in one transaction; refused with
+ * err when the table of that name is someone else's. On failure
  * err has what the kernel refused and why ("nftables refused rule 2 of
  * chain prerouting: Operation not supported"), and nothing changed.
  */
@@ -67,7 +87,7 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen);
  */
 int nft_check(struct nft *n, char *err, size_t errlen);
 
-/* Delete our table if it exists (teardown, uninstall). */
+/* Delete our table if it exists (teardown, uninstall); someone else's: -1, err. */
 int nft_remove(struct nft *n, char *err, size_t errlen);
 
 /*

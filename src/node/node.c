@@ -13,7 +13,11 @@
  * A reload changes the served addresses under node->lock, which the
  * monitor holds while it handles events and timers (never while it
  * polls): iface is one-thread-at-a-time, and node->cfg moves to the new
- * config. The kube watch's fallback endpoints take the lock too.
+ * config.
+ *
+ * The fallback endpoints come from the Kubernetes thread, which has no
+ * capability and may not open netlink sockets (privs.h): it leaves them in
+ * node->pending and wakes the monitor, which installs the latest.
  */
 #include "node/node.h"
 
@@ -31,6 +35,7 @@
 #include "log/log.h"
 #include "netlink/iface.h"
 #include "nft/plan.h"
+#include "privs/privs.h"
 #include "util/clock.h"
 
 #define MIN_REBUILD_GAP_MS 200
@@ -42,6 +47,13 @@ struct node {
 	struct iface *iface;  /* NULL: interface.manage is off */
 	struct nft *nft;      /* NULL: nftables.enabled is off */
 	int stop_fd;
+	int wake_fd;          /* eventfd: new fallback endpoints are pending */
+	pthread_mutex_t pending_lock;
+	struct pending_endpoints {
+		bool set;
+		struct config_ip *ips;
+		size_t n;
+	} pending;            /* pending_lock: the latest from the Kubernetes watch */
 	pthread_t thread;
 	bool running;
 	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
@@ -131,12 +143,70 @@ static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
 	}
 }
 
+/* "10.244.1.5,10.244.2.7" (cut short when it does not fit). */
+static void join_ips(const struct config_ip *ips, size_t n, char *out, size_t len)
+{
+	size_t used = 0;
+
+	out[0] = '\0';
+	for (size_t i = 0; i < n && used < len; i++) {
+		int w = snprintf(out + used, len - used, "%s%s", i ? "," : "", ips[i].text);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+}
+
+/*
+ * On the monitor thread, which keeps CAP_NET_ADMIN, under node->lock (a
+ * reload may replace cfg).
+ */
+static void use_endpoints(struct node *node, const struct config_ip *ips, size_t n)
+{
+	const struct config *cfg = node->cfg;
+	char err[CONFIG_ERR_MAX], list[512];
+	const char *from = "kubernetes";
+
+	if (n == 0) {
+		/* Nothing ready: the static list is the best guess left. */
+		ips = cfg->nftables.fallback_endpoints;
+		n = cfg->nftables.n_fallback_endpoints;
+		from = "nftables.fallback_endpoints";
+	}
+	join_ips(ips, n, list, sizeof list);
+	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0)
+		log_error("cannot update the fallback endpoints; keeping the previous ones",
+			  "error", err);
+	else
+		log_info("fallback endpoints for the link-local addresses", "service",
+			 cfg->nftables.fallback_service, "source", from, "endpoints",
+			 n ? list : "none");
+}
+
+/* The endpoints the Kubernetes watch left, if any, installed. */
+static void take_pending_endpoints(struct node *node)
+{
+	struct pending_endpoints p;
+	eventfd_t ignored;
+
+	eventfd_read(node->wake_fd, &ignored);
+	pthread_mutex_lock(&node->pending_lock);
+	p = node->pending;
+	node->pending = (struct pending_endpoints){0};
+	pthread_mutex_unlock(&node->pending_lock);
+	if (p.set)
+		use_endpoints(node, p.ips, p.n);
+	free(p.ips);
+}
+
 static void on_events(struct node *node, struct pollfd *fds, struct schedule *s, uint64_t now)
 {
 	if (node->iface && (fds[1].revents & POLLIN) && iface_drain_events(node->iface))
 		repair_link(node);
 	if (node->nft && (fds[2].revents & POLLIN) && nft_drain_events(node->nft))
 		schedule_table_check(s, now);
+	if (fds[3].revents & POLLIN)
+		take_pending_endpoints(node);
 }
 
 static void on_timers(struct node *node, struct schedule *s, uint64_t now)
@@ -167,14 +237,15 @@ static void *monitor(void *arg)
 		.heartbeat = now,
 		.reassert = now + node->cfg->nftables.reassert_interval_ms,
 	};
-	struct pollfd fds[3] = {
+	struct pollfd fds[4] = {
 		{.fd = node->stop_fd, .events = POLLIN},
 		{.fd = node->iface ? iface_event_fd(node->iface) : -1, .events = POLLIN},
 		{.fd = node->nft ? nft_event_fd(node->nft) : -1, .events = POLLIN},
+		{.fd = node->wake_fd, .events = POLLIN},
 	};
 
 	for (;;) {
-		int ready = poll(fds, 3, poll_timeout(node, &s, now));
+		int ready = poll(fds, 4, poll_timeout(node, &s, now));
 		if (ready < 0 && errno != EINTR) {
 			log_error("node monitor: poll failed; links and rules are no longer watched");
 			break;
@@ -200,6 +271,10 @@ static void free_node(struct node *node)
 	nft_close(node->nft);
 	if (node->stop_fd >= 0)
 		close(node->stop_fd);
+	if (node->wake_fd >= 0)
+		close(node->wake_fd);
+	free(node->pending.ips);
+	pthread_mutex_destroy(&node->pending_lock);
 	pthread_mutex_destroy(&node->lock);
 	free(node);
 }
@@ -213,13 +288,23 @@ static int apply_interface(struct node *node, char *err, size_t errlen)
 	return iface_apply(node->iface, err, errlen);
 }
 
-static int apply_table(struct node *node, char *err, size_t errlen)
+/*
+ * Before anything on the node changes: a table of our name that someone
+ * else made (nftables.table: filter) stops start-up with the node as it was.
+ */
+static int claim_table(struct node *node, char *err, size_t errlen)
 {
 	if (!node->cfg->nftables.enabled)
 		return 0;
 	if (!(node->nft = nft_open(node->cfg, err, errlen)))
 		return -1;
-	return nft_apply(node->nft, err, errlen);
+	int owner = nft_table_owner(node->nft, err, errlen);
+	return owner < 0 || owner == NFT_TABLE_FOREIGN ? -1 : 0;
+}
+
+static int apply_table(struct node *node, char *err, size_t errlen)
+{
+	return node->nft ? nft_apply(node->nft, err, errlen) : 0;
 }
 
 struct node *node_start(const struct config *cfg, char *err, size_t errlen)
@@ -232,13 +317,15 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen)
 	}
 	node->cfg = cfg;
 	pthread_mutex_init(&node->lock, NULL);
+	pthread_mutex_init(&node->pending_lock, NULL);
 	node->stop_fd = eventfd(0, EFD_CLOEXEC);
-	if (node->stop_fd < 0) {
+	node->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (node->stop_fd < 0 || node->wake_fd < 0) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		free_node(node);
 		return NULL;
 	}
-	if (apply_interface(node, err, errlen) < 0)
+	if (claim_table(node, err, errlen) < 0 || apply_interface(node, err, errlen) < 0)
 		goto fail;
 	if (apply_table(node, err, errlen) < 0) {
 		if (node->iface)
@@ -247,12 +334,9 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen)
 	}
 	if (node->iface || node->nft) {
 		atomic_init(&node->heartbeat_ms, (uint64_t)monotonic_ms()); /* alive before it runs */
-		int rc = pthread_create(&node->thread, NULL, monitor, node);
-		if (rc != 0) {
-			snprintf(err, errlen, "cannot start the node monitor: %s", strerror(rc));
+		if (privs_thread_create(&node->thread, PRIVS_NODE, "node", monitor, node, err,
+					errlen) < 0)
 			goto fail;
-		}
-		pthread_setname_np(node->thread, "node");
 		node->running = true;
 	}
 	return node;
@@ -296,46 +380,27 @@ struct nft *node_nft(struct node *node)
 	return node ? node->nft : NULL;
 }
 
-/* "10.244.1.5,10.244.2.7" (cut short when it does not fit). */
-static void join_ips(const struct config_ip *ips, size_t n, char *out, size_t len)
-{
-	size_t used = 0;
-
-	out[0] = '\0';
-	for (size_t i = 0; i < n && used < len; i++) {
-		int w = snprintf(out + used, len - used, "%s%s", i ? "," : "", ips[i].text);
-		if (w < 0)
-			break;
-		used += (size_t)w;
-	}
-}
 
 void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *ips, size_t n)
 {
-	const struct config *cfg;
-	char err[CONFIG_ERR_MAX], list[512];
-	const char *from = "kubernetes";
+	struct config_ip *copy = NULL;
 
 	if (!node || !node->nft)
 		return;
-	pthread_mutex_lock(&node->lock); /* a reload may replace cfg */
-	cfg = node->cfg;
-	if (n == 0) {
-		/* Nothing ready: the static list is the best guess left. */
-		ips = cfg->nftables.fallback_endpoints;
-		n = cfg->nftables.n_fallback_endpoints;
-		from = "nftables.fallback_endpoints";
-	}
-	join_ips(ips, n, list, sizeof list);
-	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0)
+	if (n && !(copy = malloc(n * sizeof *copy))) {
 		log_error("cannot update the fallback endpoints; keeping the previous ones",
-			  "error", err);
-	else
-		log_info("fallback endpoints for the link-local addresses", "service",
-			 cfg->nftables.fallback_service, "source", from, "endpoints",
-			 n ? list : "none");
-	pthread_mutex_unlock(&node->lock);
+			  "error", "out of memory");
+		return;
+	}
+	if (n)
+		memcpy(copy, ips, n * sizeof *copy);
+	pthread_mutex_lock(&node->pending_lock);
+	free(node->pending.ips); /* superseded before the monitor took it */
+	node->pending = (struct pending_endpoints){.set = true, .ips = copy, .n = n};
+	pthread_mutex_unlock(&node->pending_lock);
+	eventfd_write(node->wake_fd, 1);
 }
+
 
 /* ---- reload -------------------------------------------------------------------- */
 

@@ -13,8 +13,9 @@
  * the configured ones.
  *
  * Threads: node_start, node_stop and node_cleanup on the main thread;
- * node_nft's result may be used from any thread (see nft.h); the reload
- * functions on the reloading thread.
+ * the reload functions on the reloading thread (the main thread: both
+ * keep CAP_NET_ADMIN). The monitor thread keeps CAP_NET_ADMIN and nothing
+ * else, and installs the fallback endpoints other threads hand it.
  */
 #ifndef LOCALDNS_NODE_NODE_H
 #define LOCALDNS_NODE_NODE_H
@@ -46,14 +47,16 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen);
  */
 void node_stop(struct node *node);
 
-/* The table, for nft_set_fallback_endpoints; NULL when nftables is off. */
+/* The table; NULL when nftables is off. */
 struct nft *node_nft(struct node *node);
 
 /*
  * The ready endpoints of nftables.fallback_service, from the Kubernetes
- * watch (any thread): where DNS to the link-local addresses goes while
- * localdns is down. None ready: back to nftables.fallback_endpoints.
- * Logged; a failure keeps the previous endpoints. NULL node is fine.
+ * watch (any thread; ips is copied): where DNS to the link-local addresses
+ * goes while localdns is down. None ready: back to
+ * nftables.fallback_endpoints. The monitor thread installs them soon after
+ * (the caller may have no capability); logged, and a failure keeps the
+ * previous endpoints. NULL node is fine.
  */
 void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *ips, size_t n);
 

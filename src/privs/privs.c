@@ -166,10 +166,11 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen)
 	}
 	if (drop(want, &bounding_reduced, err, errlen) < 0)
 		goto out;
+	privs_use_seccomp(cfg->security.seccomp);
 	log_info("privileges dropped", "kept", have[0] ? have : "none", "missing",
 		 missing[0] ? missing : "none", "bounding_set",
 		 bounding_reduced ? "reduced" : "unchanged (no CAP_SETPCAP)", "no_new_privs",
-		 "true");
+		 "true", "seccomp", cfg->security.seccomp ? "per thread" : "off (security.seccomp)");
 	rc = 0;
 out:
 	cap_free(want);

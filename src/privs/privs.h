@@ -1,12 +1,17 @@
 /*
  * privs — what the daemon may still do once it runs: CAP_NET_ADMIN and
- * CAP_NET_BIND_SERVICE, nothing else, and no way to gain more.
+ * CAP_NET_BIND_SERVICE, nothing else, and no way to gain more; and what
+ * each of its threads may do, which is less (see "Per thread" below).
  *
  * Owns: dropping every other capability from the effective, permitted,
  * inheritable and bounding sets (the inheritable set ends up empty: we
- * never exec), clearing the ambient set, and setting no_new_privs.
+ * never exec), clearing the ambient set, and setting no_new_privs; starting
+ * every other thread restricted to its kind's capabilities and seccomp
+ * allow-list (thread.c).
  *
- * Must never: run once a second thread exists (it checks and refuses);
+ * Must never: let a thread run its function before it is restricted; drop
+ * process-wide (privs_drop) once a second thread exists (it checks and
+ * refuses);
  * change uid or gid (we stay uid 0 in a pod, so nothing depends on
  * PR_SET_KEEPCAPS, and files owned by root stay readable as their owner);
  * fail because a capability to drop was already missing.
@@ -26,6 +31,8 @@
 #ifndef LOCALDNS_PRIVS_H
 #define LOCALDNS_PRIVS_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config/config.h"
@@ -39,5 +46,60 @@
  * (interface.manage, nftables.enabled) and the process does not have it.
  */
 int privs_drop(const struct config *cfg, char *err, size_t errlen);
+
+/*
+ * Per thread. What the process keeps is what the main thread needs: it
+ * binds new listen sockets and changes the node on reload. Every other
+ * thread starts through privs_thread_create and gives up what its kind
+ * does not need before its function runs:
+ *
+ *   kind         capabilities    seccomp allow-list
+ *   node         CAP_NET_ADMIN   none (netlink is its job)
+ *   worker       none            its sockets and epoll; no socket(), no files
+ *   resolver     none            + IPv4/IPv6 sockets, reading files, threads
+ *   control      none            + IPv4/IPv6 sockets (lookup asks the daemon)
+ *   http         none            + reading files (/proc), threads
+ *   kubernetes   none            + IPv4/IPv6 sockets, reading files, threads
+ *   querylog     none            writing its lines
+ *
+ * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
+ * No list allows execve, a new process, netlink or packet sockets, opening
+ * a file for writing, or making memory executable. Threads a library starts
+ * inherit the list and capabilities of the thread that starts them.
+ */
+enum privs_thread {
+	PRIVS_WORKER,
+	PRIVS_RESOLVER,
+	PRIVS_CONTROL,
+	PRIVS_HTTP,
+	PRIVS_KUBERNETES,
+	PRIVS_QUERYLOG,
+	PRIVS_NODE,
+};
+
+/*
+ * Whether threads started from now on install their seccomp filter
+ * (security.seccomp; on until told otherwise). Capabilities are dropped
+ * either way.
+ */
+void privs_use_seccomp(bool on);
+
+/*
+ * pthread_create for fn(arg) in a thread named name (at most 15 bytes
+ * shown) that first drops to what kind keeps. Returns once that is done:
+ * 0, or -1 with err when the thread could not start or restrict itself
+ * (it has then ended without running fn).
+ */
+int privs_thread_create(pthread_t *thread, enum privs_thread kind, const char *name,
+			void *(*fn)(void *), void *arg, char *err, size_t errlen);
+
+/*
+ * Run fn(arg) on a short-lived thread restricted as kind and named name,
+ * and wait for it: for a library call that starts the library's own thread,
+ * which then inherits the restrictions and the name. 0, or -1 with err
+ * when the thread could not be made (fn did not run).
+ */
+int privs_run_as(enum privs_thread kind, const char *name, void (*fn)(void *), void *arg,
+		 char *err, size_t errlen);
 
 #endif

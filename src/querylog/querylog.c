@@ -31,6 +31,7 @@
 
 #include "dns/dns.h"
 #include "log/log.h"
+#include "privs/privs.h"
 #include "util/clock.h"
 
 #define DRAIN_MS 100
@@ -295,13 +296,12 @@ int querylog_start(const struct config *cfg, unsigned n_workers, char *err, size
 	}
 	/* before the thread starts: it sleeps without a timeout while this is 0 */
 	atomic_store(&querylog_every, cfg->log.queries);
-	int rc = pthread_create(&ql.thread, NULL, log_thread, NULL);
-	if (rc != 0) {
+	if (privs_thread_create(&ql.thread, PRIVS_QUERYLOG, "querylog", log_thread, NULL, err,
+				errlen) < 0) {
 		atomic_store(&querylog_every, 0);
-		errno = rc;
-		goto fail;
+		free_rings();
+		return -1;
 	}
-	pthread_setname_np(ql.thread, "querylog");
 	if (cfg->log.queries > 0) {
 		char every[16], buffer[16];
 		snprintf(every, sizeof every, "%u", cfg->log.queries);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "log/log.h"
+#include "privs/privs.h"
 #include "util/clock.h"
 
 #define TCP_BACKLOG 1024
@@ -396,16 +397,6 @@ static void free_server(struct server *s)
 	free(s);
 }
 
-/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
-static void name_worker(pthread_t thread, unsigned index)
-{
-	char name[24];
-
-	snprintf(name, sizeof name, "worker/%u", index);
-	name[15] = '\0'; /* the kernel's limit */
-	pthread_setname_np(thread, name);
-}
-
 struct server *server_start(const struct config *cfg, struct upstream *upstream,
 			    char *err, size_t errlen)
 {
@@ -442,13 +433,12 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	for (; started < s->n_workers; started++) {
 		/* alive from the start: a thread not yet scheduled is not stuck */
 		atomic_init(&s->workers[started]->heartbeat_ms, server_now_ms());
-		int rc = pthread_create(&s->workers[started]->thread, NULL, worker_main,
-					s->workers[started]);
-		if (rc != 0) {
-			snprintf(err, errlen, "cannot start worker: %s", strerror(rc));
+		/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
+		char name[24];
+		snprintf(name, sizeof name, "worker/%u", started);
+		if (privs_thread_create(&s->workers[started]->thread, PRIVS_WORKER, name,
+					worker_main, s->workers[started], err, errlen) < 0)
 			goto fail;
-		}
-		name_worker(s->workers[started]->thread, started);
 	}
 	return s;
 fail:

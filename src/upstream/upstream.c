@@ -66,6 +66,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
+#include "privs/privs.h"
 #include "upstream/internal.h"
 #include "util/clock.h"
 
@@ -607,7 +608,6 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 				unsigned n_workers, char *err, size_t errlen)
 {
 	struct upstream *u = calloc(1, sizeof *u);
-	int rc;
 
 	if (!u) {
 		snprintf(err, errlen, "out of memory");
@@ -635,13 +635,12 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	}
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
 	u->accepting = true;
-	rc = pthread_create(&u->thread, NULL, resolver_main, u);
-	if (rc != 0) {
+	/* libunbound's own thread starts from this one, at its first query: same limits. */
+	if (privs_thread_create(&u->thread, PRIVS_RESOLVER, "resolver", resolver_main, u, err,
+				errlen) < 0) {
 		u->accepting = false;
-		snprintf(err, errlen, "cannot start the resolver thread: %s", strerror(rc));
 		goto fail;
 	}
-	pthread_setname_np(u->thread, "resolver");
 	u->running = true;
 	log_resolving(cfg);
 	return u;

@@ -363,12 +363,13 @@ class Daemon:
 
     def __init__(self, binary, config=None, files=None, host="127.0.0.1",
                  config_text=None, wait=True, tmpdir=None, config_file=None,
-                 port=None, netns=None):
+                 port=None, netns=None, extra_env=None):
         """config: a dict written as YAML; or config_text as is; or
         config_file, an existing file used in place (then port= says where
         it listens). files: {relative path: text} written next to it.
         netns: run inside this network namespace (ip netns exec); then
-        only dig()/kdig() reach it, not udp()/tcp()/udp_raw()."""
+        only dig()/kdig() reach it, not udp()/tcp()/udp_raw().
+        extra_env: variables added to the daemon's environment."""
         self.binary = binary
         self.netns = netns
         self.dir = tmpdir or mkdtemp()
@@ -396,6 +397,7 @@ class Daemon:
             netns_argv(netns, [binary, "--config", self.config_path]),
             stdin=subprocess.DEVNULL,
             stdout=self._out, stderr=self._log,
+            env=dict(os.environ, **(extra_env or {})),
             cwd="/")  # not the config's dir: static.files must resolve
                       # against the config file, not the working directory
         _live_procs.add(self.proc)

@@ -538,6 +538,38 @@ def test_kube_in_cluster_from_the_service_account_dir(env):
 test_kube_in_cluster_from_the_service_account_dir.timeout = 30
 
 
+def loopback_name_in_etc_hosts():
+    """A name /etc/hosts maps to 127.0.0.1 that libcurl does not resolve by
+    itself (it answers "localhost" without getaddrinfo); None if there is none."""
+    with open("/etc/hosts") as f:
+        for line in f:
+            words = line.split("#")[0].split()
+            for name in words[1:] if words and words[0] == "127.0.0.1" else []:
+                if name != "localhost" and not name.endswith(".localhost"):
+                    return name
+    return None
+
+
+def test_kube_server_by_name_resolves_in_libcurls_thread(env):
+    # libcurl resolves the server's name with getaddrinfo on a thread of its
+    # own, started from the Kubernetes thread: it runs under that thread's
+    # seccomp list (glibc reads /etc/hosts, tries nscd, may ask netlink).
+    name = loopback_name_in_etc_hosts()
+    if not name:
+        raise harness.Skip("no name for 127.0.0.1 in /etc/hosts")
+    with F.FakeAPI() as api:
+        api.apply(standard_objects())
+        path = api.kubeconfig(os.path.join(env.tmp, "kubeconfig-by-name"))
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("://127.0.0.1:", "://%s:" % name))
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE})
+        d.wait("synced", timeout=10)
+        assert "server=http://%s:" % name in d.log(), d.log()
+        assert d.stop() < 1.0
+
+
 def test_kube_no_node_name_skips_pods(env):
     with F.FakeAPI() as api:
         api.apply(standard_objects())

@@ -1,18 +1,31 @@
-"""Privileges: after start-up every thread of localdns holds CAP_NET_ADMIN
-and CAP_NET_BIND_SERVICE only (effective, permitted, bounding), no
-inheritable or ambient capability, and no_new_privs; it still answers and
-reloads a root-owned 0600 config, but a file only another user may read is
-now refused (CAP_DAC_OVERRIDE is gone). Started without privileges (uid
-65534) it runs and says what is missing; asked to manage the node without
+"""Privileges. The process holds CAP_NET_ADMIN and CAP_NET_BIND_SERVICE
+only (permitted, bounding), no inheritable or ambient capability, and
+no_new_privs; it still answers and reloads a root-owned 0600 config, but a
+file only another user may read is now refused (CAP_DAC_OVERRIDE is gone).
+Per thread (docs/ARCHITECTURE.md, "Privileges"): the main thread keeps both,
+the node monitor CAP_NET_ADMIN alone, and every thread that parses traffic
+(workers, resolver, control, HTTP, Kubernetes, query log, and the threads
+libraries start from them) nothing, under a seccomp allow-list. A worker
+that makes a forbidden syscall kills the process (tests/privs/forbidden.c
+is the daemon with a worker that does so on cue); with security.seccomp
+off it would have got through. Started without privileges (uid 65534) it
+runs and says what is missing; asked to manage the node without
 CAP_NET_ADMIN it refuses to start and says why."""
 
 import os
 import signal
 import stat
 import subprocess
+import sys
 import time
+import urllib.request
 
+import authority
+import dnsmsg
 import harness
+
+sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
+import fakeapi as F  # noqa: E402
 
 DB = "db.prod.svc.cluster.local"
 NET_BIND_SERVICE, NET_ADMIN = 10, 12
@@ -27,14 +40,54 @@ def status_of(path):
             key, _, value = line.partition(":")
             if key.startswith("Cap"):
                 out[key] = int(value.strip(), 16)
-            elif key in ("NoNewPrivs", "Uid"):
+            elif key in ("NoNewPrivs", "Uid", "Seccomp"):
                 out[key] = value.split()[0]
     return out
 
 
 def thread_statuses(pid):
+    """{tid: (thread name, status)} for every thread of pid."""
     base = "/proc/%d/task" % pid
-    return {tid: status_of(os.path.join(base, tid, "status")) for tid in os.listdir(base)}
+    out = {}
+    for tid in os.listdir(base):
+        with open(os.path.join(base, tid, "comm")) as f:
+            out[tid] = (f.read().strip(), status_of(os.path.join(base, tid, "status")))
+    return out
+
+
+# Threads that parse traffic: no capability, seccomp filter mode (2). Threads
+# a library starts carry the name of the one that started them (libunbound's
+# thread: resolver; libcurl's resolver threads and liburcu's call_rcu
+# thread: kubernetes), except libmicrohttpd's, which names itself.
+RESTRICTED = ("resolver", "control", "MHD-single", "kubernetes", "querylog")
+SECCOMP_FILTER = "2"
+
+
+def expected(name, kept):
+    """(capabilities, seccomp mode) the docs give the thread named name."""
+    if name == "localdns":                  # main: reloads bind and change the node
+        return kept, "0"
+    if name == "node":
+        return kept & (1 << NET_ADMIN), "0"
+    assert name.startswith("worker/") or name in RESTRICTED, "unexpected thread " + name
+    return 0, SECCOMP_FILTER
+
+
+def check_threads(pid, kept):
+    """Every thread as documented; returns how many there are of each name."""
+    names = {}
+    for tid, (name, st) in thread_statuses(pid).items():
+        caps, mode = expected(name, kept)
+        assert (st["CapEff"], st["CapPrm"], st["Seccomp"]) == (caps, caps, mode), \
+            (tid, name, hex(st["CapEff"]), hex(st["CapPrm"]), st["Seccomp"])
+        # The bounding set needs CAP_SETPCAP to shrink and stays the process's:
+        # it grants nothing without execve, which no_new_privs and the filters close.
+        assert st["CapBnd"] == kept, (tid, name, hex(st["CapBnd"]))
+        assert st["CapInh"] == 0 and st["CapAmb"] == 0, (tid, name, st)
+        assert st["NoNewPrivs"] == "1", (tid, name, st)
+        key = "worker" if name.startswith("worker/") else name
+        names[key] = names.get(key, 0) + 1
+    return names
 
 
 def need_root():
@@ -42,24 +95,128 @@ def need_root():
         raise harness.Skip("needs root")
 
 
-def test_only_net_admin_and_net_bind_service_in_every_thread(env):
-    need_root()
+def kept_caps():
     mine = status_of("/proc/self/status")
-    want = KEPT & mine["CapPrm"] & mine["CapBnd"]
-    d = env.start()
-    # libunbound runs a thread of its own (not made by our code): it must be
-    # covered too. An external name puts it to work first.
-    assert d.udp("www.site.example", "A", timeout=3).rcode_name == "SERVFAIL"
-    assert d.udp(DB, "A").answer, "no answer after the drop"
-    threads = thread_statuses(d.proc.pid)
-    assert len(threads) >= 5, threads   # main, query log, resolver, libunbound, workers
-    for tid, st in threads.items():
-        assert st["CapEff"] == want and st["CapPrm"] == want, (tid, hex(st["CapEff"]), st)
-        assert st["CapBnd"] == want, (tid, hex(st["CapBnd"]))
-        assert st["CapInh"] == 0 and st["CapAmb"] == 0, (tid, st)
-        assert st["NoNewPrivs"] == "1", (tid, st)
-    assert 'msg="privileges dropped" kept=net_admin,net_bind_service missing=none ' \
-           'bounding_set=reduced no_new_privs=true' in d.stderr(), d.stderr()
+    return KEPT & mine["CapPrm"] & mine["CapBnd"]
+
+
+def http_get(port, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+        return r.status, r.read().decode()
+
+
+def test_each_thread_holds_what_the_docs_say(env):
+    need_root()
+    kept = kept_caps()
+    site = authority.zone_path("site.example.")
+    with authority.Authority({"site.example.": site}) as up, F.FakeAPI() as api:
+        api.apply(F.service("prod", "web", cluster_ips="10.96.0.20"))
+        port = harness.free_port()
+        sock = os.path.join(env.tmp, "control.sock")
+        d = env.start(
+            upstream={"servers": [up.addr], "timeout": "1s"},
+            kubernetes={"enabled": True, "node_name": "node-a",
+                        "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))},
+            health={"listen": "127.0.0.1:%d" % port}, metrics={"listen": "127.0.0.1:%d" % port},
+            control={"socket": sock}, log={"queries": 1})
+        # Put every thread to work, the libraries' own threads included.
+        assert d.udp("www.site.example", "A").answer, "no upstream answer"   # libunbound
+        deadline = time.monotonic() + 5
+        while d.udp("web.prod.svc.cluster.local", "A").rcode_name != "NOERROR":
+            assert time.monotonic() < deadline, "no cluster names: " + d.tail()
+            time.sleep(0.05)
+        assert d.udp(DB, "A").answer and d.tcp(DB, "A").answer             # workers
+        status, body = http_get(port, "/metrics")                          # reads /proc
+        assert status == 200 and "process_open_fds" in body, body[:200]
+        assert http_get(port, "/ready") == (200, "ready\n")
+        ctl = env.run(["ctl", "--socket", sock, "lookup", "www.site.example"])
+        assert ctl.returncode == 0 and "192.0.2.1" in ctl.stdout, ctl.stdout + ctl.stderr
+        # A reload asked on the control socket runs on the main thread.
+        ctl = env.run(["ctl", "--socket", sock, "reload"])
+        assert ctl.returncode == 0, ctl.stdout + ctl.stderr
+        names = check_threads(d.proc.pid, kept)
+        assert names.get("localdns") == 1 and names.get("worker") == 2, names
+        assert names.get("resolver", 0) >= 2, names   # ours and libunbound's
+        for name in ("control", "MHD-single", "kubernetes", "querylog"):
+            assert names.get(name, 0) >= 1, names
+        assert d.alive() and "msg=query" in d.stderr(), d.tail()
+        assert 'msg="privileges dropped" kept=net_admin,net_bind_service missing=none ' \
+               'bounding_set=reduced no_new_privs=true seccomp="per thread"' in d.stderr(), \
+            d.stderr()
+
+
+test_each_thread_holds_what_the_docs_say.timeout = 30
+
+
+def test_the_node_monitor_keeps_net_admin_alone(env):
+    need_root()
+    import test_node
+    n = test_node.Node(env)
+    d = n.start()
+    assert n.ask(test_node.CLUSTER_IP) == test_node.LOCAL_ANSWER
+    names = check_threads(d.proc.pid, kept_caps())
+    assert names.get("node") == 1 and names.get("localdns") == 1, names
+
+
+FORBIDDEN_NAME = "forbidden-syscall.test"
+
+
+def start_forbidden(env, syscall, **over):
+    """The daemon of tests/privs/forbidden.c, whose workers make syscall on cue."""
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "localdns-forbidden")
+    files = {harness.STANDARD_FILE_NAME: harness.static_file_yaml(harness.STANDARD_FILE_RECORDS)}
+    target = os.path.join(env.tmp, "written-by-a-worker")
+    d = harness.Daemon(binary, env.config(**over), files=files, wait=False, extra_env={
+        "LOCALDNS_TEST_SYSCALL": syscall, "LOCALDNS_TEST_PATH": target})
+    env._daemons.append(d)
+    d.wait_ready()
+    assert d.udp(DB, "A").answer, "no answer before the cue"
+    d.udp_raw(dnsmsg.build_query(FORBIDDEN_NAME, "A"), timeout=0.5)  # no reply if killed
+    return d, target
+
+
+def wait_exit(d, seconds=5):
+    try:
+        return d.proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_a_forbidden_syscall_from_a_worker_kills_the_process(env):
+    need_root()
+    # A netlink socket (the node's nftables), a program, a file written,
+    # executable memory: the first syscall of each kills the whole process.
+    for syscall in ("netlink", "execve", "open-write", "mprotect-exec"):
+        d, target = start_forbidden(env, syscall)
+        assert wait_exit(d) == -signal.SIGSYS, (syscall, d.proc.returncode, d.tail())
+        assert "forbidden syscall" not in d.stderr(), d.tail()   # it never returned
+        assert not os.path.exists(target), syscall
+
+
+def test_a_worker_opening_a_file_to_read_is_refused_and_goes_on(env):
+    need_root()
+    # By design an error, not a kill: glibc reads a /proc file in whichever
+    # thread first trims the heap, and does without it.
+    d, _ = start_forbidden(env, "open-read")
+    assert "forbidden syscall open-read returned -1 (Permission denied)" in d.stderr(), d.tail()
+    assert d.alive() and d.udp(DB, "A").answer
+
+
+def test_with_seccomp_off_the_same_syscall_gets_through(env):
+    need_root()
+    # The cue works: without the filter the worker opens its netlink socket
+    # (it still has no capability: the kernel would refuse it any change).
+    d, _ = start_forbidden(env, "netlink", security={"seccomp": False})
+    deadline = time.monotonic() + 5
+    while "forbidden syscall netlink returned" not in d.stderr():
+        assert time.monotonic() < deadline, d.tail()
+        time.sleep(0.02)
+    assert "forbidden syscall netlink returned -1" not in d.stderr(), d.tail()
+    assert d.alive() and d.udp(DB, "A").answer
+    assert 'seccomp="off (security.seccomp)"' in d.stderr()
+    for tid, (name, st) in thread_statuses(d.proc.pid).items():
+        if name.startswith("worker/"):
+            assert st["Seccomp"] == "0" and st["CapEff"] == 0, (name, st)
 
 
 # The lines that end a reload (its first line, "reloading configuration", does not).

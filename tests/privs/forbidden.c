@@ -1,0 +1,72 @@
+/*
+ * tests/privs/forbidden.c — the daemon with one addition, for
+ * tests/integration/test_privileges.py: a worker that receives a query for
+ * forbidden-syscall.test makes the syscall named by $LOCALDNS_TEST_SYSCALL
+ * at once, as code an attacker had taken over on the query path would.
+ *
+ * Linked from the daemon's own objects with -Wl,--wrap=recvmmsg, so every
+ * recvmmsg a worker makes comes here first; build/localdns is linked
+ * without it and has no such path. The syscall is made with syscall(2),
+ * so the filter sees exactly it and no glibc wrapper's extra calls. If the
+ * process survives (no filter, or a call the filter lets fail), the result
+ * goes to stderr and the worker goes on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The question's name as it is on the wire. */
+static const char cue[] = "\021forbidden-syscall\004test";
+
+static long attempt(const char *what)
+{
+	static char *const argv[] = {"/bin/true", NULL};
+
+	if (strcmp(what, "netlink") == 0)
+		return syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+	if (strcmp(what, "execve") == 0)
+		return syscall(SYS_execve, argv[0], argv, environ);
+	if (strcmp(what, "open-write") == 0)
+		return syscall(SYS_openat, AT_FDCWD, getenv("LOCALDNS_TEST_PATH"),
+			       O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (strcmp(what, "open-read") == 0)
+		return syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC);
+	if (strcmp(what, "mprotect-exec") == 0)
+		return syscall(SYS_mprotect, (void *)((unsigned long)&cue & ~4095UL), 4096,
+			       PROT_READ | PROT_EXEC);
+	errno = EINVAL;
+	return -1;
+}
+
+static void report(const char *what, long rc)
+{
+	char line[160];
+	int n = snprintf(line, sizeof line, "forbidden syscall %s returned %ld (%s)\n", what, rc,
+			 rc < 0 ? strerror(errno) : "ok");
+	ssize_t ignored = write(STDERR_FILENO, line, (size_t)n);
+
+	(void)ignored;
+}
+
+int __real_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *t);
+
+int __wrap_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *t)
+{
+	int got = __real_recvmmsg(fd, v, n, flags, t);
+	const char *what = getenv("LOCALDNS_TEST_SYSCALL");
+
+	for (int i = 0; what && i < got; i++) {
+		const struct iovec *head = &v[i].msg_hdr.msg_iov[0];
+		size_t len = v[i].msg_len < head->iov_len ? v[i].msg_len : head->iov_len;
+		if (memmem(head->iov_base, len, cue, sizeof cue - 1))
+			report(what, attempt(what));
+	}
+	return got;
+}
