@@ -289,6 +289,17 @@ def test_tcp_client_that_never_reads_its_replies(env):
                 s.connect(("127.0.0.1", st.d.port))
                 s.setblocking(False)
                 conns.append(s)
+            # every connection accepted or refused before any reply can
+            # close one and free a place (then the count would be a race)
+            deadline = time.monotonic() + 10
+            while True:
+                text = metrics(st.mport)
+                seen = (metric(text, "localdns_tcp_connections") +
+                        metric(text, 'localdns_tcp_refused_total{reason="per_client"}'))
+                if seen >= 40:
+                    break
+                assert time.monotonic() < deadline, "only %d of 40 connections seen" % seen
+                time.sleep(0.05)
             for s in conns:
                 try:
                     s.send(query * 300)  # what the kernel takes; the rest is never sent
