@@ -35,6 +35,10 @@ static const char ctl_usage[] =
 	"  flush [NAME]             drop every cache entry, or every type of NAME\n"
 	"  dump-cache [--records]   one line per cache entry (and its records)\n"
 	"  reload                   read the config file again and apply it\n"
+	"  top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]\n"
+	"                           the heaviest clients (and their pods) or names over the\n"
+	"                           last minute (--since: up to 10m), estimated from one\n"
+	"                           query in 16\n"
 	"\n"
 	"  -s, --socket PATH        the control socket (default " CONTROL_DEFAULT_SOCKET ")\n"
 	"  -c, --config FILE        the control socket named by FILE's control.socket\n"
@@ -49,7 +53,7 @@ struct command {
 
 static const struct command commands[] = {
 	{"stats", 0, 0},    {"lookup", 1, 2}, {"flush", 0, 1},
-	{"dump-cache", 0, 1}, {"reload", 0, 0},
+	{"dump-cache", 0, 1}, {"reload", 0, 0}, {"top", 1, 5},
 };
 
 static int usage_error(const char *why, const char *what)

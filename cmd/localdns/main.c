@@ -46,6 +46,7 @@
 #include "privs/privs.h"
 #include "query/query.h"
 #include "querylog/querylog.h"
+#include "top/top.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
@@ -400,6 +401,10 @@ static int serve(const char *path)
 	query_sources_publish(sources);
 	if (querylog_start(cfg, server_worker_count(cfg), err, sizeof err) < 0)
 		goto fail;
+	if (top_start(server_worker_count(cfg)) < 0) {
+		snprintf(err, sizeof err, "top talkers: out of memory");
+		goto fail;
+	}
 	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
 	if (!upstream)
 		goto fail;
@@ -439,6 +444,7 @@ static int serve(const char *path)
 	upstream_stop(upstream);
 	server_stop(server);
 	querylog_stop();
+	top_stop();
 	upstream_free(upstream);
 	query_sources_retire();
 	cluster_free(cluster);
@@ -459,6 +465,7 @@ fail:
 	node_stop(node);
 	upstream_free(upstream);
 	querylog_stop();
+	top_stop();
 	query_sources_retire();
 	cluster_free(cluster);
 	if (cache)

@@ -76,7 +76,7 @@ static void publish_client(struct cds_lfht *clients, const struct cluster_pod *p
 
 	if (cur && cur->pod == p && memcmp(cur->ns, ns, 1u + ns[0]) == 0)
 		return;
-	if (!(e = calloc(1, sizeof *e))) {
+	if (!(e = calloc(1, sizeof *e + strlen(p->key) + 1))) {
 		log_error("pod address for autopath: out of memory", "pod", p->key);
 		return;
 	}
@@ -84,6 +84,7 @@ static void publish_client(struct cds_lfht *clients, const struct cluster_pod *p
 	e->pod = p;
 	e->ip = *ip;
 	memcpy(e->ns, ns, 1u + ns[0]);
+	strcpy(e->pod_key, p->key);
 	old = cds_lfht_add_replace(clients, ip_hash(ip), match_client, &e->ip, &e->ht);
 	if (old)
 		urcu_memb_call_rcu(&caa_container_of(old, struct cluster_client, ht)->rcu,
@@ -168,4 +169,22 @@ size_t cluster_autopath_base(const struct cluster *c, const struct dns_query *q,
 	    !peer_ip(peer, &ip) || !(e = find_client(c->clients, &ip)))
 		return 0;
 	return memcmp(e->ns, q->qname + ns, 1u + e->ns[0]) == 0 ? ns : 0;
+}
+
+bool cluster_client_pod(const struct cluster *c, const struct sockaddr_storage *peer, char *out,
+			size_t cap)
+{
+	const struct cluster_client *e;
+	struct cluster_ip ip;
+	bool found = false;
+
+	if (!c || !peer_ip(peer, &ip))
+		return false;
+	urcu_memb_read_lock();
+	if ((e = find_client(c->clients, &ip)) && strlen(e->pod_key) < cap) {
+		strcpy(out, e->pod_key);
+		found = true;
+	}
+	urcu_memb_read_unlock();
+	return found;
 }

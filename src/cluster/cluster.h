@@ -134,6 +134,14 @@ enum cluster_result cluster_answer(const struct cluster *c, const struct dns_que
  * count), the wire length of <base> (its labels, no root): the search list
  * to walk starts there. 0 otherwise, and for a NULL peer.
  */
+/*
+ * The pod ("namespace/name") of this node that holds peer's address, as the
+ * Pods watch knows it (only with autopath or verified pod names; host-network
+ * pods are left out); false when none. Any RCU-registered thread; copies.
+ */
+bool cluster_client_pod(const struct cluster *c, const struct sockaddr_storage *peer, char *out,
+			size_t cap);
+
 size_t cluster_autopath_base(const struct cluster *c, const struct dns_query *q,
 			     const struct sockaddr_storage *peer);
 

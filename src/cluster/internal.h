@@ -115,6 +115,7 @@ struct cluster_client {
 	const struct cluster_pod *pod;
 	struct cluster_ip ip;
 	uint8_t ns[1 + DNS_MAX_LABEL]; /* one wire label, lower-cased */
+	char pod_key[];                /* "ns/name", for `localdns ctl top clients` */
 };
 
 #define CLUSTER_WATCH_MAX 64 /* addresses reported by cluster_watch_endpoints */

@@ -11,11 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+
 #include "cache/cache.h"
+#include "cluster/cluster.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
 #include "server/server.h"
+#include "top/top.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
 
@@ -182,6 +186,91 @@ static void cmd_flush(struct control *ctl, struct conn *c, int argc, char **argv
 	conn_printf(c, "flushed %s (every type)\n", argv[1]);
 }
 
+/* ---- top ------------------------------------------------------------------ */
+
+#define TOP_SHOWN_MAX 100
+
+static bool top_kind_of(const char *name, enum top_kind *out)
+{
+	static const char *const names[TOP_KINDS] = {
+		[TOP_CLIENTS] = "clients", [TOP_NAMES] = "names",
+		[TOP_NXDOMAIN] = "nxdomain", [TOP_SERVFAIL] = "servfail"};
+
+	for (int k = 0; k < TOP_KINDS; k++)
+		if (strcmp(name, names[k]) == 0) {
+			*out = (enum top_kind)k;
+			return true;
+		}
+	return false;
+}
+
+/* One line: the estimate, the client address (and its pod) or the name. */
+static void top_line(struct control *ctl, struct conn *c, enum top_kind kind,
+		     const struct top_item *it)
+{
+	char text[1024], pod[320];
+
+	if (kind == TOP_CLIENTS) {
+		struct sockaddr_storage ss = {.ss_family = it->key[0]};
+		bool v4 = it->key[0] == AF_INET;
+		memcpy(v4 ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
+			  : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr,
+		       it->key + 1, v4 ? 4 : 16);
+		inet_ntop(it->key[0], it->key + 1, text, sizeof text);
+		if (cluster_client_pod(ctl->d->cluster, &ss, pod, sizeof pod))
+			conn_printf(c, "%" PRIu64 " %s pod=%s\n", it->count, text, pod);
+		else
+			conn_printf(c, "%" PRIu64 " %s\n", it->count, text);
+		return;
+	}
+	uint8_t name[DNS_MAX_NAME];
+	size_t len = 0;
+	/* a name cut short: its whole labels, then "..." */
+	while (len < it->key_len && it->key[len] && len + 1u + it->key[len] <= it->key_len)
+		len += 1u + it->key[len];
+	memcpy(name, it->key, len);
+	name[len] = 0;
+	if (dns_name_to_text(name, text, sizeof text) < 0)
+		snprintf(text, sizeof text, "?");
+	conn_printf(c, "%" PRIu64 " %s%s\n", it->count, text, it->cut ? "..." : "");
+}
+
+/* top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT] */
+static void cmd_top(struct control *ctl, struct conn *c, int argc, char **argv)
+{
+	static struct top_item items[TOP_SHOWN_MAX]; /* the control thread is the only caller */
+	enum top_kind kind;
+	uint64_t since_ms = TOP_SLOT_SECONDS * 1000, shown = 10;
+	const char *why;
+
+	if (!top_kind_of(argv[1], &kind)) {
+		reply_usage(c, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]");
+		return;
+	}
+	for (int i = 2; i < argc; i += 2) {
+		if (i + 1 >= argc ||
+		    (strcmp(argv[i], "--since") == 0
+			     ? config_value_duration_ms(argv[i + 1], &since_ms, &why) < 0
+		     : strcmp(argv[i], "-n") == 0
+			     ? config_value_uint(argv[i + 1], &shown, &why) < 0
+			     : true)) {
+			reply_usage(c, "top clients|names|nxdomain|servfail [--since DURATION] "
+				       "[-n COUNT]");
+			return;
+		}
+	}
+	if (since_ms > (uint64_t)TOP_SLOTS * TOP_SLOT_SECONDS * 1000 || shown == 0 ||
+	    shown > TOP_SHOWN_MAX) {
+		reply_error(c, "--since goes back at most %d minutes and -n to %d", TOP_SLOTS,
+			    TOP_SHOWN_MAX);
+		return;
+	}
+	size_t n = top_read(kind, (since_ms + 999) / 1000, items, shown);
+	reply_ok(c);
+	for (size_t i = 0; i < n; i++)
+		top_line(ctl, c, kind, &items[i]);
+}
+
 /* ---- dump-cache --------------------------------------------------------- */
 
 struct dump {
@@ -302,6 +391,7 @@ static const struct command commands[] = {
 	{"flush", 0, 1, "flush [NAME]", cmd_flush},
 	{"dump-cache", 0, 1, "dump-cache [--records]", cmd_dump_cache},
 	{"reload", 0, 0, "reload", cmd_reload},
+	{"top", 1, 5, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]", cmd_top},
 };
 
 void control_run(struct control *ctl, struct conn *c, int argc, char **argv)
@@ -316,6 +406,6 @@ void control_run(struct control *ctl, struct conn *c, int argc, char **argv)
 			cmd->run(ctl, c, argc, argv);
 		return;
 	}
-	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload)",
+	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload, top)",
 		    argv[0]);
 }

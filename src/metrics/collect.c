@@ -450,6 +450,77 @@ static uint64_t count_open_fds(void)
 	return n - 1; /* the directory's own descriptor */
 }
 
+/* A limit read from path: a number below 2^62 (cgroup v1 writes ~2^63 for none, v2 "max"). */
+static bool read_limit(const char *path, uint64_t *out)
+{
+	char buf[64];
+	unsigned long long v;
+	FILE *f = fopen(path, "re");
+	bool ok;
+
+	if (!f)
+		return false;
+	ok = fgets(buf, sizeof buf, f) && sscanf(buf, "%llu", &v) == 1 && v < (1ull << 62);
+	fclose(f);
+	if (ok)
+		*out = v;
+	return ok;
+}
+
+/*
+ * The memory limit of the cgroup we run in (a container's), from
+ * /proc/self/cgroup: cgroup v2 ("0::PATH", memory.max) or v1 ("N:memory:PATH",
+ * memory.limit_in_bytes). Inside a container's cgroup namespace PATH is "/".
+ * false when there is none.
+ */
+static bool cgroup_memory_limit(uint64_t *out)
+{
+	char line[512], path[640];
+	bool found = false;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *controllers = strchr(line, ':'), *where;
+		if (!controllers || !(where = strchr(controllers + 1, ':')))
+			continue;
+		*where++ = '\0';
+		controllers++;
+		if (strcmp(line, "0") == 0 && *controllers == '\0')
+			snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max",
+				 strcmp(where, "/") ? where : "");
+		else if (strstr(controllers, "memory"))
+			snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
+				 strcmp(where, "/") ? where : "");
+		else
+			continue;
+		found = read_limit(path, out);
+	}
+	fclose(f);
+	return found;
+}
+
+/* What /health and /ready say, and the memory limit: the alerts' inputs. */
+static void collect_state(struct metrics_text *t, const struct daemon *d)
+{
+	char why[256];
+	uint64_t limit;
+
+	single(t, "localdns_healthy", "gauge",
+	       "1 while /health says ok: every event loop turns (0: one is stuck).",
+	       daemon_alive(d, why, sizeof why));
+	single(t, "localdns_ready", "gauge",
+	       "1 while /ready says ready: serving, and the first Kubernetes sync done.",
+	       daemon_ready(d, why, sizeof why));
+	if (cgroup_memory_limit(&limit))
+		single(t, "localdns_memory_limit_bytes", "gauge",
+		       "The memory limit of localdns's cgroup (its container's; cgroup v2 "
+		       "memory.max or v1 memory.limit_in_bytes); absent without one.",
+		       limit);
+}
+
 static void collect_process(struct metrics_text *t, const struct process_figures *p)
 {
 	struct rlimit rl;
@@ -488,6 +559,7 @@ char *metrics_collect(const struct daemon *d, size_t *len)
 		collect_kubernetes(&t, d->kube, d->cluster);
 	if (d->node)
 		collect_node(&t, d->node);
+	collect_state(&t, d);
 	collect_config(&t, d, proc.start_time);
 	collect_query_log(&t);
 	collect_build(&t);

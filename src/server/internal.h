@@ -14,6 +14,7 @@
 #include "dns/dns.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
+#include "top/top.h"
 #include "upstream/upstream.h"
 
 #define UDP_BATCH 64          /* datagrams per recvmmsg/sendmmsg */
@@ -124,6 +125,7 @@ struct worker {
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
+	struct top_sampler top_sampler; /* the top talkers' (top_sample) */
 	struct upstream_request request; /* filled by query_handle, copied on submit */
 
 	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
@@ -195,6 +197,9 @@ bool worker_submit(struct worker *w, enum query_upstream what);
 void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 void worker_wake_upstream(struct worker *w);
+/* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
+void worker_note_top(struct worker *w, const struct query_ctx *ctx,
+		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 
 /* Response rate limiting (rrl.c). */
 enum rrl_verdict { RRL_PASS, RRL_SLIP, RRL_DROP };

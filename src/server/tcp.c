@@ -360,6 +360,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 					  DNS_MAX_MESSAGE, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;
 		w->tcp_turn_left--;

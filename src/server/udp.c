@@ -99,6 +99,7 @@ static int answer_batch(struct worker *w, int fd, int n)
 					  &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &b->peer[i], reply, len);
+		worker_note_top(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
 		if (len == 0 || (len = rate_limited(w, &b->peer[i], reply, len)) == 0)
 			continue;

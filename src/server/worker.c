@@ -23,6 +23,8 @@
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
+#include "top/top.h"
+
 #define MAX_EVENTS 64
 #define SHUTDOWN_FLUSH_MS 1000
 
@@ -81,6 +83,17 @@ void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 	} else if (len > 0) {
 		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
 	}
+}
+
+void worker_note_top(struct worker *w, const struct query_ctx *ctx,
+		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
+{
+	if (!top_sample(&w->top_sampler))
+		return;
+	if (ctx->upstream == QUERY_UPSTREAM_ASK) /* its rcode comes with the resolver's reply */
+		top_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
+	else
+		top_note_reply(w->id, peer, reply, len);
 }
 
 void worker_wake_upstream(struct worker *w)

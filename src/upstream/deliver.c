@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "querylog/querylog.h"
+#include "top/top.h"
 
 /* The workers count the replies they send; these are the resolver's,
  * counted before the client can see the reply (a scrape after it includes it). */
@@ -65,6 +66,8 @@ void deliver(struct upstream *u, unsigned worker, const struct upstream_request 
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(u, worker, r, len);
 	}
+	if (top_sample(&u->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
+		top_note_reply(TOP_RESOLVER, NULL, u->buf, len);
 	if (r->log_reply)
 		querylog_add(QUERYLOG_RESOLVER, &r->peer,
 			     r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP,

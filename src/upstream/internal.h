@@ -11,6 +11,7 @@
 #include <unbound.h>
 
 #include "cache/cache.h"
+#include "top/top.h"
 
 #include "config/config.h"
 #include "upstream/upstream.h"
@@ -248,6 +249,7 @@ struct upstream {
 	struct waiter_list stale_soon; /* with a stale entry: until cache.stale_answer_timeout */
 	unsigned n_waiters;
 	uint64_t now_ms;
+	struct top_sampler top_sampler; /* the top talkers' (top_sample) */
 	uint64_t renewal_logged_ms;
 	uint64_t full_logged_ms;
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */

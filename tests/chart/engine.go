@@ -149,6 +149,7 @@ func render(c *Chart, values map[string]interface{}, rel Release, caps *Capabili
 			"Release":      rel,
 			"Chart":        c.Metadata,
 			"Capabilities": caps,
+			"Files":        c.Files,
 			"Template": map[string]interface{}{
 				"Name":     name,
 				"BasePath": c.Metadata.Name + "/templates",

@@ -41,10 +41,21 @@ type Chart struct {
 	Values    map[string]interface{}
 	Schema    []byte            // values.schema.json, nil when absent
 	Templates map[string]string // "<chart>/templates/<path>" -> text
+	Files     Files             // every other file: .Files in templates
 }
 
+// Files is Helm's .Files: the chart's files outside templates/ (and but for
+// Chart.yaml and the values files), by path relative to the chart.
+type Files map[string][]byte
+
+// Get is .Files.Get: the file's text, "" when there is no such file.
+func (f Files) Get(name string) string { return string(f[name]) }
+
+// GetBytes is .Files.GetBytes.
+func (f Files) GetBytes(name string) []byte { return f[name] }
+
 func loadChart(dir string) (*Chart, error) {
-	c := &Chart{Metadata: &Metadata{}, Templates: map[string]string{}}
+	c := &Chart{Metadata: &Metadata{}, Templates: map[string]string{}, Files: Files{}}
 	raw, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
 	if err != nil {
 		return nil, err
@@ -66,8 +77,7 @@ func loadChart(dir string) (*Chart, error) {
 	if err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
-	root := filepath.Join(dir, "templates")
-	err = filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+	err = filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
 		if err != nil || info.IsDir() {
 			return err
 		}
@@ -76,7 +86,13 @@ func loadChart(dir string) (*Chart, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
-		c.Templates[c.Metadata.Name+"/"+filepath.ToSlash(rel)] = string(text)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case strings.HasPrefix(rel, "templates/"):
+			c.Templates[c.Metadata.Name+"/"+rel] = string(text)
+		case rel != "Chart.yaml" && rel != "values.yaml" && rel != "values.schema.json":
+			c.Files[rel] = text
+		}
 		return nil
 	})
 	return c, err

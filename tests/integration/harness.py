@@ -317,6 +317,61 @@ def dnsgen(env, port, queries, *args):
 
 # ------------------------------------------------------- stopping a thread
 
+class MemoryCgroup:
+    """A memory cgroup of our own, a child of this process's, with a limit
+    (cgroup v2 memory.max, or v1 memory.limit_in_bytes): add(pid) moves a
+    process into it, leaving moves it back and removes the cgroup. Skip when
+    the cgroup file system is not ours to write."""
+
+    def __init__(self, limit):
+        self.limit, self.path, self.parent, self.pids = limit, None, None, []
+
+    @staticmethod
+    def _own():
+        with open("/proc/self/cgroup") as f:
+            lines = [l.rstrip("\n").split(":", 2) for l in f]
+        for hid, controllers, where in lines:
+            if hid == "0" and controllers == "" and os.path.exists(
+                    "/sys/fs/cgroup%s/memory.max" % where.rstrip("/")):
+                return "/sys/fs/cgroup" + where.rstrip("/"), "memory.max"
+        for hid, controllers, where in lines:
+            if "memory" in controllers.split(","):
+                return "/sys/fs/cgroup/memory" + where.rstrip("/"), "memory.limit_in_bytes"
+        return None, None
+
+    def __enter__(self):
+        self.parent, limit_file = self._own()
+        if not self.parent:
+            raise Skip("no memory cgroup to make one in")
+        self.path = os.path.join(self.parent, "localdns-test-%d" % os.getpid())
+        try:
+            os.mkdir(self.path)
+            with open(os.path.join(self.path, limit_file), "w") as f:
+                f.write(str(self.limit))
+        except OSError as e:
+            if os.path.isdir(self.path):
+                os.rmdir(self.path)
+            raise Skip("cannot make a memory cgroup: %s" % e)
+        return self
+
+    def add(self, pid):
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        self.pids.append(pid)
+
+    def __exit__(self, *exc):
+        for pid in self.pids:
+            try:
+                with open(os.path.join(self.parent, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+            except OSError:
+                pass  # it has ended
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
 class StoppedThread:
     """Holds one thread of another process stopped (PTRACE_SEIZE +
     PTRACE_INTERRUPT stop that thread alone, not its process) until exit."""

@@ -332,7 +332,11 @@ def test_socket_made_with_parents_and_mode_then_removed_at_exit(env):
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660, oct(st.st_mode)
     for parent in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
         assert stat.S_IMODE(os.stat(parent).st_mode) == 0o755, parent
-    assert "control socket ready" in d.stderr()
+    # logged as the control thread starts, which may be after the first answer
+    deadline = time.monotonic() + 10
+    while "control socket ready" not in d.stderr():
+        assert time.monotonic() < deadline, d.tail()
+        time.sleep(0.05)
     rc, _ = d.stop()
     assert rc == 0, d.tail()
     assert not os.path.exists(path), "the socket file outlived the daemon"
@@ -459,3 +463,58 @@ def test_ctl_usage_errors(env):
     assert p.returncode == 0 and "dump-cache [--records]" in p.stdout, p.stdout
     p = env.run(["--help"])
     assert "localdns ctl [--socket PATH | --config FILE] COMMAND" in p.stdout, p.stdout
+
+
+def _ask_many(port, source, names, times):
+    """Ask each of names `times` times over UDP from source, one at a time."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind((source, 0))
+        s.settimeout(2)
+        for _ in range(times):
+            for name in names:
+                s.sendto(dnsmsg.build_query(name, "A"), ("127.0.0.1", port))
+                s.recv(4096)
+
+
+def _top(env, d, *args):
+    out = ok(env, d, "top", *args)
+    return [line.split(" ") for line in out.strip().split("\n") if line]
+
+
+def test_top_shows_the_heaviest_clients_names_and_nxdomains_with_their_pods(env):
+    # Counts are estimates from one query in 16 per worker: judged by order
+    # and by bounds the sampling cannot miss.
+    with F.FakeAPI() as api:
+        api.apply(F.namespace("shop"),
+                  F.pod("shop", "crawler-1", ips="127.0.0.2", node="node-a"))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
+        d = start(env, kubernetes={"enabled": True, "kubeconfig": kc, "node_name": "node-a"},
+                  cluster={"domain": "cluster.local", "ttl": "5s", "autopath": True})
+        deadline = time.monotonic() + 5
+        while stats(env, d)["kube_synced"] != 1:
+            assert time.monotonic() < deadline, "no first sync"
+            time.sleep(0.05)
+        # 127.0.0.2 (a pod) asks 1,280 times, 127.0.0.3 (no pod) 320 times
+        _ask_many(d.port, "127.0.0.2", ["db.prod.svc.cluster.local",
+                                        "gone1.prod.svc.cluster.local"], 640)
+        _ask_many(d.port, "127.0.0.3", ["web.prod.svc.cluster.local",
+                                        "gone2.prod.svc.cluster.local"], 160)
+        clients = _top(env, d, "clients")
+        assert [c[1] for c in clients[:2]] == ["127.0.0.2", "127.0.0.3"], clients
+        assert clients[0][2] == "pod=shop/crawler-1" and len(clients[1]) == 2, clients
+        # about 80 and 20 samples: bounds over three standard deviations out
+        assert 1280 * 0.5 <= int(clients[0][0]) <= 1280 * 1.5, clients
+        assert 320 * 0.25 <= int(clients[1][0]) <= 320 * 2, clients
+        names = [n[1] for n in _top(env, d, "names", "-n", "2")]
+        assert sorted(names[:2]) == ["db.prod.svc.cluster.local.",
+                                     "gone1.prod.svc.cluster.local."], names
+        nx = [n[1] for n in _top(env, d, "nxdomain", "--since", "5m")]
+        assert nx[:2] == ["gone1.prod.svc.cluster.local.", "gone2.prod.svc.cluster.local."], nx
+        assert _top(env, d, "servfail") == []
+        p = ctl(env, d, "top", "pods")
+        assert p.returncode == 2 and "top clients|names|nxdomain|servfail" in p.stderr, p.stderr
+        p = ctl(env, d, "top", "names", "--since", "2h")
+        assert p.returncode == 1 and "at most 10 minutes" in p.stderr, p.stderr
+
+
+test_top_shows_the_heaviest_clients_names_and_nxdomains_with_their_pods.timeout = 60

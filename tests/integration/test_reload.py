@@ -54,7 +54,8 @@ def log_count(d, msg):
                if (" " + field + " ") in (" " + line + " "))
 
 
-def wait_log(d, msg, count, timeout=5.0):
+def wait_log(d, msg, count, timeout=15.0):
+    # generous: a reload builds a resolver context, and the machine may be busy
     deadline = time.monotonic() + timeout
     while log_count(d, msg) < count:
         if time.monotonic() > deadline:
