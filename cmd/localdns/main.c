@@ -405,7 +405,9 @@ static int serve(const char *path)
 		snprintf(err, sizeof err, "top talkers: out of memory");
 		goto fail;
 	}
-	upstream = upstream_start(cfg, cache, server_worker_count(cfg), err, sizeof err);
+	/* request rings for the workers, then the control threads' (ctl lookup) */
+	upstream = upstream_start(cfg, cache, server_worker_count(cfg) + CONTROL_THREADS, err,
+				  sizeof err);
 	if (!upstream)
 		goto fail;
 	if (needs_node(cfg) && !(node = node_start(cfg, err, sizeof err)))
@@ -428,7 +430,7 @@ static int serve(const char *path)
 	/* Last: a bad health or metrics address stops everything started so far. */
 	http = http_start(&daemon, err, sizeof err);
 	if (http) {
-		if (control_start(control, &daemon, err, sizeof err) < 0)
+		if (control_start(control, &daemon, server_worker_count(cfg), err, sizeof err) < 0)
 			log_error("no control socket; serving without it", "error", err);
 		sig = serve_until_stopped(sigfd, &daemon);
 		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");

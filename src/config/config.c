@@ -21,6 +21,7 @@
  * freed, so a bad reload leaves the running configuration alone.
  */
 #include "config/config.h"
+#include "util/hash.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1208,8 +1209,11 @@ static int read_file(const char *path, char **out, size_t *len)
 	return -1;
 }
 
-/* Keep a copy of name in cfg->files; config_pos.file points at it. */
-static const char *add_file(struct loader *ld, const char *name)
+/*
+ * Keep a copy of name in cfg->files (config_pos.file points at it), and
+ * count its bytes, text[0..len), into cfg->files_hash.
+ */
+static const char *add_file(struct loader *ld, const char *name, const char *text, size_t len)
 {
 	struct config *cfg = ld->cfg;
 	char **grown = realloc(cfg->files, (cfg->n_files + 1) * sizeof *grown);
@@ -1223,6 +1227,8 @@ static const char *add_file(struct loader *ld, const char *name)
 		return NULL;
 	}
 	cfg->files[cfg->n_files++] = copy;
+	cfg->files_hash = config_file_hash(cfg->n_files == 1 ? FNV1A_SEED : cfg->files_hash,
+					   name, text, len);
 	return copy;
 }
 
@@ -1326,7 +1332,7 @@ static int load_static_file(struct loader *ld, const char *file, const yaml_node
 
 	if (read_file(file, &text, &len) < 0)
 		return fail(ld, at, "static.files: cannot read %s: %s", file, strerror(errno));
-	ld->file = add_file(ld, file);
+	ld->file = add_file(ld, file, text, len);
 	rc = ld->file ? parse_document(ld, text, len, &doc) : -1;
 	if (rc == 0) {
 		const yaml_node_t *root = yaml_document_get_root_node(&doc);
@@ -1449,7 +1455,7 @@ int config_load_string(const char *name, const char *yaml, size_t len, struct co
 	ld.dir = dir_of(name);
 	if (strchr(name, '/') && !ld.dir)
 		fail_nopos(&ld, "out of memory");
-	else if ((ld.file = add_file(&ld, name)) != NULL)
+	else if ((ld.file = add_file(&ld, name, yaml, len)) != NULL)
 		rc = load_main(&ld, yaml, len);
 	free(ld.dir);
 	if (rc < 0) {
@@ -1472,6 +1478,12 @@ int config_load(const char *path, struct config **out, char *err, size_t errlen)
 	int rc = config_load_string(path, text, len, out, err, errlen);
 	free(text);
 	return rc;
+}
+
+uint64_t config_file_hash(uint64_t h, const char *path, const char *text, size_t len)
+{
+	h = fnv1a(h, path, strlen(path) + 1);
+	return fnv1a(h, text, len);
 }
 
 size_t config_served_count(const struct config *cfg)

@@ -90,6 +90,7 @@ enum config_log_format { CONFIG_LOG_LOGFMT, CONFIG_LOG_JSON };
 /* Durations are kept in milliseconds, sizes in bytes, TTLs in seconds. */
 struct config {
 	char **files; size_t n_files; /* files[0] is the main file */
+	uint64_t files_hash;          /* config_file_hash over each file's bytes as parsed */
 
 	struct {
 		struct config_ip *addresses; size_t n_addresses;
@@ -251,6 +252,14 @@ int config_value_hostport(const char *text, uint16_t default_port,
  * The root and wildcards ("*.example") are refused.
  */
 int config_value_name(char *name, const char **why);
+
+/*
+ * Continue h (FNV-1a; start from FNV1A_SEED) over one file: its path, then
+ * its bytes. The loader hashes what it parsed this way (config.files_hash);
+ * comparing with the files on disk, hashed the same way, tells whether
+ * they changed since (daemon/reload.c).
+ */
+uint64_t config_file_hash(uint64_t h, const char *path, const char *text, size_t len);
 
 /* listen.allow when the config gives none: the private and local address
  * ranges, where pods and the node's own processes query from. */

@@ -36,7 +36,10 @@ static void stats_queries(struct control *ctl, struct conn *c)
 					      "nxdomain", "notimp", "refused"};
 	struct query_stats q;
 	char name[64];
+	uint64_t lookups = 0;
 
+	for (int i = 0; i < CONTROL_THREADS; i++)
+		lookups += ctl->threads[i].lookup_stats.received;
 	server_stats(ctl->d->server, &q);
 	stat_line(c, "queries", q.received);
 	stat_line(c, "queries_dropped", q.dropped);
@@ -50,7 +53,7 @@ static void stats_queries(struct control *ctl, struct conn *c)
 		snprintf(name, sizeof name, "answers_%s", query_source_name((enum query_source)s));
 		stat_line(c, name, q.source[s]);
 	}
-	stat_line(c, "control_lookups", ctl->lookup_stats.received);
+	stat_line(c, "control_lookups", lookups);
 	stat_line(c, "queries_not_allowed", q.not_allowed);
 	stat_line(c, "queries_rrl_slipped", q.rrl_slipped);
 	stat_line(c, "queries_rrl_dropped", q.rrl_dropped);
@@ -146,8 +149,9 @@ static void stats_node_and_reloads(struct control *ctl, struct conn *c)
 	stat_line(c, "reload_last_success_time", (uint64_t)(r.last_ok_ms / 1000));
 }
 
-static void cmd_stats(struct control *ctl, struct conn *c, int argc, char **argv)
+static void cmd_stats(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
+	struct control *ctl = t->ctl;
 	(void)argc;
 	(void)argv;
 	reply_ok(c);
@@ -160,13 +164,14 @@ static void cmd_stats(struct control *ctl, struct conn *c, int argc, char **argv
 
 /* ---- lookup, flush ------------------------------------------------------ */
 
-static void cmd_lookup(struct control *ctl, struct conn *c, int argc, char **argv)
+static void cmd_lookup(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
-	control_lookup(ctl, c, argv[1], argc > 2 ? argv[2] : "A");
+	control_lookup(t, c, argv[1], argc > 2 ? argv[2] : "A");
 }
 
-static void cmd_flush(struct control *ctl, struct conn *c, int argc, char **argv)
+static void cmd_flush(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
+	struct control *ctl = t->ctl;
 	uint8_t wire[DNS_MAX_NAME];
 
 	if (argc == 1) {
@@ -236,8 +241,9 @@ static void top_line(struct control *ctl, struct conn *c, enum top_kind kind,
 }
 
 /* top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT] */
-static void cmd_top(struct control *ctl, struct conn *c, int argc, char **argv)
+static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
+	struct control *ctl = t->ctl;
 	static struct top_item items[TOP_SHOWN_MAX]; /* the control thread is the only caller */
 	enum top_kind kind;
 	uint64_t since_ms = TOP_SLOT_SECONDS * 1000, shown = 10;
@@ -343,8 +349,9 @@ static int dump_entry(const struct cache_entry_info *e, void *arg)
 	return dump->c->failed ? 1 : 0;
 }
 
-static void cmd_dump_cache(struct control *ctl, struct conn *c, int argc, char **argv)
+static void cmd_dump_cache(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
+	struct control *ctl = t->ctl;
 	struct dump dump = {.c = c, .records = argc > 1};
 
 	if (argc > 1 && strcmp(argv[1], "--records") != 0) {
@@ -361,8 +368,9 @@ static void cmd_dump_cache(struct control *ctl, struct conn *c, int argc, char *
 
 /* ---- reload ------------------------------------------------------------- */
 
-static void cmd_reload(struct control *ctl, struct conn *c, int argc, char **argv)
+static void cmd_reload(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
+	struct control *ctl = t->ctl;
 	char err[CONFIG_ERR_MAX];
 
 	(void)argc;
@@ -382,7 +390,7 @@ struct command {
 	const char *name;
 	int min_args, max_args;
 	const char *usage;
-	void (*run)(struct control *ctl, struct conn *c, int argc, char **argv);
+	void (*run)(struct control_thread *t, struct conn *c, int argc, char **argv);
 };
 
 static const struct command commands[] = {
@@ -394,7 +402,7 @@ static const struct command commands[] = {
 	{"top", 1, 5, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]", cmd_top},
 };
 
-void control_run(struct control *ctl, struct conn *c, int argc, char **argv)
+void control_run(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		const struct command *cmd = &commands[i];
@@ -403,7 +411,7 @@ void control_run(struct control *ctl, struct conn *c, int argc, char **argv)
 		if (argc - 1 < cmd->min_args || argc - 1 > cmd->max_args)
 			reply_usage(c, "%s", cmd->usage);
 		else
-			cmd->run(ctl, c, argc, argv);
+			cmd->run(t, c, argc, argv);
 		return;
 	}
 	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload, top)",

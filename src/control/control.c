@@ -2,9 +2,12 @@
  * control — the socket file, the control thread and the connection I/O.
  * See control.h for the protocol.
  *
- * One connection at a time: the commands are for an operator or a probe,
- * not for traffic, and serving them in turn keeps the thread simple and
- * its memory fixed. A client that stalls costs at most
+ * CONTROL_THREADS threads, each serving one connection at a time: the
+ * commands are for operators and probes, not for traffic, so a few threads
+ * with fixed memory each are enough, and a slow `lookup` (up to
+ * upstream.timeout) holds up only its own client. They all wait on the
+ * listening socket (non-blocking: the one that loses the race to accept
+ * goes back to waiting). A client that stalls costs at most
  * CONTROL_IO_TIMEOUT_MS per wait; everything waits on the stop eventfd too,
  * so shutdown never waits for a client.
  */
@@ -157,6 +160,10 @@ static void close_fds(struct control *ctl)
 	if (ctl->stop_fd >= 0)
 		close(ctl->stop_fd);
 	ctl->listen_fd = ctl->stop_fd = -1;
+	for (int i = 0; i < CONTROL_THREADS; i++)
+		for (int k = 0; k < 2; k++)
+			if (ctl->threads[i].reply_fd[k] >= 0)
+				close(ctl->threads[i].reply_fd[k]);
 }
 
 int control_open(const struct config *cfg, struct control **out, char *err, size_t errlen)
@@ -170,11 +177,21 @@ int control_open(const struct config *cfg, struct control **out, char *err, size
 		return -1;
 	}
 	snprintf(ctl->path, sizeof ctl->path, "%s", cfg->control.socket);
+	for (int i = 0; i < CONTROL_THREADS; i++)
+		ctl->threads[i].reply_fd[0] = ctl->threads[i].reply_fd[1] = -1;
 	ctl->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	ctl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (ctl->listen_fd < 0 || ctl->stop_fd < 0) {
 		snprintf(err, errlen, "control.socket: %s", strerror(errno));
 		goto fail;
+	}
+	for (int i = 0; i < CONTROL_THREADS; i++) {
+		int *fds = ctl->threads[i].reply_fd;
+		if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) < 0) {
+			fds[0] = fds[1] = -1;
+			snprintf(err, errlen, "control: socketpair: %s", strerror(errno));
+			goto fail;
+		}
 	}
 	if (make_parents(ctl->path, err, errlen) < 0 || bind_socket(ctl, err, errlen) < 0 ||
 	    finish_socket_file(ctl, err, errlen) < 0)
@@ -335,14 +352,14 @@ static bool split_words(char *line, int *argc, char **argv)
 	}
 }
 
-static void serve_connection(struct control *ctl, int fd)
+static void serve_connection(struct control_thread *t, int fd)
 {
-	struct conn c;
+	static _Thread_local struct conn c; /* 16 KiB: one per control thread, not on its stack */
 	char line[CONTROL_REQUEST_MAX + 1];
 	char *argv[CONTROL_MAX_ARGS];
 	int argc;
 
-	c = (struct conn){.fd = fd, .stop_fd = ctl->stop_fd};
+	c = (struct conn){.fd = fd, .stop_fd = t->ctl->stop_fd};
 	if (!read_request(&c, line, sizeof line))
 		return;
 	line[strcspn(line, "\r")] = '\0';
@@ -350,14 +367,15 @@ static void serve_connection(struct control *ctl, int fd)
 		reply_usage(&c, "a request is a command and up to %d arguments, separated by single "
 			    "spaces", CONTROL_MAX_ARGS - 1);
 	else
-		control_run(ctl, &c, argc, argv);
+		control_run(t, &c, argc, argv);
 	conn_write(&c, ".\n", 2);
 	conn_flush(&c);
 }
 
 static void *control_main(void *arg)
 {
-	struct control *ctl = arg;
+	struct control_thread *t = arg;
+	struct control *ctl = t->ctl;
 	struct pollfd p[2] = {{.fd = ctl->listen_fd, .events = POLLIN},
 			      {.fd = ctl->stop_fd, .events = POLLIN}};
 
@@ -372,25 +390,46 @@ static void *control_main(void *arg)
 		int fd = accept4(ctl->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			continue;
-		serve_connection(ctl, fd);
+		serve_connection(t, fd);
 		close(fd);
 	}
 	urcu_memb_unregister_thread();
 	return NULL;
 }
 
-int control_start(struct control *ctl, struct daemon *d, char *err, size_t errlen)
+static void stop_threads(struct control *ctl)
 {
+	eventfd_write(ctl->stop_fd, 1);
+	for (int i = 0; i < CONTROL_THREADS; i++) {
+		struct control_thread *t = &ctl->threads[i];
+		if (t->started)
+			pthread_join(t->thread, NULL);
+		t->started = false;
+	}
+}
+
+int control_start(struct control *ctl, struct daemon *d, unsigned first_producer, char *err,
+		  size_t errlen)
+{
+	char name[16];
+
 	if (!ctl)
 		return 0;
 	ctl->d = d;
-	if (privs_thread_create(&ctl->thread, PRIVS_CONTROL, "control", control_main, ctl, err,
-				errlen) < 0) {
-		close(ctl->listen_fd);
-		ctl->listen_fd = -1;
-		return -1;
+	for (int i = 0; i < CONTROL_THREADS; i++) {
+		struct control_thread *t = &ctl->threads[i];
+		t->ctl = ctl;
+		t->producer = first_producer + (unsigned)i;
+		snprintf(name, sizeof name, "control/%d", i);
+		if (privs_thread_create(&t->thread, PRIVS_CONTROL, name, control_main, t, err,
+					errlen) < 0) {
+			stop_threads(ctl);
+			close(ctl->listen_fd);
+			ctl->listen_fd = -1;
+			return -1;
+		}
+		t->started = true;
 	}
-	ctl->started = true;
 	log_info("control socket ready", "path", ctl->path);
 	return 0;
 }
@@ -399,10 +438,7 @@ void control_stop(struct control *ctl)
 {
 	if (!ctl)
 		return;
-	if (ctl->started) {
-		eventfd_write(ctl->stop_fd, 1);
-		pthread_join(ctl->thread, NULL);
-	}
+	stop_threads(ctl);
 	remove_socket_file(ctl);
 	close_fds(ctl);
 	free(ctl);

@@ -5,9 +5,11 @@
  * Owns: creating the socket file (parent directories 0755, the socket 0660;
  * a stale file from a crashed run is replaced, a live one means another
  * localdns runs and is an error) and removing it at exit; the control
- * thread, which polls the socket and a stop eventfd and serves one
- * connection at a time; the commands (stats, lookup, flush, dump-cache,
- * reload); the client side of the protocol for `localdns ctl`.
+ * threads (CONTROL_THREADS), each of which polls the socket and a stop
+ * eventfd and serves one connection at a time, so several operators are
+ * served at once and one slow lookup holds up only its own client; the
+ * commands (stats, lookup, flush, dump-cache, reload, top); the client side
+ * of the protocol for `localdns ctl`.
  *
  * Must never: run on a worker or block the query path (lookups take the
  * RCU read lock for one query_handle; dump-cache walks the cache in short
@@ -38,6 +40,10 @@
 #define CONTROL_DEFAULT_SOCKET "/run/localdns/control.sock"
 #define CONTROL_REQUEST_MAX 1024
 #define CONTROL_IO_TIMEOUT_MS 5000   /* a client that neither sends nor reads */
+/* Connections served at once; each thread has its own request ring to the
+ * resolver (producers after the workers': upstream_start gets
+ * workers + CONTROL_THREADS) and about 100 KiB of working space. */
+#define CONTROL_THREADS 4
 
 struct control;
 
@@ -51,10 +57,13 @@ int control_open(const struct config *cfg, struct control **out, char *err, size
 /*
  * Start serving d's subsystems, which must stay allocated until
  * control_stop; clients that connected since control_open are served now.
+ * The resolver's request rings from producer first_producer on are the
+ * control threads' (the server's worker count).
  * ctl may be NULL (off). 0, or -1 with err set: the socket is then closed
  * (clients are refused) and control_stop still removes the file.
  */
-int control_start(struct control *ctl, struct daemon *d, char *err, size_t errlen);
+int control_start(struct control *ctl, struct daemon *d, unsigned first_producer, char *err,
+		  size_t errlen);
 
 /* Stop the thread (it finishes within a poll round), close and remove the
  * socket file if it is still ours, free. NULL: nothing. */

@@ -13,7 +13,26 @@
 #include "dns/dns.h"
 #include "query/query.h"
 
-#define CONTROL_MAX_ARGS 4
+#define CONTROL_MAX_ARGS 6
+
+struct control;
+
+/*
+ * One of the control threads (CONTROL_THREADS): each serves one connection
+ * at a time, so a slow `lookup` holds up only its own client. Its working
+ * space is its own, like a worker's.
+ */
+struct control_thread {
+	struct control *ctl;
+	pthread_t thread;
+	bool started;
+	unsigned producer;               /* its request ring to the resolver */
+	int reply_fd[2];                 /* a datagram socket pair: the resolver sends
+					    a lookup's answer into [0], we read [1] */
+	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers' */
+	struct upstream_request request;
+	uint8_t answer[DNS_MAX_MESSAGE];
+};
 
 struct control {
 	int listen_fd;
@@ -22,13 +41,7 @@ struct control {
 	dev_t dev;                    /* the socket file we made: removed only if */
 	ino_t ino;                    /* it is still this one */
 	struct daemon *d;
-	pthread_t thread;
-	bool started;
-
-	/* lookup's working space: the control thread's own, like a worker's */
-	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers' */
-	struct upstream_request request;
-	uint8_t answer[DNS_MAX_MESSAGE];
+	struct control_thread threads[CONTROL_THREADS];
 };
 
 /* One client connection: a non-blocking socket and the reply's buffer. */
@@ -57,9 +70,9 @@ void reply_error(struct conn *c, const char *fmt, ...) __attribute__((format(pri
 void reply_usage(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Run the request in argv[0..argc) (argc >= 1) and write the whole reply but the last line. */
-void control_run(struct control *ctl, struct conn *c, int argc, char **argv);
+void control_run(struct control_thread *t, struct conn *c, int argc, char **argv);
 
 /* `lookup NAME [TYPE]` (lookup.c). */
-void control_lookup(struct control *ctl, struct conn *c, const char *name, const char *type);
+void control_lookup(struct control_thread *t, struct conn *c, const char *name, const char *type);
 
 #endif

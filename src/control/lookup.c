@@ -4,17 +4,18 @@
  *
  * The query (RD, EDNS with a 1232-byte payload) runs through query_handle
  * on the control thread under the RCU read lock, as over TCP (so the whole
- * answer shows). It is counted in the control thread's own query_stats
+ * answer shows). It is counted in the control threads' own query_stats
  * (`control_lookups` in stats), not in the workers' counters. A cache miss
- * (query_handle hands back QUERY_UPSTREAM_ASK) cannot be given to the
- * resolver from here: the request rings have one producer each, a worker.
- * So the same query goes over UDP (TCP when truncated) to the daemon's
- * first served address, where a worker handles it like any client's: the
- * answer lands in the cache and the client's counters count it. The
- * source is then `upstream`.
+ * (query_handle hands back QUERY_UPSTREAM_ASK) goes to the resolver like a
+ * worker's, through the control thread's own request ring; the resolver
+ * sends the answer into one end of the thread's datagram socket pair (a
+ * UDP reply to a connected socket: no address), and the thread reads the
+ * other, until upstream.timeout and a second more. The answer lands in the
+ * cache as any; the source is then `upstream`. Nothing goes through the
+ * listen addresses or listen.allow, and the workers' counters do not see it.
  *
  * A lookup that hits an entry in its last tenth of TTL takes the prefetch
- * claim but cannot queue the refresh; that entry is then refreshed on its
+ * claim but does not queue the refresh; that entry is then refreshed on its
  * first miss instead of ahead of time.
  *
  * The answer is printed by libldns (ldns_pkt2str), like drill or dig.
@@ -64,157 +65,71 @@ static ldns_pkt *build_query(const char *name, const char *type_text, char *err,
 }
 
 /* The local sources (static, cluster, cache); 0 when none answered. */
-static size_t answer_here(struct control *ctl, const uint8_t *query, size_t len,
+static size_t answer_here(struct control_thread *t, const uint8_t *query, size_t len,
 			  struct query_ctx *ctx)
 {
 	*ctx = (struct query_ctx){
 		.transport = QUERY_TCP,
-		.stats = &ctl->lookup_stats,
+		.stats = &t->lookup_stats,
 		.now = cache_clock_seconds(),
-		.serve_stale = upstream_failing(ctl->d->upstream),
-		.request = &ctl->request,
+		.serve_stale = upstream_failing(t->ctl->d->upstream),
+		.request = &t->request,
 	};
 	urcu_memb_read_lock();
-	size_t n = query_handle(query, len, ctl->answer, sizeof ctl->answer, ctx);
+	size_t n = query_handle(query, len, t->answer, sizeof t->answer, ctx);
 	urcu_memb_read_unlock();
 	return n;
 }
 
-/* ---- asking the daemon like a client ------------------------------------ */
+/* ---- asking the resolver ------------------------------------------------ */
 
-struct exchange {
-	struct control *ctl;
-	const uint8_t *query;
-	size_t query_len;
-	uint16_t id;
-	struct sockaddr_storage addr;
-	socklen_t addr_len;
-	int64_t deadline_ms;
-};
-
-static int remaining_ms(const struct exchange *x)
+/* Drop what an earlier lookup's late answer left in the socket. */
+static void drain_replies(struct control_thread *t)
 {
-	int64_t left = x->deadline_ms - monotonic_ms();
-
-	return left > 0 ? (int)left : 0;
+	while (recv(t->reply_fd[1], t->answer, sizeof t->answer, MSG_DONTWAIT) > 0)
+		;
 }
 
-static bool wait_for(const struct exchange *x, int fd, short events)
+/* The request query_handle filled, to the resolver; its answer into t->answer. 0 with err. */
+static size_t ask_resolver(struct control_thread *t, uint16_t id, char *err, size_t errlen)
 {
-	return control_wait(fd, events, x->ctl->stop_fd, remaining_ms(x));
-}
-
-static bool is_our_reply(const struct exchange *x, const uint8_t *m, size_t len)
-{
-	return len >= DNS_HEADER_LEN && ((m[0] << 8) | m[1]) == x->id && (m[2] & 0x80);
-}
-
-/* The reply over UDP into ctl->answer; its length, or 0. */
-static size_t exchange_udp(const struct exchange *x)
-{
-	int fd = socket(x->addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	size_t got = 0;
-
-	if (fd < 0)
-		return 0;
-	if (connect(fd, (const struct sockaddr *)&x->addr, x->addr_len) == 0 &&
-	    send(fd, x->query, x->query_len, 0) == (ssize_t)x->query_len) {
-		while (got == 0 && wait_for(x, fd, POLLIN)) {
-			ssize_t n = recv(fd, x->ctl->answer, sizeof x->ctl->answer, 0);
-			if (n > 0 && is_our_reply(x, x->ctl->answer, (size_t)n))
-				got = (size_t)n;
-			else if (n < 0 && errno != EAGAIN && errno != EINTR)
-				break;
-		}
-	}
-	close(fd);
-	return got;
-}
-
-static bool read_exact(const struct exchange *x, int fd, uint8_t *buf, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		if (!wait_for(x, fd, POLLIN))
-			return false;
-		ssize_t n = recv(fd, buf + done, len - done, 0);
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-			return false;
-		if (n > 0)
-			done += (size_t)n;
-	}
-	return true;
-}
-
-static bool connect_tcp(const struct exchange *x, int fd)
-{
-	int soerr = 0;
-	socklen_t soerr_len = sizeof soerr;
-
-	if (connect(fd, (const struct sockaddr *)&x->addr, x->addr_len) == 0)
-		return true;
-	return errno == EINPROGRESS && wait_for(x, fd, POLLOUT) &&
-	       getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &soerr_len) == 0 && soerr == 0;
-}
-
-/* The reply over TCP into ctl->answer; its length, or 0. */
-static size_t exchange_tcp(const struct exchange *x)
-{
-	uint8_t frame[2 + 512], prefix[2]; /* a query: header, one name, OPT */
-	size_t got = 0;
-
-	if (x->query_len > sizeof frame - 2)
-		return 0;
-	int fd = socket(x->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return 0;
-	frame[0] = (uint8_t)(x->query_len >> 8);
-	frame[1] = (uint8_t)x->query_len;
-	memcpy(frame + 2, x->query, x->query_len);
-	if (connect_tcp(x, fd) &&
-	    send(fd, frame, x->query_len + 2, MSG_NOSIGNAL) == (ssize_t)(x->query_len + 2) &&
-	    read_exact(x, fd, prefix, 2)) {
-		size_t len = (size_t)prefix[0] << 8 | prefix[1];
-		if (read_exact(x, fd, x->ctl->answer, len) && is_our_reply(x, x->ctl->answer, len))
-			got = len;
-	}
-	close(fd);
-	return got;
-}
-
-/* Ask the daemon's first served address (into server); the reply's length, or 0 with err. */
-static size_t ask_daemon(struct control *ctl, const uint8_t *query, size_t len,
-			 struct config_ip *server, char *err, size_t errlen)
-{
+	struct upstream *u = t->ctl->d->upstream;
+	struct config_ip served;
 	uint16_t port;
 	uint64_t timeout_ms;
 
-	daemon_serving(ctl->d, server, &port, &timeout_ms); /* as reloads left it */
+	daemon_serving(t->ctl->d, &served, &port, &timeout_ms); /* as reloads left it */
 	uint64_t wait_ms = timeout_ms + LOOKUP_WAIT_EXTRA_MS;
-	struct exchange x = {
-		.ctl = ctl,
-		.query = query,
-		.query_len = len,
-		.id = (uint16_t)(query[0] << 8 | query[1]),
-		.deadline_ms = monotonic_ms() +
-			       (int64_t)(wait_ms < LOOKUP_WAIT_MAX_MS ? wait_ms : LOOKUP_WAIT_MAX_MS),
-	};
+	int64_t deadline = monotonic_ms() +
+			   (int64_t)(wait_ms < LOOKUP_WAIT_MAX_MS ? wait_ms : LOOKUP_WAIT_MAX_MS);
 
-	x.addr_len = config_ip_sockaddr(server, port, &x.addr);
-	size_t n = exchange_udp(&x);
-	if (n > 0 && (ctl->answer[2] & (DNS_F_TC >> 8)))
-		n = exchange_tcp(&x);
-	if (n == 0)
-		snprintf(err, errlen, "no answer from localdns on %s port %u in time", server->text,
-			 port);
-	return n;
+	drain_replies(t);
+	t->request.transport = UPSTREAM_UDP;
+	t->request.fd = t->reply_fd[0];
+	t->request.peer_len = 0; /* the pair is connected: the reply goes to its other end */
+	t->request.log_reply = false;
+	if (!upstream_submit(u, t->producer, &t->request)) {
+		snprintf(err, errlen, "the resolver is too busy to take the question");
+		return 0;
+	}
+	upstream_wake(u);
+	for (;;) {
+		int64_t left = deadline - monotonic_ms();
+		if (left <= 0 ||
+		    !control_wait(t->reply_fd[1], POLLIN, t->ctl->stop_fd, (int)left))
+			break;
+		ssize_t n = recv(t->reply_fd[1], t->answer, sizeof t->answer, MSG_DONTWAIT);
+		if (n >= DNS_HEADER_LEN && ((t->answer[0] << 8) | t->answer[1]) == id)
+			return (size_t)n;
+	}
+	snprintf(err, errlen, "no answer from the resolver in time");
+	return 0;
 }
 
 /* ---- printing ----------------------------------------------------------- */
 
 static void print_answer(struct conn *c, enum query_source source, size_t len, uint32_t ms,
-			 const struct config_ip *server, const uint8_t *msg)
+			 const uint8_t *msg)
 {
 	ldns_pkt *pkt;
 	struct timeval now;
@@ -226,9 +141,6 @@ static void print_answer(struct conn *c, enum query_source source, size_t len, u
 	gettimeofday(&now, NULL);
 	ldns_pkt_set_timestamp(pkt, now);
 	ldns_pkt_set_querytime(pkt, ms);
-	if (server)
-		ldns_pkt_set_answerfrom(pkt, ldns_rdf_new_frm_str(server->family == AF_INET6 ?
-					LDNS_RDF_TYPE_AAAA : LDNS_RDF_TYPE_A, server->text));
 	char *text = ldns_pkt2str(pkt);
 	ldns_pkt_free(pkt);
 	if (!text) {
@@ -241,14 +153,12 @@ static void print_answer(struct conn *c, enum query_source source, size_t len, u
 	free(text);
 }
 
-void control_lookup(struct control *ctl, struct conn *c, const char *name, const char *type)
+void control_lookup(struct control_thread *t, struct conn *c, const char *name, const char *type)
 {
 	char err[256];
 	uint8_t *query = NULL;
 	size_t query_len = 0;
 	struct query_ctx ctx;
-	struct config_ip served;
-	const struct config_ip *server = NULL;
 	ldns_pkt *q = build_query(name, type, err, sizeof err);
 
 	if (!q) {
@@ -262,11 +172,10 @@ void control_lookup(struct control *ctl, struct conn *c, const char *name, const
 		return;
 	}
 	int64_t start = monotonic_ms();
-	size_t len = answer_here(ctl, query, query_len, &ctx);
-	if (len == 0 && ctx.upstream == QUERY_UPSTREAM_ASK) {
-		len = ask_daemon(ctl, query, query_len, &served, err, sizeof err);
-		server = &served;
-	}
+	uint16_t id = (uint16_t)(query[0] << 8 | query[1]);
+	size_t len = answer_here(t, query, query_len, &ctx);
+	if (len == 0 && ctx.upstream == QUERY_UPSTREAM_ASK)
+		len = ask_resolver(t, id, err, sizeof err);
 	else if (len == 0)
 		snprintf(err, sizeof err, "the query was dropped");
 	free(query);
@@ -274,5 +183,5 @@ void control_lookup(struct control *ctl, struct conn *c, const char *name, const
 		reply_error(c, "%s", err);
 		return;
 	}
-	print_answer(c, ctx.source, len, (uint32_t)(monotonic_ms() - start), server, ctl->answer);
+	print_answer(c, ctx.source, len, (uint32_t)(monotonic_ms() - start), t->answer);
 }

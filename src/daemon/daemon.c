@@ -30,7 +30,7 @@ int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, c
 	d->config_path = config_path;
 	d->cfg = cfg;
 	d->running = cfg;
-	d->files_hash = daemon_files_hash(cfg);
+	d->files_hash = cfg->files_hash; /* what was parsed: a later change is a change */
 	atomic_init(&d->cluster_fallback, cfg->cluster.n_fallback_servers > 0);
 	pthread_mutex_init(&d->reload_lock, NULL);
 	pthread_mutex_init(&d->ask_lock, NULL);
@@ -193,13 +193,14 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 
 /* ---- the files behind the running config ---------------------------------------- */
 
+/* As config_file_hash over the file's bytes (FNV-1a runs byte by byte: chunks agree). */
 static uint64_t hash_file(uint64_t h, const char *path)
 {
 	char buf[8192];
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	h = fnv1a(h, path, strlen(path) + 1);
+	h = config_file_hash(h, path, "", 0);
 	if (fd < 0)
 		return fnv1a(h, &errno, sizeof errno);
 	while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))

@@ -323,25 +323,17 @@ static unsigned also_needed(const struct config *next, unsigned parts)
 	return parts;
 }
 
-static bool same_file_list(const struct config *a, const struct config *b)
-{
-	if (a->n_files != b->n_files)
-		return false;
-	for (size_t i = 0; i < a->n_files; i++)
-		if (strcmp(a->files[i], b->files[i]) != 0)
-			return false;
-	return true;
-}
-
 /* Caller holds reload_lock. 0 applied (or nothing to apply), -1 with err. */
 static int reload_locked(struct daemon *d, char *err, size_t errlen)
 {
 	struct config *next;
 	struct changes c = {0};
 
-	d->files_hash = daemon_files_hash(d->running);
+	d->files_hash = daemon_files_hash(d->running); /* a broken file is read once */
 	if (config_load(d->config_path, &next, err, errlen) < 0)
 		return -1;
+	/* What was parsed: a change after the read, even before it is applied, is a change. */
+	d->files_hash = next->files_hash;
 	config_diff(d->running, next, note_change, &c);
 	if (*c.restart)
 		log_warn("changed keys only apply at a restart; ignored until then", "keys",
@@ -356,13 +348,10 @@ static int reload_locked(struct daemon *d, char *err, size_t errlen)
 		return 0;
 	}
 	log_info("configuration changed", "keys", c.live);
-	bool same_files = same_file_list(d->running, next);
 	if (apply(d, next, also_needed(next, c.parts), err, errlen) < 0) {
 		config_free(next);
 		return -1;
 	}
-	if (!same_files) /* else the watcher would take the new list for a change */
-		d->files_hash = daemon_files_hash(next);
 	log_info("reloaded", "config", d->config_path, "changed", c.live);
 	return 0;
 }

@@ -106,6 +106,8 @@ static void arm(struct daemon_watch *w)
 	w->n_wds = n;
 }
 
+static void start_quiet_period(struct daemon_watch *w);
+
 static int watch_fd(int epfd, int fd)
 {
 	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
@@ -132,6 +134,9 @@ struct daemon_watch *daemon_watch_new(struct daemon *d, char *err, size_t errlen
 		return NULL;
 	}
 	arm(w);
+	/* A change between the first load and these watches made no event:
+	 * compare the bytes once the quiet period is over, as after one. */
+	start_quiet_period(w);
 	return w;
 }
 

@@ -59,7 +59,7 @@ def thread_statuses(pid):
 # a library starts carry the name of the one that started them (libunbound's
 # thread: resolver; libcurl's resolver threads and liburcu's call_rcu
 # thread: kubernetes), except libmicrohttpd's, which names itself.
-RESTRICTED = ("resolver", "control", "MHD-single", "kubernetes", "querylog")
+RESTRICTED = ("resolver", "MHD-single", "kubernetes", "querylog")
 SECCOMP_FILTER = "2"
 
 
@@ -69,7 +69,8 @@ def expected(name, kept):
         return kept, "0"
     if name == "node":
         return kept & (1 << NET_ADMIN), "0"
-    assert name.startswith("worker/") or name in RESTRICTED, "unexpected thread " + name
+    assert name.startswith(("worker/", "control/")) or name in RESTRICTED, \
+        "unexpected thread " + name
     return 0, SECCOMP_FILTER
 
 
@@ -85,7 +86,7 @@ def check_threads(pid, kept):
         assert st["CapBnd"] == kept, (tid, name, hex(st["CapBnd"]))
         assert st["CapInh"] == 0 and st["CapAmb"] == 0, (tid, name, st)
         assert st["NoNewPrivs"] == "1", (tid, name, st)
-        key = "worker" if name.startswith("worker/") else name
+        key = name.split("/")[0] if name.startswith(("worker/", "control/")) else name
         names[key] = names.get(key, 0) + 1
     return names
 
@@ -137,7 +138,8 @@ def test_each_thread_holds_what_the_docs_say(env):
         names = check_threads(d.proc.pid, kept)
         assert names.get("localdns") == 1 and names.get("worker") == 2, names
         assert names.get("resolver", 0) >= 2, names   # ours and libunbound's
-        for name in ("control", "MHD-single", "kubernetes", "querylog"):
+        assert names.get("control") == 4, names
+        for name in ("MHD-single", "kubernetes", "querylog"):
             assert names.get(name, 0) >= 1, names
         assert d.alive() and "msg=query" in d.stderr(), d.tail()
         assert 'msg="privileges dropped" kept=net_admin,net_bind_service missing=none ' \
