@@ -180,7 +180,7 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER, writev),
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
 	ALLOW(HTTP, shutdown),
-	ALLOW(RESOLVER | CONTROL | HTTP | KUBE, getsockopt),
+	ALLOW(RESOLVER | HTTP | KUBE, getsockopt),
 	ALLOW(RESOLVER | HTTP | KUBE, setsockopt),
 	/* A worker fixes an accepted connection's send buffer (server/tcp.c). */
 	ALLOW_IF(WORKER, setsockopt, 2, INT_ARG, SO_SNDBUF),
@@ -190,14 +190,14 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER | HTTP | KUBE, fcntl),
 	ALLOW_IF(KUBE, ioctl, 1, INT_ARG, FIONREAD),
 	/* A worker connects a retired UDP socket to itself (server/worker.c). */
-	ALLOW(WORKER | RESOLVER | CONTROL | KUBE, connect),
+	ALLOW(WORKER | RESOLVER | KUBE, connect),
 	ALLOW(RESOLVER, bind),             /* libunbound's random source ports */
 	/* New sockets: IPv4 and IPv6 only, for those that ask over the network:
 	 * never netlink (the node's), packet or raw sockets. glibc's getaddrinfo
 	 * in libcurl's resolver threads tries nscd (unix) and asks netlink for
 	 * the local addresses to sort its answers: both do without, so those fail. */
-	ALLOW_IF(RESOLVER | CONTROL | KUBE, socket, 0, INT_ARG, AF_INET),
-	ALLOW_IF(RESOLVER | CONTROL | KUBE, socket, 0, INT_ARG, AF_INET6),
+	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET),
+	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_UNIX),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_NETLINK),
 	/* A renewed libunbound context reads its unbound.conf text from a memfd. */
