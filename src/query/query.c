@@ -14,6 +14,7 @@
 
 #include "dns/dns.h"
 #include "log/log.h"
+#include "resolvconf/resolvconf.h"
 #include "static/static.h"
 
 static struct query_sources *current_sources;
@@ -49,7 +50,7 @@ static void load_search_domains(struct query_sources *s, const char *path)
 {
 	char text[1024] = "";
 	size_t used = 0;
-	int n = upstream_search_domains(path, s->search, sizeof s->search);
+	int n = resolvconf_search_domains(path, s->search, sizeof s->search);
 
 	if (n < 0) {
 		log_warn("autopath: cannot read the node's search domains; the cluster's only",

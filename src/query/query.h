@@ -32,25 +32,9 @@
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "config/config.h"
-#include "upstream/upstream.h"
+#include "query/kinds.h"
+#include "upstream/request.h"
 #include "zone/zone.h"
-
-/*
- * Where one answer came from. NONE: the query was refused, malformed or
- * answered by the protocol rules (CHAOS, AXFR, SERVFAIL before a sync).
- */
-enum query_source {
-	QUERY_SOURCE_NONE,
-	QUERY_SOURCE_STATIC,   /* static records */
-	QUERY_SOURCE_CLUSTER,  /* the Kubernetes table */
-	QUERY_SOURCE_CACHE,    /* a live cache entry */
-	QUERY_SOURCE_STALE,    /* an expired entry (the upstream is failing) */
-	QUERY_SOURCE_UPSTREAM, /* handed to the resolver */
-	QUERY_SOURCE_COUNT
-};
-
-/* "none", "static", "cluster", "cache", "stale", "upstream". */
-const char *query_source_name(enum query_source source);
 
 /* The query types counted one by one; everything else is OTHER. */
 enum query_qtype {
@@ -128,8 +112,6 @@ void query_sources_publish(struct query_sources *s);
 
 /* Free the current set at shutdown, after every worker has stopped. */
 void query_sources_retire(void);
-
-enum query_transport { QUERY_UDP, QUERY_TCP };
 
 /* What the upstream should do after query_handle. */
 enum query_upstream {

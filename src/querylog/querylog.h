@@ -35,7 +35,7 @@
 #include <sys/socket.h>
 
 #include "config/config.h"
-#include "query/query.h"
+#include "query/kinds.h"
 
 /* The producer id of the resolver thread; workers use their worker id. */
 #define QUERYLOG_RESOLVER UINT_MAX

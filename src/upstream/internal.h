@@ -14,6 +14,7 @@
 #include "top/top.h"
 
 #include "config/config.h"
+#include "resolvconf/resolvconf.h"
 #include "upstream/upstream.h"
 
 /*
@@ -29,18 +30,8 @@ char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen);
  * reads no file but those text names. NULL with err set. */
 struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t errlen);
 
-/* Largest text form of a forwarder ("ip@port"). */
-#define UPSTREAM_ADDR_TEXT 64
-
-/*
- * The nameservers of a resolv.conf file, as "ip@port" strings, skipping
- * (with a log line each) any that would loop back to us or that are
- * loopback stubs not answering. Returns how many were stored, or -1 with
- * err set when the file cannot be read.
- */
-int upstream_resolv_conf(const char *path, const struct config *cfg,
-			 char out[][UPSTREAM_ADDR_TEXT], size_t max,
-			 char *err, size_t errlen);
+/* Largest text form of a forwarder ("ip@port"): resolv.conf's nameservers come in it too. */
+#define UPSTREAM_ADDR_TEXT RESOLVCONF_ADDR_TEXT
 
 /*
  * A request packed (ring.c): its fields, each variable part only as long

@@ -37,52 +37,7 @@
 #include "cache/cache.h"
 #include "config/config.h"
 #include "dns/dns.h"
-
-/* Where a deferred reply goes. */
-enum upstream_transport {
-	UPSTREAM_NO_REPLY, /* a background refresh (prefetch, stale): nobody waits */
-	UPSTREAM_UDP,
-	UPSTREAM_TCP,
-	UPSTREAM_RETIRED_SOCKET, /* not a query: see upstream_retire_socket */
-};
-
-/* A local CNAME chain leaving local data, or autopath's candidates: concatenated wire names. */
-#define UPSTREAM_CHAIN_MAX 512
-/* q's local NXDOMAIN answer for autopath: one SOA record, compressed (54 bytes). */
-#define UPSTREAM_NXDOMAIN_MAX 64
-
-/* A new field here must also be listed in transfer() in ring.c, which packs requests. */
-struct upstream_request {
-	struct dns_query q;
-	/* When chain_len > 0, q was answered locally with CNAMEs (each with
-	 * chain_ttl) ending at the last name in chain: the resolver asks for
-	 * that name and answers q with the chain followed by its records.
-	 * With search (autopath), q is NXDOMAIN here and chain holds the
-	 * candidates still to try, in order: the resolver asks for each in
-	 * turn (an NXDOMAIN is cached under the candidate's own question) and
-	 * answers q with a CNAME (chain_ttl) to the first that exists plus its
-	 * records; when none does, q gets its local NXDOMAIN: the authority
-	 * section in nxdomain, as written after q's question. */
-	uint8_t chain[UPSTREAM_CHAIN_MAX];
-	uint16_t chain_len;
-	uint32_t chain_ttl;
-	bool search;
-	uint8_t nxdomain_len;
-	uint8_t nxdomain[UPSTREAM_NXDOMAIN_MAX];
-	uint32_t reply_limit;  /* largest reply this client may get */
-	uint16_t udp_payload;  /* what our OPT record advertises */
-	bool has_cookie;       /* answer the client's cookie with `cookie` */
-	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
-
-	enum upstream_transport transport;
-	int fd;                /* UDP: the socket the query came in on */
-	struct sockaddr_storage peer;
-	socklen_t peer_len;
-	uint32_t conn;         /* TCP: the worker's connection slot ... */
-	uint32_t conn_gen;     /* ... and which connection held it */
-	bool log_reply;        /* sampled for the query log (peer set for TCP too):
-				  the resolver logs the reply it sends */
-};
+#include "upstream/request.h"
 
 /* A TCP reply for a worker: the DNS message with its 2-byte length prefix. */
 struct upstream_completion {
@@ -154,15 +109,6 @@ void upstream_cache_config(const struct config *cfg, struct cache_config *out);
  * without starting anything: for --check-config. 0, or -1 with err set.
  */
 int upstream_check(const struct config *cfg, char *err, size_t errlen);
-
-/*
- * The node's search domains: the last `search` or `domain` line of the
- * resolv.conf at path (as glibc reads it), as lower-cased wire names
- * concatenated into out. Entries that are not DNS names, the root, and
- * those past cap bytes are left out with a log line. Returns the bytes
- * used (0: none), or -1 when the file cannot be read.
- */
-int upstream_search_domains(const char *path, uint8_t *out, size_t cap);
 
 /*
  * Build the libunbound context from cfg (resolving resolv.conf when
