@@ -15,11 +15,9 @@
  * sources, resolver, node integration (the addresses must exist before the
  * workers bind them), Kubernetes client (it feeds the node the kube-dns
  * endpoints), workers, the health and metrics endpoints and the control
- * thread (they read them all); stop order: those two, the Kubernetes
- * client (the table's writer), the resolver (so nothing sends on a
- * worker's socket any more),
- * the workers, what they read, then the node integration (torn down only
- * with nftables.teardown: left in place it fails open).
+ * threads (they read them all). stop_serving stops them in the reverse
+ * order (the node integration is torn down only with nftables.teardown:
+ * left in place it fails open).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -350,22 +348,94 @@ static int cleanup(const char *path)
 	return rc < 0 ? 1 : 0;
 }
 
+/* What serve() starts beyond the subsystems daemon.h lists. */
+struct serving {
+	struct daemon daemon;        /* the subsystems, filled as each starts */
+	struct control *control;
+	struct http *http;
+};
+
+/*
+ * The one stop order: the reverse of start_serving's, with one exception:
+ * the resolver thread halts before the workers, because it sends deferred
+ * replies on their sockets; its memory goes in the reverse order. Every
+ * step takes a subsystem that never started (NULL).
+ */
+static void stop_serving(struct serving *run)
+{
+	struct daemon *d = &run->daemon;
+
+	control_stop(run->control);
+	http_stop(run->http);
+	upstream_stop(d->upstream);
+	server_stop(d->server);
+	kube_stop(d->kube);
+	log_node_totals(d->node);
+	node_stop(d->node);
+	upstream_free(d->upstream);
+	top_stop();
+	querylog_stop();
+	query_sources_retire();
+	cluster_free(d->cluster);
+	cache_free(d->cache);
+	daemon_destroy(d);
+}
+
+/* Everything up to the control thread, in order; a failure leaves err set. */
+static int start_serving(struct serving *run, struct config *cfg, char *err, size_t errlen)
+{
+	struct daemon *d = &run->daemon;
+	unsigned workers = server_worker_count(cfg);
+	struct query_sources *sources;
+
+	if (control_open(cfg, &run->control, err, errlen) < 0)
+		return -1;
+	d->cache = make_cache(cfg);
+	if (!d->cache) {
+		snprintf(err, errlen, "cannot allocate the answer cache (cache.size)");
+		return -1;
+	}
+	if (make_cluster_table(cfg, &d->cluster, err, errlen) < 0)
+		return -1;
+	sources = query_sources_build(cfg, d->cluster, d->cache, err, errlen);
+	if (!sources)
+		return -1;
+	query_sources_publish(sources);
+	if (querylog_start(cfg, workers, err, errlen) < 0)
+		return -1;
+	if (top_start(workers) < 0) {
+		snprintf(err, errlen, "top talkers: out of memory");
+		return -1;
+	}
+	/* request rings for the workers, then the control threads' (ctl lookup) */
+	d->upstream = upstream_start(cfg, d->cache, workers + CONTROL_THREADS, err, errlen);
+	if (!d->upstream)
+		return -1;
+	if (needs_node(cfg) && !(d->node = node_start(cfg, err, errlen)))
+		return -1;
+	follow_cluster_dns(cfg, d->cluster, d->node);
+	if (start_watching(cfg, d->cluster, &d->kube, err, errlen) < 0)
+		return -1;
+	d->server = server_start(cfg, d->upstream, err, errlen);
+	if (!d->server)
+		return -1;
+	/* Last: a bad health or metrics address stops everything started so far. */
+	run->http = http_start(d, err, errlen);
+	if (!run->http)
+		return -1;
+	if (control_start(run->control, d, workers, err, errlen) < 0)
+		log_error("no control socket; serving without it", "error", err);
+	log_serving(cfg, d->server); /* everything is up: tests and operators wait for this */
+	return 0;
+}
+
 static int serve(const char *path)
 {
 	struct config *cfg;
-	struct cache *cache = NULL;
-	struct upstream *upstream = NULL;
-	struct server *server = NULL;
-	struct node *node = NULL;
-	struct query_sources *sources;
-	struct cluster *cluster = NULL;
-	struct kube_client *kube = NULL;
-	struct control *control = NULL;
-	struct http *http;
+	struct serving run = {0};
 	char err[CONFIG_ERR_MAX];
 	sigset_t signals;
-	int sig, sigfd;
-	struct daemon daemon;
+	int sigfd, rc = 1;
 
 	if (config_load(path, &cfg, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
@@ -386,96 +456,22 @@ static int serve(const char *path)
 		return 1;
 	}
 	urcu_memb_register_thread();
-	if (control_open(cfg, &control, err, sizeof err) < 0)
-		goto fail;
-	cache = make_cache(cfg);
-	if (!cache) {
-		snprintf(err, sizeof err, "cannot allocate the answer cache (cache.size)");
-		goto fail;
-	}
-	if (make_cluster_table(cfg, &cluster, err, sizeof err) < 0)
-		goto fail;
-	sources = query_sources_build(cfg, cluster, cache, err, sizeof err);
-	if (!sources)
-		goto fail;
-	query_sources_publish(sources);
-	if (querylog_start(cfg, server_worker_count(cfg), err, sizeof err) < 0)
-		goto fail;
-	if (top_start(server_worker_count(cfg)) < 0) {
-		snprintf(err, sizeof err, "top talkers: out of memory");
-		goto fail;
-	}
-	/* request rings for the workers, then the control threads' (ctl lookup) */
-	upstream = upstream_start(cfg, cache, server_worker_count(cfg) + CONTROL_THREADS, err,
-				  sizeof err);
-	if (!upstream)
-		goto fail;
-	if (needs_node(cfg) && !(node = node_start(cfg, err, sizeof err)))
-		goto fail;
-	follow_cluster_dns(cfg, cluster, node);
-	if (start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
-		goto fail;
-	server = server_start(cfg, upstream, err, sizeof err);
-	if (!server)
-		goto fail;
-	log_serving(cfg, server);
-	if (daemon_init(&daemon, path, cfg, err, sizeof err) < 0)
-		goto fail;
-	daemon.server = server;
-	daemon.upstream = upstream;
-	daemon.cache = cache;
-	daemon.cluster = cluster;
-	daemon.kube = kube;
-	daemon.node = node;
-	/* Last: a bad health or metrics address stops everything started so far. */
-	http = http_start(&daemon, err, sizeof err);
-	if (http) {
-		if (control_start(control, &daemon, server_worker_count(cfg), err, sizeof err) < 0)
-			log_error("no control socket; serving without it", "error", err);
-		sig = serve_until_stopped(sigfd, &daemon);
-		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
-	} else {
+	if (daemon_init(&run.daemon, path, cfg, err, sizeof err) < 0) {
 		log_error("cannot start", "error", err);
+	} else if (start_serving(&run, cfg, err, sizeof err) < 0) {
+		log_error("cannot start", "error", err);
+		stop_serving(&run);
+	} else {
+		int sig = serve_until_stopped(sigfd, &run.daemon);
+		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+		log_totals(run.daemon.server, run.daemon.upstream, run.daemon.cache);
+		stop_serving(&run);
+		rc = 0;
 	}
-	close(sigfd);
-	control_stop(control);
-	http_stop(http);
-	log_totals(server, upstream, cache);
-	kube_stop(kube);
-	log_node_totals(node);
-	upstream_stop(upstream);
-	server_stop(server);
-	querylog_stop();
-	top_stop();
-	upstream_free(upstream);
-	query_sources_retire();
-	cluster_free(cluster);
-	cache_free(cache);
-	node_stop(node);
-	daemon_destroy(&daemon);
-	urcu_memb_unregister_thread();
-	config_free(cfg);
-	return http ? 0 : 1;
-fail:
-	log_error("cannot start", "error", err);
-	control_stop(control);
-	kube_stop(kube);
-	if (server) {
-		upstream_stop(upstream); /* nothing sends on a worker's socket any more */
-		server_stop(server);
-	}
-	node_stop(node);
-	upstream_free(upstream);
-	querylog_stop();
-	top_stop();
-	query_sources_retire();
-	cluster_free(cluster);
-	if (cache)
-		cache_free(cache);
 	urcu_memb_unregister_thread();
 	close(sigfd);
 	config_free(cfg);
-	return 1;
+	return rc;
 }
 
 int main(int argc, char **argv)

@@ -449,6 +449,8 @@ fail:
 
 void server_stop(struct server *s)
 {
+	if (!s)
+		return;
 	stop_and_join(s, s->n_workers);
 	free_server(s);
 }
