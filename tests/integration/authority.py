@@ -19,7 +19,6 @@ goes to loopback or to addresses inside namespaces created here only.
 """
 
 import collections
-import itertools
 import os
 import re
 import shutil
@@ -369,8 +368,6 @@ def sign_secure_zone(directory=None):
 
 # --------------------------------------------------------------- hierarchy
 
-_netns_ids = itertools.count(1)
-
 
 class Hierarchy:
     """A network namespace with a small DNS tree, each zone served by its
@@ -405,7 +402,7 @@ class Hierarchy:
     ROOT_NS = "a.root-servers.example."
 
     def __init__(self):
-        self.netns = "ldns-rec-%d-%d" % (os.getpid(), next(_netns_ids))
+        self.netns = harness.netns_name("ldns-rec")
         self.dir = None
         self.hints_path = None
         self.secure = None      # SignedZone

@@ -62,6 +62,13 @@ def untrack_process(p):
     _live_procs.discard(p)
 
 
+def netns_name(prefix):
+    """A network namespace name no other run uses: prefix-PID-RANDOM. A run
+    killed before its cleanup leaves its namespaces behind, and a later run
+    may get the same PID."""
+    return "%s-%d-%s" % (prefix, os.getpid(), os.urandom(3).hex())
+
+
 def track_netns(name):
     """Have cleanup_all() delete network namespace `name` (after stopping
     every tracked process)."""
@@ -494,10 +501,25 @@ class Daemon:
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection((self.host, self.port), 0.5):
-                    return
+                    return self._wait_serving(deadline)
             except OSError:
                 time.sleep(0.05)
         raise DaemonError("daemon answers UDP but TCP connect fails")
+
+    SERVING = re.compile(r'(?m)^.*(msg="?serving"?( |$)|"msg":"serving")')
+
+    def _wait_serving(self, deadline):
+        """DNS answers once the workers run; the health and metrics
+        endpoints and the control threads start after them, and the
+        "serving" line is logged once all are up (below info: not logged,
+        so not waited for)."""
+        if (self.config or {}).get("log", {}).get("level", "info") not in ("info", "debug"):
+            return
+        while not self.SERVING.search(self.stderr()):
+            if not self.alive() or time.monotonic() > deadline:
+                raise DaemonError("daemon answers DNS but never logged \"serving\"; "
+                                  "stderr:\n%s" % self.tail())
+            time.sleep(0.02)
 
     def _wait_ready_netns(self, timeout):
         """wait_ready inside a network namespace, which only tools started
@@ -518,6 +540,7 @@ class Daemon:
                                       % (self.netns, transport, timeout,
                                          self.tail()))
                 time.sleep(0.05)
+        self._wait_serving(deadline)
 
     def stop(self, sig=signal.SIGTERM, timeout=2.0):
         """Signal and wait; returns (exit status, seconds taken). Kills it

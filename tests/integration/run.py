@@ -63,7 +63,7 @@ def collect(pattern):
         fns.sort(key=lambda f: f.__code__.co_firstlineno)
         for fn in fns:
             full = "%s::%s" % (modname, fn.__name__)
-            if pattern and pattern not in full:
+            if pattern and not any(p in full for p in pattern.split(",")):
                 continue
             tests.append((full, fn))
     return tests
@@ -79,7 +79,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--binary", required=True)
     ap.add_argument("-k", dest="pattern", default=None,
-                    help="run only tests whose module::name contains this")
+                    help="run only tests whose module::name contains this "
+                    "(or one of several, comma-separated)")
     ap.add_argument("-v", dest="verbose", action="store_true",
                     help="print daemon stderr tails and tracebacks on failure")
     args = ap.parse_args()

@@ -292,7 +292,7 @@ def test_node_integration_without_net_admin_refuses_to_start(env):
     need_root()
     # In a namespace of its own: were the check missing, nothing on the
     # host would be touched.
-    ns = "ldpriv-%d" % os.getpid()
+    ns = harness.netns_name("ldpriv")
     subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=10)
     harness.track_netns(ns)
     try:
