@@ -39,6 +39,9 @@ static const char ctl_usage[] =
 	"                           the heaviest clients (and their pods) or names over the\n"
 	"                           last minute (--since: up to 10m), estimated from one\n"
 	"                           query in 16\n"
+	"  node                     what localdns installed on this node (link, addresses,\n"
+	"                           nftables table, heartbeat, fallback endpoints) and\n"
+	"                           where each address's DNS would go if localdns died now\n"
 	"\n"
 	"  -s, --socket PATH        the control socket (default " CONTROL_DEFAULT_SOCKET ")\n"
 	"  -c, --config FILE        the control socket named by FILE's control.socket\n"
@@ -54,6 +57,7 @@ struct command {
 static const struct command commands[] = {
 	{"stats", 0, 0},    {"lookup", 1, 2}, {"flush", 0, 1},
 	{"dump-cache", 0, 1}, {"reload", 0, 0}, {"top", 1, 5},
+	{"node", 0, 0},
 };
 
 static int usage_error(const char *why, const char *what)

@@ -1,6 +1,6 @@
 /*
- * control — the commands: stats, flush, dump-cache, reload, and the
- * dispatch (lookup is in lookup.c). Names and output formats are an
+ * control — the commands: stats, flush, dump-cache, reload, top, and the
+ * dispatch (lookup is in lookup.c, node in node.c). Names and output formats are an
  * interface for operators' scripts: docs/ctl.md lists them; add, never
  * rename.
  */
@@ -384,6 +384,15 @@ static void cmd_reload(struct control_thread *t, struct conn *c, int argc, char 
 	conn_printf(c, "reloaded %s\n", ctl->d->config_path);
 }
 
+/* ---- node --------------------------------------------------------------- */
+
+static void cmd_node(struct control_thread *t, struct conn *c, int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	control_node(t, c);
+}
+
 /* ---- dispatch ----------------------------------------------------------- */
 
 struct command {
@@ -400,6 +409,7 @@ static const struct command commands[] = {
 	{"dump-cache", 0, 1, "dump-cache [--records]", cmd_dump_cache},
 	{"reload", 0, 0, "reload", cmd_reload},
 	{"top", 1, 5, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]", cmd_top},
+	{"node", 0, 0, "node", cmd_node},
 };
 
 void control_run(struct control_thread *t, struct conn *c, int argc, char **argv)
@@ -414,6 +424,6 @@ void control_run(struct control_thread *t, struct conn *c, int argc, char **argv
 			cmd->run(t, c, argc, argv);
 		return;
 	}
-	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload, top)",
+	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload, top, node)",
 		    argv[0]);
 }

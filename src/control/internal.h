@@ -75,4 +75,7 @@ void control_run(struct control_thread *t, struct conn *c, int argc, char **argv
 /* `lookup NAME [TYPE]` (lookup.c). */
 void control_lookup(struct control_thread *t, struct conn *c, const char *name, const char *type);
 
+/* `node` (node.c). */
+void control_node(struct control_thread *t, struct conn *c);
+
 #endif

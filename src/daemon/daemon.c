@@ -57,6 +57,19 @@ void daemon_destroy(struct daemon *d)
 	pthread_mutex_destroy(&d->reload_lock);
 }
 
+size_t daemon_served_addresses(struct daemon *d, struct config_ip *out, size_t cap,
+			       size_t *n_listen)
+{
+	pthread_mutex_lock(&d->reload_lock);
+	const struct config *cfg = d->running;
+	size_t n = config_served_count(cfg);
+	for (size_t i = 0; i < n && i < cap; i++)
+		out[i] = *config_served_address(cfg, i);
+	*n_listen = cfg->listen.n_addresses;
+	pthread_mutex_unlock(&d->reload_lock);
+	return n;
+}
+
 /* ---- reloads asked by other threads ------------------------------------------------ */
 
 int daemon_ask_reload(struct daemon *d, char *err, size_t errlen)

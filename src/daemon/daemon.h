@@ -77,6 +77,15 @@ struct daemon_reload_stats {
 	int64_t last_ok_ms;          /* wall clock milliseconds; 0: never */
 };
 
+/*
+ * The running config's served addresses (listen.addresses, then
+ * nftables.intercept), the first cap of them copied to out; *n_listen: how
+ * many of those are listen.addresses. Returns how many there are. Any
+ * thread (waits for a reload in progress).
+ */
+size_t daemon_served_addresses(struct daemon *d, struct config_ip *out, size_t cap,
+			       size_t *n_listen);
+
 /* Zero d and set up its locks; main then fills the pointers. 0, or -1 with err. */
 int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, char *err,
 		size_t errlen);

@@ -59,13 +59,33 @@ struct node {
 	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
+	struct node_status seen; /* lock: the checks' outcomes (the rest comes from cfg) */
 };
+
+/* A check's outcome, for `localdns ctl node`; problem NULL: all is well. */
+static void saw(uint64_t *when, char *slot, const char *problem)
+{
+	*when = (uint64_t)monotonic_ms();
+	snprintf(slot, CONFIG_ERR_MAX, "%s", problem ? problem : "");
+}
+
+static void saw_endpoints(struct node *node, const char *from, const struct config_ip *ips,
+			  size_t n)
+{
+	struct node_status *seen = &node->seen;
+	size_t shown = n < NODE_STATUS_ENDPOINTS ? n : NODE_STATUS_ENDPOINTS;
+
+	snprintf(seen->fallback_source, sizeof seen->fallback_source, "%s", n ? from : "");
+	memcpy(seen->fallback, ips, shown * sizeof *ips);
+	seen->n_fallback = n;
+}
 
 static void repair_link(struct node *node)
 {
 	char err[CONFIG_ERR_MAX], count[24];
 	int put_back = iface_repair(node->iface, err, sizeof err);
 
+	saw(&node->seen.link_checked_ms, node->seen.link_problem, put_back < 0 ? err : NULL);
 	if (put_back < 0) {
 		log_error("cannot put the link and addresses back", "error", err);
 		return;
@@ -84,6 +104,7 @@ static void repair_table(struct node *node)
 	char why[CONFIG_ERR_MAX], err[CONFIG_ERR_MAX];
 	int state = nft_check(node->nft, why, sizeof why);
 
+	saw(&node->seen.table_checked_ms, node->seen.table_problem, state < 0 ? why : NULL);
 	if (state < 0) {
 		log_error("cannot check the nftables table", "error", why);
 		return;
@@ -91,6 +112,7 @@ static void repair_table(struct node *node)
 	if (state == 1)
 		return;
 	if (nft_apply(node->nft, err, sizeof err) < 0) {
+		saw(&node->seen.table_checked_ms, node->seen.table_problem, err);
 		log_error("cannot rebuild the nftables table", "table", node->cfg->nftables.table,
 			  "error", err);
 		return;
@@ -138,9 +160,12 @@ static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
 	char err[CONFIG_ERR_MAX];
 
 	if (nft_heartbeat(node->nft, err, sizeof err) < 0) {
+		snprintf(node->seen.heartbeat_problem, CONFIG_ERR_MAX, "%s", err);
 		log_warn("cannot renew the nftables heartbeat; checking the table", "error", err);
 		schedule_table_check(s, now);
+		return;
 	}
+	saw(&node->seen.heartbeat_renewed_ms, node->seen.heartbeat_problem, NULL);
 }
 
 /* "10.244.1.5,10.244.2.7" (cut short when it does not fit). */
@@ -174,13 +199,14 @@ static void use_endpoints(struct node *node, const struct config_ip *ips, size_t
 		from = "nftables.fallback_endpoints";
 	}
 	join_ips(ips, n, list, sizeof list);
-	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0)
+	if (nft_set_fallback_endpoints(node->nft, ips, n, err, sizeof err) < 0) {
 		log_error("cannot update the fallback endpoints; keeping the previous ones",
 			  "error", err);
-	else
-		log_info("fallback endpoints for the link-local addresses", "service",
-			 cfg->nftables.fallback_service, "source", from, "endpoints",
-			 n ? list : "none");
+		return;
+	}
+	saw_endpoints(node, from, ips, n);
+	log_info("fallback endpoints for the link-local addresses", "service",
+		 cfg->nftables.fallback_service, "source", from, "endpoints", n ? list : "none");
 }
 
 /* The endpoints the Kubernetes watch left, if any, installed. */
@@ -285,7 +311,10 @@ static int apply_interface(struct node *node, char *err, size_t errlen)
 		return 0;
 	if (!(node->iface = iface_open(node->cfg, err, errlen)))
 		return -1;
-	return iface_apply(node->iface, err, errlen);
+	if (iface_apply(node->iface, err, errlen) < 0)
+		return -1;
+	saw(&node->seen.link_checked_ms, node->seen.link_problem, NULL);
+	return 0;
 }
 
 /*
@@ -302,9 +331,20 @@ static int claim_table(struct node *node, char *err, size_t errlen)
 	return owner < 0 || owner == NFT_TABLE_FOREIGN ? -1 : 0;
 }
 
+/* nft_open installs nftables.fallback_endpoints until the Kubernetes watch has some. */
 static int apply_table(struct node *node, char *err, size_t errlen)
 {
-	return node->nft ? nft_apply(node->nft, err, errlen) : 0;
+	const struct config *cfg = node->cfg;
+
+	if (!node->nft)
+		return 0;
+	if (nft_apply(node->nft, err, errlen) < 0)
+		return -1;
+	saw(&node->seen.table_checked_ms, node->seen.table_problem, NULL);
+	node->seen.heartbeat_renewed_ms = node->seen.table_checked_ms; /* installed live */
+	saw_endpoints(node, "nftables.fallback_endpoints", cfg->nftables.fallback_endpoints,
+		      cfg->nftables.n_fallback_endpoints);
+	return 0;
 }
 
 struct node *node_start(const struct config *cfg, char *err, size_t errlen)
@@ -458,6 +498,31 @@ void node_stats(struct node *node, struct node_stats *out)
 {
 	out->link_repairs = node ? atomic_load(&node->link_repairs) : 0;
 	out->table_repairs = node ? atomic_load(&node->table_repairs) : 0;
+}
+
+static void status_from_config(const struct config *cfg, struct node_status *out)
+{
+	out->link_managed = cfg->interface.manage;
+	out->loopback = cfg->interface.kind == CONFIG_IF_LOOPBACK;
+	snprintf(out->link, sizeof out->link, "%s", out->loopback ? "lo" : cfg->interface.name);
+	out->table_managed = cfg->nftables.enabled;
+	snprintf(out->table, sizeof out->table, "%s", cfg->nftables.table);
+	out->teardown = cfg->nftables.teardown;
+	snprintf(out->fallback_service, sizeof out->fallback_service, "%s",
+		 cfg->nftables.fallback_service);
+}
+
+void node_status(struct node *node, struct node_status *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!node)
+		return;
+	pthread_mutex_lock(&node->lock);
+	*out = node->seen;
+	status_from_config(node->cfg, out);
+	pthread_mutex_unlock(&node->lock);
+	out->monitor_turned_ms = node_heartbeat_ms(node);
+	node_stats(node, &out->repairs);
 }
 
 int node_cleanup(const struct config *cfg, char *err, size_t errlen)

@@ -84,6 +84,38 @@ void node_drop_addresses(struct node *node, const struct config *prev);
 
 void node_stats(struct node *node, struct node_stats *out);
 
+#define NODE_STATUS_ENDPOINTS 16 /* fallback endpoints a status shows */
+
+/*
+ * What localdns last found and did on the node, for `localdns ctl node`:
+ * each check as the monitor thread last made it (monotonic ms; 0: never),
+ * and "" or what went wrong. A caller without CAP_NET_ADMIN cannot ask
+ * the kernel itself, so this is the monitor's word, with its age.
+ */
+struct node_status {
+	bool link_managed;            /* interface.manage */
+	char link[32];                /* interface.name, or "lo" */
+	bool loopback;                /* interface.kind: loopback */
+	uint64_t link_checked_ms;
+	char link_problem[CONFIG_ERR_MAX];
+	bool table_managed;           /* nftables.enabled */
+	char table[64];
+	bool teardown;                /* nftables.teardown: removed at a clean exit */
+	uint64_t table_checked_ms;
+	char table_problem[CONFIG_ERR_MAX];
+	uint64_t heartbeat_renewed_ms; /* the output hook's notrack lives until + NFT_LIVE_TIMEOUT_MS */
+	char heartbeat_problem[CONFIG_ERR_MAX];
+	char fallback_source[64];     /* "kubernetes", "nftables.fallback_endpoints" or "" */
+	char fallback_service[128];   /* nftables.fallback_service */
+	struct config_ip fallback[NODE_STATUS_ENDPOINTS];
+	size_t n_fallback;            /* installed; only the first NODE_STATUS_ENDPOINTS shown */
+	uint64_t monitor_turned_ms;
+	struct node_stats repairs;
+};
+
+/* Any thread; a NULL node (no interface or nftables work) reports nothing managed. */
+void node_status(struct node *node, struct node_status *out);
+
 /* The monotonic ms of the monitor loop's last turn (it turns at least once a
  * second); 0 when there is no monitor thread. Any thread. */
 uint64_t node_heartbeat_ms(struct node *node);

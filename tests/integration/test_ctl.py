@@ -424,6 +424,21 @@ def test_raw_protocol_status_lines(env):
     assert raw(b"x" * 2000 + b"\n") == ""     # no line within the limit: dropped
 
 
+def test_node_without_node_integration_says_nothing_is_installed(env):
+    # The node tests (test_node.py) cover a node with a link and a table.
+    d = start(env)
+    out = ok(env, d, "node")
+    served = d.config["listen"]["addresses"]
+    assert out == "".join(
+        ["link none (interface.manage: false; the addresses are the operator's)\n",
+         "table none (nftables.enabled: false)\n",
+         "repairs link 0 table 0\n"]
+        + ["address %s listen\n" % a for a in served]
+        + ["if_died %s: fails closed: no nftables table sends it elsewhere "
+           "(port unreachable)\n" % a for a in served]), out
+    assert ctl(env, d, "node", "extra").returncode == EXIT_USAGE
+
+
 # ------------------------------------------------- the client on its own
 
 def test_ctl_without_a_daemon_says_so(env):
@@ -460,6 +475,7 @@ def test_ctl_usage_errors(env):
         ["lookup"],
         ["lookup", "a", "A", "extra"],
         ["stats", "now"],
+        ["node", "now"],
         ["dump-cache", "--all"],
         ["--socket", "/x", "--config", "/y", "stats"],
         ["lookup", "has space.example"],

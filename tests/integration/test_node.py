@@ -103,8 +103,7 @@ class Node:
 
     def __init__(self, env):
         self.env = env
-        n = "%d-%d" % (os.getpid(), next(_ids))
-        self.node, self.pod, self.coredns = ("ldns-%s-%s" % (r, n)
+        self.node, self.pod, self.coredns = (harness.netns_name("ldns-" + r)
                                              for r in ("node", "pod", "cdns"))
         for ns in (self.node, self.pod, self.coredns):
             p = self.run(None, "ip", "netns", "add", ns, check=False)
@@ -337,6 +336,62 @@ def test_node_link_local_without_endpoints_is_not_redirected(env):
     n.until(lambda: n.ask(CLUSTER_IP), STANDIN_ANSWER, 1.0)
     # No endpoints known: nothing to send it to, so no answer (refused port).
     assert n.ask(LINK) is None
+
+
+def ctl_node(env, n, d):
+    """`localdns ctl node`: its lines, and {address: "open" | "closed"} from
+    its if_died lines (what pods' DNS to each address would do)."""
+    p = env.run(["ctl", "--socket", d.ctl_path, "node"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    fate = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"^if_died (\S+): (pods fail open|fails closed)", line)
+        if m:
+            fate[m.group(1)] = "open" if m.group(2) == "pods fail open" else "closed"
+    return p.stdout, fate
+
+
+def start_with_ctl(env, n, **nftables):
+    cfg = n.config(**nftables)
+    cfg["control"] = {"socket": os.path.join(env.tmp, "ctl-%d.sock" % next(_ids))}
+    d = n.start(config=cfg)
+    d.ctl_path = cfg["control"]["socket"]
+    return d
+
+
+def test_node_ctl_node_tells_what_a_crash_would_do_and_is_right(env):
+    # What `ctl node` predicts for each address is what happens after kill -9.
+    for endpoints, want in (([COREDNS], {LINK: "open", CLUSTER_IP: "open"}),
+                            ([], {LINK: "closed", CLUSTER_IP: "open"})):
+        n = Node(env)
+        d = start_with_ctl(env, n, fallback_endpoints=endpoints)
+        out, fate = ctl_node(env, n, d)
+        assert fate == want, out
+        assert re.search(r"(?m)^link lo \(loopback\) checked [0-9.]+s ago: in place$", out), out
+        assert re.search(r"(?m)^table inet localdns checked [0-9.]+s ago: as planned$", out), out
+        m = re.search(r"(?m)^heartbeat renewed ([0-9.]+)s ago$", out)
+        assert m and float(m.group(1)) < 1.0, out
+        assert ("fallback %s (nftables.fallback_endpoints)" % COREDNS if endpoints
+                else "fallback none") in out, out
+        assert "address %s listen\naddress %s intercepted\n" % (LINK, CLUSTER_IP) in out, out
+        assert re.search(r"(?m)^if_died %s: pods fail open at once \(kube-proxy's DNAT to the "
+                         r"Service\); host-network clients within [0-9.]+s" % CLUSTER_IP,
+                         out), out
+        assert "at_exit left in place" in out, out
+        # Someone deletes the table: the rebuild shows in the repairs line.
+        n.run(n.node, "nft", "delete", "table", "inet", "localdns")
+        n.until(lambda: re.search(r"(?m)^repairs link 0 table [1-9]",
+                                  ctl_node(env, n, d)[0]) is not None, True, 3.0)
+        d.proc.kill()
+        d.proc.wait(2)
+        for address, what in fate.items():
+            if what == "open":
+                n.until(lambda: n.ask(address), STANDIN_ANSWER, 1.0)
+            else:
+                assert n.ask(address) is None, address
+
+
+test_node_ctl_node_tells_what_a_crash_would_do_and_is_right.timeout = 40
 
 
 def test_node_repairs_table_and_addresses_within_a_second(env):
