@@ -56,7 +56,8 @@ bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip
 		text[i] = ch;
 	}
 	text[len] = '\0';
-	if (dashes == 3 && !strchr(text, ':')) {
+	/* CoreDNS's rule: three dashes and no "::" is IPv4 (fd00-1--5 is not) */
+	if (dashes == 3 && !strstr(text, "--") && !strchr(text, ':')) {
 		for (char *p = text; *p; p++)
 			if (*p == '-')
 				*p = '.';
