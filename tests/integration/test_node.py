@@ -39,10 +39,12 @@ COREDNS = "10.200.2.2"
 
 _ids = itertools.count()
 
-# The stand-in CoreDNS: UDP and TCP on port 53, A 192.0.2.99 for anything.
+# The stand-in CoreDNS: UDP and TCP on port 53 of one address (IPv4 or
+# IPv6), A 192.0.2.99 for anything.
 STANDIN = r'''
 import socket, struct, sys, threading
 addr = sys.argv[1]
+family = socket.AF_INET6 if ":" in addr else socket.AF_INET
 def answer(q):
     end = 12
     while q[end]:
@@ -52,7 +54,7 @@ def answer(q):
     rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + bytes([192, 0, 2, 99])
     return head + q[12:end] + rr
 def udp():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = socket.socket(family, socket.SOCK_DGRAM)
     s.bind((addr, 53))
     while True:
         q, peer = s.recvfrom(4096)
@@ -65,7 +67,7 @@ def tcp_client(c):
             q += c.recv(n - len(q))
         a = answer(q)
         c.sendall(struct.pack("!H", len(a)) + a)
-t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+t = socket.socket(family, socket.SOCK_STREAM)
 t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 t.bind((addr, 53))
 t.listen(16)
@@ -113,8 +115,8 @@ class Node:
                                    + p.stderr.strip())
             harness.track_netns(ns)
             self.ip(ns, "link", "set", "lo", "up")
-        self.wire(self.pod, "10.200.1.2", "10.200.1.1")
-        self.wire(self.coredns, COREDNS, "10.200.2.1")
+        self.pod_link = self.wire(self.pod, "10.200.1.2", "10.200.1.1")
+        self.coredns_link = self.wire(self.coredns, COREDNS, "10.200.2.1")
         self.run(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         self.nft(self.node, """
             table ip kubeproxy {
@@ -142,15 +144,17 @@ class Node:
         return self.run(ns, "nft", "-f", "-", stdin=script)
 
     def wire(self, ns, addr, gateway):
-        """A veth pair from the node to ns, ns routing everything via it."""
-        inside, outside = "eth0", "v" + ns.split("-")[1] + ns.split("-")[-1]
-        self.ip(self.node, "link", "add", outside[:15], "type", "veth", "peer",
+        """A veth pair from the node to ns, ns routing everything via it;
+        the node's end of it."""
+        inside, outside = "eth0", ("v" + ns.split("-")[1] + ns.split("-")[-1])[:15]
+        self.ip(self.node, "link", "add", outside, "type", "veth", "peer",
                 "name", inside, "netns", ns)
-        self.ip(self.node, "addr", "add", gateway + "/24", "dev", outside[:15])
-        self.ip(self.node, "link", "set", outside[:15], "up")
+        self.ip(self.node, "addr", "add", gateway + "/24", "dev", outside)
+        self.ip(self.node, "link", "set", outside, "up")
         self.ip(ns, "addr", "add", addr + "/24", "dev", inside)
         self.ip(ns, "link", "set", inside, "up")
         self.ip(ns, "route", "add", "default", "via", gateway)
+        return outside
 
     def helper(self, ns, script, *args):
         """A Python helper in ns that prints "ready" once set up."""
@@ -203,11 +207,13 @@ class Node:
         return sorted(l.split()[3] for l in out.splitlines())
 
     def conntrack(self, address):
-        p = self.run(self.node, "conntrack", "-L", "-d", address, check=False)
+        family = ["-f", "ipv6"] if ":" in address else []
+        p = self.run(self.node, "conntrack", "-L", *family, "-d", address, check=False)
         return [l for l in p.stdout.splitlines() if "dport=53" in l]
 
     def flush_conntrack(self):
         self.run(self.node, "conntrack", "-F", check=False)
+        self.run(self.node, "conntrack", "-F", "-f", "ipv6", check=False)
 
     def fallback_map(self):
         """The endpoints in our fallback4 map (none when it is absent)."""
