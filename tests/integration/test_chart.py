@@ -380,6 +380,7 @@ def test_chart_schema_rejects_bad_values(env):
         (["config.listen.addresses={}"], "config.listen.addresses"),
         (["config.nftables.intercept={kube-dns}"], "config.nftables.intercept"),
         (["config.interface.manage=yes"], "config.interface.manage"),
+        (["config.cluster.fallthrough={cluster.local}"], "config.cluster.fallthrough"),
         (["config.health.listen=169.254.20.10"], "config.health.listen"),
         (["kubeDnsUpstream.clusterIP=kube-dns"], "kubeDnsUpstream.clusterIP"),
         (["updateStrategy.type=Rolling"], "updateStrategy.type"),

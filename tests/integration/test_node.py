@@ -335,6 +335,38 @@ def test_node_fallback_follows_the_kube_dns_endpoints(env):
 test_node_fallback_follows_the_kube_dns_endpoints.timeout = 40
 
 
+def test_node_noendpoints_watches_only_the_kube_dns_endpointslices(env):
+    # cluster.noendpoints drops endpoint names; the fallback DNAT still follows
+    # kube-dns, whose slices alone are watched (its namespace, its label).
+    n = Node(env)
+    api = n.api_server()
+    try:
+        api.apply(*kube_dns((COREDNS, True)))
+        api.apply(F.namespace("shop"), F.service("shop", "web", headless=True),
+                  F.endpointslice("shop", "web", name="web-1", endpoints=[F.endpoint("10.1.0.1")]))
+        cfg = n.config(fallback_endpoints=["10.200.2.77"])
+        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
+                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        cfg["cluster"] = {"noendpoints": True}
+        d = n.start(config=cfg)
+        n.until(n.fallback_map, [COREDNS], 3.0)
+        api.apply(kube_dns((COREDNS, False), ("10.200.2.3", True))[1])
+        n.until(n.fallback_map, ["10.200.2.3"], 3.0)
+        reqs = api.requests("endpointslices")
+        assert reqs and all(
+            r.path == "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices" and
+            r.query.get("labelSelector") == "kubernetes.io/service-name=kube-dns"
+            for r in reqs), reqs
+        r = harness.dig(LINK, 53, "web.shop.svc.cluster.local", "A", timeout=1, netns=n.pod)
+        assert r.status == "NXDOMAIN", r.text
+        assert "endpointslices=kube-system/kube-dns" in d.stderr(), d.tail()
+    finally:
+        api.stop()
+
+
+test_node_noendpoints_watches_only_the_kube_dns_endpointslices.timeout = 40
+
+
 def test_node_link_local_without_endpoints_is_not_redirected(env):
     n = Node(env)
     d = n.start()
