@@ -226,7 +226,8 @@ static int start_watching(const struct config *cfg, struct cluster *cluster,
 	if (!cluster)
 		return 0;
 	cluster_feed_handler(cluster, &h);
-	return kube_start(cfg, cluster_needs_pods(cfg), &h, kube, err, errlen);
+	return kube_start(cfg, cluster_needs_pods(cfg), cluster_slices_needed(cluster), &h, kube,
+			  err, errlen);
 }
 
 static void use_cluster_dns_endpoints(void *node, const struct config_ip *ips, size_t n)

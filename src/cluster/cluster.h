@@ -17,20 +17,23 @@
  * cluster_autopath_base run on the hot path); be written from more than one thread; keep the JSON objects it
  * is given (they are borrowed for the call).
  *
- * Names it serves, under <zone> = cluster.domain:
+ * Names it serves, under <zone> = cluster.domain (docs/coredns-compat.md for
+ * the answers CoreDNS gives where the specification is silent):
  *   <zone> SOA/NS, dns-version.<zone> TXT "1.1.0", svc.<zone> and pod.<zone>
  *   <ns>.svc.<zone>, <ns>.pod.<zone>          exist while the namespace does
+ *                                             (<ns>.pod not with pods: disabled)
  *   <svc>.<ns>.svc.<zone>                     A/AAAA (ClusterIPs, or ready
- *                                             endpoints when headless), CNAME
- *                                             (ExternalName)
- *   <host>.<svc>.<ns>.svc.<zone>              A/AAAA of one headless endpoint
- *                                             (hostname, else its dashed IP)
+ *                                             endpoints when headless), SRV
+ *                                             (every port), CNAME (ExternalName)
+ *   <ep>.<svc>.<ns>.svc.<zone>                A/AAAA of one endpoint address,
+ *                                             any kind of Service (hostname,
+ *                                             pod name, else its dashed IP)
  *   _<port>._<proto>.<svc>.<ns>.svc.<zone>    SRV for named ports
  *   <a-b-c-d>.<ns>.pod.<zone>                 A/AAAA per cluster.pods
  *   <reversed IP>.in-addr.arpa / ip6.arpa     PTR for ClusterIPs and ready
- *                                             endpoints
+ *                                             endpoints (their own names)
  * Every other name under <zone> is NXDOMAIN; reverse names we do not hold
- * are not ours (they go upstream).
+ * go upstream under cluster.fallthrough and are NXDOMAIN elsewhere.
  */
 #ifndef LOCALDNS_CLUSTER_H
 #define LOCALDNS_CLUSTER_H
@@ -48,7 +51,8 @@
 
 struct cluster;
 
-/* A table for cfg's cluster.domain, ttl and pods mode; NULL with a reason. */
+/* A table for cfg's cluster section (domain, ttl, pods mode, CoreDNS's
+ * options); NULL with a reason. */
 struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen);
 
 /* After every reader has stopped. */
@@ -76,6 +80,14 @@ void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
  * all, so the service account needs no right to read Pod specs.
  */
 bool cluster_needs_pods(const struct config *cfg);
+
+/*
+ * Which EndpointSlices the table needs watched: NULL every one; with
+ * cluster.noendpoints only the watched Service's ("ns/name", see
+ * cluster_watch_endpoints, which must come first), or none (""). Valid
+ * while c is.
+ */
+const char *cluster_slices_needed(const struct cluster *c);
 
 /*
  * Report the ready endpoint addresses of Service ns/name to fn, on the

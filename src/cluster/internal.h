@@ -18,8 +18,9 @@
  * One owner name and all its records, immutable once published: a change
  * publishes a new node in its place. data holds the owner (owner_len bytes,
  * lower-cased wire form), then each record as type (2 bytes, host order),
- * rdata length (2 bytes, host order) and rdata (uncompressed wire form). A
- * node with no records is a name that exists with no data (NODATA).
+ * rdata length (2 bytes, host order) and rdata (uncompressed wire form),
+ * the records of one type adjacent. A node with no records is a name that
+ * exists with no data (NODATA).
  */
 struct cluster_node {
 	struct cds_lfht_node ht;
@@ -28,6 +29,22 @@ struct cluster_node {
 	uint8_t owner_len;
 	uint8_t data[];
 };
+
+/*
+ * A record type of our own (RFC 6895's private-use range), never answered
+ * as such: one SRV target and port of a Service, kept in the Service's
+ * node. cluster_answer derives from these, at query time, the SRV RRset of
+ * the Service's name and those of its _<port>._<proto> names (the weights
+ * depend on how many match), the empty non-terminal _<proto>, and the
+ * addresses CoreDNS gives an A/AAAA question for an SRV name, so a port
+ * costs no name of its own. rdata: the target (wire name), the port (2
+ * bytes, network order), the protocol as one label ("\3tcp") and the
+ * port's name as one label ("\4http", or "\0" for an unnamed port). One per
+ * ClusterIP and Service port, or per endpoint address and EndpointSlice
+ * port (headless), duplicates kept: CoreDNS's weights count them. Sorted as
+ * the node's records are (bytewise), a target's entries are adjacent.
+ */
+#define CLUSTER_T_PORT 0xff00
 
 /* Iterating a node's records. */
 struct cluster_rr {
@@ -56,7 +73,10 @@ struct cluster_endpoint {
 	size_t n_ips;
 	bool ready;
 	bool is_pod;        /* targetRef is a Pod (cluster.pods: verified) */
-	char hostname[64];  /* "" when the endpoint has none */
+	/* Its name under the Service: its hostname, else with
+	 * cluster.endpoint_pod_names its targetRef's name when that is one DNS
+	 * label; "" = each address's dashed form. */
+	char hostname[64];
 };
 
 struct cluster_service;
@@ -135,12 +155,21 @@ struct cluster {
 	struct cds_lfht *clients;    /* address -> struct cluster_client */
 	uint8_t apex[DNS_MAX_NAME];
 	size_t apex_len;
+	unsigned apex_labels;
 	uint8_t svc_apex[DNS_MAX_NAME]; /* svc.<zone> */
 	uint8_t pod_apex[DNS_MAX_NAME]; /* pod.<zone> */
 	uint32_t ttl;
 	enum config_pods_mode pods;
+	bool endpoint_pod_names, noendpoints, ignore_empty_service;
 	uint8_t soa[2 * DNS_MAX_NAME + 20];
 	uint16_t soa_len;
+	/* in-addr.arpa and ip6.arpa: the SOA of a reverse name we answer for
+	 * without holding it (outside cluster.fallthrough). */
+	uint8_t reverse_soa[2][96];
+	uint16_t reverse_soa_len[2];
+	/* cluster.fallthrough, wire form, concatenated */
+	uint8_t *fallthrough;
+	size_t fallthrough_len;
 	_Atomic bool synced;
 	/* Keys the tables' hash (SipHash): names come from objects tenants
 	 * create, and must not be chosen to share a chain. */
@@ -198,14 +227,22 @@ void cluster_table_destroy(struct cds_lfht *ht, size_t node_offset);
 /* "<label>.<label>...<apex>" from text labels (NULL-terminated list); 0 when
  * a label is empty, too long or not a DNS label, or the name is too long. */
 size_t cluster_name(uint8_t out[DNS_MAX_NAME], const uint8_t *apex, const char *const *labels);
-/* The dashed form of an IP: 10-0-0-1, 2001-db8--1. */
+/* One DNS label: 1..63 letters, digits, '-' or '_'. */
+bool cluster_is_label(const char *text);
+/* How many labels a wire name has (the root not counted). */
+unsigned cluster_name_labels(const uint8_t *name);
+/* The dashed form of an IP: 10-0-0-1, 2001-db8--1; one ending in "::" gets
+ * a last 0 (fd00--0), as CoreDNS writes it, since a label may not end in '-'. */
 void cluster_dashed_ip(const struct cluster_ip *ip, char out[64]);
 /* Parse a dashed IP label back; false when it is not one. */
 bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip *out);
-/* d.c.b.a.in-addr.arpa or the ip6.arpa nibble name. */
+/* d.c.b.a.in-addr.arpa or the ip6.arpa nibble name (no allocation, no lock:
+ * answer.c uses it on the hot path). */
 size_t cluster_reverse_name(const struct cluster_ip *ip, uint8_t out[DNS_MAX_NAME]);
-/* Under in-addr.arpa or ip6.arpa. */
-bool cluster_is_reverse_name(const uint8_t *name);
+/* Which reverse zone name is in: 0 in-addr.arpa, 1 ip6.arpa, -1 neither. */
+int cluster_reverse_zone(const uint8_t *name);
+/* Reverse zone i's apex (wire form). */
+const uint8_t *cluster_reverse_apex(int i);
 /* "10.0.0.1" / "fd00::1" to an address; false otherwise. */
 bool cluster_parse_ip(const char *text, struct cluster_ip *out);
 

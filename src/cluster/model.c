@@ -9,6 +9,13 @@
  * the names it published last time but not now are removed. The cost is
  * O(records of that Service), not of the table.
  *
+ * What is held and what answer.c derives, to keep a node per name that
+ * needs one: a Service's node holds its addresses and one port entry
+ * (CLUSTER_T_PORT) per ClusterIP or endpoint address and port, from which
+ * every SRV answer and the _<port>._<proto> names are derived; an endpoint
+ * address gets a PTR, and a node only when its name is a hostname or pod
+ * name (a dashed name is found through the PTR).
+ *
  * Reverse names are shared (an address may be a ClusterIP of one Service
  * and an endpoint of another): a PTR node is rewritten from its current
  * records minus the targets under this Service's name plus the new ones.
@@ -21,6 +28,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <errno.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -28,11 +36,12 @@
 #include "log/log.h"
 #include "zone/zone.h"
 
-/* One record a Service contributes; type 0 only makes the name exist. */
+/* One record a Service contributes; type 0 only makes the name exist. The
+ * largest rdata is a CLUSTER_T_PORT entry: a name, the port, two labels. */
 struct rec {
 	uint16_t owner_len, type, rdlen;
 	uint8_t owner[DNS_MAX_NAME];
-	uint8_t rdata[DNS_MAX_NAME + 6];
+	uint8_t rdata[DNS_MAX_NAME + 2 + 8 + 16];
 };
 
 struct recs {
@@ -85,9 +94,9 @@ static int compare_rec(const void *a, const void *b)
 		return d ? d : (int)x->owner_len - (int)y->owner_len;
 	if (x->type != y->type)
 		return (int)x->type - (int)y->type;
-	if (x->rdlen != y->rdlen)
-		return (int)x->rdlen - (int)y->rdlen;
-	return memcmp(x->rdata, y->rdata, x->rdlen);
+	/* bytewise, so the port entries of one target are adjacent */
+	d = memcmp(x->rdata, y->rdata, x->rdlen < y->rdlen ? x->rdlen : y->rdlen);
+	return d ? d : (int)x->rdlen - (int)y->rdlen;
 }
 
 static void sort_recs(struct recs *r)
@@ -179,6 +188,20 @@ static void *lookup_entry(struct lh_table *t, const char *key)
 	return lh_table_lookup_ex(t, key, &v) ? v : NULL;
 }
 
+/* Lower-case copy of text into out (size bytes); false when it does not fit. */
+static bool copy_lower(char *out, size_t size, const char *text)
+{
+	size_t len = strlen(text);
+
+	if (len >= size)
+		return false;
+	for (size_t i = 0; i <= len; i++)
+		out[i] = (char)tolower((unsigned char)text[i]);
+	return true;
+}
+
+/* Every port with a number; an unnamed one has name "" (CoreDNS lists it in
+ * the SRV records of the Service's own name). */
 static void parse_ports(struct json_object *arr, struct cluster_port **out, size_t *n_out)
 {
 	size_t n = array_len(arr), kept = 0;
@@ -188,17 +211,12 @@ static void parse_ports(struct json_object *arr, struct cluster_port **out, size
 		struct json_object *p = json_object_array_get_idx(arr, i);
 		const char *name = text(p, "name"), *proto = text(p, "protocol");
 		struct json_object *num = field(p, "port");
-		if (!name || !*name || strlen(name) >= sizeof ports->name || !num)
-			continue; /* only named ports get SRV records */
-		if (!proto)
-			proto = "TCP";
-		if (strlen(proto) >= sizeof ports->proto)
+		struct cluster_port *o = &ports[kept];
+		if (!num || !copy_lower(o->name, sizeof o->name, name ? name : "") ||
+		    !copy_lower(o->proto, sizeof o->proto, proto && *proto ? proto : "TCP"))
 			continue;
-		struct cluster_port *o = &ports[kept++];
-		snprintf(o->name, sizeof o->name, "%s", name);
-		for (size_t j = 0; proto[j]; j++)
-			o->proto[j] = (char)(proto[j] | 0x20);
 		o->port = (uint16_t)json_object_get_int(num);
+		kept++;
 	}
 	*out = ports;
 	*n_out = kept;
@@ -239,53 +257,30 @@ static size_t ip_len(const struct cluster_ip *ip)
 	return ip->family == AF_INET ? 4 : 16;
 }
 
-static size_t srv_rdata(uint8_t *out, uint16_t weight, uint16_t port, const uint8_t *target,
-			size_t target_len)
+/* One CLUSTER_T_PORT entry of owner (see internal.h). */
+static void add_port_entry(struct recs *r, const uint8_t *owner, size_t owner_len,
+			   const struct cluster_port *p, const uint8_t *target, size_t target_len)
 {
-	out[0] = 0; /* priority */
-	out[1] = 0;
-	out[2] = (uint8_t)(weight >> 8);
-	out[3] = (uint8_t)weight;
-	out[4] = (uint8_t)(port >> 8);
-	out[5] = (uint8_t)port;
-	memcpy(out + 6, target, target_len);
-	return 6 + target_len;
+	uint8_t rdata[sizeof ((struct rec *)0)->rdata];
+	size_t proto = strlen(p->proto), name = strlen(p->name), n = target_len;
+
+	memcpy(rdata, target, target_len);
+	rdata[n++] = (uint8_t)(p->port >> 8);
+	rdata[n++] = (uint8_t)p->port;
+	rdata[n++] = (uint8_t)proto;
+	memcpy(rdata + n, p->proto, proto);
+	n += proto;
+	rdata[n++] = (uint8_t)name;
+	memcpy(rdata + n, p->name, name);
+	recs_add(r, owner, owner_len, CLUSTER_T_PORT, rdata, n + name);
 }
 
-/* _<port>._<proto>.<owner> SRV, and _<proto>.<owner> as an empty non-terminal. */
-static void add_srv(struct recs *r, const struct cluster_port *p, uint16_t weight,
-		    const uint8_t *svc_owner, const uint8_t *target, size_t target_len)
-{
-	char port_label[20], proto_label[10];
-	const char *labels[] = {port_label, proto_label, NULL};
-	uint8_t owner[DNS_MAX_NAME], rdata[DNS_MAX_NAME + 6];
-	size_t len;
-
-	snprintf(port_label, sizeof port_label, "_%s", p->name);
-	snprintf(proto_label, sizeof proto_label, "_%s", p->proto);
-	len = cluster_name(owner, svc_owner, labels);
-	recs_add(r, owner, len, DNS_T_SRV, rdata, srv_rdata(rdata, weight, p->port, target, target_len));
-	len = cluster_name(owner, svc_owner, labels + 1);
-	recs_add(r, owner, len, 0, NULL, 0);
-}
-
-static void add_address(struct recs *r, struct recs *ptrs, const uint8_t *owner, size_t owner_len,
-			const struct cluster_ip *ip)
+static void add_ptr(struct recs *ptrs, const struct cluster_ip *ip, const uint8_t *target,
+		    size_t target_len)
 {
 	uint8_t rev[DNS_MAX_NAME];
 
-	recs_add(r, owner, owner_len, ip_type(ip), ip->addr, ip_len(ip));
-	recs_add(ptrs, rev, cluster_reverse_name(ip, rev), DNS_T_PTR, owner, owner_len);
-}
-
-static void build_cluster_ip(const struct cluster_service *s, const uint8_t *owner,
-			     size_t owner_len, struct recs *r, struct recs *ptrs)
-{
-	recs_add(r, owner, owner_len, 0, NULL, 0);
-	for (size_t i = 0; i < s->n_ips; i++)
-		add_address(r, ptrs, owner, owner_len, &s->ips[i]);
-	for (size_t i = 0; i < s->n_ports; i++)
-		add_srv(r, &s->ports[i], 100, owner, owner, owner_len);
+	recs_add(ptrs, rev, cluster_reverse_name(ip, rev), DNS_T_PTR, target, target_len);
 }
 
 static bool endpoint_serves(const struct cluster_service *s, const struct cluster_endpoint *e)
@@ -293,66 +288,86 @@ static bool endpoint_serves(const struct cluster_service *s, const struct cluste
 	return e->ready || s->publish_not_ready;
 }
 
-static size_t count_serving(const struct cluster_service *s)
+/* CoreDNS's "ignore empty_service" counts these. */
+static size_t serving_addresses(const struct cluster_service *s)
 {
 	size_t n = 0;
 
 	for (const struct cluster_slice *sl = s->slices; sl; sl = sl->next)
 		for (size_t i = 0; i < sl->n_eps; i++)
-			n += endpoint_serves(s, &sl->eps[i]) && sl->eps[i].n_ips;
+			n += endpoint_serves(s, &sl->eps[i]) ? sl->eps[i].n_ips : 0;
 	return n;
 }
 
-/* <hostname or dashed IP>.<svc>...: the endpoint's own name. */
-static size_t endpoint_owner(const struct cluster_endpoint *e, const uint8_t *svc_owner,
-			     uint8_t out[DNS_MAX_NAME])
+/* <name>.<svc>...: an endpoint address's own name (its endpoint's name, else
+ * the address's dashed form). */
+static size_t endpoint_owner(const struct cluster_endpoint *e, const struct cluster_ip *ip,
+			     const uint8_t *svc_owner, uint8_t out[DNS_MAX_NAME])
 {
 	char dashed[64];
 	const char *labels[] = {e->hostname, NULL};
 
 	if (!e->hostname[0]) {
-		cluster_dashed_ip(&e->ips[0], dashed);
+		cluster_dashed_ip(ip, dashed);
 		labels[0] = dashed;
 	}
 	return cluster_name(out, svc_owner, labels);
 }
 
-static void build_headless(const struct cluster_service *s, const uint8_t *owner,
-			   size_t owner_len, struct recs *r, struct recs *ptrs)
+/*
+ * Every serving endpoint address of s, under s's name whatever its kind
+ * (CoreDNS answers endpoint names of Services with a ClusterIP too): its
+ * PTR, and a node for it when it has a name of its own; a dashed name
+ * needs none, answer.c finds it through the PTR. A headless Service's own
+ * name holds the addresses and, per EndpointSlice port, the SRV targets.
+ */
+static void build_endpoints(const struct cluster *c, const struct cluster_service *s,
+			    const uint8_t *owner, size_t owner_len, bool headless,
+			    struct recs *r, struct recs *ptrs)
 {
-	size_t serving = count_serving(s);
-	uint16_t weight = serving ? (uint16_t)(100 / serving ? 100 / serving : 1) : 100;
-
+	if (c->noendpoints)
+		return;
 	for (const struct cluster_slice *sl = s->slices; sl; sl = sl->next) {
 		for (size_t i = 0; i < sl->n_eps; i++) {
 			const struct cluster_endpoint *e = &sl->eps[i];
-			uint8_t ep[DNS_MAX_NAME];
-			size_t ep_len;
-			if (!endpoint_serves(s, e) || !e->n_ips)
-				continue;
-			ep_len = endpoint_owner(e, owner, ep);
-			for (size_t j = 0; j < e->n_ips; j++) {
-				recs_add(r, owner, owner_len, ip_type(&e->ips[j]), e->ips[j].addr,
-					 ip_len(&e->ips[j]));
-				add_address(r, ptrs, ep, ep_len, &e->ips[j]);
+			for (size_t j = 0; endpoint_serves(s, e) && j < e->n_ips; j++) {
+				const struct cluster_ip *ip = &e->ips[j];
+				uint8_t ep[DNS_MAX_NAME];
+				size_t ep_len = endpoint_owner(e, ip, owner, ep);
+				if (e->hostname[0])
+					recs_add(r, ep, ep_len, ip_type(ip), ip->addr, ip_len(ip));
+				add_ptr(ptrs, ip, ep, ep_len);
+				if (!headless)
+					continue;
+				recs_add(r, owner, owner_len, ip_type(ip), ip->addr, ip_len(ip));
+				for (size_t k = 0; k < sl->n_ports; k++)
+					add_port_entry(r, owner, owner_len, &sl->ports[k], ep, ep_len);
 			}
-			for (size_t j = 0; j < sl->n_ports; j++)
-				add_srv(r, &sl->ports[j], weight, owner, ep, ep_len);
 		}
 	}
 }
 
-/* PTRs for the ready endpoints of a Service with a ClusterIP: they name the Service. */
-static void build_endpoint_ptrs(const struct cluster_service *s, const uint8_t *owner,
-				size_t owner_len, struct recs *ptrs)
+/*
+ * The ClusterIPs' PTRs, then the name with its addresses and a port entry
+ * per ClusterIP and port, and the endpoints. With ignore_empty_service a
+ * Service without a serving endpoint has no name (CoreDNS keeps the PTR).
+ */
+static void build_cluster_ip(const struct cluster *c, const struct cluster_service *s,
+			     const uint8_t *owner, size_t owner_len, struct recs *r,
+			     struct recs *ptrs)
 {
-	uint8_t rev[DNS_MAX_NAME];
-
-	for (const struct cluster_slice *sl = s->slices; sl; sl = sl->next)
-		for (size_t i = 0; i < sl->n_eps; i++)
-			for (size_t j = 0; endpoint_serves(s, &sl->eps[i]) && j < sl->eps[i].n_ips; j++)
-				recs_add(ptrs, rev, cluster_reverse_name(&sl->eps[i].ips[j], rev),
-					 DNS_T_PTR, owner, owner_len);
+	for (size_t i = 0; i < s->n_ips; i++)
+		add_ptr(ptrs, &s->ips[i], owner, owner_len);
+	if (c->ignore_empty_service && !serving_addresses(s))
+		return;
+	recs_add(r, owner, owner_len, 0, NULL, 0);
+	for (size_t i = 0; i < s->n_ips; i++)
+		recs_add(r, owner, owner_len, ip_type(&s->ips[i]), s->ips[i].addr,
+			 ip_len(&s->ips[i]));
+	for (size_t i = 0; i < s->n_ports; i++)
+		for (size_t j = 0; j < s->n_ips; j++)
+			add_port_entry(r, owner, owner_len, &s->ports[i], owner, owner_len);
+	build_endpoints(c, s, owner, owner_len, false, r, ptrs);
 }
 
 static void build_external(const struct cluster_service *s, const uint8_t *owner,
@@ -400,7 +415,9 @@ static void publish_records(struct cluster *c, struct recs *r, struct namelist *
 		buf.len = 0;
 		for (; j < r->n && same_owner(&r->v[i], &r->v[j]); j++) {
 			const struct rec *e = &r->v[j];
-			if (e->type && (j == i || compare_rec(e, &r->v[j - 1]) != 0) &&
+			/* duplicates go, but port entries count them (internal.h) */
+			if (e->type &&
+			    (e->type == CLUSTER_T_PORT || j == i || compare_rec(e, &r->v[j - 1]) != 0) &&
 			    cluster_rrbuf_add(&buf, e->type, e->rdata, e->rdlen) < 0)
 				r->failed = true;
 		}
@@ -512,10 +529,9 @@ static void rebuild_service(struct cluster *c, struct cluster_service *s)
 		return;
 	}
 	if (s->seen && s->kind == SVC_CLUSTER_IP) {
-		build_cluster_ip(s, owner, owner_len, &r, &ptrs);
-		build_endpoint_ptrs(s, owner, owner_len, &ptrs);
+		build_cluster_ip(c, s, owner, owner_len, &r, &ptrs);
 	} else if (s->seen && s->kind == SVC_HEADLESS) {
-		build_headless(s, owner, owner_len, &r, &ptrs);
+		build_endpoints(c, s, owner, owner_len, true, &r, &ptrs);
 	} else if (s->seen) {
 		build_external(s, owner, owner_len, &r);
 	}
@@ -726,16 +742,24 @@ static bool endpoint_ready(struct json_object *ep)
 	return !ready || json_object_get_boolean(ready);
 }
 
-static void parse_endpoint(struct json_object *ep, struct cluster_endpoint *out)
+/* Its hostname, else with cluster.endpoint_pod_names its targetRef's name
+ * (CoreDNS's order); a name that is not one DNS label is not used. */
+static void parse_endpoint(const struct cluster *c, struct json_object *ep,
+			   struct cluster_endpoint *out)
 {
 	const char *hostname = text(ep, "hostname");
 	const char *kind = text(field(ep, "targetRef"), "kind");
+	const char *target = text(field(ep, "targetRef"), "name");
 
 	parse_ips(field(ep, "addresses"), &out->ips, &out->n_ips);
 	out->ready = endpoint_ready(ep);
 	out->is_pod = kind && strcmp(kind, "Pod") == 0;
-	if (hostname && strlen(hostname) < sizeof out->hostname)
-		snprintf(out->hostname, sizeof out->hostname, "%s", hostname);
+	if (hostname && *hostname)
+		target = hostname;
+	else if (!c->endpoint_pod_names)
+		target = NULL;
+	if (target && cluster_is_label(target))
+		snprintf(out->hostname, sizeof out->hostname, "%s", target);
 }
 
 static void parse_slice(struct cluster *c, struct cluster_slice *sl, struct json_object *obj)
@@ -751,7 +775,7 @@ static void parse_slice(struct cluster *c, struct cluster_slice *sl, struct json
 	parse_ports(field(obj, "ports"), &sl->ports, &sl->n_ports);
 	sl->eps = n ? calloc(n, sizeof *sl->eps) : NULL;
 	for (size_t i = 0; sl->eps && i < n; i++)
-		parse_endpoint(json_object_array_get_idx(eps, i), &sl->eps[sl->n_eps++]);
+		parse_endpoint(c, json_object_array_get_idx(eps, i), &sl->eps[sl->n_eps++]);
 	atomic_fetch_add(&c->n_endpoints, slice_addresses(sl));
 }
 
@@ -844,13 +868,14 @@ void cluster_slice_remove(struct cluster *c, const char *ns, const char *name)
 
 /* ---- namespaces ------------------------------------------------------------- */
 
-/* <ns>.svc.<zone> and <ns>.pod.<zone>: they exist while the namespace does. */
+/* <ns>.svc.<zone> and <ns>.pod.<zone>: they exist while the namespace does
+ * (the latter not with cluster.pods: disabled, CoreDNS's NXDOMAIN). */
 static void namespace_names(struct cluster *c, const char *name, bool exists)
 {
 	const char *svc[] = {name, "svc", NULL}, *pod[] = {name, "pod", NULL};
 	const char *const *all[] = {svc, pod};
 
-	for (size_t i = 0; i < 2; i++) {
+	for (size_t i = 0; i < (c->pods == CONFIG_PODS_DISABLED ? 1u : 2u); i++) {
 		uint8_t owner[DNS_MAX_NAME];
 		size_t len = cluster_name(owner, c->apex, all[i]);
 		if (!len)
@@ -1038,6 +1063,28 @@ out:
 	return rc;
 }
 
+/* cluster.fallthrough in wire form (the config has checked the names). */
+static int set_fallthrough(struct cluster *c, const struct config *cfg, char *err, size_t errlen)
+{
+	size_t n = cfg->cluster.n_fallthrough;
+
+	if (n && !(c->fallthrough = malloc(n * DNS_MAX_NAME))) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int len = dns_name_from_text(cfg->cluster.fallthrough[i],
+					     c->fallthrough + c->fallthrough_len);
+		if (len <= 1) {
+			snprintf(err, errlen, "cluster.fallthrough: \"%s\" is not a DNS name",
+				 cfg->cluster.fallthrough[i]);
+			return -1;
+		}
+		c->fallthrough_len += (size_t)len;
+	}
+	return 0;
+}
+
 static int set_zone(struct cluster *c, const struct config *cfg, char *err, size_t errlen)
 {
 	const char *svc[] = {"svc", NULL}, *pod[] = {"pod", NULL};
@@ -1050,11 +1097,21 @@ static int set_zone(struct cluster *c, const struct config *cfg, char *err, size
 		return -1;
 	}
 	c->apex_len = (size_t)len;
+	c->apex_labels = cluster_name_labels(c->apex);
 	c->ttl = cfg->cluster.ttl;
 	c->pods = cfg->cluster.pods;
+	c->endpoint_pod_names = cfg->cluster.endpoint_pod_names;
+	c->noendpoints = cfg->cluster.noendpoints;
+	c->ignore_empty_service = cfg->cluster.ignore_empty_service;
 	/* minimum = ttl: negative answers live as long as positive ones */
 	c->soa_len = (uint16_t)zone_soa_rdata(c->apex, (uint32_t)time(NULL), c->ttl, c->soa);
-	return 0;
+	for (int i = 0; i < 2; i++) {
+		uint8_t soa[ZONE_SOA_RDATA_MAX];
+		size_t n = zone_soa_rdata(cluster_reverse_apex(i), (uint32_t)time(NULL), c->ttl, soa);
+		memcpy(c->reverse_soa[i], soa, n);
+		c->reverse_soa_len[i] = (uint16_t)n;
+	}
+	return set_fallthrough(c, cfg, err, errlen);
 }
 
 struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
@@ -1066,11 +1123,13 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	if (set_zone(c, cfg, err, errlen) < 0) {
+		free(c->fallthrough);
 		free(c);
 		return NULL;
 	}
 	if (getrandom(c->hash_key, sizeof c->hash_key, 0) != (ssize_t)sizeof c->hash_key) {
 		snprintf(err, errlen, "cannot key the cluster table: %s", strerror(errno));
+		free(c->fallthrough);
 		free(c);
 		return NULL;
 	}
@@ -1171,5 +1230,6 @@ void cluster_free(struct cluster *c)
 	if (c->pod_refs)
 		free_keys(c->pod_refs);
 	cluster_watch_free(c);
+	free(c->fallthrough);
 	free(c);
 }

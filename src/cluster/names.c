@@ -7,7 +7,6 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <stdio.h>
 #include <string.h>
 
 static bool label_char(int ch)
@@ -35,12 +34,39 @@ size_t cluster_name(uint8_t out[DNS_MAX_NAME], const uint8_t *apex, const char *
 	return n + apex_len;
 }
 
+bool cluster_is_label(const char *text)
+{
+	size_t len = strlen(text);
+
+	if (len == 0 || len > DNS_MAX_LABEL)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (!label_char((unsigned char)text[i]))
+			return false;
+	return true;
+}
+
+unsigned cluster_name_labels(const uint8_t *name)
+{
+	unsigned n = 0;
+
+	for (size_t pos = 0; pos < DNS_MAX_NAME && name[pos]; pos += 1 + name[pos])
+		n++;
+	return n;
+}
+
 void cluster_dashed_ip(const struct cluster_ip *ip, char out[64])
 {
+	char *p = out;
+
 	inet_ntop(ip->family, ip->addr, out, 64);
-	for (char *p = out; *p; p++)
+	for (; *p; p++)
 		if (*p == '.' || *p == ':')
 			*p = '-';
+	if (p > out && p[-1] == '-') {
+		p[0] = '0';
+		p[1] = '\0';
+	}
 }
 
 bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip *out)
@@ -56,7 +82,8 @@ bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip
 		text[i] = ch;
 	}
 	text[len] = '\0';
-	if (dashes == 3 && !strchr(text, ':')) {
+	/* CoreDNS's rule: three dashes and no "::" is IPv4 (fd00-1--5 is not) */
+	if (dashes == 3 && !strstr(text, "--") && !strchr(text, ':')) {
 		for (char *p = text; *p; p++)
 			if (*p == '-')
 				*p = '.';
@@ -73,19 +100,25 @@ bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip
 static const uint8_t in_addr_arpa[] = "\7in-addr\4arpa";
 static const uint8_t ip6_arpa[] = "\3ip6\4arpa";
 
+/* One byte's decimal label. */
+static size_t decimal_label(uint8_t *out, uint8_t v)
+{
+	size_t len = v >= 100 ? 3 : v >= 10 ? 2 : 1;
+
+	out[0] = (uint8_t)len;
+	for (size_t i = len; i > 0; i--, v /= 10)
+		out[i] = (uint8_t)('0' + v % 10);
+	return 1 + len;
+}
+
 size_t cluster_reverse_name(const struct cluster_ip *ip, uint8_t out[DNS_MAX_NAME])
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t n = 0;
 
 	if (ip->family == AF_INET) {
-		for (int i = 3; i >= 0; i--) {
-			char digits[4];
-			int len = snprintf(digits, sizeof digits, "%u", ip->addr[i]);
-			out[n++] = (uint8_t)len;
-			memcpy(out + n, digits, (size_t)len);
-			n += (size_t)len;
-		}
+		for (int i = 3; i >= 0; i--)
+			n += decimal_label(out + n, ip->addr[i]);
 		memcpy(out + n, in_addr_arpa, sizeof in_addr_arpa);
 		return n + sizeof in_addr_arpa;
 	}
@@ -99,9 +132,16 @@ size_t cluster_reverse_name(const struct cluster_ip *ip, uint8_t out[DNS_MAX_NAM
 	return n + sizeof ip6_arpa;
 }
 
-bool cluster_is_reverse_name(const uint8_t *name)
+int cluster_reverse_zone(const uint8_t *name)
 {
-	return dns_name_is_subdomain(name, in_addr_arpa) || dns_name_is_subdomain(name, ip6_arpa);
+	if (dns_name_is_subdomain(name, in_addr_arpa))
+		return 0;
+	return dns_name_is_subdomain(name, ip6_arpa) ? 1 : -1;
+}
+
+const uint8_t *cluster_reverse_apex(int i)
+{
+	return i == 0 ? in_addr_arpa : ip6_arpa;
 }
 
 bool cluster_parse_ip(const char *text, struct cluster_ip *out)

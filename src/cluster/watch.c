@@ -29,6 +29,13 @@ void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name
 	w->n_last = 0;
 }
 
+const char *cluster_slices_needed(const struct cluster *c)
+{
+	if (!c || !c->noendpoints)
+		return NULL;
+	return c->watch.key ? c->watch.key : "";
+}
+
 static int compare_ips(const void *a, const void *b)
 {
 	const struct config_ip *x = a, *y = b;

@@ -137,6 +137,7 @@ struct loader {
 static int record_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int static_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int cache_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int cluster_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int top_check(struct loader *, const yaml_node_t *, const char *, void *);
 
 static const char *const interface_kinds[] = {"dummy", "loopback", NULL};
@@ -198,6 +199,11 @@ static const struct key cluster_keys[] = {
 	{"fallback_servers", V_HOSTPORT,
 	 CFG_LIST(cluster.fallback_servers, cluster.n_fallback_servers)},
 	{"autopath", V_BOOL, CFG(cluster.autopath), .def = "false"},
+	{"endpoint_pod_names", V_BOOL, CFG(cluster.endpoint_pod_names), .def = "false"},
+	{"noendpoints", V_BOOL, CFG(cluster.noendpoints), .def = "false"},
+	{"ignore_empty_service", V_BOOL, CFG(cluster.ignore_empty_service), .def = "false"},
+	{"fallthrough", V_NAME, CFG_LIST(cluster.fallthrough, cluster.n_fallthrough),
+	 .def = "in-addr.arpa ip6.arpa"},
 };
 
 static const struct key kubernetes_keys[] = {
@@ -321,7 +327,7 @@ static const struct schema listen_schema = SCHEMA(listen_keys, NULL);
 static const struct schema rrl_schema = SCHEMA(rrl_keys, NULL);
 static const struct schema interface_schema = SCHEMA(interface_keys, NULL);
 static const struct schema nftables_schema = SCHEMA(nftables_keys, NULL);
-static const struct schema cluster_schema = SCHEMA(cluster_keys, NULL);
+static const struct schema cluster_schema = SCHEMA(cluster_keys, cluster_check);
 static const struct schema kubernetes_schema = SCHEMA(kubernetes_keys, NULL);
 static const struct schema static_schema = SCHEMA(static_keys, static_check);
 static const struct schema upstream_schema = SCHEMA(upstream_keys, NULL);
@@ -833,6 +839,30 @@ static const char *expectation(const struct key *k)
 static int load_mapping(struct loader *ld, const struct schema *s, const yaml_node_t *map,
 			const char *path, void *base);
 
+/* A list's default: its elements separated by spaces (no default value holds one). */
+static int apply_list_default(struct loader *ld, const struct key *k, void *base)
+{
+	char why[WHY_LEN], text[256];
+	size_t n = 1;
+
+	for (const char *p = k->def; *p; p++)
+		n += *p == ' ';
+	char *arr = calloc(n, k->size);
+	if (!arr)
+		return fail_nopos(ld, "out of memory");
+	*(void **)((char *)base + k->off) = arr;
+	*(size_t *)((char *)base + k->count_off) = n;
+	const char *start = k->def;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strcspn(start, " ");
+		snprintf(text, sizeof text, "%.*s", (int)len, start);
+		if (set_scalar(ld, k, text, arr + i * k->size, why, sizeof why) < 0)
+			return fail_nopos(ld, "internal error: default of %s: %s", k->name, why);
+		start += len + 1;
+	}
+	return 0;
+}
+
 static int apply_defaults(struct loader *ld, const struct schema *s, void *base)
 {
 	char why[WHY_LEN];
@@ -849,13 +879,9 @@ static int apply_defaults(struct loader *ld, const struct schema *s, void *base)
 		if (!k->def)
 			continue;
 		if (k->shape == LIST) {
-			/* The only list default is one element long: listen.addresses. */
-			void *elem = calloc(1, k->size);
-			if (!elem)
-				return fail_nopos(ld, "out of memory");
-			*(void **)field = elem;
-			*(size_t *)((char *)base + k->count_off) = 1;
-			field = elem;
+			if (apply_list_default(ld, k, base) < 0)
+				return -1;
+			continue;
 		}
 		if (set_scalar(ld, k, k->def, field, why, sizeof why) < 0)
 			return fail_nopos(ld, "internal error: default of %s: %s", k->name, why);
@@ -1103,6 +1129,44 @@ static int cache_check(struct loader *ld, const yaml_node_t *map, const char *pa
 	return fail(ld, at ? at : find_key(ld, map, "min_ttl"),
 		    "%s: max_ttl (%" PRIu32 "s) is below min_ttl (%" PRIu32 "s)", path,
 		    cfg->cache.max_ttl, cfg->cache.min_ttl);
+}
+
+static bool is_reverse_zone(const char *zone)
+{
+	static const char *const roots[] = {"in-addr.arpa", "ip6.arpa"};
+
+	for (size_t i = 0; i < 2; i++) {
+		size_t len = strlen(zone), root = strlen(roots[i]);
+		if (strcmp(zone, roots[i]) == 0 ||
+		    (len > root && zone[len - root - 1] == '.' && strcmp(zone + len - root, roots[i]) == 0))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * fallthrough names reverse zones only: names under cluster.domain are
+ * always answered here. ignore_empty_service counts endpoints, which
+ * noendpoints does not watch: together every ClusterIP name would vanish.
+ */
+static int cluster_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	const struct config *cfg = base;
+	const yaml_node_t *list = find_value(ld, map, "fallthrough");
+
+	for (size_t i = 0; i < cfg->cluster.n_fallthrough; i++) {
+		if (is_reverse_zone(cfg->cluster.fallthrough[i]))
+			continue;
+		return fail(ld, list ? node_at(ld, list->data.sequence.items.start[i]) : map,
+			    "%s.fallthrough[%zu]: %s is not a reverse zone (in-addr.arpa, ip6.arpa or "
+			    "one below them): names under cluster.domain are always answered here",
+			    path, i, cfg->cluster.fallthrough[i]);
+	}
+	if (cfg->cluster.noendpoints && cfg->cluster.ignore_empty_service)
+		return fail(ld, find_key(ld, map, "ignore_empty_service"),
+			    "%s: ignore_empty_service needs the endpoints that noendpoints stops "
+			    "watching (every Service with a ClusterIP would get NXDOMAIN)", path);
+	return 0;
 }
 
 static bool ip_equal(const struct config_ip *a, const struct config_ip *b)

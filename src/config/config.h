@@ -135,6 +135,14 @@ struct config {
 		enum config_pods_mode pods;    /* insecure */
 		struct config_hostport *fallback_servers; size_t n_fallback_servers;
 		bool autopath;                 /* false */
+		/* CoreDNS's kubernetes plugin options (docs/coredns-compat.md). */
+		bool endpoint_pod_names;       /* false */
+		bool noendpoints;              /* false */
+		bool ignore_empty_service;     /* false */
+		/* Reverse zones whose names the table does not hold go on to the
+		 * cache and upstream; other reverse names it does not hold get
+		 * NXDOMAIN. Lower-case, no trailing dot. */
+		char **fallthrough; size_t n_fallthrough; /* in-addr.arpa, ip6.arpa */
 	} cluster;
 
 	struct {

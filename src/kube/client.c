@@ -32,7 +32,9 @@
  *
  * This node's Pods are an informer like the others, enabled only while the
  * consumer needs them (kube_watch_pods): turning it off ends its request
- * and reports every Pod it delivered as removed.
+ * and reports every Pod it delivered as removed. EndpointSlices may be
+ * narrowed at start to one Service's (its namespace's path and the
+ * kubernetes.io/service-name label), or not watched at all.
  *
  * One request per informer is in flight at a time, each on its own easy
  * handle (a new one per request; the multi handle keeps the connections).
@@ -106,7 +108,8 @@ struct informer {
 	struct kube_client *k;
 	enum kube_resource res;
 	const char *path;          /* e.g. "/api/v1/services" */
-	char *selector;            /* "fieldSelector=..." (escaped), or NULL */
+	char *own_path;            /* path, when made for this client (one namespace's) */
+	char *selector;            /* "fieldSelector=..." / "labelSelector=..." (escaped), or NULL */
 	bool enabled;
 
 	bool need_list;            /* the next request is a LIST */
@@ -146,6 +149,7 @@ struct kube_client {
 	struct kube_conn conn;
 	struct kube_token token;
 	char *node;                /* NULL: pods cannot be watched */
+	char *slices_of;           /* NULL: every EndpointSlice; "": none; "ns/name": one Service's */
 	atomic_bool pods_wanted;   /* kube_watch_pods, from any thread */
 	bool pods_applied;         /* what the thread last made of pods_wanted */
 	uint64_t list_max_bytes;   /* kubernetes.list_max_bytes */
@@ -1001,7 +1005,41 @@ static void log_connection(const struct kube_client *k, const char *source)
 	log_info("kubernetes API client starting", "server", c->server, "source", source, "auth",
 		 auth, "tls_verify", c->insecure ? "false" : "true", "node", k->node ? k->node : "",
 		 "pods", !k->pods_applied ? "not watched (not needed)"
-			 : k->node ? "watched" : "not watched (no node name)");
+			 : k->node ? "watched" : "not watched (no node name)",
+		 "endpointslices", !k->slices_of ? "all" : *k->slices_of ? k->slices_of : "none");
+}
+
+/* Only the EndpointSlices of Service "ns/name": its namespace's path, its label. */
+static int narrow_slices(struct informer *inf, const char *service)
+{
+	const char *slash = strchr(service, '/');
+	char *esc = NULL, *ns = NULL, *label = NULL;
+	int rc = -1;
+
+	if (!slash || !(ns = curl_easy_escape(NULL, service, (int)(slash - service))))
+		goto out;
+	if (asprintf(&label, "kubernetes.io/service-name=%s", slash + 1) < 0) {
+		label = NULL; /* undefined after a failure */
+		goto out;
+	}
+	if (!(esc = curl_easy_escape(NULL, label, 0)))
+		goto out;
+	if (asprintf(&inf->own_path, "/apis/discovery.k8s.io/v1/namespaces/%s/endpointslices",
+		     ns) < 0) {
+		inf->own_path = NULL;
+		goto out;
+	}
+	if (asprintf(&inf->selector, "labelSelector=%s", esc) < 0) {
+		inf->selector = NULL;
+		goto out;
+	}
+	inf->path = inf->own_path;
+	rc = 0;
+out:
+	free(label);
+	curl_free(esc);
+	curl_free(ns);
+	return rc;
 }
 
 static int init_informers(struct kube_client *k)
@@ -1013,6 +1051,11 @@ static int init_informers(struct kube_client *k)
 		inf->path = resources[r].path;
 		inf->need_list = true;
 		inf->enabled = r != KUBE_PODS || (k->node && k->pods_applied);
+		if (r == KUBE_ENDPOINTSLICES && k->slices_of) {
+			inf->enabled = *k->slices_of;
+			if (inf->enabled && narrow_slices(inf, k->slices_of) < 0)
+				return -1;
+		}
 		inf->page_limit = resources[r].page_limit;
 		k->status.page_limit[r] = (uint64_t)inf->page_limit;
 		kube_keys_init(&inf->keys);
@@ -1045,6 +1088,7 @@ static void free_client(struct kube_client *k)
 		kube_lines_free(&inf->lines);
 		kube_keys_free(&inf->keys);
 		free(inf->selector);
+		free(inf->own_path);
 		free(inf->rv);
 		free(inf->cont);
 	}
@@ -1053,6 +1097,7 @@ static void free_client(struct kube_client *k)
 	kube_conn_free(&k->conn);
 	kube_token_free(&k->token);
 	free(k->node);
+	free(k->slices_of);
 	pthread_mutex_destroy(&k->status_lock);
 	free(k);
 	curl_global_cleanup();
@@ -1085,8 +1130,8 @@ int kube_check(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h,
-	       struct kube_client **out, char *err, size_t errlen)
+int kube_start(const struct config *cfg, bool pods, const char *slices_of,
+	       const struct kube_handler *h, struct kube_client **out, char *err, size_t errlen)
 {
 	/* Thread-safe in libcurl >= 7.84 (Debian 12 has 7.88); reference-counted. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -1114,7 +1159,8 @@ int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h
 		free_client(k);
 		return -1;
 	}
-	if ((node && *node && !(k->node = strdup(node))) || init_informers(k) < 0 ||
+	if ((node && *node && !(k->node = strdup(node))) ||
+	    (slices_of && !(k->slices_of = strdup(slices_of))) || init_informers(k) < 0 ||
 	    !(k->multi = curl_multi_init())) {
 		snprintf(err, errlen, "out of memory");
 		free_client(k);

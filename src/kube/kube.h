@@ -68,12 +68,14 @@ struct kube_client;
  * $KUBERNETES_SERVICE_HOST/PORT and kubernetes.service_account_dir) and the
  * node name (kubernetes.node_name, else $NODE_NAME), then start the thread.
  * pods: watch this node's Pods too (with no node name they cannot be:
- * logged). cfg is not kept.
+ * logged). slices_of: which EndpointSlices to watch: NULL every one, ""
+ * none, "ns/name" that Service's only (cluster_slices_needed). cfg is not
+ * kept.
  * Returns 0, or -1 with a clear message in err (e.g. "kubeconfig FILE: no
  * current-context") and nothing started.
  */
-int kube_start(const struct config *cfg, bool pods, const struct kube_handler *h,
-	       struct kube_client **out, char *err, size_t errlen);
+int kube_start(const struct config *cfg, bool pods, const char *slices_of,
+	       const struct kube_handler *h, struct kube_client **out, char *err, size_t errlen);
 
 /*
  * Start or stop watching this node's Pods; any thread, never waits: the

@@ -45,7 +45,9 @@
  * - the private-address reverse zones (unbound blocks them by default) are
  *   resolved like any other name: a node's resolver often serves them,
  *   and every peer we replace forwards them. The other special-use names
- *   (localhost., test., invalid., onion., ...) keep unbound's answers.
+ *   (localhost., test., invalid., onion., home.arpa., ...) keep unbound's
+ *   answers, except in a zone the operator forwards (upstream.forward_zones,
+ *   and the fallback zones): there the listed servers answer.
  */
 #include "upstream/internal.h"
 #include "upstream/upstream.h"
@@ -127,6 +129,14 @@ static const char *rrset_cache_size(const struct config *cfg)
 	return cfg->upstream.dnssec ? "1m" : "256k";
 }
 
+static bool is_forward_zone(const struct config *cfg, const char *zone)
+{
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
+		if (strcmp(cfg->upstream.forward_zones[i].zone, zone) == 0)
+			return true;
+	return false;
+}
+
 /* families: those the forwarders use; 0 (recursion, or no forwarder) keeps both. */
 static void write_server_clause(FILE *f, const struct config *cfg, unsigned families)
 {
@@ -160,6 +170,18 @@ static void write_server_clause(FILE *f, const struct config *cfg, unsigned fami
 		for (size_t i = 0; cfg->cluster.n_fallback_servers && i < 3; i++)
 			fprintf(f, "  domain-insecure: \"%s\"\n", fallback_zone(cfg, i));
 	}
+	/*
+	 * A zone we forward wins over unbound's local answers for the
+	 * special-use names (test., home.arpa., invalid., ...): a transparent
+	 * local zone of its own turns off a default of that name and, being
+	 * closer, shadows one above it (corp.test under test.). Defaults inside
+	 * a forwarded zone (127.in-addr.arpa under in-addr.arpa) stay local.
+	 */
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
+		fprintf(f, "  local-zone: \"%s.\" transparent\n", cfg->upstream.forward_zones[i].zone);
+	for (size_t i = 0; cfg->cluster.n_fallback_servers && i < 3; i++)
+		if (!is_forward_zone(cfg, fallback_zone(cfg, i)))
+			fprintf(f, "  local-zone: \"%s.\" transparent\n", fallback_zone(cfg, i));
 }
 
 static void write_forward_zone(FILE *f, const char *zone,
@@ -172,13 +194,6 @@ static void write_forward_zone(FILE *f, const char *zone,
 		fprintf(f, "  forward-addr: %s\n", addrs[i]);
 }
 
-static bool is_forward_zone(const struct config *cfg, const char *zone)
-{
-	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
-		if (strcmp(cfg->upstream.forward_zones[i].zone, zone) == 0)
-			return true;
-	return false;
-}
 
 /*
  * cluster.fallback_servers (kube-dns) answer the cluster zone and the

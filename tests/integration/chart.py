@@ -156,6 +156,15 @@ def source_keys():
             for name, schema in sections for key in arrays[schemas[schema]]}
 
 
+def readme_example(heading):
+    """The values of the first ```yaml block under heading in the chart's README."""
+    with open(os.path.join(CHART, "README.md")) as f:
+        text = f.read()
+    section = text[text.index("\n" + heading + "\n"):]
+    block = section[section.index("```yaml\n") + 8:]
+    return yaml.safe_load(block[:block.index("```")])
+
+
 def readme_values():
     """{"path": default} from the values table of the chart's README."""
     out = {}

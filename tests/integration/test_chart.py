@@ -222,8 +222,11 @@ def test_chart_configs_pass_check_config(env):
             },
         },
     }
+    value_sets["dual-stack (README)"] = chart.readme_example("### Dual-stack")
     for name, values in value_sets.items():
         chart.check_config(env, chart.render(env, values), name)
+    listen = chart.render(env, value_sets["dual-stack (README)"]).config["listen"]
+    assert listen["addresses"] == ["169.254.20.10", "fd00:169:254::10"], listen
 
 
 def test_chart_intercept_mode(env):
@@ -377,6 +380,7 @@ def test_chart_schema_rejects_bad_values(env):
         (["config.listen.addresses={}"], "config.listen.addresses"),
         (["config.nftables.intercept={kube-dns}"], "config.nftables.intercept"),
         (["config.interface.manage=yes"], "config.interface.manage"),
+        (["config.cluster.fallthrough={cluster.local}"], "config.cluster.fallthrough"),
         (["config.health.listen=169.254.20.10"], "config.health.listen"),
         (["kubeDnsUpstream.clusterIP=kube-dns"], "kubeDnsUpstream.clusterIP"),
         (["updateStrategy.type=Rolling"], "updateStrategy.type"),

@@ -39,10 +39,12 @@ COREDNS = "10.200.2.2"
 
 _ids = itertools.count()
 
-# The stand-in CoreDNS: UDP and TCP on port 53, A 192.0.2.99 for anything.
+# The stand-in CoreDNS: UDP and TCP on port 53 of one address (IPv4 or
+# IPv6), A 192.0.2.99 for anything.
 STANDIN = r'''
 import socket, struct, sys, threading
 addr = sys.argv[1]
+family = socket.AF_INET6 if ":" in addr else socket.AF_INET
 def answer(q):
     end = 12
     while q[end]:
@@ -52,7 +54,7 @@ def answer(q):
     rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + bytes([192, 0, 2, 99])
     return head + q[12:end] + rr
 def udp():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = socket.socket(family, socket.SOCK_DGRAM)
     s.bind((addr, 53))
     while True:
         q, peer = s.recvfrom(4096)
@@ -65,7 +67,7 @@ def tcp_client(c):
             q += c.recv(n - len(q))
         a = answer(q)
         c.sendall(struct.pack("!H", len(a)) + a)
-t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+t = socket.socket(family, socket.SOCK_STREAM)
 t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 t.bind((addr, 53))
 t.listen(16)
@@ -112,8 +114,8 @@ class Node:
                                    + p.stderr.strip())
             harness.track_netns(ns)
             self.ip(ns, "link", "set", "lo", "up")
-        self.wire(self.pod, "10.200.1.2", "10.200.1.1")
-        self.wire(self.coredns, COREDNS, "10.200.2.1")
+        self.pod_link = self.wire(self.pod, "10.200.1.2", "10.200.1.1")
+        self.coredns_link = self.wire(self.coredns, COREDNS, "10.200.2.1")
         self.run(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         self.nft(self.node, """
             table ip kubeproxy {
@@ -141,15 +143,17 @@ class Node:
         return self.run(ns, "nft", "-f", "-", stdin=script)
 
     def wire(self, ns, addr, gateway):
-        """A veth pair from the node to ns, ns routing everything via it."""
-        inside, outside = "eth0", "v" + ns.split("-")[1] + ns.split("-")[-1]
-        self.ip(self.node, "link", "add", outside[:15], "type", "veth", "peer",
+        """A veth pair from the node to ns, ns routing everything via it;
+        the node's end of it."""
+        inside, outside = "eth0", ("v" + ns.split("-")[1] + ns.split("-")[-1])[:15]
+        self.ip(self.node, "link", "add", outside, "type", "veth", "peer",
                 "name", inside, "netns", ns)
-        self.ip(self.node, "addr", "add", gateway + "/24", "dev", outside[:15])
-        self.ip(self.node, "link", "set", outside[:15], "up")
+        self.ip(self.node, "addr", "add", gateway + "/24", "dev", outside)
+        self.ip(self.node, "link", "set", outside, "up")
         self.ip(ns, "addr", "add", addr + "/24", "dev", inside)
         self.ip(ns, "link", "set", inside, "up")
         self.ip(ns, "route", "add", "default", "via", gateway)
+        return outside
 
     def helper(self, ns, script, *args):
         """A Python helper in ns that prints "ready" once set up."""
@@ -202,11 +206,13 @@ class Node:
         return sorted(l.split()[3] for l in out.splitlines())
 
     def conntrack(self, address):
-        p = self.run(self.node, "conntrack", "-L", "-d", address, check=False)
+        family = ["-f", "ipv6"] if ":" in address else []
+        p = self.run(self.node, "conntrack", "-L", *family, "-d", address, check=False)
         return [l for l in p.stdout.splitlines() if "dport=53" in l]
 
     def flush_conntrack(self):
         self.run(self.node, "conntrack", "-F", check=False)
+        self.run(self.node, "conntrack", "-F", "-f", "ipv6", check=False)
 
     def fallback_map(self):
         """The endpoints in our fallback4 map (none when it is absent)."""
@@ -326,6 +332,38 @@ def test_node_fallback_follows_the_kube_dns_endpoints(env):
 
 
 test_node_fallback_follows_the_kube_dns_endpoints.timeout = 40
+
+
+def test_node_noendpoints_watches_only_the_kube_dns_endpointslices(env):
+    # cluster.noendpoints drops endpoint names; the fallback DNAT still follows
+    # kube-dns, whose slices alone are watched (its namespace, its label).
+    n = Node(env)
+    api = n.api_server()
+    try:
+        api.apply(*kube_dns((COREDNS, True)))
+        api.apply(F.namespace("shop"), F.service("shop", "web", headless=True),
+                  F.endpointslice("shop", "web", name="web-1", endpoints=[F.endpoint("10.1.0.1")]))
+        cfg = n.config(fallback_endpoints=["10.200.2.77"])
+        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
+                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        cfg["cluster"] = {"noendpoints": True}
+        d = n.start(config=cfg)
+        n.until(n.fallback_map, [COREDNS], 3.0)
+        api.apply(kube_dns((COREDNS, False), ("10.200.2.3", True))[1])
+        n.until(n.fallback_map, ["10.200.2.3"], 3.0)
+        reqs = api.requests("endpointslices")
+        assert reqs and all(
+            r.path == "/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices" and
+            r.query.get("labelSelector") == "kubernetes.io/service-name=kube-dns"
+            for r in reqs), reqs
+        r = harness.dig(LINK, 53, "web.shop.svc.cluster.local", "A", timeout=1, netns=n.pod)
+        assert r.status == "NXDOMAIN", r.text
+        assert "endpointslices=kube-system/kube-dns" in d.stderr(), d.tail()
+    finally:
+        api.stop()
+
+
+test_node_noendpoints_watches_only_the_kube_dns_endpointslices.timeout = 40
 
 
 def test_node_link_local_without_endpoints_is_not_redirected(env):

@@ -558,6 +558,39 @@ def test_forward_zones_longest_match_wins(env):
         assert corp.queries() == 1 and sub.queries() == 1, (corp.queries(), sub.queries())
 
 
+SPECIAL_USE = """$ORIGIN %(zone)s
+$TTL 300
+@   IN SOA ns.%(zone)s hostmaster.%(zone)s 1 3600 600 86400 30
+@   IN NS  ns.%(zone)s
+ns  IN A   10.53.0.9
+nas IN A   10.1.9.%(host)d
+"""
+
+
+def test_forward_zones_win_over_the_special_use_defaults(env):
+    # libunbound answers test., home.arpa. and the other RFC 6761 zones
+    # itself (NXDOMAIN); a forward zone the operator lists, at such a zone
+    # or below one, goes to its servers instead. One not listed keeps the
+    # local answer, never leaving the node.
+    zones = {"corp.test.": SPECIAL_USE % {"zone": "corp.test.", "host": 1},
+             "home.arpa.": SPECIAL_USE % {"zone": "home.arpa.", "host": 2},
+             "invalid.": SPECIAL_USE % {"zone": "invalid.", "host": 3}}
+    with authority.Authority({"site.example.": SITE}) as up, \
+            authority.Authority(zones) as special:
+        d = forwarding(env, up, upstream={"forward_zones": {
+            "corp.test": [special.addr], "home.arpa": [special.addr]}})
+        assert a_records(d.udp("nas.corp.test", "A")) == ["10.1.9.1"]
+        assert a_records(d.udp("nas.home.arpa", "A")) == ["10.1.9.2"]
+        m = d.udp("home.arpa", "SOA")
+        assert m.rcode_name == "NOERROR" and m.rrs("answer", "SOA")[0]["rdata"]["mname"] == \
+            "ns.home.arpa.", m.describe()
+        asked = special.queries()
+        for name in ("nas.invalid", "nas.other.test", "www.test"):
+            m = d.udp(name, "A")
+            assert m.rcode_name == "NXDOMAIN", (name, m.describe())
+        assert special.queries() == asked and up.queries() == 0, (special.queries(), up.queries())
+
+
 def test_forwarders_of_one_family_and_of_both(env):
     # libunbound gets outgoing sockets only for the families the forwarders
     # use (src/upstream/context.c): an IPv6-only forwarder must still be

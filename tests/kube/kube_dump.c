@@ -125,7 +125,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	struct kube_handler h = {.upsert = on_upsert, .remove = on_remove, .commit = on_commit,
 				 .synced = on_synced};
-	if (kube_start(cfg, cluster_needs_pods(cfg), &h, &k, err, sizeof err) < 0) {
+	if (kube_start(cfg, cluster_needs_pods(cfg), NULL, &h, &k, err, sizeof err) < 0) {
 		fprintf(stderr, "%s\n", err);
 		config_free(cfg);
 		return 1;

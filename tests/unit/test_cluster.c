@@ -447,6 +447,9 @@ static void test_insecure_pods_need_an_existing_namespace(void **state)
 	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.9"));
 	ask(*state, "fd00--9.prod.pod.cluster.local", DNS_T_AAAA, &r);
 	assert_true(has_answer_address(&r, DNS_T_AAAA, "fd00::9"));
+	/* three dashes, one of them "::": IPv6 (CoreDNS's rule) */
+	ask(*state, "fd00-1--9.prod.pod.cluster.local", DNS_T_AAAA, &r);
+	assert_true(has_answer_address(&r, DNS_T_AAAA, "fd00:1::9"));
 	assert_nodata(*state, "10-1-0-9.prod.pod.cluster.local", DNS_T_AAAA);
 	assert_nxdomain(*state, "10-1-0-9.nope.pod.cluster.local");
 	assert_nxdomain(*state, "10-1-0.prod.pod.cluster.local");

@@ -74,6 +74,12 @@ static void check_defaults(const struct config *c)
 	assert_int_equal(c->cluster.pods, CONFIG_PODS_INSECURE);
 	assert_int_equal(c->cluster.n_fallback_servers, 0);
 	assert_false(c->cluster.autopath);
+	assert_false(c->cluster.endpoint_pod_names);
+	assert_false(c->cluster.noendpoints);
+	assert_false(c->cluster.ignore_empty_service);
+	assert_int_equal(c->cluster.n_fallthrough, 2);
+	assert_string_equal(c->cluster.fallthrough[0], "in-addr.arpa");
+	assert_string_equal(c->cluster.fallthrough[1], "ip6.arpa");
 	assert_true(c->kubernetes.enabled);
 	assert_string_equal(c->kubernetes.kubeconfig, "");
 	assert_string_equal(c->kubernetes.node_name, "");
@@ -242,7 +248,8 @@ static void test_every_value_set(void **state)
 		"nftables: {enabled: false, table: t, intercept: [\"fd00::10\"], teardown: true,\n"
 		"  reassert_interval: 5m}\n"
 		"cluster: {domain: Example.COM., ttl: 1h, pods: verified,\n"
-		"  fallback_servers: [10.96.0.10], autopath: true}\n"
+		"  fallback_servers: [10.96.0.10], autopath: true, endpoint_pod_names: true,\n"
+		"  noendpoints: true, fallthrough: [10.IN-ADDR.arpa.]}\n"
 		"kubernetes: {enabled: false, kubeconfig: /etc/kube.conf, node_name: n1,\n"
 		"  service_account_dir: sa, list_max_bytes: 64KiB}\n"
 		"upstream: {resolv_conf: r.conf, recursive: true, dnssec: true, timeout: 1500ms}\n"
@@ -275,6 +282,10 @@ static void test_every_value_set(void **state)
 	assert_int_equal(c->cluster.pods, CONFIG_PODS_VERIFIED);
 	assert_string_equal(c->cluster.fallback_servers[0].text, "10.96.0.10:53");
 	assert_true(c->cluster.autopath);
+	assert_true(c->cluster.endpoint_pod_names);
+	assert_true(c->cluster.noendpoints);
+	assert_int_equal(c->cluster.n_fallthrough, 1);
+	assert_string_equal(c->cluster.fallthrough[0], "10.in-addr.arpa");
 	assert_false(c->kubernetes.enabled);
 	assert_string_equal(c->kubernetes.kubeconfig, "/etc/kube.conf");
 	assert_string_equal(c->kubernetes.node_name, "n1");
@@ -593,6 +604,30 @@ static void test_fallback_service(void **state)
 	expect_error("nftables: {fallback_service: a/b/c}\n",
 		     "t.yaml:1:30: nftables.fallback_service: \"a/b/c\" is not "
 		     "\"namespace/name\" (lower-case RFC 1123 labels)");
+}
+
+/* CoreDNS's fallthrough, for reverse zones only; options that contradict. */
+static void test_cluster_coredns_options(void **state)
+{
+	(void)state;
+	struct config *c = load_ok("cluster: {fallthrough: [], ignore_empty_service: true}\n");
+	assert_int_equal(c->cluster.n_fallthrough, 0);
+	assert_true(c->cluster.ignore_empty_service);
+	config_free(c);
+	c = load_ok("cluster: {fallthrough: [ip6.arpa, 168.192.in-addr.arpa]}\n");
+	assert_int_equal(c->cluster.n_fallthrough, 2);
+	config_free(c);
+	expect_error("cluster:\n  fallthrough: [ip6.arpa, cluster.local]\n",
+		     "t.yaml:2:27: cluster.fallthrough[1]: cluster.local is not a reverse zone "
+		     "(in-addr.arpa, ip6.arpa or one below them): names under cluster.domain are "
+		     "always answered here");
+	expect_error("cluster: {fallthrough: [xin-addr.arpa]}\n",
+		     "t.yaml:1:25: cluster.fallthrough[0]: xin-addr.arpa is not a reverse zone "
+		     "(in-addr.arpa, ip6.arpa or one below them): names under cluster.domain are "
+		     "always answered here");
+	expect_error("cluster:\n  noendpoints: true\n  ignore_empty_service: true\n",
+		     "t.yaml:3:3: cluster: ignore_empty_service needs the endpoints that noendpoints "
+		     "stops watching (every Service with a ClusterIP would get NXDOMAIN)");
 }
 
 static void test_error_duration(void **state)
@@ -1240,6 +1275,7 @@ int main(void)
 						remove_tmpdir),
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_fallback_service),
+		cmocka_unit_test(test_cluster_coredns_options),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_uint_bool_ip),
