@@ -52,6 +52,12 @@ class DualNode(test_node.Node):
               }
             }""" % {"ip": CLUSTER_IP6, "to": COREDNS6})
         self.standin6 = self.helper(self.coredns, test_node.STANDIN, COREDNS6)
+        # The veths' link-local addresses are tentative for about a second
+        # (duplicate address detection), and neighbour discovery to the
+        # coredns namespace fails until they are not: a first packet there
+        # would be lost, by the network's set-up and not by localdns.
+        for ns in (self.node, self.pod, self.coredns):
+            self.until(lambda: self.ip(ns, "-6", "addr", "show", "tentative").stdout, "", 5.0)
 
     def config(self, **nftables):
         cfg = super().config(**nftables)
