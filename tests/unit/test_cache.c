@@ -7,8 +7,8 @@
  * and takes no mutex).
  *
  * Upstream replies are assembled by hand here and our replies are read
- * back with this file's own reader, so the cache is never checked against
- * the codec it builds on.
+ * back with msg_view.h, so the cache is never checked against the codec
+ * it builds on.
  *
  * The allocation check needs this binary linked with
  *   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=pthread_mutex_lock
@@ -34,6 +34,7 @@
 #include "dns/dns.h"
 
 #include "alloc_count.h"
+#include "msg_view.h"
 #include "packet.h"
 
 /* The whole reply in one call, as a worker builds it: dns_response_begin,
@@ -53,17 +54,6 @@ static enum cache_result cache_answer(struct cache *c, const struct dns_query *q
 	if (r != CACHE_MISS)
 		*len = dns_response_finish(&w, udp_payload);
 	return r;
-}
-
-static uint16_t rd16(const uint8_t *p)
-{
-	return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-	       ((uint32_t)p[2] << 8) | p[3];
 }
 
 static void bump_count(struct pkt *p, int index)
@@ -164,96 +154,25 @@ static void query_a(struct dns_query *q, const char *name)
 	make_query(q, name, DNS_T_A, DNS_C_IN, false, false, false);
 }
 
-/* ---- reply reader ------------------------------------------------------- */
-
-struct rr_view {
-	char owner[1024];
-	uint16_t type, rclass, rdlen;
-	uint32_t ttl;
-	size_t ttl_off, rdoff;
-};
-
-struct msg_view {
-	uint16_t id, flags, qd, an, ns, ar;
-	char qname[1024];
-	uint16_t qtype, qclass;
-	size_t question_end;
-	int nrr;
-	struct rr_view rr[128];
-};
-
-static struct msg_view view;
-
-/* Reads a whole message; false if anything is malformed or left over. */
-static bool parse_msg(const uint8_t *m, size_t len, struct msg_view *v)
-{
-	uint8_t name[DNS_MAX_NAME];
-	size_t pos = DNS_HEADER_LEN;
-
-	memset(v, 0, sizeof(*v));
-	if (len < DNS_HEADER_LEN)
-		return false;
-	v->id = rd16(m);
-	v->flags = rd16(m + 2);
-	v->qd = rd16(m + 4);
-	v->an = rd16(m + 6);
-	v->ns = rd16(m + 8);
-	v->ar = rd16(m + 10);
-	if (v->qd != 1)
-		return false;
-	if (dns_name_read(m, len, &pos, name, false) < 0 || pos + 4 > len)
-		return false;
-	dns_name_to_text(name, v->qname, sizeof(v->qname));
-	v->qtype = rd16(m + pos);
-	v->qclass = rd16(m + pos + 2);
-	pos += 4;
-	v->question_end = pos;
-	int total = v->an + v->ns + v->ar;
-	if (total > 128)
-		return false;
-	for (int i = 0; i < total; i++) {
-		struct rr_view *r = &v->rr[i];
-		if (dns_name_read(m, len, &pos, name, false) < 0 || pos + 10 > len)
-			return false;
-		dns_name_to_text(name, r->owner, sizeof(r->owner));
-		r->type = rd16(m + pos);
-		r->rclass = rd16(m + pos + 2);
-		r->ttl_off = pos + 4;
-		r->ttl = rd32(m + pos + 4);
-		r->rdlen = rd16(m + pos + 8);
-		r->rdoff = pos + 10;
-		pos += 10;
-		if (pos + r->rdlen > len)
-			return false;
-		if (r->type == DNS_T_CNAME || r->type == DNS_T_NS) {
-			size_t rp = pos;
-			if (dns_name_read(m, len, &rp, name, false) < 0 ||
-			    rp != pos + r->rdlen)
-				return false;
-		}
-		pos += r->rdlen;
-		v->nrr++;
-	}
-	return pos == len;
-}
-
-static struct msg_view *read_reply(const uint8_t *m, size_t len)
-{
-	assert_true(parse_msg(m, len, &view));
-	return &view;
-}
-
-static const struct rr_view *find_opt(const struct msg_view *v)
-{
-	for (int i = 0; i < v->nrr; i++)
-		if (v->rr[i].type == DNS_T_OPT)
-			return &v->rr[i];
-	return NULL;
-}
-
 /* ---- fixtures ----------------------------------------------------------- */
 
 static uint8_t out[DNS_MAX_MESSAGE];
+
+/* A message the cache wrote: one question, and every NS, CNAME and PTR
+ * target still a name (their pointers lead into the question it rebuilt). */
+static bool cache_msg_sound(const uint8_t *m, size_t len, struct msg_view *v)
+{
+	return parse_msg(m, len, v) && v->qd == 1 && targets_sound(v);
+}
+
+/* Our reply in out, read back; cache_msg_sound, asserted. */
+static struct msg_view *read_answer(size_t len)
+{
+	struct msg_view *v = read_msg(out, len);
+	assert_int_equal(v->qd, 1);
+	assert_true(targets_sound(v));
+	return v;
+}
 
 static struct cache_config default_config(void)
 {
@@ -296,7 +215,7 @@ static uint32_t answered_ttl(struct cache *c, const struct dns_query *q,
 {
 	size_t len;
 	assert_int_equal(answer(c, q, now, true, &len), expect);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_true(v->an > 0);
 	return v->rr[0].ttl;
 }
@@ -348,7 +267,7 @@ static void test_insert_and_hit_round_trip(void **state)
 
 	make_query(&q, "WwW.ExAmple.COM", DNS_T_A, DNS_C_IN, false, false, false);
 	assert_int_equal(answer(c, &q, 100, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(v->id, 0xBEEF);
 	assert_int_equal(v->flags, DNS_F_QR | DNS_F_RD | DNS_F_RA);
 	assert_int_equal(v->an, 2);
@@ -360,6 +279,8 @@ static void test_insert_and_hit_round_trip(void **state)
 	assert_string_equal(v->rr[0].owner, "WwW.ExAmple.COM.");
 	assert_string_equal(v->rr[1].owner, "web.ExAmple.COM.");
 	assert_string_equal(v->rr[3].owner, "ns1.example.com.");
+	assert_string_equal(v->rr[0].target, "web.ExAmple.COM.");
+	assert_string_equal(v->rr[2].target, "ns1.ExAmple.COM.");
 	/* sections byte-equal to the upstream's (TTLs unchanged at age 0) */
 	assert_int_equal(len, sections_end);
 	assert_memory_equal(out + v->question_end, p.b + v->question_end,
@@ -389,13 +310,13 @@ static void test_ttl_ageing(void **state)
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 100), 0);
 
 	assert_int_equal(answer(c, &q, 130, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(v->rr[0].ttl, 270);
 	assert_int_equal(v->rr[1].ttl, 270); /* capped at the entry's 300 */
 	assert_int_equal(v->rr[2].ttl, 70);
 
 	assert_int_equal(answer(c, &q, 399, false, &len), CACHE_HIT_REFRESH);
-	v = read_reply(out, len);
+	v = read_answer(len);
 	assert_int_equal(v->rr[0].ttl, 1);
 	assert_int_equal(v->rr[2].ttl, 0); /* never below 0 */
 	assert_int_equal(answer(c, &q, 400, false, &len), CACHE_MISS);
@@ -445,7 +366,7 @@ static void test_nxdomain_cached_for_soa_minimum_capped(void **state)
 	query_a(&q, "nx.example.com");
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(v->flags & 0xF, DNS_R_NXDOMAIN);
 	assert_int_equal(v->an, 0);
 	assert_int_equal(v->ns, 1);
@@ -460,7 +381,7 @@ static void test_nxdomain_cached_for_soa_minimum_capped(void **state)
 	c = new_cache(cfg);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
-	v = read_reply(out, len);
+	v = read_answer(len);
 	assert_int_equal(v->rr[0].ttl, 120);
 	assert_int_equal(answer(c, &q, 119, false, &len), CACHE_HIT_REFRESH);
 	assert_int_equal(answer(c, &q, 120, false, &len), CACHE_MISS);
@@ -507,7 +428,7 @@ static void test_nodata_cached(void **state)
 	make_query(&q, "v4only.example.com", DNS_T_AAAA, DNS_C_IN, false, false, false);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	assert_int_equal(answer(c, &q, 10, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(v->flags & 0xF, DNS_R_NOERROR);
 	assert_int_equal(v->an, 0);
 	assert_int_equal(v->ns, 1);
@@ -559,7 +480,7 @@ static void test_servfail_cached_briefly(void **state)
 	query_a(&q, "broken.example.com");
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 1000), 0);
 	assert_int_equal(answer(c, &q, 1004, false, &len), CACHE_HIT); /* no prefetch */
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(v->flags & 0xF, DNS_R_SERVFAIL);
 	assert_int_equal(answer(c, &q, 1005, false, &len), CACHE_MISS);
 	/* a failure is not worth serving stale */
@@ -719,7 +640,7 @@ static void test_do_cd_type_class_are_distinct_keys(void **state)
 		make_query(&q, "K.example.COM", keys[i].type, keys[i].rclass,
 			   keys[i].edns, keys[i].dnssec_ok, keys[i].cd);
 		assert_int_equal(answer(c, &q, 1, false, &len), CACHE_HIT);
-		struct msg_view *v = read_reply(out, len);
+		struct msg_view *v = read_answer(len);
 		assert_int_equal(out[v->rr[0].rdoff + 3], i);
 		assert_int_equal(!!(v->flags & DNS_F_CD), keys[i].cd);
 	}
@@ -742,13 +663,13 @@ static void test_upstream_opt_stripped_ours_added(void **state)
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 
 	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(v->ar, 1);
 	assert_null(find_opt(v));
 
 	make_query(&q, "opt.example.com", DNS_T_A, DNS_C_IN, true, false, false);
 	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
-	v = read_reply(out, len);
+	v = read_answer(len);
 	assert_int_equal(v->ar, 2);
 	const struct rr_view *opt = find_opt(v);
 	assert_non_null(opt);
@@ -770,14 +691,14 @@ static void test_ad_bit_only_for_do_or_ad_queries(void **state)
 	make_query(&q, "signed.example.com", DNS_T_A, DNS_C_IN, true, true, false);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
-	assert_true(read_reply(out, len)->flags & DNS_F_AD);
+	assert_true(read_answer(len)->flags & DNS_F_AD);
 	cache_free(c);
 
 	c = new_cache(default_config());
 	query_a(&q, "signed.example.com");
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	assert_int_equal(answer(c, &q, 0, false, &len), CACHE_HIT);
-	assert_false(read_reply(out, len)->flags & DNS_F_AD);
+	assert_false(read_answer(len)->flags & DNS_F_AD);
 	cache_free(c);
 }
 
@@ -797,14 +718,14 @@ static void test_truncation_and_dropped_additional(void **state)
 
 	size_t question_end = DNS_HEADER_LEN + q.qname_len + 4;
 	assert_int_equal(cache_answer(c, &q, out, 512, 1232, 0, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_true(v->flags & DNS_F_TC);
 	assert_int_equal(v->an + v->ns + v->ar, 0);
 	assert_int_equal(len, question_end);
 
 	make_query(&q, "big.example.com", DNS_T_A, DNS_C_IN, true, false, false);
 	assert_int_equal(cache_answer(c, &q, out, 512, 1232, 0, false, &len), CACHE_HIT);
-	v = read_reply(out, len);
+	v = read_answer(len);
 	assert_true(v->flags & DNS_F_TC);
 	assert_int_equal(v->an, 0);
 	assert_int_equal(v->ar, 1);
@@ -812,7 +733,7 @@ static void test_truncation_and_dropped_additional(void **state)
 	assert_int_equal(len, question_end + 11);
 
 	assert_int_equal(cache_answer(c, &q, out, 4096, 1232, 0, false, &len), CACHE_HIT);
-	v = read_reply(out, len);
+	v = read_answer(len);
 	assert_false(v->flags & DNS_F_TC);
 	assert_int_equal(v->an, 40);
 
@@ -824,7 +745,7 @@ static void test_truncation_and_dropped_additional(void **state)
 	query_a(&q, "glue.example.com");
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	assert_int_equal(cache_answer(c, &q, out, 512, 1232, 0, false, &len), CACHE_HIT);
-	v = read_reply(out, len);
+	v = read_answer(len);
 	assert_false(v->flags & DNS_F_TC);
 	assert_int_equal(v->an, 1);
 	assert_int_equal(v->ar, 0);
@@ -908,7 +829,7 @@ static void test_replace_existing_entry(void **state)
 	simple_reply(&p, "r.example.com", 60, 2);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 10), 0);
 	assert_int_equal(answer(c, &q, 10, false, &len), CACHE_HIT);
-	struct msg_view *v = read_reply(out, len);
+	struct msg_view *v = read_answer(len);
 	assert_int_equal(out[v->rr[0].rdoff + 3], 2);
 	assert_int_equal(v->rr[0].ttl, 60);
 	struct cache_stats st;
@@ -1059,7 +980,7 @@ static int log_entry(const struct cache_entry_info *e, void *arg)
 	struct walk_log *log = arg;
 	static struct msg_view v;
 
-	if (log->n == SEEN_MAX || !parse_msg(e->msg, e->msg_len, &v)) {
+	if (log->n == SEEN_MAX || !cache_msg_sound(e->msg, e->msg_len, &v)) {
 		log->bad = true;
 		return 0;
 	}
@@ -1331,10 +1252,14 @@ static void *reader_main(void *argp)
 {
 	struct reader_arg *arg = argp;
 	static _Thread_local uint8_t buf[DNS_MAX_MESSAGE];
-	static _Thread_local struct msg_view v;
+	struct msg_view *v = malloc(sizeof *v); /* too big for thread-local storage */
 	struct dns_query q;
 	char name[64], expect[80];
 
+	if (!v) {
+		arg->bad++;
+		return NULL;
+	}
 	urcu_memb_register_thread();
 	while (!atomic_load(arg->stop)) {
 		unsigned i = (unsigned)rand_r(&arg->seed) % THREAD_NAMES;
@@ -1361,12 +1286,13 @@ static void *reader_main(void *argp)
 		if (r == CACHE_MISS)
 			continue;
 		arg->hits++;
-		if (!parse_msg(buf, len, &v) || v.an != 1 + i % 8 ||
-		    strcmp(v.qname, expect) != 0 ||
-		    buf[v.rr[0].rdoff + 3] != (uint8_t)i)
+		if (!cache_msg_sound(buf, len, v) || v->an != 1 + i % 8 ||
+		    strcmp(v->qname, expect) != 0 ||
+		    buf[v->rr[0].rdoff + 3] != (uint8_t)i)
 			arg->bad++;
 	}
 	urcu_memb_unregister_thread();
+	free(v);
 	return NULL;
 }
 
