@@ -56,24 +56,11 @@ static enum cache_result cache_answer(struct cache *c, const struct dns_query *q
 	return r;
 }
 
-static void bump_count(struct pkt *p, int index)
-{
-	uint16_t v = (uint16_t)(rd16(p->b + 4 + 2 * index) + 1);
-	p->b[4 + 2 * index] = (uint8_t)(v >> 8);
-	p->b[5 + 2 * index] = (uint8_t)v;
-}
-
 /* Header (QR, RD, RA + rcode/extra flags) and one question. */
 static void reply_start(struct pkt *p, const char *qname, uint16_t qtype,
 			uint16_t qclass, uint16_t flags)
 {
-	p->len = 0;
-	put_u16(p, 0x4242);
-	put_u16(p, (uint16_t)(DNS_F_QR | DNS_F_RD | DNS_F_RA | flags));
-	put_u16(p, 1);
-	put_u16(p, 0);
-	put_u16(p, 0);
-	put_u16(p, 0);
+	put_header(p, 0x4242, (uint16_t)(DNS_F_QR | DNS_F_RD | DNS_F_RA | flags), 1, 0, 0, 0);
 	put_name(p, qname);
 	put_u16(p, qtype);
 	put_u16(p, qclass);
@@ -119,33 +106,18 @@ static void reply_soa(struct pkt *p, const char *zone, uint32_t ttl,
 	reply_rr(p, DNS_SEC_AUTHORITY, zone, DNS_T_SOA, ttl, rd, (uint16_t)n);
 }
 
-static void reply_opt(struct pkt *p, uint16_t udp, uint32_t ttl)
-{
-	put_u8(p, 0);
-	put_u16(p, DNS_T_OPT);
-	put_u16(p, udp);
-	put_u32(p, ttl);
-	put_u16(p, 0);
-	bump_count(p, 3);
-}
-
 /* A parsed client query. */
 static void make_query(struct dns_query *q, const char *name, uint16_t qtype,
 		       uint16_t qclass, bool edns, bool dnssec_ok, bool cd)
 {
-	struct pkt p = {.len = 0};
+	struct pkt p;
 
-	put_u16(&p, 0xBEEF);
-	put_u16(&p, (uint16_t)(DNS_F_RD | (cd ? DNS_F_CD : 0)));
-	put_u16(&p, 1);
-	put_u16(&p, 0);
-	put_u16(&p, 0);
-	put_u16(&p, 0);
+	put_header(&p, 0xBEEF, (uint16_t)(DNS_F_RD | (cd ? DNS_F_CD : 0)), 1, 0, 0, 0);
 	put_name(&p, name);
 	put_u16(&p, qtype);
 	put_u16(&p, qclass);
 	if (edns)
-		reply_opt(&p, 1232, dnssec_ok ? DNS_EDNS_DO : 0);
+		put_opt(&p, 1232, dnssec_ok ? DNS_EDNS_DO : 0, NULL, 0);
 	assert_int_equal(dns_parse_query(p.b, p.len, q), DNS_PARSE_OK);
 }
 
@@ -260,7 +232,7 @@ static void test_insert_and_hit_round_trip(void **state)
 	reply_rr(&p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300, "\3ns1\xC0\x10", 6);
 	reply_a(&p, DNS_SEC_ADDITIONAL, "ns1.example.com", 300, 53);
 	size_t sections_end = p.len;
-	reply_opt(&p, 4096, 0);
+	put_opt(&p, 4096, 0, NULL, 0);
 
 	query_a(&q, "www.example.com");
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 100), 0);
@@ -658,7 +630,7 @@ static void test_upstream_opt_stripped_ours_added(void **state)
 	reply_start(&p, "opt.example.com", DNS_T_A, DNS_C_IN, 0);
 	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
 	reply_a(&p, DNS_SEC_ADDITIONAL, "x.example.com", 60, 2);
-	reply_opt(&p, 4096, DNS_EDNS_DO);
+	put_opt(&p, 4096, DNS_EDNS_DO, NULL, 0);
 	query_a(&q, "opt.example.com");
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 
@@ -801,7 +773,7 @@ static void test_malformed_or_mismatched_rejected(void **state)
 
 	/* extended rcode in OPT (BADCOOKIE): about that exchange only */
 	simple_reply(&p, "m.example.com", 60, 1);
-	reply_opt(&p, 1232, 1u << 24);
+	put_opt(&p, 1232, 1u << 24, NULL, 0);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
 
 	/* two questions */
@@ -1265,13 +1237,8 @@ static void *reader_main(void *argp)
 		unsigned i = (unsigned)rand_r(&arg->seed) % THREAD_NAMES;
 		snprintf(name, sizeof(name), "T%u.Threads.example.org", i);
 		snprintf(expect, sizeof(expect), "%s.", name);
-		struct pkt p = {.len = 0};
-		put_u16(&p, 7);
-		put_u16(&p, DNS_F_RD);
-		put_u16(&p, 1);
-		put_u16(&p, 0);
-		put_u16(&p, 0);
-		put_u16(&p, 0);
+		struct pkt p;
+		put_header(&p, 7, DNS_F_RD, 1, 0, 0, 0);
 		put_name(&p, name);
 		put_u16(&p, DNS_T_A);
 		put_u16(&p, DNS_C_IN);

@@ -17,24 +17,6 @@
 #include "msg_view.h"
 #include "packet.h"
 
-static void put_header(struct pkt *p, uint16_t id, uint16_t flags, uint16_t qd,
-		       uint16_t an, uint16_t ns, uint16_t ar)
-{
-	p->len = 0;
-	put_u16(p, id);
-	put_u16(p, flags);
-	put_u16(p, qd);
-	put_u16(p, an);
-	put_u16(p, ns);
-	put_u16(p, ar);
-}
-
-static void set_count(struct pkt *p, int index, uint16_t v)
-{
-	p->b[4 + 2 * index] = (uint8_t)(v >> 8);
-	p->b[5 + 2 * index] = (uint8_t)v;
-}
-
 static void put_question(struct pkt *p, const char *name, uint16_t type)
 {
 	put_name(p, name);
@@ -47,20 +29,6 @@ static void build_query(struct pkt *p, const char *name, uint16_t type)
 {
 	put_header(p, 0x1234, DNS_F_RD, 1, 0, 0, 0);
 	put_question(p, name, type);
-}
-
-/* Appends an OPT record (root owner) and bumps arcount. */
-static void put_opt(struct pkt *p, uint16_t udp, uint32_t ttl,
-		    const uint8_t *rdata, uint16_t rdlen)
-{
-	put_u8(p, 0);
-	put_u16(p, DNS_T_OPT);
-	put_u16(p, udp);
-	put_u32(p, ttl);
-	put_u16(p, rdlen);
-	put_raw(p, rdata, rdlen);
-	uint16_t ar = (uint16_t)((p->b[10] << 8) | p->b[11]);
-	set_count(p, 3, (uint16_t)(ar + 1));
 }
 
 /* An option list holding one COOKIE of n bytes (0xA0, 0xA1, ...). */
