@@ -66,21 +66,37 @@ static void reply_start(struct pkt *p, const char *qname, uint16_t qtype,
 	put_u16(p, qclass);
 }
 
-/* One record; owner NULL = pointer to the question name (offset 12). */
-static void reply_rr(struct pkt *p, int section, const char *owner,
-		     uint16_t type, uint32_t ttl, const void *rdata,
-		     uint16_t rdlen)
+/* What follows a record's owner; counted in section. */
+static void reply_rr_body(struct pkt *p, int section, uint16_t type, uint32_t ttl,
+			  const void *rdata, uint16_t rdlen)
 {
-	if (owner)
-		put_name(p, owner);
-	else
-		put_u16(p, 0xC00C);
 	put_u16(p, type);
 	put_u16(p, DNS_C_IN);
 	put_u32(p, ttl);
 	put_u16(p, rdlen);
 	put_raw(p, rdata, rdlen);
 	bump_count(p, 1 + section);
+}
+
+/* One record whose owner is a pointer to offset at. */
+static void reply_rr_at(struct pkt *p, int section, size_t at, uint16_t type,
+			uint32_t ttl, const void *rdata, uint16_t rdlen)
+{
+	put_u16(p, (uint16_t)(0xC000 | at));
+	reply_rr_body(p, section, type, ttl, rdata, rdlen);
+}
+
+/* One record; owner NULL = pointer to the question name (offset 12). */
+static void reply_rr(struct pkt *p, int section, const char *owner,
+		     uint16_t type, uint32_t ttl, const void *rdata,
+		     uint16_t rdlen)
+{
+	if (!owner) {
+		reply_rr_at(p, section, DNS_HEADER_LEN, type, ttl, rdata, rdlen);
+		return;
+	}
+	put_name(p, owner);
+	reply_rr_body(p, section, type, ttl, rdata, rdlen);
 }
 
 static void reply_a(struct pkt *p, int section, const char *owner, uint32_t ttl,
@@ -266,13 +282,8 @@ static void test_insert_and_hit_round_trip(void **state)
 	 * question's "example.com" (offset 16) */
 	reply_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 300, "\3web\xC0\x10", 6);
 	size_t cname_rdata = f->p.len - 6;
-	put_u16(&f->p, (uint16_t)(0xC000 | cname_rdata)); /* owner: web.example.com */
-	put_u16(&f->p, DNS_T_A);
-	put_u16(&f->p, DNS_C_IN);
-	put_u32(&f->p, 300);
-	put_u16(&f->p, 4);
-	put_raw(&f->p, "\xC0\x00\x02\x07", 4);
-	bump_count(&f->p, 1);
+	/* owner: web.example.com */
+	reply_rr_at(&f->p, DNS_SEC_ANSWER, cname_rdata, DNS_T_A, 300, "\xC0\x00\x02\x07", 4);
 	reply_rr(&f->p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300, "\3ns1\xC0\x10", 6);
 	reply_a(&f->p, DNS_SEC_ADDITIONAL, "ns1.example.com", 300, 53);
 	size_t sections_end = f->p.len;
@@ -740,13 +751,7 @@ static void test_malformed_or_mismatched_rejected(void **state)
 
 	/* owner pointer into the header, which we rewrite */
 	reply_start(&f->p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
-	put_u16(&f->p, 0xC002);
-	put_u16(&f->p, DNS_T_A);
-	put_u16(&f->p, DNS_C_IN);
-	put_u32(&f->p, 60);
-	put_u16(&f->p, 4);
-	put_raw(&f->p, "\1\2\3\4", 4);
-	bump_count(&f->p, 1);
+	reply_rr_at(&f->p, DNS_SEC_ANSWER, 2, DNS_T_A, 60, "\1\2\3\4", 4);
 	assert_int_equal(insert(f, 0), -1);
 
 	/* forward pointer inside CNAME rdata */
