@@ -1,7 +1,8 @@
 /*
- * reply.h — reading back the replies a table wrote, record by record, and
- * making queries by name, for the answer tests of zone/ and cluster/.
- * Include after <cmocka.h>.
+ * reply.h — asking the answer tables of zone/, cluster/ and the query path
+ * and reading back what they wrote: a reply buffer read with msg_view.h,
+ * and queries and names made from text with the codec (these tests check
+ * the tables, not the codec). Include after <cmocka.h>.
  */
 #ifndef LOCALDNS_TEST_REPLY_H
 #define LOCALDNS_TEST_REPLY_H
@@ -11,56 +12,26 @@
 #include <string.h>
 
 #include "dns/dns.h"
-
-struct rr {
-	uint8_t owner[DNS_MAX_NAME];
-	uint16_t type, rclass;
-	uint32_t ttl;
-	const uint8_t *rdata;
-	uint16_t rdlen;
-};
+#include "msg_view.h"
 
 struct reply {
 	uint8_t buf[4096];
 	size_t len;
-	uint16_t flags;
-	uint16_t count[4];
-	struct rr rr[64];
-	size_t n_rr;
+	/* buf as read_reply read it: msg_view.h's one view (too big for the
+	 * stack), so good until the next read_reply or read_msg */
+	struct msg_view *v;
 };
 
-static inline uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-/* Parse a reply we built: header, skip the question, read every record. */
+/* Reads the reply in buf: one question, then every record. */
 static inline void read_reply(struct reply *r)
 {
-	uint8_t qname[DNS_MAX_NAME];
-	size_t pos = DNS_HEADER_LEN;
+	r->v = read_msg(r->buf, r->len);
+	assert_int_equal(r->v->qd, 1);
+}
 
-	r->flags = get16(r->buf + 2);
-	for (int i = 0; i < 4; i++)
-		r->count[i] = get16(r->buf + 4 + 2 * i);
-	assert_int_equal(r->count[0], 1);
-	assert_true(dns_name_read(r->buf, r->len, &pos, qname, true) > 0);
-	pos += 4;
-	r->n_rr = (size_t)r->count[1] + r->count[2] + r->count[3];
-	assert_true(r->n_rr <= 64);
-	for (size_t i = 0; i < r->n_rr; i++) {
-		struct rr *rr = &r->rr[i];
-		assert_true(dns_name_read(r->buf, r->len, &pos, rr->owner, true) > 0);
-		assert_true(pos + 10 <= r->len);
-		rr->type = get16(r->buf + pos);
-		rr->rclass = get16(r->buf + pos + 2);
-		rr->ttl = (uint32_t)get16(r->buf + pos + 4) << 16 | get16(r->buf + pos + 6);
-		rr->rdlen = get16(r->buf + pos + 8);
-		rr->rdata = r->buf + pos + 10;
-		pos += 10u + rr->rdlen;
-		assert_true(pos <= r->len);
-	}
-	assert_int_equal(pos, r->len);
+static inline const uint8_t *reply_rdata(const struct reply *r, int i)
+{
+	return r->buf + r->v->rr[i].rdoff;
 }
 
 static inline const uint8_t *wire(const char *text)

@@ -1,8 +1,7 @@
 /*
  * Unit tests for src/dns: query parsing, names, the response writer and
  * error replies. Packets are assembled by hand here, and responses are read
- * back with a reader of this file's own, so the codec is never checked
- * against itself.
+ * back with msg_view.h, so the codec is never checked against itself.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,25 +14,8 @@
 
 #include "dns/dns.h"
 
+#include "msg_view.h"
 #include "packet.h"
-
-static void put_header(struct pkt *p, uint16_t id, uint16_t flags, uint16_t qd,
-		       uint16_t an, uint16_t ns, uint16_t ar)
-{
-	p->len = 0;
-	put_u16(p, id);
-	put_u16(p, flags);
-	put_u16(p, qd);
-	put_u16(p, an);
-	put_u16(p, ns);
-	put_u16(p, ar);
-}
-
-static void set_count(struct pkt *p, int index, uint16_t v)
-{
-	p->b[4 + 2 * index] = (uint8_t)(v >> 8);
-	p->b[5 + 2 * index] = (uint8_t)v;
-}
 
 static void put_question(struct pkt *p, const char *name, uint16_t type)
 {
@@ -47,20 +29,6 @@ static void build_query(struct pkt *p, const char *name, uint16_t type)
 {
 	put_header(p, 0x1234, DNS_F_RD, 1, 0, 0, 0);
 	put_question(p, name, type);
-}
-
-/* Appends an OPT record (root owner) and bumps arcount. */
-static void put_opt(struct pkt *p, uint16_t udp, uint32_t ttl,
-		    const uint8_t *rdata, uint16_t rdlen)
-{
-	put_u8(p, 0);
-	put_u16(p, DNS_T_OPT);
-	put_u16(p, udp);
-	put_u32(p, ttl);
-	put_u16(p, rdlen);
-	put_raw(p, rdata, rdlen);
-	uint16_t ar = (uint16_t)((p->b[10] << 8) | p->b[11]);
-	set_count(p, 3, (uint16_t)(ar + 1));
 }
 
 /* An option list holding one COOKIE of n bytes (0xA0, 0xA1, ...). */
@@ -102,130 +70,6 @@ static size_t wire(const char *text, uint8_t out[DNS_MAX_NAME])
 	int n = dns_name_from_text(text, out);
 	assert_true(n > 0);
 	return (size_t)n;
-}
-
-/* ---- an independent reader for responses -------------------------------- */
-
-static uint16_t rd16(const uint8_t *b)
-{
-	return (uint16_t)((b[0] << 8) | b[1]);
-}
-
-static uint32_t rd32(const uint8_t *b)
-{
-	return ((uint32_t)rd16(b) << 16) | rd16(b + 2);
-}
-
-/* Reads a name as dotted text without a trailing dot ("" for the root);
- * *pointer tells whether the name as written used compression. */
-static void read_name(const uint8_t *m, size_t len, size_t *pos, char *out,
-		      bool *pointer)
-{
-	size_t cur = *pos, n = 0;
-	bool jumped = false;
-	int hops = 0;
-
-	for (;;) {
-		assert_true(cur < len);
-		uint8_t b = m[cur];
-		if ((b & 0xC0) == 0xC0) {
-			assert_true(cur + 1 < len);
-			size_t target = (size_t)((b & 0x3F) << 8 | m[cur + 1]);
-			assert_true(target < cur);
-			assert_true(++hops < 128);
-			if (!jumped)
-				*pos = cur + 2;
-			jumped = true;
-			cur = target;
-			continue;
-		}
-		assert_true(b <= 63);
-		if (b == 0)
-			break;
-		assert_true(cur + 1 + b <= len);
-		if (n)
-			out[n++] = '.';
-		memcpy(out + n, m + cur + 1, b);
-		n += b;
-		cur += 1 + b;
-	}
-	out[n] = '\0';
-	if (!jumped)
-		*pos = cur + 1;
-	if (pointer)
-		*pointer = jumped;
-}
-
-struct rr_view {
-	char owner[300];
-	bool owner_pointer;
-	size_t owner_off;
-	uint16_t type, rclass;
-	uint32_t ttl;
-	uint16_t rdlen;
-	size_t rdoff;
-};
-
-#define MAX_VIEW_RRS 4000
-
-struct msg_view {
-	uint16_t id, flags, qd, an, ns, ar;
-	char qname[300];
-	uint16_t qtype, qclass;
-	int nrr;
-	struct rr_view rr[MAX_VIEW_RRS];
-};
-
-static struct msg_view view; /* big: kept off the stack */
-
-/* Reads the whole message and asserts it ends exactly at len. */
-static struct msg_view *read_msg(const uint8_t *m, size_t len)
-{
-	struct msg_view *v = &view;
-
-	memset(v, 0, sizeof(*v));
-	assert_true(len >= DNS_HEADER_LEN);
-	v->id = rd16(m);
-	v->flags = rd16(m + 2);
-	v->qd = rd16(m + 4);
-	v->an = rd16(m + 6);
-	v->ns = rd16(m + 8);
-	v->ar = rd16(m + 10);
-	size_t pos = DNS_HEADER_LEN;
-	if (v->qd) {
-		assert_int_equal(v->qd, 1);
-		read_name(m, len, &pos, v->qname, NULL);
-		assert_true(pos + 4 <= len);
-		v->qtype = rd16(m + pos);
-		v->qclass = rd16(m + pos + 2);
-		pos += 4;
-	}
-	int total = v->an + v->ns + v->ar;
-	assert_true(total <= MAX_VIEW_RRS);
-	for (int i = 0; i < total; i++) {
-		struct rr_view *rr = &v->rr[i];
-		rr->owner_off = pos;
-		read_name(m, len, &pos, rr->owner, &rr->owner_pointer);
-		assert_true(pos + 10 <= len);
-		rr->type = rd16(m + pos);
-		rr->rclass = rd16(m + pos + 2);
-		rr->ttl = rd32(m + pos + 4);
-		rr->rdlen = rd16(m + pos + 8);
-		rr->rdoff = pos + 10;
-		pos += 10 + rr->rdlen;
-		assert_true(pos <= len);
-	}
-	v->nrr = total;
-	assert_int_equal(pos, len);
-	return v;
-}
-
-static const struct rr_view *find_opt(const struct msg_view *v)
-{
-	for (int i = v->an + v->ns; i < v->nrr; i++)
-		if (v->rr[i].type == DNS_T_OPT)
-			return &v->rr[i];
-	return NULL;
 }
 
 /* ---- parse: header and question ----------------------------------------- */
@@ -931,7 +775,7 @@ static void test_response_round_trip(void **state)
 	assert_int_equal(v->an, 2);
 	assert_int_equal(v->ns, 1);
 	assert_int_equal(v->ar, 1); /* no OPT: the query had none */
-	assert_string_equal(v->qname, "WWW.Example.com");
+	assert_string_equal(v->qname, "WWW.Example.com.");
 	assert_int_equal(v->qtype, DNS_T_A);
 	assert_int_equal(v->qclass, DNS_C_IN);
 
@@ -939,16 +783,17 @@ static void test_response_round_trip(void **state)
 	 * the question's "Example.com" at offset 16 */
 	const struct rr_view *cname = &v->rr[0];
 	assert_int_equal(rd16(out + cname->owner_off), 0xC00C);
-	assert_string_equal(cname->owner, "WWW.Example.com");
+	assert_string_equal(cname->owner, "WWW.Example.com.");
 	assert_int_equal(cname->type, DNS_T_CNAME);
 	assert_int_equal(cname->ttl, 300);
 	assert_int_equal(cname->rdlen, 6);
 	assert_memory_equal(out + cname->rdoff, "\3web\xC0\x10", 6);
+	assert_string_equal(cname->target, "web.Example.com.");
 
 	/* answer 2: its owner is exactly the CNAME target, so one pointer */
 	const struct rr_view *a = &v->rr[1];
 	assert_int_equal(rd16(out + a->owner_off), 0xC000 | cname->rdoff);
-	assert_string_equal(a->owner, "web.Example.com");
+	assert_string_equal(a->owner, "web.Example.com.");
 	assert_int_equal(a->rdlen, 4);
 	assert_int_equal(out[a->rdoff + 3], 7);
 
@@ -956,6 +801,7 @@ static void test_response_round_trip(void **state)
 	assert_int_equal(rd16(out + ns->owner_off), 0xC010);
 	assert_int_equal(ns->type, DNS_T_NS);
 	assert_memory_equal(out + ns->rdoff, "\3ns1\xC0\x10", 6);
+	assert_string_equal(ns->target, "ns1.Example.com.");
 
 	const struct rr_view *glue = &v->rr[3];
 	assert_int_equal(rd16(out + glue->owner_off), 0xC000 | ns->rdoff);
@@ -1003,7 +849,7 @@ static void test_response_srv_target_not_compressed(void **state)
 	/* the additional owner points into the question (offset 12 + 6 + 5),
 	 * never into the SRV rdata */
 	assert_int_equal(rd16(out + v->rr[1].owner_off), 0xC000 | 23);
-	assert_string_equal(v->rr[1].owner, "web.svc.cluster.local");
+	assert_string_equal(v->rr[1].owner, "web.svc.cluster.local.");
 }
 
 static void test_response_mx_and_soa_compressed(void **state)
@@ -1014,7 +860,7 @@ static void test_response_mx_and_soa_compressed(void **state)
 	uint8_t mx[2 + DNS_MAX_NAME] = {0, 10};
 	uint8_t soa[2 * DNS_MAX_NAME + 20];
 	uint8_t apex[DNS_MAX_NAME];
-	char text[300];
+	char text[MSG_TEXT_MAX];
 
 	parse_query("example.org", DNS_T_MX, &q);
 	size_t mxlen = 2 + wire("mail.example.org", mx + 2);
@@ -1041,9 +887,9 @@ static void test_response_mx_and_soa_compressed(void **state)
 	assert_int_equal(s->rdlen, (3 + 4 + 2) + (11 + 2) + 20);
 	size_t pos = s->rdoff;
 	read_name(out, len, &pos, text, NULL);
-	assert_string_equal(text, "ns.dns.example.org");
+	assert_string_equal(text, "ns.dns.example.org.");
 	read_name(out, len, &pos, text, NULL);
-	assert_string_equal(text, "hostmaster.example.org");
+	assert_string_equal(text, "hostmaster.example.org.");
 	assert_memory_equal(out + pos, soa + soalen - 20, 20);
 }
 
@@ -1062,6 +908,7 @@ static void test_response_malformed_cname_rdata_copied_verbatim(void **state)
 	struct msg_view *v = read_msg(out, len);
 	assert_int_equal(v->rr[0].rdlen, sizeof(junk));
 	assert_memory_equal(out + v->rr[0].rdoff, junk, sizeof(junk));
+	assert_string_equal(v->rr[0].target, ""); /* not read as a name */
 }
 
 static void test_response_compresses_other_names(void **state)
@@ -1085,13 +932,13 @@ static void test_response_compresses_other_names(void **state)
 
 	struct msg_view *v = read_msg(out, len);
 	const struct rr_view *first = &v->rr[0], *second = &v->rr[1], *top = &v->rr[2];
-	assert_string_equal(first->owner, "x.x.other.net");
+	assert_string_equal(first->owner, "x.x.other.net.");
 	assert_false(first->owner_pointer);
 	assert_memory_equal(out + first->owner_off, "\1x\1x\5other\3net", 15);
-	assert_string_equal(second->owner, "www.other.net");
+	assert_string_equal(second->owner, "www.other.net.");
 	assert_memory_equal(out + second->owner_off, "\3www", 4);
 	assert_int_equal(rd16(out + second->owner_off + 4), 0xC000 | (first->owner_off + 4));
-	assert_string_equal(top->owner, "");
+	assert_string_equal(top->owner, ".");
 	assert_int_equal(out[top->owner_off], 0);
 	assert_int_equal(top->rdoff, top->owner_off + 1 + 10);
 	/* "net" is already there: a, root-servers, then a pointer */
@@ -1180,7 +1027,7 @@ static void test_response_no_pointers_past_16k(void **state)
 	for (int i = 1; i <= 2; i++) {
 		assert_true(v->rr[i].owner_off > 0x3FFF);
 		assert_false(v->rr[i].owner_pointer);
-		assert_string_equal(v->rr[i].owner, "a.other.net");
+		assert_string_equal(v->rr[i].owner, "a.other.net.");
 	}
 }
 
@@ -1202,7 +1049,7 @@ static void test_response_many_owners_round_trip(void **state)
 	assert_int_equal(v->an, 500);
 	assert_int_equal(w.ncomp, DNS_COMPRESS_SLOTS);
 	for (int i = 0; i < 500; i++) {
-		snprintf(owner, sizeof(owner), "h%d.%s.example.com", i, i % 2 ? "odd" : "even");
+		snprintf(owner, sizeof(owner), "h%d.%s.example.com.", i, i % 2 ? "odd" : "even");
 		assert_string_equal(v->rr[i].owner, owner);
 		assert_true(v->rr[i].owner_pointer);
 	}
@@ -1232,7 +1079,7 @@ static void test_response_truncates_at_512(void **state)
 	assert_int_equal(v->an, 0);
 	assert_int_equal(v->ns, 0);
 	assert_int_equal(v->ar, 1);
-	assert_string_equal(v->qname, "Big.Example.com");
+	assert_string_equal(v->qname, "Big.Example.com.");
 	const struct rr_view *opt = find_opt(v);
 	assert_non_null(opt);
 	assert_int_equal(opt->rclass, 1232);
@@ -1290,7 +1137,7 @@ static void test_response_additional_overflow_omitted(void **state)
 	assert_int_equal(v->an, 1);
 	assert_int_equal(v->ar, 3); /* TXT, A, OPT */
 	assert_non_null(find_opt(v));
-	assert_string_equal(v->rr[2].owner, "small.example.com");
+	assert_string_equal(v->rr[2].owner, "small.example.com.");
 }
 
 static void test_response_opt_always_fits(void **state)
@@ -1352,7 +1199,7 @@ static void test_response_badvers(void **state)
 	assert_int_equal(opt->ttl >> 24, 1);       /* 16 >> 4 */
 	assert_int_equal((opt->ttl >> 16) & 0xFF, 0); /* we speak version 0 */
 	assert_int_equal(opt->rclass, 1232);
-	assert_int_equal(opt->owner[0], '\0');
+	assert_string_equal(opt->owner, ".");
 }
 
 static void test_response_cookie_only_with_server_cookie(void **state)
@@ -1516,7 +1363,7 @@ static void test_error_reply_formerr(void **state)
 	len = dns_error_reply(p.b, p.len, &q, DNS_R_FORMERR, out, sizeof(out));
 	v = read_msg(out, len);
 	assert_int_equal(v->qd, 1);
-	assert_string_equal(v->qname, "Echo.Example");
+	assert_string_equal(v->qname, "Echo.Example.");
 	assert_int_equal(v->qtype, DNS_T_MX);
 	assert_int_equal(v->an, 0);
 
@@ -1541,7 +1388,7 @@ static void test_error_reply_notimp_in_place(void **state)
 	assert_int_equal(v->id, 9);
 	assert_int_equal(v->flags, DNS_F_QR | (4 << 11) | DNS_F_RD | DNS_R_NOTIMP);
 	assert_int_equal(v->qd, 1);
-	assert_string_equal(v->qname, "Notify.Example");
+	assert_string_equal(v->qname, "Notify.Example.");
 	assert_int_equal(v->qtype, DNS_T_SOA);
 }
 
@@ -1603,8 +1450,8 @@ static void test_response_append_raw(void **state)
 	assert_int_equal(v->an, 1);
 	assert_int_equal(v->ns, 0);
 	assert_int_equal(v->ar, 2);
-	assert_string_equal(v->rr[0].owner, "Raw.Example.com");
-	assert_string_equal(v->rr[1].owner, "ns.example.net");
+	assert_string_equal(v->rr[0].owner, "Raw.Example.com.");
+	assert_string_equal(v->rr[1].owner, "ns.example.net.");
 	assert_non_null(find_opt(v));
 	assert_memory_equal(out + question_end, raw, n);
 	assert_int_equal(len, question_end + n + 11);

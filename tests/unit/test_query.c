@@ -24,6 +24,7 @@
 #include "query/query.h"
 
 #include "alloc_count.h"
+#include "msg_view.h"
 
 static const char config_yaml[] =
 	"kubernetes: {enabled: false}\n"
@@ -85,11 +86,6 @@ static void put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)(v >> 8);
 	p[1] = (uint8_t)v;
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
 }
 
 /* A query with one question; edns_version < 0 means no OPT record. */
@@ -172,7 +168,7 @@ static void cache_upstream_answer(const struct msg *m)
 	struct dns_query q;
 	uint8_t reply[512];
 	static const uint8_t rr[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 1, 44, 0, 4, 192, 0, 2, 1};
-	size_t question_end = m->len - (get16(m->buf + 10) ? 11 : 0);
+	size_t question_end = m->len - (rd16(m->buf + 10) ? 11 : 0);
 
 	assert_int_equal(dns_parse_query(m->buf, m->len, &q), DNS_PARSE_OK);
 	memcpy(reply, m->buf, question_end);
@@ -197,10 +193,10 @@ static void test_static_answer(void **state)
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_RD, 0, 4096);
 	handle(&m, QUERY_UDP, &a);
 	assert_true(a.len > DNS_HEADER_LEN);
-	assert_int_equal(get16(a.buf), 0xbeef);
+	assert_int_equal(rd16(a.buf), 0xbeef);
 	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
-	assert_int_equal(get16(a.buf + 6), 1);
-	assert_int_equal(get16(a.buf + 10), 1); /* the OPT record */
+	assert_int_equal(rd16(a.buf + 6), 1);
+	assert_int_equal(rd16(a.buf + 10), 1); /* the OPT record */
 }
 
 static void test_cache_miss_is_handed_to_the_upstream(void **state)
@@ -242,9 +238,9 @@ static void test_cached_answer_is_served_with_the_clients_id_and_case(void **sta
 	memcpy(m.buf + DNS_HEADER_LEN + 1, "HIT", 3);
 	put16(m.buf, 0x1234);
 	assert_int_equal(handle(&m, QUERY_UDP, &a), QUERY_UPSTREAM_NONE);
-	assert_int_equal(get16(a.buf), 0x1234);
+	assert_int_equal(rd16(a.buf), 0x1234);
 	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
-	assert_int_equal(get16(a.buf + 6), 1);
+	assert_int_equal(rd16(a.buf + 6), 1);
 	assert_memory_equal(a.buf + DNS_HEADER_LEN, "\3HIT", 4);
 	assert_memory_equal(a.buf + a.len - 4, "\xc0\x00\x02\x01", 4);
 }
@@ -291,7 +287,7 @@ static void test_chaos_identity_when_enabled(void **state)
 	build_query(&m, "version.bind", DNS_T_TXT, DNS_C_CH, 0, -1, 0);
 	handle(&m, QUERY_UDP, &a);
 	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
-	assert_int_equal(get16(a.buf + 6), 1);
+	assert_int_equal(rd16(a.buf + 6), 1);
 	assert_non_null(memmem(a.buf, a.len, "\014test-version", 13));
 	build_query(&m, "ID.Server", DNS_T_TXT, DNS_C_CH, 0, -1, 0);
 	handle(&m, QUERY_UDP, &a);
@@ -313,8 +309,8 @@ static void test_bad_edns_version_gets_badvers(void **state)
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 1, 1232);
 	handle(&m, QUERY_UDP, &a);
 	assert_int_equal(rcode_of(&a), 0);        /* BADVERS = 16: low bits 0 ... */
-	assert_int_equal(get16(a.buf + 6), 0);
-	assert_int_equal(get16(a.buf + 10), 1);
+	assert_int_equal(rd16(a.buf + 6), 0);
+	assert_int_equal(rd16(a.buf + 10), 1);
 	assert_int_equal(a.buf[a.len - 11 + 5], 1); /* ... and extended rcode 1 in OPT */
 }
 
@@ -327,7 +323,7 @@ static void test_other_opcodes_get_notimp_and_responses_are_dropped(void **state
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 2 << 11, -1, 0);
 	handle(&m, QUERY_UDP, &a);
 	assert_int_equal(rcode_of(&a), DNS_R_NOTIMP);
-	assert_int_equal(get16(a.buf), 0xbeef);
+	assert_int_equal(rd16(a.buf), 0xbeef);
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_QR, -1, 0);
 	handle(&m, QUERY_UDP, &a);
 	assert_int_equal(a.len, 0);
@@ -343,7 +339,7 @@ static void test_udp_limit_follows_edns_size_and_our_cap(void **state)
 	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
 	handle(&m, QUERY_UDP, &a);
 	assert_true(a.buf[2] & (DNS_F_TC >> 8));
-	assert_int_equal(get16(a.buf + 6), 0);
+	assert_int_equal(rd16(a.buf + 6), 0);
 	assert_true(a.len <= 512);
 	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 0, 100);
 	handle(&m, QUERY_UDP, &a); /* sizes below 512 count as 512 */
@@ -351,11 +347,11 @@ static void test_udp_limit_follows_edns_size_and_our_cap(void **state)
 	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, 0, 4096);
 	handle(&m, QUERY_UDP, &a);
 	assert_false(a.buf[2] & (DNS_F_TC >> 8));
-	assert_int_equal(get16(a.buf + 6), 32);
+	assert_int_equal(rd16(a.buf + 6), 32);
 	build_query(&m, "big.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, 0, -1, 0);
 	handle(&m, QUERY_TCP, &a);
 	assert_false(a.buf[2] & (DNS_F_TC >> 8));
-	assert_int_equal(get16(a.buf + 6), 32);
+	assert_int_equal(rd16(a.buf + 6), 32);
 }
 
 static void count(const struct msg *m, struct query_stats *st)
@@ -416,9 +412,9 @@ static void test_cookie_gets_a_server_cookie(void **state)
 	assert_int_equal(rcode_of(&a), DNS_R_NOERROR);
 	/* OPT is last: ... rdlength 28 | code 10 | length 24 | client 8 | server 16 */
 	const uint8_t *opt_data = a.buf + a.len - 28;
-	assert_int_equal(get16(opt_data - 2), 28);
-	assert_int_equal(get16(opt_data), 10);
-	assert_int_equal(get16(opt_data + 2), 24);
+	assert_int_equal(rd16(opt_data - 2), 28);
+	assert_int_equal(rd16(opt_data), 10);
+	assert_int_equal(rd16(opt_data + 2), 24);
 	assert_memory_equal(opt_data + 4, "\1\2\3\4\5\6\7\x08", 8);
 	assert_int_equal(opt_data[12], 1); /* RFC 9018 version */
 }
