@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <urcu/urcu-memb.h>
 
 #include "alloc_count.h"
@@ -206,12 +207,13 @@ static void name_at(const struct reply *r, const uint8_t *p, char *out, size_t l
 	assert_true(dns_name_to_text(name, out, len) >= 0);
 }
 
-static void rr_line(const struct reply *r, const struct rr *rr, char *out, size_t len)
+static void rr_line(const struct reply *r, const struct rr_view *rr, char *out, size_t len)
 {
-	char owner[256], data[700];
-	const uint8_t *d = rr->rdata;
+	char owner[MSG_TEXT_MAX], data[700];
+	const uint8_t *d = r->buf + rr->rdoff;
 
-	assert_true(dns_name_to_text(rr->owner, owner, sizeof owner) >= 0);
+	for (size_t i = 0; i == 0 || owner[i - 1]; i++) /* the client's case aside */
+		owner[i] = (char)tolower((unsigned char)rr->owner[i]);
 	switch (rr->type) {
 	case DNS_T_A:
 	case DNS_T_AAAA:
@@ -220,7 +222,7 @@ static void rr_line(const struct reply *r, const struct rr *rr, char *out, size_
 	case DNS_T_SRV: {
 		char target[256];
 		assert_true(dns_name_to_text(d + 6, target, sizeof target) >= 0); /* never compressed */
-		snprintf(data, sizeof data, "%u %u %u %s", get16(d), get16(d + 2), get16(d + 4), target);
+		snprintf(data, sizeof data, "%u %u %u %s", rd16(d), rd16(d + 2), rd16(d + 4), target);
 		break;
 	}
 	case DNS_T_SOA: {
@@ -233,9 +235,9 @@ static void rr_line(const struct reply *r, const struct rr *rr, char *out, size_
 		assert_true(dns_name_to_text(tmp, rname, sizeof rname) >= 0);
 		const uint8_t *t = r->buf + pos + 4; /* past the serial, which is a time */
 		snprintf(data, sizeof data, "%s %s %u %u %u %u", mname, rname,
-			 (unsigned)get16(t) << 16 | get16(t + 2), (unsigned)get16(t + 4) << 16 | get16(t + 6),
-			 (unsigned)get16(t + 8) << 16 | get16(t + 10),
-			 (unsigned)get16(t + 12) << 16 | get16(t + 14));
+			 (unsigned)rd16(t) << 16 | rd16(t + 2), (unsigned)rd16(t + 4) << 16 | rd16(t + 6),
+			 (unsigned)rd16(t + 8) << 16 | rd16(t + 10),
+			 (unsigned)rd16(t + 12) << 16 | rd16(t + 14));
 		break;
 	}
 	case DNS_T_TXT:
@@ -258,14 +260,17 @@ static const char *section(const struct reply *r, int sec)
 {
 	static char out[8][16384];
 	static int next;
-	char lines[64][1024], *sorted[64];
-	size_t first = 0, n = r->count[sec];
+	static char lines[64][2048]; /* an owner of MSG_TEXT_MAX and its data */
+	char *sorted[64];
+	const uint16_t counts[4] = {r->v->qd, r->v->an, r->v->ns, r->v->ar};
+	size_t first = 0, n = counts[sec];
 	char *o = out[next++ % 8];
 
+	assert_true(n <= 64);
 	for (int i = 1; i < sec; i++)
-		first += r->count[i];
+		first += counts[i];
 	for (size_t i = 0; i < n; i++) {
-		rr_line(r, &r->rr[first + i], lines[i], sizeof lines[i]);
+		rr_line(r, &r->v->rr[first + i], lines[i], sizeof lines[i]);
 		sorted[i] = lines[i];
 	}
 	qsort(sorted, n, sizeof *sorted, compare_lines);
@@ -283,7 +288,7 @@ static const char *section(const struct reply *r, int sec)
 
 static int rcode(const struct reply *r)
 {
-	return r->flags & 0xf;
+	return r->v->flags & 0xf;
 }
 
 #define SOA_LINE "cluster.local. 5 SOA ns.dns.cluster.local. hostmaster.cluster.local. 7200 1800 86400 5"
@@ -294,7 +299,7 @@ static void expect_nxdomain(const struct cluster *c, const char *name, uint16_t 
 
 	assert_int_equal(ask(c, name, qtype, &r), CLUSTER_ANSWERED);
 	assert_int_equal(rcode(&r), DNS_R_NXDOMAIN);
-	assert_true(r.flags & DNS_F_AA);
+	assert_true(r.v->flags & DNS_F_AA);
 	assert_string_equal(ANSWER(&r), "");
 	assert_string_equal(AUTHORITY(&r), SOA_LINE);
 }
@@ -317,7 +322,7 @@ static void expect_answer(const struct cluster *c, const char *name, uint16_t qt
 
 	assert_int_equal(ask(c, name, qtype, &r), CLUSTER_ANSWERED);
 	assert_int_equal(rcode(&r), DNS_R_NOERROR);
-	assert_true(r.flags & DNS_F_AA);
+	assert_true(r.v->flags & DNS_F_AA);
 	assert_string_equal(ANSWER(&r), answer);
 }
 
@@ -579,7 +584,7 @@ static void test_coredns_fallthrough_decides_reverse_misses(void **state)
 	/* none: authoritative, with the reverse zone's SOA */
 	ask(strict, "9.9.9.9.in-addr.arpa", DNS_T_PTR, &r);
 	assert_int_equal(rcode(&r), DNS_R_NXDOMAIN);
-	assert_true(r.flags & DNS_F_AA);
+	assert_true(r.v->flags & DNS_F_AA);
 	assert_string_equal(AUTHORITY(&r), "in-addr.arpa. 5 SOA ns.dns.in-addr.arpa. "
 					   "hostmaster.in-addr.arpa. 7200 1800 86400 5");
 	ask(strict, "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa",
