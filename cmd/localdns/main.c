@@ -324,6 +324,21 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 	return sig;
 }
 
+#define SETTLE_MS 500 /* covers cache.stale_answer_timeout's stale answers (400 ms) */
+
+/*
+ * Leave without losing a query: the heartbeat out first (new flows fail
+ * open, or go to another localdns on the node), then the sockets steered
+ * away and what they had queued answered, then the answers that wait for
+ * the upstream, for a moment.
+ */
+static void hand_over(struct node *node, struct server *server, struct upstream *upstream)
+{
+	node_release(node);
+	server_release(server);
+	upstream_settle(upstream, SETTLE_MS);
+}
+
 static bool needs_node(const struct config *cfg)
 {
 	return cfg->interface.manage || cfg->nftables.enabled;
@@ -408,7 +423,8 @@ static int serve(const char *path)
 	follow_cluster_dns(cfg, cluster, node);
 	if (start_watching(cfg, cluster, &kube, err, sizeof err) < 0)
 		goto fail;
-	server = server_start(cfg, upstream, err, sizeof err);
+	/* With the nftables table, DNS comes here only once ready (node_capture). */
+	server = server_start(cfg, upstream, node_nft(node) != NULL, err, sizeof err);
 	if (!server)
 		goto fail;
 	log_serving(cfg, server);
@@ -420,6 +436,7 @@ static int serve(const char *path)
 	daemon.cluster = cluster;
 	daemon.kube = kube;
 	daemon.node = node;
+	node_capture(node, daemon_may_capture, &daemon);
 	/* Last: a bad health or metrics address stops everything started so far. */
 	http = http_start(&daemon, err, sizeof err);
 	if (http) {
@@ -430,6 +447,7 @@ static int serve(const char *path)
 	} else {
 		log_error("cannot start", "error", err);
 	}
+	hand_over(node, server, upstream);
 	close(sigfd);
 	control_stop(control);
 	http_stop(http);

@@ -191,6 +191,21 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 	return true;
 }
 
+bool daemon_may_capture(void *daemon, char *why, size_t whylen)
+{
+	struct daemon *d = daemon;
+
+	if (!server_is_open(d->server)) {
+		if (!daemon_ready(d, why, whylen))
+			return false;
+		server_open(d->server);
+	}
+	/* An idle worker turns every SERVER_IDLE_TURN_MS: 250 ms is two
+	 * missed turns, so a stuck worker (or process) fails open within
+	 * DAEMON_WORKER_STALL_MS + NFT_LIVE_TIMEOUT_MS. */
+	return server_turning(d->server, DAEMON_WORKER_STALL_MS, why, whylen);
+}
+
 /* ---- the files behind the running config ---------------------------------------- */
 
 static uint64_t hash_file(uint64_t h, const char *path)

@@ -144,6 +144,15 @@ bool daemon_ready(const struct daemon *d, char *why, size_t whylen);
 bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
 
 /*
+ * Should the node's DNS come to this process now (node_capture's test, on
+ * the node monitor's thread)? Once ready (daemon_ready) the held sockets
+ * are opened (server_open); from then on, while every worker has gone
+ * round its loop within DAEMON_WORKER_STALL_MS. false with why.
+ */
+#define DAEMON_WORKER_STALL_MS 250
+bool daemon_may_capture(void *daemon, char *why, size_t whylen);
+
+/*
  * The config file watcher (main thread): inotify on the directories of the
  * config file and of static.files, both as named and as resolved through
  * symlinks, so kubelet's swap of a ConfigMap's `..data` symlink, an editor's

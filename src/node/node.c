@@ -18,6 +18,12 @@
  * The fallback endpoints come from the Kubernetes thread, which has no
  * capability and may not open netlink sockets (privs.h): it leaves them in
  * node->pending and wakes the monitor, which installs the latest.
+ *
+ * The heartbeat is renewed only while the daemon's capture test says DNS
+ * should come here (node_capture): ready, and every worker turning. The
+ * test runs on this thread before each renewal, under node->lock, so
+ * node_release, which takes it away under the same lock, is never followed
+ * by a late renewal.
  */
 #include "node/node.h"
 
@@ -56,6 +62,9 @@ struct node {
 	} pending;            /* pending_lock: the latest from the Kubernetes watch */
 	pthread_t thread;
 	bool running;
+	node_capture_fn *capture; /* lock: NULL until node_capture, after node_release */
+	void *capture_arg;
+	bool capturing;           /* the last heartbeat was renewed (monitor thread) */
 	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
@@ -132,15 +141,30 @@ static void schedule_table_check(struct schedule *s, uint64_t now)
 		s->table_check = earliest > now ? earliest : now;
 }
 
-/* A failed renewal usually means the table was changed under us: check it. */
+/*
+ * Renewed only while DNS should come here; a failed renewal usually means
+ * the table was changed under us: check it. Capture starting and stopping
+ * is logged.
+ */
 static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
 {
-	char err[CONFIG_ERR_MAX];
+	char why[CONFIG_ERR_MAX] = "not ready", err[CONFIG_ERR_MAX];
 
+	if (!node->capture || !node->capture(node->capture_arg, why, sizeof why)) {
+		if (node->capturing)
+			log_warn("not renewing the nftables heartbeat: DNS fails open until it is "
+				 "back", "reason", why);
+		node->capturing = false;
+		return;
+	}
 	if (nft_heartbeat(node->nft, err, sizeof err) < 0) {
 		log_warn("cannot renew the nftables heartbeat; checking the table", "error", err);
 		schedule_table_check(s, now);
+		return;
 	}
+	if (!node->capturing)
+		log_info("taking DNS: the nftables heartbeat is renewed");
+	node->capturing = true;
 }
 
 /* "10.244.1.5,10.244.2.7" (cut short when it does not fit). */
@@ -289,6 +313,32 @@ static int apply_interface(struct node *node, char *err, size_t errlen)
 }
 
 /*
+ * The table we take over was kept up to date by the Kubernetes watch of the
+ * process before us: its fallback endpoints beat the static list until our
+ * own watch reports (without the watch, the static list is the truth).
+ */
+static void keep_endpoints(struct node *node)
+{
+	const struct config *cfg = node->cfg;
+	struct config_ip ips[16];
+	char list[512];
+
+	if (!cfg->kubernetes.enabled || !strchr(cfg->nftables.fallback_service, '/'))
+		return;
+	int n = nft_keep_endpoints(node->nft, ips, sizeof ips / sizeof ips[0]);
+	if (n < 0) {
+		log_warn("cannot read the fallback endpoints of the table; using "
+			 "nftables.fallback_endpoints until the Kubernetes watch reports",
+			 "error", strerror(errno));
+	} else if (n > 0) {
+		join_ips(ips, (size_t)n < sizeof ips / sizeof ips[0] ? (size_t)n : 16, list,
+			 sizeof list);
+		log_info("keeping the fallback endpoints our table has until the Kubernetes watch "
+			 "reports", "endpoints", list);
+	}
+}
+
+/*
  * Before anything on the node changes: a table of our name that someone
  * else made (nftables.table: filter) stops start-up with the node as it was.
  */
@@ -299,6 +349,8 @@ static int claim_table(struct node *node, char *err, size_t errlen)
 	if (!(node->nft = nft_open(node->cfg, err, errlen)))
 		return -1;
 	int owner = nft_table_owner(node->nft, err, errlen);
+	if (owner == NFT_TABLE_OURS)
+		keep_endpoints(node);
 	return owner < 0 || owner == NFT_TABLE_FOREIGN ? -1 : 0;
 }
 
@@ -447,6 +499,36 @@ void node_drop_addresses(struct node *node, const struct config *prev)
 	if (node->iface && iface_drop(node->iface, prev, err, sizeof err) < 0)
 		log_error("cannot remove an address that is no longer served", "error", err);
 	pthread_mutex_unlock(&node->lock);
+}
+
+void node_capture(struct node *node, node_capture_fn *fn, void *arg)
+{
+	if (!node)
+		return;
+	pthread_mutex_lock(&node->lock);
+	node->capture = fn;
+	node->capture_arg = arg;
+	pthread_mutex_unlock(&node->lock);
+}
+
+void node_release(struct node *node)
+{
+	char err[CONFIG_ERR_MAX];
+
+	if (!node)
+		return;
+	pthread_mutex_lock(&node->lock);
+	node->capture = NULL;
+	node->capturing = false;
+	int rc = node->nft ? nft_leave(node->nft, err, sizeof err) : 0;
+	pthread_mutex_unlock(&node->lock);
+	if (rc < 0)
+		log_error("cannot take out the nftables heartbeat; DNS fails open when it expires",
+			  "error", err);
+	else if (rc == 1)
+		log_info("took out our nftables heartbeat; another localdns on the node keeps taking DNS");
+	else if (node->nft)
+		log_info("took out the nftables heartbeat: DNS fails open from now on");
 }
 
 uint64_t node_heartbeat_ms(struct node *node)
