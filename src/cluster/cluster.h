@@ -92,8 +92,10 @@ const char *cluster_slices_needed(const struct cluster *c);
 /*
  * Report the ready endpoint addresses of Service ns/name to fn, on the
  * writer thread, whenever that set changes (also when it becomes empty or
- * the Service goes). Call before the writer starts; one watch per table.
- * ips is valid for the call only.
+ * the Service goes). Nothing before the first sync (a Service listed
+ * before its EndpointSlices would look empty): then the whole set, empty
+ * when the Service does not exist. Call before the writer starts; one
+ * watch per table. ips is valid for the call only.
  */
 typedef void (*cluster_endpoints_fn)(void *ctx, const struct config_ip *ips, size_t n);
 void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name,

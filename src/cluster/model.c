@@ -1154,6 +1154,7 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 void cluster_set_synced(struct cluster *c)
 {
 	atomic_store_explicit(&c->synced, true, memory_order_release);
+	cluster_report_synced(c, c->watch.key ? lookup_entry(c->services, c->watch.key) : NULL);
 }
 
 void cluster_stats(const struct cluster *c, struct cluster_stats *out)

@@ -736,11 +736,11 @@ class Env:
             d.wait_ready()
         return d
 
-    def start_file(self, path, port, wait=True):
+    def start_file(self, path, port, wait=True, host="127.0.0.1", netns=None):
         """Start a daemon on an existing config file that listens on
-        127.0.0.1:port."""
-        d = Daemon(self.binary, None, config_file=path, port=port,
-                   wait=False, tmpdir=mkdtemp())
+        host:port (inside network namespace netns when given)."""
+        d = Daemon(self.binary, None, config_file=path, port=port, host=host,
+                   wait=False, tmpdir=mkdtemp(), netns=netns)
         self._daemons.append(d)
         if wait:
             d.wait_ready()

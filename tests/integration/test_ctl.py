@@ -2,7 +2,7 @@
 from every source (static, cluster, cache, upstream, stale), flush one name
 and all, dump-cache (streamed, with and without records), reload good and
 bad, the socket file's life (parents, mode, a stale file replaced, a live
-one refused, removed at exit), a client that stalls, and the client's
+one taken over, removed at exit), a client that stalls, and the client's
 errors and exit codes without a daemon."""
 
 import os
@@ -354,14 +354,24 @@ def test_a_stale_socket_file_is_replaced(env):
     assert stats(env, d)["queries"] >= 1
 
 
-def test_a_second_localdns_on_a_live_socket_fails_and_leaves_it(env):
-    d = start(env)
-    second = env.start(control={"socket": d.ctl_path}, wait=False)
-    rc = second.proc.wait(10)
-    assert rc == 1, second.tail()
-    assert "another localdns is running with this control socket" in second.stderr(), \
-        second.tail()
-    assert stats(env, d)["queries"] >= 1   # the first one's socket still works
+def test_a_second_localdns_takes_the_socket_over_and_each_removes_only_its_own(env):
+    # An upgrade's overlap where both pods share the socket's directory (a
+    # hostPath): the new process takes the path over, the old one keeps
+    # running, and its exit leaves the new one's socket in place.
+    first = start(env)
+    second = start(env, path=first.ctl_path)
+    assert "took over the control socket" in second.stderr(), second.tail()
+    for _ in range(40):
+        assert second.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+    assert stats(env, second)["queries"] >= 40      # the path reaches the new one
+    assert not [f for f in os.listdir(os.path.dirname(first.ctl_path))
+                if f.startswith(".localdns-")], "a temporary socket file was left"
+    rc, _ = first.stop()
+    assert rc == 0, first.tail()
+    assert stats(env, second)["queries"] >= 40, "the old process took the new one's socket away"
+    rc, _ = second.stop()
+    assert rc == 0, second.tail()
+    assert not os.path.exists(first.ctl_path)
 
 
 def test_a_file_that_is_not_a_socket_is_left_alone(env):
