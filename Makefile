@@ -146,19 +146,33 @@ sanitize:
 	$(MAKE) BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)" \
 	    unit integration
 
-# Fuzz targets: clang's libFuzzer with ASan and UBSan over the codec sources.
-FUZZ_TIME ?= 30
-FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
-FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-FUZZ_LIB_SRC := $(wildcard src/dns/*.c)
+# Fuzz targets: clang's libFuzzer with ASan and UBSan (docs/security.md, "Fuzzing").
+# The library is built again by clang with those sanitizers and libFuzzer's
+# coverage hooks in $(FUZZ_LIB_BUILD), by the rules above in a sub-make that
+# runs every time (it does nothing when the archive is up to date); each
+# target links what it needs from the archive and the pkg-config libraries.
+FUZZ_TIME      ?= 30
+FUZZ_SANITIZE  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_BUILD := $(BUILD)/fuzz/lib
+FUZZ_LIB       := $(FUZZ_LIB_BUILD)/liblocaldns.a
+FUZZ_SRC       := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN       := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) src/dns/dns.h
-	@mkdir -p $(dir $@)
-	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=undefined -o $@ $< $(FUZZ_LIB_SRC)
+$(FUZZ_LIB): FORCE
+	$(MAKE) BUILD=$(FUZZ_LIB_BUILD) CC=clang OPTFLAGS="-O1 -g" \
+	    SANITIZE="$(FUZZ_SANITIZE) -fsanitize=fuzzer-no-link" $@
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
+	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+	    $(FUZZ_SANITIZE) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDFLAGS) $(PKG_LIBS)
+
+# fuzz_cluster runs call_rcu callbacks itself (see there).
+$(BUILD)/fuzz/fuzz_cluster: FUZZ_LDFLAGS := -Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
 
 fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
+
+FORCE:
 
 bench: $(BIN) $(BENCH_TOOLS)
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
