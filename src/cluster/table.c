@@ -58,8 +58,10 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 	struct cluster_node *n;
 	struct cds_lfht_node *old;
 
-	/* An unchanged name keeps its node: no churn for readers or call_rcu. */
-	if (cur && cur->rr_len == rr_len && memcmp(cur->data + cur->owner_len, rrs, rr_len) == 0)
+	/* An unchanged name keeps its node: no churn for readers or call_rcu.
+	 * (A name without records comes with rrs NULL, which memcmp must not see.) */
+	if (cur && cur->rr_len == rr_len &&
+	    (rr_len == 0 || memcmp(cur->data + cur->owner_len, rrs, rr_len) == 0))
 		return 0;
 	n = malloc(sizeof *n + owner_len + rr_len);
 	if (!n)

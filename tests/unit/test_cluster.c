@@ -399,6 +399,24 @@ static void test_existing_names_without_the_type_are_nodata(void **state)
 	assert_nodata(*state, "prod.pod.cluster.local", DNS_T_A);
 }
 
+/* A ClusterIP Service without an address yet is a name without records;
+ * the same object again (every relist sends it) leaves that name as it is. */
+static void test_service_without_addresses_delivered_again_stays_nodata(void **state)
+{
+	static const char svc[] = "{\"kind\":\"Service\",\"metadata\":{\"name\":\"new\","
+				  "\"namespace\":\"prod\"},\"spec\":{\"type\":\"ClusterIP\"}}";
+	struct cluster *c = *state;
+	struct cluster_stats once, twice;
+
+	UPSERT(cluster_service_upsert, c, svc);
+	cluster_stats(c, &once);
+	assert_nodata(c, "new.prod.svc.cluster.local", DNS_T_A);
+	UPSERT(cluster_service_upsert, c, svc);
+	cluster_stats(c, &twice);
+	assert_int_equal(twice.names, once.names);
+	assert_nodata(c, "new.prod.svc.cluster.local", DNS_T_A);
+}
+
 static void test_namespace_names_follow_the_namespace(void **state)
 {
 	struct cluster *c = *state;
@@ -743,6 +761,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_external_name_is_a_cname_chased_elsewhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_that_fit_no_shape_are_nxdomain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_existing_names_without_the_type_are_nodata, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_service_without_addresses_delivered_again_stays_nodata,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_namespace_names_follow_the_namespace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_apex_and_dns_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_insecure_pods_need_an_existing_namespace, setup, teardown),
