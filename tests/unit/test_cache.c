@@ -894,6 +894,71 @@ static void test_malformed_or_mismatched_rejected(void **state)
 	cache_free(c);
 }
 
+/* A reply whose names, once the cache has rewritten what it rewrites (TTLs)
+ * and dropped what it drops (OPT and after), would read differently or run
+ * past the end: refused, stored or not, as a raw upstream reply can only
+ * be served with its bytes intact. */
+static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
+{
+	(void)state;
+	struct cache *c = new_cache(default_config());
+	struct pkt p;
+	struct dns_query q;
+	struct dns_writer w;
+	uint8_t out[512];
+
+	query_a(&q, "m.example.com");
+
+	/* an owner pointing back into TXT rdata whose one label runs to the
+	 * OPT record: its root is OPT's owner byte, which is not stored */
+	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
+	size_t txt_rdata = p.len + 12;
+	reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 60, "\023abc", 4);
+	put_u16(&p, (uint16_t)(0xC000 | txt_rdata));
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 60);
+	put_u16(&p, 4);
+	put_raw(&p, "\1\2\3\4", 4);
+	bump_count(&p, 1);
+	reply_opt(&p, 1232, 0);
+	assert_int_equal(p.b[txt_rdata + 1 + 0x13], 0); /* OPT's owner ends the name */
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+	dns_response_begin(&w, out, sizeof out, &q, DNS_R_NOERROR);
+	assert_false(cache_write_message(&w, p.b, p.len));
+
+	/* an owner pointing into an earlier record's TTL ("\1x\0" while 0x01780030,
+	 * "\0" once clamped to max_ttl and aged) */
+	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
+	size_t ttl_field = p.len + 6;
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 0x01780030, 1);
+	put_u16(&p, (uint16_t)(0xC000 | ttl_field));
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 60);
+	put_u16(&p, 4);
+	put_raw(&p, "\1\2\3\4", 4);
+	bump_count(&p, 1);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
+	dns_response_begin(&w, out, sizeof out, &q, DNS_R_NOERROR);
+	assert_false(cache_write_message(&w, p.b, p.len));
+
+	/* the same names pointing at names are fine */
+	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
+	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
+	put_u16(&p, 0xC00E); /* "example.com", inside the question */
+	put_u16(&p, DNS_T_A);
+	put_u16(&p, DNS_C_IN);
+	put_u32(&p, 60);
+	put_u16(&p, 4);
+	put_raw(&p, "\1\2\3\4", 4);
+	bump_count(&p, 1);
+	reply_opt(&p, 1232, 0);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
+
+	cache_free(c);
+}
+
 static void test_replace_existing_entry(void **state)
 {
 	(void)state;
@@ -1787,6 +1852,7 @@ int main(void)
 		cmocka_unit_test(test_ad_bit_only_for_do_or_ad_queries),
 		cmocka_unit_test(test_truncation_and_dropped_additional),
 		cmocka_unit_test(test_malformed_or_mismatched_rejected),
+		cmocka_unit_test(test_names_through_rewritten_or_dropped_bytes_rejected),
 		cmocka_unit_test(test_replace_existing_entry),
 		cmocka_unit_test(test_byte_bound_and_hot_entry_survives_flood),
 		cmocka_unit_test(test_resolver_replay_does_not_make_a_flood_hot),
