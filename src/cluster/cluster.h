@@ -23,7 +23,8 @@
  *                                             endpoints when headless), CNAME
  *                                             (ExternalName)
  *   <host>.<svc>.<ns>.svc.<zone>              A/AAAA of one headless endpoint
- *                                             (hostname, else its dashed IP)
+ *                                             (hostname if it is a DNS label,
+ *                                             else its dashed IP)
  *   _<port>._<proto>.<svc>.<ns>.svc.<zone>    SRV for named ports
  *   <a-b-c-d>.<ns>.pod.<zone>                 A/AAAA per cluster.pods
  *   <reversed IP>.in-addr.arpa / ip6.arpa     PTR for ClusterIPs and ready

@@ -301,17 +301,22 @@ static size_t count_serving(const struct cluster_service *s)
 	return n;
 }
 
-/* <hostname or dashed IP>.<svc>...: the endpoint's own name. */
+/*
+ * <hostname or dashed IP>.<svc>...: the endpoint's own name; the dashed IP
+ * also for a hostname that is no DNS label (the API server checks them, so
+ * only a broken one sends such). 0 when not even that name fits.
+ */
 static size_t endpoint_owner(const struct cluster_endpoint *e, const uint8_t *svc_owner,
 			     uint8_t out[DNS_MAX_NAME])
 {
 	char dashed[64];
 	const char *labels[] = {e->hostname, NULL};
+	size_t len = e->hostname[0] ? cluster_name(out, svc_owner, labels) : 0;
 
-	if (!e->hostname[0]) {
-		cluster_dashed_ip(&e->ips[0], dashed);
-		labels[0] = dashed;
-	}
+	if (len)
+		return len;
+	cluster_dashed_ip(&e->ips[0], dashed);
+	labels[0] = dashed;
 	return cluster_name(out, svc_owner, labels);
 }
 
@@ -329,12 +334,15 @@ static void build_headless(const struct cluster_service *s, const uint8_t *owner
 			if (!endpoint_serves(s, e) || !e->n_ips)
 				continue;
 			ep_len = endpoint_owner(e, owner, ep);
+			if (!ep_len)
+				r->failed = true; /* its address still counts for the Service */
 			for (size_t j = 0; j < e->n_ips; j++) {
 				recs_add(r, owner, owner_len, ip_type(&e->ips[j]), e->ips[j].addr,
 					 ip_len(&e->ips[j]));
-				add_address(r, ptrs, ep, ep_len, &e->ips[j]);
+				if (ep_len) /* no PTR or SRV to a name that is not there */
+					add_address(r, ptrs, ep, ep_len, &e->ips[j]);
 			}
-			for (size_t j = 0; j < sl->n_ports; j++)
+			for (size_t j = 0; ep_len && j < sl->n_ports; j++)
 				add_srv(r, &sl->ports[j], weight, owner, ep, ep_len);
 		}
 	}

@@ -236,6 +236,39 @@ static void test_headless_srv_names_each_endpoint(void **state)
 	assert_int_equal(r.count[3], 2);
 }
 
+/* Kubernetes checks endpoint hostnames, but one that is no DNS label (from
+ * a broken or hostile API server) must not leave records without a name:
+ * such an endpoint is named by its dashed IP, as one without a hostname. */
+static void test_endpoint_hostname_that_is_no_label_falls_back_to_the_dashed_ip(void **state)
+{
+	struct cluster *c = *state;
+	struct reply r;
+	uint8_t target[DNS_MAX_NAME];
+	size_t pos;
+
+	UPSERT(cluster_slice_upsert, c,
+	       "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+	       "\"metadata\":{\"name\":\"web-2\",\"namespace\":\"prod\","
+	       "\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+	       "\"endpoints\":[{\"addresses\":[\"10.1.0.9\"],\"conditions\":{\"ready\":true},"
+	       "\"hostname\":\"web 9!\"}],"
+	       "\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}]}");
+	ask(c, "9.0.1.10.in-addr.arpa", DNS_T_PTR, &r);
+	assert_int_equal(r.count[1], 1);
+	pos = (size_t)(r.rr[0].rdata - r.buf);
+	assert_true(dns_name_read(r.buf, r.len, &pos, target, true) > 0);
+	assert_memory_equal(target, wire("10-1-0-9.web.prod.svc.cluster.local"), dns_name_len(target));
+	ask(c, "10-1-0-9.web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.9"));
+	ask(c, "_http._tcp.web.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(r.count[1], 3);
+	for (size_t i = 0; i < r.count[1]; i++) {
+		assert_true(r.rr[i].rdlen > 6);
+		pos = (size_t)(r.rr[i].rdata + 6 - r.buf);
+		assert_true(dns_name_read(r.buf, r.len, &pos, target, true) > 0);
+	}
+}
+
 static void test_publish_not_ready_addresses_is_honoured(void **state)
 {
 	struct cluster *c = *state;
@@ -753,6 +786,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_named_ports_get_srv_with_target_addresses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_service_lists_ready_endpoints, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_srv_names_each_endpoint, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_endpoint_hostname_that_is_no_label_falls_back_to_the_dashed_ip,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_publish_not_ready_addresses_is_honoured, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watched_service_reports_ready_endpoints_on_change,
 						setup, teardown),
