@@ -120,19 +120,7 @@
 #include <string.h>
 #include <urcu/urcu-memb.h>
 
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-/* ThreadSanitizer cannot see RCU grace periods (liburcu is not
- * instrumented). Model them: every reader and writer "releases" this one
- * object when done with entries; the free callback, which runs after a
- * grace period, "acquires" it. That is exactly the ordering RCU provides. */
-static char tsan_grace;
-#define TSAN_GRACE_RELEASE() __tsan_release(&tsan_grace)
-#define TSAN_GRACE_ACQUIRE() __tsan_acquire(&tsan_grace)
-#else
-#define TSAN_GRACE_RELEASE() ((void)0)
-#define TSAN_GRACE_ACQUIRE() ((void)0)
-#endif
+#include "util/tsan.h" /* readers release, frees after a grace period acquire */
 
 #define MAX_SHARDS 64
 #define SHARD_MIN_BYTES (64 * 1024)

@@ -12,6 +12,8 @@
 
 #include <string.h>
 
+#include "util/tsan.h"
+
 static const struct cluster_node *lookup(const struct cluster *c, const uint8_t *name)
 {
 	return cluster_find(c, name, dns_name_len(name));
@@ -152,8 +154,8 @@ static enum cluster_result answer_reverse(const struct cluster *c, const struct 
 	return CLUSTER_ANSWERED;
 }
 
-enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
-				   struct dns_writer *w, struct cluster_chase *chase)
+static enum cluster_result answer(const struct cluster *c, const struct dns_query *q,
+				  struct dns_writer *w, struct cluster_chase *chase)
 {
 	chase->n = 0;
 	if (dns_name_is_subdomain(q->qname, c->apex)) {
@@ -165,6 +167,15 @@ enum cluster_result cluster_answer(const struct cluster *c, const struct dns_que
 	    atomic_load_explicit(&c->synced, memory_order_acquire))
 		return answer_reverse(c, q, w);
 	return CLUSTER_NOT_LOCAL;
+}
+
+enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
+				   struct dns_writer *w, struct cluster_chase *chase)
+{
+	enum cluster_result r = answer(c, q, w, chase);
+
+	TSAN_GRACE_RELEASE(); /* done with the nodes (query_handle, with the chase targets) */
+	return r;
 }
 
 const uint8_t *cluster_zone(const struct cluster *c)
