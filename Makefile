@@ -50,7 +50,7 @@ DEPS := gcc make pkg-config git \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 
-.PHONY: all deps run test unit integration sanitize fuzz bench image image-test clean chart deploy
+.PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean chart deploy
 
 all: $(BIN) $(KUBE_DUMP)
 
@@ -131,7 +131,7 @@ run: deps
 	$(BIN) --config deploy/examples/local.yaml
 
 test: deps
-	$(MAKE) fuzz sanitize unit integration
+	$(MAKE) fuzz sanitize tsan unit integration
 
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
@@ -173,6 +173,24 @@ fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
 
 FORCE:
+
+# ThreadSanitizer over the tests that run the cache, the upstream hand-off
+# (request and completion rings) and the cluster table on several threads
+# at once, built by the rules above into $(TSAN_BUILD) with GCC's
+# -fsanitize=thread. liburcu is not instrumented: src/util/tsan.h tells TSan
+# what RCU guarantees, and tests/tsan/suppressions.txt names the races
+# inside liburcu's own hand-offs (-Wno-tsan: TSan does not model the
+# cache's two atomic_thread_fence calls, which order atomics only).
+TSAN_BUILD := $(BUILD)/tsan
+TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster
+TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
+TSAN_ENV   := TSAN_OPTIONS="halt_on_error=1 history_size=4 \
+	      suppressions=$(abspath tests/tsan/suppressions.txt)"
+
+tsan:
+	$(MAKE) BUILD=$(TSAN_BUILD) OPTFLAGS="-O1 -g -Wno-tsan" SANITIZE="-fsanitize=thread" \
+	    $(TSAN_BIN)
+	$(TSAN_ENV) tests/unit/run.sh $(TSAN_BIN)
 
 bench: $(BIN) $(BENCH_TOOLS)
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
