@@ -1,15 +1,17 @@
 /*
  * libFuzzer target for the Kubernetes objects -> cluster table path: the
- * input is a watch stream as the API server sends it, one {"type",
- * "object"} JSON event per line. It goes through the client's own line
- * splitter (kube/lines.c, fed in uneven chunks) and json-c with the
- * client's depth limit, then each event to the model (src/cluster/) the
- * way the Kubernetes client and cluster/feed.c hand it over: ADDED and
+ * input is what the API server sends, read the way the Kubernetes client
+ * (kube/client.c) reads it and handed to the model (src/cluster/) the way
+ * cluster/feed.c does. A LIST page ({"kind": "ServiceList", "items": [...]})
+ * is parsed incrementally as its chunks arrive and every item upserted;
+ * anything else is a watch stream, one {"type", "object"} event per line,
+ * split by the client's own line splitter (kube/lines.c): ADDED and
  * MODIFIED upsert, DELETED removes, ERROR or a line that is not an event
- * ends the stream. The object's kind picks the resource (as the informer
- * it came from would); an unknown kind goes to one by the line's number,
- * so objects also reach a resource they are not. The table's mode for
- * pods (disabled, insecure, verified) follows the input's length.
+ * ends the stream. Chunks are of uneven sizes; json-c has the client's
+ * depth limit. The list's or the object's kind picks the resource (as the
+ * informer it came from would); without a known kind the item's or line's
+ * number does, so objects also reach a resource they are not. The table's
+ * mode for pods (disabled, insecure, verified) follows the input's length.
  *
  * After the stream the table is synced and every name in it is asked for
  * every type the specification answers; then every object is removed.
@@ -152,18 +154,65 @@ static int take_line(void *ctx, const char *line, size_t len)
 	return 0;
 }
 
-/* The input in chunks of uneven sizes, as a stream arrives. */
-static void feed(struct stream *s, const uint8_t *data, size_t size)
+/* The next chunk of uneven size, as a response arrives; 0 at the end. */
+static size_t next_chunk(size_t size, size_t off, size_t *step)
+{
+	size_t n = size - off < *step ? size - off : *step;
+
+	*step = *step * 3 % 509 + 1;
+	return n;
+}
+
+/* A LIST page's items (client.c, feed_body and take_list_page); false when
+ * the input is no JSON object with an items array. */
+static bool take_list(struct stream *s, const uint8_t *data, size_t size)
+{
+	static const char *const kinds[KUBE_N_RESOURCES] = {"ServiceList", "EndpointSliceList",
+							    "NamespaceList", "PodList"};
+	struct json_object *page = NULL, *items;
+	size_t step = 1 + size % 251;
+
+	json_tokener_reset(tok);
+	for (size_t off = 0, n; !page && (n = next_chunk(size, off, &step)) > 0; off += n) {
+		page = json_tokener_parse_ex(tok, (const char *)data + off, (int)n);
+		if (!page && json_tokener_get_error(tok) != json_tokener_continue)
+			return false;
+	}
+	if (!page || !json_object_object_get_ex(page, "items", &items) ||
+	    !json_object_is_type(items, json_type_array)) {
+		json_object_put(page);
+		return false;
+	}
+	const char *kind = json_string_at(page, "kind");
+	int list_res = -1;
+	for (int r = 0; kind && r < KUBE_N_RESOURCES; r++)
+		if (strcmp(kind, kinds[r]) == 0)
+			list_res = r;
+	for (size_t i = 0; i < json_object_array_length(items); i++) {
+		struct json_object *obj = json_object_array_get_idx(items, i);
+		struct json_object *meta = json_object_at(obj, "metadata");
+		const char *name = meta ? json_string_at(meta, "name") : NULL;
+		const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+		enum kube_resource r = list_res >= 0 ? (enum kube_resource)list_res
+						     : resource_of(obj, (unsigned)i);
+		upsert(s->c, r, obj);
+		if (name && *name)
+			remember(s, r, ns ? ns : "", name);
+	}
+	json_object_put(page);
+	return true;
+}
+
+/* A watch stream, its lines split as the chunks arrive. */
+static void take_watch(struct stream *s, const uint8_t *data, size_t size)
 {
 	struct kube_lines lines;
 	size_t step = 1 + size % 251;
 
 	kube_lines_init(&lines, EVENT_MAX);
-	for (size_t off = 0; off < size && !s->stopped; off += step, step = step * 3 % 509 + 1) {
-		size_t n = size - off < step ? size - off : step;
+	for (size_t off = 0, n; !s->stopped && (n = next_chunk(size, off, &step)) > 0; off += n)
 		if (kube_lines_feed(&lines, (const char *)data + off, n, take_line, s) < 0)
 			break;
-	}
 	kube_lines_free(&lines);
 }
 
@@ -312,7 +361,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(s.c);
 	cluster_watch_endpoints(s.c, "prod", "db", on_endpoints, NULL);
 	cluster_stats(s.c, &empty);
-	feed(&s, data, size);
+	if (!take_list(&s, data, size))
+		take_watch(&s, data, size);
 	cluster_set_synced(s.c);
 	read_everything(s.c);
 

@@ -3,7 +3,7 @@
 sources, so every seed is an input some real peer sends or some real file
 holds. Run as root from the repository (NSD is started on loopback):
 
-    tests/fuzz/make_seeds.py
+    tests/fuzz/make_seeds.py [cache|handle|cluster|config]...   (default: all)
 
   seeds/cache/     replies of NSD (the integration tests' authority) serving
                    the committed zones, secure.example. signed: answers,
@@ -15,10 +15,11 @@ holds. Run as root from the repository (NSD is started on loopback):
   seeds/handle/    queries for the names fuzz_handle's tables hold (static,
                    cluster, cache, autopath candidates, CHAOS) and for the
                    protocol rules (AXFR, ANY, EDNS, cookies, other classes).
-  seeds/cluster/   watch streams as the API server writes them: one
-                   {"type", "object"} event per line, objects from the fake
-                   API server's builders (tests/kube/fakeapi.py), with the
-                   fields the real server fills in.
+  seeds/cluster/   what the API server sends: LIST pages (items without
+                   kind, as the real server writes them) and watch streams
+                   (one {"type", "object"} event per line), objects from the
+                   fake API server's builders (tests/kube/fakeapi.py), with
+                   the fields the real server fills in.
   seeds/config/    the shipped configs (deploy/examples, deploy/vm, the
                    chart's ConfigMap in deploy/kubernetes/localdns.yaml) and
                    the integration tests' standard config.
@@ -202,6 +203,21 @@ def stream(*events):
     return "".join(event_line(t, o, 100 + i) for i, (t, o) in enumerate(events))
 
 
+def list_page(kind, objs, cont=None):
+    """A LIST page: kind "<Kind>List", items without kind and apiVersion."""
+    items = []
+    for i, obj in enumerate(objs):
+        item = json.loads(event_line("ADDED", obj, 200 + i))["object"]
+        del item["kind"], item["apiVersion"]
+        items.append(item)
+    meta = {"resourceVersion": "300"}
+    if cont:
+        meta["continue"] = cont
+        meta["remainingItemCount"] = 7
+    return json.dumps({"kind": kind + "List", "apiVersion": "v1", "metadata": meta,
+                       "items": items}, separators=(",", ":"))
+
+
 def cluster_seeds():
     d = fresh_dir("cluster")
     ns_prod = fakeapi.namespace("prod")
@@ -255,7 +271,13 @@ def cluster_seeds():
           stream(("ADDED", ns_prod), ("ADDED", ns_team), ("ADDED", svc_db),
                  ("ADDED", svc_headless), ("ADDED", svc_ext), ("ADDED", slice_web),
                  ("ADDED", slice_v6), ("ADDED", pod), ("ADDED", pod_done)))
-    print("cluster: %d watch streams" % len(os.listdir(d)))
+    write(d, "list-namespaces", list_page("Namespace", [ns_prod, ns_team]))
+    write(d, "list-services", list_page("Service", [svc_db, svc_headless, svc_ext],
+                                        cont="eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MzAwfQ"))
+    write(d, "list-endpointslices", list_page("EndpointSlice", [slice_web, slice_v6]))
+    write(d, "list-pods", list_page("Pod", [pod, pod_done]))
+    write(d, "list-empty", list_page("Service", []))
+    print("cluster: %d LIST pages and watch streams" % len(os.listdir(d)))
 
 
 # ---------------------------------------------------------------- config
@@ -286,10 +308,12 @@ def config_seeds():
 
 
 def main():
-    cache_seeds()
-    handle_seeds()
-    cluster_seeds()
-    config_seeds()
+    makers = {"cache": cache_seeds, "handle": handle_seeds, "cluster": cluster_seeds,
+              "config": config_seeds}
+    for name in sys.argv[1:] or makers:
+        if name not in makers:
+            raise SystemExit("usage: make_seeds.py [%s]..." % "|".join(makers))
+        makers[name]()
     harness.cleanup_all()
 
 
