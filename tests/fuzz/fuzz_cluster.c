@@ -13,7 +13,7 @@
  * number does, so objects also reach a resource they are not. The table's
  * mode for pods (disabled, insecure, verified) follows the input's length.
  *
- * After the stream the table is synced and every name in it is asked for
+ * After the input the table is synced and every name in it is asked for
  * every type the specification answers; then every object is removed.
  * ASan/UBSan catch memory errors and leaks (nothing may outlive
  * cluster_free); the checks catch a record the table holds or a reply it
