@@ -184,6 +184,8 @@ FORCE:
 TSAN_BUILD := $(BUILD)/tsan
 TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster
 TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
+# history_size=4: TSan keeps enough history to restore the stack of an old
+# access (a suppression can only match a stack it has).
 TSAN_ENV   := TSAN_OPTIONS="halt_on_error=1 history_size=4 \
 	      suppressions=$(abspath tests/tsan/suppressions.txt)"
 
