@@ -26,8 +26,9 @@
  *                                             endpoints when headless), SRV
  *                                             (every port), CNAME (ExternalName)
  *   <ep>.<svc>.<ns>.svc.<zone>                A/AAAA of one endpoint address,
- *                                             any kind of Service (hostname,
- *                                             pod name, else its dashed IP)
+ *                                             any kind of Service (hostname
+ *                                             if it is a DNS label, pod name,
+ *                                             else its dashed IP)
  *   _<port>._<proto>.<svc>.<ns>.svc.<zone>    SRV for named ports
  *   <a-b-c-d>.<ns>.pod.<zone>                 A/AAAA per cluster.pods
  *   <reversed IP>.in-addr.arpa / ip6.arpa     PTR for ClusterIPs and ready
