@@ -411,7 +411,7 @@ static void stop_threads(struct control *ctl)
 int control_start(struct control *ctl, struct daemon *d, unsigned first_producer, char *err,
 		  size_t errlen)
 {
-	char name[16];
+	char name[24]; /* privs_thread_create keeps the kernel's 15 characters */
 
 	if (!ctl)
 		return 0;
