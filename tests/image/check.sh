@@ -22,8 +22,8 @@
 #     trust anchor, puts its address on lo and its nftables table in place,
 #     binds port 53 (a privileged port, through its file capabilities),
 #     answers a static name, holds no capability but NET_ADMIN and
-#     NET_BIND_SERVICE, and answers the image's own `localdns ctl stats` and
-#     `ctl lookup` (text and --json) on its control socket; it exits 0 on
+#     NET_BIND_SERVICE, and answers the image's own `localdns ctl stats`
+#     (text and --json) and `ctl lookup` on its control socket; it exits 0 on
 #     SIGTERM, leaving the address and table (nftables.teardown is off);
 #   - the image's `localdns cleanup` then removes both.
 #
@@ -249,6 +249,15 @@ check_ctl() {
 		fail "ctl stats does not count the query answered: $stats"
 	expect_equal "$(stat_value "$stats" control_lookups)" 0 "control_lookups before ctl lookup"
 	ok "localdns ctl stats counts $(stat_value "$stats" queries) queries, answered from static records"
+	# json-c in the image: the same counters, one JSON document
+	out=$(in_image /usr/bin/localdns ctl --json stats) || fail "localdns ctl --json stats failed in the image"
+	python3 -c '
+import json, sys
+doc = json.loads(sys.argv[1])
+text = [line.split(" ") for line in sys.argv[2].split("\n")]
+sys.exit(list(doc.items()) != [(name, int(value)) for name, value in text])' "$out" "$stats" ||
+		fail "ctl --json stats printed $out, not the text's counters"
+	ok "localdns ctl --json stats: the same counters as JSON"
 
 	out=$(in_image /usr/bin/localdns ctl lookup image.smoke.example) ||
 		fail "localdns ctl lookup failed in the image"
