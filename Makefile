@@ -213,9 +213,10 @@ bench: $(BIN) $(BENCH_TOOLS)
 # The container image, built from the Dockerfile with buildah (root, no Docker
 # engine) on a bookworm base that debootstrap makes from the Debian mirror and
 # tests/image/base.sh caches in build/image/. `make image-test` builds it, then
-# checks it and runs the daemon from it (tests/image/check.sh). Neither is
-# part of `make test`; IMAGE_SOURCE sets the image's source label.
-IMAGE_DEPS   := buildah debootstrap libcap2-bin iproute2 dnsutils python3
+# checks it (size, contents, package list) and runs the daemon, ctl and cleanup
+# from it (tests/image/check.sh). Neither is part of `make test`; IMAGE_SOURCE
+# sets the image's source label.
+IMAGE_DEPS   := buildah debootstrap libcap2-bin iproute2 dnsutils nftables python3
 IMAGE        ?= localhost/localdns:$(VERSION)
 IMAGE_BASE   ?= localhost/debian:bookworm
 IMAGE_SOURCE ?=
