@@ -27,6 +27,10 @@
 #     the same pinning and the same runs; then build/bench/bare_responder
 #     (tests/bench/bare_responder.c, a canned reply the size of localdns's)
 #     the same way: the brief's 100% line.
+#   - Then localdns (still up, idle meanwhile) and the bare responder take
+#     turns: $BENCH_ROUNDS (3) max-rate runs of $BENCH_ROUND_SECS (5) s each,
+#     so each round's ratio compares two runs seconds apart (lib.sh,
+#     alternate_rounds).
 # Then the "Static answers" block of docs/performance.md is rewritten with
 # the figures, date, machine and commit (BENCH_NO_DOC=1 leaves it alone).
 #
@@ -84,7 +88,7 @@ echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES names, w
 measure_and_report "$PORT" localdns "$LPID"
 L_ANSWERS=$ANSWERS_TEXT
 read -r -a L < <(figures)
-bench_stop "$LPID"
+# localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
 UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
@@ -116,6 +120,9 @@ fi
 
 # ------------------------------------------------------------------ bare responder
 measure_bare
+alternate_rounds "$PORT" "$LPID"
+bench_stop "$BARE_PID"
+bench_stop "$LPID"
 
 bench_ratio
 
@@ -125,6 +132,7 @@ bench_doc_meta
 NOTES=("- Answers in the dnsgen runs: localdns $L_ANSWERS.")
 [ -z "$U_ANSWERS" ] || NOTES+=("- Unbound: $U_ANSWERS.")
 [ -z "$B_ANSWERS" ] || NOTES+=("- Bare responder: $B_ANSWERS.")
+[ -z "$ROUNDS_TEXT" ] || NOTES+=("- Then $ROUNDS_TEXT.")
 bench_write_doc static-answers "$NAMES names, A/AAAA mix" \
 	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, local-data)" \
 	"${NOTES[@]}"
