@@ -50,7 +50,41 @@ struct zone_table {
 	size_t n_authorities;
 };
 
-uint32_t zone_hash_name(const uint8_t *name, size_t len);
+/*
+ * The table's hash of a lower-cased wire name, eight bytes at a time (the
+ * last eight may overlap the ones before; the length is mixed in first, so
+ * that does not make two names equal), then a 64-bit finaliser
+ * (MurmurHash3's fmix64) for an even spread. The keys are the operator's
+ * names and the table is at most half full, so a client choosing query
+ * names can only pick which slot it starts at, not lengthen a probe: no
+ * secret key is needed, unlike the cache's and the cluster table's. It
+ * replaced byte-at-a-time FNV-1a, a tenth of a static answer's instructions.
+ */
+static inline uint32_t zone_hash_name(const uint8_t *name, size_t len)
+{
+	const uint64_t k = 0x9e3779b97f4a7c15ull;
+	uint64_t h = (uint64_t)len * k, w;
+
+	if (len >= 8) {
+		for (size_t i = 0; i + 8 < len; i += 8) {
+			memcpy(&w, name + i, 8);
+			h = (h ^ w) * k;
+			h ^= h >> 32;
+		}
+		memcpy(&w, name + len - 8, 8);
+	} else {
+		w = 0;
+		for (size_t i = 0; i < len; i++)
+			w |= (uint64_t)name[i] << (8 * i);
+	}
+	h = (h ^ w) * k;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return (uint32_t)h;
+}
 
 static inline const struct zone_node *zone_find(const struct zone_table *t,
 						const uint8_t *name, size_t len)

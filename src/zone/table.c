@@ -18,11 +18,6 @@
 
 #define INITIAL_SLOTS 64
 
-uint32_t zone_hash_name(const uint8_t *name, size_t len)
-{
-	return (uint32_t)dns_name_hash(name, len);
-}
-
 struct zone_builder *zone_builder_new(void)
 {
 	struct zone_table *t = calloc(1, sizeof *t);
