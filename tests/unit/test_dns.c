@@ -1033,11 +1033,12 @@ static void test_response_rollback_inside_rdata(void **state)
 		size_t limit = 12 + 13 + 4 + 2 + 10 + spare;
 		for (int section = DNS_SEC_ANSWER; section <= DNS_SEC_ADDITIONAL; section++) {
 			dns_response_begin(&w, out, limit, &q, DNS_R_NOERROR);
-			uint8_t ncomp = w.ncomp;
 			assert_false(dns_response_add_rr(&w, (enum dns_section)section, NULL,
 							 DNS_T_MX, DNS_C_IN, 60, mx, mxlen));
 			assert_int_equal(w.len, w.question_end);
-			assert_int_equal(w.ncomp, ncomp);
+			/* no name of the partial record is a target; the question's
+			 * two labels, added when the first name was written, stay */
+			assert_int_equal(w.ncomp, w.comp_question ? 2 : 0);
 			assert_int_equal(w.truncated, section != DNS_SEC_ADDITIONAL);
 			size_t len = dns_response_finish(&w, 512);
 			struct msg_view *v = read_msg(out, len);
