@@ -50,21 +50,7 @@ ZONE=bench.example
 bench_init cache_qps
 
 # ------------------------------------------------------------------ data
-python3 - "$TMP" "$NAMES" "$ZONE" <<'EOF'
-import random, sys
-tmp, n, zone = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-names = ["h%05d" % i for i in range(n)]
-with open(tmp + "/zone.txt", "w") as f:
-    f.write("$ORIGIN %s.\n$TTL 86400\n" % zone)
-    f.write("@ IN SOA ns.%s. hostmaster.%s. 1 3600 600 86400 86400\n" % (zone, zone))
-    f.write("@ IN NS ns\nns IN A 127.0.0.1\n")
-    for i, nm in enumerate(names):
-        f.write("%s IN A 10.%d.%d.%d\n" % (nm, i // 65536, (i // 256) % 256, i % 256))
-qs = ["%s.%s A" % (nm, zone) for nm in names]
-random.Random(42).shuffle(qs)
-with open(tmp + "/queries.txt", "w") as f:
-    f.write("\n".join(qs) + "\n")
-EOF
+python3 "$HERE/mixes.py" cache "$TMP" "$NAMES"
 PROBE=$(head -1 "$TMP/queries.txt")
 
 # ------------------------------------------------------------------ NSD

@@ -54,37 +54,7 @@ EXPECTATIONS=1
 bench_init search_qps
 
 # ------------------------------------------------------------------ data
-python3 - "$TMP" "$NAMES" <<'EOF'
-import random, sys
-tmp, n = sys.argv[1], int(sys.argv[2])
-names = ["h%04d.bench.example" % i for i in range(n)]
-with open(tmp + "/bench.zone", "w") as f:
-    f.write("$ORIGIN bench.example.\n$TTL 86400\n")
-    f.write("@ IN SOA ns.bench.example. hostmaster.bench.example. 1 3600 600 86400 3600\n")
-    f.write("@ IN NS ns\nns IN A 127.0.0.1\n")
-    for i, nm in enumerate(names):
-        f.write("%s IN A 10.%d.%d.%d\n" % (nm.split(".")[0], i // 65536, (i // 256) % 256, i % 256))
-        f.write("%s IN AAAA fd00::%x\n" % (nm.split(".")[0], i + 1))
-with open(tmp + "/corp.zone", "w") as f:
-    f.write("$ORIGIN corp.internal.\n$TTL 86400\n")
-    f.write("@ IN SOA ns.corp.internal. hostmaster.corp.internal. 1 3600 600 86400 3600\n")
-    f.write("@ IN NS ns\nns IN A 127.0.0.1\n")
-random.Random(42).shuffle(names)
-GROUP = 32
-lines = []
-for g in range(0, n, GROUP):
-    group = [(nm, "ns-%02d" % ((g + j) % 10)) for j, nm in enumerate(names[g:g + GROUP])]
-    for step in range(6):
-        for nm, ns in group:
-            suffix = ["%s.svc.cluster.local" % ns, "svc.cluster.local", "cluster.local",
-                      "c.corp.internal", "corp.internal", None][step]
-            q = "%s.%s" % (nm, suffix) if suffix else nm
-            rcode = "NXDOMAIN" if suffix else "NOERROR"
-            for t in ("A", "AAAA"):
-                lines.append("%s %s %s\n" % (q, t, rcode))
-with open(tmp + "/queries.txt", "w") as f:
-    f.writelines(lines)
-EOF
+python3 "$HERE/mixes.py" search "$TMP" "$NAMES"
 QUERY_COUNT=$(wc -l <"$TMP/queries.txt")
 # An answered name: wait_answer looks for a non-empty answer.
 PROBE=$(awk '$3 == "NOERROR" {print $1, $2; exit}' "$TMP/queries.txt")

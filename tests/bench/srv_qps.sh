@@ -38,68 +38,13 @@ BIN=${1:?usage: srv_qps.sh BIN}
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 SERVICES=${BENCH_SRV_SERVICES:-2500}
-HEADLESS=${BENCH_SRV_HEADLESS:-500}
 EXPECTATIONS=1
 # shellcheck source=tests/bench/lib.sh
 . "$HERE/lib.sh"
 bench_init srv_qps
 
 # ------------------------------------------------------------------ data
-python3 - "$TMP" "$SERVICES" "$HEADLESS" <<'EOF'
-import random, sys
-tmp, services, headless = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-Z = "svc.cluster.local"
-records, unbound, shapes = [], [], {}
-
-def srv(owner, targets):
-    records.append("- {name: %s, srv: [%s]}\n" % (owner, ", ".join(
-        "{priority: 0, weight: %d, port: %d, target: %s}" % (w, p, t) for w, p, t in targets)))
-    for w, p, t in targets:
-        unbound.append('  local-data: "%s. 5 IN SRV 0 %d %d %s."\n' % (owner, w, p, t))
-
-def a(owner, addrs):
-    records.append("- {name: %s, a: [%s]}\n" % (owner, ", ".join(addrs)))
-    for x in addrs:
-        unbound.append('  local-data: "%s. 5 IN A %s"\n' % (owner, x))
-
-def ask(shape, name, qtype):
-    shapes.setdefault(shape, []).append("%s %s NOERROR\n" % (name, qtype))
-
-for i in range(services):
-    svc = "svc-%04d.ns-%02d.%s" % (i, i % 10, Z)
-    a(svc, ["10.96.%d.%d" % (i // 256, i % 256)])
-    srv("_http._tcp." + svc, [(100, 80, svc)])
-    srv("_https._tcp." + svc, [(100, 443, svc)])
-    ask("svc", svc, "A")
-    ask("http", "_http._tcp." + svc, "SRV")
-    ask("https", "_https._tcp." + svc, "SRV")
-for i in range(headless):
-    hl = "hl-%03d.ns-%02d.%s" % (i, i % 10, Z)
-    eps = ["10.%d.%d.%d" % (128 + i // 256, i % 256, k + 1) for k in range(3)]
-    a(hl, eps)
-    ask("hl", hl, "A")
-    for k, ip in enumerate(eps):
-        a("ep-%d.%s" % (k, hl), [ip])
-        ask("ep", "ep-%d.%s" % (k, hl), "A")
-    srv("_http._tcp." + hl, [(33, 8080, "ep-%d.%s" % (k, hl)) for k in range(3)])
-    ask("hlsrv", "_http._tcp." + hl, "SRV")
-
-with open(tmp + "/records.yaml", "w") as f:
-    f.writelines(records)
-with open(tmp + "/unbound-data.conf", "w") as f:
-    f.write('  local-zone: "cluster.local." static\n')
-    f.writelines(unbound)
-rng = random.Random(42)
-blocks = []
-for shape in sorted(shapes):
-    qs = shapes[shape]
-    rng.shuffle(qs)
-    blocks += [qs[j:j + 16] for j in range(0, len(qs), 16)]
-rng.shuffle(blocks)
-with open(tmp + "/queries.txt", "w") as f:
-    for b in blocks:
-        f.writelines(b)
-EOF
+python3 "$HERE/mixes.py" srv "$TMP" "$SERVICES"
 QUERY_COUNT=$(wc -l <"$TMP/queries.txt")
 SRV_COUNT=$(awk '$2 == "SRV"' "$TMP/queries.txt" | wc -l)
 PROBE=$(awk '$2 == "SRV" {print $1, $2; exit}' "$TMP/queries.txt")

@@ -49,26 +49,7 @@ NAMES=${BENCH_NAMES:-1000}
 bench_init static_qps
 
 # ------------------------------------------------------------------ data
-python3 - "$TMP" "$NAMES" <<'EOF'
-import random, sys
-tmp, n = sys.argv[1], int(sys.argv[2])
-names = ["svc-%04d.ns-%02d.svc.cluster.local" % (i, i % 50) for i in range(n)]
-def a(i):    return "10.%d.%d.%d" % (100 + i // 65536, (i // 256) % 256, i % 256)
-def aaaa(i): return "fd00::%x" % (i + 1)
-with open(tmp + "/records.yaml", "w") as f:
-    for i, nm in enumerate(names):
-        f.write('- {name: %s, ttl: 30s, a: ["%s"], aaaa: ["%s"]}\n' % (nm, a(i), aaaa(i)))
-with open(tmp + "/unbound-data.conf", "w") as f:
-    f.write('  local-zone: "cluster.local." static\n')
-    for i, nm in enumerate(names):
-        f.write('  local-data: "%s. 30 IN A %s"\n' % (nm, a(i)))
-        f.write('  local-data: "%s. 30 IN AAAA %s"\n' % (nm, aaaa(i)))
-pairs = [(nm, t) for nm in names for t in ("A", "AAAA")]
-random.Random(42).shuffle(pairs)
-with open(tmp + "/queries.txt", "w") as f:
-    for nm, t in pairs:
-        f.write("%s %s\n" % (nm, t))
-EOF
+python3 "$HERE/mixes.py" static "$TMP" "$NAMES"
 PROBE=$(head -1 "$TMP/queries.txt")
 
 # ------------------------------------------------------------------ localdns
