@@ -86,6 +86,7 @@ static void remember_name_offset(struct dns_writer *w, size_t off, size_t name_l
 	if (w->ncomp < DNS_COMPRESS_SLOTS && off <= MAX_POINTER) {
 		w->comp[w->ncomp] = (uint16_t)off;
 		w->comp_len[w->ncomp++] = (uint8_t)name_len;
+		w->comp_lens[name_len / 64] |= 1ull << (name_len % 64);
 	}
 }
 
@@ -96,6 +97,7 @@ static void remember_question_labels(struct dns_writer *w)
 	size_t len = w->q->qname_len;
 
 	w->ncomp = 0;
+	memset(w->comp_lens, 0, sizeof w->comp_lens);
 	for (size_t pos = 0; pos < len && name[pos] != 0; pos += 1 + name[pos])
 		remember_name_offset(w, DNS_HEADER_LEN + pos, len - pos);
 	w->comp_base = w->ncomp;
@@ -172,8 +174,12 @@ void dns_response_set_rcode(struct dns_writer *w, enum dns_rcode rcode)
 	w->rcode = (uint16_t)rcode; /* reaches the header in dns_response_finish */
 }
 
+/* The same bytes is the usual case (the client's question in lower case,
+ * or a name we wrote ourselves), so that is tried first. */
 static bool labels_equal_nocase(const uint8_t *a, const uint8_t *b, size_t n)
 {
+	if (memcmp(a, b, n) == 0)
+		return true;
 	for (size_t i = 0; i < n; i++)
 		if (ascii_lower(a[i]) != ascii_lower(b[i]))
 			return false;
@@ -220,6 +226,8 @@ static bool message_name_equals(const struct dns_writer *w, size_t off,
 static bool find_compression_target(const struct dns_writer *w, const uint8_t *suffix,
 				    size_t suffix_len, uint16_t *target)
 {
+	if (!(w->comp_lens[suffix_len / 64] & (1ull << (suffix_len % 64))))
+		return false;
 	for (uint8_t i = 0; i < w->ncomp; i++) {
 		if (w->comp_len[i] == suffix_len && message_name_equals(w, w->comp[i], suffix)) {
 			*target = w->comp[i];
