@@ -207,6 +207,8 @@ bench: $(BIN) $(BENCH_TOOLS)
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
+	tests/bench/search_qps.sh $(BIN)
+	tests/bench/srv_qps.sh $(BIN)
 	tests/bench/cluster_sync.py $(BIN)
 	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 
