@@ -123,6 +123,8 @@ struct options {
 	struct sockaddr_storage server;
 	socklen_t server_len;
 	char server_text[INET6_ADDRSTRLEN + 8];
+	struct sockaddr_storage source; /* AF_UNSPEC: the kernel picks */
+	socklen_t source_len;
 	const char *file;
 	uint64_t duration_ns;
 	uint64_t timeout_ns;
@@ -418,6 +420,11 @@ static bool open_socket(struct gen_socket *s, const struct options *opt)
 	int size = SOCKET_BUFFER;
 
 	s->fd = socket(opt->server.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->fd >= 0 && opt->source_len &&
+	    bind(s->fd, (const struct sockaddr *)&opt->source, opt->source_len) < 0) {
+		fprintf(stderr, "dnsgen: cannot send from the -S address: %s\n", strerror(errno));
+		return false;
+	}
 	if (s->fd < 0 || connect(s->fd, (const struct sockaddr *)&opt->server, opt->server_len) < 0) {
 		fprintf(stderr, "dnsgen: socket to %s: %s\n", opt->server_text, strerror(errno));
 		return false;
@@ -858,7 +865,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: dnsgen -d FILE [-s ADDR] [-p PORT] [-l SECONDS] [-Q QPS] [-q N] [-c N]\n"
-		"              [-t SECONDS] [-b N] [-n N] [-G]\n"
+		"              [-t SECONDS] [-b N] [-n N] [-G] [-S ADDR]\n"
 		"  -d FILE     queries, \"name TYPE\" per line (dnsperf's format), optionally\n"
 		"              followed by the reply expected: NOERROR, NODATA or NXDOMAIN\n"
 		"  -s ADDR     server IPv4 or IPv6 address (default 127.0.0.1)\n"
@@ -870,7 +877,8 @@ static void usage(FILE *f)
 		"  -t SECONDS  a query unanswered this long is lost (default 2)\n"
 		"  -b N        datagrams per sendmmsg/recvmmsg at most (default %d)\n"
 		"  -n N        stop after N queries (e.g. one pass over the file)\n"
-		"  -G          no UDP GSO: one datagram per message\n",
+		"  -G          no UDP GSO: one datagram per message\n"
+		"  -S ADDR     send from this address (a client of its own to the server)\n",
 		MAX_SOCKETS, MAX_BATCH);
 }
 
@@ -898,36 +906,42 @@ static bool parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out
 	return true;
 }
 
-static bool parse_server(struct options *o, const char *addr, uint64_t port)
+/* addr:port into ss; its length, or 0 when addr is no IP address. */
+static socklen_t parse_address(const char *addr, uint64_t port, struct sockaddr_storage *ss)
 {
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&o->server;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&o->server;
+	struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
 
-	memset(&o->server, 0, sizeof o->server);
+	memset(ss, 0, sizeof *ss);
 	if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1) {
 		v4->sin_family = AF_INET;
 		v4->sin_port = htons((uint16_t)port);
-		o->server_len = sizeof *v4;
-		snprintf(o->server_text, sizeof o->server_text, "%s:%" PRIu64, addr, port);
-	} else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
+		return sizeof *v4;
+	}
+	if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1) {
 		v6->sin6_family = AF_INET6;
 		v6->sin6_port = htons((uint16_t)port);
-		o->server_len = sizeof *v6;
-		snprintf(o->server_text, sizeof o->server_text, "[%s]:%" PRIu64, addr, port);
-	} else {
-		return false;
+		return sizeof *v6;
 	}
-	return true;
+	return 0;
+}
+
+static bool parse_server(struct options *o, const char *addr, uint64_t port)
+{
+	o->server_len = parse_address(addr, port, &o->server);
+	snprintf(o->server_text, sizeof o->server_text,
+		 o->server.ss_family == AF_INET6 ? "[%s]:%" PRIu64 : "%s:%" PRIu64, addr, port);
+	return o->server_len > 0;
 }
 
 static bool parse_options(struct options *o, int argc, char **argv)
 {
-	const char *addr = "127.0.0.1";
+	const char *addr = "127.0.0.1", *source = NULL;
 	uint64_t port = 53, outstanding = 500, sockets = 8, batch = MAX_BATCH;
 	int c;
 
 	*o = (struct options){.duration_ns = 10 * NS, .timeout_ns = 2 * NS, .gso = true};
-	while ((c = getopt(argc, argv, "d:s:p:l:Q:q:c:t:b:n:Gh")) != -1) {
+	while ((c = getopt(argc, argv, "d:s:p:l:Q:q:c:t:b:n:GS:h")) != -1) {
 		bool ok = true;
 
 		switch (c) {
@@ -942,6 +956,7 @@ static bool parse_options(struct options *o, int argc, char **argv)
 		case 'b': ok = parse_count(optarg, 1, MAX_BATCH, &batch); break;
 		case 'n': ok = parse_count(optarg, 1, UINT64_MAX, &o->limit); break;
 		case 'G': o->gso = false; break;
+		case 'S': source = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: ok = false;
 		}
@@ -957,6 +972,11 @@ static bool parse_options(struct options *o, int argc, char **argv)
 	}
 	if (!parse_server(o, addr, port)) {
 		fprintf(stderr, "dnsgen: -s %s is not an IP address\n", addr);
+		return false;
+	}
+	if (source && (!(o->source_len = parse_address(source, 0, &o->source)) ||
+		       o->source.ss_family != o->server.ss_family)) {
+		fprintf(stderr, "dnsgen: -S %s is not an IP address of the server's family\n", source);
 		return false;
 	}
 	o->outstanding = (unsigned)outstanding;

@@ -301,8 +301,8 @@ def dnsgen(env, port, queries, *args):
     [(name, type, expected reply)]; returns
     its key=value line as a dict (counts as ints, the rest as floats or
     text) and its stderr summary."""
-    qfile = os.path.join(env.tmp, "queries.txt")
-    with open(qfile, "w") as f:
+    fd, qfile = tempfile.mkstemp(prefix="queries-", suffix=".txt", dir=env.tmp)
+    with os.fdopen(fd, "w") as f:
         f.write("; comment lines and blank lines are skipped\n\n")
         f.write("".join(" ".join(q) + "\n" for q in queries))
     argv = [bench_tool(env, "dnsgen"), "-s", "127.0.0.1", "-p", str(port),

@@ -422,37 +422,53 @@ def test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers(env):
     # upstream.timeout, at most once per timeout: the held queries, and
     # RSS, stay bounded; every client gets SERVFAIL at its deadline, and new
     # names resolve as soon as the upstream answers again.
+    #
+    # Judged by counts, not by the machine's speed: two clients (each under
+    # its own waiter share) ask 6,000 new names in all, more than a context
+    # and the queue hold (1,024 + 2,048), and with a 6 s timeout nothing
+    # frees a place before the queue has overflowed, however slowly the
+    # names arrive (a context is renewed 6 s after it filled; a queued
+    # question waits for its client's 6 s deadline).
     sanitized = _sanitized(env.binary)
-    names, rate = (3000, 1500) if sanitized else (12000, 4000)  # 2-3 s: renewals may happen
+    per_client, rate = 3000, 1000
     with authority.Authority({"site.example.": SITE}) as up:
         proxy = SlowProxy(up.port, 0, drop=True)
         try:
             mport = harness.free_port()
-            # one client here: lift its own share (the hostile-client tests
-            # check that) to reach the resolver's limits
-            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "1s",
+            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "6s",
                                     "max_pending_per_client": 65535},
                           metrics={"listen": "127.0.0.1:%d" % mport})
             before = _rss_kib(d.proc.pid)
-            flood = [("f%06d.site.example" % i, "A") for i in range(names)]
-            r, summary = harness.dnsgen(env, d.port, flood, "-n", str(names), "-Q", str(rate),
-                                        "-l", "10", "-q", str(names), "-t", "3")
-            assert r["received"] == names and r["servfail"] == names, summary
-            assert r["p999_us"] < 1600000, "a client waited past timeout + 0.5 s: " + summary
+            results = {}
+
+            def client(source):
+                flood = [("%s-%05d.site.example" % (source.replace(".", "-"), i), "A")
+                         for i in range(per_client)]
+                results[source] = harness.dnsgen(
+                    env, d.port, flood, "-S", source, "-n", str(per_client), "-Q", str(rate),
+                    "-l", "10", "-q", str(per_client), "-t", "14")
+            clients = [threading.Thread(target=client, args=(s,)) for s in ("127.0.0.1", "127.0.0.2")]
+            for t in clients:
+                t.start()
+            for t in clients:
+                t.join()
+            for source in ("127.0.0.1", "127.0.0.2"):
+                r, summary = results[source]
+                assert r["received"] == per_client and r["servfail"] == per_client, summary
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
                 text = h.read().decode()
 
             def metric(name):
                 return float(re.search(r"(?m)^%s (\S+)$" % re.escape(name), text).group(1))
             assert metric("localdns_upstream_resolving") <= 2048, text
-            assert metric("localdns_upstream_context_renewals_total") >= 1, text
-            # more than two contexts take: the rest waited in the bounded
-            # queue, the longest-waiting given up for newer ones
-            assert metric('localdns_upstream_shed_total{reason="queue_full"}') > 0, text
+            assert metric("localdns_upstream_queued") <= 2048, text
             assert metric("localdns_upstream_flights") <= 8192, text
+            assert metric("localdns_upstream_context_renewals_total") >= 1, text
+            # the queue overflowed: its longest-waiting questions gave way
+            assert metric('localdns_upstream_shed_total{reason="queue_full"}') > 0, text
             grown = _rss_kib(d.proc.pid) - before
-            if not sanitized:  # 12,000 names held would be ~140 MiB
-                assert grown <= 64 * 1024, "RSS grew %d KiB" % grown
+            if not sanitized:  # 6,000 names held would be ~70 MiB
+                assert grown <= 48 * 1024, "RSS grew %d KiB" % grown
             assert "libunbound has too many queries running" in d.stderr(), d.tail()
             proxy.drop = False
             deadline = time.monotonic() + 8
@@ -486,15 +502,18 @@ def test_a_rate_limiting_upstream_costs_latency_not_answers(env):
     # still be answered, as Unbound answers it (tests/bench/ratelimit.py
     # compares the two; docs/performance.md). libunbound's library defaults
     # (16 outgoing ports, 2 TCP connections) answered about a third.
+    # Answers are what is judged: the client deadline (upstream.timeout)
+    # leaves room for a machine slowed by other work, so a slow run costs
+    # latency here too, not answers.
     sanitized = _sanitized(env.binary)
     rate, seconds = (400, 4) if sanitized else (1500, 5)
     with authority.Authority({"rl.example.": WILDCARD_ZONE}, rrl=True) as up:
         mport = harness.free_port()
-        d = forwarding(env, up, upstream={"timeout": "2s"},
+        d = forwarding(env, up, upstream={"timeout": "5s"},
                        metrics={"listen": "127.0.0.1:%d" % mport})
         names = [("n%06d.rl.example" % i, "A") for i in range(rate * seconds)]
-        r, summary = harness.dnsgen(env, d.port, names, "-Q", str(rate), "-l", str(seconds),
-                                    "-q", "500", "-t", "5")
+        r, summary = harness.dnsgen(env, d.port, names, "-n", str(len(names)), "-Q", str(rate),
+                                    "-l", "10", "-q", "2000", "-t", "8")
         assert r["noerror"] >= len(names) * 0.99, "answers collapsed: " + summary
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
             text = h.read().decode()
