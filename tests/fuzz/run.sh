@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: run.sh SECONDS BIN...
-# Runs each libFuzzer binary for SECONDS over its own corpus in
+# Runs each libFuzzer binary (FUZZ_JOBS at a time, default one per CPU)
+# for SECONDS over its own corpus in
 # build/fuzz/corpus-NAME (kept between runs, so coverage accumulates),
 # seeded from tests/fuzz/seeds/NAME/ (see make_seeds.py) and, for the
 # targets that take a query, a few DNS queries generated below.
@@ -36,14 +37,16 @@ write_seeds() {
 		>"$dir/seed-srv"
 }
 
-failed=()
-total_execs=0
-for bin in "$@"; do
+# One target: its corpus, its run, and its outcome in $out/NAME.result
+# ("ok EXECS" or "failed RC").
+fuzz_one() {
+	local bin=$1 name corpus crashes log rc execs
 	name=$(basename "$bin")
 	name=${name#fuzz_}
 	corpus=$out/corpus-$name
 	crashes=$out/crash-$name
 	log=$out/$name.log
+	rm -f "$out/$name.result"
 	mkdir -p "$corpus" "$crashes"
 	case $name in
 	query | handle) write_seeds "$corpus" ;;
@@ -58,13 +61,38 @@ for bin in "$@"; do
 		-artifact_prefix="$crashes/" "$corpus" >"$log" 2>&1 </dev/null
 	rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-	total_execs=$((total_execs + ${execs:-0}))
 	if [ "$rc" -ne 0 ]; then
-		tail -n 40 "$log"
-		echo "fuzz: $name FAILED (exit $rc), inputs in $crashes/"
-		failed+=("$name")
+		echo "failed $rc" >"$out/$name.result"
 	else
-		echo "fuzz: $name ok, ${execs:-?} executions"
+		echo "ok ${execs:-0}" >"$out/$name.result"
+	fi
+}
+
+# FUZZ_JOBS targets at a time (default: one per CPU), so CI pays for
+# SECONDS x targets / CPUs of wall time, not SECONDS x targets.
+jobs=${FUZZ_JOBS:-$(nproc)}
+mkdir -p "$out"
+for bin in "$@"; do
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+		wait -n
+	done
+	fuzz_one "$bin" &
+done
+wait
+
+failed=()
+total_execs=0
+for bin in "$@"; do
+	name=$(basename "$bin")
+	name=${name#fuzz_}
+	read -r outcome value <"$out/$name.result" || outcome=missing
+	if [ "$outcome" = ok ]; then
+		total_execs=$((total_execs + value))
+		echo "fuzz: $name ok, $value executions"
+	else
+		tail -n 40 "$out/$name.log"
+		echo "fuzz: $name FAILED (exit ${value:-?}), inputs in $out/crash-$name/"
+		failed+=("$name")
 	fi
 done
 
