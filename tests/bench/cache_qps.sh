@@ -57,17 +57,10 @@ PROBE=$(head -1 "$TMP/queries.txt")
 nsd_start "$ZONE" zone.txt
 
 # ------------------------------------------------------------------ localdns
-PORT=$(free_port)
-{
-	localdns_config_head "$PORT"
-	cat <<EOF
+start_localdns <<EOF
 upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s}
 cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
 EOF
-} >"$TMP/localdns.yaml"
-bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
-LPID=$SPID
-wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES cached names (NSD on 127.0.0.1:$NPORT), workers 1, $PINNING"
 run_server "$PORT" "$LPID" localdns "$NAMES"
 read -r -a L < <(figures)
@@ -75,45 +68,24 @@ L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$R
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 U=()
 U_WARM=()
-UVER=""
-if [ -n "$UNBOUND" ]; then
-	UPORT=$(free_port)
-	{
-		unbound_server_clause "$UPORT"
-		cat <<EOF
+measure_unbound() { # port pid
+	run_server "$1" "$2" unbound "$NAMES"
+	read -r -a U < <(figures)
+	U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
+}
+run_unbound measure_unbound <<EOF
   do-not-query-localhost: no
   prefetch: yes
 forward-zone:
   name: "."
   forward-addr: 127.0.0.1@$NPORT
-remote-control:
-  control-enable: no
 EOF
-	} >"$TMP/unbound.conf"
-	bench_server unbound "$UNBOUND" -d -c "$TMP/unbound.conf"
-	UPID=$SPID
-	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
-	if wait_answer "$UPORT" "$UPID" unbound; then
-		run_server "$UPORT" "$UPID" unbound "$NAMES"
-		read -r -a U < <(figures)
-		U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
-	fi
-	bench_stop "$UPID"
-else
-	echo "unbound: not installed, no peer figure (apt-get install unbound)"
-fi
 bench_stop "$NPID"
 
 # ------------------------------------------------------------------ bare responder
-measure_bare
-alternate_rounds "$PORT" "$LPID"
-bench_stop "$BARE_PID"
-bench_stop "$LPID"
-
-bench_ratio
+bare_rounds_and_ratio
 
 # ------------------------------------------------------------------ the doc
 [ "${BENCH_NO_DOC:-0}" = 1 ] && exit 0

@@ -9,7 +9,9 @@
 #                     (kills every process in PIDS, removes $TMP), sets the
 #                     CPU placement (SRV_PIN, GEN_PIN, PINNING), CLK_TCK, and
 #                     how busy the machine was (BUSY, BUSY_NOTE).
-#   free_port, wait_answer PORT PID NAME (asks for $PROBE),
+#   free_port, wait_answer PORT PID NAME (asks for $PROBE), start_localdns
+#   (config on stdin) and run_unbound MEASURE_FUNCTION (the peer, config on
+#   stdin), bare_rounds_and_ratio (the bare responder, the rounds, the ratios),
 #   bench_spawn NAME CMD... (unpinned) and bench_server NAME CMD... (pinned
 #   to the server CPU): start CMD in the background, log to $TMP/NAME.log,
 #   set SPID, register it for the exit trap; bench_stop PID.
@@ -335,6 +337,47 @@ server:
 EOF
 }
 
+# localdns on a free PORT, pinned to the server CPU, with the config lines
+# on stdin after localdns_config_head; returns once it answers $PROBE.
+# Sets PORT and LPID.
+start_localdns() {
+	PORT=$(free_port)
+	{
+		localdns_config_head "$PORT"
+		cat
+	} >"$TMP/localdns.yaml"
+	bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
+	LPID=$SPID
+	wait_answer "$PORT" "$LPID" localdns
+}
+
+# The peer: Unbound, when installed, with unbound_server_clause, the lines
+# on stdin and remote control off; once it answers $PROBE the function
+# named by the argument measures it (called with its port and pid), then it
+# stops. Sets UVER ("" without Unbound).
+run_unbound() { # measure_function
+	local unbound port pid
+	unbound=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
+	UVER=""
+	if [ -z "$unbound" ]; then
+		echo "unbound: not installed, no peer figure (apt-get install unbound)"
+		return 0
+	fi
+	port=$(free_port)
+	{
+		unbound_server_clause "$port"
+		cat
+		printf 'remote-control:\n  control-enable: no\n'
+	} >"$TMP/unbound.conf"
+	bench_server unbound "$unbound" -d -c "$TMP/unbound.conf"
+	pid=$SPID
+	UVER=$("$unbound" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
+	if wait_answer "$port" "$pid" unbound; then
+		"$1" "$port" "$pid"
+	fi
+	bench_stop "$pid"
+}
+
 # The brief's 100% line: bare_responder on the server CPU, the same runs
 # over $QUERIES, with the bare_responder options given (-a). Sets B (see
 # figures) and B_ANSWERS (check_answers' text). It keeps running, on
@@ -370,6 +413,16 @@ for line in open(sys.argv[1]):
 pad = round(float(sys.argv[2]) - sum(sizes) / len(sizes))
 print(pad if pad >= 12 else 0)
 EOF
+}
+
+# The bare responder (with measure_bare's options), the alternating rounds
+# against localdns (PORT, LPID), both stopped, and the ratio lines.
+bare_rounds_and_ratio() { # [bare_responder option...]
+	measure_bare "$@"
+	alternate_rounds "$PORT" "$LPID"
+	bench_stop "$BARE_PID"
+	bench_stop "$LPID"
+	bench_ratio
 }
 
 # localdns (on lport, pid lpid) and the bare responder (BARE_PORT, BARE_PID)

@@ -63,18 +63,11 @@ PROBE=$(awk '$3 == "NOERROR" {print $1, $2; exit}' "$TMP/queries.txt")
 nsd_start bench.example bench.zone corp.internal corp.zone
 
 # ------------------------------------------------------------------ localdns
-PORT=$(free_port)
-{
-	localdns_config_head "$PORT"
-	cat <<EOF
+start_localdns <<EOF
 cluster: {domain: cluster.local, ttl: 5s}
 upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s}
 cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
 EOF
-} >"$TMP/localdns.yaml"
-bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
-LPID=$SPID
-wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES names searched ($QUERY_COUNT questions; NSD on 127.0.0.1:$NPORT), workers 1, $PINNING"
 run_server "$PORT" "$LPID" localdns "$QUERY_COUNT"
 read -r -a L < <(figures)
@@ -82,15 +75,14 @@ L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$REPLY_BYTES")
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 U=()
 U_WARM=()
-UVER=""
-if [ -n "$UNBOUND" ]; then
-	UPORT=$(free_port)
-	{
-		unbound_server_clause "$UPORT"
-		cat <<EOF
+measure_unbound() { # port pid
+	run_server "$1" "$2" unbound "$QUERY_COUNT"
+	read -r -a U < <(figures)
+	U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT")
+}
+run_unbound measure_unbound <<EOF
   do-not-query-localhost: no
   prefetch: yes
   local-zone: "cluster.local." static
@@ -98,33 +90,13 @@ if [ -n "$UNBOUND" ]; then
 forward-zone:
   name: "."
   forward-addr: 127.0.0.1@$NPORT
-remote-control:
-  control-enable: no
 EOF
-	} >"$TMP/unbound.conf"
-	bench_server unbound "$UNBOUND" -d -c "$TMP/unbound.conf"
-	UPID=$SPID
-	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
-	if wait_answer "$UPORT" "$UPID" unbound; then
-		run_server "$UPORT" "$UPID" unbound "$QUERY_COUNT"
-		read -r -a U < <(figures)
-		U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT")
-	fi
-	bench_stop "$UPID"
-else
-	echo "unbound: not installed, no peer figure (apt-get install unbound)"
-fi
 bench_stop "$NPID"
 
 # ------------------------------------------------------------------ bare responder
 PAD=$(bare_pad "${L_WARM[4]}")
 echo "bare responder: replies padded by $PAD bytes (-a), to localdns's ${L_WARM[4]}-byte average"
-measure_bare -a "$PAD"
-alternate_rounds "$PORT" "$LPID"
-bench_stop "$BARE_PID"
-bench_stop "$LPID"
-
-bench_ratio
+bare_rounds_and_ratio -a "$PAD"
 
 # ------------------------------------------------------------------ the doc
 [ "${BENCH_NO_DOC:-0}" = 1 ] && exit 0

@@ -53,18 +53,11 @@ python3 "$HERE/mixes.py" static "$TMP" "$NAMES"
 PROBE=$(head -1 "$TMP/queries.txt")
 
 # ------------------------------------------------------------------ localdns
-PORT=$(free_port)
-{
-	localdns_config_head "$PORT"
-	cat <<EOF
+start_localdns <<EOF
 cluster: {domain: cluster.local, ttl: 5s}
 static:
   files: [records.yaml]
 EOF
-} >"$TMP/localdns.yaml"
-bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
-LPID=$SPID
-wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES names, workers 1, $PINNING"
 measure_and_report "$PORT" localdns "$LPID"
 L_ANSWERS=$ANSWERS_TEXT
@@ -72,40 +65,17 @@ read -r -a L < <(figures)
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 U=()
 U_ANSWERS=""
-UVER=""
-if [ -n "$UNBOUND" ]; then
-	UPORT=$(free_port)
-	{
-		unbound_server_clause "$UPORT"
-		cat "$TMP/unbound-data.conf"
-		cat <<EOF
-remote-control:
-  control-enable: no
-EOF
-	} >"$TMP/unbound.conf"
-	bench_server unbound "$UNBOUND" -d -c "$TMP/unbound.conf"
-	UPID=$SPID
-	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
-	if wait_answer "$UPORT" "$UPID" unbound; then
-		measure_and_report "$UPORT" unbound "$UPID"
-		U_ANSWERS=$ANSWERS_TEXT
-		read -r -a U < <(figures)
-	fi
-	bench_stop "$UPID"
-else
-	echo "unbound: not installed, no peer figure (apt-get install unbound)"
-fi
+measure_unbound() { # port pid
+	measure_and_report "$1" unbound "$2"
+	U_ANSWERS=$ANSWERS_TEXT
+	read -r -a U < <(figures)
+}
+run_unbound measure_unbound <"$TMP/unbound-data.conf"
 
 # ------------------------------------------------------------------ bare responder
-measure_bare
-alternate_rounds "$PORT" "$LPID"
-bench_stop "$BARE_PID"
-bench_stop "$LPID"
-
-bench_ratio
+bare_rounds_and_ratio
 
 # ------------------------------------------------------------------ the doc
 [ "${BENCH_NO_DOC:-0}" = 1 ] && exit 0
