@@ -42,8 +42,8 @@ static void stat_line(struct stats_out *out, const char *name, uint64_t value)
 
 static void stats_queries(struct control *ctl, struct stats_out *out)
 {
-	static const char *const rcodes[6] = {"noerror", "formerr", "servfail",
-					      "nxdomain", "notimp", "refused"};
+	static const char *const rcodes[DNS_RCODE_SLOTS] = {
+		"noerror", "formerr", "servfail", "nxdomain", "notimp", "refused", "other"};
 	struct query_stats q;
 	char name[64];
 	uint64_t lookups = 0;
@@ -54,11 +54,10 @@ static void stats_queries(struct control *ctl, struct stats_out *out)
 	stat_line(out, "queries", q.received);
 	stat_line(out, "queries_dropped", q.dropped);
 	stat_line(out, "queries_truncated", q.truncated);
-	for (int i = 0; i < 6; i++) {
+	for (int i = 0; i < DNS_RCODE_SLOTS; i++) {
 		snprintf(name, sizeof name, "rcode_%s", rcodes[i]);
 		stat_line(out, name, q.rcode[i]);
 	}
-	stat_line(out, "rcode_other", q.rcode_other);
 	for (int s = 0; s < QUERY_SOURCE_COUNT; s++) {
 		snprintf(name, sizeof name, "answers_%s", query_source_name((enum query_source)s));
 		stat_line(out, name, q.source[s]);

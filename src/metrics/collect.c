@@ -31,7 +31,7 @@
 #include "upstream/upstream.h"
 #include "util/clock.h"
 
-#define N_RCODES 7 /* NOERROR .. REFUSED, then everything else */
+#define N_RCODES DNS_RCODE_SLOTS
 
 static const char *const rcode_names[N_RCODES] = {
 	"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"};
@@ -75,9 +75,8 @@ static void collect_queries(struct metrics_text *t, const struct server *s,
 		qtypes[i] = query_qtype_name((enum query_qtype)i);
 	for (size_t i = 0; i < QUERY_SOURCE_COUNT; i++)
 		sources[i] = query_source_name((enum query_source)i);
-	for (size_t i = 0; i < 6; i++)
+	for (size_t i = 0; i < N_RCODES; i++)
 		rcodes[i] = st.rcode[i] + us->rcode[i];
-	rcodes[6] = st.rcode_other + us->rcode_other;
 
 	by_label(t, "localdns_requests_total", "counter", "DNS queries received, by transport.",
 		 "protocol", protocols, st.transport, 2);

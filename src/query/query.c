@@ -397,13 +397,8 @@ static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len
 		st->dropped++; /* nothing was written: the header is not ours to read */
 		return;
 	}
-	unsigned rcode = reply[3] & 0xf;
-	if (bad_version || rcode >= 6)
-		st->rcode_other++;
-	else
-		st->rcode[rcode]++;
-	if (reply[2] & (DNS_F_TC >> 8))
-		st->truncated++;
+	st->rcode[dns_reply_rcode_slot(reply, bad_version)]++;
+	st->truncated += dns_reply_truncated(reply);
 }
 
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
