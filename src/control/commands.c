@@ -45,18 +45,21 @@ static void stats_queries(struct control *ctl, struct stats_out *out)
 	static const char *const rcodes[DNS_RCODE_SLOTS] = {
 		"noerror", "formerr", "servfail", "nxdomain", "notimp", "refused", "other"};
 	struct query_stats q;
+	struct upstream_stats us;
 	char name[64];
 	uint64_t lookups = 0;
 
 	for (int i = 0; i < CONTROL_THREADS; i++)
 		lookups += ctl->threads[i].lookup_stats.received;
 	server_stats(ctl->d->server, &q);
+	upstream_stats(ctl->d->upstream, &us);
 	stat_line(out, "queries", q.received);
 	stat_line(out, "queries_dropped", q.dropped);
-	stat_line(out, "queries_truncated", q.truncated);
+	/* every reply sent: the workers' and the resolver thread's, as /metrics counts them */
+	stat_line(out, "queries_truncated", q.truncated + us.truncated);
 	for (int i = 0; i < DNS_RCODE_SLOTS; i++) {
 		snprintf(name, sizeof name, "rcode_%s", rcodes[i]);
-		stat_line(out, name, q.rcode[i]);
+		stat_line(out, name, q.rcode[i] + us.rcode[i]);
 	}
 	for (int s = 0; s < QUERY_SOURCE_COUNT; s++) {
 		snprintf(name, sizeof name, "answers_%s", query_source_name((enum query_source)s));
