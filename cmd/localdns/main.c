@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@
 #include "cluster/feed.h"
 #include "config/config.h"
 #include "control/control.h"
+#include "counters/counters.h"
 #include "ctl.h"
 #include "daemon/daemon.h"
 #include "http/http.h"
@@ -137,26 +139,33 @@ static void log_node_totals(struct node *node)
 	log_info("node integration", "link_repairs", links, "table_repairs", tables);
 }
 
-static void log_totals(const struct server *s, const struct upstream *u,
-		       const struct cache *c)
-{
-	struct query_stats st;
-	struct upstream_stats us;
-	struct cache_stats cs;
-	char n[10][24];
+/* The exit line's fields: the registry's rows with a log key (src/counters/). */
+struct totals {
+	const char *kv[2 * LOG_MAX_FIELDS];
+	char values[LOG_MAX_FIELDS][24];
+	size_t n;
+};
 
-	server_stats(s, &st);
-	upstream_stats(u, &us);
-	cache_stats(c, &cs);
-	const unsigned long long values[10] = {
-		st.received, st.dropped, cs.hits, cs.misses, cs.entries, cs.evictions,
-		us.queries, us.coalesced, us.timeouts, us.dropped};
-	for (int i = 0; i < 10; i++)
-		snprintf(n[i], sizeof n[i], "%llu", values[i]);
-	log_info("stopped", "queries", n[0], "dropped", n[1], "cache_hits", n[2],
-		 "cache_misses", n[3], "cache_entries", n[4], "cache_evictions", n[5],
-		 "upstream_queries", n[6], "coalesced", n[7], "upstream_timeouts", n[8],
-		 "upstream_dropped", n[9]);
+static void add_total(const char *key, uint64_t value, void *arg)
+{
+	struct totals *t = arg;
+
+	if (t->n == LOG_MAX_FIELDS)
+		return;
+	snprintf(t->values[t->n], sizeof t->values[t->n], "%" PRIu64, value);
+	t->kv[2 * t->n] = key;
+	t->kv[2 * t->n + 1] = t->values[t->n];
+	t->n++;
+}
+
+static void log_totals(const struct daemon *d)
+{
+	struct counter_values v;
+	struct totals t = {.n = 0};
+
+	counters_read(d, &v);
+	counters_each_log(&v, add_total, &t);
+	log_write_fields(LOG_INFO, "stopped", t.kv, t.n);
 }
 
 static struct cache *make_cache(const struct config *cfg)
@@ -486,7 +495,7 @@ static int serve(const char *path)
 		int sig = serve_until_stopped(sigfd, &run.daemon);
 		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
 		hand_over(run.daemon.node, run.daemon.server, run.daemon.upstream);
-		log_totals(run.daemon.server, run.daemon.upstream, run.daemon.cache);
+		log_totals(&run.daemon);
 		stop_serving(&run);
 		rc = 0;
 	}

@@ -15,12 +15,9 @@
 
 #include "cache/cache.h"
 #include "cluster/cluster.h"
-#include "kube/kube.h"
+#include "counters/counters.h"
 #include "log/log.h"
-#include "node/node.h"
-#include "server/server.h"
 #include "top/top.h"
-#include "upstream/upstream.h"
 #include "util/clock.h"
 
 /* ---- stats -------------------------------------------------------------- */
@@ -32,140 +29,25 @@ struct stats_out {
 	struct jdoc *json;
 };
 
-static void stat_line(struct stats_out *out, const char *name, uint64_t value)
+static void stat_line(const char *name, uint64_t value, void *arg)
 {
+	struct stats_out *out = arg;
+
 	if (out->json)
 		jdoc_put(out->json, out->json->root, name, json_object_new_uint64(value));
 	else
 		conn_printf(out->c, "%s %" PRIu64 "\n", name, value);
 }
 
-static void stats_queries(struct control *ctl, struct stats_out *out)
-{
-	static const char *const rcodes[6] = {"noerror", "formerr", "servfail",
-					      "nxdomain", "notimp", "refused"};
-	struct query_stats q;
-	char name[64];
-	uint64_t lookups = 0;
-
-	for (int i = 0; i < CONTROL_THREADS; i++)
-		lookups += ctl->threads[i].lookup_stats.received;
-	server_stats(ctl->d->server, &q);
-	stat_line(out, "queries", q.received);
-	stat_line(out, "queries_dropped", q.dropped);
-	stat_line(out, "queries_truncated", q.truncated);
-	for (int i = 0; i < 6; i++) {
-		snprintf(name, sizeof name, "rcode_%s", rcodes[i]);
-		stat_line(out, name, q.rcode[i]);
-	}
-	stat_line(out, "rcode_other", q.rcode_other);
-	for (int s = 0; s < QUERY_SOURCE_COUNT; s++) {
-		snprintf(name, sizeof name, "answers_%s", query_source_name((enum query_source)s));
-		stat_line(out, name, q.source[s]);
-	}
-	stat_line(out, "control_lookups", lookups);
-	stat_line(out, "queries_not_allowed", q.not_allowed);
-	stat_line(out, "queries_rrl_slipped", q.rrl_slipped);
-	stat_line(out, "queries_rrl_dropped", q.rrl_dropped);
-}
-
-static void stats_cache(struct control *ctl, struct stats_out *out)
-{
-	struct cache_stats s;
-
-	cache_stats(ctl->d->cache, &s);
-	stat_line(out, "cache_entries", s.entries);
-	stat_line(out, "cache_bytes", s.bytes);
-	stat_line(out, "cache_max_bytes", s.max_bytes);
-	stat_line(out, "cache_hits", s.hits);
-	stat_line(out, "cache_misses", s.misses);
-	stat_line(out, "cache_stale_hits", s.stale_hits);
-	stat_line(out, "cache_prefetches", s.prefetches);
-	stat_line(out, "cache_inserts", s.inserts);
-	stat_line(out, "cache_rejected", s.rejected);
-	stat_line(out, "cache_evictions", s.evictions);
-}
-
-static void stats_upstream(struct control *ctl, struct stats_out *out)
-{
-	struct upstream_stats s;
-	char name[64];
-
-	upstream_stats(ctl->d->upstream, &s);
-	stat_line(out, "upstream_queries", s.queries);
-	stat_line(out, "upstream_coalesced", s.coalesced);
-	stat_line(out, "upstream_answers", s.answers);
-	stat_line(out, "upstream_failures", s.failures);
-	stat_line(out, "upstream_timeouts", s.timeouts);
-	stat_line(out, "upstream_stale", s.stale);
-	stat_line(out, "upstream_servfail", s.servfail);
-	stat_line(out, "upstream_dropped", s.dropped);
-	stat_line(out, "upstream_bogus", s.bogus);
-	stat_line(out, "upstream_resolving", s.resolving);
-	stat_line(out, "upstream_context_renewals", s.renewals);
-	stat_line(out, "upstream_shed", s.shed[UPSTREAM_SHED_QUEUE_FULL] + s.shed[UPSTREAM_SHED_TABLE_FULL]);
-	stat_line(out, "upstream_failing", upstream_failing(ctl->d->upstream));
-	stat_line(out, "upstream_queued", s.queued);
-	stat_line(out, "upstream_flights", s.flights);
-	stat_line(out, "upstream_paced", s.paced);
-	stat_line(out, "upstream_retries", s.retries);
-	stat_line(out, "upstream_client_limited", s.client_limited);
-	for (int i = 0; i < UPSTREAM_SHEDS; i++) {
-		snprintf(name, sizeof name, "upstream_shed_%s", upstream_shed_names[i]);
-		stat_line(out, name, s.shed[i]);
-	}
-	for (int i = 0; i < UPSTREAM_RESULTS; i++) {
-		snprintf(name, sizeof name, "upstream_results_%s", upstream_result_names[i]);
-		stat_line(out, name, s.results[i]);
-	}
-}
-
-/* Every kube_ line is there without Kubernetes too (zeros), so scripts need no cases. */
-static void stats_kube(struct control *ctl, struct stats_out *out)
-{
-	static const char *const resources[KUBE_N_RESOURCES] = {
-		"services", "endpointslices", "namespaces", "pods"};
-	struct kube_status k = {0};
-	uint64_t events = 0, relists = 0;
-	char name[64];
-
-	if (ctl->d->kube)
-		kube_status(ctl->d->kube, &k);
-	stat_line(out, "kube_enabled", ctl->d->kube != NULL);
-	stat_line(out, "kube_synced", k.synced);
-	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
-		snprintf(name, sizeof name, "kube_objects_%s", resources[r]);
-		stat_line(out, name, k.objects[r]);
-		events += k.events[r];
-		relists += k.relists[r];
-	}
-	stat_line(out, "kube_events", events);
-	stat_line(out, "kube_relists", relists);
-	stat_line(out, "kube_errors", k.errors);
-	stat_line(out, "kube_last_contact_time", (uint64_t)(k.last_contact_ms / 1000));
-}
-
-static void stats_node_and_reloads(struct control *ctl, struct stats_out *out)
-{
-	struct node_stats n;
-	struct daemon_reload_stats r;
-
-	node_stats(ctl->d->node, &n); /* zeros without node integration */
-	stat_line(out, "node_link_repairs", n.link_repairs);
-	stat_line(out, "node_table_repairs", n.table_repairs);
-	daemon_reload_stats(ctl->d, &r);
-	stat_line(out, "reloads_ok", r.ok);
-	stat_line(out, "reloads_failed", r.failed);
-	stat_line(out, "reload_last_success_time", (uint64_t)(r.last_ok_ms / 1000));
-}
-
+/* Every ctl stats line of the registry (src/counters/), in its order. */
 static void write_stats(struct control *ctl, struct stats_out *out)
 {
-	stats_queries(ctl, out);
-	stats_cache(ctl, out);
-	stats_upstream(ctl, out);
-	stats_kube(ctl, out);
-	stats_node_and_reloads(ctl, out);
+	struct counter_values v;
+
+	counters_read(ctl->d, &v);
+	for (int i = 0; i < CONTROL_THREADS; i++)
+		v.control_lookups += ctl->threads[i].lookup_stats.received;
+	counters_each_stat(&v, stat_line, out);
 }
 
 static void cmd_stats(struct control_thread *t, struct conn *c, int argc, char **argv)

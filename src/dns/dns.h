@@ -81,6 +81,29 @@ enum dns_opcode {
 #define DNS_F_CD 0x0010
 #define DNS_OPCODE(flags) (((flags) >> 11) & 0xf)
 
+/*
+ * Replies are counted by rcode in DNS_RCODE_SLOTS slots: NOERROR .. REFUSED,
+ * then DNS_RCODE_SLOT_OTHER for everything else. The workers and the
+ * resolver thread both count what they send this way, so their counts add.
+ */
+#define DNS_RCODE_SLOTS 7
+#define DNS_RCODE_SLOT_OTHER 6
+
+/* The slot of a reply (at least its header); BADVERS hides in OPT (the
+ * header says 0), so the caller says when it sent one. */
+static inline unsigned dns_reply_rcode_slot(const uint8_t *reply, bool bad_version)
+{
+	unsigned rcode = reply[3] & 0xf;
+
+	return bad_version || rcode > DNS_R_REFUSED ? DNS_RCODE_SLOT_OTHER : rcode;
+}
+
+/* Whether a reply (at least its header) went out with TC=1. */
+static inline bool dns_reply_truncated(const uint8_t *reply)
+{
+	return (reply[2] & (DNS_F_TC >> 8)) != 0;
+}
+
 /* EDNS0 option codes we understand; every other option is ignored. */
 #define DNS_EDNS_OPT_COOKIE 10
 #define DNS_EDNS_DO 0x8000 /* in the OPT record's TTL field, low 16 bits */

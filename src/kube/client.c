@@ -166,21 +166,24 @@ struct kube_client {
 	_Atomic int64_t heartbeat_ms; /* outside the lock: stored every loop turn */
 };
 
+const char *const kube_resource_names[KUBE_N_RESOURCES] = {
+	[KUBE_SERVICES] = "services", [KUBE_ENDPOINTSLICES] = "endpointslices",
+	[KUBE_NAMESPACES] = "namespaces", [KUBE_PODS] = "pods"};
+
 static const struct {
-	const char *name;
 	const char *path;
 	int page_limit;
 } resources[KUBE_N_RESOURCES] = {
-	[KUBE_SERVICES] = {"services", "/api/v1/services", LIST_PAGE_LIMIT},
-	[KUBE_ENDPOINTSLICES] = {"endpointslices", "/apis/discovery.k8s.io/v1/endpointslices",
+	[KUBE_SERVICES] = {"/api/v1/services", LIST_PAGE_LIMIT},
+	[KUBE_ENDPOINTSLICES] = {"/apis/discovery.k8s.io/v1/endpointslices",
 				 LIST_PAGE_LIMIT_ENDPOINTSLICES},
-	[KUBE_NAMESPACES] = {"namespaces", "/api/v1/namespaces", LIST_PAGE_LIMIT},
-	[KUBE_PODS] = {"pods", "/api/v1/pods", LIST_PAGE_LIMIT},
+	[KUBE_NAMESPACES] = {"/api/v1/namespaces", LIST_PAGE_LIMIT},
+	[KUBE_PODS] = {"/api/v1/pods", LIST_PAGE_LIMIT},
 };
 
 const char *kube_resource_name(enum kube_resource r)
 {
-	return r < KUBE_N_RESOURCES ? resources[r].name : "unknown";
+	return r < KUBE_N_RESOURCES ? kube_resource_names[r] : "unknown";
 }
 
 /* ---- clocks, randomness, status ------------------------------------------- */
@@ -311,12 +314,12 @@ static void deliver_upsert(struct informer *inf, struct json_object *obj)
 
 	if (!object_key(obj, &ns, &name)) {
 		log_warn("kubernetes object without metadata.name ignored", "resource",
-			 resources[inf->res].name);
+			 kube_resource_names[inf->res]);
 		return;
 	}
 	if (kube_keys_mark(&inf->keys, ns, name) < 0)
 		log_error("out of memory tracking kubernetes objects", "resource",
-			  resources[inf->res].name);
+			  kube_resource_names[inf->res]);
 	inf->k->h.upsert(inf->k->h.ctx, inf->res, obj);
 }
 
@@ -385,7 +388,7 @@ static void finish_list(struct informer *inf, const char *rv)
 	snprintf(pages, sizeof pages, "%u", inf->pages);
 	snprintf(ms, sizeof ms, "%" PRId64, now_ms() - inf->list_started_ms);
 	log_info(relist ? "kubernetes relist done" : "kubernetes list done", "resource",
-		 resources[inf->res].name, "objects", objects, "pages", pages, "ms", ms,
+		 kube_resource_names[inf->res], "objects", objects, "pages", pages, "ms", ms,
 		 "resource_version", rv);
 	schedule_now(inf);
 }
@@ -422,7 +425,7 @@ static void take_oversized_page(struct informer *inf)
 		snprintf(was, sizeof was, "%d", limit);
 		snprintf(now, sizeof now, "%d", inf->page_limit);
 		log_warn("kubernetes list response over kubernetes.list_max_bytes; asking for fewer "
-			 "objects", "resource", resources[inf->res].name, "max_bytes", max, "limit", was,
+			 "objects", "resource", kube_resource_names[inf->res], "max_bytes", max, "limit", was,
 			 "new_limit", now);
 		schedule_now(inf);
 		return;
@@ -430,7 +433,7 @@ static void take_oversized_page(struct informer *inf)
 	note_page_limit(inf, true);
 	snprintf(now, sizeof now, "%" PRIu64, schedule_backoff(inf));
 	log_error("kubernetes list response over kubernetes.list_max_bytes with one object per page; "
-		  "raise it", "resource", resources[inf->res].name, "max_bytes", max, "retry_ms", now);
+		  "raise it", "resource", kube_resource_names[inf->res], "max_bytes", max, "retry_ms", now);
 }
 
 /* A 200 LIST page: deliver its items, then ask for the next page or finish. */
@@ -446,7 +449,7 @@ static void take_list_page(struct informer *inf)
 		char w[24];
 		snprintf(w, sizeof w, "%" PRIu64, wait);
 		log_warn("kubernetes list page is not a list (no items or resourceVersion)",
-			 "resource", resources[inf->res].name, "retry_ms", w);
+			 "resource", kube_resource_names[inf->res], "retry_ms", w);
 		set_string(&inf->cont, NULL);
 		return;
 	}
@@ -482,7 +485,7 @@ static void take_watch_object(struct informer *inf, const char *type, struct jso
 		}
 	} else if (strcmp(type, "BOOKMARK") != 0) {
 		log_warn("kubernetes watch event of unknown type ignored", "resource",
-			 resources[inf->res].name, "type", type);
+			 kube_resource_names[inf->res], "type", type);
 		return;
 	}
 	if (rv && *rv)
@@ -698,7 +701,7 @@ static int start_request(struct informer *inf)
 	inf->kind = inf->need_list ? REQ_LIST : REQ_WATCH;
 	/* The URL holds no credentials (kube/conn.c refuses user@ in it); the
 	 * Authorization header is never logged. */
-	log_debug("kubernetes request", "resource", resources[inf->res].name, "verb",
+	log_debug("kubernetes request", "resource", kube_resource_names[inf->res], "verb",
 		  inf->kind == REQ_LIST ? "list" : "watch", "url", url);
 	inf->started_ms = now_ms();
 	inf->watch_events = 0;
@@ -756,7 +759,7 @@ static void take_auth_failure(struct informer *inf)
 		inf->auth_retried = true;
 		kube_token_refresh(&k->token, k->conn.token_file, true);
 		log_info("kubernetes API answered 401; token file re-read, retrying", "resource",
-			 resources[inf->res].name);
+			 kube_resource_names[inf->res]);
 		schedule_now(inf);
 		return;
 	}
@@ -765,7 +768,7 @@ static void take_auth_failure(struct informer *inf)
 	snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
 	log_error(inf->status == 401 ? "kubernetes API refused our credentials (401 Unauthorized)"
 				     : "kubernetes API forbids this request (403 Forbidden; check RBAC)",
-		  "resource", resources[inf->res].name, "status", code, "reason", why,
+		  "resource", kube_resource_names[inf->res], "status", code, "reason", why,
 		  "retry_ms", w);
 }
 
@@ -781,7 +784,7 @@ static void take_failure(struct informer *inf, CURLcode cc, const char *what)
 		status_reason(inf, why, sizeof why);
 	snprintf(code, sizeof code, "%ld", inf->status);
 	snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
-	log_warn(what, "resource", resources[inf->res].name, "status", code, "error", why,
+	log_warn(what, "resource", kube_resource_names[inf->res], "status", code, "error", why,
 		 "retry_ms", w);
 }
 
@@ -802,7 +805,7 @@ static void take_list_result(struct informer *inf, CURLcode cc)
 		char w[24];
 		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes list continue token expired; listing again", "resource",
-			 resources[inf->res].name, "retry_ms", w);
+			 kube_resource_names[inf->res], "retry_ms", w);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else {
@@ -818,7 +821,7 @@ static void take_watch_result(struct informer *inf, CURLcode cc)
 		char w[24];
 		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes watch expired (410 Gone); relisting", "resource",
-			 resources[inf->res].name, "resource_version", inf->rv, "reason",
+			 kube_resource_names[inf->res], "resource_version", inf->rv, "reason",
 			 inf->stop_reason ? inf->stop_reason : "HTTP 410", "retry_ms", w);
 		note_contact(inf->k);
 		inf->need_list = true;
@@ -830,7 +833,7 @@ static void take_watch_result(struct informer *inf, CURLcode cc)
 		 * connection had worked: resume from the last RV, now. */
 		if (cc != CURLE_OK)
 			log_info("kubernetes watch interrupted; resuming", "resource",
-				 resources[inf->res].name, "error",
+				 kube_resource_names[inf->res], "error",
 				 inf->errbuf[0] ? inf->errbuf : curl_easy_strerror(cc));
 		note_success(inf);
 		schedule_now(inf);
@@ -935,7 +938,7 @@ static long start_due_requests(struct kube_client *k)
 			char w[24];
 			snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
 			log_error("cannot start a kubernetes request", "resource",
-				  resources[r].name, "retry_ms", w);
+				  kube_resource_names[r], "retry_ms", w);
 		}
 		if (inf->next_at_ms - now < wait)
 			wait = (long)(inf->next_at_ms - now);

@@ -33,6 +33,7 @@ enum kube_resource { KUBE_SERVICES, KUBE_ENDPOINTSLICES, KUBE_NAMESPACES, KUBE_P
 
 /* "services", "endpointslices", "namespaces", "pods". */
 const char *kube_resource_name(enum kube_resource r);
+extern const char *const kube_resource_names[KUBE_N_RESOURCES];
 
 /*
  * Called on the client's own thread, one call at a time (single writer).

@@ -104,14 +104,20 @@ static void append_logfmt_value(char *line, size_t cap, size_t *len, const char 
 	*len = n;
 }
 
+/* A line's key/value pairs: kv[2i] the key, kv[2i+1] the value (NULL: ""). */
+struct fields {
+	const char *kv[2 * LOG_MAX_FIELDS];
+	size_t n;
+};
+
 static size_t format_logfmt(char *line, size_t cap, const char *ts,
-			    enum log_level level, const char *msg, va_list ap)
+			    enum log_level level, const char *msg, const struct fields *f)
 {
 	size_t len = (size_t)snprintf(line, cap, "ts=%s level=%s msg=", ts,
 				      level_names[level]);
 	append_logfmt_value(line, cap, &len, msg);
-	for (const char *k; (k = va_arg(ap, const char *)) != NULL;) {
-		const char *v = va_arg(ap, const char *);
+	for (size_t i = 0; i < f->n; i++) {
+		const char *k = f->kv[2 * i], *v = f->kv[2 * i + 1];
 		if (len + strlen(k) + 3 >= cap)
 			break;
 		len += (size_t)snprintf(line + len, cap - len, " %s=", k);
@@ -147,12 +153,12 @@ static size_t json_put(json_object *obj, char *line, size_t cap)
 }
 
 static size_t format_json(char *line, size_t cap, const char *ts,
-			  enum log_level level, const char *msg, va_list ap)
+			  enum log_level level, const char *msg, const struct fields *f)
 {
 	json_object *obj = json_head(ts, level, msg);
 
-	for (const char *k; (k = va_arg(ap, const char *)) != NULL;) {
-		const char *v = va_arg(ap, const char *);
+	for (size_t i = 0; i < f->n; i++) {
+		const char *k = f->kv[2 * i], *v = f->kv[2 * i + 1];
 		json_object_object_add(obj, k, json_object_new_string(v ? v : ""));
 	}
 	size_t len = json_put(obj, line, cap);
@@ -165,39 +171,69 @@ static size_t format_json(char *line, size_t cap, const char *ts,
 }
 
 static void write_line(enum log_level level, const struct timespec *when, const char *msg,
-		       va_list ap)
+		       const struct fields *f)
 {
 	char ts[40], line[LINE_MAX_BYTES];
 	size_t len;
 
 	format_timestamp(when, ts, sizeof ts);
 	if (atomic_load_explicit(&line_format, memory_order_relaxed) == LOG_FORMAT_JSON)
-		len = format_json(line, sizeof line - 1, ts, level, msg, ap);
+		len = format_json(line, sizeof line - 1, ts, level, msg, f);
 	else
-		len = format_logfmt(line, sizeof line - 1, ts, level, msg, ap);
+		len = format_logfmt(line, sizeof line - 1, ts, level, msg, f);
 	line[len++] = '\n';
 	ssize_t ignored = write(STDERR_FILENO, line, len);
 	(void)ignored;
 }
 
+/* The key/value pairs of a NULL-terminated argument list (past LOG_MAX_FIELDS: cut). */
+static void gather_fields(struct fields *f, va_list ap)
+{
+	const char *k;
+
+	f->n = 0;
+	while (f->n < LOG_MAX_FIELDS && (k = va_arg(ap, const char *)) != NULL) {
+		f->kv[2 * f->n] = k;
+		f->kv[2 * f->n + 1] = va_arg(ap, const char *);
+		f->n++;
+	}
+}
+
 void log_write(enum log_level level, const char *msg, ...)
 {
 	struct timespec now;
+	struct fields f;
 	va_list ap;
 
 	if (!log_enabled(level))
 		return;
 	clock_gettime(CLOCK_REALTIME, &now);
 	va_start(ap, msg);
-	write_line(level, &now, msg, ap);
+	gather_fields(&f, ap);
 	va_end(ap);
+	write_line(level, &now, msg, &f);
+}
+
+void log_write_fields(enum log_level level, const char *msg, const char *const *kv,
+		      size_t n_pairs)
+{
+	struct timespec now;
+	struct fields f = {.n = n_pairs < LOG_MAX_FIELDS ? n_pairs : LOG_MAX_FIELDS};
+
+	if (!log_enabled(level))
+		return;
+	memcpy(f.kv, kv, 2 * f.n * sizeof *kv);
+	clock_gettime(CLOCK_REALTIME, &now);
+	write_line(level, &now, msg, &f);
 }
 
 void log_event_at(const struct timespec *when, const char *msg, ...)
 {
+	struct fields f;
 	va_list ap;
 
 	va_start(ap, msg);
-	write_line(LOG_INFO, when, msg, ap);
+	gather_fields(&f, ap);
 	va_end(ap);
+	write_line(LOG_INFO, when, msg, &f);
 }

@@ -21,6 +21,7 @@
 #define LOCALDNS_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <time.h>
 
 enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
@@ -33,6 +34,12 @@ bool log_enabled(enum log_level level);
 /* log_write(LOG_INFO, "listening", "address", "127.0.0.1", "port", "53", NULL) */
 void log_write(enum log_level level, const char *msg, ...)
 	__attribute__((sentinel));
+
+/* The same with the fields as an array of n_pairs key/value pairs (at most
+ * LOG_MAX_FIELDS are written): for lines whose fields come from a table. */
+#define LOG_MAX_FIELDS 32
+void log_write_fields(enum log_level level, const char *msg, const char *const *kv,
+		      size_t n_pairs);
 
 /*
  * An info line stamped `when` (CLOCK_REALTIME) instead of now, written

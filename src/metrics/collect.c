@@ -1,6 +1,9 @@
 /*
- * metrics/collect.c — what GET /metrics shows: every subsystem's counters,
- * read through its stats getter at the moment of the scrape.
+ * metrics/collect.c — what GET /metrics shows: the counter registry's
+ * families (src/counters/, read through each subsystem's stats getter at
+ * the moment of the scrape), and between them the figures that are not
+ * plain counters: loop heartbeats, the upstream latency histogram,
+ * Kubernetes timestamps, health, the build and the process.
  *
  * Consistency: each getter reads its counters one by one while the
  * subsystem runs, so two related values may be a few events apart; each
@@ -20,21 +23,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cache.h"
-#include "cluster/cluster.h"
+#include "counters/counters.h"
 #include "daemon/daemon.h"
 #include "kube/kube.h"
 #include "node/node.h"
-#include "query/query.h"
 #include "server/server.h"
-#include "querylog/querylog.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
 
-#define N_RCODES 7 /* NOERROR .. REFUSED, then everything else */
-
-static const char *const rcode_names[N_RCODES] = {
-	"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"};
+static const char *const type_names[] = {[COUNTER_COUNTER] = "counter",
+					  [COUNTER_GAUGE] = "gauge"};
 
 /* A family with one unlabelled sample. */
 static void single(struct metrics_text *t, const char *name, const char *type, const char *help,
@@ -44,75 +42,31 @@ static void single(struct metrics_text *t, const char *name, const char *type, c
 	metrics_sample_u64(t, name, NULL, 0, value);
 }
 
-/* A family with one sample per value of one label. */
-static void by_label(struct metrics_text *t, const char *name, const char *type, const char *help,
-		     const char *label, const char *const *values, const uint64_t *counts, size_t n)
-{
-	metrics_family(t, name, type, help);
-	for (size_t i = 0; i < n; i++) {
-		const struct metrics_label l = {label, values[i]};
-		metrics_sample_u64(t, name, &l, 1, counts[i]);
-	}
-}
-
 static double seconds_of_ms(int64_t ms)
 {
 	return (double)ms / 1000.0;
 }
 
-/* ---- queries ----------------------------------------------------------------- */
-
-static void collect_queries(struct metrics_text *t, const struct server *s,
-			    const struct upstream_stats *us)
+/* A registry table's families, each with its samples in label order; none
+ * when the table's subsystem is not running. */
+static void collect_table(struct metrics_text *t, const struct counter_table *table,
+			  const struct counter_values *v)
 {
-	static const char *const protocols[2] = {[QUERY_UDP] = "udp", [QUERY_TCP] = "tcp"};
-	const char *qtypes[QUERY_QTYPE_COUNT], *sources[QUERY_SOURCE_COUNT];
-	uint64_t rcodes[N_RCODES];
-	struct query_stats st;
+	if (table->shown_if != COUNTERS_ALWAYS && !counter_value(v, table->shown_if, 0))
+		return;
+	for (size_t i = 0; i < table->n_families; i++) {
+		const struct counter_family *f = table->families[i];
+		unsigned n = f->label ? f->n_values : 1;
+		uint64_t value;
 
-	server_stats(s, &st);
-	for (size_t i = 0; i < QUERY_QTYPE_COUNT; i++)
-		qtypes[i] = query_qtype_name((enum query_qtype)i);
-	for (size_t i = 0; i < QUERY_SOURCE_COUNT; i++)
-		sources[i] = query_source_name((enum query_source)i);
-	for (size_t i = 0; i < 6; i++)
-		rcodes[i] = st.rcode[i] + us->rcode[i];
-	rcodes[6] = st.rcode_other + us->rcode_other;
-
-	by_label(t, "localdns_requests_total", "counter", "DNS queries received, by transport.",
-		 "protocol", protocols, st.transport, 2);
-	by_label(t, "localdns_requests_by_qtype_total", "counter",
-		 "DNS queries whose question parsed, by query type (other: any type not listed).",
-		 "qtype", qtypes, st.qtype, QUERY_QTYPE_COUNT);
-	by_label(t, "localdns_responses_total", "counter",
-		 "DNS replies sent, by rcode (other: BADVERS and above), by the workers and the "
-		 "resolver thread.",
-		 "rcode", rcode_names, rcodes, N_RCODES);
-	by_label(t, "localdns_answers_total", "counter",
-		 "DNS queries by the source that took them: static records, the cluster table, "
-		 "a live or stale cache entry, the upstream (handed to the resolver), or none "
-		 "(refused, malformed or answered by protocol rules).",
-		 "source", sources, st.source, QUERY_SOURCE_COUNT);
-	single(t, "localdns_dropped_total", "counter",
-	       "DNS queries that got no reply from a worker: QR set, runt packets, or the "
-	       "resolver's request ring full.",
-	       st.dropped);
-	single(t, "localdns_truncated_total", "counter", "DNS replies sent with TC=1.",
-	       st.truncated + us->truncated);
-	single(t, "localdns_not_allowed_total", "counter",
-	       "DNS queries answered REFUSED because the client's address is outside "
-	       "listen.allow.",
-	       st.not_allowed);
-	const uint64_t rrl[2] = {st.rrl_slipped, st.rrl_dropped};
-	static const char *const rrl_actions[2] = {"slipped", "dropped"};
-	by_label(t, "localdns_rrl_limited_total", "counter",
-		 "UDP responses over rrl.responses_per_second for their client network: sent "
-		 "truncated (slipped, so the client retries over TCP) or not sent (dropped).",
-		 "action", rrl_actions, rrl, 2);
-	single(t, "localdns_autopath_answers_total", "counter",
-	       "Queries a worker answered for another name of the client's search list "
-	       "(cluster.autopath: a CNAME to the name that exists).",
-	       st.autopath);
+		metrics_family(t, f->name, type_names[f->type], f->help);
+		for (unsigned k = 0; k < n; k++) {
+			if (!counters_family_value(table, f, k, v, &value))
+				continue;
+			const struct metrics_label l = {f->label, f->label ? f->values[k] : NULL};
+			metrics_sample_u64(t, f->name, &l, f->label ? 1 : 0, value);
+		}
+	}
 }
 
 /* ---- loops ----------------------------------------------------------------------- */
@@ -149,123 +103,10 @@ static void collect_heartbeats(struct metrics_text *t, const struct daemon *d)
 	}
 }
 
-/* ---- TCP ------------------------------------------------------------------------- */
-
-static void collect_tcp(struct metrics_text *t, const struct server *s)
-{
-	static const char *const refusals[2] = {"max_connections", "per_client"};
-	static const char *const closes[3] = {"idle", "slow_query", "output_budget"};
-	struct server_tcp_stats st;
-
-	server_tcp_stats(s, &st);
-	single(t, "localdns_tcp_connections", "gauge", "TCP connections open now.", st.connections);
-	single(t, "localdns_tcp_output_bytes", "gauge",
-	       "TCP reply bytes the clients' sockets have not taken yet, all connections "
-	       "(listen.tcp_output_budget caps it).",
-	       st.output_bytes);
-	by_label(t, "localdns_tcp_refused_total", "counter",
-		 "TCP connections closed at accept: listen.tcp_max_connections reached, or "
-		 "listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
-		 "reason", refusals, &st.events[SERVER_TCP_REFUSED_MAX_CONNECTIONS], 2);
-	by_label(t, "localdns_tcp_closed_total", "counter",
-		 "TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
-		 "query not complete within listen.tcp_query_timeout of its first byte), "
-		 "output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
-		 "exceeded).",
-		 "reason", closes, &st.events[SERVER_TCP_CLOSED_IDLE], 3);
-}
-
-/* ---- answer cache -------------------------------------------------------------- */
-
-static void collect_cache(struct metrics_text *t, const struct cache *c)
-{
-	struct cache_stats cs;
-
-	cache_stats(c, &cs);
-	single(t, "localdns_cache_entries", "gauge",
-	       "Answer cache entries held (live, stale, or removed and not yet freed).", cs.entries);
-	single(t, "localdns_cache_bytes", "gauge",
-	       "Bytes the answer cache accounts for: entries and bucket arrays.", cs.bytes);
-	single(t, "localdns_cache_max_bytes", "gauge", "The answer cache's limit (cache.size).",
-	       cs.max_bytes);
-	single(t, "localdns_cache_hits_total", "counter",
-	       "Answer cache lookups answered from a live entry.", cs.hits);
-	single(t, "localdns_cache_misses_total", "counter",
-	       "Answer cache lookups that found nothing usable.", cs.misses);
-	single(t, "localdns_cache_stale_hits_total", "counter",
-	       "Answer cache lookups answered from an expired entry (serve-stale).", cs.stale_hits);
-	single(t, "localdns_cache_prefetches_total", "counter",
-	       "Hits in an entry's last 10% of TTL that started a background refresh.",
-	       cs.prefetches);
-	single(t, "localdns_cache_inserts_total", "counter",
-	       "Entries stored in the answer cache, replacements included.", cs.inserts);
-	single(t, "localdns_cache_insert_rejections_total", "counter",
-	       "Upstream replies the answer cache would not store.", cs.rejected);
-	single(t, "localdns_cache_evictions_total", "counter",
-	       "Answer cache entries dropped to make room.", cs.evictions);
-}
-
 /* ---- upstream ------------------------------------------------------------------- */
 
-static void collect_upstream(struct metrics_text *t, const struct upstream *u,
-			     const struct upstream_stats *us)
+static void collect_upstream_latency(struct metrics_text *t, const struct upstream_stats *us)
 {
-	static const char *const error_kinds[3] = {"resolution", "bogus", "timeout"};
-	static const char *const fallbacks[2] = {"stale", "servfail"};
-	const uint64_t errors[3] = {us->failures, us->bogus, us->timeouts};
-	const uint64_t fallback_counts[2] = {us->stale, us->servfail};
-
-	single(t, "localdns_upstream_queries_total", "counter", "Queries sent to libunbound.",
-	       us->queries);
-	single(t, "localdns_upstream_coalesced_total", "counter",
-	       "Cache misses that joined an identical query already in flight.", us->coalesced);
-	by_label(t, "localdns_upstream_errors_total", "counter",
-		 "Upstream trouble: resolution (libunbound gave SERVFAIL or an error), bogus "
-		 "(DNSSEC validation failed), timeout (a client's upstream.timeout passed first).",
-		 "kind", error_kinds, errors, 3);
-	by_label(t, "localdns_upstream_fallback_replies_total", "counter",
-		 "Clients the resolver answered without a fresh upstream reply: from a stale "
-		 "entry, or SERVFAIL.",
-		 "reply", fallbacks, fallback_counts, 2);
-	single(t, "localdns_upstream_dropped_total", "counter",
-	       "Upstream requests lost to a full request or reply ring or the waiting-client cap.",
-	       us->dropped);
-	single(t, "localdns_upstream_resolving", "gauge",
-	       "libunbound queries running now, on the current and on retired contexts.",
-	       us->resolving);
-	single(t, "localdns_upstream_queued", "gauge",
-	       "Questions waiting to be sent upstream: libunbound runs all it may, or "
-	       "upstream.max_rate is reached.",
-	       us->queued);
-	single(t, "localdns_upstream_flights", "gauge",
-	       "Questions the resolver knows now: running, queued, or cooling down after a failure.",
-	       us->flights);
-	single(t, "localdns_upstream_paced_total", "counter",
-	       "Questions that had to wait because upstream.max_rate was reached.", us->paced);
-	single(t, "localdns_upstream_client_limited_total", "counter",
-	       "Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
-	       "address, an IPv6 /64) already had upstream.max_pending_per_client questions "
-	       "or waiting queries.",
-	       us->client_limited);
-	single(t, "localdns_upstream_retries_total", "counter",
-	       "Failed questions asked once more because clients still waited for them.",
-	       us->retries);
-	by_label(t, "localdns_upstream_results_total", "counter",
-		 "libunbound's results by what they said: an rcode, error (no answer at all) or "
-		 "bogus (DNSSEC validation failed).",
-		 "result", upstream_result_names, us->results, UPSTREAM_RESULTS);
-	single(t, "localdns_upstream_context_renewals_total", "counter",
-	       "Fresh libunbound contexts started because the current one was full and nothing "
-	       "came back from it for upstream.timeout.",
-	       us->renewals);
-	by_label(t, "localdns_upstream_shed_total", "counter",
-		 "Questions given up without asking the upstream, their clients answered from a "
-		 "stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
-		 "made room for a new one), table_full (too many questions known at once).",
-		 "reason", upstream_shed_names, us->shed, UPSTREAM_SHEDS);
-	single(t, "localdns_upstream_failing", "gauge",
-	       "1 while the upstream looks down (its last resolution failed or timed out).",
-	       upstream_failing(u) ? 1 : 0);
 	metrics_family(t, "localdns_upstream_duration_seconds", "histogram",
 		       "Time from asking libunbound to its result, whatever the result.");
 	metrics_histogram(t, "localdns_upstream_duration_seconds", upstream_latency_bounds,
@@ -275,101 +116,44 @@ static void collect_upstream(struct metrics_text *t, const struct upstream *u,
 
 /* ---- Kubernetes ------------------------------------------------------------------ */
 
-static void collect_kubernetes(struct metrics_text *t, const struct kube_client *k,
-			       const struct cluster *c)
+/* When the API was last heard from and how old the served data may be. */
+static void collect_kubernetes_times(struct metrics_text *t, const struct kube_status *ks)
 {
-	const char *resources[KUBE_N_RESOURCES];
-	struct kube_status ks;
-	struct cluster_stats cs;
 	int64_t now = wall_ms();
-
-	kube_status(k, &ks);
-	cluster_stats(c, &cs);
-	for (size_t i = 0; i < KUBE_N_RESOURCES; i++)
-		resources[i] = kube_resource_name((enum kube_resource)i);
-
-	single(t, "localdns_kubernetes_synced", "gauge",
-	       "1 once every resource has been listed in full (cluster names are served).",
-	       ks.synced ? 1 : 0);
-	by_label(t, "localdns_kubernetes_watch_events_total", "counter",
-		 "Watch events received, bookmarks included, by resource.", "resource", resources,
-		 ks.events, KUBE_N_RESOURCES);
-	by_label(t, "localdns_kubernetes_relists_total", "counter",
-		 "Complete LISTs after the first (a watch expired with 410 Gone), by resource.",
-		 "resource", resources, ks.relists, KUBE_N_RESOURCES);
-	single(t, "localdns_kubernetes_errors_total", "counter",
-	       "Failed Kubernetes API requests (connection, 5xx, 401/403, broken streams).",
-	       ks.errors);
-	by_label(t, "localdns_kubernetes_objects", "gauge", "Objects known now, by resource.",
-		 "resource", resources, ks.objects, KUBE_N_RESOURCES);
-	by_label(t, "localdns_kubernetes_list_pages_too_large_total", "counter",
-		 "LIST responses abandoned past kubernetes.list_max_bytes (the page is asked for "
-		 "again with fewer objects, or, at one object, fails), by resource.",
-		 "resource", resources, ks.pages_too_large, KUBE_N_RESOURCES);
-	by_label(t, "localdns_kubernetes_list_page_limit", "gauge",
-		 "Objects the next LIST page asks for (limit=): 500, 100 for endpointslices, "
-		 "less after a response past kubernetes.list_max_bytes.",
-		 "resource", resources, ks.page_limit, KUBE_N_RESOURCES);
 
 	metrics_family(t, "localdns_kubernetes_last_sync_timestamp_seconds", "gauge",
 		       "When the last full LIST of a resource ended (the first sync or a relist), "
 		       "Unix time.");
 	for (size_t i = 0; i < KUBE_N_RESOURCES; i++) {
-		const struct metrics_label l = {"resource", resources[i]};
-		if (ks.last_list_ms[i])
+		const struct metrics_label l = {"resource", kube_resource_names[i]};
+		if (ks->last_list_ms[i])
 			metrics_sample(t, "localdns_kubernetes_last_sync_timestamp_seconds", &l, 1,
-				       seconds_of_ms(ks.last_list_ms[i]));
+				       seconds_of_ms(ks->last_list_ms[i]));
 	}
 	metrics_family(t, "localdns_kubernetes_last_contact_timestamp_seconds", "gauge",
 		       "When the Kubernetes API last answered or sent an event, Unix time.");
-	if (ks.last_contact_ms)
+	if (ks->last_contact_ms)
 		metrics_sample(t, "localdns_kubernetes_last_contact_timestamp_seconds", NULL, 0,
-			       seconds_of_ms(ks.last_contact_ms));
+			       seconds_of_ms(ks->last_contact_ms));
 	metrics_family(t, "localdns_kubernetes_data_age_seconds", "gauge",
 		       "How old the served cluster data may be: seconds since the API was last "
 		       "heard from (after the first sync; bookmarks keep it low while all is well).");
-	if (ks.synced && ks.last_contact_ms)
+	if (ks->synced && ks->last_contact_ms)
 		metrics_sample(t, "localdns_kubernetes_data_age_seconds", NULL, 0,
-			       now > ks.last_contact_ms ? seconds_of_ms(now - ks.last_contact_ms) : 0);
-	single(t, "localdns_cluster_names", "gauge", "Owner names in the cluster table.", cs.names);
+			       now > ks->last_contact_ms ? seconds_of_ms(now - ks->last_contact_ms)
+							 : 0);
 }
 
 /* ---- node, config, build ------------------------------------------------------------ */
 
-static void collect_node(struct metrics_text *t, struct node *node)
+static void collect_last_reload(struct metrics_text *t, const struct counter_values *v,
+				double start_time)
 {
-	static const char *const kinds[2] = {"link", "table"};
-	struct node_stats ns;
-
-	node_stats(node, &ns);
-	const uint64_t counts[2] = {ns.link_repairs, ns.table_repairs};
-	by_label(t, "localdns_node_repairs_total", "counter",
-		 "Repairs of the node integration: the link or an address put back, or the "
-		 "nftables table rebuilt after a change.",
-		 "kind", kinds, counts, 2);
-}
-
-static void collect_config(struct metrics_text *t, const struct daemon *d, double start_time)
-{
-	static const char *const results[2] = {"success", "failure"};
-	struct daemon_reload_stats rs;
-
-	daemon_reload_stats(d, &rs);
-	const uint64_t counts[2] = {rs.ok, rs.failed};
-	by_label(t, "localdns_config_reloads_total", "counter", "Configuration reloads, by result.",
-		 "result", results, counts, 2);
 	metrics_family(t, "localdns_config_last_reload_success_timestamp_seconds", "gauge",
 		       "When the configuration was last loaded successfully (at start-up, or the "
 		       "last successful reload), Unix time.");
 	metrics_sample(t, "localdns_config_last_reload_success_timestamp_seconds", NULL, 0,
-		       rs.last_ok_ms ? seconds_of_ms(rs.last_ok_ms) : start_time);
-}
-
-static void collect_query_log(struct metrics_text *t)
-{
-	single(t, "localdns_query_log_dropped_total", "counter",
-	       "Sampled query log records dropped because the log thread fell behind.",
-	       querylog_dropped());
+		       v->reload_last_ok_ms ? seconds_of_ms(v->reload_last_ok_ms) : start_time);
 }
 
 static void collect_build(struct metrics_text *t)
@@ -544,24 +328,28 @@ static void collect_process(struct metrics_text *t, const struct process_figures
 char *metrics_collect(const struct daemon *d, size_t *len)
 {
 	struct metrics_text t;
-	struct upstream_stats us;
+	struct counter_values v;
 	struct process_figures proc = {0};
 	bool have_proc = read_self_stat(&proc);
 
 	metrics_text_init(&t);
-	upstream_stats(d->upstream, &us);
-	collect_queries(&t, d->server, &us);
-	collect_tcp(&t, d->server);
+	counters_read(d, &v);
+	collect_table(&t, &counter_queries, &v);
+	collect_table(&t, &counter_tcp, &v);
 	collect_heartbeats(&t, d);
-	collect_cache(&t, d->cache);
-	collect_upstream(&t, d->upstream, &us);
-	if (d->kube)
-		collect_kubernetes(&t, d->kube, d->cluster);
-	if (d->node)
-		collect_node(&t, d->node);
+	collect_table(&t, &counter_cache, &v);
+	collect_table(&t, &counter_upstream, &v);
+	collect_upstream_latency(&t, &v.upstream);
+	if (v.kube_enabled) {
+		collect_table(&t, &counter_kubernetes, &v);
+		collect_kubernetes_times(&t, &v.kube);
+		collect_table(&t, &counter_cluster, &v);
+	}
+	collect_table(&t, &counter_node, &v);
 	collect_state(&t, d);
-	collect_config(&t, d, proc.start_time);
-	collect_query_log(&t);
+	collect_table(&t, &counter_config, &v);
+	collect_last_reload(&t, &v, proc.start_time);
+	collect_table(&t, &counter_query_log, &v);
 	collect_build(&t);
 	if (have_proc)
 		collect_process(&t, &proc);

@@ -3,10 +3,11 @@
  * 0.0.4), for GET /metrics.
  *
  * Owns: the text format (text.c: family headers, samples with escaped
- * label values, numbers, cumulative histograms) and the list of metrics
- * with their names, types, labels and help (collect.c), gathered from each
- * subsystem's stats getter and the process's own /proc entries at the
- * moment of the scrape.
+ * label values, numbers, cumulative histograms) and the scrape (collect.c):
+ * the counter registry's families (src/counters/, which declares their
+ * names, types, labels and help) and the figures that are not plain
+ * counters (heartbeats, the latency histogram, timestamps, the process's
+ * own /proc entries), read at the moment of the scrape.
  *
  * Must never: keep state between scrapes (every counter lives in the
  * subsystem that counts it), take a lock a worker could wait on, or run on

@@ -25,5 +25,6 @@ enum query_source {
 
 /* "none", "static", "cluster", "cache", "stale", "upstream" (query.c). */
 const char *query_source_name(enum query_source source);
+extern const char *const query_source_names[QUERY_SOURCE_COUNT];
 
 #endif

@@ -170,21 +170,21 @@ static void answer_chaos(const struct dns_query *q, const struct query_sources *
 	dns_response_add_rr(w, DNS_SEC_ANSWER, NULL, DNS_T_TXT, DNS_C_CH, 0, rdata, len);
 }
 
+const char *const query_source_names[QUERY_SOURCE_COUNT] = {
+	"none", "static", "cluster", "cache", "stale", "upstream"};
+
+const char *const query_qtype_names[QUERY_QTYPE_COUNT] = {
+	"A", "AAAA", "CNAME", "PTR", "SRV", "TXT", "MX", "NS", "SOA", "ANY",
+	"HTTPS", "SVCB", "other"};
+
 const char *query_source_name(enum query_source source)
 {
-	static const char *const names[QUERY_SOURCE_COUNT] = {
-		"none", "static", "cluster", "cache", "stale", "upstream"};
-
-	return source < QUERY_SOURCE_COUNT ? names[source] : "none";
+	return source < QUERY_SOURCE_COUNT ? query_source_names[source] : "none";
 }
 
 const char *query_qtype_name(enum query_qtype t)
 {
-	static const char *const names[QUERY_QTYPE_COUNT] = {
-		"A", "AAAA", "CNAME", "PTR", "SRV", "TXT", "MX", "NS", "SOA", "ANY",
-		"HTTPS", "SVCB", "other"};
-
-	return t < QUERY_QTYPE_COUNT ? names[t] : "other";
+	return t < QUERY_QTYPE_COUNT ? query_qtype_names[t] : "other";
 }
 
 static enum query_qtype qtype_counted(uint16_t qtype)
@@ -397,13 +397,8 @@ static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len
 		st->dropped++; /* nothing was written: the header is not ours to read */
 		return;
 	}
-	unsigned rcode = reply[3] & 0xf;
-	if (bad_version || rcode >= 6)
-		st->rcode_other++;
-	else
-		st->rcode[rcode]++;
-	if (reply[2] & (DNS_F_TC >> 8))
-		st->truncated++;
+	st->rcode[dns_reply_rcode_slot(reply, bad_version)]++;
+	st->truncated += dns_reply_truncated(reply);
 }
 
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,

@@ -32,6 +32,7 @@
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "config/config.h"
+#include "dns/dns.h"
 #include "query/kinds.h"
 #include "upstream/request.h"
 #include "zone/zone.h"
@@ -46,6 +47,7 @@ enum query_qtype {
 
 /* "A", "AAAA", ... "SVCB", "other". */
 const char *query_qtype_name(enum query_qtype t);
+extern const char *const query_qtype_names[QUERY_QTYPE_COUNT];
 
 /* What a worker counts; one instance per worker, so no atomics are needed. */
 struct query_stats {
@@ -53,8 +55,7 @@ struct query_stats {
 	uint64_t transport[2];     /* received, by enum query_transport (UDP, TCP) */
 	uint64_t qtype[QUERY_QTYPE_COUNT]; /* queries whose question parsed, by type */
 	uint64_t dropped;          /* no reply sent (QR=1, runt packets) */
-	uint64_t rcode[6];         /* NOERROR .. REFUSED */
-	uint64_t rcode_other;      /* BADVERS and anything above REFUSED */
+	uint64_t rcode[DNS_RCODE_SLOTS]; /* replies by dns_reply_rcode_slot */
 	uint64_t truncated;
 	uint64_t source[QUERY_SOURCE_COUNT]; /* where answers came from */
 	uint64_t autopath;         /* answered for another search candidate (CNAME) */

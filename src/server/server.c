@@ -614,7 +614,6 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->received += st->received;
 		sum->dropped += st->dropped;
 		sum->truncated += st->truncated;
-		sum->rcode_other += st->rcode_other;
 		sum->autopath += st->autopath;
 		sum->not_allowed += st->not_allowed;
 		sum->rrl_slipped += st->rrl_slipped;

@@ -24,12 +24,10 @@
 
 /* The workers count the replies they send; these are the resolver's,
  * counted before the client can see the reply (a scrape after it includes it). */
-static void count_reply(struct upstream *u, size_t len)
+static void count_reply(struct upstream *u)
 {
-	unsigned rcode = u->buf[3] & 0xf;
-
-	upstream_bump(rcode < 6 ? &u->n.rcode[rcode] : &u->n.rcode_other);
-	if (len > 2 && (u->buf[2] & (DNS_F_TC >> 8)))
+	upstream_bump(&u->n.rcode[dns_reply_rcode_slot(u->buf, false)]);
+	if (dns_reply_truncated(u->buf))
 		upstream_bump(&u->n.truncated);
 }
 
@@ -50,7 +48,7 @@ static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstre
 	memcpy(framed + 2, u->buf, len);
 	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
 		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
-	count_reply(u, len);
+	count_reply(u);
 	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
 	ring->signal_pending = true;
 }
@@ -60,7 +58,7 @@ void deliver(struct upstream *u, unsigned worker, const struct upstream_request 
 	if (len == 0)
 		return;
 	if (r->transport == UPSTREAM_UDP) {
-		count_reply(u, len);
+		count_reply(u);
 		sendto(r->fd, u->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
 		       (const struct sockaddr *)&r->peer, r->peer_len);
 	} else if (r->transport == UPSTREAM_TCP) {

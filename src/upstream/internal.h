@@ -201,7 +201,7 @@ struct counters {
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */
 	_Atomic uint64_t queued;     /* gauge: questions in the queue */
 	_Atomic uint64_t flights;    /* gauge: questions in the flight table */
-	_Atomic uint64_t rcode[6], rcode_other, truncated;
+	_Atomic uint64_t rcode[DNS_RCODE_SLOTS], truncated;
 	_Atomic uint64_t latency[UPSTREAM_LATENCY_BUCKETS + 1]; /* per bucket, last: above all */
 	_Atomic uint64_t latency_ns;
 };

@@ -192,10 +192,9 @@ void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 		.resolving = atomic_load(&n->resolving),
 		.queued = atomic_load(&n->queued),
 		.flights = atomic_load(&n->flights),
-		.rcode_other = atomic_load(&n->rcode_other),
 		.truncated = atomic_load(&n->truncated),
 	};
-	for (size_t r = 0; r < 6; r++)
+	for (size_t r = 0; r < DNS_RCODE_SLOTS; r++)
 		out->rcode[r] = atomic_load(&n->rcode[r]);
 	for (size_t i = 0; i < UPSTREAM_SHEDS; i++)
 		out->shed[i] = atomic_load(&n->shed[i]);

@@ -89,8 +89,7 @@ struct upstream_stats {
 	uint64_t resolving;    /* gauge: libunbound queries running now */
 	uint64_t queued;       /* gauge: questions waiting for room or pace */
 	uint64_t flights;      /* gauge: questions known (running, queued, cooling down) */
-	uint64_t rcode[6];     /* replies the resolver sent, NOERROR .. REFUSED */
-	uint64_t rcode_other;
+	uint64_t rcode[DNS_RCODE_SLOTS]; /* replies the resolver sent (dns_reply_rcode_slot) */
 	uint64_t truncated;    /* of those, with TC=1 */
 	/* From asking libunbound to its result (any result): how many took at
 	 * most each bound (cumulative), all of them, and their total time. */

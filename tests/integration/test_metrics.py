@@ -20,6 +20,7 @@ import time
 import authority
 import dnsmsg
 import harness
+import test_ctl
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402
@@ -352,6 +353,104 @@ def test_promtool_accepts_the_whole_exposition(env):
                                           result="success") == 1, "the reload")
     s = scrape(port)
     assert abs(s.value("localdns_config_last_reload_success_timestamp_seconds") - time.time()) < 10
+
+
+# ---------------------------------------------------------------- ctl stats
+
+# Every `ctl stats` line that /metrics also shows: (metric, labels), or a
+# list of them when ctl shows their sum. The rest are ctl's own
+# (control_lookups, upstream_answers, kube_enabled, the *_time lines) or
+# shown only with Kubernetes or the node integration.
+def shared_counters():
+    pairs = {
+        "queries": [("localdns_requests_total", {"protocol": p}) for p in ("udp", "tcp")],
+        "queries_dropped": ("localdns_dropped_total", {}),
+        "queries_truncated": ("localdns_truncated_total", {}),
+        "queries_not_allowed": ("localdns_not_allowed_total", {}),
+        "queries_rrl_slipped": ("localdns_rrl_limited_total", {"action": "slipped"}),
+        "queries_rrl_dropped": ("localdns_rrl_limited_total", {"action": "dropped"}),
+        "cache_entries": ("localdns_cache_entries", {}),
+        "cache_bytes": ("localdns_cache_bytes", {}),
+        "cache_max_bytes": ("localdns_cache_max_bytes", {}),
+        "cache_hits": ("localdns_cache_hits_total", {}),
+        "cache_misses": ("localdns_cache_misses_total", {}),
+        "cache_stale_hits": ("localdns_cache_stale_hits_total", {}),
+        "cache_prefetches": ("localdns_cache_prefetches_total", {}),
+        "cache_inserts": ("localdns_cache_inserts_total", {}),
+        "cache_rejected": ("localdns_cache_insert_rejections_total", {}),
+        "cache_evictions": ("localdns_cache_evictions_total", {}),
+        "upstream_queries": ("localdns_upstream_queries_total", {}),
+        "upstream_coalesced": ("localdns_upstream_coalesced_total", {}),
+        "upstream_failures": ("localdns_upstream_errors_total", {"kind": "resolution"}),
+        "upstream_bogus": ("localdns_upstream_errors_total", {"kind": "bogus"}),
+        "upstream_timeouts": ("localdns_upstream_errors_total", {"kind": "timeout"}),
+        "upstream_stale": ("localdns_upstream_fallback_replies_total", {"reply": "stale"}),
+        "upstream_servfail": ("localdns_upstream_fallback_replies_total",
+                              {"reply": "servfail"}),
+        "upstream_dropped": ("localdns_upstream_dropped_total", {}),
+        "upstream_resolving": ("localdns_upstream_resolving", {}),
+        "upstream_queued": ("localdns_upstream_queued", {}),
+        "upstream_flights": ("localdns_upstream_flights", {}),
+        "upstream_paced": ("localdns_upstream_paced_total", {}),
+        "upstream_retries": ("localdns_upstream_retries_total", {}),
+        "upstream_client_limited": ("localdns_upstream_client_limited_total", {}),
+        "upstream_context_renewals": ("localdns_upstream_context_renewals_total", {}),
+        "upstream_failing": ("localdns_upstream_failing", {}),
+        "reloads_ok": ("localdns_config_reloads_total", {"result": "success"}),
+        "reloads_failed": ("localdns_config_reloads_total", {"result": "failure"}),
+    }
+    for rcode in ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"):
+        pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})
+    for source in ("none", "static", "cluster", "cache", "stale", "upstream"):
+        pairs["answers_" + source] = ("localdns_answers_total", {"source": source})
+    reasons = ("queue_full", "table_full")
+    for reason in reasons:
+        pairs["upstream_shed_" + reason] = ("localdns_upstream_shed_total", {"reason": reason})
+    pairs["upstream_shed"] = [("localdns_upstream_shed_total", {"reason": r}) for r in reasons]
+    for result in ("NOERROR", "NXDOMAIN", "SERVFAIL", "other", "error", "bogus"):
+        pairs["upstream_results_" + result] = ("localdns_upstream_results_total",
+                                               {"result": result})
+    return pairs
+
+
+def test_ctl_stats_and_metrics_agree_on_every_counter_they_share(env):
+    # The resolver thread sends replies too (upstream answers, SERVFAIL):
+    # ctl's rcode_* and queries_truncated count them as /metrics does.
+    with authority.Authority({"site.example.": SITE}) as up:
+        sock = test_ctl.sock_path(env)
+        d, port, _ = with_http(env, control={"socket": sock},
+                               upstream={"servers": [up.addr], "timeout": "2s"})
+        d.ctl_path = sock
+        assert d.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+        assert d.udp("nope.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
+        assert d.udp("version.bind", "TXT", qclass=dnsmsg.C_CH).rcode_name == "REFUSED"
+        assert d.udp("www.site.example", "A").rcode_name == "NOERROR"      # the resolver
+        assert d.udp("www.site.example", "A").rcode_name == "NOERROR"      # the cache
+        assert d.tcp("mail.site.example", "MX").rcode_name == "NOERROR"    # resolver, TCP
+        # outside the authority's zones: it refuses, the resolver sends SERVFAIL
+        m = d.udp("www.elsewhere.example", "A", timeout=3)
+        assert m.rcode_name == "SERVFAIL", m.describe()
+        ctl = test_ctl.stats(env, d)
+        s = scrape(port)
+    assert ctl["rcode_servfail"] >= 1 and ctl["upstream_queries"] >= 3, ctl
+    shared = shared_counters()
+    for name, value in ctl.items():
+        if name not in shared:
+            continue
+        samples = shared[name] if isinstance(shared[name], list) else [shared[name]]
+        total = sum(s.value(metric, **labels) for metric, labels in samples)
+        assert value == total, "ctl %s is %d, /metrics %s says %d" % (
+            name, value, samples, total)
+    unshared = set(ctl) - set(shared)
+    assert unshared == {"control_lookups", "upstream_answers", "kube_enabled", "kube_synced",
+                        "kube_objects_services", "kube_objects_endpointslices",
+                        "kube_objects_namespaces", "kube_objects_pods", "kube_events",
+                        "kube_relists", "kube_errors", "kube_last_contact_time",
+                        "node_link_repairs", "node_table_repairs",
+                        "reload_last_success_time"}, unshared
+
+
+test_ctl_stats_and_metrics_agree_on_every_counter_they_share.timeout = 30
 
 
 # ---------------------------------------------------------------- start-up errors

@@ -1677,6 +1677,23 @@ static void test_compact_refuses_bad_input(void **state)
 	assert_int_equal(dns_message_compact(in, len, &q, true, out, sizeof out), 0);
 }
 
+/* The one decoding both reply counters use: six rcodes, then "other". */
+static void test_reply_rcode_slot_and_truncation(void **state)
+{
+	uint8_t header[DNS_HEADER_LEN] = {0x12, 0x34, 0x81, 0x80};
+
+	(void)state;
+	for (unsigned rcode = 0; rcode < 16; rcode++) {
+		header[3] = (uint8_t)(0x80 | rcode);
+		assert_int_equal(dns_reply_rcode_slot(header, false),
+				 rcode <= DNS_R_REFUSED ? rcode : DNS_RCODE_SLOT_OTHER);
+		assert_int_equal(dns_reply_rcode_slot(header, true), DNS_RCODE_SLOT_OTHER);
+	}
+	assert_false(dns_reply_truncated(header));
+	header[2] |= DNS_F_TC >> 8;
+	assert_true(dns_reply_truncated(header));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1747,6 +1764,7 @@ int main(void)
 		cmocka_unit_test(test_response_append_raw),
 		cmocka_unit_test(test_response_append_raw_truncates),
 		cmocka_unit_test(test_response_append_raw_needs_fresh_writer),
+		cmocka_unit_test(test_reply_rcode_slot_and_truncation),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

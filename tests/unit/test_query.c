@@ -458,7 +458,7 @@ static void test_counters_follow_the_reply(void **state)
 	assert_int_equal(st.rcode[DNS_R_NOERROR], 3);
 	assert_int_equal(st.rcode[DNS_R_NXDOMAIN], 1);
 	assert_int_equal(st.rcode[DNS_R_REFUSED], 0);
-	assert_int_equal(st.rcode_other, 1);
+	assert_int_equal(st.rcode[DNS_RCODE_SLOT_OTHER], 1);
 	assert_int_equal(st.truncated, 1);
 	assert_int_equal(st.dropped, 1);
 	assert_int_equal(st.source[QUERY_SOURCE_UPSTREAM], 1);

@@ -1,0 +1,424 @@
+/*
+ * counters/table.c — every counter, one table per subsystem.
+ *
+ * A table's rows are in `ctl stats` order (an operator contract: append
+ * only); its family list is in /metrics order. A row names the family it
+ * gives values to; a family written by no row is an error the unit test
+ * catches (tests/unit/test_counters.c).
+ */
+#include "counters/counters.h"
+
+#include "dns/dns.h"
+
+#define AT(field) offsetof(struct counter_values, field)
+#define N(array) (sizeof(array) / sizeof((array)[0]))
+#define TABLE(id, name, rows_, families_, shown)                                            \
+	const struct counter_table id = {name, rows_, N(rows_), families_, N(families_), shown}
+
+/* ---- queries: the workers (server/, query/), the resolver's replies -------- */
+
+static const char *const protocols[] = {[QUERY_UDP] = "udp", [QUERY_TCP] = "tcp"};
+static const char *const rcodes[DNS_RCODE_SLOTS] = {"NOERROR", "FORMERR", "SERVFAIL",
+						    "NXDOMAIN", "NOTIMP", "REFUSED", "other"};
+static const char *const rcode_stats[DNS_RCODE_SLOTS] = {"noerror", "formerr", "servfail",
+							 "nxdomain", "notimp", "refused", "other"};
+static const char *const rrl_actions[] = {"slipped", "dropped"};
+
+static const struct counter_family requests = {
+	"localdns_requests_total", COUNTER_COUNTER, "", "DNS queries received, by transport.",
+	"protocol", protocols, N(protocols), NULL};
+static const struct counter_family requests_by_qtype = {
+	"localdns_requests_by_qtype_total", COUNTER_COUNTER, "",
+	"DNS queries whose question parsed, by query type (other: any type not listed).",
+	"qtype", query_qtype_names, QUERY_QTYPE_COUNT, NULL};
+static const struct counter_family responses = {
+	"localdns_responses_total", COUNTER_COUNTER, "",
+	"DNS replies sent, by rcode (other: BADVERS and above), by the workers and the "
+	"resolver thread.",
+	"rcode", rcodes, DNS_RCODE_SLOTS, rcode_stats};
+static const struct counter_family answers = {
+	"localdns_answers_total", COUNTER_COUNTER, "",
+	"DNS queries by the source that took them: static records, the cluster table, "
+	"a live or stale cache entry, the upstream (handed to the resolver), or none "
+	"(refused, malformed or answered by protocol rules).",
+	"source", query_source_names, QUERY_SOURCE_COUNT, NULL};
+static const struct counter_family dropped = {
+	"localdns_dropped_total", COUNTER_COUNTER, "",
+	"DNS queries that got no reply from a worker: QR set, runt packets, or the "
+	"resolver's request ring full.", NULL, NULL, 0, NULL};
+static const struct counter_family truncated = {
+	"localdns_truncated_total", COUNTER_COUNTER, "", "DNS replies sent with TC=1.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family not_allowed = {
+	"localdns_not_allowed_total", COUNTER_COUNTER, "",
+	"DNS queries answered REFUSED because the client's address is outside "
+	"listen.allow.", NULL, NULL, 0, NULL};
+static const struct counter_family rrl_limited = {
+	"localdns_rrl_limited_total", COUNTER_COUNTER, "",
+	"UDP responses over rrl.responses_per_second for their client network: sent "
+	"truncated (slipped, so the client retries over TCP) or not sent (dropped).",
+	"action", rrl_actions, N(rrl_actions), NULL};
+static const struct counter_family autopath = {
+	"localdns_autopath_answers_total", COUNTER_COUNTER, "",
+	"Queries a worker answered for another name of the client's search list "
+	"(cluster.autopath: a CNAME to the name that exists).", NULL, NULL, 0, NULL};
+
+static const struct counter_family *const query_families[] = {
+	&requests, &requests_by_qtype, &responses, &answers, &dropped, &truncated,
+	&not_allowed, &rrl_limited, &autopath};
+
+static const struct counter query_rows[] = {
+	{.stat = "queries", .at = AT(queries.received), .log = "queries"},
+	{.stat = "queries_dropped", .family = &dropped, .at = AT(queries.dropped), .log = "dropped"},
+	{.stat = "queries_truncated", .family = &truncated, .at = AT(queries.truncated)},
+	{.stat = "rcode_", .family = &responses, .n = DNS_RCODE_SLOTS, .at = AT(queries.rcode)},
+	{.stat = "answers_", .family = &answers, .n = QUERY_SOURCE_COUNT, .at = AT(queries.source)},
+	{.stat = "control_lookups", .at = AT(control_lookups)},
+	{.stat = "queries_not_allowed", .family = &not_allowed, .at = AT(queries.not_allowed)},
+	{.stat = "queries_rrl_slipped", .family = &rrl_limited, .label = 0,
+	 .at = AT(queries.rrl_slipped)},
+	{.stat = "queries_rrl_dropped", .family = &rrl_limited, .label = 1,
+	 .at = AT(queries.rrl_dropped)},
+	{.family = &requests, .n = N(protocols), .at = AT(queries.transport)},
+	{.family = &requests_by_qtype, .n = QUERY_QTYPE_COUNT, .at = AT(queries.qtype)},
+	{.family = &autopath, .at = AT(queries.autopath)},
+};
+
+TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
+
+/* ---- TCP: the workers' connections (server/tcp.c) -------------------------------- */
+
+static const char *const tcp_refusals[] = {"max_connections", "per_client"};
+static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget"};
+
+static const struct counter_family tcp_connections = {
+	"localdns_tcp_connections", COUNTER_GAUGE, "", "TCP connections open now.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family tcp_output_bytes = {
+	"localdns_tcp_output_bytes", COUNTER_GAUGE, "bytes",
+	"TCP reply bytes the clients' sockets have not taken yet, all connections "
+	"(listen.tcp_output_budget caps it).", NULL, NULL, 0, NULL};
+static const struct counter_family tcp_refused = {
+	"localdns_tcp_refused_total", COUNTER_COUNTER, "",
+	"TCP connections closed at accept: listen.tcp_max_connections reached, or "
+	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
+	"reason", tcp_refusals, N(tcp_refusals), NULL};
+static const struct counter_family tcp_closed = {
+	"localdns_tcp_closed_total", COUNTER_COUNTER, "",
+	"TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
+	"query not complete within listen.tcp_query_timeout of its first byte), "
+	"output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
+	"exceeded).", "reason", tcp_closes, N(tcp_closes), NULL};
+
+static const struct counter_family *const tcp_families[] = {
+	&tcp_connections, &tcp_output_bytes, &tcp_refused, &tcp_closed};
+
+static const struct counter tcp_rows[] = {
+	{.family = &tcp_connections, .at = AT(tcp.connections)},
+	{.family = &tcp_output_bytes, .at = AT(tcp.output_bytes)},
+	{.family = &tcp_refused, .n = N(tcp_refusals),
+	 .at = AT(tcp.events[SERVER_TCP_REFUSED_MAX_CONNECTIONS])},
+	{.family = &tcp_closed, .n = N(tcp_closes), .at = AT(tcp.events[SERVER_TCP_CLOSED_IDLE])},
+};
+
+TABLE(counter_tcp, "tcp", tcp_rows, tcp_families, COUNTERS_ALWAYS);
+
+/* ---- the answer cache (cache/) --------------------------------------------------- */
+
+static const struct counter_family cache_entries = {
+	"localdns_cache_entries", COUNTER_GAUGE, "",
+	"Answer cache entries held (live, stale, or removed and not yet freed).",
+	NULL, NULL, 0, NULL};
+static const struct counter_family cache_bytes = {
+	"localdns_cache_bytes", COUNTER_GAUGE, "bytes",
+	"Bytes the answer cache accounts for: entries and bucket arrays.", NULL, NULL, 0, NULL};
+static const struct counter_family cache_max_bytes = {
+	"localdns_cache_max_bytes", COUNTER_GAUGE, "bytes",
+	"The answer cache's limit (cache.size).", NULL, NULL, 0, NULL};
+static const struct counter_family cache_hits = {
+	"localdns_cache_hits_total", COUNTER_COUNTER, "",
+	"Answer cache lookups answered from a live entry.", NULL, NULL, 0, NULL};
+static const struct counter_family cache_misses = {
+	"localdns_cache_misses_total", COUNTER_COUNTER, "",
+	"Answer cache lookups that found nothing usable.", NULL, NULL, 0, NULL};
+static const struct counter_family cache_stale_hits = {
+	"localdns_cache_stale_hits_total", COUNTER_COUNTER, "",
+	"Answer cache lookups answered from an expired entry (serve-stale).",
+	NULL, NULL, 0, NULL};
+static const struct counter_family cache_prefetches = {
+	"localdns_cache_prefetches_total", COUNTER_COUNTER, "",
+	"Hits in an entry's last 10% of TTL that started a background refresh.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family cache_inserts = {
+	"localdns_cache_inserts_total", COUNTER_COUNTER, "",
+	"Entries stored in the answer cache, replacements included.", NULL, NULL, 0, NULL};
+static const struct counter_family cache_rejected = {
+	"localdns_cache_insert_rejections_total", COUNTER_COUNTER, "",
+	"Upstream replies the answer cache would not store.", NULL, NULL, 0, NULL};
+static const struct counter_family cache_evictions = {
+	"localdns_cache_evictions_total", COUNTER_COUNTER, "",
+	"Answer cache entries dropped to make room.", NULL, NULL, 0, NULL};
+
+static const struct counter_family *const cache_families[] = {
+	&cache_entries, &cache_bytes, &cache_max_bytes, &cache_hits, &cache_misses,
+	&cache_stale_hits, &cache_prefetches, &cache_inserts, &cache_rejected, &cache_evictions};
+
+static const struct counter cache_rows[] = {
+	{.stat = "cache_entries", .family = &cache_entries, .at = AT(cache.entries),
+	 .log = "cache_entries"},
+	{.stat = "cache_bytes", .family = &cache_bytes, .at = AT(cache.bytes)},
+	{.stat = "cache_max_bytes", .family = &cache_max_bytes, .at = AT(cache.max_bytes)},
+	{.stat = "cache_hits", .family = &cache_hits, .at = AT(cache.hits), .log = "cache_hits"},
+	{.stat = "cache_misses", .family = &cache_misses, .at = AT(cache.misses),
+	 .log = "cache_misses"},
+	{.stat = "cache_stale_hits", .family = &cache_stale_hits, .at = AT(cache.stale_hits)},
+	{.stat = "cache_prefetches", .family = &cache_prefetches, .at = AT(cache.prefetches)},
+	{.stat = "cache_inserts", .family = &cache_inserts, .at = AT(cache.inserts)},
+	{.stat = "cache_rejected", .family = &cache_rejected, .at = AT(cache.rejected)},
+	{.stat = "cache_evictions", .family = &cache_evictions, .at = AT(cache.evictions),
+	 .log = "cache_evictions"},
+};
+
+TABLE(counter_cache, "cache", cache_rows, cache_families, COUNTERS_ALWAYS);
+
+/* ---- the resolver thread (upstream/) --------------------------------------------- */
+
+static const char *const error_kinds[] = {"resolution", "bogus", "timeout"};
+static const char *const fallbacks[] = {"stale", "servfail"};
+
+static const struct counter_family upstream_queries = {
+	"localdns_upstream_queries_total", COUNTER_COUNTER, "", "Queries sent to libunbound.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family upstream_coalesced = {
+	"localdns_upstream_coalesced_total", COUNTER_COUNTER, "",
+	"Cache misses that joined an identical query already in flight.", NULL, NULL, 0, NULL};
+static const struct counter_family upstream_errors = {
+	"localdns_upstream_errors_total", COUNTER_COUNTER, "",
+	"Upstream trouble: resolution (libunbound gave SERVFAIL or an error), bogus "
+	"(DNSSEC validation failed), timeout (a client's upstream.timeout passed first).",
+	"kind", error_kinds, N(error_kinds), NULL};
+static const struct counter_family upstream_fallbacks = {
+	"localdns_upstream_fallback_replies_total", COUNTER_COUNTER, "",
+	"Clients the resolver answered without a fresh upstream reply: from a stale "
+	"entry, or SERVFAIL.", "reply", fallbacks, N(fallbacks), NULL};
+static const struct counter_family upstream_dropped = {
+	"localdns_upstream_dropped_total", COUNTER_COUNTER, "",
+	"Upstream requests lost to a full request or reply ring or the waiting-client cap.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family upstream_resolving = {
+	"localdns_upstream_resolving", COUNTER_GAUGE, "",
+	"libunbound queries running now, on the current and on retired contexts.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family upstream_queued = {
+	"localdns_upstream_queued", COUNTER_GAUGE, "",
+	"Questions waiting to be sent upstream: libunbound runs all it may, or "
+	"upstream.max_rate is reached.", NULL, NULL, 0, NULL};
+static const struct counter_family upstream_flights = {
+	"localdns_upstream_flights", COUNTER_GAUGE, "",
+	"Questions the resolver knows now: running, queued, or cooling down after a failure.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family upstream_paced = {
+	"localdns_upstream_paced_total", COUNTER_COUNTER, "",
+	"Questions that had to wait because upstream.max_rate was reached.", NULL, NULL, 0, NULL};
+static const struct counter_family upstream_client_limited = {
+	"localdns_upstream_client_limited_total", COUNTER_COUNTER, "",
+	"Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
+	"address, an IPv6 /64) already had upstream.max_pending_per_client questions "
+	"or waiting queries.", NULL, NULL, 0, NULL};
+static const struct counter_family upstream_retries = {
+	"localdns_upstream_retries_total", COUNTER_COUNTER, "",
+	"Failed questions asked once more because clients still waited for them.",
+	NULL, NULL, 0, NULL};
+static const struct counter_family upstream_results = {
+	"localdns_upstream_results_total", COUNTER_COUNTER, "",
+	"libunbound's results by what they said: an rcode, error (no answer at all) or "
+	"bogus (DNSSEC validation failed).",
+	"result", upstream_result_names, UPSTREAM_RESULTS, NULL};
+static const struct counter_family upstream_renewals = {
+	"localdns_upstream_context_renewals_total", COUNTER_COUNTER, "",
+	"Fresh libunbound contexts started because the current one was full and nothing "
+	"came back from it for upstream.timeout.", NULL, NULL, 0, NULL};
+static const struct counter_family upstream_shed = {
+	"localdns_upstream_shed_total", COUNTER_COUNTER, "",
+	"Questions given up without asking the upstream, their clients answered from a "
+	"stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
+	"made room for a new one), table_full (too many questions known at once).",
+	"reason", upstream_shed_names, UPSTREAM_SHEDS, NULL};
+static const struct counter_family upstream_failing_now = {
+	"localdns_upstream_failing", COUNTER_GAUGE, "",
+	"1 while the upstream looks down (its last resolution failed or timed out).",
+	NULL, NULL, 0, NULL};
+
+/* localdns_upstream_duration_seconds, a histogram, follows these (metrics/collect.c). */
+static const struct counter_family *const upstream_families[] = {
+	&upstream_queries, &upstream_coalesced, &upstream_errors, &upstream_fallbacks,
+	&upstream_dropped, &upstream_resolving, &upstream_queued, &upstream_flights,
+	&upstream_paced, &upstream_client_limited, &upstream_retries, &upstream_results,
+	&upstream_renewals, &upstream_shed, &upstream_failing_now};
+
+static const struct counter upstream_rows[] = {
+	{.stat = "upstream_queries", .family = &upstream_queries, .at = AT(upstream.queries),
+	 .log = "upstream_queries"},
+	{.stat = "upstream_coalesced", .family = &upstream_coalesced,
+	 .at = AT(upstream.coalesced), .log = "coalesced"},
+	{.stat = "upstream_answers", .at = AT(upstream.answers)},
+	{.stat = "upstream_failures", .family = &upstream_errors, .label = 0,
+	 .at = AT(upstream.failures)},
+	{.stat = "upstream_timeouts", .family = &upstream_errors, .label = 2,
+	 .at = AT(upstream.timeouts), .log = "upstream_timeouts"},
+	{.stat = "upstream_stale", .family = &upstream_fallbacks, .label = 0,
+	 .at = AT(upstream.stale)},
+	{.stat = "upstream_servfail", .family = &upstream_fallbacks, .label = 1,
+	 .at = AT(upstream.servfail)},
+	{.stat = "upstream_dropped", .family = &upstream_dropped, .at = AT(upstream.dropped),
+	 .log = "upstream_dropped"},
+	{.stat = "upstream_bogus", .family = &upstream_errors, .label = 1,
+	 .at = AT(upstream.bogus)},
+	{.stat = "upstream_resolving", .family = &upstream_resolving, .at = AT(upstream.resolving)},
+	{.stat = "upstream_context_renewals", .family = &upstream_renewals,
+	 .at = AT(upstream.renewals)},
+	{.stat = "upstream_shed", .stat_sum = true, .family = &upstream_shed, .ctl_only = true,
+	 .n = UPSTREAM_SHEDS, .at = AT(upstream.shed)},
+	{.stat = "upstream_failing", .family = &upstream_failing_now, .at = AT(upstream_failing)},
+	{.stat = "upstream_queued", .family = &upstream_queued, .at = AT(upstream.queued)},
+	{.stat = "upstream_flights", .family = &upstream_flights, .at = AT(upstream.flights)},
+	{.stat = "upstream_paced", .family = &upstream_paced, .at = AT(upstream.paced)},
+	{.stat = "upstream_retries", .family = &upstream_retries, .at = AT(upstream.retries)},
+	{.stat = "upstream_client_limited", .family = &upstream_client_limited,
+	 .at = AT(upstream.client_limited)},
+	{.stat = "upstream_shed_", .family = &upstream_shed, .n = UPSTREAM_SHEDS,
+	 .at = AT(upstream.shed)},
+	{.stat = "upstream_results_", .family = &upstream_results, .n = UPSTREAM_RESULTS,
+	 .at = AT(upstream.results)},
+};
+
+TABLE(counter_upstream, "upstream", upstream_rows, upstream_families, COUNTERS_ALWAYS);
+
+/* ---- Kubernetes (kube/): ctl shows zeros without it, /metrics nothing ---------- */
+
+static const struct counter_family kube_synced = {
+	"localdns_kubernetes_synced", COUNTER_GAUGE, "",
+	"1 once every resource has been listed in full (cluster names are served).",
+	NULL, NULL, 0, NULL};
+static const struct counter_family kube_events = {
+	"localdns_kubernetes_watch_events_total", COUNTER_COUNTER, "",
+	"Watch events received, bookmarks included, by resource.",
+	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
+static const struct counter_family kube_relists = {
+	"localdns_kubernetes_relists_total", COUNTER_COUNTER, "",
+	"Complete LISTs after the first (a watch expired with 410 Gone), by resource.",
+	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
+static const struct counter_family kube_errors = {
+	"localdns_kubernetes_errors_total", COUNTER_COUNTER, "",
+	"Failed Kubernetes API requests (connection, 5xx, 401/403, broken streams).",
+	NULL, NULL, 0, NULL};
+static const struct counter_family kube_objects = {
+	"localdns_kubernetes_objects", COUNTER_GAUGE, "", "Objects known now, by resource.",
+	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
+static const struct counter_family kube_pages_too_large = {
+	"localdns_kubernetes_list_pages_too_large_total", COUNTER_COUNTER, "",
+	"LIST responses abandoned past kubernetes.list_max_bytes (the page is asked for "
+	"again with fewer objects, or, at one object, fails), by resource.",
+	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
+static const struct counter_family kube_page_limit = {
+	"localdns_kubernetes_list_page_limit", COUNTER_GAUGE, "",
+	"Objects the next LIST page asks for (limit=): 500, 100 for endpointslices, "
+	"less after a response past kubernetes.list_max_bytes.",
+	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
+
+/* The sync and contact timestamps and the data age follow (metrics/collect.c). */
+static const struct counter_family *const kube_families[] = {
+	&kube_synced, &kube_events, &kube_relists, &kube_errors, &kube_objects,
+	&kube_pages_too_large, &kube_page_limit};
+
+static const struct counter kube_rows[] = {
+	{.stat = "kube_enabled", .at = AT(kube_enabled)},
+	{.stat = "kube_synced", .family = &kube_synced, .at = AT(kube_synced)},
+	{.stat = "kube_objects_", .family = &kube_objects, .n = KUBE_N_RESOURCES,
+	 .at = AT(kube.objects)},
+	{.stat = "kube_events", .stat_sum = true, .family = &kube_events, .n = KUBE_N_RESOURCES,
+	 .at = AT(kube.events)},
+	{.stat = "kube_relists", .stat_sum = true, .family = &kube_relists,
+	 .n = KUBE_N_RESOURCES, .at = AT(kube.relists)},
+	{.stat = "kube_errors", .family = &kube_errors, .at = AT(kube.errors)},
+	{.stat = "kube_last_contact_time", .at = AT(kube_last_contact_time)},
+	{.family = &kube_pages_too_large, .n = KUBE_N_RESOURCES, .at = AT(kube.pages_too_large)},
+	{.family = &kube_page_limit, .n = KUBE_N_RESOURCES, .at = AT(kube.page_limit)},
+};
+
+TABLE(counter_kubernetes, "kubernetes", kube_rows, kube_families, AT(kube_enabled));
+
+/* ---- the cluster table (cluster/), with Kubernetes ------------------------------- */
+
+static const struct counter_family cluster_names = {
+	"localdns_cluster_names", COUNTER_GAUGE, "", "Owner names in the cluster table.",
+	NULL, NULL, 0, NULL};
+
+static const struct counter_family *const cluster_families[] = {&cluster_names};
+
+static const struct counter cluster_rows[] = {
+	{.family = &cluster_names, .at = AT(cluster_names)},
+};
+
+TABLE(counter_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enabled));
+
+/* ---- the node integration (node/): ctl shows zeros without it, /metrics nothing - */
+
+static const char *const repair_kinds[] = {"link", "table"};
+
+static const struct counter_family node_repairs = {
+	"localdns_node_repairs_total", COUNTER_COUNTER, "",
+	"Repairs of the node integration: the link or an address put back, or the "
+	"nftables table rebuilt after a change.", "kind", repair_kinds, N(repair_kinds), NULL};
+
+static const struct counter_family *const node_families[] = {&node_repairs};
+
+static const struct counter node_rows[] = {
+	{.stat = "node_link_repairs", .family = &node_repairs, .label = 0,
+	 .at = AT(node.link_repairs)},
+	{.stat = "node_table_repairs", .family = &node_repairs, .label = 1,
+	 .at = AT(node.table_repairs)},
+};
+
+TABLE(counter_node, "node", node_rows, node_families, AT(node_enabled));
+
+/* ---- configuration reloads (daemon/reload.c) -------------------------------------- */
+
+static const char *const reload_results[] = {"success", "failure"};
+
+static const struct counter_family reloads = {
+	"localdns_config_reloads_total", COUNTER_COUNTER, "", "Configuration reloads, by result.",
+	"result", reload_results, N(reload_results), NULL};
+
+/* localdns_config_last_reload_success_timestamp_seconds follows (metrics/collect.c). */
+static const struct counter_family *const config_families[] = {&reloads};
+
+static const struct counter config_rows[] = {
+	{.stat = "reloads_ok", .family = &reloads, .label = 0, .at = AT(reloads_ok)},
+	{.stat = "reloads_failed", .family = &reloads, .label = 1, .at = AT(reloads_failed)},
+	{.stat = "reload_last_success_time", .at = AT(reload_last_success_time)},
+};
+
+TABLE(counter_config, "config", config_rows, config_families, COUNTERS_ALWAYS);
+
+/* ---- the query log (querylog/) ---------------------------------------------------- */
+
+static const struct counter_family query_log_dropped = {
+	"localdns_query_log_dropped_total", COUNTER_COUNTER, "",
+	"Sampled query log records dropped because the log thread fell behind.",
+	NULL, NULL, 0, NULL};
+
+static const struct counter_family *const query_log_families[] = {&query_log_dropped};
+
+static const struct counter query_log_rows[] = {
+	{.family = &query_log_dropped, .at = AT(query_log_dropped)},
+};
+
+TABLE(counter_query_log, "query_log", query_log_rows, query_log_families, COUNTERS_ALWAYS);
+
+/* ---- all of them, in ctl order ------------------------------------------------------ */
+
+const struct counter_table *const counter_tables[] = {
+	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
+	&counter_cluster, &counter_node, &counter_config, &counter_query_log};
+const size_t counter_n_tables = N(counter_tables);
