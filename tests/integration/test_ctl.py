@@ -561,15 +561,7 @@ def test_json_dump_cache_one_object_per_entry_as_the_text_says(env):
 
 def test_json_top_one_document_matching_the_text(env):
     with F.FakeAPI() as api:
-        api.apply(F.namespace("shop"),
-                  F.pod("shop", "crawler-1", ips="127.0.0.2", node="node-a"))
-        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
-        d = start(env, kubernetes={"enabled": True, "kubeconfig": kc, "node_name": "node-a"},
-                  cluster={"domain": "cluster.local", "ttl": "5s", "autopath": True})
-        deadline = time.monotonic() + 5
-        while stats(env, d)["kube_synced"] != 1:
-            assert time.monotonic() < deadline, "no first sync"
-            time.sleep(0.05)
+        d = _start_with_a_crawler_pod(env, api)
         _ask_many(d.port, "127.0.0.2", ["db.prod.svc.cluster.local",
                                         "gone1.prod.svc.cluster.local"], 320)
         _ask_many(d.port, "127.0.0.3", ["web.prod.svc.cluster.local"], 160)
@@ -722,6 +714,20 @@ def _ask_many(port, source, names, times):
                 s.recv(4096)
 
 
+def _start_with_a_crawler_pod(env, api):
+    """localdns synced with a fake API where 127.0.0.2 is the pod
+    shop/crawler-1 on this node (autopath on, so Pods are watched)."""
+    api.apply(F.namespace("shop"), F.pod("shop", "crawler-1", ips="127.0.0.2", node="node-a"))
+    kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
+    d = start(env, kubernetes={"enabled": True, "kubeconfig": kc, "node_name": "node-a"},
+              cluster={"domain": "cluster.local", "ttl": "5s", "autopath": True})
+    deadline = time.monotonic() + 5
+    while stats(env, d)["kube_synced"] != 1:
+        assert time.monotonic() < deadline, "no first sync"
+        time.sleep(0.05)
+    return d
+
+
 def _top(env, d, *args):
     out = ok(env, d, "top", *args)
     return [line.split(" ") for line in out.strip().split("\n") if line]
@@ -731,15 +737,7 @@ def test_top_shows_the_heaviest_clients_names_and_nxdomains_with_their_pods(env)
     # Counts are estimates from one query in 16 per worker: judged by order
     # and by bounds the sampling cannot miss.
     with F.FakeAPI() as api:
-        api.apply(F.namespace("shop"),
-                  F.pod("shop", "crawler-1", ips="127.0.0.2", node="node-a"))
-        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
-        d = start(env, kubernetes={"enabled": True, "kubeconfig": kc, "node_name": "node-a"},
-                  cluster={"domain": "cluster.local", "ttl": "5s", "autopath": True})
-        deadline = time.monotonic() + 5
-        while stats(env, d)["kube_synced"] != 1:
-            assert time.monotonic() < deadline, "no first sync"
-            time.sleep(0.05)
+        d = _start_with_a_crawler_pod(env, api)
         # 127.0.0.2 (a pod) asks 1,280 times, 127.0.0.3 (no pod) 320 times
         _ask_many(d.port, "127.0.0.2", ["db.prod.svc.cluster.local",
                                         "gone1.prod.svc.cluster.local"], 640)
