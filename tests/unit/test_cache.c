@@ -794,13 +794,7 @@ static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
 	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
 	size_t txt_rdata = p.len + 12;
 	reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 60, "\023abc", 4);
-	put_u16(&p, (uint16_t)(0xC000 | txt_rdata));
-	put_u16(&p, DNS_T_A);
-	put_u16(&p, DNS_C_IN);
-	put_u32(&p, 60);
-	put_u16(&p, 4);
-	put_raw(&p, "\1\2\3\4", 4);
-	bump_count(&p, 1);
+	reply_rr_at(&p, DNS_SEC_ANSWER, txt_rdata, DNS_T_A, 60, "\1\2\3\4", 4);
 	put_opt(&p, 1232, 0, NULL, 0);
 	assert_int_equal(p.b[txt_rdata + 1 + 0x13], 0); /* OPT's owner ends the name */
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
@@ -812,13 +806,7 @@ static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
 	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
 	size_t ttl_field = p.len + 6;
 	reply_a(&p, DNS_SEC_ANSWER, NULL, 0x01780030, 1);
-	put_u16(&p, (uint16_t)(0xC000 | ttl_field));
-	put_u16(&p, DNS_T_A);
-	put_u16(&p, DNS_C_IN);
-	put_u32(&p, 60);
-	put_u16(&p, 4);
-	put_raw(&p, "\1\2\3\4", 4);
-	bump_count(&p, 1);
+	reply_rr_at(&p, DNS_SEC_ANSWER, ttl_field, DNS_T_A, 60, "\1\2\3\4", 4);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
 	dns_response_begin(&w, out, sizeof out, &q, DNS_R_NOERROR);
 	assert_false(cache_write_message(&w, p.b, p.len));
@@ -826,13 +814,7 @@ static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
 	/* the same names pointing at names are fine */
 	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
 	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
-	put_u16(&p, 0xC00E); /* "example.com", inside the question */
-	put_u16(&p, DNS_T_A);
-	put_u16(&p, DNS_C_IN);
-	put_u32(&p, 60);
-	put_u16(&p, 4);
-	put_raw(&p, "\1\2\3\4", 4);
-	bump_count(&p, 1);
+	reply_rr_at(&p, DNS_SEC_ANSWER, 0x0E, DNS_T_A, 60, "\1\2\3\4", 4); /* "example.com", inside the question */
 	put_opt(&p, 1232, 0, NULL, 0);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 
