@@ -1,7 +1,8 @@
 /*
  * kube/internal.h — the client's pure parts, private to src/kube/ (and its
  * unit tests): the connection description and where it comes from, the
- * watch-stream line splitter, the backoff schedules (errors, repeated
+ * watch-stream line splitter, the streaming decoder of LIST responses and
+ * watch streams and the fields it keeps, the backoff schedules (errors, repeated
  * 410s) and the set of known object keys. None of these does network I/O or logs.
  */
 #ifndef LOCALDNS_KUBE_INTERNAL_H
@@ -11,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "kube/kube.h"
 
 /* ---- connection (conn.c) -------------------------------------------------- */
 
@@ -101,6 +104,64 @@ int kube_lines_feed(struct kube_lines *l, const char *data, size_t len, kube_lin
 /* Drops a partial line (a new stream starts). */
 void kube_lines_reset(struct kube_lines *l);
 void kube_lines_free(struct kube_lines *l);
+
+/* ---- the streaming decoder (decode.c, fields.c) ------------------------------ */
+
+/* The annotation of the bookmark that ends a WatchList's initial events. */
+#define KUBE_INITIAL_EVENTS_END "k8s.io/initial-events-end"
+
+/*
+ * Which keys of a JSON object are kept: key, and for an object value (or
+ * each object in an array value) the keys kept of it; sub NULL keeps the
+ * whole value. each: the value is an array whose elements are handed out
+ * one at a time and never held together (a LIST's items). A table ends
+ * with key NULL.
+ */
+struct kube_field {
+	const char *key;
+	const struct kube_field *sub;
+	bool each;
+};
+
+/* What the decoder keeps of each resource's objects (fields.c). */
+const struct kube_field *kube_fields(enum kube_resource r);
+
+/*
+ * Decodes a LIST response or a watch stream as it arrives (yajl, a push
+ * parser), building a json-c object of each LIST item or watch event with
+ * only the kept fields, and handing each to a callback as soon as it is
+ * complete: no response, page or whole object is ever held. One object
+ * (an item, an event) longer than object_max bytes is an error, so the
+ * parser's own buffer for a token spanning chunks stays bounded too.
+ */
+enum kube_decode_kind {
+	KUBE_DECODE_LIST,   /* one List: metadata kept, items handed out */
+	KUBE_DECODE_WATCH,  /* a sequence of events {type, object}, each handed out */
+};
+
+#define KUBE_DECODE_BAD (-1)       /* not JSON, or nested too deep */
+#define KUBE_DECODE_TOO_LARGE (-2) /* one object over object_max */
+#define KUBE_DECODE_NOMEM (-3)
+
+/* A LIST item or a whole watch event; obj is borrowed for the call. Nonzero stops the decoder. */
+typedef int (*kube_object_fn)(void *ctx, struct json_object *obj);
+
+struct kube_decoder;
+
+/* fields: what the items (LIST) or the events' objects (watch) keep. NULL when out of memory. */
+struct kube_decoder *kube_decoder_new(enum kube_decode_kind kind, const struct kube_field *fields,
+				      uint64_t object_max, kube_object_fn fn, void *ctx);
+/* Returns 0, the callback's nonzero value, or a KUBE_DECODE_* error (then it stays stopped). */
+int kube_decoder_feed(struct kube_decoder *d, const char *data, size_t len);
+/* The input is over: 0 when it ended between objects (a LIST: its document complete). */
+int kube_decoder_finish(struct kube_decoder *d);
+/* LIST: the list's metadata kept so far ({resourceVersion, continue}), or NULL. */
+struct json_object *kube_decoder_list_meta(const struct kube_decoder *d);
+/* The item or event being decoded (what of it has arrived), or NULL: to name it in a log. */
+struct json_object *kube_decoder_partial(const struct kube_decoder *d);
+/* Why the last feed or finish failed ("" when it did not). */
+const char *kube_decoder_error(const struct kube_decoder *d);
+void kube_decoder_free(struct kube_decoder *d);
 
 /* ---- backoff (backoff.c) --------------------------------------------------- */
 

@@ -1,7 +1,9 @@
 /*
  * Unit tests for kube/'s pure parts: the watch-stream line splitter (every
  * chunk boundary, events split over many chunks, many events in one
- * chunk, the size limit), the backoff schedule and the 410 relist
+ * chunk, the size limit), the streaming decoder (every chunk boundary of a
+ * LIST and of a watch stream, only the kept fields, items handed out as
+ * they close, the per-object bound, bad JSON, nesting), the backoff schedule and the 410 relist
  * schedule, base64, kubeconfig
  * parsing (contexts, relative paths, *-data, tokenFile, refused
  * credentials, exact messages), the in-cluster connection, token file
@@ -116,6 +118,260 @@ static void test_lines_limit_and_stop(void **state)
 	assert_int_equal(kube_lines_feed(&l, "a\nb\nc\n", 6, collect_line, &s), 7);
 	assert_string_equal(s.text, "a|b|");
 	kube_lines_free(&l);
+}
+
+/* ---- the streaming decoder ------------------------------------------------------ */
+
+struct objects {
+	char text[8192]; /* each object handed out, as plain JSON, joined with '|' */
+	size_t n;
+	size_t stop_after; /* return 7 from the callback at this object (0: never) */
+};
+
+static int count_object(void *ctx, struct json_object *obj)
+{
+	(void)obj;
+	((struct objects *)ctx)->n++;
+	return 0;
+}
+
+static int collect_object(void *ctx, struct json_object *obj)
+{
+	struct objects *c = ctx;
+	const char *json = json_object_to_json_string_ext(
+		obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	size_t used = strlen(c->text);
+
+	assert_true(used + strlen(json) + 2 < sizeof c->text);
+	strcat(c->text, json);
+	strcat(c->text, "|");
+	c->n++;
+	return c->stop_after && c->n == c->stop_after ? 7 : 0;
+}
+
+/* Feeds text in chunks of the given size; returns the last feed's result. */
+static int feed_in_chunks(struct kube_decoder *d, const char *text, size_t chunk)
+{
+	size_t len = strlen(text);
+	int rc = 0;
+
+	for (size_t off = 0; off < len && rc == 0; off += chunk)
+		rc = kube_decoder_feed(d, text + off, len - off < chunk ? len - off : chunk);
+	return rc;
+}
+
+/* A ServiceList as the API server sends it: everything DNS does not read is
+ * dropped (kind, managedFields, annotations but the initial-events-end one,
+ * selector, targetPort, status), including values that look like JSON. */
+static const char service_list[] =
+	"{\"kind\":\"ServiceList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"42\","
+	"\"continue\":\"eyJ2Ijoi\",\"remainingItemCount\":7},\"items\":["
+	"{\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\",\"uid\":\"u-1\","
+	"\"resourceVersion\":\"40\",\"annotations\":{\"note\":\"}]{[\\\"x\\\\\",\"big\":"
+	"\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},\"managedFields\":[{\"manager\":"
+	"\"kubectl\",\"fieldsV1\":{\"f:spec\":{\"f:ports\":{}}}}]},\"spec\":{\"ports\":[{\"name\":"
+	"\"http\",\"protocol\":\"TCP\",\"port\":80,\"targetPort\":8080}],\"selector\":{\"app\":"
+	"\"web\"},\"clusterIP\":\"10.96.0.7\",\"clusterIPs\":[\"10.96.0.7\",\"fd00::7\"],\"type\":"
+	"\"ClusterIP\",\"publishNotReadyAddresses\":true,\"sessionAffinity\":null},\"status\":"
+	"{\"loadBalancer\":{}}},"
+	"{\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\",\"resourceVersion\":\"41\"},"
+	"\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"db.example.org\",\"ports\":null}},"
+	"{\"metadata\":{\"name\":\"n\",\"namespace\":\"x\",\"resourceVersion\":\"9\","
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}},\"spec\":{\"clusterIP\":"
+	"\"None\",\"ports\":[{\"port\":53,\"nodePort\":99999999999999999999}]}}"
+	"]}\n";
+
+static const char service_items[] =
+	"{\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\",\"resourceVersion\":\"40\","
+	"\"annotations\":{}},\"spec\":{\"ports\":[{\"name\":\"http\",\"protocol\":\"TCP\","
+	"\"port\":80}],\"clusterIP\":\"10.96.0.7\",\"clusterIPs\":[\"10.96.0.7\",\"fd00::7\"],"
+	"\"type\":\"ClusterIP\",\"publishNotReadyAddresses\":true}}|"
+	"{\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\",\"resourceVersion\":\"41\"},"
+	"\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"db.example.org\",\"ports\":null}}|"
+	"{\"metadata\":{\"name\":\"n\",\"namespace\":\"x\",\"resourceVersion\":\"9\","
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}},\"spec\":{\"clusterIP\":"
+	"\"None\",\"ports\":[{\"port\":53}]}}|";
+
+/* Every chunk size from 1 byte to the whole response hands out the same items. */
+static void test_decode_list_any_chunk_size(void **state)
+{
+	(void)state;
+	size_t len = sizeof service_list - 1;
+
+	for (size_t chunk = 1; chunk <= len; chunk++) {
+		struct objects c = {.text = ""};
+		struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
+							  1 << 20, collect_object, &c);
+		assert_non_null(d);
+		assert_int_equal(feed_in_chunks(d, service_list, chunk), 0);
+		assert_int_equal(kube_decoder_finish(d), 0);
+		assert_string_equal(c.text, service_items);
+		struct json_object *meta = kube_decoder_list_meta(d);
+		assert_non_null(meta);
+		assert_string_equal(json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN),
+				    "{\"resourceVersion\":\"42\",\"continue\":\"eyJ2Ijoi\"}");
+		assert_null(kube_decoder_partial(d));
+		kube_decoder_free(d);
+	}
+}
+
+/* Items are handed out as each closes, before the response ends; a kept port is an integer. */
+static void test_decode_list_items_as_they_close(void **state)
+{
+	(void)state;
+	struct objects c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
+						  1 << 20, collect_object, &c);
+	const char *first = strstr(service_list, ",{\"metadata\":{\"name\":\"ext\"");
+
+	assert_int_equal(kube_decoder_feed(d, service_list, (size_t)(first - service_list)), 0);
+	assert_int_equal(c.n, 1);
+	assert_non_null(strstr(c.text, "\"port\":80}"));
+	assert_null(kube_decoder_partial(d));
+	assert_int_equal(kube_decoder_feed(d, first, 30), 0);
+	assert_int_equal(c.n, 1);
+	assert_string_equal(json_object_to_json_string_ext(kube_decoder_partial(d),
+							   JSON_C_TO_STRING_PLAIN),
+			    "{\"metadata\":{\"name\":\"ext\"}}");
+	/* Cut here: the LIST is not whole. */
+	assert_int_equal(kube_decoder_finish(d), KUBE_DECODE_BAD);
+	kube_decoder_free(d);
+}
+
+static const char watch_stream[] =
+	"{\"type\":\"ADDED\",\"object\":{\"kind\":\"EndpointSlice\",\"metadata\":{\"name\":\"web-1\","
+	"\"namespace\":\"prod\",\"resourceVersion\":\"50\",\"labels\":{\"kubernetes.io/service-name\":"
+	"\"web\",\"other\":\"x\"}},\"addressType\":\"IPv4\",\"endpoints\":[{\"addresses\":"
+	"[\"10.1.0.1\"],\"conditions\":{\"ready\":true,\"serving\":true,\"terminating\":false},"
+	"\"hostname\":\"h1\",\"targetRef\":{\"kind\":\"Pod\",\"namespace\":\"prod\",\"name\":\"p1\","
+	"\"uid\":\"u\"},\"nodeName\":\"node-a\",\"zone\":\"z\"}],\"ports\":[{\"name\":\"\","
+	"\"protocol\":\"UDP\",\"port\":53,\"appProtocol\":\"dns\"}]}}\n"
+	"{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"EndpointSlice\",\"apiVersion\":"
+	"\"discovery.k8s.io/v1\",\"metadata\":{\"resourceVersion\":\"51\",\"creationTimestamp\":null,"
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\r\n"
+	"\n"
+	"{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
+	"\"status\":\"Failure\",\"message\":\"too old resource version: 1 (50)\",\"reason\":"
+	"\"Expired\",\"code\":410}}\n";
+
+static const char watch_events[] =
+	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"web-1\",\"namespace\":\"prod\","
+	"\"resourceVersion\":\"50\",\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+	"\"addressType\":\"IPv4\",\"endpoints\":[{\"addresses\":[\"10.1.0.1\"],\"conditions\":"
+	"{\"ready\":true,\"serving\":true,\"terminating\":false},\"hostname\":\"h1\",\"targetRef\":"
+	"{\"kind\":\"Pod\",\"namespace\":\"prod\",\"name\":\"p1\"}}],\"ports\":[{\"name\":\"\","
+	"\"protocol\":\"UDP\",\"port\":53}]}}|"
+	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"51\","
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}|"
+	"{\"type\":\"ERROR\",\"object\":{\"metadata\":{},\"message\":\"too old resource version: 1 (50)\","
+	"\"reason\":\"Expired\",\"code\":410}}|";
+
+/* A watch stream is a sequence of events, each handed out whole, at any chunk size. */
+static void test_decode_watch_any_chunk_size(void **state)
+{
+	(void)state;
+	size_t len = sizeof watch_stream - 1;
+
+	for (size_t chunk = 1; chunk <= len; chunk++) {
+		struct objects c = {.text = ""};
+		struct kube_decoder *d = kube_decoder_new(
+			KUBE_DECODE_WATCH, kube_fields(KUBE_ENDPOINTSLICES), 1 << 20, collect_object, &c);
+		assert_int_equal(feed_in_chunks(d, watch_stream, chunk), 0);
+		assert_string_equal(c.text, watch_events);
+		assert_int_equal(kube_decoder_finish(d), 0);
+		kube_decoder_free(d);
+	}
+	/* A stream cut inside an event: that event is never handed out. */
+	struct objects c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_WATCH, kube_fields(KUBE_ENDPOINTSLICES),
+						  1 << 20, collect_object, &c);
+	assert_int_equal(kube_decoder_feed(d, watch_stream, 40), 0);
+	assert_int_equal(c.n, 0);
+	assert_int_equal(kube_decoder_finish(d), KUBE_DECODE_BAD);
+	kube_decoder_free(d);
+}
+
+/* The bound is per object: a response far larger passes; one object over it fails. */
+static void test_decode_object_bound(void **state)
+{
+	(void)state;
+	enum { N = 200, NOTE = 5000 };
+	char *big = malloc(N * (NOTE + 200) + 100), *p = big;
+	char note[NOTE + 1];
+
+	memset(note, 'x', NOTE);
+	note[NOTE] = '\0';
+	p += sprintf(p, "{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[");
+	for (int i = 0; i < N; i++)
+		p += sprintf(p, "%s{\"metadata\":{\"name\":\"s%d\",\"namespace\":\"n\","
+			     "\"annotations\":{\"a\":\"%s\"}}}", i ? "," : "", i, note);
+	strcpy(p, "]}");
+	struct objects c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_NAMESPACES),
+						  2 * NOTE, count_object, &c);
+	assert_true(strlen(big) > 100 * 2 * NOTE);
+	assert_int_equal(feed_in_chunks(d, big, 16384), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	assert_int_equal(c.n, N);
+	kube_decoder_free(d);
+
+	/* Half the bound: the first object is too large, whatever the chunking;
+	 * what of it had come names it. */
+	for (size_t chunk = 1000; chunk <= strlen(big); chunk *= 7) {
+		struct objects none = {.text = ""};
+		d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_NAMESPACES), NOTE / 2,
+				     collect_object, &none);
+		assert_int_equal(feed_in_chunks(d, big, chunk), KUBE_DECODE_TOO_LARGE);
+		assert_int_equal(none.n, 0);
+		assert_string_equal(json_object_to_json_string_ext(kube_decoder_partial(d),
+								   JSON_C_TO_STRING_PLAIN),
+				    "{\"metadata\":{\"name\":\"s0\",\"namespace\":\"n\",\"annotations\":{}}}");
+		assert_non_null(strstr(kube_decoder_error(d), "larger than 2500 bytes"));
+		/* It stays stopped. */
+		assert_int_equal(kube_decoder_feed(d, "]}", 2), KUBE_DECODE_TOO_LARGE);
+		kube_decoder_free(d);
+	}
+	free(big);
+}
+
+/* Not JSON; kept values nested too deep (skipped ones may nest as they like);
+ * the callback's nonzero value stops it for good. */
+static void test_decode_errors_and_stop(void **state)
+{
+	(void)state;
+	struct objects c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
+						  1 << 20, collect_object, &c);
+
+	assert_int_equal(feed_in_chunks(d, "{\"items\":[{]", 3), KUBE_DECODE_BAD);
+	assert_non_null(strstr(kube_decoder_error(d), "not JSON"));
+	kube_decoder_free(d);
+
+	char deep[4096] = "{\"items\":[{\"metadata\":{\"annotations\":{\"a\":";
+	for (int i = 0; i < 1000; i++)
+		strcat(deep, "[");
+	for (int i = 0; i < 1000; i++)
+		strcat(deep, "]");
+	strcat(deep, "}}}]}");
+	d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &c);
+	assert_int_equal(feed_in_chunks(d, deep, 100), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	kube_decoder_free(d);
+
+	char kept[512] = "{\"type\":\"ADDED\",\"object\":{\"spec\":{\"clusterIPs\":";
+	for (int i = 0; i < 40; i++)
+		strcat(kept, "[");
+	d = kube_decoder_new(KUBE_DECODE_WATCH, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &c);
+	assert_int_equal(feed_in_chunks(d, kept, 8), KUBE_DECODE_BAD);
+	assert_string_equal(kube_decoder_error(d), "JSON nested too deep");
+	kube_decoder_free(d);
+
+	struct objects s = {.text = "", .stop_after = 2};
+	d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &s);
+	assert_int_equal(feed_in_chunks(d, service_list, 64), 7);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(kube_decoder_feed(d, "x", 1), 7);
+	kube_decoder_free(d);
 }
 
 /* ---- backoff --------------------------------------------------------------- */
@@ -518,6 +774,11 @@ int main(void)
 		cmocka_unit_test(test_lines_any_chunk_size),
 		cmocka_unit_test(test_lines_event_over_many_chunks),
 		cmocka_unit_test(test_lines_limit_and_stop),
+		cmocka_unit_test(test_decode_list_any_chunk_size),
+		cmocka_unit_test(test_decode_list_items_as_they_close),
+		cmocka_unit_test(test_decode_watch_any_chunk_size),
+		cmocka_unit_test(test_decode_object_bound),
+		cmocka_unit_test(test_decode_errors_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
 		cmocka_unit_test(test_gone_first_prompt_then_backoff),
 		cmocka_unit_test(test_base64),
