@@ -421,6 +421,23 @@ def test_fakeapi_watch_list_streams_the_state_then_changes(env):
         evs = w.events(20)
         w.close()
         assert [e["type"] for e in evs] == ["ADDED"] * 6, evs
+        # Held back after two initial events: the rest and the bookmark
+        # come only when released.
+        api.hold_initial_events("services", after=2)
+        w = RawWatch(api, wl)
+        try:
+            assert len(w.events(2)) == 2
+            w.sock.settimeout(0.3)
+            try:
+                raise AssertionError("past the hold: %r" % w.event())
+            except socket.timeout:
+                pass
+            api.hold_initial_events("services")
+            w.sock.settimeout(5)
+            evs = [w.event() for _ in range(5)]
+            assert [e["type"] for e in evs] == ["ADDED"] * 4 + ["BOOKMARK"], evs
+        finally:
+            w.close()
     with start(watch_list=False) as api:
         api.apply(fakeapi.service("a", "s"))
         code, body, _ = call(api, wl)

@@ -76,6 +76,7 @@ HTTP control API (JSON bodies; query parameters work too; answers JSON):
     POST /_control/tokens        {"tokens": [...]}
     POST /_control/bookmark_interval {"seconds"}
     POST /_control/cache_behind  {"resourceVersion": N | null}
+    POST /_control/hold_initial_events {"resource", "after": N | null}
     GET  /_control/requests?resource=&verb=  -> {"requests": [...]}
                                  (each with its query, status code, time,
                                   served_from and, for a LIST, the body's
@@ -1066,6 +1067,7 @@ class FakeAPI:
         # The RV the watch cache has reached, when it lags behind etcd
         # (cache_behind()); None: it is current.
         self.cache_at = None
+        self._held = {}       # resource -> initial events a WatchList sends
         self.port = port
         self.token_file = token_file
         self.tokens = list(tokens) if tokens is not None else None
@@ -1271,6 +1273,18 @@ class FakeAPI:
                 raise ValueError("rv %d is before the compaction (%d)"
                                  % (rv, self.store.compact_rv))
             self.cache_at = rv
+            self.store.cond.notify_all()
+
+    def hold_initial_events(self, resource, after=None):
+        """WatchLists of resource send only their first `after` initial
+        events, then stall (as over a slow link) until released (after=
+        None) or cut: a client is seen to handle a stream that ends before
+        its initial-events-end bookmark."""
+        with self.store.cond:
+            if after is None:
+                self._held.pop(resource, None)
+            else:
+                self._held[resource] = after
             self.store.cond.notify_all()
 
     def set_down(self, down, keep=None):
@@ -1793,7 +1807,10 @@ class FakeAPI:
         with self._lock:
             self._watches.add(watch)
         try:
-            for line in initial:
+            for i, line in enumerate(initial):
+                if initial_events and not self._initial_event_may_go(
+                        res, i, h, watch):
+                    return self._cut(h, res, watch)
                 h.write_chunk(line)
             if initial_events and bookmarks:
                 h.write_chunk(self._bookmark(res, pos, initial_end=True))
@@ -1801,6 +1818,16 @@ class FakeAPI:
         finally:
             with self._lock:
                 self._watches.discard(watch)
+
+    def _initial_event_may_go(self, res, i, h, watch):
+        """Initial event i of a WatchList waits while hold_initial_events()
+        holds it back; False when the watch was cut meanwhile."""
+        with self.store.cond:
+            while i >= self._held.get(res.name, i + 1):
+                if watch.cut or self._client_gone(h.connection):
+                    return False
+                self.store.cond.wait(0.05)
+            return not watch.cut
 
     def _watch_error(self, h, err):
         h.write_chunk(b'{"type":"ERROR","object":%s}\n'
@@ -1985,6 +2012,11 @@ class FakeAPI:
             return {}
         if op == "tokens":
             self.set_tokens(a.get("tokens"))
+            return {}
+        if op == "hold_initial_events":
+            after = a.get("after")
+            self.hold_initial_events(a["resource"], None if after in
+                                     (None, "", "null") else int(after))
             return {}
         if op == "cache_behind":
             rv = a.get("resourceVersion")
