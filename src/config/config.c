@@ -213,10 +213,10 @@ static const struct key kubernetes_keys[] = {
 	/* Where the in-cluster token and ca.crt are; tests point it elsewhere. */
 	{"service_account_dir", V_PATH, CFG(kubernetes.service_account_dir), .min = 1,
 	 .def = "/var/run/secrets/kubernetes.io/serviceaccount"},
-	/* Parsed, a page costs 1x (long annotations) to 14x (EndpointSlices) its bytes:
-	 * the default passes a full page of the largest slices (2.6 MB). */
-	{"list_max_bytes", V_SIZE, CFG(kubernetes.list_max_bytes), .min = 65536, .max = 1u << 30,
-	 .def = "4MiB"},
+	/* Streamed past, not held: it bounds the parser's buffer for one long
+	 * token; etcd's own limit on an object is 1.5 MiB, in protobuf. */
+	{"object_max_bytes", V_SIZE, CFG(kubernetes.object_max_bytes), .min = 65536,
+	 .max = 1u << 30, .def = "16MiB"},
 };
 
 static const struct key srv_keys[] = {

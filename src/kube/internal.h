@@ -1,9 +1,9 @@
 /*
  * kube/internal.h — the client's pure parts, private to src/kube/ (and its
  * unit tests): the connection description and where it comes from, the
- * watch-stream line splitter, the streaming decoder of LIST responses and
- * watch streams and the fields it keeps, the backoff schedules (errors, repeated
- * 410s) and the set of known object keys. None of these does network I/O or logs.
+ * streaming decoder of LIST responses and watch streams and the fields it
+ * keeps, the backoff schedules (errors, repeated 410s) and the set of known
+ * object keys. None of these does network I/O or logs.
  */
 #ifndef LOCALDNS_KUBE_INTERNAL_H
 #define LOCALDNS_KUBE_INTERNAL_H
@@ -82,29 +82,6 @@ struct kube_token {
 int kube_token_refresh(struct kube_token *t, const char *path, bool force);
 void kube_token_free(struct kube_token *t);
 
-/* ---- watch stream lines (lines.c) ------------------------------------------ */
-
-/*
- * Splits a byte stream that arrives in arbitrary chunks into '\n'-terminated
- * lines. Only a line that spans chunks is copied (into buf); whole lines
- * inside a chunk are handed out in place. A line longer than max is an
- * error: a watch event is one object, never a whole stream.
- */
-struct kube_lines {
-	char *buf;
-	size_t len, cap, max;
-};
-
-/* Called per line, without the '\n' (a trailing '\r' is kept); nonzero stops the feed. */
-typedef int (*kube_line_fn)(void *ctx, const char *line, size_t len);
-
-void kube_lines_init(struct kube_lines *l, size_t max);
-/* Returns 0, the callback's nonzero value, or -1 for a line over max. */
-int kube_lines_feed(struct kube_lines *l, const char *data, size_t len, kube_line_fn fn, void *ctx);
-/* Drops a partial line (a new stream starts). */
-void kube_lines_reset(struct kube_lines *l);
-void kube_lines_free(struct kube_lines *l);
-
 /* ---- the streaming decoder (decode.c, fields.c) ------------------------------ */
 
 /* The annotation of the bookmark that ends a WatchList's initial events. */
@@ -166,12 +143,13 @@ void kube_decoder_free(struct kube_decoder *d);
 /* ---- backoff (backoff.c) --------------------------------------------------- */
 
 /*
- * Exponential backoff with "equal jitter": failure n (1-based) waits a
- * random time in [b/2, b] where b = min(cap, initial * 2^(n-1)), so
- * clients that failed together do not come back together, and no wait is
- * shorter than half its step.
+ * Exponential backoff with jitter, client-go's reflector's values
+ * (NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)): failure n
+ * (1-based) waits a random time in [b, 2b) where b = min(cap, initial *
+ * 2^(n-1)): 0.8-1.6 s, 1.6-3.2 s, ..., 30-60 s at most. Clients that failed
+ * together (an API server restart) come back spread over the whole window.
  */
-#define KUBE_BACKOFF_INITIAL_MS 400
+#define KUBE_BACKOFF_INITIAL_MS 800
 #define KUBE_BACKOFF_CAP_MS 30000
 
 struct kube_backoff {
@@ -183,12 +161,14 @@ uint64_t kube_backoff_next(struct kube_backoff *b, uint32_t rnd);
 void kube_backoff_reset(struct kube_backoff *b);
 
 /*
- * Relists after "410 Gone". The first is at once: the server's history
- * moved past us, which is normal. A 410 within KUBE_GONE_STREAK_MS of the
+ * Relists after "410 Gone". Even the first waits the backoff's first step
+ * (0.8-1.6 s): every node's watch expires together when an API server
+ * restarts with a fresh watch cache, and relisting at once would be every
+ * node listing in the same instant. A 410 within KUBE_GONE_STREAK_MS of the
  * previous one means listing again did not help (a server or proxy that
  * expires every watch, continue tokens that never last), so each such
- * relist waits per the backoff above; a streak ends after that long
- * without a 410 (client-go's reflector resets its backoff after 2 min).
+ * relist waits the next step; a streak ends after that long without a 410
+ * (client-go's reflector resets its backoff after 2 min).
  */
 #define KUBE_GONE_STREAK_MS 120000
 

@@ -295,24 +295,20 @@ static void collect_kubernetes(struct metrics_text *t, const struct kube_client 
 		 "Watch events received, bookmarks included, by resource.", "resource", resources,
 		 ks.events, KUBE_N_RESOURCES);
 	by_label(t, "localdns_kubernetes_relists_total", "counter",
-		 "Complete LISTs after the first (a watch expired with 410 Gone), by resource.",
+		 "Complete (re)lists after the first (a watch expired with 410 Gone), by resource.",
 		 "resource", resources, ks.relists, KUBE_N_RESOURCES);
 	single(t, "localdns_kubernetes_errors_total", "counter",
 	       "Failed Kubernetes API requests (connection, 5xx, 401/403, broken streams).",
 	       ks.errors);
 	by_label(t, "localdns_kubernetes_objects", "gauge", "Objects known now, by resource.",
 		 "resource", resources, ks.objects, KUBE_N_RESOURCES);
-	by_label(t, "localdns_kubernetes_list_pages_too_large_total", "counter",
-		 "LIST responses abandoned past kubernetes.list_max_bytes (the page is asked for "
-		 "again with fewer objects, or, at one object, fails), by resource.",
-		 "resource", resources, ks.pages_too_large, KUBE_N_RESOURCES);
-	by_label(t, "localdns_kubernetes_list_page_limit", "gauge",
-		 "Objects the next LIST page asks for (limit=): 500, 100 for endpointslices, "
-		 "less after a response past kubernetes.list_max_bytes.",
-		 "resource", resources, ks.page_limit, KUBE_N_RESOURCES);
+	by_label(t, "localdns_kubernetes_objects_too_large_total", "counter",
+		 "Requests failed on an object over kubernetes.object_max_bytes (retried with "
+		 "backoff: the resource is held until the object shrinks), by resource.",
+		 "resource", resources, ks.objects_too_large, KUBE_N_RESOURCES);
 
 	metrics_family(t, "localdns_kubernetes_last_sync_timestamp_seconds", "gauge",
-		       "When the last full LIST of a resource ended (the first sync or a relist), "
+		       "When the last (re)list of a resource ended (the first sync or a relist), "
 		       "Unix time.");
 	for (size_t i = 0; i < KUBE_N_RESOURCES; i++) {
 		const struct metrics_label l = {"resource", resources[i]};

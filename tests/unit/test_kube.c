@@ -1,10 +1,8 @@
 /*
- * Unit tests for kube/'s pure parts: the watch-stream line splitter (every
- * chunk boundary, events split over many chunks, many events in one
- * chunk, the size limit), the streaming decoder (every chunk boundary of a
- * LIST and of a watch stream, only the kept fields, items handed out as
- * they close, the per-object bound, bad JSON, nesting), the backoff schedule and the 410 relist
- * schedule, base64, kubeconfig
+ * Unit tests for kube/'s pure parts: the streaming decoder (every chunk
+ * boundary of a LIST and of a watch stream, only the kept fields, items
+ * handed out as they close, the per-object bound, bad JSON, nesting), the
+ * backoff schedule and the 410 relist schedule, base64, kubeconfig
  * parsing (contexts, relative paths, *-data, tokenFile, refused
  * credentials, exact messages), the in-cluster connection, token file
  * rotation, and the known-key set with its relist sweep.
@@ -22,107 +20,9 @@
 
 #include "kube/internal.h"
 
-/* ---- lines ----------------------------------------------------------------- */
-
-struct collected {
-	char text[4096]; /* the lines joined with '|' */
-	size_t n;
-	int stop_after;  /* return 7 from the callback at this line (0: never) */
-};
-
-static int collect_line(void *ctx, const char *line, size_t len)
-{
-	struct collected *c = ctx;
-	size_t used = strlen(c->text);
-
-	assert_true(used + len + 2 < sizeof c->text);
-	memcpy(c->text + used, line, len);
-	c->text[used + len] = '|';
-	c->text[used + len + 1] = '\0';
-	c->n++;
-	return c->stop_after && (int)c->n == c->stop_after ? 7 : 0;
-}
-
-static const char stream[] =
-	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n"
-	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r\n"
-	"\n"
-	"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n";
-static const char stream_lines[] =
-	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}|"
-	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r|"
-	"|"
-	"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}|";
-
-/* Every chunk size from 1 byte to the whole stream gives the same lines. */
-static void test_lines_any_chunk_size(void **state)
-{
-	(void)state;
-	size_t len = sizeof stream - 1;
-
-	for (size_t chunk = 1; chunk <= len; chunk++) {
-		struct kube_lines l;
-		struct collected c = {.text = ""};
-		kube_lines_init(&l, 1024);
-		for (size_t off = 0; off < len; off += chunk) {
-			size_t n = len - off < chunk ? len - off : chunk;
-			assert_int_equal(kube_lines_feed(&l, stream + off, n, collect_line, &c), 0);
-		}
-		assert_string_equal(c.text, stream_lines);
-		assert_int_equal(c.n, 4);
-		assert_int_equal(l.len, 0);
-		kube_lines_free(&l);
-	}
-}
-
-/* One event over three chunks, then the next event's start in the same chunk as its end. */
-static void test_lines_event_over_many_chunks(void **state)
-{
-	(void)state;
-	struct kube_lines l;
-	struct collected c = {.text = ""};
-
-	kube_lines_init(&l, 1024);
-	assert_int_equal(kube_lines_feed(&l, "{\"ty", 4, collect_line, &c), 0);
-	assert_int_equal(kube_lines_feed(&l, "pe\":1,", 6, collect_line, &c), 0);
-	assert_int_equal(c.n, 0);
-	assert_int_equal(kube_lines_feed(&l, "\"x\":2}\n{\"ne", 11, collect_line, &c), 0);
-	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|");
-	assert_int_equal(kube_lines_feed(&l, "xt\":3}\n", 7, collect_line, &c), 0);
-	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|{\"next\":3}|");
-	/* A new stream forgets a partial line. */
-	assert_int_equal(kube_lines_feed(&l, "{\"cut", 5, collect_line, &c), 0);
-	kube_lines_reset(&l);
-	assert_int_equal(kube_lines_feed(&l, "{}\n", 3, collect_line, &c), 0);
-	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|{\"next\":3}|{}|");
-	kube_lines_free(&l);
-}
-
-static void test_lines_limit_and_stop(void **state)
-{
-	(void)state;
-	struct kube_lines l;
-	struct collected c = {.text = ""};
-
-	/* A line of exactly max bytes fits (split over chunks); one more does not. */
-	kube_lines_init(&l, 8);
-	assert_int_equal(kube_lines_feed(&l, "1234", 4, collect_line, &c), 0);
-	assert_int_equal(kube_lines_feed(&l, "5678\n", 5, collect_line, &c), 0);
-	assert_string_equal(c.text, "12345678|");
-	assert_int_equal(kube_lines_feed(&l, "123456789", 9, collect_line, &c), -1);
-	kube_lines_free(&l);
-
-	/* The callback's nonzero value stops the feed at that line. */
-	struct collected s = {.text = "", .stop_after = 2};
-	kube_lines_init(&l, 64);
-	assert_int_equal(kube_lines_feed(&l, "a\nb\nc\n", 6, collect_line, &s), 7);
-	assert_string_equal(s.text, "a|b|");
-	kube_lines_free(&l);
-}
-
 /* ---- the streaming decoder ------------------------------------------------------ */
 
-struct objects {
+struct collected {
 	char text[8192]; /* each object handed out, as plain JSON, joined with '|' */
 	size_t n;
 	size_t stop_after; /* return 7 from the callback at this object (0: never) */
@@ -131,13 +31,13 @@ struct objects {
 static int count_object(void *ctx, struct json_object *obj)
 {
 	(void)obj;
-	((struct objects *)ctx)->n++;
+	((struct collected *)ctx)->n++;
 	return 0;
 }
 
 static int collect_object(void *ctx, struct json_object *obj)
 {
-	struct objects *c = ctx;
+	struct collected *c = ctx;
 	const char *json = json_object_to_json_string_ext(
 		obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
 	size_t used = strlen(c->text);
@@ -199,7 +99,7 @@ static void test_decode_list_any_chunk_size(void **state)
 	size_t len = sizeof service_list - 1;
 
 	for (size_t chunk = 1; chunk <= len; chunk++) {
-		struct objects c = {.text = ""};
+		struct collected c = {.text = ""};
 		struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
 							  1 << 20, collect_object, &c);
 		assert_non_null(d);
@@ -219,7 +119,7 @@ static void test_decode_list_any_chunk_size(void **state)
 static void test_decode_list_items_as_they_close(void **state)
 {
 	(void)state;
-	struct objects c = {.text = ""};
+	struct collected c = {.text = ""};
 	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
 						  1 << 20, collect_object, &c);
 	const char *first = strstr(service_list, ",{\"metadata\":{\"name\":\"ext\"");
@@ -273,7 +173,7 @@ static void test_decode_watch_any_chunk_size(void **state)
 	size_t len = sizeof watch_stream - 1;
 
 	for (size_t chunk = 1; chunk <= len; chunk++) {
-		struct objects c = {.text = ""};
+		struct collected c = {.text = ""};
 		struct kube_decoder *d = kube_decoder_new(
 			KUBE_DECODE_WATCH, kube_fields(KUBE_ENDPOINTSLICES), 1 << 20, collect_object, &c);
 		assert_int_equal(feed_in_chunks(d, watch_stream, chunk), 0);
@@ -282,7 +182,7 @@ static void test_decode_watch_any_chunk_size(void **state)
 		kube_decoder_free(d);
 	}
 	/* A stream cut inside an event: that event is never handed out. */
-	struct objects c = {.text = ""};
+	struct collected c = {.text = ""};
 	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_WATCH, kube_fields(KUBE_ENDPOINTSLICES),
 						  1 << 20, collect_object, &c);
 	assert_int_equal(kube_decoder_feed(d, watch_stream, 40), 0);
@@ -306,7 +206,7 @@ static void test_decode_object_bound(void **state)
 		p += sprintf(p, "%s{\"metadata\":{\"name\":\"s%d\",\"namespace\":\"n\","
 			     "\"annotations\":{\"a\":\"%s\"}}}", i ? "," : "", i, note);
 	strcpy(p, "]}");
-	struct objects c = {.text = ""};
+	struct collected c = {.text = ""};
 	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_NAMESPACES),
 						  2 * NOTE, count_object, &c);
 	assert_true(strlen(big) > 100 * 2 * NOTE);
@@ -318,7 +218,7 @@ static void test_decode_object_bound(void **state)
 	/* Half the bound: the first object is too large, whatever the chunking;
 	 * what of it had come names it. */
 	for (size_t chunk = 1000; chunk <= strlen(big); chunk *= 7) {
-		struct objects none = {.text = ""};
+		struct collected none = {.text = ""};
 		d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_NAMESPACES), NOTE / 2,
 				     collect_object, &none);
 		assert_int_equal(feed_in_chunks(d, big, chunk), KUBE_DECODE_TOO_LARGE);
@@ -339,7 +239,7 @@ static void test_decode_object_bound(void **state)
 static void test_decode_errors_and_stop(void **state)
 {
 	(void)state;
-	struct objects c = {.text = ""};
+	struct collected c = {.text = ""};
 	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
 						  1 << 20, collect_object, &c);
 
@@ -366,7 +266,7 @@ static void test_decode_errors_and_stop(void **state)
 	assert_string_equal(kube_decoder_error(d), "JSON nested too deep");
 	kube_decoder_free(d);
 
-	struct objects s = {.text = "", .stop_after = 2};
+	struct collected s = {.text = "", .stop_after = 2};
 	d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &s);
 	assert_int_equal(feed_in_chunks(d, service_list, 64), 7);
 	assert_int_equal(s.n, 2);
@@ -381,41 +281,44 @@ static void test_backoff_grows_jitters_and_caps(void **state)
 	(void)state;
 	struct kube_backoff b = {0};
 
-	/* rnd 0 gives the low end b/2, rnd UINT32_MAX stays within [b/2, b]. */
-	assert_int_equal(kube_backoff_next(&b, 0), 200);
-	assert_int_equal(kube_backoff_next(&b, 0), 400);
+	/* rnd 0 gives the low end b, rnd UINT32_MAX stays within [b, 2b). */
 	assert_int_equal(kube_backoff_next(&b, 0), 800);
+	assert_int_equal(kube_backoff_next(&b, 0), 1600);
+	assert_int_equal(kube_backoff_next(&b, 0), 3200);
 	uint64_t w = kube_backoff_next(&b, UINT32_MAX);
-	assert_true(w >= 1600 && w <= 3200);
-	for (int i = 0; i < 40; i++)
+	assert_true(w >= 6400 && w < 12800);
+	for (int i = 0; i < 40; i++) {
 		w = kube_backoff_next(&b, (uint32_t)i * 2654435761u);
-	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
-	assert_int_equal(kube_backoff_next(&b, 15000), KUBE_BACKOFF_CAP_MS);
+		assert_true(w < 2 * KUBE_BACKOFF_CAP_MS);
+	}
+	assert_true(w >= KUBE_BACKOFF_CAP_MS);
+	assert_int_equal(kube_backoff_next(&b, 29999), 2 * KUBE_BACKOFF_CAP_MS - 1);
 	kube_backoff_reset(&b);
-	assert_int_equal(kube_backoff_next(&b, 0), 200);
+	assert_int_equal(kube_backoff_next(&b, 0), 800);
 	w = kube_backoff_next(&(struct kube_backoff){0}, 200);
-	assert_int_equal(w, 400);
+	assert_int_equal(w, 1000);
 }
 
-/* The first 410 relists at once; 410s that keep coming back wait longer and longer. */
-static void test_gone_first_prompt_then_backoff(void **state)
+/* Even the first 410 waits (jittered); 410s that keep coming back wait longer and longer. */
+static void test_gone_jittered_then_backoff(void **state)
 {
 	(void)state;
 	struct kube_gone g = {0};
 	int64_t t = 1000000;
 
-	assert_int_equal(kube_gone_next(&g, t, 0), 0);
-	assert_int_equal(kube_gone_next(&g, t += 50, 0), 200);
-	assert_int_equal(kube_gone_next(&g, t += 300, 0), 400);
+	assert_int_equal(kube_gone_next(&g, t, 0), 800);
+	assert_int_equal(kube_gone_next(&(struct kube_gone){0}, t, 799), 1599);
+	assert_int_equal(kube_gone_next(&g, t += 50, 0), 1600);
+	assert_int_equal(kube_gone_next(&g, t += 300, 0), 3200);
 	uint64_t w = kube_gone_next(&g, t += 500, UINT32_MAX);
-	assert_true(w >= 800 && w <= 1600);
+	assert_true(w >= 6400 && w < 12800);
 	/* Quiet for a whole streak: the next 410 is a first one again. */
-	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS, 0), 0);
-	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS - 1, 0), 200);
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS, 0), 800);
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS - 1, 0), 1600);
 	/* The wait is capped like any backoff; the streak goes on while 410s come. */
 	for (int i = 0; i < 20; i++)
 		w = kube_gone_next(&g, t += KUBE_BACKOFF_CAP_MS, (uint32_t)i * 2654435761u);
-	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
+	assert_true(w >= KUBE_BACKOFF_CAP_MS && w < 2 * KUBE_BACKOFF_CAP_MS);
 }
 
 /* ---- base64 ---------------------------------------------------------------- */
@@ -771,16 +674,13 @@ static void test_keys_many(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_lines_any_chunk_size),
-		cmocka_unit_test(test_lines_event_over_many_chunks),
-		cmocka_unit_test(test_lines_limit_and_stop),
 		cmocka_unit_test(test_decode_list_any_chunk_size),
 		cmocka_unit_test(test_decode_list_items_as_they_close),
 		cmocka_unit_test(test_decode_watch_any_chunk_size),
 		cmocka_unit_test(test_decode_object_bound),
 		cmocka_unit_test(test_decode_errors_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
-		cmocka_unit_test(test_gone_first_prompt_then_backoff),
+		cmocka_unit_test(test_gone_jittered_then_backoff),
 		cmocka_unit_test(test_base64),
 		cmocka_unit_test(test_kubeconfig_current_context),
 		cmocka_unit_test(test_kubeconfig_files_token_insecure),
