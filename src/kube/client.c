@@ -76,6 +76,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -153,6 +154,7 @@ struct informer {
 	char errbuf[CURL_ERROR_SIZE];
 	long status;               /* HTTP status, once the headers are in */
 	struct kube_decoder *dec;  /* a 200 response, as it arrives */
+	struct kube_gunzip *gunzip; /* a gzip body (Content-Encoding: gzip), or NULL */
 	uint64_t body_bytes;       /* of an error body */
 	json_tokener *tok;
 	struct json_object *body;  /* an error Status */
@@ -441,11 +443,14 @@ static void take_list_page(struct informer *inf)
 	struct json_object *meta = kube_decoder_list_meta(inf->dec);
 	const char *rv = meta ? json_string_at(meta, "resourceVersion") : NULL;
 
-	if (kube_decoder_finish(inf->dec) != 0 || !rv) {
+	bool cut = inf->gunzip && kube_gunzip_finish(inf->gunzip) != 0;
+
+	if (cut || kube_decoder_finish(inf->dec) != 0 || !rv) {
 		char w[24];
 		snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
 		log_warn("kubernetes list response is not a list (no metadata.resourceVersion)",
-			 "resource", resources[inf->res].name, "error", kube_decoder_error(inf->dec),
+			 "resource", resources[inf->res].name, "error",
+			 cut ? kube_gunzip_error(inf->gunzip) : kube_decoder_error(inf->dec),
 			 "retry_ms", w);
 		set_string(&inf->cont, NULL);
 		return;
@@ -605,8 +610,8 @@ static void note_partial_key(struct informer *inf)
 	}
 }
 
-/* Stop the transfer: what the decoder refused, and why. */
-static size_t decode_failed(struct informer *inf, int rc)
+/* What the decoder refused, and why. */
+static void decode_failed(struct informer *inf, int rc)
 {
 	if (rc == KUBE_DECODE_TOO_LARGE) {
 		inf->stop = STREAM_TOO_LARGE;
@@ -616,8 +621,60 @@ static size_t decode_failed(struct informer *inf, int rc)
 	}
 	if (rc < 0)
 		set_string(&inf->stop_reason, kube_decoder_error(inf->dec));
-	/* Returning less than the chunk aborts the transfer (CURLE_WRITE_ERROR). */
+}
+
+/* Body bytes, decompressed if they came compressed. Nonzero stops the transfer. */
+static int take_body(void *ctx, const char *data, size_t len)
+{
+	struct informer *inf = ctx;
+
+	if (inf->status == 200) {
+		if (inf->kind == REQ_WATCH)
+			note_contact(inf->k);
+		int rc = kube_decoder_feed(inf->dec, data, len);
+		if (rc)
+			decode_failed(inf, rc);
+		return rc;
+	}
+	/* Counted after decoding: a compressed body is as costly as a plain one. */
+	inf->body_bytes += len;
+	if (inf->body_bytes > ERROR_BODY_MAX) {
+		inf->body_bad = true;
+		return 1;
+	}
+	feed_error_body(inf, data, len);
 	return 0;
+}
+
+/*
+ * The response's Content-Encoding, once its headers are in: gzip gets a
+ * decompressor of our own (libcurl's stops at the end of the first gzip
+ * member; a compressed WatchList is a member per event). We ask for gzip
+ * only, so anything else is a broken response.
+ */
+static int choose_body_decoding(struct informer *inf)
+{
+	struct curl_header *h;
+	const char *enc = curl_easy_header(inf->easy, "Content-Encoding", 0, CURLH_HEADER, -1, &h) ==
+					  CURLHE_OK
+				  ? h->value
+				  : "identity";
+
+	if (strcasecmp(enc, "identity") == 0 || !*enc)
+		return 0;
+	if (strcasecmp(enc, "gzip") == 0) {
+		inf->gunzip = kube_gunzip_new();
+		if (inf->gunzip)
+			return 0;
+		set_string(&inf->stop_reason, "out of memory for a gzip decompressor");
+	} else {
+		char why[160];
+		snprintf(why, sizeof why, "a body in Content-Encoding %.64s, which we did not ask for",
+			 enc);
+		set_string(&inf->stop_reason, why);
+	}
+	inf->stop = STREAM_BROKEN;
+	return -1;
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
@@ -625,22 +682,19 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
 	struct informer *inf = ctx;
 	size_t len = size * nmemb;
 
-	if (!inf->status)
+	if (!inf->status) {
 		curl_easy_getinfo(inf->easy, CURLINFO_RESPONSE_CODE, &inf->status);
-	if (inf->status == 200) {
-		if (inf->kind == REQ_WATCH)
-			note_contact(inf->k);
-		int rc = kube_decoder_feed(inf->dec, data, len);
-		return rc ? decode_failed(inf, rc) : len;
+		if (choose_body_decoding(inf) < 0)
+			return 0;
 	}
-	/* Counted after decoding: a compressed body is as costly as a plain one. */
-	inf->body_bytes += len;
-	if (inf->body_bytes > ERROR_BODY_MAX) {
-		inf->body_bad = true;
-		return 0;
+	int rc = inf->gunzip ? kube_gunzip_feed(inf->gunzip, data, len, take_body, inf)
+			     : take_body(inf, data, len);
+	if (rc == KUBE_GUNZIP_BAD && inf->stop == STREAM_OK) {
+		inf->stop = STREAM_BROKEN;
+		set_string(&inf->stop_reason, kube_gunzip_error(inf->gunzip));
 	}
-	feed_error_body(inf, data, len);
-	return len;
+	/* Returning less than the chunk aborts the transfer (CURLE_WRITE_ERROR). */
+	return rc ? 0 : len;
 }
 
 /* ---- starting requests ---------------------------------------------------------- */
@@ -742,6 +796,7 @@ static void end_request(struct informer *inf)
 	}
 	curl_slist_free_all(inf->headers);
 	kube_decoder_free(inf->dec);
+	kube_gunzip_free(inf->gunzip);
 	json_object_put(inf->body);
 	json_tokener_reset(inf->tok);
 	free(inf->stop_reason);
@@ -749,6 +804,7 @@ static void end_request(struct informer *inf)
 	inf->easy = NULL;
 	inf->headers = NULL;
 	inf->dec = NULL;
+	inf->gunzip = NULL;
 	inf->body = NULL;
 	inf->body_bad = false;
 	inf->body_bytes = 0;
@@ -804,8 +860,11 @@ static int start_request(struct informer *inf)
 		return -1;
 	choose_request(inf);
 	char *url = request_url(inf, e, watch_timeout_s);
+	/* gzip, decompressed here (choose_body_decoding): the API server
+	 * compresses LISTs over 128 KiB and, from 1.37, WatchLists. */
 	struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
-	struct curl_slist *h2 = h && auth[0] ? curl_slist_append(h, auth) : h;
+	struct curl_slist *h1 = h ? curl_slist_append(h, "Accept-Encoding: gzip") : NULL;
+	struct curl_slist *h2 = h1 && auth[0] ? curl_slist_append(h1, auth) : h1;
 	inf->dec = kube_decoder_new(inf->kind == REQ_LIST ? KUBE_DECODE_LIST : KUBE_DECODE_WATCH,
 				    kube_fields(inf->res), k->object_max_bytes,
 				    inf->kind == REQ_LIST ? take_list_item : take_watch_event, inf);
@@ -834,7 +893,7 @@ static int start_request(struct informer *inf)
 	curl_easy_setopt(e, CURLOPT_PRIVATE, inf);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, inf->errbuf);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+	curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)CONNECT_TIMEOUT_S);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT, inf->kind == REQ_WATCH ? watch_timeout_s + WATCH_GRACE_S

@@ -2,8 +2,8 @@
  * kube/internal.h — the client's pure parts, private to src/kube/ (and its
  * unit tests): the connection description and where it comes from, the
  * streaming decoder of LIST responses and watch streams and the fields it
- * keeps, the backoff schedules (errors, repeated 410s) and the set of known
- * object keys. None of these does network I/O or logs.
+ * keeps, gzip bodies decompressed member by member, the backoff schedules
+ * (errors, repeated 410s) and the set of known object keys. None of these does network I/O or logs.
  */
 #ifndef LOCALDNS_KUBE_INTERNAL_H
 #define LOCALDNS_KUBE_INTERNAL_H
@@ -139,6 +139,33 @@ struct json_object *kube_decoder_partial(const struct kube_decoder *d);
 /* Why the last feed or finish failed ("" when it did not). */
 const char *kube_decoder_error(const struct kube_decoder *d);
 void kube_decoder_free(struct kube_decoder *d);
+
+/* ---- gzip bodies (gunzip.c) ------------------------------------------------ */
+
+/*
+ * A gzip response body decompressed as it arrives, any number of gzip
+ * members one after the other (a compressed WatchList is one member per
+ * event), handed out in pieces of at most 16 KiB: nothing grows with the
+ * body, and a gzip bomb reaches the consumer at its real size, piece by
+ * piece, for the consumer's own bound to stop.
+ */
+#define KUBE_GUNZIP_BAD (-1)      /* not gzip, or corrupt */
+
+/* Decompressed bytes; nonzero stops the feed, which returns it. */
+typedef int (*kube_bytes_fn)(void *ctx, const char *data, size_t len);
+
+struct kube_gunzip;
+
+/* NULL when out of memory. */
+struct kube_gunzip *kube_gunzip_new(void);
+/* Returns 0, out's nonzero value, or KUBE_GUNZIP_BAD. */
+int kube_gunzip_feed(struct kube_gunzip *g, const char *data, size_t len, kube_bytes_fn out,
+		     void *ctx);
+/* The body is over: 0 when it ended between members. */
+int kube_gunzip_finish(struct kube_gunzip *g);
+/* Why feed or finish failed. */
+const char *kube_gunzip_error(const struct kube_gunzip *g);
+void kube_gunzip_free(struct kube_gunzip *g);
 
 /* ---- backoff (backoff.c) --------------------------------------------------- */
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import zlib
 
 import harness
 
@@ -54,17 +55,21 @@ def connect(api, context=None):
 
 class RawWatch:
     """A watch read chunk by chunk off the socket, so the framing is seen
-    as sent: one event per chunk, and whether the final 0-chunk came."""
+    as sent: one event per chunk, and whether the final 0-chunk came.
+    gzip: ask for it (Accept-Encoding); a gzipped stream must be one whole
+    gzip member per chunk."""
 
-    def __init__(self, api, path, token=TOKEN):
+    def __init__(self, api, path, token=TOKEN, gzip=False):
         self.sock = socket.create_connection(("127.0.0.1", api.port), 5)
         self.buf = b""
         self.sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n"
-                           "Authorization: Bearer %s\r\n\r\n"
-                           % (path, token)).encode())
+                           "Authorization: Bearer %s\r\n%s\r\n"
+                           % (path, token, "Accept-Encoding: gzip\r\n"
+                              if gzip else "")).encode())
         head = self._until(b"\r\n\r\n")
         self.status = int(head.split(b" ", 2)[1])
         self.headers = head.decode().lower()
+        self.gzipped = "content-encoding: gzip" in self.headers
         self.ended = False      # the terminating chunk arrived
         self.cut = False        # the connection closed without it
 
@@ -96,6 +101,11 @@ class RawWatch:
             self.cut = True
             return None
         chunk, self.buf = self.buf[:size], self.buf[size + 2:]
+        if self.gzipped:
+            # One member: decompressobj stops at its end and says so.
+            z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            chunk = z.decompress(chunk)
+            assert z.eof and not z.unused_data, "not one gzip member a chunk"
         assert chunk.endswith(b"\n") and chunk.count(b"\n") == 1, \
             "a chunk is not one newline-terminated event: %r" % chunk[:200]
         return json.loads(chunk)
@@ -376,6 +386,34 @@ def test_fakeapi_list_options_are_validated(env):
                              "&continue=x&resourceVersionMatch=NotOlderThan")
         assert code == 422 and "when continue is provided" in \
             body["message"], body
+
+
+def test_fakeapi_watch_list_is_gzipped_one_member_per_event(env):
+    """WatchListCompression (1.37, on by default): a WatchList asked with
+    Accept-Encoding: gzip comes gzipped, each event a gzip member of its
+    own; without the gate, or without gzip asked, it is plain; a watch of
+    changes from an RV is never compressed."""
+    wl = ("/api/v1/services?watch=1&sendInitialEvents=true&"
+          "resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
+    for gate, ask, watch_list, gzipped in (
+            (True, True, True, True), (True, False, True, False),
+            (False, True, True, False), (True, True, False, False)):
+        with start(watch_list_compression=gate) as api:
+            rv = api.apply(fakeapi.namespace("a"))
+            path = wl if watch_list else \
+                "/api/v1/services?watch=1&resourceVersion=%d" % rv
+            w = RawWatch(api, path, gzip=ask)
+            try:
+                assert w.gzipped == gzipped, (gate, ask, path, w.headers)
+                api.apply([fakeapi.service("a", "s%d" % i) for i in range(3)])
+                n = 4 if watch_list else 3
+                evs = w.events(n)
+                assert len(evs) == n, evs
+                req = api.requests("services", "watch")[-1]
+                assert ("gzip" in (req.accept_encoding or "")) == ask, \
+                    req.to_dict()
+            finally:
+                w.close()
 
 
 def test_fakeapi_watch_list_streams_the_state_then_changes(env):

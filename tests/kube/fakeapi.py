@@ -42,7 +42,9 @@ can tell:
     `allowWatchBookmarks=true`, the bookmark annotated
     `k8s.io/initial-events-end`, then the changes; an RV the cache does not
     reach in time -> an ERROR event with the 504. `watch_list=False` is a
-    server without it (the gate off): 422 Invalid;
+    server without it (the gate off): 422 Invalid. Asked with
+    Accept-Encoding: gzip, it comes gzipped one member per event, as from
+    1.37 (WatchListCompression); plain watches are never compressed;
   * `fieldSelector` (the per-resource field labels the real server accepts,
     400 on others) and `labelSelector` (=, ==, !=, in, notin, exists, !key)
     on LIST and WATCH; a watcher whose selector stops matching an object
@@ -869,12 +871,13 @@ class Request:
         self.consistent = False
         # A watch with sendInitialEvents=true (the streaming list).
         self.watch_list = _truthy(self.query.get("sendInitialEvents"))
+        self.accept_encoding = None   # the request's Accept-Encoding
 
     def to_dict(self):
         return {k: getattr(self, k) for k in (
             "verb", "resource", "namespace", "name", "path", "raw_query",
             "query", "user", "code", "size", "time", "served_from",
-            "consistent", "watch_list")}
+            "consistent", "watch_list", "accept_encoding")}
 
     def __repr__(self):
         return "<%s %s?%s -> %s>" % (self.verb, self.path, self.raw_query,
@@ -967,6 +970,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def write_chunk(self, data):
         # One write per chunk: header, data and CRLF leave together.
+        if self.gzip_members:
+            data = gzip.compress(data, compresslevel=1)
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     # -- dispatch
@@ -985,6 +990,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def dispatch(self, method):
         self._req = None
+        self.gzip_members = False   # a compressed WatchList: a member per chunk
         url = urllib.parse.urlsplit(self.path)
         try:
             if url.path.startswith("/_control/"):
@@ -1050,7 +1056,7 @@ class FakeAPI:
                  require_client_cert=False, bookmark_interval=1.0,
                  history=1000, initial_rv=1, gone_reason="Expired",
                  control_port=None, verbose=False, watch_list=True,
-                 watch_cache=True):
+                 watch_cache=True, watch_list_compression=True):
         """tokens: valid bearer tokens (a list); token_file: a file of
         valid tokens, one per line, re-read on every request. With neither
         tokens, token_file nor client_ca, every request is allowed.
@@ -1060,9 +1066,13 @@ class FakeAPI:
         watch_list: the WatchList feature gate (False: a watch with
         sendInitialEvents is refused, 422 Invalid, as by servers before
         1.27 or with the gate off). watch_cache: False as with
-        --watch-cache=false: every LIST and WATCH is served from etcd."""
+        --watch-cache=false: every LIST and WATCH is served from etcd.
+        watch_list_compression: the gate of that name (beta, on, in 1.37):
+        a WatchList asked with Accept-Encoding: gzip comes gzipped, one
+        gzip member per event."""
         self.host = host
         self.watch_list = watch_list
+        self.watch_list_compression = watch_list_compression
         self.watch_cache = watch_cache
         # The RV the watch cache has reached, when it lags behind etcd
         # (cache_behind()); None: it is current.
@@ -1495,6 +1505,7 @@ class FakeAPI:
             verb = ("get" if name else
                     "watch" if _truthy(q.get("watch")) else "list")
             h._req = Request(verb, res.name, ns, name, path, url.query, None)
+            h._req.accept_encoding = h.headers.get("Accept-Encoding")
             with self._lock:
                 self._requests.append(h._req)
         user = self._authenticate(h)
@@ -1798,6 +1809,12 @@ class FakeAPI:
         h.send_header("Content-Type", "application/json")
         h.send_header("Cache-Control", "no-cache, private")
         h.send_header("Transfer-Encoding", "chunked")
+        if (initial_events and self.watch_list_compression and
+                "gzip" in (h.headers.get("Accept-Encoding") or "")):
+            # WatchListCompression (1.37): the writer closes the gzip
+            # stream at every flush, so each event is a gzip member.
+            h.send_header("Content-Encoding", "gzip")
+            h.gzip_members = True
         h.end_headers()
         if expired is not None:
             return self._watch_expired(h, expired)
@@ -2130,6 +2147,8 @@ def main(argv=None):
                     help="refuse sendInitialEvents (the WatchList gate off)")
     ap.add_argument("--no-watch-cache", action="store_true",
                     help="serve every LIST and WATCH from etcd")
+    ap.add_argument("--no-watch-list-compression", action="store_true",
+                    help="never gzip a WatchList (servers before 1.37)")
     ap.add_argument("--load", help="a JSON file: a list of objects to apply")
     ap.add_argument("--ready-file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -2142,7 +2161,8 @@ def main(argv=None):
                   history=args.history, gone_reason=args.gone_reason,
                   control_port=args.control_port,
                   verbose=args.verbose, watch_list=not args.no_watch_list,
-                  watch_cache=not args.no_watch_cache)
+                  watch_cache=not args.no_watch_cache,
+                  watch_list_compression=not args.no_watch_list_compression)
     if args.load:
         with open(args.load) as f:
             api.apply(json.load(f))

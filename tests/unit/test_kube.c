@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <cmocka.h>
 
 #include "kube/internal.h"
@@ -272,6 +273,139 @@ static void test_decode_errors_and_stop(void **state)
 	assert_int_equal(s.n, 2);
 	assert_int_equal(kube_decoder_feed(d, "x", 1), 7);
 	kube_decoder_free(d);
+}
+
+/* ---- gzip bodies ------------------------------------------------------------------ */
+
+/* text as one gzip member appended to out (at *len); out has room. */
+static void gzip_member(const char *text, size_t text_len, unsigned char *out, size_t *len,
+			size_t room)
+{
+	z_stream z = {0};
+
+	assert_int_equal(deflateInit2(&z, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+	z.next_in = (unsigned char *)text;
+	z.avail_in = (uInt)text_len;
+	z.next_out = out + *len;
+	z.avail_out = (uInt)(room - *len);
+	assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+	*len = room - z.avail_out;
+	deflateEnd(&z);
+}
+
+struct inflated {
+	char text[200000];
+	size_t len;
+	size_t pieces;
+	size_t largest;
+	int stop_at;      /* return this from the piece that ends past stop_len (0: never) */
+	size_t stop_len;
+};
+
+static int take_inflated(void *ctx, const char *data, size_t len)
+{
+	struct inflated *o = ctx;
+
+	assert_true(o->len + len <= sizeof o->text);
+	memcpy(o->text + o->len, data, len);
+	o->len += len;
+	o->pieces++;
+	if (len > o->largest)
+		o->largest = len;
+	return o->stop_at && o->len > o->stop_len ? o->stop_at : 0;
+}
+
+/* Feeds in chunks of the given size; returns the last feed's result. */
+static int gunzip_in_chunks(struct kube_gunzip *g, const unsigned char *in, size_t len, size_t chunk,
+			    struct inflated *o)
+{
+	int rc = 0;
+
+	for (size_t off = 0; off < len && rc == 0; off += chunk)
+		rc = kube_gunzip_feed(g, (const char *)in + off, len - off < chunk ? len - off : chunk,
+				      take_inflated, o);
+	return rc;
+}
+
+/*
+ * A compressed WatchList: a gzip member per event (and one event far larger
+ * than a piece, compressing to little), decompressed whole at every chunk
+ * size, handed out in pieces of at most 16 KiB.
+ */
+static void test_gunzip_member_after_member(void **state)
+{
+	(void)state;
+	static const char *events[] = {
+		"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n",
+		"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\"}}}\n",
+		NULL, /* the large one */
+		"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\n",
+	};
+	static char large[100001];
+	static unsigned char gz[4096];
+	static char want[sizeof large + 512];
+	size_t gz_len = 0;
+
+	memset(large, 'x', sizeof large - 2);
+	large[sizeof large - 2] = '\n';
+	want[0] = '\0';
+	for (size_t i = 0; i < sizeof events / sizeof *events; i++) {
+		const char *e = events[i] ? events[i] : large;
+		gzip_member(e, strlen(e), gz, &gz_len, sizeof gz);
+		strcat(want, e);
+	}
+	for (size_t chunk = 1; chunk <= gz_len; chunk++) {
+		static struct inflated o;
+		memset(&o, 0, sizeof o);
+		struct kube_gunzip *g = kube_gunzip_new();
+		assert_non_null(g);
+		assert_int_equal(gunzip_in_chunks(g, gz, gz_len, chunk, &o), 0);
+		assert_int_equal(kube_gunzip_finish(g), 0);
+		assert_int_equal(o.len, strlen(want));
+		assert_memory_equal(o.text, want, o.len);
+		assert_true(o.largest <= 16384);
+		kube_gunzip_free(g);
+	}
+}
+
+/* Not gzip, a corrupt member after a good one, a body cut inside a member, a consumer that stops. */
+static void test_gunzip_errors_and_stop(void **state)
+{
+	(void)state;
+	static struct inflated o;
+	unsigned char gz[512];
+	size_t len = 0;
+	const char *ev = "{\"type\":\"ADDED\",\"object\":{}}\n";
+
+	struct kube_gunzip *g = kube_gunzip_new();
+	assert_int_equal(kube_gunzip_feed(g, "{\"items\":[]}", 12, take_inflated, &o),
+			 KUBE_GUNZIP_BAD);
+	assert_string_equal(kube_gunzip_error(g), "gzip: incorrect header check");
+	kube_gunzip_free(g);
+
+	gzip_member(ev, strlen(ev), gz, &len, sizeof gz);
+	size_t one = len;
+	gzip_member(ev, strlen(ev), gz, &len, sizeof gz);
+	gz[len - 5] ^= 0xff; /* the second member's CRC */
+	memset(&o, 0, sizeof o);
+	g = kube_gunzip_new();
+	assert_int_equal(gunzip_in_chunks(g, gz, len, 7, &o), KUBE_GUNZIP_BAD);
+	assert_string_equal(kube_gunzip_error(g), "gzip: incorrect data check");
+	kube_gunzip_free(g);
+
+	memset(&o, 0, sizeof o);
+	g = kube_gunzip_new();
+	assert_int_equal(gunzip_in_chunks(g, gz, one + 10, 3, &o), 0);
+	assert_int_equal(o.len, strlen(ev));
+	assert_int_equal(kube_gunzip_finish(g), KUBE_GUNZIP_BAD);
+	assert_string_equal(kube_gunzip_error(g), "gzip: the body ends inside a gzip member");
+	kube_gunzip_free(g);
+
+	memset(&o, 0, sizeof o);
+	o.stop_at = 5;
+	g = kube_gunzip_new();
+	assert_int_equal(gunzip_in_chunks(g, gz, one, one, &o), 5);
+	kube_gunzip_free(g);
 }
 
 /* ---- backoff --------------------------------------------------------------- */
@@ -679,6 +813,8 @@ int main(void)
 		cmocka_unit_test(test_decode_watch_any_chunk_size),
 		cmocka_unit_test(test_decode_object_bound),
 		cmocka_unit_test(test_decode_errors_and_stop),
+		cmocka_unit_test(test_gunzip_member_after_member),
+		cmocka_unit_test(test_gunzip_errors_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
 		cmocka_unit_test(test_gone_jittered_then_backoff),
 		cmocka_unit_test(test_base64),
