@@ -192,8 +192,10 @@ static inline uint64_t cluster_hash(const struct cluster *c, const void *bytes, 
 	return dns_siphash24(c->hash_key, bytes, len);
 }
 
-/* watch.c: after every rebuild of s (calls the watcher when its set changed). */
+/* watch.c: after every rebuild of s (calls the watcher when its set changed,
+ * once synced); at the first sync with the watched Service, NULL if absent. */
 void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s);
+void cluster_report_synced(struct cluster *c, const struct cluster_service *watched);
 void cluster_watch_free(struct cluster *c);
 
 /* ---- table.c: the RCU hash of names (writer calls hold the read lock) ---- */

@@ -299,18 +299,24 @@ static size_t serving_addresses(const struct cluster_service *s)
 	return n;
 }
 
-/* <name>.<svc>...: an endpoint address's own name (its endpoint's name, else
- * the address's dashed form). */
+/*
+ * <name>.<svc>...: an endpoint address's own name: its endpoint's name,
+ * else (none, or one that is no DNS label: the API server checks them, so
+ * only a broken one sends such) the address's dashed form. *named: the
+ * endpoint's name was used. 0 when not even the dashed name fits.
+ */
 static size_t endpoint_owner(const struct cluster_endpoint *e, const struct cluster_ip *ip,
-			     const uint8_t *svc_owner, uint8_t out[DNS_MAX_NAME])
+			     const uint8_t *svc_owner, uint8_t out[DNS_MAX_NAME], bool *named)
 {
 	char dashed[64];
 	const char *labels[] = {e->hostname, NULL};
+	size_t len = e->hostname[0] ? cluster_name(out, svc_owner, labels) : 0;
 
-	if (!e->hostname[0]) {
-		cluster_dashed_ip(ip, dashed);
-		labels[0] = dashed;
-	}
+	*named = len > 0;
+	if (len)
+		return len;
+	cluster_dashed_ip(ip, dashed);
+	labels[0] = dashed;
 	return cluster_name(out, svc_owner, labels);
 }
 
@@ -333,14 +339,18 @@ static void build_endpoints(const struct cluster *c, const struct cluster_servic
 			for (size_t j = 0; endpoint_serves(s, e) && j < e->n_ips; j++) {
 				const struct cluster_ip *ip = &e->ips[j];
 				uint8_t ep[DNS_MAX_NAME];
-				size_t ep_len = endpoint_owner(e, ip, owner, ep);
-				if (e->hostname[0])
+				bool named;
+				size_t ep_len = endpoint_owner(e, ip, owner, ep, &named);
+				if (!ep_len)
+					r->failed = true; /* its address still counts for the Service */
+				if (named)
 					recs_add(r, ep, ep_len, ip_type(ip), ip->addr, ip_len(ip));
-				add_ptr(ptrs, ip, ep, ep_len);
+				if (ep_len) /* no PTR or SRV to a name that is not there */
+					add_ptr(ptrs, ip, ep, ep_len);
 				if (!headless)
 					continue;
 				recs_add(r, owner, owner_len, ip_type(ip), ip->addr, ip_len(ip));
-				for (size_t k = 0; k < sl->n_ports; k++)
+				for (size_t k = 0; ep_len && k < sl->n_ports; k++)
 					add_port_entry(r, owner, owner_len, &sl->ports[k], ep, ep_len);
 			}
 		}
@@ -1154,6 +1164,7 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 void cluster_set_synced(struct cluster *c)
 {
 	atomic_store_explicit(&c->synced, true, memory_order_release);
+	cluster_report_synced(c, c->watch.key ? lookup_entry(c->services, c->watch.key) : NULL);
 }
 
 void cluster_stats(const struct cluster *c, struct cluster_stats *out)

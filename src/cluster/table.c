@@ -14,12 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/tsan.h"
+
 static int match_owner(struct cds_lfht_node *ht, const void *key)
 {
 	const struct cluster_node *n = caa_container_of(ht, struct cluster_node, ht);
 	const uint8_t *name = key;
 	size_t len = dns_name_len(name);
 
+	TSAN_SUBSCRIBE(n); /* the first read of a node a lookup found */
 	return n->owner_len == len && memcmp(n->data, name, len) == 0;
 }
 
@@ -48,7 +51,15 @@ bool cluster_node_next(const struct cluster_node *n, size_t *pos, struct cluster
 
 static void free_node(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_node, rcu));
+}
+
+/* After a grace period, when no reader can hold n any more. */
+static void retire_node(struct cluster_node *n)
+{
+	TSAN_GRACE_RELEASE();
+	urcu_memb_call_rcu(&n->rcu, free_node);
 }
 
 int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
@@ -58,8 +69,10 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 	struct cluster_node *n;
 	struct cds_lfht_node *old;
 
-	/* An unchanged name keeps its node: no churn for readers or call_rcu. */
-	if (cur && cur->rr_len == rr_len && memcmp(cur->data + cur->owner_len, rrs, rr_len) == 0)
+	/* An unchanged name keeps its node: no churn for readers or call_rcu.
+	 * (A name without records comes with rrs NULL, which memcmp must not see.) */
+	if (cur && cur->rr_len == rr_len &&
+	    (rr_len == 0 || memcmp(cur->data + cur->owner_len, rrs, rr_len) == 0))
 		return 0;
 	n = malloc(sizeof *n + owner_len + rr_len);
 	if (!n)
@@ -70,10 +83,11 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 	memcpy(n->data, owner, owner_len);
 	if (rr_len)
 		memcpy(n->data + owner_len, rrs, rr_len);
+	TSAN_PUBLISH(n);
 	old = cds_lfht_add_replace(c->ht, cluster_hash(c, owner, owner_len), match_owner,
 				   n->data, &n->ht);
 	if (old)
-		urcu_memb_call_rcu(&caa_container_of(old, struct cluster_node, ht)->rcu, free_node);
+		retire_node(caa_container_of(old, struct cluster_node, ht));
 	else
 		atomic_fetch_add(&c->n_names, 1);
 	return 0;
@@ -85,7 +99,7 @@ void cluster_del(struct cluster *c, const uint8_t *owner, size_t owner_len)
 
 	if (n && cds_lfht_del(c->ht, &n->ht) == 0) {
 		atomic_fetch_sub(&c->n_names, 1);
-		urcu_memb_call_rcu(&n->rcu, free_node);
+		retire_node(n);
 	}
 }
 

@@ -81,7 +81,8 @@ void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s
 	struct config_ip now[CLUSTER_WATCH_MAX];
 	size_t n;
 
-	if (!w->fn || !w->key || strcmp(w->key, s->key) != 0)
+	if (!w->fn || !w->key || strcmp(w->key, s->key) != 0 ||
+	    !atomic_load_explicit(&c->synced, memory_order_acquire))
 		return;
 	n = ready_addresses(s, now);
 	if (w->reported && n == w->n_last && memcmp(now, w->last, n * sizeof *now) == 0)
@@ -90,6 +91,19 @@ void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s
 	w->n_last = n;
 	w->reported = true;
 	w->fn(w->ctx, now, n);
+}
+
+void cluster_report_synced(struct cluster *c, const struct cluster_service *watched)
+{
+	struct cluster_endpoint_watch *w = &c->watch;
+
+	if (watched) {
+		cluster_report_endpoints(c, watched);
+	} else if (w->fn && w->key && !w->reported) {
+		w->reported = true;
+		w->n_last = 0;
+		w->fn(w->ctx, NULL, 0);
+	}
 }
 
 void cluster_watch_free(struct cluster *c)

@@ -1,0 +1,359 @@
+/*
+ * libFuzzer target for the Kubernetes objects -> cluster table path: the
+ * input is what the API server sends, read the way the Kubernetes client
+ * (kube/client.c) reads it and handed to the model (src/cluster/) the way
+ * cluster/feed.c does: through the client's own streaming decoder
+ * (kube/decode.c), fed in chunks of uneven sizes, keeping the fields the
+ * client keeps of that resource (kube/fields.c), with its per-object bound.
+ * A LIST ({"kind": "ServiceList", "items": [...]}) has every item upserted as
+ * it closes; an input that is not one whole LIST with items is then read as
+ * a watch stream, a sequence of {"type", "object"} events: ADDED and
+ * MODIFIED upsert, DELETED removes, BOOKMARK does nothing, ERROR or a value
+ * that is not an event ends the stream. As an informer knows its resource,
+ * the first kind the input names picks it ("EndpointSlice", "Namespace",
+ * "Pod", "Service"); without one the input's length does, so objects also
+ * reach a resource they are not. The table's mode for pods (disabled,
+ * insecure, verified) follows the input's length too.
+ *
+ * After the input the table is synced and every name in it is asked for
+ * every type the specification answers; then every object is removed.
+ * ASan/UBSan catch memory errors and leaks (nothing may outlive
+ * cluster_free); the checks catch a record the table holds or a reply it
+ * writes that a client cannot read, a CNAME chase that is not a list of
+ * names, an endpoint watch reporting nonsense, and anything left in the
+ * table once every object that made it is gone.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+#include <urcu/urcu-memb.h>
+
+#include "cluster/cluster.h"
+#include "cluster/internal.h"
+#include "config/config.h"
+#include "dns/dns.h"
+#include "fuzz.h"
+#include "kube/internal.h"
+#include "kube/kube.h"
+
+#define OBJECT_MAX (16u << 20) /* kubernetes.object_max_bytes' default */
+
+static struct config *configs[3]; /* pods: disabled, insecure, verified */
+static struct cds_lfht *keep_worker; /* see LLVMFuzzerInitialize */
+
+/* An object the stream upserted, to remove at the end. */
+struct seen {
+	enum kube_resource res;
+	char *ns, *name;
+};
+
+struct stream {
+	struct cluster *c;
+	enum kube_resource res;
+	size_t items;          /* LIST items handed out */
+	struct seen *seen;
+	size_t n_seen, cap_seen;
+};
+
+static const char *json_string_at(struct json_object *obj, const char *key)
+{
+	struct json_object *v;
+
+	return json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v) &&
+		       json_object_is_type(v, json_type_string)
+		       ? json_object_get_string(v)
+		       : NULL;
+}
+
+static struct json_object *json_object_at(struct json_object *obj, const char *key)
+{
+	struct json_object *v;
+
+	return json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v) &&
+		       json_object_is_type(v, json_type_object)
+		       ? v
+		       : NULL;
+}
+
+/* The resource whose informer would read this input: the first kind it names. */
+static enum kube_resource resource_of(const uint8_t *data, size_t size)
+{
+	static const char *const kinds[KUBE_N_RESOURCES] = {"\"Service", "\"EndpointSlice",
+							    "\"Namespace", "\"Pod"};
+	const uint8_t *first = NULL;
+	enum kube_resource r = (enum kube_resource)(size / 3 % KUBE_N_RESOURCES);
+
+	for (int k = 0; k < KUBE_N_RESOURCES; k++) {
+		const uint8_t *at = memmem(data, size, kinds[k], strlen(kinds[k]));
+		if (at && (!first || at < first)) {
+			first = at;
+			r = (enum kube_resource)k;
+		}
+	}
+	return r;
+}
+
+static void upsert(struct cluster *c, enum kube_resource r, struct json_object *obj)
+{
+	switch (r) {
+	case KUBE_SERVICES: cluster_service_upsert(c, obj); break;
+	case KUBE_ENDPOINTSLICES: cluster_slice_upsert(c, obj); break;
+	case KUBE_NAMESPACES: cluster_namespace_upsert(c, obj); break;
+	case KUBE_PODS: cluster_pod_upsert(c, obj); break;
+	case KUBE_N_RESOURCES: break;
+	}
+}
+
+static void remove_object(struct cluster *c, enum kube_resource r, const char *ns, const char *name)
+{
+	switch (r) {
+	case KUBE_SERVICES: cluster_service_remove(c, ns, name); break;
+	case KUBE_ENDPOINTSLICES: cluster_slice_remove(c, ns, name); break;
+	case KUBE_NAMESPACES: cluster_namespace_remove(c, name); break;
+	case KUBE_PODS: cluster_pod_remove(c, ns, name); break;
+	case KUBE_N_RESOURCES: break;
+	}
+}
+
+static void remember(struct stream *s, enum kube_resource r, const char *ns, const char *name)
+{
+	if (s->n_seen == s->cap_seen) {
+		s->cap_seen = s->cap_seen ? 2 * s->cap_seen : 16;
+		s->seen = realloc(s->seen, s->cap_seen * sizeof *s->seen);
+		CHECK(s->seen);
+	}
+	s->seen[s->n_seen++] = (struct seen){r, strdup(ns), strdup(name)};
+}
+
+static void take_object(struct stream *s, struct json_object *obj)
+{
+	struct json_object *meta = json_object_at(obj, "metadata");
+	const char *name = meta ? json_string_at(meta, "name") : NULL;
+	const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+
+	upsert(s->c, s->res, obj);
+	if (name && *name)
+		remember(s, s->res, ns ? ns : "", name);
+}
+
+/* A LIST item, as the client takes it (client.c, take_list_item). */
+static int take_item(void *ctx, struct json_object *obj)
+{
+	struct stream *s = ctx;
+
+	s->items++;
+	take_object(s, obj);
+	return 0;
+}
+
+/* One watch event, as the client takes it (client.c, take_watch_event). */
+static int take_event(void *ctx, struct json_object *ev)
+{
+	struct stream *s = ctx;
+	const char *type = json_string_at(ev, "type");
+	struct json_object *obj = json_object_at(ev, "object");
+
+	if (!type || !obj || strcmp(type, "ERROR") == 0)
+		return 1;
+	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
+		take_object(s, obj);
+	} else if (strcmp(type, "DELETED") == 0) {
+		struct json_object *meta = json_object_at(obj, "metadata");
+		const char *name = meta ? json_string_at(meta, "name") : NULL;
+		const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+		if (name && *name)
+			remove_object(s->c, s->res, ns ? ns : "", name);
+	}
+	return 0;
+}
+
+/* The next chunk of uneven size, as a response arrives; 0 at the end. */
+static size_t next_chunk(size_t size, size_t off, size_t *step)
+{
+	size_t n = size - off < *step ? size - off : *step;
+
+	*step = *step * 3 % 509 + 1;
+	return n;
+}
+
+/* The input through the client's decoder as a LIST (kind KUBE_DECODE_LIST) or a
+ * watch stream; returns whether it decoded whole. */
+static bool decode(struct stream *s, enum kube_decode_kind kind, const uint8_t *data, size_t size)
+{
+	struct kube_decoder *d = kube_decoder_new(kind, kube_fields(s->res), OBJECT_MAX,
+						  kind == KUBE_DECODE_LIST ? take_item : take_event, s);
+	size_t step = 1 + size % 251;
+	int rc = 0;
+
+	CHECK(d);
+	for (size_t off = 0, n; rc == 0 && (n = next_chunk(size, off, &step)) > 0; off += n)
+		rc = kube_decoder_feed(d, (const char *)data + off, n);
+	CHECK(rc != KUBE_DECODE_NOMEM);
+	bool whole = rc == 0 && kube_decoder_finish(d) == 0;
+	kube_decoder_free(d);
+	return whole;
+}
+
+/* A record the table holds is what the specification says it is. */
+static void check_records(const struct cluster_node *n)
+{
+	struct cluster_rr rr;
+	size_t pos = 0;
+
+	CHECK(n->owner_len > 0 && dns_name_len(n->data) == n->owner_len);
+	while (cluster_node_next(n, &pos, &rr)) {
+		CHECK(pos <= n->rr_len);
+		switch (rr.type) {
+		case DNS_T_A: CHECK(rr.rdlen == 4); break;
+		case DNS_T_AAAA: CHECK(rr.rdlen == 16); break;
+		case DNS_T_CNAME:
+		case DNS_T_PTR:
+		case DNS_T_NS:
+			CHECK(rr.rdlen > 0 && dns_name_len(rr.rdata) == rr.rdlen);
+			break;
+		case DNS_T_SRV:
+			CHECK(rr.rdlen > 6 && dns_name_len(rr.rdata + 6) == rr.rdlen - 6u);
+			break;
+		default: break;
+		}
+	}
+	CHECK(pos == n->rr_len);
+}
+
+/* name is in the table: under the zone every name is answered, and so
+ * is PTR (or ANY) for every reverse name the table holds. */
+static void ask(const struct cluster *c, const uint8_t *name, size_t len, uint16_t qtype)
+{
+	static uint8_t buf[DNS_MAX_MESSAGE];
+	struct dns_query q = {.id = 1, .flags = DNS_F_RD, .question_ok = true, .qtype = qtype,
+			      .qclass = DNS_C_IN, .qname_len = (uint16_t)len};
+	struct cluster_chase chase;
+	struct dns_writer w;
+
+	memcpy(q.qname, name, len);
+	memcpy(q.qname_orig, name, len);
+	for (size_t p = 0; name[p]; p += 1u + name[p])
+		q.qname_labels++;
+	dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
+	enum cluster_result r = cluster_answer(c, &q, &w, &chase);
+	if (dns_name_is_subdomain(name, cluster_zone(c)) || qtype == DNS_T_PTR || qtype == DNS_T_ANY)
+		CHECK(r == CLUSTER_ANSWERED || r == CLUSTER_CHASE);
+	if (r == CLUSTER_CHASE) {
+		CHECK(chase.n > 0 && chase.n <= CLUSTER_MAX_CHAIN);
+		for (unsigned i = 0; i < chase.n; i++)
+			CHECK(dns_name_len(chase.targets[i]) <= DNS_MAX_NAME);
+	}
+	size_t n = dns_response_finish(&w, 1232);
+	CHECK(fuzz_message_ok(buf, n));
+}
+
+/* Every name in the table, read and asked for every type we answer. */
+static void read_everything(const struct cluster *c)
+{
+	static const uint16_t types[] = {DNS_T_A, DNS_T_AAAA, DNS_T_SRV, DNS_T_PTR, DNS_T_CNAME,
+					 DNS_T_TXT, DNS_T_SOA, DNS_T_NS, DNS_T_ANY, DNS_T_MX};
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *ht;
+
+	urcu_memb_read_lock();
+	/* not cds_lfht_for_each_entry: its last step offsets a NULL pointer (UBSan) */
+	cds_lfht_for_each(c->ht, &it, ht) {
+		const struct cluster_node *n = caa_container_of(ht, struct cluster_node, ht);
+		check_records(n);
+		for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+			ask(c, n->data, n->owner_len, types[i]);
+	}
+	urcu_memb_read_unlock();
+}
+
+/*
+ * call_rcu, for this target only (linked with -Wl,--wrap for both, see the
+ * Makefile): liburcu's call_rcu thread sleeps 10 ms before each batch, and
+ * cluster_free waits for it (urcu_memb_barrier), which held this target to
+ * 80 inputs a second. Here callbacks wait in a list and run after a grace
+ * period at the barrier: what call_rcu promises, without the thread, and
+ * every free done before the input ends (so libFuzzer's leak check sees a
+ * balanced input).
+ */
+static struct rcu_head *deferred;
+
+void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
+void __wrap_urcu_memb_barrier(void);
+
+void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head))
+{
+	head->func = func;
+	head->next.next = deferred ? &deferred->next : NULL;
+	deferred = head;
+}
+
+void __wrap_urcu_memb_barrier(void)
+{
+	urcu_memb_synchronize_rcu();
+	while (deferred) {
+		struct rcu_head *head = deferred;
+		deferred = head->next.next ? caa_container_of(head->next.next, struct rcu_head, next)
+					   : NULL;
+		head->func(head);
+	}
+}
+
+static void on_endpoints(void *ctx, const struct config_ip *ips, size_t n)
+{
+	(void)ctx;
+	CHECK(n <= CLUSTER_WATCH_MAX);
+	for (size_t i = 0; i < n; i++)
+		CHECK(ips[i].family == AF_INET || ips[i].family == AF_INET6);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	static const char *const modes[3] = {"disabled", "insecure", "verified"};
+	char yaml[128], err[CONFIG_ERR_MAX];
+
+	(void)argc;
+	(void)argv;
+	urcu_memb_register_thread();
+	for (int i = 0; i < 3; i++) {
+		snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local, ttl: 5s, pods: %s}\n",
+			 modes[i]);
+		CHECK(config_load_string("fuzz.yaml", yaml, strlen(yaml), &configs[i], err,
+					 sizeof err) == 0);
+	}
+	/* liburcu runs one resize thread while any cds_lfht exists; this one
+	 * keeps it, so each input's table does not start and stop a thread */
+	keep_worker = cds_lfht_new_flavor(1, 1, 0, 0, &urcu_memb_flavor, NULL);
+	CHECK(keep_worker);
+	return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char err[CONFIG_ERR_MAX];
+	struct cluster_stats empty, st;
+	struct stream s = {0};
+
+	s.c = cluster_new(configs[size % 3], err, sizeof err);
+	CHECK(s.c);
+	cluster_watch_endpoints(s.c, "prod", "db", on_endpoints, NULL);
+	cluster_stats(s.c, &empty);
+	s.res = resource_of(data, size);
+	if (!decode(&s, KUBE_DECODE_LIST, data, size) || !s.items)
+		decode(&s, KUBE_DECODE_WATCH, data, size);
+	cluster_set_synced(s.c);
+	read_everything(s.c);
+
+	for (size_t i = s.n_seen; i-- > 0;) {
+		remove_object(s.c, s.seen[i].res, s.seen[i].ns, s.seen[i].name);
+		free(s.seen[i].ns);
+		free(s.seen[i].name);
+	}
+	free(s.seen);
+	cluster_stats(s.c, &st);
+	CHECK(st.services == 0 && st.slices == 0 && st.endpoints == 0 && st.namespaces == 0 &&
+	      st.pods == 0);
+	CHECK(st.names == empty.names);
+	cluster_free(s.c);
+	return 0;
+}
