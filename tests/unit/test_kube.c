@@ -296,7 +296,6 @@ static void gzip_member(const char *text, size_t text_len, unsigned char *out, s
 struct inflated {
 	char text[200000];
 	size_t len;
-	size_t pieces;
 	size_t largest;
 	int stop_at;      /* return this from the piece that ends past stop_len (0: never) */
 	size_t stop_len;
@@ -309,7 +308,6 @@ static int take_inflated(void *ctx, const char *data, size_t len)
 	assert_true(o->len + len <= sizeof o->text);
 	memcpy(o->text + o->len, data, len);
 	o->len += len;
-	o->pieces++;
 	if (len > o->largest)
 		o->largest = len;
 	return o->stop_at && o->len > o->stop_len ? o->stop_at : 0;
