@@ -1052,11 +1052,23 @@ static size_t distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/* Keys a release had, and what took their place: an old config gets told, not just refused. */
+static const struct {
+	const char *path, *name, *why;
+} removed_keys[] = {
+	{"kubernetes", "list_max_bytes",
+	 "responses are decoded as they stream; kubernetes.object_max_bytes bounds one object"},
+};
+
 static int unknown_key(struct loader *ld, const yaml_node_t *kn, const struct schema *s,
 		       const char *path)
 {
 	const char *name = scalar(kn), *best = NULL;
 	size_t best_d = 3; /* suggest only within two edits */
+
+	for (size_t i = 0; i < sizeof removed_keys / sizeof removed_keys[0]; i++)
+		if (strcmp(path, removed_keys[i].path) == 0 && strcmp(name, removed_keys[i].name) == 0)
+			return fail(ld, kn, "%s.%s was removed: %s", path, name, removed_keys[i].why);
 
 	for (size_t i = 0; i < s->n_keys; i++) {
 		size_t d = distance(name, s->keys[i].name);

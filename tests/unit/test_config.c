@@ -487,6 +487,10 @@ static void test_error_unknown_key(void **state)
 		     "t.yaml:2:1: unknown key \"lisen\" at top level (did you mean \"listen\"?)");
 	expect_error("static:\n  records:\n    - {name: a.b, a: [10.0.0.1], typo: 1}\n",
 		     "t.yaml:3:34: unknown key \"typo\" in static.records[0]");
+	/* A key a release had says what replaced it. */
+	expect_error("kubernetes:\n  list_max_bytes: 4MiB\n",
+		     "t.yaml:2:3: kubernetes.list_max_bytes was removed: responses are decoded as "
+		     "they stream; kubernetes.object_max_bytes bounds one object");
 }
 
 static void test_error_wrong_type(void **state)
