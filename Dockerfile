@@ -34,7 +34,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         gcc libc6-dev make pkg-config \
-        libyaml-dev libjson-c-dev liburcu-dev \
+        libyaml-dev libjson-c-dev libyajl-dev zlib1g-dev liburcu-dev \
         libunbound-dev libevent-dev nettle-dev \
         libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev libcap-dev libldns-dev libseccomp-dev \
@@ -57,14 +57,15 @@ FROM ${DEBIAN_IMAGE} AS rootfs
 
 ARG DEBIAN_FRONTEND=noninteractive
 # Package names checked against bookworm (apt-cache policy): libyaml-0-2
-# 0.2.5, libjson-c5 0.16, liburcu8 0.13, libunbound8 1.17, libnl-3-200 and
+# 0.2.5, libjson-c5 0.16, libyajl2 2.1.0, zlib1g 1.2.13, liburcu8 0.13,
+# libunbound8 1.17, libnl-3-200 and
 # libnl-route-3-200 3.7, libmnl0 1.0.4, libnftnl11 1.2.4, libcurl4 7.88,
 # libmicrohttpd12 0.9.75, libcap2 2.66, libldns3 1.8.3, libseccomp2 2.5.4.
 # dns-root-data holds /usr/share/dns/root.key, the default
 # upstream.trust_anchor; libcap2-bin (setcap) stays in this stage.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-        libyaml-0-2 libjson-c5 liburcu8 libunbound8 \
+        libyaml-0-2 libjson-c5 libyajl2 zlib1g liburcu8 libunbound8 \
         libnl-3-200 libnl-route-3-200 libmnl0 libnftnl11 \
         libcurl4 libmicrohttpd12 libcap2 libldns3 libseccomp2 \
         ca-certificates dns-root-data libcap2-bin \

@@ -7,7 +7,7 @@ VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
-PKGS     := yaml-0.1 json-c liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
+PKGS     := yaml-0.1 json-c yajl zlib liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
             libmnl libnftnl ldns libmicrohttpd libcap libseccomp
 TEST_PKGS := cmocka
 
@@ -45,7 +45,7 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # Debian package names: build, unit test, integration test, fuzz, bench.
 # (prometheus is there for promtool, which checks the /metrics text.)
 DEPS := gcc make pkg-config git \
-        libyaml-dev libjson-c-dev liburcu-dev libcmocka-dev \
+        libyaml-dev libjson-c-dev libyajl-dev zlib1g-dev liburcu-dev libcmocka-dev \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev libseccomp-dev \
         clang libclang-rt-14-dev \

@@ -213,10 +213,10 @@ static const struct key kubernetes_keys[] = {
 	/* Where the in-cluster token and ca.crt are; tests point it elsewhere. */
 	{"service_account_dir", V_PATH, CFG(kubernetes.service_account_dir), .min = 1,
 	 .def = "/var/run/secrets/kubernetes.io/serviceaccount"},
-	/* Parsed, a page costs 1x (long annotations) to 14x (EndpointSlices) its bytes:
-	 * the default passes a full page of the largest slices (2.6 MB). */
-	{"list_max_bytes", V_SIZE, CFG(kubernetes.list_max_bytes), .min = 65536, .max = 1u << 30,
-	 .def = "4MiB"},
+	/* Streamed past, not held: it bounds the parser's buffer for one long
+	 * token; etcd's own limit on an object is 1.5 MiB, in protobuf. */
+	{"object_max_bytes", V_SIZE, CFG(kubernetes.object_max_bytes), .min = 65536,
+	 .max = 1u << 30, .def = "16MiB"},
 };
 
 static const struct key srv_keys[] = {
@@ -1052,11 +1052,23 @@ static size_t distance(const char *a, const char *b)
 	return row[lb];
 }
 
+/* Keys a release had, and what took their place: an old config gets told, not just refused. */
+static const struct {
+	const char *path, *name, *why;
+} removed_keys[] = {
+	{"kubernetes", "list_max_bytes",
+	 "responses are decoded as they stream; kubernetes.object_max_bytes bounds one object"},
+};
+
 static int unknown_key(struct loader *ld, const yaml_node_t *kn, const struct schema *s,
 		       const char *path)
 {
 	const char *name = scalar(kn), *best = NULL;
 	size_t best_d = 3; /* suggest only within two edits */
+
+	for (size_t i = 0; i < sizeof removed_keys / sizeof removed_keys[0]; i++)
+		if (strcmp(path, removed_keys[i].path) == 0 && strcmp(name, removed_keys[i].name) == 0)
+			return fail(ld, kn, "%s.%s was removed: %s", path, name, removed_keys[i].why);
 
 	for (size_t i = 0; i < s->n_keys; i++) {
 		size_t d = distance(name, s->keys[i].name);

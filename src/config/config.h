@@ -150,7 +150,7 @@ struct config {
 		char *kubeconfig;              /* "" = in-cluster */
 		char *node_name;               /* "" = $NODE_NAME */
 		char *service_account_dir;     /* in-cluster token and ca.crt */
-		uint64_t list_max_bytes;       /* 4MiB: one LIST response, decoded */
+		uint64_t object_max_bytes;     /* 16MiB: one object in a LIST or watch, decoded */
 	} kubernetes;
 
 	struct {

@@ -306,7 +306,7 @@ static const struct counter_family kube_events = {
 	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
 static const struct counter_family kube_relists = {
 	"localdns_kubernetes_relists_total", COUNTER_COUNTER, "",
-	"Complete LISTs after the first (a watch expired with 410 Gone), by resource.",
+	"Complete (re)lists after the first (a watch expired with 410 Gone), by resource.",
 	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
 static const struct counter_family kube_errors = {
 	"localdns_kubernetes_errors_total", COUNTER_COUNTER, "",
@@ -315,21 +315,16 @@ static const struct counter_family kube_errors = {
 static const struct counter_family kube_objects = {
 	"localdns_kubernetes_objects", COUNTER_GAUGE, "", "Objects known now, by resource.",
 	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
-static const struct counter_family kube_pages_too_large = {
-	"localdns_kubernetes_list_pages_too_large_total", COUNTER_COUNTER, "",
-	"LIST responses abandoned past kubernetes.list_max_bytes (the page is asked for "
-	"again with fewer objects, or, at one object, fails), by resource.",
-	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
-static const struct counter_family kube_page_limit = {
-	"localdns_kubernetes_list_page_limit", COUNTER_GAUGE, "",
-	"Objects the next LIST page asks for (limit=): 500, 100 for endpointslices, "
-	"less after a response past kubernetes.list_max_bytes.",
+static const struct counter_family kube_objects_too_large = {
+	"localdns_kubernetes_objects_too_large_total", COUNTER_COUNTER, "",
+	"Requests failed on an object over kubernetes.object_max_bytes (retried with "
+	"backoff: the resource is held until the object shrinks), by resource.",
 	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
 
 /* The sync and contact timestamps and the data age follow (metrics/collect.c). */
 static const struct counter_family *const kube_families[] = {
 	&kube_synced, &kube_events, &kube_relists, &kube_errors, &kube_objects,
-	&kube_pages_too_large, &kube_page_limit};
+	&kube_objects_too_large};
 
 static const struct counter kube_rows[] = {
 	{.stat = "kube_enabled", .at = AT(kube_enabled)},
@@ -342,8 +337,8 @@ static const struct counter kube_rows[] = {
 	 .n = KUBE_N_RESOURCES, .at = AT(kube.relists)},
 	{.stat = "kube_errors", .family = &kube_errors, .at = AT(kube.errors)},
 	{.stat = "kube_last_contact_time", .at = AT(kube_last_contact_time)},
-	{.family = &kube_pages_too_large, .n = KUBE_N_RESOURCES, .at = AT(kube.pages_too_large)},
-	{.family = &kube_page_limit, .n = KUBE_N_RESOURCES, .at = AT(kube.page_limit)},
+	{.family = &kube_objects_too_large, .n = KUBE_N_RESOURCES,
+	 .at = AT(kube.objects_too_large)},
 };
 
 TABLE(counter_kubernetes, "kubernetes", kube_rows, kube_families, AT(kube_enabled));

@@ -2,11 +2,11 @@
  * kube/backoff.c — how long to wait after a failed request, and before a
  * relist after 410 Gone (see internal.h).
  *
- * client-go's reflector backs off from 800 ms to 30 s; we start at 400 ms
- * because one node's cache is cheap for the API server and a blip (an API
- * server restart, a load balancer change) should cost little staleness.
- * The jitter keeps a fleet of nodes that lost the API server at the same
- * moment from reconnecting in lockstep.
+ * client-go's reflector's values (800 ms doubling to 30 s, each wait
+ * stretched by a random factor in [1, 2)): kube-proxy runs on every node
+ * with them, so a fleet of localdns adds load of the same shape, and the
+ * jitter keeps nodes that lost the API server at the same moment from
+ * coming back in lockstep. The longest wait is under a minute.
  *
  * A 410 is not a failure (the next good response would reset the backoff
  * above: the relist's LIST always succeeds), so repeated 410s have a
@@ -23,7 +23,7 @@ uint64_t kube_backoff_next(struct kube_backoff *b, uint32_t rnd)
 	if (step > KUBE_BACKOFF_CAP_MS)
 		step = KUBE_BACKOFF_CAP_MS;
 	b->failures++;
-	return step / 2 + rnd % (step / 2 + 1);
+	return step + rnd % step;
 }
 
 void kube_backoff_reset(struct kube_backoff *b)
@@ -37,9 +37,7 @@ uint64_t kube_gone_next(struct kube_gone *g, int64_t now_ms, uint32_t rnd)
 
 	g->seen = true;
 	g->last_ms = now_ms;
-	if (!repeated) {
+	if (!repeated)
 		kube_backoff_reset(&g->backoff);
-		return 0;
-	}
 	return kube_backoff_next(&g->backoff, rnd);
 }

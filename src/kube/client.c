@@ -2,25 +2,42 @@
  * kube/client.c — the client thread: one informer per resource, driven by
  * libcurl's multi interface (see kube.h for the contract).
  *
- * Each informer follows client-go's reflector:
+ * Each informer follows client-go's reflector, as kube-proxy runs it, so
+ * that a fleet of nodes costs the API server what a fleet of kube-proxies
+ * does (docs/ARCHITECTURE.md has the numbers):
  *
- *   LIST (limit=500, continue=...)  -- every page's items -> upsert; after
- *        |                             the last page, keys not seen -> remove;
- *        |                             commit; the list's resourceVersion
- *        v
- *   WATCH (resourceVersion=RV, allowWatchBookmarks=true, timeoutSeconds
- *          300..600) -- ADDED/MODIFIED -> upsert, DELETED -> remove,
- *          BOOKMARK -> only the RV moves; every event moves RV.
+ *   (re)list, first choice: WatchList -- a WATCH with sendInitialEvents=true,
+ *        resourceVersionMatch=NotOlderThan and allowWatchBookmarks=true:
+ *        the state as ADDED events from the API server's watch cache (the
+ *        first time from resourceVersion=0, "any": no etcd read at all;
+ *        a relist from the last RV seen, "at least as new"), ended by the
+ *        bookmark annotated k8s.io/initial-events-end; then the same
+ *        stream goes on as a watch;
+ *   (re)list, when the server refuses WatchList (422/400: before 1.27, or
+ *        the gate off): LIST resourceVersion=0 (from the watch cache, which
+ *        ignores limit and sends the whole collection), a relist with
+ *        resourceVersion=<last RV>&resourceVersionMatch=NotOlderThan and no
+ *        limit (from the watch cache, never older than what we saw); paged
+ *        (limit=500, continue) only where the server pages: a resource
+ *        without a watch cache (the RV=0 LIST came back with a continue),
+ *        or the consistent LIST below;
+ *   WATCH from the last RV (allowWatchBookmarks=true, timeoutSeconds
+ *        300..600): ADDED/MODIFIED -> upsert, DELETED -> remove, BOOKMARK
+ *        -> only the RV moves; every event moves RV.
  *
  * A watch that ends (its timeout, a cut connection, the server going away)
  * resumes from the last RV, so nothing is listed again and nothing is missed.
  * Only "410 Gone" (an ERROR event or the HTTP status: the server no longer
- * has history back to our RV) sends the informer back to LIST; the relist
- * marks every key it sees with a new generation and the sweep after its last
- * page reports whatever vanished during the gap. A 410 on a LIST page means
- * its continue token expired: the LIST starts over. The first relist of a
- * streak is immediate; 410s that keep coming back wait longer each time
- * (backoff.c), since each relist is a full LIST from every node.
+ * has history back to our RV) sends the informer back to a relist, after a
+ * jittered wait that grows while 410s keep coming (backoff.c), so a fleet
+ * whose watches all expired at once (an API server restart) does not relist
+ * in step. A relist asks for data at least as new as the last RV, so the
+ * data never goes back in time; when that RV is unavailable (410, or the
+ * server's cache is behind it: 504 ResourceVersionTooLarge, as on an API
+ * server that just started) the next one is a consistent read from etcd
+ * (no RV), as client-go does. The relist marks every key it sees with a new
+ * generation and the sweep at its end reports whatever vanished meanwhile.
+ * A 410 on a continue page means its token expired: the LIST starts over.
  *
  * Errors (connection failures, 5xx, 401/403, a broken stream) wait with
  * exponential backoff and jitter (backoff.c), per informer, reset by the
@@ -38,21 +55,16 @@
  *
  * One request per informer is in flight at a time, each on its own easy
  * handle (a new one per request; the multi handle keeps the connections).
- * A LIST page is parsed incrementally as it arrives (json_tokener keeps the
- * state), then walked; watch events are split into lines (lines.c) and each
- * line parsed on its own, so a stream never sits in memory.
- *
- * Every byte we parse comes from objects anyone allowed to create a
- * Service may write (annotations: up to 256 KiB each). A LIST response
- * (decoded, so a gzip bomb counts at its real size) is cut off past
- * kubernetes.list_max_bytes: the same page (same continue token) is asked
- * for again with half the limit, down to one object, which is the last
- * resort before a failure with backoff. The informer keeps the smaller
- * limit and doubles it back after a page that, at twice the limit, would
- * still fill at most half the cap, so one cluster of large objects costs
- * a few extra round trips, never a page of unbounded size. The handler is
- * called only from this thread; status counters are behind a mutex that no
- * handler call is made under.
+ * A 200 response, LIST or watch, goes through the streaming decoder
+ * (decode.c) as it arrives: each item or event is handed over the moment it
+ * is complete, with only the fields DNS reads (fields.c), so no response,
+ * page or whole object sits in memory. Every byte we parse comes from
+ * objects anyone allowed to create a Service may write; one object over
+ * kubernetes.object_max_bytes (decoded, so a gzip bomb counts at its real
+ * size) fails the request, which holds that resource (an error log naming
+ * the object, backoff) until it shrinks or goes. The handler is called only
+ * from this thread; status counters are behind a mutex that no handler call
+ * is made under.
  */
 #include "kube/kube.h"
 
@@ -64,6 +76,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,27 +86,17 @@
 #include "privs/privs.h"
 #include "util/clock.h"
 
-/*
- * Objects per LIST page: client-go's 500, except for EndpointSlices, which
- * hold up to 100 endpoints each. json-c spends about 150 bytes per parsed
- * value, so a page of 500 full slices peaks near 100 MB; 100 per page keeps
- * the peak near 25 MB for a few more round trips (measured with 1,000
- * slices of 100 endpoints: 123 MB -> 33 MB peak RSS, sync time unchanged).
- */
+/* Objects per LIST page where the server pages: client-go's pager's 500. */
 #define LIST_PAGE_LIMIT 500
-#define LIST_PAGE_LIMIT_ENDPOINTSLICES 100
-/* Halving stops here: a page of one object that is still too large is a failure. */
-#define LIST_PAGE_LIMIT_MIN 1
 /* client-go: a watch asks for 5 minutes times (1 + rand), so a fleet spreads out. */
 #define WATCH_TIMEOUT_MIN_S 300
 /* Past its own timeoutSeconds, a watch that sends nothing is dead (a lost peer). */
 #define WATCH_GRACE_S 60
-#define LIST_TIMEOUT_S 60
+/* A LIST from the watch cache is the whole collection: give it time. */
+#define LIST_TIMEOUT_S 300
 #define CONNECT_TIMEOUT_S 10
-/* One watch event is one object; a Pod or an EndpointSlice is well under this. */
-#define EVENT_MAX (16u << 20)
-/* Objects nest (managedFields); json-c's default depth of 32 is too tight. */
-#define JSON_DEPTH 128
+/* An error response is a Status: small. */
+#define ERROR_BODY_MAX (64u << 10)
 /* The longest wait in curl_multi_poll, so a missed wake-up costs at most this. */
 #define POLL_MAX_MS 1000
 /* A watch that ends sooner than this without an event counts as a failure. */
@@ -101,8 +104,23 @@
 
 enum request_kind { REQ_NONE, REQ_LIST, REQ_WATCH };
 
-/* How a watch stream was stopped from inside (by an event we read). */
-enum stream_stop { STREAM_OK, STREAM_GONE, STREAM_ERROR_EVENT, STREAM_BROKEN };
+/* Which LIST a request is, for its URL and for what its answer means. */
+enum list_kind {
+	LIST_ANY,           /* resourceVersion=0: the watch cache's state, no etcd read */
+	LIST_NOT_OLDER,     /* resourceVersion=<ours>, NotOlderThan: the watch cache */
+	LIST_CONSISTENT,    /* no resourceVersion: a quorum read from etcd, paged */
+	LIST_CONTINUE,      /* the next page of any of these */
+};
+
+/* How a stream was stopped from inside (by what we read of it). */
+enum stream_stop {
+	STREAM_OK,
+	STREAM_GONE,        /* ERROR event, 410: our RV is too old */
+	STREAM_TOO_NEW,     /* ERROR event, 504 ResourceVersionTooLarge: the server is behind our RV */
+	STREAM_ERROR_EVENT, /* any other ERROR event */
+	STREAM_BROKEN,      /* not JSON, or not an event */
+	STREAM_TOO_LARGE,   /* one object over kubernetes.object_max_bytes */
+};
 
 struct informer {
 	struct kube_client *k;
@@ -112,34 +130,38 @@ struct informer {
 	char *selector;            /* "fieldSelector=..." / "labelSelector=..." (escaped), or NULL */
 	bool enabled;
 
-	bool need_list;            /* the next request is a LIST */
-	bool synced;               /* a full LIST has completed once */
-	char *rv;                  /* last resourceVersion seen (LIST, event, bookmark) */
+	bool need_list;            /* the next request (re)lists: a WatchList, or a LIST */
+	bool synced;               /* a full (re)list has completed once */
+	char *rv;                  /* last resourceVersion seen (list, event, bookmark) */
+	bool rv_unavailable;       /* a (re)list from rv got 410 or "too large": list consistently */
+	bool no_watch_list;        /* the server refused WatchList: (re)list with LIST */
+	bool paged;                /* the server pages this resource's RV=0 LIST: no watch cache */
 	char *cont;                /* continue token of the LIST in progress */
 	unsigned pages;            /* pages of the LIST in progress */
-	int page_limit;            /* limit= of the next page: the resource's, or less after a
-				    * response past list_max_bytes */
 	int64_t list_started_ms;
 	int64_t next_at_ms;        /* CLOCK_MONOTONIC: when the next request may start */
 	struct kube_backoff backoff;
-	struct kube_gone gone;     /* 410s in a row: relists after the first wait */
+	struct kube_gone gone;     /* 410s in a row: each relist waits longer */
 	bool auth_retried;         /* a 401 already re-read the token and retried */
 	struct kube_keys keys;
 
 	/* The request in flight (kind REQ_NONE: none). */
 	enum request_kind kind;
+	enum list_kind list;       /* REQ_LIST: which */
+	bool initial;              /* a WatchList before its initial-events-end bookmark */
 	CURL *easy;
 	struct curl_slist *headers;
 	char errbuf[CURL_ERROR_SIZE];
 	long status;               /* HTTP status, once the headers are in */
-	uint64_t body_bytes;       /* of a LIST page or an error body, decoded */
-	bool too_large;            /* cut off past list_max_bytes */
+	struct kube_decoder *dec;  /* a 200 response, as it arrives */
+	struct kube_gunzip *gunzip; /* a gzip body (Content-Encoding: gzip), or NULL */
+	uint64_t body_bytes;       /* of an error body */
 	json_tokener *tok;
-	struct json_object *body;  /* a whole LIST page, or an error Status */
-	bool body_bad;             /* the body is not one JSON value */
-	struct kube_lines lines;   /* watch: the partial event */
+	struct json_object *body;  /* an error Status */
+	bool body_bad;             /* the error body is not one JSON value */
 	enum stream_stop stop;
-	char *stop_reason;         /* the ERROR event's message, for the log */
+	char *stop_reason;         /* why the stream stopped, for the log */
+	char *stop_key;            /* ns/name of the object over the bound, when known */
 	uint64_t watch_events;     /* events read by this watch */
 	int64_t started_ms;
 };
@@ -152,7 +174,7 @@ struct kube_client {
 	char *slices_of;           /* NULL: every EndpointSlice; "": none; "ns/name": one Service's */
 	atomic_bool pods_wanted;   /* kube_watch_pods, from any thread */
 	bool pods_applied;         /* what the thread last made of pods_wanted */
-	uint64_t list_max_bytes;   /* kubernetes.list_max_bytes */
+	uint64_t object_max_bytes; /* kubernetes.object_max_bytes */
 	CURLM *multi;
 	pthread_t thread;
 	atomic_bool stopping;
@@ -170,15 +192,11 @@ const char *const kube_resource_names[KUBE_N_RESOURCES] = {
 	[KUBE_SERVICES] = "services", [KUBE_ENDPOINTSLICES] = "endpointslices",
 	[KUBE_NAMESPACES] = "namespaces", [KUBE_PODS] = "pods"};
 
-static const struct {
-	const char *path;
-	int page_limit;
-} resources[KUBE_N_RESOURCES] = {
-	[KUBE_SERVICES] = {"/api/v1/services", LIST_PAGE_LIMIT},
-	[KUBE_ENDPOINTSLICES] = {"/apis/discovery.k8s.io/v1/endpointslices",
-				 LIST_PAGE_LIMIT_ENDPOINTSLICES},
-	[KUBE_NAMESPACES] = {"/api/v1/namespaces", LIST_PAGE_LIMIT},
-	[KUBE_PODS] = {"/api/v1/pods", LIST_PAGE_LIMIT},
+static const char *const resource_paths[KUBE_N_RESOURCES] = {
+	[KUBE_SERVICES] = "/api/v1/services",
+	[KUBE_ENDPOINTSLICES] = "/apis/discovery.k8s.io/v1/endpointslices",
+	[KUBE_NAMESPACES] = "/api/v1/namespaces",
+	[KUBE_PODS] = "/api/v1/pods",
 };
 
 const char *kube_resource_name(enum kube_resource r)
@@ -232,15 +250,12 @@ static void note_list_done(struct informer *inf, bool relist)
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
 
-static void note_page_limit(struct informer *inf, bool too_large)
+static void note_object_too_large(struct informer *inf)
 {
 	pthread_mutex_lock(&inf->k->status_lock);
-	if (too_large)
-		inf->k->status.pages_too_large[inf->res]++;
-	inf->k->status.page_limit[inf->res] = (uint64_t)inf->page_limit;
+	inf->k->status.objects_too_large[inf->res]++;
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
-
 static void note_error(struct kube_client *k)
 {
 	pthread_mutex_lock(&k->status_lock);
@@ -369,15 +384,24 @@ static void note_success(struct informer *inf)
 	note_contact(inf->k);
 }
 
-/* ---- LIST pages --------------------------------------------------------------- */
+/* ---- (re)lists ------------------------------------------------------------------ */
 
-/* The LIST is complete: report what vanished, publish, and go on to WATCH. */
-static void finish_list(struct informer *inf, const char *rv)
+/* A (re)list is starting (a WatchList, or a LIST's first page): a new generation of keys. */
+static void begin_list(struct informer *inf)
+{
+	kube_keys_new_generation(&inf->keys);
+	inf->pages = 0;
+	inf->list_started_ms = now_ms();
+}
+
+/* The (re)list is complete at rv: report what vanished, publish, and watch from rv. */
+static void finish_list(struct informer *inf, const char *rv, const char *how)
 {
 	kube_keys_sweep(&inf->keys, sweep_removed, inf);
 	set_string(&inf->rv, rv);
 	set_string(&inf->cont, NULL);
 	inf->need_list = false;
+	inf->rv_unavailable = false;
 	inf->k->dirty = true;
 	bool relist = inf->synced;
 	inf->synced = true;
@@ -388,84 +412,63 @@ static void finish_list(struct informer *inf, const char *rv)
 	snprintf(pages, sizeof pages, "%u", inf->pages);
 	snprintf(ms, sizeof ms, "%" PRId64, now_ms() - inf->list_started_ms);
 	log_info(relist ? "kubernetes relist done" : "kubernetes list done", "resource",
-		 kube_resource_names[inf->res], "objects", objects, "pages", pages, "ms", ms,
+		 kube_resource_names[inf->res], "how", how, "objects", objects, "pages", pages, "ms", ms,
 		 "resource_version", rv);
 	schedule_now(inf);
 }
 
-/*
- * After a page of n objects: back towards the resource's limit when twice
- * as many objects of this page's size would fill at most half the cap.
- */
-static void grow_page_limit(struct informer *inf, size_t n)
+/* Our RV is of no use for the next (re)list (410, or the server is behind it): the
+ * next one is a consistent read, after the wait repeated 410s earn. */
+static void relist_consistently(struct informer *inf, const char *why)
 {
-	int full = resources[inf->res].page_limit;
+	char w[24];
 
-	if (inf->page_limit >= full || n == 0 ||
-	    inf->body_bytes * 4 * (uint64_t)inf->page_limit > n * inf->k->list_max_bytes)
-		return;
-	inf->page_limit = inf->page_limit * 2 < full ? inf->page_limit * 2 : full;
-	note_page_limit(inf, false);
+	inf->rv_unavailable = true;
+	set_string(&inf->cont, NULL);
+	snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
+	log_info("kubernetes resourceVersion unavailable for the list; listing consistently (from etcd)",
+		 "resource", kube_resource_names[inf->res], "resource_version", inf->rv ? inf->rv : "",
+		 "reason", why, "retry_ms", w);
 }
 
-/*
- * A LIST response past list_max_bytes was cut off: ask for the same page
- * (the continue token stays) with half the objects, now; at one object
- * there is nothing smaller to ask for, and it is a failure.
- */
-static void take_oversized_page(struct informer *inf)
+/* A LIST item, handed over by the decoder as soon as it is complete. */
+static int take_list_item(void *ctx, struct json_object *obj)
 {
-	char max[24], was[16], now[16];
-	int limit = inf->page_limit;
-
-	snprintf(max, sizeof max, "%" PRIu64, inf->k->list_max_bytes);
-	if (limit > LIST_PAGE_LIMIT_MIN) {
-		inf->page_limit = limit / 2 > LIST_PAGE_LIMIT_MIN ? limit / 2 : LIST_PAGE_LIMIT_MIN;
-		note_page_limit(inf, true);
-		snprintf(was, sizeof was, "%d", limit);
-		snprintf(now, sizeof now, "%d", inf->page_limit);
-		log_warn("kubernetes list response over kubernetes.list_max_bytes; asking for fewer "
-			 "objects", "resource", kube_resource_names[inf->res], "max_bytes", max, "limit", was,
-			 "new_limit", now);
-		schedule_now(inf);
-		return;
-	}
-	note_page_limit(inf, true);
-	snprintf(now, sizeof now, "%" PRIu64, schedule_backoff(inf));
-	log_error("kubernetes list response over kubernetes.list_max_bytes with one object per page; "
-		  "raise it", "resource", kube_resource_names[inf->res], "max_bytes", max, "retry_ms", now);
+	deliver_upsert(ctx, obj);
+	return 0;
 }
 
-/* A 200 LIST page: deliver its items, then ask for the next page or finish. */
+/* A whole 200 LIST response (its items already delivered): the next page, or the end. */
 static void take_list_page(struct informer *inf)
 {
-	struct json_object *items, *meta = json_object_at(inf->body, "metadata");
+	struct json_object *meta = kube_decoder_list_meta(inf->dec);
 	const char *rv = meta ? json_string_at(meta, "resourceVersion") : NULL;
 
-	if (!json_object_object_get_ex(inf->body, "items", &items) ||
-	    !(json_object_is_type(items, json_type_array) || json_object_is_type(items, json_type_null)) ||
-	    !rv) {
-		uint64_t wait = schedule_backoff(inf);
+	bool cut = inf->gunzip && kube_gunzip_finish(inf->gunzip) != 0;
+
+	if (cut || kube_decoder_finish(inf->dec) != 0 || !rv) {
 		char w[24];
-		snprintf(w, sizeof w, "%" PRIu64, wait);
-		log_warn("kubernetes list page is not a list (no items or resourceVersion)",
-			 "resource", kube_resource_names[inf->res], "retry_ms", w);
+		snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
+		log_warn("kubernetes list response is not a list (no metadata.resourceVersion)",
+			 "resource", kube_resource_names[inf->res], "error",
+			 cut ? kube_gunzip_error(inf->gunzip) : kube_decoder_error(inf->dec),
+			 "retry_ms", w);
 		set_string(&inf->cont, NULL);
 		return;
 	}
-	size_t n = json_object_is_type(items, json_type_array) ? json_object_array_length(items) : 0;
-	for (size_t i = 0; i < n; i++)
-		deliver_upsert(inf, json_object_array_get_idx(items, i));
 	inf->pages++;
 	note_success(inf);
-	grow_page_limit(inf, n);
 	const char *cont = json_string_at(meta, "continue");
 	if (cont && *cont) {
+		/* resourceVersion=0 paged: this resource has no watch cache, so
+		 * the server pages it from etcd whatever we ask (client-go). */
+		if (inf->list == LIST_ANY)
+			inf->paged = true;
 		set_string(&inf->cont, cont);
 		schedule_now(inf);
 		return;
 	}
-	finish_list(inf, rv);
+	finish_list(inf, rv, inf->list == LIST_CONSISTENT || inf->pages > 1 ? "paged list" : "list");
 }
 
 /* ---- WATCH events ---------------------------------------------------------- */
@@ -494,7 +497,60 @@ static void take_watch_object(struct informer *inf, const char *type, struct jso
 	note_event(inf);
 }
 
-/* An ERROR event carries a Status; 410 means our RV is too old to resume from. */
+static bool is_initial_events_end(struct json_object *bookmark)
+{
+	struct json_object *meta = json_object_at(bookmark, "metadata");
+	struct json_object *notes = meta ? json_object_at(meta, "annotations") : NULL;
+	const char *end = notes ? json_string_at(notes, KUBE_INITIAL_EVENTS_END) : NULL;
+
+	return end && strcmp(end, "true") == 0;
+}
+
+/*
+ * An event of a WatchList before its end: the state, as ADDED events
+ * (delivered like LIST items: no commit, no RV move, since their RVs are
+ * each object's own), until the bookmark annotated initial-events-end,
+ * which completes the (re)list at its RV. The stream then goes on as a
+ * watch.
+ */
+static void take_initial_event(struct informer *inf, const char *type, struct json_object *obj)
+{
+	inf->watch_events++;
+	if (strcmp(type, "BOOKMARK") != 0) {
+		deliver_upsert(inf, obj);
+		return;
+	}
+	const char *rv = object_rv(obj);
+	if (!is_initial_events_end(obj) || !rv || !*rv)
+		return;
+	inf->initial = false;
+	inf->pages = 1;
+	note_success(inf);
+	note_event(inf);
+	finish_list(inf, rv, "watch-list");
+}
+
+/* The Status says the server has not reached our RV (client-go's
+ * isTooLargeResourceVersionError: the cause, or the message of old servers). */
+static bool status_too_new(struct json_object *status)
+{
+	struct json_object *details = json_object_at(status, "details"), *causes, *code;
+	const char *msg = json_string_at(status, "message");
+
+	if (!json_object_object_get_ex(status, "code", &code) || json_object_get_int(code) != 504)
+		return false;
+	if (details && json_object_object_get_ex(details, "causes", &causes) &&
+	    json_object_is_type(causes, json_type_array))
+		for (size_t i = 0; i < json_object_array_length(causes); i++) {
+			const char *r = json_string_at(json_object_array_get_idx(causes, i), "reason");
+			if (r && strcmp(r, "ResourceVersionTooLarge") == 0)
+				return true;
+		}
+	return msg && strstr(msg, "Too large resource version");
+}
+
+/* An ERROR event carries a Status: 410, our RV is too old; 504 "too large",
+ * the server is behind it. */
 static int take_watch_error(struct informer *inf, struct json_object *status)
 {
 	struct json_object *code;
@@ -502,41 +558,35 @@ static int take_watch_error(struct informer *inf, struct json_object *status)
 
 	set_string(&inf->stop_reason, msg ? msg : json_object_to_json_string(status));
 	bool gone = json_object_object_get_ex(status, "code", &code) && json_object_get_int(code) == 410;
-	inf->stop = gone ? STREAM_GONE : STREAM_ERROR_EVENT;
+	inf->stop = gone ? STREAM_GONE : status_too_new(status) ? STREAM_TOO_NEW : STREAM_ERROR_EVENT;
 	return 1;
 }
 
-/* One line of a watch stream: one event. Nonzero stops the stream. */
-static int take_watch_line(void *ctx, const char *line, size_t len)
+/* One watch event, handed over by the decoder. Nonzero stops the stream. */
+static int take_watch_event(void *ctx, struct json_object *ev)
 {
 	struct informer *inf = ctx;
+	const char *type = json_string_at(ev, "type");
+	struct json_object *obj = json_object_at(ev, "object");
 
-	while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
-		len--;
-	if (!len)
-		return 0;
-	json_tokener_reset(inf->tok);
-	struct json_object *ev = json_tokener_parse_ex(inf->tok, line, (int)len);
-	const char *type = ev ? json_string_at(ev, "type") : NULL;
-	struct json_object *obj = ev ? json_object_at(ev, "object") : NULL;
-	int rc = 0;
 	if (!type || !obj) {
 		inf->stop = STREAM_BROKEN;
 		set_string(&inf->stop_reason, "a watch event that is not {type, object} JSON");
-		rc = 1;
-	} else if (strcmp(type, "ERROR") == 0) {
-		rc = take_watch_error(inf, obj);
-	} else {
-		take_watch_object(inf, type, obj);
+		return 1;
 	}
-	json_object_put(ev);
-	return rc;
+	if (strcmp(type, "ERROR") == 0)
+		return take_watch_error(inf, obj);
+	if (inf->initial)
+		take_initial_event(inf, type, obj);
+	else
+		take_watch_object(inf, type, obj);
+	return 0;
 }
 
 /* ---- curl callbacks ----------------------------------------------------------- */
 
-/* Body bytes of a LIST page or of an error: parsed as they come. */
-static void feed_body(struct informer *inf, const char *data, size_t len)
+/* Body bytes of an error response: parsed as they come. */
+static void feed_error_body(struct informer *inf, const char *data, size_t len)
 {
 	if (inf->body_bad || inf->body)
 		return;
@@ -546,33 +596,106 @@ static void feed_body(struct informer *inf, const char *data, size_t len)
 		inf->body_bad = true;
 }
 
+/* "ns/name" of the object the decoder is in, if its metadata has come. */
+static void note_partial_key(struct informer *inf)
+{
+	struct json_object *obj = kube_decoder_partial(inf->dec);
+	const char *ns, *name;
+	char key[512];
+
+	if (inf->kind == REQ_WATCH && obj)
+		obj = json_object_at(obj, "object");
+	if (obj && object_key(obj, &ns, &name)) {
+		snprintf(key, sizeof key, "%s%s%s", ns, *ns ? "/" : "", name);
+		set_string(&inf->stop_key, key);
+	}
+}
+
+/* What the decoder refused, and why. */
+static void decode_failed(struct informer *inf, int rc)
+{
+	if (rc == KUBE_DECODE_TOO_LARGE) {
+		inf->stop = STREAM_TOO_LARGE;
+		note_partial_key(inf);
+	} else if (rc < 0) {
+		inf->stop = STREAM_BROKEN;
+	}
+	if (rc < 0)
+		set_string(&inf->stop_reason, kube_decoder_error(inf->dec));
+}
+
+/* Body bytes, decompressed if they came compressed. Nonzero stops the transfer. */
+static int take_body(void *ctx, const char *data, size_t len)
+{
+	struct informer *inf = ctx;
+
+	if (inf->status == 200) {
+		if (inf->kind == REQ_WATCH)
+			note_contact(inf->k);
+		int rc = kube_decoder_feed(inf->dec, data, len);
+		if (rc)
+			decode_failed(inf, rc);
+		return rc;
+	}
+	/* Counted after decoding: a compressed body is as costly as a plain one. */
+	inf->body_bytes += len;
+	if (inf->body_bytes > ERROR_BODY_MAX) {
+		inf->body_bad = true;
+		return 1;
+	}
+	feed_error_body(inf, data, len);
+	return 0;
+}
+
+/*
+ * The response's Content-Encoding, once its headers are in: gzip gets a
+ * decompressor of our own (libcurl's stops at the end of the first gzip
+ * member; a compressed WatchList is a member per event). We ask for gzip
+ * only, so anything else is a broken response.
+ */
+static int choose_body_decoding(struct informer *inf)
+{
+	struct curl_header *h;
+	const char *enc = curl_easy_header(inf->easy, "Content-Encoding", 0, CURLH_HEADER, -1, &h) ==
+					  CURLHE_OK
+				  ? h->value
+				  : "identity";
+
+	if (strcasecmp(enc, "identity") == 0 || !*enc)
+		return 0;
+	if (strcasecmp(enc, "gzip") == 0) {
+		inf->gunzip = kube_gunzip_new();
+		if (inf->gunzip)
+			return 0;
+		set_string(&inf->stop_reason, "out of memory for a gzip decompressor");
+	} else {
+		char why[160];
+		snprintf(why, sizeof why, "a body in Content-Encoding %.64s, which we did not ask for",
+			 enc);
+		set_string(&inf->stop_reason, why);
+	}
+	inf->stop = STREAM_BROKEN;
+	return -1;
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
 {
 	struct informer *inf = ctx;
 	size_t len = size * nmemb;
 
-	if (!inf->status)
+	if (!inf->status) {
 		curl_easy_getinfo(inf->easy, CURLINFO_RESPONSE_CODE, &inf->status);
-	if (inf->kind == REQ_WATCH && inf->status == 200) {
-		note_contact(inf->k);
-		if (kube_lines_feed(&inf->lines, data, len, take_watch_line, inf) < 0) {
-			inf->stop = STREAM_BROKEN;
-			set_string(&inf->stop_reason, "a watch event larger than 16 MiB");
-		}
-		/* Returning less than len aborts the transfer (CURLE_WRITE_ERROR). */
-		return inf->stop == STREAM_OK ? len : 0;
+		if (choose_body_decoding(inf) < 0)
+			return 0;
 	}
-	/* Counted after decoding: a compressed body is as costly as a plain one. */
-	inf->body_bytes += len;
-	if (inf->body_bytes > inf->k->list_max_bytes) {
-		inf->too_large = true;
-		set_string(&inf->stop_reason, "a response larger than kubernetes.list_max_bytes");
-		return 0;
+	int rc = inf->gunzip ? kube_gunzip_feed(inf->gunzip, data, len, take_body, inf)
+			     : take_body(inf, data, len);
+	if (rc == KUBE_GUNZIP_BAD && inf->stop == STREAM_OK) {
+		inf->stop = STREAM_BROKEN;
+		set_string(&inf->stop_reason, kube_gunzip_error(inf->gunzip));
 	}
-	/* json_tokener takes an int length; feed huge chunks in pieces. */
-	for (size_t off = 0; off < len; off += INT32_MAX)
-		feed_body(inf, data + off, len - off < INT32_MAX ? len - off : INT32_MAX);
-	return len;
+	/* Returning less than the chunk aborts the transfer (CURLE_WRITE_ERROR). */
+	return rc ? 0 : len;
 }
 
 /* ---- starting requests ---------------------------------------------------------- */
@@ -625,28 +748,43 @@ static void set_tls_options(CURL *e, const struct kube_conn *c)
 	}
 }
 
-/* The request URL for the informer's next step; NULL when out of memory. */
+/* The URL of the informer's next request (kind and list chosen); NULL when out of memory. */
 static char *request_url(struct informer *inf, CURL *e, long watch_timeout_s)
 {
-	const char *server = inf->k->conn.server;
+	const char *server = inf->k->conn.server, *path = inf->path;
 	const char *sel = inf->selector ? inf->selector : "";
 	const char *amp = inf->selector ? "&" : "";
-	char *url = NULL;
-	int n;
+	char *rv = inf->rv ? curl_easy_escape(e, inf->rv, 0) : NULL;
+	char *cont = inf->cont ? curl_easy_escape(e, inf->cont, 0) : NULL;
+	char *url = NULL, limit[24];
+	int n = -1;
 
-	if (inf->need_list) {
-		char *cont = inf->cont ? curl_easy_escape(e, inf->cont, 0) : NULL;
-		n = asprintf(&url, "%s%s?limit=%d%s%s%s%s", server, inf->path, inf->page_limit,
-			     cont ? "&continue=" : "", cont ? cont : "", amp, sel);
-		curl_free(cont);
-	} else {
-		char *rv = curl_easy_escape(e, inf->rv, 0);
-		n = rv ? asprintf(&url, "%s%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
-				  "&timeoutSeconds=%ld%s%s",
-				  server, inf->path, rv, watch_timeout_s, amp, sel)
-		       : -1;
-		curl_free(rv);
-	}
+	snprintf(limit, sizeof limit, "limit=%d", LIST_PAGE_LIMIT);
+	if ((inf->rv && !rv) || (inf->cont && !cont))
+		goto out;
+	if (inf->kind == REQ_WATCH && inf->initial)
+		/* No resourceVersion: consistent (the state as of etcd's revision now). */
+		n = asprintf(&url, "%s%s?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+			     "&allowWatchBookmarks=true%s%s&timeoutSeconds=%ld%s%s", server, path,
+			     inf->rv_unavailable ? "" : "&resourceVersion=",
+			     inf->rv_unavailable ? "" : rv ? rv : "0", watch_timeout_s, amp, sel);
+	else if (inf->kind == REQ_WATCH)
+		n = asprintf(&url, "%s%s?watch=1&allowWatchBookmarks=true&resourceVersion=%s"
+			     "&timeoutSeconds=%ld%s%s", server, path, rv, watch_timeout_s, amp, sel);
+	else if (inf->list == LIST_CONTINUE)
+		n = asprintf(&url, "%s%s?%s&continue=%s%s%s", server, path, limit, cont, amp, sel);
+	else if (inf->list == LIST_CONSISTENT)
+		n = asprintf(&url, "%s%s?%s%s%s", server, path, limit, amp, sel);
+	else if (inf->list == LIST_ANY)
+		/* The watch cache ignores the limit; without one, the server pages. */
+		n = asprintf(&url, "%s%s?resourceVersion=0&%s%s%s", server, path, limit, amp, sel);
+	else
+		/* Without a limit, or the server reads etcd instead of its cache. */
+		n = asprintf(&url, "%s%s?resourceVersion=%s&resourceVersionMatch=NotOlderThan%s%s%s%s",
+			     server, path, rv, inf->paged ? "&" : "", inf->paged ? limit : "", amp, sel);
+out:
+	curl_free(rv);
+	curl_free(cont);
 	return n < 0 ? NULL : url;
 }
 
@@ -658,20 +796,56 @@ static void end_request(struct informer *inf)
 		curl_easy_cleanup(inf->easy);
 	}
 	curl_slist_free_all(inf->headers);
+	kube_decoder_free(inf->dec);
+	kube_gunzip_free(inf->gunzip);
 	json_object_put(inf->body);
 	json_tokener_reset(inf->tok);
-	kube_lines_reset(&inf->lines);
 	free(inf->stop_reason);
+	free(inf->stop_key);
 	inf->easy = NULL;
 	inf->headers = NULL;
+	inf->dec = NULL;
+	inf->gunzip = NULL;
 	inf->body = NULL;
 	inf->body_bad = false;
 	inf->body_bytes = 0;
-	inf->too_large = false;
 	inf->stop = STREAM_OK;
 	inf->stop_reason = NULL;
+	inf->stop_key = NULL;
 	inf->status = 0;
 	inf->kind = REQ_NONE;
+	inf->initial = false;
+}
+
+/*
+ * What the next request is: a watch from our RV; a LIST's next page; or a
+ * (re)list: a WatchList unless the server refused one, else a LIST from
+ * the watch cache (resourceVersion=0 the first time, NotOlderThan our RV
+ * after), or from etcd when our RV is unavailable.
+ */
+static void choose_request(struct informer *inf)
+{
+	if (!inf->need_list && !inf->rv)
+		inf->need_list = true; /* the RV copy was lost to an allocation failure */
+	inf->initial = false;
+	inf->kind = REQ_LIST;
+	if (!inf->need_list) {
+		inf->kind = REQ_WATCH;
+	} else if (inf->cont) {
+		inf->list = LIST_CONTINUE;
+	} else if (!inf->no_watch_list) {
+		inf->kind = REQ_WATCH;
+		inf->initial = true;
+	} else {
+		inf->list = inf->rv_unavailable ? LIST_CONSISTENT : inf->rv ? LIST_NOT_OLDER : LIST_ANY;
+	}
+	if (inf->need_list && !inf->cont)
+		begin_list(inf);
+}
+
+static const char *request_verb(const struct informer *inf)
+{
+	return inf->kind == REQ_LIST ? "list" : inf->initial ? "watch-list" : "watch";
 }
 
 static int start_request(struct informer *inf)
@@ -680,36 +854,38 @@ static int start_request(struct informer *inf)
 	char auth[8192];
 	long watch_timeout_s = WATCH_TIMEOUT_MIN_S + next_random(k) % WATCH_TIMEOUT_MIN_S;
 
-	if (!inf->need_list && !inf->rv)
-		inf->need_list = true; /* the RV copy was lost to an allocation failure */
 	if (auth_header(inf, auth, sizeof auth) < 0)
 		return -1;
 	CURL *e = curl_easy_init();
 	if (!e)
 		return -1;
+	choose_request(inf);
 	char *url = request_url(inf, e, watch_timeout_s);
+	/* gzip, decompressed here (choose_body_decoding): the API server
+	 * compresses LISTs over 128 KiB and, from 1.37, WatchLists. */
 	struct curl_slist *h = curl_slist_append(NULL, "Accept: application/json");
-	struct curl_slist *h2 = h && auth[0] ? curl_slist_append(h, auth) : h;
-	if (!url || !h2) {
+	struct curl_slist *h1 = h ? curl_slist_append(h, "Accept-Encoding: gzip") : NULL;
+	struct curl_slist *h2 = h1 && auth[0] ? curl_slist_append(h1, auth) : h1;
+	inf->dec = kube_decoder_new(inf->kind == REQ_LIST ? KUBE_DECODE_LIST : KUBE_DECODE_WATCH,
+				    kube_fields(inf->res), k->object_max_bytes,
+				    inf->kind == REQ_LIST ? take_list_item : take_watch_event, inf);
+	if (!url || !h2 || !inf->dec) {
 		free(url);
 		curl_slist_free_all(h);
 		curl_easy_cleanup(e);
+		kube_decoder_free(inf->dec);
+		inf->dec = NULL;
+		inf->kind = REQ_NONE;
 		return -1;
 	}
 	inf->easy = e;
 	inf->headers = h2;
-	inf->kind = inf->need_list ? REQ_LIST : REQ_WATCH;
 	/* The URL holds no credentials (kube/conn.c refuses user@ in it); the
 	 * Authorization header is never logged. */
 	log_debug("kubernetes request", "resource", kube_resource_names[inf->res], "verb",
-		  inf->kind == REQ_LIST ? "list" : "watch", "url", url);
+		  request_verb(inf), "url", url);
 	inf->started_ms = now_ms();
 	inf->watch_events = 0;
-	if (inf->kind == REQ_LIST && !inf->cont) {
-		kube_keys_new_generation(&inf->keys);
-		inf->pages = 0;
-		inf->list_started_ms = inf->started_ms;
-	}
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	free(url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, inf->headers);
@@ -718,7 +894,7 @@ static int start_request(struct informer *inf)
 	curl_easy_setopt(e, CURLOPT_PRIVATE, inf);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, inf->errbuf);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+	curl_easy_setopt(e, CURLOPT_HTTP_CONTENT_DECODING, 0L);
 	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)CONNECT_TIMEOUT_S);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT, inf->kind == REQ_WATCH ? watch_timeout_s + WATCH_GRACE_S
@@ -788,24 +964,41 @@ static void take_failure(struct informer *inf, CURLcode cc, const char *what)
 		 "retry_ms", w);
 }
 
+/* One object over kubernetes.object_max_bytes: the request failed, and will until it shrinks. */
+static void take_too_large(struct informer *inf)
+{
+	char max[24], w[24];
+
+	note_object_too_large(inf);
+	snprintf(max, sizeof max, "%" PRIu64, inf->k->object_max_bytes);
+	snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
+	log_error("kubernetes object over kubernetes.object_max_bytes; raise it", "resource",
+		  kube_resource_names[inf->res], "object", inf->stop_key ? inf->stop_key : "",
+		  "max_bytes", max, "verb", request_verb(inf), "retry_ms", w);
+}
+
 static void take_list_result(struct informer *inf, CURLcode cc)
 {
-	if (cc == CURLE_OK && inf->status == 200 && inf->body) {
+	bool was_continue = inf->list == LIST_CONTINUE;
+
+	if (cc == CURLE_OK && inf->status == 200) {
 		take_list_page(inf);
-		return;
-	}
-	if (inf->too_large && inf->status == 200) {
-		take_oversized_page(inf);
 		return;
 	}
 	/* Any failure starts the LIST over, as client-go's reflector does. */
 	set_string(&inf->cont, NULL);
-	if (cc == CURLE_OK && inf->status == 410) {
+	if (inf->stop == STREAM_TOO_LARGE) {
+		take_too_large(inf);
+	} else if (cc == CURLE_OK && inf->status == 410 && was_continue) {
 		/* The continue token expired (the server compacted past the list's RV). */
 		char w[24];
 		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes list continue token expired; listing again", "resource",
 			 kube_resource_names[inf->res], "retry_ms", w);
+	} else if (cc == CURLE_OK && (inf->status == 410 || (inf->body && status_too_new(inf->body)))) {
+		char why[512];
+		status_reason(inf, why, sizeof why);
+		relist_consistently(inf, why);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else {
@@ -813,11 +1006,56 @@ static void take_list_result(struct informer *inf, CURLcode cc)
 	}
 }
 
+/* A WatchList that ended before its initial-events-end bookmark. */
+static void take_watch_list_result(struct informer *inf, CURLcode cc)
+{
+	int64_t lasted = now_ms() - inf->started_ms;
+
+	if (cc == CURLE_OK && (inf->status == 422 || inf->status == 400)) {
+		/* Invalid ListOptions: a server before 1.27, or the WatchList gate off. */
+		char why[512], code[8];
+		status_reason(inf, why, sizeof why);
+		snprintf(code, sizeof code, "%ld", inf->status);
+		inf->no_watch_list = true;
+		note_success(inf);
+		schedule_now(inf);
+		log_info("kubernetes API server refuses watch-list (sendInitialEvents); listing instead",
+			 "resource", kube_resource_names[inf->res], "status", code, "reason", why);
+	} else if (inf->stop == STREAM_TOO_LARGE) {
+		take_too_large(inf);
+	} else if (inf->stop == STREAM_GONE || inf->stop == STREAM_TOO_NEW ||
+		   (cc == CURLE_OK && (inf->status == 410 || (inf->body && status_too_new(inf->body))))) {
+		char why[512];
+		if (inf->stop_reason)
+			snprintf(why, sizeof why, "%s", inf->stop_reason);
+		else
+			status_reason(inf, why, sizeof why);
+		relist_consistently(inf, why);
+	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
+		take_auth_failure(inf);
+	} else if (inf->status == 200 && inf->stop == STREAM_OK &&
+		   (inf->watch_events || lasted >= SHORT_WATCH_MS)) {
+		/* Its timeout or a cut before the state was whole: start it over. */
+		log_info("kubernetes watch-list ended before its initial events did; starting over",
+			 "resource", kube_resource_names[inf->res], "error",
+			 cc == CURLE_OK ? "the stream ended" : inf->errbuf[0] ? inf->errbuf
+									 : curl_easy_strerror(cc));
+		note_success(inf);
+		schedule_now(inf);
+	} else if (cc == CURLE_OK && inf->status == 200) {
+		take_failure(inf, cc, "kubernetes watch-list ended at once without an event");
+	} else {
+		take_failure(inf, cc, "kubernetes watch-list failed");
+	}
+}
+
 static void take_watch_result(struct informer *inf, CURLcode cc)
 {
 	int64_t lasted = now_ms() - inf->started_ms;
 
-	if (inf->stop == STREAM_GONE || (cc == CURLE_OK && inf->status == 410)) {
+	if (inf->initial) {
+		take_watch_list_result(inf, cc);
+	} else if (inf->stop == STREAM_GONE || (cc == CURLE_OK && inf->status == 410)) {
 		char w[24];
 		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes watch expired (410 Gone); relisting", "resource",
@@ -825,6 +1063,8 @@ static void take_watch_result(struct informer *inf, CURLcode cc)
 			 inf->stop_reason ? inf->stop_reason : "HTTP 410", "retry_ms", w);
 		note_contact(inf->k);
 		inf->need_list = true;
+	} else if (inf->stop == STREAM_TOO_LARGE) {
+		take_too_large(inf);
 	} else if (cc == CURLE_OK && (inf->status == 401 || inf->status == 403)) {
 		take_auth_failure(inf);
 	} else if (inf->status == 200 && inf->stop == STREAM_OK &&
@@ -881,6 +1121,7 @@ static void stop_informer(struct informer *inf)
 	kube_keys_sweep(&inf->keys, sweep_removed, inf);
 	set_string(&inf->rv, NULL);
 	set_string(&inf->cont, NULL);
+	inf->rv_unavailable = false;
 	kube_backoff_reset(&inf->backoff);
 	inf->gone = (struct kube_gone){0};
 	inf->auth_retried = false;
@@ -1051,7 +1292,7 @@ static int init_informers(struct kube_client *k)
 		struct informer *inf = &k->inf[r];
 		inf->k = k;
 		inf->res = (enum kube_resource)r;
-		inf->path = resources[r].path;
+		inf->path = resource_paths[r];
 		inf->need_list = true;
 		inf->enabled = r != KUBE_PODS || (k->node && k->pods_applied);
 		if (r == KUBE_ENDPOINTSLICES && k->slices_of) {
@@ -1059,11 +1300,8 @@ static int init_informers(struct kube_client *k)
 			if (inf->enabled && narrow_slices(inf, k->slices_of) < 0)
 				return -1;
 		}
-		inf->page_limit = resources[r].page_limit;
-		k->status.page_limit[r] = (uint64_t)inf->page_limit;
 		kube_keys_init(&inf->keys);
-		kube_lines_init(&inf->lines, EVENT_MAX);
-		if (!(inf->tok = json_tokener_new_ex(JSON_DEPTH)))
+		if (!(inf->tok = json_tokener_new()))
 			return -1;
 	}
 	if (k->node) {
@@ -1088,7 +1326,6 @@ static void free_client(struct kube_client *k)
 			end_request(inf);
 		if (inf->tok)
 			json_tokener_free(inf->tok);
-		kube_lines_free(&inf->lines);
 		kube_keys_free(&inf->keys);
 		free(inf->selector);
 		free(inf->own_path);
@@ -1148,7 +1385,7 @@ int kube_start(const struct config *cfg, bool pods, const char *slices_of,
 		return -1;
 	}
 	k->h = *h;
-	k->list_max_bytes = cfg->kubernetes.list_max_bytes;
+	k->object_max_bytes = cfg->kubernetes.object_max_bytes;
 	atomic_init(&k->pods_wanted, pods);
 	k->pods_applied = pods;
 	pthread_mutex_init(&k->status_lock, NULL);

@@ -1,8 +1,9 @@
 /*
  * kube/internal.h — the client's pure parts, private to src/kube/ (and its
  * unit tests): the connection description and where it comes from, the
- * watch-stream line splitter, the backoff schedules (errors, repeated
- * 410s) and the set of known object keys. None of these does network I/O or logs.
+ * streaming decoder of LIST responses and watch streams and the fields it
+ * keeps, gzip bodies decompressed member by member, the backoff schedules
+ * (errors, repeated 410s) and the set of known object keys. None of these does network I/O or logs.
  */
 #ifndef LOCALDNS_KUBE_INTERNAL_H
 #define LOCALDNS_KUBE_INTERNAL_H
@@ -11,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "kube/kube.h"
 
 /* ---- connection (conn.c) -------------------------------------------------- */
 
@@ -79,38 +82,101 @@ struct kube_token {
 int kube_token_refresh(struct kube_token *t, const char *path, bool force);
 void kube_token_free(struct kube_token *t);
 
-/* ---- watch stream lines (lines.c) ------------------------------------------ */
+/* ---- the streaming decoder (decode.c, fields.c) ------------------------------ */
+
+/* The annotation of the bookmark that ends a WatchList's initial events. */
+#define KUBE_INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
 /*
- * Splits a byte stream that arrives in arbitrary chunks into '\n'-terminated
- * lines. Only a line that spans chunks is copied (into buf); whole lines
- * inside a chunk are handed out in place. A line longer than max is an
- * error: a watch event is one object, never a whole stream.
+ * Which keys of a JSON object are kept: key, and for an object value (or
+ * each object in an array value) the keys kept of it; sub NULL keeps the
+ * whole value. each: the value is an array whose elements are handed out
+ * one at a time and never held together (a LIST's items). A table ends
+ * with key NULL.
  */
-struct kube_lines {
-	char *buf;
-	size_t len, cap, max;
+struct kube_field {
+	const char *key;
+	const struct kube_field *sub;
+	bool each;
 };
 
-/* Called per line, without the '\n' (a trailing '\r' is kept); nonzero stops the feed. */
-typedef int (*kube_line_fn)(void *ctx, const char *line, size_t len);
+/* What the decoder keeps of each resource's objects (fields.c). */
+const struct kube_field *kube_fields(enum kube_resource r);
 
-void kube_lines_init(struct kube_lines *l, size_t max);
-/* Returns 0, the callback's nonzero value, or -1 for a line over max. */
-int kube_lines_feed(struct kube_lines *l, const char *data, size_t len, kube_line_fn fn, void *ctx);
-/* Drops a partial line (a new stream starts). */
-void kube_lines_reset(struct kube_lines *l);
-void kube_lines_free(struct kube_lines *l);
+/*
+ * Decodes a LIST response or a watch stream as it arrives (yajl, a push
+ * parser), building a json-c object of each LIST item or watch event with
+ * only the kept fields, and handing each to a callback as soon as it is
+ * complete: no response, page or whole object is ever held. One object
+ * (an item, an event) longer than object_max bytes is an error, so the
+ * parser's own buffer for a token spanning chunks stays bounded too.
+ */
+enum kube_decode_kind {
+	KUBE_DECODE_LIST,   /* one List: metadata kept, items handed out */
+	KUBE_DECODE_WATCH,  /* a sequence of events {type, object}, each handed out */
+};
+
+#define KUBE_DECODE_BAD (-1)       /* not JSON, or nested too deep */
+#define KUBE_DECODE_TOO_LARGE (-2) /* one object over object_max */
+#define KUBE_DECODE_NOMEM (-3)
+
+/* A LIST item or a whole watch event; obj is borrowed for the call. Nonzero stops the decoder. */
+typedef int (*kube_object_fn)(void *ctx, struct json_object *obj);
+
+struct kube_decoder;
+
+/* fields: what the items (LIST) or the events' objects (watch) keep. NULL when out of memory. */
+struct kube_decoder *kube_decoder_new(enum kube_decode_kind kind, const struct kube_field *fields,
+				      uint64_t object_max, kube_object_fn fn, void *ctx);
+/* Returns 0, the callback's nonzero value, or a KUBE_DECODE_* error (then it stays stopped). */
+int kube_decoder_feed(struct kube_decoder *d, const char *data, size_t len);
+/* The input is over: 0 when it ended between objects (a LIST: its document complete). */
+int kube_decoder_finish(struct kube_decoder *d);
+/* LIST: the list's metadata kept so far ({resourceVersion, continue}), or NULL. */
+struct json_object *kube_decoder_list_meta(const struct kube_decoder *d);
+/* The item or event being decoded (what of it has arrived), or NULL: to name it in a log. */
+struct json_object *kube_decoder_partial(const struct kube_decoder *d);
+/* Why the last feed or finish failed ("" when it did not). */
+const char *kube_decoder_error(const struct kube_decoder *d);
+void kube_decoder_free(struct kube_decoder *d);
+
+/* ---- gzip bodies (gunzip.c) ------------------------------------------------ */
+
+/*
+ * A gzip response body decompressed as it arrives, any number of gzip
+ * members one after the other (a compressed WatchList is one member per
+ * event), handed out in pieces of at most 16 KiB: nothing grows with the
+ * body, and a gzip bomb reaches the consumer at its real size, piece by
+ * piece, for the consumer's own bound to stop.
+ */
+#define KUBE_GUNZIP_BAD (-1)      /* not gzip, or corrupt */
+
+/* Decompressed bytes; nonzero stops the feed, which returns it. */
+typedef int (*kube_bytes_fn)(void *ctx, const char *data, size_t len);
+
+struct kube_gunzip;
+
+/* NULL when out of memory. */
+struct kube_gunzip *kube_gunzip_new(void);
+/* Returns 0, out's nonzero value, or KUBE_GUNZIP_BAD. */
+int kube_gunzip_feed(struct kube_gunzip *g, const char *data, size_t len, kube_bytes_fn out,
+		     void *ctx);
+/* The body is over: 0 when it ended between members. */
+int kube_gunzip_finish(struct kube_gunzip *g);
+/* Why feed or finish failed. */
+const char *kube_gunzip_error(const struct kube_gunzip *g);
+void kube_gunzip_free(struct kube_gunzip *g);
 
 /* ---- backoff (backoff.c) --------------------------------------------------- */
 
 /*
- * Exponential backoff with "equal jitter": failure n (1-based) waits a
- * random time in [b/2, b] where b = min(cap, initial * 2^(n-1)), so
- * clients that failed together do not come back together, and no wait is
- * shorter than half its step.
+ * Exponential backoff with jitter, client-go's reflector's values
+ * (NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)): failure n
+ * (1-based) waits a random time in [b, 2b) where b = min(cap, initial *
+ * 2^(n-1)): 0.8-1.6 s, 1.6-3.2 s, ..., 30-60 s at most. Clients that failed
+ * together (an API server restart) come back spread over the whole window.
  */
-#define KUBE_BACKOFF_INITIAL_MS 400
+#define KUBE_BACKOFF_INITIAL_MS 800
 #define KUBE_BACKOFF_CAP_MS 30000
 
 struct kube_backoff {
@@ -122,12 +188,14 @@ uint64_t kube_backoff_next(struct kube_backoff *b, uint32_t rnd);
 void kube_backoff_reset(struct kube_backoff *b);
 
 /*
- * Relists after "410 Gone". The first is at once: the server's history
- * moved past us, which is normal. A 410 within KUBE_GONE_STREAK_MS of the
+ * Relists after "410 Gone". Even the first waits the backoff's first step
+ * (0.8-1.6 s): every node's watch expires together when an API server
+ * restarts with a fresh watch cache, and relisting at once would be every
+ * node listing in the same instant. A 410 within KUBE_GONE_STREAK_MS of the
  * previous one means listing again did not help (a server or proxy that
  * expires every watch, continue tokens that never last), so each such
- * relist waits per the backoff above; a streak ends after that long
- * without a 410 (client-go's reflector resets its backoff after 2 min).
+ * relist waits the next step; a streak ends after that long without a 410
+ * (client-go's reflector resets its backoff after 2 min).
  */
 #define KUBE_GONE_STREAK_MS 120000
 

@@ -6,18 +6,19 @@
  * Owns: the connection (a kubeconfig or the in-cluster service account, the
  * bearer token and its rotation), one thread running libcurl's multi
  * interface with one request per resource at a time, the informer state of
- * each resource (LIST pages, then WATCH from the list's resourceVersion,
- * resume from the last seen resourceVersion, relist on 410 Gone), backoff
- * on errors, and the set of object keys (namespace/name) it has delivered,
- * so a relist can report what disappeared. Every response is bounded: a
- * watch event by a fixed size, a LIST response by kubernetes.list_max_bytes
- * (a larger one is abandoned and its page asked for again with fewer
- * objects).
+ * each resource (a WatchList or a LIST served from the API server's watch
+ * cache, then WATCH from its resourceVersion, resume from the last seen
+ * resourceVersion, relist on 410 Gone never older than what it saw),
+ * jittered backoff on errors and repeated relists, and the set of object
+ * keys (namespace/name) it has delivered, so a relist can report what
+ * disappeared. Responses are decoded as they stream in, keeping only the
+ * fields DNS reads of one object at a time; one object is bounded by
+ * kubernetes.object_max_bytes.
  *
- * Must never: keep whole objects (the consumer keeps what it needs), buffer
- * a whole watch stream (events are parsed line by line as they arrive),
- * call the handler from any thread but its own, or block the caller of
- * kube_status.
+ * Must never: keep whole objects (the consumer keeps what it needs), hold a
+ * whole LIST response, page or watch stream, ask etcd for a LIST the watch
+ * cache can serve, call the handler from any thread but its own, or block
+ * the caller of kube_status.
  */
 #ifndef LOCALDNS_KUBE_H
 #define LOCALDNS_KUBE_H
@@ -41,8 +42,9 @@ extern const char *const kube_resource_names[KUBE_N_RESOURCES];
  */
 struct kube_handler {
 	void *ctx;
-	/* An object was added or changed; obj is borrowed for the call. A relist
-	 * delivers every listed object again, changed or not. */
+	/* An object was added or changed; obj is borrowed for the call and
+	 * holds only the fields kube/fields.c keeps. A relist delivers every
+	 * listed object again, changed or not. */
 	void (*upsert)(void *ctx, enum kube_resource r, struct json_object *obj);
 	/* An object is gone: a DELETED event, or a relist that no longer lists it.
 	 * ns is "" for cluster-scoped objects (Namespaces). */
@@ -104,12 +106,11 @@ struct kube_status {
 	bool synced;                 /* first full sync done */
 	int64_t last_contact_ms;     /* CLOCK_REALTIME ms of the last successful response or event (0 = never) */
 	uint64_t events[KUBE_N_RESOURCES];   /* watch events (bookmarks included) */
-	uint64_t relists[KUBE_N_RESOURCES];  /* complete LISTs after the first */
+	uint64_t relists[KUBE_N_RESOURCES];  /* complete (re)lists after the first */
 	uint64_t errors;                     /* failed requests, all resources */
 	uint64_t objects[KUBE_N_RESOURCES];  /* objects known now */
-	int64_t last_list_ms[KUBE_N_RESOURCES]; /* CLOCK_REALTIME ms the last full LIST ended (0 = never) */
-	uint64_t pages_too_large[KUBE_N_RESOURCES]; /* LIST responses abandoned at list_max_bytes */
-	uint64_t page_limit[KUBE_N_RESOURCES];      /* the limit= of the next LIST page */
+	int64_t last_list_ms[KUBE_N_RESOURCES]; /* CLOCK_REALTIME ms the last (re)list ended (0 = never) */
+	uint64_t objects_too_large[KUBE_N_RESOURCES]; /* requests failed on an object over object_max_bytes */
 	int64_t heartbeat_ms;        /* CLOCK_MONOTONIC ms of the thread's last loop turn (at least 1/s) */
 };
 

@@ -122,7 +122,7 @@ static void collect_kubernetes_times(struct metrics_text *t, const struct kube_s
 	int64_t now = wall_ms();
 
 	metrics_family(t, "localdns_kubernetes_last_sync_timestamp_seconds", "gauge",
-		       "When the last full LIST of a resource ended (the first sync or a relist), "
+		       "When the last (re)list of a resource ended (the first sync or a relist), "
 		       "Unix time.");
 	for (size_t i = 0; i < KUBE_N_RESOURCES; i++) {
 		const struct metrics_label l = {"resource", kube_resource_names[i]};

@@ -2,16 +2,18 @@
  * libFuzzer target for the Kubernetes objects -> cluster table path: the
  * input is what the API server sends, read the way the Kubernetes client
  * (kube/client.c) reads it and handed to the model (src/cluster/) the way
- * cluster/feed.c does. A LIST page ({"kind": "ServiceList", "items": [...]})
- * is parsed incrementally as its chunks arrive and every item upserted;
- * anything else is a watch stream, one {"type", "object"} event per line,
- * split by the client's own line splitter (kube/lines.c): ADDED and
- * MODIFIED upsert, DELETED removes, ERROR or a line that is not an event
- * ends the stream. Chunks are of uneven sizes; json-c has the client's
- * depth limit. The list's or the object's kind picks the resource (as the
- * informer it came from would); without a known kind the item's or line's
- * number does, so objects also reach a resource they are not. The table's
- * mode for pods (disabled, insecure, verified) follows the input's length.
+ * cluster/feed.c does: through the client's own streaming decoder
+ * (kube/decode.c), fed in chunks of uneven sizes, keeping the fields the
+ * client keeps of that resource (kube/fields.c), with its per-object bound.
+ * A LIST ({"kind": "ServiceList", "items": [...]}) has every item upserted as
+ * it closes; an input that is not one whole LIST with items is then read as
+ * a watch stream, a sequence of {"type", "object"} events: ADDED and
+ * MODIFIED upsert, DELETED removes, BOOKMARK does nothing, ERROR or a value
+ * that is not an event ends the stream. As an informer knows its resource,
+ * the first kind the input names picks it ("EndpointSlice", "Namespace",
+ * "Pod", "Service"); without one the input's length does, so objects also
+ * reach a resource they are not. The table's mode for pods (disabled,
+ * insecure, verified) follows the input's length too.
  *
  * After the input the table is synced and every name in it is asked for
  * every type the specification answers; then every object is removed.
@@ -35,11 +37,9 @@
 #include "kube/internal.h"
 #include "kube/kube.h"
 
-#define EVENT_MAX (16u << 20) /* the client's limit for one watch event */
-#define JSON_DEPTH 128        /* the client's json_tokener depth */
+#define OBJECT_MAX (16u << 20) /* kubernetes.object_max_bytes' default */
 
 static struct config *configs[3]; /* pods: disabled, insecure, verified */
-static json_tokener *tok;
 static struct cds_lfht *keep_worker; /* see LLVMFuzzerInitialize */
 
 /* An object the stream upserted, to remove at the end. */
@@ -50,8 +50,8 @@ struct seen {
 
 struct stream {
 	struct cluster *c;
-	unsigned line;
-	bool stopped;
+	enum kube_resource res;
+	size_t items;          /* LIST items handed out */
 	struct seen *seen;
 	size_t n_seen, cap_seen;
 };
@@ -76,16 +76,22 @@ static struct json_object *json_object_at(struct json_object *obj, const char *k
 		       : NULL;
 }
 
-static enum kube_resource resource_of(struct json_object *obj, unsigned line)
+/* The resource whose informer would read this input: the first kind it names. */
+static enum kube_resource resource_of(const uint8_t *data, size_t size)
 {
-	static const char *const kinds[KUBE_N_RESOURCES] = {"Service", "EndpointSlice", "Namespace",
-							    "Pod"};
-	const char *kind = json_string_at(obj, "kind");
+	static const char *const kinds[KUBE_N_RESOURCES] = {"\"Service", "\"EndpointSlice",
+							    "\"Namespace", "\"Pod"};
+	const uint8_t *first = NULL;
+	enum kube_resource r = (enum kube_resource)(size / 3 % KUBE_N_RESOURCES);
 
-	for (int r = 0; kind && r < KUBE_N_RESOURCES; r++)
-		if (strcmp(kind, kinds[r]) == 0)
-			return (enum kube_resource)r;
-	return (enum kube_resource)(line % KUBE_N_RESOURCES);
+	for (int k = 0; k < KUBE_N_RESOURCES; k++) {
+		const uint8_t *at = memmem(data, size, kinds[k], strlen(kinds[k]));
+		if (at && (!first || at < first)) {
+			first = at;
+			r = (enum kube_resource)k;
+		}
+	}
+	return r;
 }
 
 static void upsert(struct cluster *c, enum kube_resource r, struct json_object *obj)
@@ -120,37 +126,45 @@ static void remember(struct stream *s, enum kube_resource r, const char *ns, con
 	s->seen[s->n_seen++] = (struct seen){r, strdup(ns), strdup(name)};
 }
 
-/* One watch event, as the client reads it (client.c, take_watch_line). */
-static int take_line(void *ctx, const char *line, size_t len)
+static void take_object(struct stream *s, struct json_object *obj)
 {
-	struct stream *s = ctx;
-	unsigned number = s->line++;
-
-	while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
-		len--;
-	if (!len)
-		return 0;
-	json_tokener_reset(tok);
-	struct json_object *ev = json_tokener_parse_ex(tok, line, (int)len);
-	const char *type = ev ? json_string_at(ev, "type") : NULL;
-	struct json_object *obj = ev ? json_object_at(ev, "object") : NULL;
-	if (!type || !obj || strcmp(type, "ERROR") == 0) {
-		json_object_put(ev);
-		s->stopped = true;
-		return 1;
-	}
 	struct json_object *meta = json_object_at(obj, "metadata");
 	const char *name = meta ? json_string_at(meta, "name") : NULL;
 	const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
-	enum kube_resource r = resource_of(obj, number);
+
+	upsert(s->c, s->res, obj);
+	if (name && *name)
+		remember(s, s->res, ns ? ns : "", name);
+}
+
+/* A LIST item, as the client takes it (client.c, take_list_item). */
+static int take_item(void *ctx, struct json_object *obj)
+{
+	struct stream *s = ctx;
+
+	s->items++;
+	take_object(s, obj);
+	return 0;
+}
+
+/* One watch event, as the client takes it (client.c, take_watch_event). */
+static int take_event(void *ctx, struct json_object *ev)
+{
+	struct stream *s = ctx;
+	const char *type = json_string_at(ev, "type");
+	struct json_object *obj = json_object_at(ev, "object");
+
+	if (!type || !obj || strcmp(type, "ERROR") == 0)
+		return 1;
 	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
-		upsert(s->c, r, obj);
+		take_object(s, obj);
+	} else if (strcmp(type, "DELETED") == 0) {
+		struct json_object *meta = json_object_at(obj, "metadata");
+		const char *name = meta ? json_string_at(meta, "name") : NULL;
+		const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
 		if (name && *name)
-			remember(s, r, ns ? ns : "", name);
-	} else if (strcmp(type, "DELETED") == 0 && name && *name) {
-		remove_object(s->c, r, ns ? ns : "", name);
+			remove_object(s->c, s->res, ns ? ns : "", name);
 	}
-	json_object_put(ev);
 	return 0;
 }
 
@@ -163,57 +177,22 @@ static size_t next_chunk(size_t size, size_t off, size_t *step)
 	return n;
 }
 
-/* A LIST page's items (client.c, feed_body and take_list_page); false when
- * the input is no JSON object with an items array. */
-static bool take_list(struct stream *s, const uint8_t *data, size_t size)
+/* The input through the client's decoder as a LIST (kind KUBE_DECODE_LIST) or a
+ * watch stream; returns whether it decoded whole. */
+static bool decode(struct stream *s, enum kube_decode_kind kind, const uint8_t *data, size_t size)
 {
-	static const char *const kinds[KUBE_N_RESOURCES] = {"ServiceList", "EndpointSliceList",
-							    "NamespaceList", "PodList"};
-	struct json_object *page = NULL, *items;
+	struct kube_decoder *d = kube_decoder_new(kind, kube_fields(s->res), OBJECT_MAX,
+						  kind == KUBE_DECODE_LIST ? take_item : take_event, s);
 	size_t step = 1 + size % 251;
+	int rc = 0;
 
-	json_tokener_reset(tok);
-	for (size_t off = 0, n; !page && (n = next_chunk(size, off, &step)) > 0; off += n) {
-		page = json_tokener_parse_ex(tok, (const char *)data + off, (int)n);
-		if (!page && json_tokener_get_error(tok) != json_tokener_continue)
-			return false;
-	}
-	if (!page || !json_object_object_get_ex(page, "items", &items) ||
-	    !json_object_is_type(items, json_type_array)) {
-		json_object_put(page);
-		return false;
-	}
-	const char *kind = json_string_at(page, "kind");
-	int list_res = -1;
-	for (int r = 0; kind && r < KUBE_N_RESOURCES; r++)
-		if (strcmp(kind, kinds[r]) == 0)
-			list_res = r;
-	for (size_t i = 0; i < json_object_array_length(items); i++) {
-		struct json_object *obj = json_object_array_get_idx(items, i);
-		struct json_object *meta = json_object_at(obj, "metadata");
-		const char *name = meta ? json_string_at(meta, "name") : NULL;
-		const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
-		enum kube_resource r = list_res >= 0 ? (enum kube_resource)list_res
-						     : resource_of(obj, (unsigned)i);
-		upsert(s->c, r, obj);
-		if (name && *name)
-			remember(s, r, ns ? ns : "", name);
-	}
-	json_object_put(page);
-	return true;
-}
-
-/* A watch stream, its lines split as the chunks arrive. */
-static void take_watch(struct stream *s, const uint8_t *data, size_t size)
-{
-	struct kube_lines lines;
-	size_t step = 1 + size % 251;
-
-	kube_lines_init(&lines, EVENT_MAX);
-	for (size_t off = 0, n; !s->stopped && (n = next_chunk(size, off, &step)) > 0; off += n)
-		if (kube_lines_feed(&lines, (const char *)data + off, n, take_line, s) < 0)
-			break;
-	kube_lines_free(&lines);
+	CHECK(d);
+	for (size_t off = 0, n; rc == 0 && (n = next_chunk(size, off, &step)) > 0; off += n)
+		rc = kube_decoder_feed(d, (const char *)data + off, n);
+	CHECK(rc != KUBE_DECODE_NOMEM);
+	bool whole = rc == 0 && kube_decoder_finish(d) == 0;
+	kube_decoder_free(d);
+	return whole;
 }
 
 /* A record the table holds is what the specification says it is. */
@@ -342,8 +321,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		CHECK(config_load_string("fuzz.yaml", yaml, strlen(yaml), &configs[i], err,
 					 sizeof err) == 0);
 	}
-	tok = json_tokener_new_ex(JSON_DEPTH);
-	CHECK(tok);
 	/* liburcu runs one resize thread while any cds_lfht exists; this one
 	 * keeps it, so each input's table does not start and stop a thread */
 	keep_worker = cds_lfht_new_flavor(1, 1, 0, 0, &urcu_memb_flavor, NULL);
@@ -361,8 +338,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(s.c);
 	cluster_watch_endpoints(s.c, "prod", "db", on_endpoints, NULL);
 	cluster_stats(s.c, &empty);
-	if (!take_list(&s, data, size))
-		take_watch(&s, data, size);
+	s.res = resource_of(data, size);
+	if (!decode(&s, KUBE_DECODE_LIST, data, size) || !s.items)
+		decode(&s, KUBE_DECODE_WATCH, data, size);
 	cluster_set_synced(s.c);
 	read_everything(s.c);
 

@@ -192,8 +192,9 @@ def test_pods_are_watched_only_for_autopath_or_verified_pod_names(env):
                    "autopath for the pod, once Pods are listed")
         cname_then(d.udp(name, source=SHOP_POD), name + ".", "db.shop.svc.cluster.local.")
         api.wait_watches("pods", count=1)
+        # One WatchList: the list and then the watch, on one request.
         reqs = api.requests("pods")
-        assert [r.verb for r in reqs] == ["list", "watch"], reqs
+        assert [(r.verb, r.watch_list) for r in reqs] == [("watch", True)], reqs
         assert all(r.query["fieldSelector"] == "spec.nodeName=" + NODE for r in reqs), reqs
         assert test_ctl.stats(env, d)["kube_objects_pods"] == 4   # this node's
 
@@ -207,9 +208,9 @@ def test_pods_are_watched_only_for_autopath_or_verified_pod_names(env):
         # Nothing reads Pods any more: a new one is never asked for.
         api.apply(F.pod("shop", "late", ips=["127.0.0.59"], node=NODE))
         assert_plain_nxdomain(d.udp(name, source=SHOP_POD))
-        assert [r.verb for r in api.requests("pods")] == ["list", "watch"], api.requests("pods")
-        # Other resources are untouched by it all: one LIST each, still watched.
-        assert api.count("services", "list") == 1, api.requests("services")
+        assert len(api.requests("pods")) == 1, api.requests("pods")
+        # Other resources are untouched by it all: one WatchList each, still open.
+        assert api.count("services") == 1, api.requests("services")
         assert api.open_watches("services") == 1
 
 

@@ -1,6 +1,8 @@
 """The fake Kubernetes API server (tests/kube/fakeapi.py) checked on its own,
 with a plain HTTP client (http.client, and a raw socket where the chunk
-framing itself matters): paging, watch resume, 410, bookmarks, cut streams,
+framing itself matters): paging, where each read is served from (watch
+cache or etcd), ListOptions validation, WatchList, a watch cache behind
+etcd, watch resume, 410, bookmarks, cut streams,
 tokens, 403, selectors, TLS and mTLS, outage, the script with its control
 endpoints, and a 10,000-Service / 100,000-endpoint list."""
 
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import zlib
 
 import harness
 
@@ -52,17 +55,21 @@ def connect(api, context=None):
 
 class RawWatch:
     """A watch read chunk by chunk off the socket, so the framing is seen
-    as sent: one event per chunk, and whether the final 0-chunk came."""
+    as sent: one event per chunk, and whether the final 0-chunk came.
+    gzip: ask for it (Accept-Encoding); a gzipped stream must be one whole
+    gzip member per chunk."""
 
-    def __init__(self, api, path, token=TOKEN):
+    def __init__(self, api, path, token=TOKEN, gzip=False):
         self.sock = socket.create_connection(("127.0.0.1", api.port), 5)
         self.buf = b""
         self.sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n"
-                           "Authorization: Bearer %s\r\n\r\n"
-                           % (path, token)).encode())
+                           "Authorization: Bearer %s\r\n%s\r\n"
+                           % (path, token, "Accept-Encoding: gzip\r\n"
+                              if gzip else "")).encode())
         head = self._until(b"\r\n\r\n")
         self.status = int(head.split(b" ", 2)[1])
         self.headers = head.decode().lower()
+        self.gzipped = "content-encoding: gzip" in self.headers
         self.ended = False      # the terminating chunk arrived
         self.cut = False        # the connection closed without it
 
@@ -94,6 +101,11 @@ class RawWatch:
             self.cut = True
             return None
         chunk, self.buf = self.buf[:size], self.buf[size + 2:]
+        if self.gzipped:
+            # One member: decompressobj stops at its end and says so.
+            z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            chunk = z.decompress(chunk)
+            assert z.eof and not z.unused_data, "not one gzip member a chunk"
         assert chunk.endswith(b"\n") and chunk.count(b"\n") == 1, \
             "a chunk is not one newline-terminated event: %r" % chunk[:200]
         return json.loads(chunk)
@@ -282,6 +294,242 @@ def test_fakeapi_list_errors(env):
             code, body, _ = call(api, path)
             assert code == 504 and body["details"]["causes"][0]["reason"] \
                 == "ResourceVersionTooLarge", body
+
+
+def served(api, path):
+    """GET path; (status, body, where the server read it from)."""
+    code, body, _ = call(api, path)
+    return code, body, api.requests()[-1].served_from
+
+
+def test_fakeapi_lists_from_the_watch_cache_or_etcd(env):
+    """Where each LIST is served from, as the real cacher decides: RV=0
+    from the watch cache, whole (limit ignored, no continue); RV=N
+    NotOlderThan without a limit from the cache, as the state now; no RV,
+    a continue, a limit with an RV other than 0, or Exact from etcd. With
+    the watch cache off, RV=0 is paged from etcd."""
+    with start() as api:
+        api.apply([fakeapi.namespace("ns%d" % i) for i in range(5)])
+        rv = api.resource_version
+        api.apply(fakeapi.namespace("late"))
+        now = api.resource_version
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=0&"
+                                 "limit=2")
+        assert (code, src, len(body["items"])) == (200, "cache", 6) and \
+            "continue" not in body["metadata"] and \
+            body["metadata"]["resourceVersion"] == str(now), body["metadata"]
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=%d&"
+                                 "resourceVersionMatch=NotOlderThan" % rv)
+        assert (code, src, len(body["items"])) == (200, "cache", 6) and \
+            body["metadata"]["resourceVersion"] == str(now), body["metadata"]
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=%d"
+                                 % rv)                # legacy: NotOlderThan
+        assert (code, src) == (200, "cache"), body
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=%d&"
+                                 "resourceVersionMatch=NotOlderThan&limit=2"
+                                 % rv)
+        assert (code, src, len(body["items"])) == (200, "etcd", 2) and \
+            body["metadata"]["resourceVersion"] == str(now), body["metadata"]
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=%d&"
+                                 "limit=2" % rv)      # legacy with a limit: Exact
+        assert (code, src) == (200, "etcd") and \
+            body["metadata"]["resourceVersion"] == str(rv), body["metadata"]
+        code, body, src = served(api, "/api/v1/namespaces?limit=2")
+        assert (code, src) == (200, "etcd") and api.requests()[-1].consistent
+        cont = body["metadata"]["continue"]
+        code, body, src = served(api, "/api/v1/namespaces?limit=2&continue="
+                                 + urllib.parse.quote(cont))
+        assert (code, src) == (200, "etcd") and \
+            not api.requests()[-1].consistent, body
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=%d&"
+                                 "resourceVersionMatch=Exact" % rv)
+        assert (code, src, len(body["items"])) == (200, "etcd", 5), body
+        assert len(api.reads("cache")) == 3 and len(api.reads("etcd")) == 5, \
+            api.requests()
+    with start(watch_cache=False) as api:
+        api.apply([fakeapi.namespace("ns%d" % i) for i in range(5)])
+        code, body, src = served(api, "/api/v1/namespaces?resourceVersion=0&"
+                                  "limit=2")
+        assert (code, src, len(body["items"])) == (200, "etcd", 2) and \
+            body["metadata"]["continue"], body["metadata"]
+
+
+def test_fakeapi_list_options_are_validated(env):
+    """What apimachinery's ValidateListOptions refuses is 422 Invalid with
+    the field in the causes, before any read."""
+    cases = [
+        ("/api/v1/namespaces?resourceVersionMatch=NotOlderThan",
+         "resourceVersionMatch", "forbidden unless resourceVersion is provided"),
+        ("/api/v1/namespaces?resourceVersion=0&resourceVersionMatch=Exact",
+         "resourceVersionMatch", 'forbidden for resourceVersion "0"'),
+        ("/api/v1/namespaces?resourceVersion=1&resourceVersionMatch=Newest",
+         "resourceVersionMatch", 'Unsupported value: "Newest"'),
+        ("/api/v1/namespaces?sendInitialEvents=true",
+         "sendInitialEvents", "forbidden for list"),
+        ("/api/v1/namespaces?watch=1&resourceVersion=1&"
+         "resourceVersionMatch=NotOlderThan",
+         "resourceVersionMatch", "unless sendInitialEvents is provided"),
+        ("/api/v1/namespaces?watch=1&sendInitialEvents=true",
+         "resourceVersionMatch", "requires setting resourceVersionMatch to "
+         "NotOlderThan"),
+    ]
+    with start() as api:
+        for path, field, text in cases:
+            code, body, _ = call(api, path)
+            assert code == 422 and body["reason"] == "Invalid" and \
+                body["message"].startswith('ListOptions.meta.k8s.io "" is '
+                                           'invalid: ') and \
+                text in body["message"] and \
+                body["details"]["causes"][0]["field"] == field, (path, body)
+            assert api.requests()[-1].served_from is None
+        code, body, _ = call(api, "/api/v1/namespaces?limit=1&resourceVersion=0"
+                             "&continue=x&resourceVersionMatch=NotOlderThan")
+        assert code == 422 and "when continue is provided" in \
+            body["message"], body
+
+
+def test_fakeapi_watch_list_is_gzipped_one_member_per_event(env):
+    """WatchListCompression (1.37, on by default): a WatchList asked with
+    Accept-Encoding: gzip comes gzipped, each event a gzip member of its
+    own; without the gate, or without gzip asked, it is plain; a watch of
+    changes from an RV is never compressed."""
+    wl = ("/api/v1/services?watch=1&sendInitialEvents=true&"
+          "resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
+    for gate, ask, watch_list, gzipped in (
+            (True, True, True, True), (True, False, True, False),
+            (False, True, True, False), (True, True, False, False)):
+        with start(watch_list_compression=gate) as api:
+            rv = api.apply(fakeapi.namespace("a"))
+            path = wl if watch_list else \
+                "/api/v1/services?watch=1&resourceVersion=%d" % rv
+            w = RawWatch(api, path, gzip=ask)
+            try:
+                assert w.gzipped == gzipped, (gate, ask, path, w.headers)
+                api.apply([fakeapi.service("a", "s%d" % i) for i in range(3)])
+                n = 4 if watch_list else 3
+                evs = w.events(n)
+                assert len(evs) == n, evs
+                req = api.requests("services", "watch")[-1]
+                assert ("gzip" in (req.accept_encoding or "")) == ask, \
+                    req.to_dict()
+            finally:
+                w.close()
+
+
+def test_fakeapi_watch_list_streams_the_state_then_changes(env):
+    """sendInitialEvents=true: the state as ADDED events from the watch
+    cache, the bookmark annotated k8s.io/initial-events-end carrying the
+    state's RV, then the changes, on one stream. No RV: at least as new as
+    etcd's current revision (a consistent read); "0": whatever the cache
+    has; N: at least N. Without allowWatchBookmarks, no end bookmark. A
+    server without WatchList refuses it: 422 Invalid."""
+    wl = ("/api/v1/services?watch=1&sendInitialEvents=true&"
+          "resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
+    with start() as api:
+        api.apply([fakeapi.service("a", "s%d" % i) for i in range(3)])
+        rv = api.resource_version
+        api.apply(fakeapi.namespace("a"))
+        names = ["s0", "s1", "s2"]
+        for i, (q, consistent) in enumerate((
+                ("", True), ("&resourceVersion=0", False),
+                ("&resourceVersion=%d" % rv, False))):
+            w = RawWatch(api, wl + q)
+            try:
+                evs = w.events(len(names) + 1)
+                assert [e["type"] for e in evs] == ["ADDED"] * len(names) + \
+                    ["BOOKMARK"], evs
+                end = evs[-1]["object"]["metadata"]
+                assert end["annotations"] == {
+                    "k8s.io/initial-events-end": "true"} and \
+                    end["resourceVersion"] == str(api.resource_version), end
+                assert sorted(e["object"]["metadata"]["name"]
+                              for e in evs[:-1]) == sorted(names), evs
+                req = api.requests("services", "watch")[-1]
+                assert req.watch_list and req.served_from == "cache" and \
+                    req.consistent == consistent, req.to_dict()
+                names.append("new%d" % i)
+                api.apply(fakeapi.service("a", names[-1]))
+                ev = w.events(1)[0]
+                assert ev["type"] == "ADDED" and \
+                    ev["object"]["metadata"]["name"] == names[-1], ev
+            finally:
+                w.close()
+        w = RawWatch(api, wl.replace("&allowWatchBookmarks=true", "") +
+                     "&timeoutSeconds=1")
+        evs = w.events(20)
+        w.close()
+        assert [e["type"] for e in evs] == ["ADDED"] * 6, evs
+        # Held back after two initial events: the rest and the bookmark
+        # come only when released.
+        api.hold_initial_events("services", after=2)
+        w = RawWatch(api, wl)
+        try:
+            assert len(w.events(2)) == 2
+            w.sock.settimeout(0.3)
+            try:
+                raise AssertionError("past the hold: %r" % w.event())
+            except socket.timeout:
+                pass
+            api.hold_initial_events("services")
+            w.sock.settimeout(5)
+            evs = [w.event() for _ in range(5)]
+            assert [e["type"] for e in evs] == ["ADDED"] * 4 + ["BOOKMARK"], evs
+        finally:
+            w.close()
+    with start(watch_list=False) as api:
+        api.apply(fakeapi.service("a", "s"))
+        code, body, _ = call(api, wl)
+        assert code == 422 and body["reason"] == "Invalid" and \
+            "sendInitialEvents is forbidden for watch unless the WatchList " \
+            "feature gate is enabled" in body["message"], body
+        req = api.requests("services", "watch")[-1]
+        assert req.watch_list and req.served_from is None, req.to_dict()
+
+
+def test_fakeapi_watch_cache_behind_etcd(env):
+    """cache_behind(rv): the watch cache serves the state at rv; a read it
+    serves asking for a newer RV waits, then 504 ResourceVersionTooLarge
+    (a LIST: the HTTP status; a WatchList: an ERROR event in a 200
+    stream); a consistent LIST from etcd is current; watches see nothing
+    past rv until the cache catches up."""
+    with start() as api:
+        api.rv_wait = 0.2
+        api.apply([fakeapi.service("a", "s%d" % i) for i in range(2)])
+        behind = api.resource_version
+        api.cache_behind(behind)
+        api.apply(fakeapi.service("a", "later"))
+        now = api.resource_version
+        code, body, src = served(api, "/api/v1/services?resourceVersion=0")
+        assert (code, src) == (200, "cache") and \
+            [s["metadata"]["name"] for s in body["items"]] == ["s0", "s1"] and \
+            body["metadata"]["resourceVersion"] == str(behind), body
+        code, body, _ = call(api, "/api/v1/services?resourceVersion=%d&"
+                             "resourceVersionMatch=NotOlderThan" % now)
+        assert code == 504 and body["details"]["causes"][0]["reason"] == \
+            "ResourceVersionTooLarge", body
+        w = RawWatch(api, "/api/v1/services?watch=1&sendInitialEvents=true&"
+                     "resourceVersionMatch=NotOlderThan&allowWatchBookmarks="
+                     "true&resourceVersion=%d" % now)
+        evs = w.events(5)
+        w.close()
+        assert w.status == 200 and [e["type"] for e in evs] == ["ERROR"] and \
+            evs[0]["object"]["code"] == 504 and w.ended, evs
+        code, body, src = served(api, "/api/v1/services?limit=10")
+        assert (code, src, len(body["items"])) == (200, "etcd", 3), body
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d"
+                     % behind)
+        try:
+            w.sock.settimeout(0.3)
+            try:
+                assert w.event() is None
+            except socket.timeout:
+                pass                        # nothing past the cache's RV
+            api.cache_behind(None)
+            ev = w.events(1)[0]
+            assert (ev["type"], ev["object"]["metadata"]["name"]) == \
+                ("ADDED", "later"), ev
+        finally:
+            w.close()
 
 
 def test_fakeapi_watch_resumes_from_rv(env):

@@ -1,11 +1,16 @@
 """The Kubernetes API client (src/kube/) against the fake API server
-(tests/kube/fakeapi.py, in process): LIST paging, the node's Pods only,
-watch events and resume after a cut (no relist), 410 -> relist with the
-deletions of the gap reported, bookmarks moving the resourceVersion, the API
-down and back (backoff, recovery, nothing lost or repeated), 401/403 logged
-clearly, token rotation (a changed file, and one the stat check cannot see),
-TLS from kubeconfig data and files, in-cluster mode, start-up errors, and a
-prompt stop.
+(tests/kube/fakeapi.py, in process), judged by the requests the fake saw and
+where it served them from: the first sync as one WatchList per resource from
+the watch cache; without WatchList, LIST resourceVersion=0 from the cache
+(paged only where the server pages); the node's Pods only; watch events and
+resume after a cut (no relist); 410 -> a relist NotOlderThan the last RV with
+the deletions of the gap reported; a cache behind our RV -> a consistent
+relist; a WatchList cut before its end; jittered backoff of relists and
+errors; a fleet that reads nothing from etcd; bookmarks moving the
+resourceVersion; the API down and back (nothing lost or repeated); 401/403
+logged clearly, token rotation (a changed file, and one the stat check cannot
+see), TLS from kubeconfig data and files, in-cluster mode, the per-object
+bound, start-up errors, and a prompt stop.
 
 The client runs in tests/kube_dump (built next to the daemon), which prints
 one line per handler call: "upsert RES NS/NAME rv=N", "remove RES NS/NAME",
@@ -189,7 +194,29 @@ def watch_rv(req):
     return int(req.query["resourceVersion"])
 
 
-def test_kube_list_pages_then_watches_from_the_list_rv(env):
+WATCH_LIST = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
+              "allowWatchBookmarks": "true"}
+
+
+def is_watch_list(req, rv=None):
+    """req is a WatchList (from resourceVersion rv: "" for none)."""
+    return (req.verb == "watch" and
+            all(req.query.get(k) == v for k, v in WATCH_LIST.items()) and
+            (rv is None or req.query.get("resourceVersion", "") == rv))
+
+
+def resources_watched():
+    return ("services", "endpointslices", "namespaces", "pods")
+
+
+def test_kube_first_sync_is_one_watch_list_per_resource_from_the_watch_cache(env):
+    """Where the server offers WatchList, the first sync of each resource
+    is one WATCH with sendInitialEvents=true, resourceVersionMatch=
+    NotOlderThan, allowWatchBookmarks=true and resourceVersion=0: the state
+    from the watch cache (no etcd read, no LIST at all), ended by the
+    k8s.io/initial-events-end bookmark; the same stream then carries the
+    changes. It asks for gzip, which a 1.37 server sends as one gzip member
+    per event, and takes every member."""
     with F.FakeAPI() as api:
         list_rv = api.apply(standard_objects(1201))
         d = start_synced(env, api)
@@ -199,30 +226,92 @@ def test_kube_list_pages_then_watches_from_the_list_rv(env):
         assert before_sync[-1] == "commit", before_sync[-3:]
         assert ("namespaces", "kube-system") in \
             [(r, k) for r, k, _ in upserts(before_sync)], before_sync[:5]
-        # Paging: limit=500, three pages, the 2nd and 3rd with a continue.
-        lists = api.requests("services", "list")
-        assert len(lists) == 3, lists
-        assert all(r.query.get("limit") == "500" for r in lists), lists
-        assert "continue" not in lists[0].query, lists[0]
-        assert all(r.query.get("continue") for r in lists[1:]), lists
-        assert all(r.code == 200 for r in lists), lists
-        # Only this node's Pods, by field selector, in LIST and WATCH.
+        # Only this node's Pods, by field selector.
         pods = [k for _, k, _ in upserts(before_sync, "pods")]
         assert pods == ["default/here"], pods
         api.wait_watches(count=4)
-        for r in api.requests("pods"):
-            assert r.query.get("fieldSelector") == "spec.nodeName=" + NODE, r
-        # Each watch starts from its list's RV, with bookmarks and a timeout.
-        for res in ("services", "endpointslices", "namespaces", "pods"):
-            w = api.requests(res, "watch")[0]
-            assert watch_rv(w) == list_rv, (w, list_rv)
-            assert w.query.get("allowWatchBookmarks") == "true", w
-            assert 300 <= int(w.query["timeoutSeconds"]) < 600, w
+        for res in resources_watched():
+            reqs = api.requests(res)
+            assert len(reqs) == 1 and is_watch_list(reqs[0], "0"), reqs
+            assert reqs[0].served_from == "cache" and not reqs[0].consistent, \
+                reqs[0].to_dict()
+            assert 300 <= int(reqs[0].query["timeoutSeconds"]) < 600, reqs[0]
+            assert "gzip" in reqs[0].accept_encoding, reqs[0].to_dict()
+        assert api.requests("pods")[0].query.get("fieldSelector") == \
+            "spec.nodeName=" + NODE
+        assert api.count(verb="list") == 0 and not api.reads("etcd"), \
+            api.requests()
+        assert 'msg="kubernetes list done" resource=services how=watch-list ' \
+            'objects=1201 pages=1' in d.log() and \
+            "resource_version=%d" % list_rv in d.log(), d.log()
+        # The changes come on the same stream: no second request.
+        m = d.mark()
+        rv = api.apply(F.service("default", "later"))
+        d.wait("upsert services default/later rv=%d" % rv, start=m)
+        d.wait("commit", start=m)
+        assert api.count("services") == 1, api.requests("services")
         st = d.status()
-        assert st["synced"] == 1 and st["services"]["objects"] == 1201, st
+        assert st["synced"] == 1 and st["services"]["objects"] == 1202, st
         assert st["pods"]["objects"] == 1 and st["contact"] == 1, st
         took = d.stop()
         assert took < 1.0, took
+
+
+def test_kube_without_watch_list_lists_from_the_watch_cache(env):
+    """A server without WatchList (before 1.27, or the gate off) refuses it
+    with 422 Invalid: each resource then LISTs with resourceVersion=0 --
+    the watch cache's whole state in one response (the limit is ignored),
+    not an etcd read -- and WATCHes from that list's RV."""
+    with F.FakeAPI(watch_list=False) as api:
+        list_rv = api.apply(standard_objects(1201))
+        d = start_synced(env, api)
+        svcs = upserts(d.lines()[:d.wait("synced")], "services")
+        assert len(svcs) == 1201 and len(set(svcs)) == 1201, len(svcs)
+        api.wait_watches(count=4)
+        for res in resources_watched():
+            refused, lst, w = api.requests(res)
+            assert is_watch_list(refused, "0") and refused.code == 422, refused
+            assert lst.verb == "list" and lst.query.get("resourceVersion") == "0" and \
+                lst.query.get("limit") == "500" and lst.served_from == "cache" and \
+                lst.code == 200, lst.to_dict()
+            assert w.verb == "watch" and not w.watch_list and \
+                watch_rv(w) == list_rv and w.query.get("allowWatchBookmarks") == "true", w
+        assert not api.reads("etcd"), api.reads("etcd")
+        assert 'msg="kubernetes API server refuses watch-list (sendInitialEvents); ' \
+            'listing instead" resource=services status=422' in d.log(), d.log()
+        assert d.status()["errors"] == 0
+        d.stop()
+
+
+def test_kube_without_watch_cache_pages_from_etcd(env):
+    """A resource the server has no watch cache for (--watch-cache=false):
+    the resourceVersion=0 LIST comes back paged, so the client pages
+    (limit=500, continue) as client-go does, and after a 410 relists
+    NotOlderThan its last RV with a limit too; all of it from etcd, since
+    that is all this server has."""
+    with F.FakeAPI(watch_list=False, watch_cache=False) as api:
+        api.apply(standard_objects(1201))
+        d = start_synced(env, api)
+        api.wait_watches(count=4)
+        lists = api.requests("services", "list")
+        assert [(r.query.get("resourceVersion"), bool(r.query.get("continue")))
+                for r in lists] == [("0", False), (None, True), (None, True)], lists
+        assert all(r.query["limit"] == "500" and r.served_from == "etcd"
+                   for r in lists), lists
+        assert len(upserts(d.lines(), "services")) == 1201
+        last = api.resource_version
+        api.clear_requests()
+        api.fail_next(1, 410, resource="services", verb="watch")
+        assert api.cut_watches("services") == 1
+        api.wait_requests("services", "watch", count=2, timeout=10)
+        relist = api.requests("services", "list")
+        assert relist[0].query.get("resourceVersion") == str(last) and \
+            relist[0].query.get("resourceVersionMatch") == "NotOlderThan" and \
+            relist[0].query.get("limit") == "500" and \
+            all(r.query.get("continue") for r in relist[1:]) and \
+            len(relist) == 3, relist
+        assert d.status()["services"]["relists"] == 1
+        d.stop()
 
 
 def test_kube_watch_events_and_resume_after_a_cut(env):
@@ -240,7 +329,6 @@ def test_kube_watch_events_and_resume_after_a_cut(env):
         assert [k for _, k, _ in got] == ["default/new", "default/new"], got
         assert got[0][2] == rv_new, got
         # Cut every watch mid-event; changes made meanwhile arrive once.
-        lists_before = api.count(verb="list")
         m = d.mark()
         assert api.cut_watches(partial=True) == 4
         last_rv = api.resource_version
@@ -250,11 +338,12 @@ def test_kube_watch_events_and_resume_after_a_cut(env):
         assert upserts(d.lines(m)) == [("services", "default/after-cut", rv2)], \
             d.lines(m)
         assert removes(d.lines(m)) == [("services", "default/new")], d.lines(m)
-        # Resumed from the last RV seen, not relisted.
+        # Resumed from the last RV seen with a plain watch, not relisted.
         api.wait_watches("services", count=1)
         w = api.requests("services", "watch")[-1]
-        assert watch_rv(w) >= last_rv, (w, last_rv)
-        assert api.count(verb="list") == lists_before, api.requests(verb="list")
+        assert not w.watch_list and watch_rv(w) >= last_rv, (w, last_rv)
+        assert sum(r.watch_list for r in api.requests()) == 4, api.requests()
+        assert api.count(verb="list") == 0, api.requests(verb="list")
         st = d.status()
         assert st["services"]["relists"] == 0, st
         assert st["services"]["objects"] == 3, st   # svc-0000, -0002, after-cut
@@ -262,10 +351,15 @@ def test_kube_watch_events_and_resume_after_a_cut(env):
 
 
 def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
+    """After a gap the watch's RV is too old (410): the relist is a
+    WatchList NotOlderThan the last RV seen -- from the watch cache, never
+    older than what the client had -- and what vanished meanwhile is
+    reported."""
     with F.FakeAPI() as api:
         api.apply(standard_objects())
         d = start_synced(env, api)
         api.wait_watches(count=4)
+        last = api.resource_version
         # A gap: the API goes away, things change, history is compacted.
         api.set_down(True)
         api.delete("services", "default", "svc-0002")
@@ -273,6 +367,7 @@ def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
         api.apply(F.service("default", "born-in-gap"))
         api.compact()
         m = d.mark()
+        api.clear_requests()
         api.set_down(False)
         i = d.wait("remove services default/svc-0002", start=m, timeout=10)
         j = d.wait("remove namespaces kube-system", start=m, timeout=10)
@@ -284,48 +379,167 @@ def test_kube_410_relists_and_reports_deletions_of_the_gap(env):
         assert sorted(removes(lines)) == [("namespaces", "kube-system"),
                                           ("services", "default/svc-0002")], lines
         assert "410" in d.log() and "relisting" in d.log(), d.log()
+        relists = [r for r in api.requests("services") if r.watch_list]
+        assert len(relists) == 1 and is_watch_list(relists[0], str(last)) and \
+            relists[0].served_from == "cache", relists
+        assert not api.reads("etcd"), api.reads("etcd")
         st = d.status()
         assert st["services"]["relists"] == 1, st
         assert st["services"]["objects"] == 3 and st["namespaces"]["objects"] == 1, st
-        # After the relist it watches again, from the new list's RV.
+        # The relist's stream goes on as the watch.
+        m = d.mark()
+        rv = api.apply(F.service("default", "after"))
+        d.wait("upsert services default/after rv=%d" % rv, start=m)
+        assert len(api.requests("services")) == 2, api.requests("services")
+        d.stop()
+
+
+def test_kube_relist_without_watch_list_is_not_older_than_the_last_rv(env):
+    """Without WatchList, the relist after a 410 is a LIST with
+    resourceVersion=<last RV seen>&resourceVersionMatch=NotOlderThan and no
+    limit: the watch cache's state, at least as new as what the client
+    had, in one response; never resourceVersion=0 (which could go back in
+    time) and never a read from etcd."""
+    with F.FakeAPI(watch_list=False) as api:
+        api.apply(standard_objects(700))
+        d = start_synced(env, api)
+        api.wait_watches(count=4)
+        m = d.mark()
+        api.delete("services", "default", "svc-0005")
+        last = api.apply(F.service("default", "zz-late"))
+        d.wait("commit", start=d.wait("upsert services default/zz-late rv=%d" % last, start=m))
+        m = d.mark()
+        api.set_down(True)
+        api.clear_requests()
+        api.delete("services", "default", "svc-0006")   # unseen: in the gap
+        api.compact()
+        api.set_down(False)
+        d.wait("remove services default/svc-0006", start=m, timeout=10)
         api.wait_watches("services", count=1)
+        lists = api.requests("services", "list")
+        assert len(lists) == 1, lists
+        q = lists[0].query
+        assert q.get("resourceVersion") == str(last) and \
+            q.get("resourceVersionMatch") == "NotOlderThan" and "limit" not in q and \
+            lists[0].served_from == "cache", lists[0].to_dict()
+        assert len(upserts(d.lines(m), "services")) == 699, [l for l in d.lines(m) if not l.startswith("upsert services default/svc-")]
+        assert removes(d.lines(m)) == [("services", "default/svc-0006")], removes(d.lines(m))
+        assert not api.reads("etcd"), api.reads("etcd")
+        assert not [r for r in api.requests("services") if r.watch_list], \
+            "asked for a watch-list again after the server refused it"
+        d.stop()
+
+
+def test_kube_cache_behind_our_rv_relists_consistently(env):
+    """An API server whose watch cache is behind the client's RV (it just
+    started): the NotOlderThan relist waits for it and gets 504
+    ResourceVersionTooLarge, so the next relist is a consistent read (no
+    resourceVersion) -- from etcd for a LIST -- never the cache's older
+    state: the data does not go back in time."""
+    for watch_list in (False, True):
+        with F.FakeAPI(watch_list=watch_list) as api:
+            api.rv_wait = 0.3
+            api.apply(standard_objects())
+            d = start_synced(env, api)
+            api.wait_watches(count=4)
+            behind = api.resource_version
+            m = d.mark()
+            last = api.apply(F.service("default", "newest"))
+            d.wait("commit", start=d.wait("upsert services default/newest rv=%d" % last,
+                                          start=m))
+            api.cache_behind(behind)
+            api.clear_requests()
+            api.fail_next(1, 410, resource="services", verb="watch")
+            m = d.mark()
+            assert api.cut_watches("services") == 1
+            if watch_list:
+                # A consistent WatchList needs the cache at etcd's revision too.
+                api.wait_requests("services", "watch", count=4, timeout=15)
+                api.cache_behind(None)
+            d.wait(lambda l: l.startswith("commit"), start=m, timeout=15,
+                   what="the relist's commit")
+            relists = [r for r in api.requests("services")
+                       if r.verb == "list" or r.watch_list]
+            assert relists[0].query.get("resourceVersion") == str(last) and \
+                relists[0].code in (200, 504), relists
+            later = relists[1:]
+            assert later and all("resourceVersion" not in r.query for r in later), relists
+            if not watch_list:
+                assert later[0].served_from == "etcd" and later[0].consistent and \
+                    later[0].query.get("limit") == "500", later[0].to_dict()
+            assert "listing consistently (from etcd)" in d.log(), d.log()
+            # Nothing older than what the client had was delivered.
+            got = dict((k, rv) for _, k, rv in upserts(d.lines(m), "services"))
+            assert got.get("default/newest") == last, got
+            assert not removes(d.lines(m)), removes(d.lines(m))
+            api.cache_behind(None)
+            d.stop()
+test_kube_cache_behind_our_rv_relists_consistently.timeout = 60
+
+
+def test_kube_watch_list_cut_before_its_end_starts_over(env):
+    """A WatchList cut before its initial-events-end bookmark is no list:
+    nothing is committed or swept for it, and a new WatchList starts over;
+    the sync comes with the bookmark of the one that completes."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects(5))
+        api.hold_initial_events("services", after=2)
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE})
+        d.wait(lambda l: len(upserts([l], "services")) == 1, what="a service")
+        api.wait_watches("services", count=1)
+        assert api.cut_watches("services") == 1
+        api.wait_requests("services", "watch", count=2, timeout=10)
+        assert "synced" not in d.lines()
+        api.hold_initial_events("services")
+        d.wait("synced", timeout=10)
+        reqs = api.requests("services")
+        assert len(reqs) == 2 and all(is_watch_list(r, "0") for r in reqs), reqs
+        svcs = [k for _, k, _ in upserts(d.lines(), "services")]
+        assert len(set(svcs)) == 5 and len(svcs) >= 5, svcs
+        assert not removes(d.lines()), d.lines()
+        assert "watch-list ended before its initial events did; starting over" in d.log()
+        st = d.status()
+        assert st["services"]["relists"] == 0 and st["services"]["objects"] == 5, st
         d.stop()
 
 
 def test_kube_repeated_410_relists_back_off(env):
     """A 410 that comes back after every relist (a server or proxy that
-    expires each watch at once): the first relist is at once, the next
-    ones wait per the backoff (jittered in [b/2, b], b = 400, 800, 1600
-    ms), so a fleet of nodes does not LIST the cluster in a loop."""
+    expires each watch at once): every relist waits, jittered in [b, 2b)
+    for b = 800, 1600 ms..., so a fleet whose watches all expired together
+    does not LIST the cluster in step, and one that keeps failing slows
+    down; after a 410 on the relist itself, the next one is consistent."""
     with F.FakeAPI() as api:
         api.apply(standard_objects())
         d = start_synced(env, api)
         api.wait_watches(count=4)
+        last = api.resource_version
         api.clear_requests()
-        api.fail_next(4, 410, resource="services", verb="watch")
+        api.fail_next(2, 410, resource="services", verb="watch")
         assert api.cut_watches("services") == 1
         d_mark = d.mark()
-        # Four expired watches, each followed by a LIST, then a watch that holds.
-        api.wait_requests("services", "watch", count=5, timeout=10)
+        # The expired watch, an expired relist, then a relist that holds.
+        api.wait_requests("services", "watch", count=3, timeout=15)
         api.wait_watches("services", count=1, timeout=10)
-        reqs = [r for r in api.requests("services") if r.verb in ("list", "watch")]
-        assert [r.verb for r in reqs] == ["watch", "list"] * 4 + ["watch"], reqs
-        # The wait between each expiry and its LIST: the server's own clock.
-        gaps = [reqs[i + 1].time - reqs[i].time for i in range(0, 8, 2)]
-        for gap, least in zip(gaps[1:], (0.2, 0.4, 0.8)):
-            assert gap >= least, gaps
+        reqs = api.requests("services")
+        assert [r.watch_list for r in reqs] == [False, True, True], reqs
+        assert is_watch_list(reqs[1], str(last)) and is_watch_list(reqs[2], ""), reqs
+        # The waits the log announced, and that the server saw (its clock).
         waits = [int(w) for w in re.findall(
-            r'msg="kubernetes watch expired \(410 Gone\); relisting" resource=services '
-            r'.*retry_ms=(\d+)', d.log())]
-        assert len(waits) == 4 and waits[0] == 0, waits
-        assert 200 <= waits[1] <= 400 and 400 <= waits[2] <= 800 and 800 <= waits[3] <= 1600, \
-            waits
+            r'msg="kubernetes (?:watch expired \(410 Gone\); relisting|resourceVersion '
+            r'unavailable for the list; listing consistently \(from etcd\))" '
+            r'resource=services .*retry_ms=(\d+)', d.log())]
+        assert len(waits) == 2 and 800 <= waits[0] < 1600 and 1600 <= waits[1] < 3200, waits
+        gaps = [reqs[i + 1].time - reqs[i].time for i in range(2)]
+        assert gaps[0] >= 0.8 and gaps[1] >= 1.6, gaps
         st = d.status()
-        assert st["services"]["relists"] == 4, st
+        assert st["services"]["relists"] == 1, st
         # The other resources never noticed.
-        assert api.count("namespaces", "list") == 0, api.requests("namespaces")
+        assert api.count("namespaces") == 0, api.requests("namespaces")
         assert not removes(d.lines(d_mark)), d.lines(d_mark)
         d.stop()
+test_kube_repeated_410_relists_back_off.timeout = 40
 
 
 def test_kube_bookmarks_move_the_resource_version(env):
@@ -364,14 +578,18 @@ def test_kube_api_down_backs_off_then_resumes_without_loss(env):
         assert got == ["default/" + n for n in names], d.lines(m)
         assert removes(d.lines(m)) == [("services", "default/svc-0000")], d.lines(m)
         # Backoff: each resource waited longer after each failure (jittered
-        # in [b/2, b] for b = 400, 800, 1600 ms ...), so a few tries only.
+        # in [b, 2b) for b = 800, 1600 ms ...), so a few tries only.
         waits = [int(w) for w in re.findall(
             r'msg="kubernetes watch failed" resource=services .*retry_ms=(\d+)',
             d.log())]
-        assert 2 <= len(waits) <= 6, d.log()
-        assert waits[0] <= 400 and max(waits) >= 400, waits
+        assert 1 <= len(waits) <= 4, d.log()
+        assert 800 <= waits[0] < 1600, waits
+        assert all(b >= a for a, b in zip(waits, waits[1:])) or len(waits) == 1 or \
+            all(1600 * 2 ** i <= w for i, w in enumerate(waits[1:])), waits
         st = d.status()
         assert st["services"]["relists"] == 0 and st["errors"] >= 4, st
+        assert not [r for r in api.requests() if r.watch_list][4:], \
+            "a watch that broke was relisted"
         d.stop()
 
 
@@ -445,7 +663,7 @@ def test_kube_403_is_logged_with_the_reason_and_holds_the_sync(env):
         api.forbid("endpointslices")
         path = api.kubeconfig(os.path.join(env.tmp, "kc"))
         d = Dump(env, {"kubeconfig": path, "node_name": NODE})
-        api.wait_requests("endpointslices", "list", count=2)
+        api.wait_requests("endpointslices", "watch", count=2)
         log = d.log()
         assert re.search(r'level=error msg="kubernetes API forbids this request '
                          r'\(403 Forbidden; check RBAC\)" resource=endpointslices '
@@ -508,7 +726,7 @@ def test_kube_tls_from_kubeconfig_data_and_files(env):
         deadline = time.monotonic() + 5
         while "certificate" not in d.log() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert re.search(r'msg="kubernetes list failed" resource=\w+ status=0 '
+        assert re.search(r'msg="kubernetes watch-list failed" resource=\w+ status=0 '
                          r'error="[^"]*certificate', d.log()), d.log()
         assert "synced" not in d.lines()
         d.stop()
@@ -600,7 +818,8 @@ def test_kube_pods_watched_only_when_needed(env):
             assert [k for _, k, _ in upserts(d.lines(), "pods")] == ["default/here"], cluster
             assert "pods=watched" in d.log(), d.log()
             d.stop()
-        assert api.count("pods", "list") == 2, api.requests("pods")
+        assert len([r for r in api.requests("pods") if r.watch_list]) == 2, \
+            api.requests("pods")
 
 
 def test_kube_start_errors_are_clear(env):
@@ -671,79 +890,56 @@ def big_services(n, size=30000):
                       annotations={"example.com/blob": blob}) for i in range(n)]
 
 
-def test_kube_list_page_over_the_byte_cap_is_asked_again_smaller(env):
-    """A LIST response past kubernetes.list_max_bytes is abandoned and the
-    same page (same continue token) asked for again with half the limit,
-    until it fits; the smaller limit stays for the pages and LISTs after,
-    and grows back while pages come in well under the cap. Nothing is
-    delivered twice or lost."""
-    cap = 1 << 20
-    with F.FakeAPI() as api:
-        # Page 1 (limit 500): small Services. Page 2: 100 small ones, then
-        # 40 of 30 KB: 1.3 MB at limit 500 or 250, 0.8 MB at 125.
+def test_kube_whole_list_is_decoded_as_it_streams(env):
+    """A LIST from the watch cache is the whole collection in one response
+    (here 1.8 MB, 40 Services with 30 KB of annotations each), far over
+    kubernetes.object_max_bytes (64 KiB): the bound is per object, the
+    response streams through, and nothing fails or is asked twice."""
+    with F.FakeAPI(watch_list=False) as api:
         api.apply(standard_objects(600) + big_services(40))
         path = api.kubeconfig(os.path.join(env.tmp, "kc"))
-        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "list_max_bytes": "1MiB"})
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "object_max_bytes": "64KiB"})
         d.wait("synced", timeout=15)
         lists = api.requests("services", "list")
-        assert [int(r.query["limit"]) for r in lists] == [500, 500, 250, 125, 125], lists
-        conts = [r.query.get("continue") for r in lists]
-        assert conts[0] is None and conts[1] == conts[2] == conts[3] != conts[4], conts
-        sizes = [r.size for r in lists]
-        assert sizes[1] > cap and sizes[2] > cap, sizes       # abandoned
-        assert all(s <= cap for s in sizes[:1] + sizes[3:]), sizes
+        assert len(lists) == 1 and lists[0].size > 1500000, lists
         got = [k for _, k, _ in upserts(d.lines(), "services")]
         assert len(got) == 640 and len(set(got)) == 640, len(got)
-        assert re.search(r'level=warn msg="kubernetes list response over '
-                         r'kubernetes.list_max_bytes; asking for fewer objects" '
-                         r'resource=services max_bytes=1048576 limit=500 new_limit=250', d.log()), \
-            d.log()
         st = d.status()
-        assert st["services"]["too_large"] == 2 and st["services"]["page_limit"] == 125, st
-        assert st["endpointslices"]["too_large"] == 0 and \
-            st["endpointslices"]["page_limit"] == 100, st
-        assert st["errors"] == 0, st      # a page asked again smaller is no failure
-        # A relist starts at the smaller limit, which doubles back while
-        # pages of small Services come in far under the cap.
-        api.wait_watches("services", count=1)
-        api.clear_requests()
-        api.fail_next(1, 410, resource="services", verb="watch")
-        assert api.cut_watches("services") == 1
-        # The expired watch, the relist, then a watch again.
-        api.wait_requests("services", "watch", count=2, timeout=10)
-        relist = [int(r.query["limit"]) for r in api.requests("services", "list")]
-        assert relist[:3] == [125, 250, 500], relist
-        assert d.status()["services"]["relists"] == 1
+        assert st["errors"] == 0 and st["services"]["too_large"] == 0, st
         d.stop()
 
 
-def test_kube_list_object_over_the_byte_cap_holds_the_sync_and_says_so(env):
-    """One object larger than kubernetes.list_max_bytes: the limit halves
-    down to one object, then the page is a failure (logged as an error
-    naming the key, retried with backoff) until the object is gone."""
+def test_kube_object_over_the_bound_holds_the_sync_and_says_so(env):
+    """One object larger than kubernetes.object_max_bytes: its resource's
+    (re)list fails (an error naming the object and the key, retried with
+    backoff, counted) until the object is gone; the other resources sync."""
     with F.FakeAPI() as api:
         api.apply(standard_objects() + [F.service("default", "huge", annotations={
             "example.com/blob": "x" * 100000})])
         path = api.kubeconfig(os.path.join(env.tmp, "kc"))
-        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "list_max_bytes": "64KiB"})
-        reqs = api.wait_requests("services", "list", count=10, timeout=10)
-        assert [int(r.query["limit"]) for r in reqs] == \
-            [500, 250, 125, 62, 31, 15, 7, 3, 1, 1], reqs
-        assert reqs[-1].time - reqs[-2].time >= 0.2, reqs     # backoff, not a spin
-        assert re.search(r'level=error msg="kubernetes list response over '
-                         r'kubernetes.list_max_bytes with one object per page; raise it" '
-                         r'resource=services max_bytes=65536 retry_ms=\d+', d.log()), d.log()
+        d = Dump(env, {"kubeconfig": path, "node_name": NODE, "object_max_bytes": "64KiB"})
+        api.wait_requests("services", "watch", count=2, timeout=10)
+        api.wait_watches("namespaces", count=1)
+        log = d.log()
+        waits = [int(w) for w in re.findall(
+            r'level=error msg="kubernetes object over kubernetes.object_max_bytes; raise it" '
+            r'resource=services object=default/huge max_bytes=65536 verb=watch-list '
+            r'retry_ms=(\d+)', log)]
+        assert waits and waits[0] >= 800, log       # backoff, not a spin
         assert "synced" not in d.lines()
+        assert ("namespaces", "default") in [(r, k) for r, k, _ in upserts(d.lines())]
+        assert d.status()["services"]["too_large"] >= 1
         api.delete("services", "default", "huge")
         d.wait("synced", timeout=10)
-        got = sorted(k for _, k, _ in upserts(d.lines(), "services"))
+        got = sorted(set(k for _, k, _ in upserts(d.lines(), "services")))
         assert got == ["default/svc-0000", "default/svc-0001", "default/svc-0002"], got
-        assert d.status()["services"]["too_large"] >= 10
         d.stop()
 
 
 def test_kube_expired_continue_token_starts_the_list_over(env):
-    with F.FakeAPI() as api:
+    """Paging (no WatchList, no watch cache): a continue token that expired
+    (410) starts the LIST over, from the first page."""
+    with F.FakeAPI(watch_list=False, watch_cache=False) as api:
         api.apply(standard_objects(1500))
         path = api.kubeconfig(os.path.join(env.tmp, "kc"))
         d = Dump(env, {"kubeconfig": path, "node_name": NODE})
@@ -757,8 +953,41 @@ def test_kube_expired_continue_token_starts_the_list_over(env):
         codes = [(bool(r.query.get("continue")), r.code) for r in lists]
         assert codes[:2] == [(False, 200), (True, 410)], lists
         assert codes[2:] == [(False, 200), (True, 200), (True, 200), (True, 200)], lists
+        assert lists[2].query.get("resourceVersion") == "0", lists[2]
         assert "continue token expired" in d.log(), d.log()
         # The second LIST saw the late service; nothing is reported twice as gone.
         assert ("services", "default/late", rv) in upserts(d.lines()), d.lines()[-5:]
         assert not removes(d.lines()), removes(d.lines())
         d.stop()
+
+
+def test_kube_a_fleet_of_nodes_reads_nothing_from_etcd(env):
+    """Five nodes starting together, then all their watches expiring
+    together (an API server restart with a fresh watch cache): every sync
+    and relist is served from the watch cache -- no LIST, no etcd read, no
+    consistent read -- and the relists are spread by jitter, each from
+    its own node's last RV."""
+    with F.FakeAPI() as api:
+        api.apply(standard_objects(50))
+        path = api.kubeconfig(os.path.join(env.tmp, "kc"))
+        dumps = [Dump(env, {"kubeconfig": path, "node_name": NODE}) for _ in range(5)]
+        for d in dumps:
+            d.wait("synced", timeout=15)
+        api.wait_watches(count=20, timeout=10)
+        assert len(api.requests()) == 20 and all(is_watch_list(r, "0") for r in api.requests())
+        last = api.resource_version
+        api.clear_requests()
+        api.fail_next(5, 410, resource="services", verb="watch")
+        assert api.cut_watches("services") == 5
+        api.wait_requests("services", "watch", count=10, timeout=15)
+        api.wait_watches("services", count=5, timeout=10)
+        relists = [r for r in api.requests("services") if r.watch_list]
+        assert len(relists) == 5 and all(is_watch_list(r, str(last)) for r in relists), relists
+        assert api.count(verb="list") == 0 and not api.reads("etcd") and \
+            not [r for r in api.requests() if r.consistent], api.requests()
+        waits = [int(re.findall(r'watch expired \(410 Gone\); relisting" resource=services '
+                                r'.*retry_ms=(\d+)', d.log())[0]) for d in dumps]
+        assert all(800 <= w < 1600 for w in waits) and len(set(waits)) > 1, waits
+        for d in dumps:
+            d.stop()
+test_kube_a_fleet_of_nodes_reads_nothing_from_etcd.timeout = 60

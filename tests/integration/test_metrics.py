@@ -302,9 +302,8 @@ def test_ready_waits_for_the_first_kubernetes_sync(env):
         synced = s.series("localdns_kubernetes_last_sync_timestamp_seconds")
         assert frozenset({("resource", "pods")}) not in synced and len(synced) == 3, synced
         assert s.value("localdns_kubernetes_objects", resource="pods") == 0
-        for res, limit in (("services", 500), ("endpointslices", 100)):
-            assert s.value("localdns_kubernetes_list_page_limit", resource=res) == limit
-            assert s.value("localdns_kubernetes_list_pages_too_large_total", resource=res) == 0
+        for res in ("services", "endpointslices"):
+            assert s.value("localdns_kubernetes_objects_too_large_total", resource=res) == 0
         assert now - 30 < s.value("localdns_kubernetes_last_contact_timestamp_seconds") <= now + 1
         assert 0 <= s.value("localdns_kubernetes_data_age_seconds") < 30
         assert s.value("localdns_cluster_names") > 0

@@ -8,13 +8,26 @@ can tell:
 
   * one global resourceVersion counter (etcd's revision): every create,
     update and delete bumps it; objects carry theirs as a string;
+  * where each read is served from, as the cacher decides
+    (shouldDelegateList): the watch cache serves a LIST with
+    `resourceVersion=0` (whole: it ignores `limit`, never pages) and one
+    with `resourceVersion=N` (`resourceVersionMatch` NotOlderThan or unset)
+    without `limit`, as the state at least as new as N (waiting up to 3 s
+    for N, then 504 ResourceVersionTooLarge); etcd serves the rest: no
+    `resourceVersion` (a consistent read), `continue`, `limit` with an RV
+    other than 0 (the legacy RV with a limit is Exact), Exact. Each request
+    records it (Request.served_from, .consistent; FakeAPI.reads()), so
+    tests count LISTs by kind; `watch_cache=False` sends everything to
+    etcd; cache_behind(rv) makes the watch cache lag etcd;
   * LIST with `limit`/`continue` paging served from a consistent snapshot
     (MVCC: later pages show the list's resourceVersion, not live data);
     opaque continue tokens (base64url JSON with the snapshot RV and the next
     key, like the real ones); a token older than the last compaction -> 410
-    Expired; `remainingItemCount`; `resourceVersion` and
-    `resourceVersionMatch` (NotOlderThan, Exact) with the real 400/410/504s;
-    list items without kind/apiVersion, as the real server sends them;
+    Expired; `remainingItemCount`; ListOptions validated as the real server
+    does (422 Invalid: `resourceVersionMatch` without `resourceVersion` or
+    with `continue`, Exact with "0", `sendInitialEvents` on a LIST), and the
+    real 400/410/504s; list items without kind/apiVersion, as the real
+    server sends them;
   * WATCH: chunked newline-delimited JSON events (ADDED, MODIFIED, DELETED,
     BOOKMARK, ERROR), one chunk per event, flushed at once; events after
     `resourceVersion` from a bounded history; an RV older than the history
@@ -22,8 +35,16 @@ can tell:
     Status, then the end of the stream; no RV or "0" -> synthetic ADDED
     events for the current state first; bookmarks when
     `allowWatchBookmarks=true`; `timeoutSeconds` ends the stream cleanly;
-    `sendInitialEvents=true` ends the initial events with the
-    `k8s.io/initial-events-end` bookmark;
+  * WatchList: `sendInitialEvents=true` (with `resourceVersionMatch=
+    NotOlderThan`, else 422) streams the state from the watch cache as
+    ADDED events -- at least as new as `resourceVersion` (none: as etcd's
+    current revision; "0": whatever the cache has) -- then, with
+    `allowWatchBookmarks=true`, the bookmark annotated
+    `k8s.io/initial-events-end`, then the changes; an RV the cache does not
+    reach in time -> an ERROR event with the 504. `watch_list=False` is a
+    server without it (the gate off): 422 Invalid. Asked with
+    Accept-Encoding: gzip, it comes gzipped one member per event, as from
+    1.37 (WatchListCompression); plain watches are never compressed;
   * `fieldSelector` (the per-resource field labels the real server accepts,
     400 on others) and `labelSelector` (=, ==, !=, in, notin, exists, !key)
     on LIST and WATCH; a watcher whose selector stops matching an object
@@ -56,15 +77,16 @@ HTTP control API (JSON bodies; query parameters work too; answers JSON):
     POST /_control/forbid        {"resource", "verbs"?};  /_control/allow
     POST /_control/tokens        {"tokens": [...]}
     POST /_control/bookmark_interval {"seconds"}
+    POST /_control/cache_behind  {"resourceVersion": N | null}
+    POST /_control/hold_initial_events {"resource", "after": N | null}
     GET  /_control/requests?resource=&verb=  -> {"requests": [...]}
-                                 (each with its query, status code, time
-                                  and, for a LIST, the body's size)
+                                 (each with its query, status code, time,
+                                  served_from and, for a LIST, the body's
+                                  size)
     POST /_control/clear_requests
     GET  /_control/state         -> RV, compaction, down, port, open watches
     POST /_control/wait_watches  {"resource", "count", "timeout"} (504 on
                                   timeout)
-
-LIST with resourceVersion=0 ignores limit (the watch cache does not page).
 
 Run as a script:
 
@@ -840,11 +862,22 @@ class Request:
         self.code = None              # HTTP status sent
         self.size = None              # LIST: body bytes before any gzip
         self.time = time.time()
+        # Where the server read the objects: "etcd" (a range read of the
+        # whole collection, or a page of it, from etcd), "cache" (the
+        # API server's watch cache, no etcd read), or None (refused).
+        self.served_from = None
+        # It had to learn etcd's current revision first (a quorum read,
+        # cheap: no objects): a consistent LIST or a WatchList with no RV.
+        self.consistent = False
+        # A watch with sendInitialEvents=true (the streaming list).
+        self.watch_list = _truthy(self.query.get("sendInitialEvents"))
+        self.accept_encoding = None   # the request's Accept-Encoding
 
     def to_dict(self):
         return {k: getattr(self, k) for k in (
             "verb", "resource", "namespace", "name", "path", "raw_query",
-            "query", "user", "code", "size", "time")}
+            "query", "user", "code", "size", "time", "served_from",
+            "consistent", "watch_list", "accept_encoding")}
 
     def __repr__(self):
         return "<%s %s?%s -> %s>" % (self.verb, self.path, self.raw_query,
@@ -937,6 +970,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def write_chunk(self, data):
         # One write per chunk: header, data and CRLF leave together.
+        if self.gzip_members:
+            data = gzip.compress(data, compresslevel=1)
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     # -- dispatch
@@ -955,6 +990,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def dispatch(self, method):
         self._req = None
+        self.gzip_members = False   # a compressed WatchList: a member per chunk
         url = urllib.parse.urlsplit(self.path)
         try:
             if url.path.startswith("/_control/"):
@@ -1019,14 +1055,29 @@ class FakeAPI:
                  tls_cert=None, tls_key=None, client_ca=None,
                  require_client_cert=False, bookmark_interval=1.0,
                  history=1000, initial_rv=1, gone_reason="Expired",
-                 control_port=None, verbose=False):
+                 control_port=None, verbose=False, watch_list=True,
+                 watch_cache=True, watch_list_compression=True):
         """tokens: valid bearer tokens (a list); token_file: a file of
         valid tokens, one per line, re-read on every request. With neither
         tokens, token_file nor client_ca, every request is allowed.
         client_ca: verify client certificates against it (a valid one
         authenticates); require_client_cert: refuse TLS without one.
-        control_port: None: a free port; False: no control listener."""
+        control_port: None: a free port; False: no control listener.
+        watch_list: the WatchList feature gate (False: a watch with
+        sendInitialEvents is refused, 422 Invalid, as by servers before
+        1.27 or with the gate off). watch_cache: False as with
+        --watch-cache=false: every LIST and WATCH is served from etcd.
+        watch_list_compression: the gate of that name (beta, on, in 1.37):
+        a WatchList asked with Accept-Encoding: gzip comes gzipped, one
+        gzip member per event."""
         self.host = host
+        self.watch_list = watch_list
+        self.watch_list_compression = watch_list_compression
+        self.watch_cache = watch_cache
+        # The RV the watch cache has reached, when it lags behind etcd
+        # (cache_behind()); None: it is current.
+        self.cache_at = None
+        self._held = {}       # resource -> initial events a WatchList sends
         self.port = port
         self.token_file = token_file
         self.tokens = list(tokens) if tokens is not None else None
@@ -1221,6 +1272,31 @@ class FakeAPI:
         now gets 410. Returns the compaction RV."""
         return self.store.compact()
 
+    def cache_behind(self, rv):
+        """The watch cache stops at rv while etcd moves on, as on an API
+        server that just started or lags the others: what it serves is the
+        state at rv, and a read it serves that asks for a newer RV waits
+        for it (rv_wait) and gets 504 ResourceVersionTooLarge. None: it
+        catches up."""
+        with self.store.cond:
+            if rv is not None and rv < self.store.compact_rv:
+                raise ValueError("rv %d is before the compaction (%d)"
+                                 % (rv, self.store.compact_rv))
+            self.cache_at = rv
+            self.store.cond.notify_all()
+
+    def hold_initial_events(self, resource, after=None):
+        """WatchLists of resource send only their first `after` initial
+        events, then stall (as over a slow link) until released (after=
+        None) or cut: a client is seen to handle a stream that ends before
+        its initial-events-end bookmark."""
+        with self.store.cond:
+            if after is None:
+                self._held.pop(resource, None)
+            else:
+                self._held[resource] = after
+            self.store.cond.notify_all()
+
     def set_down(self, down, keep=None):
         """True: close the listening socket and every connection (clients
         get "connection refused"); False: listen again on the same port."""
@@ -1279,6 +1355,12 @@ class FakeAPI:
 
     def count(self, resource=None, verb=None):
         return len(self.requests(resource, verb))
+
+    def reads(self, served_from, resource=None, verb=None):
+        """The answered requests that read from "etcd" or "cache" (see
+        Request.served_from)."""
+        return [r for r in self.requests(resource, verb)
+                if r.served_from == served_from and r.code == 200]
 
     def clear_requests(self):
         with self._lock:
@@ -1423,6 +1505,7 @@ class FakeAPI:
             verb = ("get" if name else
                     "watch" if _truthy(q.get("watch")) else "list")
             h._req = Request(verb, res.name, ns, name, path, url.query, None)
+            h._req.accept_encoding = h.headers.get("Accept-Encoding")
             with self._lock:
                 self._requests.append(h._req)
         user = self._authenticate(h)
@@ -1508,60 +1591,141 @@ class FakeAPI:
             raise BadRequest('Invalid value: "%s": invalid resource version'
                              % text)
 
-    def _wait_for_rv(self, rv):
+    # -- the watch cache
+
+    def _cache_rv(self):
+        """The RV the watch cache has reached (caller holds cond)."""
+        st = self.store
+        return st.rv if self.cache_at is None else min(self.cache_at, st.rv)
+
+    def _wait_for_cache(self, rv):
         """The watch cache waits up to 3 s (self.rv_wait) for an RV it has
-        not seen yet, then answers 504 ResourceVersionTooLarge. Caller
+        not reached yet, then answers 504 ResourceVersionTooLarge. Caller
         holds cond."""
         deadline = time.monotonic() + self.rv_wait
-        while self.store.rv < rv:
+        while self._cache_rv() < rv:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise _too_large(rv, self.store.rv)
+                raise _too_large(rv, self._cache_rv())
             self.store.cond.wait(left)
 
+    def _validate_list_options(self, q, watch):
+        """apimachinery's ValidateListOptions (with the WatchList gate as
+        self.watch_list): what it refuses is 422 Invalid, before any read."""
+        match = q.get("resourceVersionMatch", "")
+        sie = q.get("sendInitialEvents")
+        errs = []
+        if watch:
+            if sie is not None:
+                if match != "NotOlderThan":
+                    errs.append(("resourceVersionMatch", "FieldValueForbidden",
+                                 "Forbidden: sendInitialEvents requires setting "
+                                 "resourceVersionMatch to NotOlderThan"))
+                if not self.watch_list:
+                    errs.append(("sendInitialEvents", "FieldValueForbidden",
+                                 "Forbidden: sendInitialEvents is forbidden for "
+                                 "watch unless the WatchList feature gate is "
+                                 "enabled"))
+            if match:
+                if sie is None:
+                    errs.append(("resourceVersionMatch", "FieldValueForbidden",
+                                 "Forbidden: resourceVersionMatch is forbidden "
+                                 "for watch unless sendInitialEvents is "
+                                 "provided"))
+                if match != "NotOlderThan":
+                    errs.append(("resourceVersionMatch",
+                                 "FieldValueNotSupported",
+                                 'Unsupported value: "%s": supported values: '
+                                 '"NotOlderThan"' % match))
+                if q.get("continue"):
+                    errs.append(("resourceVersionMatch", "FieldValueForbidden",
+                                 "Forbidden: resourceVersionMatch is forbidden "
+                                 "when continue is provided"))
+        else:
+            if match:
+                if not q.get("resourceVersion"):
+                    errs.append(("resourceVersionMatch", "FieldValueForbidden",
+                                 "Forbidden: resourceVersionMatch is forbidden "
+                                 "unless resourceVersion is provided"))
+                if q.get("continue"):
+                    errs.append(("resourceVersionMatch", "FieldValueForbidden",
+                                 "Forbidden: resourceVersionMatch is forbidden "
+                                 "when continue is provided"))
+                if match not in ("Exact", "NotOlderThan"):
+                    errs.append(("resourceVersionMatch",
+                                 "FieldValueNotSupported",
+                                 'Unsupported value: "%s": supported values: '
+                                 '"Exact", "NotOlderThan", ""' % match))
+                if match == "Exact" and q.get("resourceVersion") == "0":
+                    errs.append(("resourceVersionMatch", "FieldValueForbidden",
+                                 'Forbidden: resourceVersionMatch "exact" is '
+                                 'forbidden for resourceVersion "0"'))
+            if sie is not None:
+                errs.append(("sendInitialEvents", "FieldValueForbidden",
+                             "Forbidden: sendInitialEvents is forbidden for "
+                             "list"))
+        if not errs:
+            return
+        texts = ["%s: %s" % (f, m) for f, _, m in errs]
+        raise ApiError(422, 'ListOptions.meta.k8s.io "" is invalid: %s' % (
+            texts[0] if len(texts) == 1 else "[%s]" % ", ".join(texts)),
+            "Invalid", {"group": "meta.k8s.io", "kind": "ListOptions",
+                        "causes": [{"reason": r, "message": m, "field": f}
+                                   for f, r, m in errs]})
+
+    def _list_from_cache(self, q, limit):
+        """The cacher's shouldDelegateList: the watch cache serves a LIST
+        unless it is consistent (no RV), continues, pages an RV other than
+        "0", or asks for an Exact RV."""
+        rv_text = q.get("resourceVersion", "")
+        return (self.watch_cache and rv_text != "" and not q.get("continue")
+                and not (limit and rv_text != "0")
+                and q.get("resourceVersionMatch", "") in ("", "NotOlderThan"))
+
     def _list(self, h, res, ns, q):
+        self._validate_list_options(q, watch=False)
         try:
             pred = self._selector(res, q)
             limit = int(q.get("limit") or 0)
             rv_text = q.get("resourceVersion", "")
             match = q.get("resourceVersionMatch", "")
             cont = q.get("continue", "")
-            if cont and rv_text:
+            if cont and rv_text not in ("", "0"):
                 raise BadRequest("specifying resource version is not "
                                  "allowed when using continue")
-            if match and not rv_text:
-                raise BadRequest("resourceVersionMatch is forbidden unless "
-                                 "resourceVersion is provided")
-            if match and match not in ("NotOlderThan", "Exact"):
-                raise BadRequest('resourceVersionMatch: Unsupported value: '
-                                 '"%s"' % match)
-            if match == "Exact" and rv_text == "0":
-                raise BadRequest('resourceVersionMatch "exact" is forbidden '
-                                 'for resourceVersion "0"')
             start = None
             if cont:
                 snapshot, start = decode_continue(cont)
             rv = self._parse_rv(rv_text) if rv_text else None
         except (BadRequest, ValueError) as e:
             raise ApiError(400, str(e))
+        cached = self._list_from_cache(q, limit)
+        h._req.served_from = "cache" if cached else "etcd"
+        h._req.consistent = not rv_text and not cont
         st = self.store
         with st.cond:
-            if cont:
+            if cached:
+                # Whatever it holds at least as new as rv, all of it: the
+                # watch cache does not page (limit is ignored).
+                if rv:
+                    self._wait_for_cache(rv)
+                snapshot, limit = self._cache_rv(), 0
+            elif cont:
                 if snapshot < st.compact_rv:
                     raise ApiError(410, EXPIRED_CONTINUE, "Expired")
-            elif rv is not None and match == "Exact":
+            elif rv and (match == "Exact" or (not match and limit)):
+                # etcd at exactly rv (the legacy paged RV is Exact too).
                 if rv < st.compact_rv:
                     raise ApiError(410, "The resourceVersion for the "
                                    "provided list is too old.", "Expired")
-                self._wait_for_rv(rv)
+                if rv > st.rv:
+                    raise _too_large(rv, st.rv)
                 snapshot = rv
             else:
-                if rv:
-                    self._wait_for_rv(rv)
-                elif rv_text == "0":
-                    # "Any" RV is served from the watch cache, which does
-                    # not page: the whole list in one response.
-                    limit = 0
+                # etcd at its current revision: consistent, "0" without a
+                # watch cache, or NotOlderThan rv (checked after the read).
+                if rv and rv > st.rv:
+                    raise _too_large(rv, st.rv)
                 snapshot = st.rv
             items, next_key, remaining = st.page(res, ns, pred, limit, start,
                                                  snapshot)
@@ -1582,6 +1746,7 @@ class FakeAPI:
     # -- watch
 
     def _watch(self, h, res, ns, q, gone=False):
+        self._validate_list_options(q, watch=True)
         try:
             pred = self._selector(res, q)
             rv_text = q.get("resourceVersion", "")
@@ -1592,19 +1757,43 @@ class FakeAPI:
             raise ApiError(400, str(e))
         bookmarks = _truthy(q.get("allowWatchBookmarks"))
         initial_events = _truthy(q.get("sendInitialEvents"))
+        if (self.watch_list and "sendInitialEvents" not in q and
+                rv_text in ("", "0")):
+            # SetListOptionsDefaults: with the WatchList gate on, a legacy
+            # watch from no RV or "0" is a streaming list.
+            initial_events = True
         if ns:
             pred = combine(lambda o: o["metadata"].get("namespace") == ns,
                            pred)
+        # A watch from the cache, but a watch without an RV and without
+        # initial events, which the cacher hands to etcd.
+        from_cache = self.watch_cache and (rv_text != "" or initial_events)
+        h._req.served_from = "cache" if from_cache else "etcd"
+        h._req.consistent = initial_events and rv_text == ""
         st = self.store
-        initial, expired = [], None
+        initial, expired, too_large = [], None, None
         with st.cond:
             if gone:
                 expired = pos = rv
-            elif rv == 0 or initial_events:
-                # "Get state and start at most recent": synthetic ADDED
-                # events for what exists now, then the changes after it.
-                if rv:
-                    self._wait_for_rv(rv)
+            elif initial_events:
+                # The state at least as new as rv (no RV: as new as etcd's
+                # current revision, which the cache waits for), as ADDED
+                # events from the cache, then the changes after it.
+                want = st.rv if rv_text == "" else rv
+                try:
+                    self._wait_for_cache(want)
+                except ApiError as e:
+                    # Past authentication and a parsed RV, the cacher
+                    # reports errors in the stream, not as the status.
+                    too_large, pos = e, rv
+                else:
+                    pos = self._cache_rv()
+                    items, _, _ = st.page(res, ns, pred, 0, None, pos)
+                    initial = [b'{"type":"ADDED","object":%s}\n'
+                               % full_json(res, it) for it in items]
+            elif rv == 0:
+                # No RV and no initial events (WatchList off): "get state
+                # and start at most recent", from etcd.
                 pos = st.rv
                 items, _, _ = st.page(res, ns, pred, 0, None, pos)
                 initial = [b'{"type":"ADDED","object":%s}\n'
@@ -1613,21 +1802,32 @@ class FakeAPI:
                 expired = rv
                 pos = rv
             else:
-                self._wait_for_rv(rv)
+                self._wait_for_cache(rv)
                 pos = rv
         h._req.code = 200
         h.send_response(200)
         h.send_header("Content-Type", "application/json")
         h.send_header("Cache-Control", "no-cache, private")
         h.send_header("Transfer-Encoding", "chunked")
+        if (initial_events and self.watch_list_compression and
+                "gzip" in (h.headers.get("Accept-Encoding") or "")):
+            # WatchListCompression (1.37): the writer closes the gzip
+            # stream at every flush, so each event is a gzip member.
+            h.send_header("Content-Encoding", "gzip")
+            h.gzip_members = True
         h.end_headers()
         if expired is not None:
             return self._watch_expired(h, expired)
+        if too_large is not None:
+            return self._watch_error(h, too_large.status)
         watch = Watch(res.name, h.connection)
         with self._lock:
             self._watches.add(watch)
         try:
-            for line in initial:
+            for i, line in enumerate(initial):
+                if initial_events and not self._initial_event_may_go(
+                        res, i, h, watch):
+                    return self._cut(h, res, watch)
                 h.write_chunk(line)
             if initial_events and bookmarks:
                 h.write_chunk(self._bookmark(res, pos, initial_end=True))
@@ -1636,14 +1836,26 @@ class FakeAPI:
             with self._lock:
                 self._watches.discard(watch)
 
-    def _watch_expired(self, h, rv):
+    def _initial_event_may_go(self, res, i, h, watch):
+        """Initial event i of a WatchList waits while hold_initial_events()
+        holds it back; False when the watch was cut meanwhile."""
         with self.store.cond:
-            floor = self.store.watch_floor
-        err = status(410, "too old resource version: %d (%d)" % (rv, floor),
-                     self.gone_reason)
+            while i >= self._held.get(res.name, i + 1):
+                if watch.cut or self._client_gone(h.connection):
+                    return False
+                self.store.cond.wait(0.05)
+            return not watch.cut
+
+    def _watch_error(self, h, err):
         h.write_chunk(b'{"type":"ERROR","object":%s}\n'
                       % json.dumps(err, separators=(",", ":")).encode())
         h.wfile.write(b"0\r\n\r\n")
+
+    def _watch_expired(self, h, rv):
+        with self.store.cond:
+            floor = self.store.watch_floor
+        self._watch_error(h, status(410, "too old resource version: %d (%d)"
+                                    % (rv, floor), self.gone_reason))
 
     def _bookmark(self, res, rv, initial_end=False):
         meta = {"resourceVersion": str(rv), "creationTimestamp": None}
@@ -1668,7 +1880,8 @@ class FakeAPI:
                         break
                     if pos < st.watch_floor:
                         break
-                    if st.log and st.log[-1].rv > pos:
+                    if st.log and min(st.log[-1].rv,
+                                      self._cache_rv()) > pos:
                         break
                     now = time.monotonic()
                     if deadline is not None and now >= deadline:
@@ -1685,8 +1898,10 @@ class FakeAPI:
                         wake = min(wake, next_bookmark)
                     st.cond.wait(max(wake - now, 0.001))
                 expired = pos < st.watch_floor
-                events = [] if expired or watch.cut else st.events_after(pos)
-                upto = st.rv
+                # What the watch cache has reached, not beyond.
+                upto = max(pos, self._cache_rv())
+                events = [] if expired or watch.cut else [
+                    e for e in st.events_after(pos) if e.rv <= upto]
             if watch.cut:
                 return self._cut(h, res, watch)
             if expired:
@@ -1815,6 +2030,15 @@ class FakeAPI:
         if op == "tokens":
             self.set_tokens(a.get("tokens"))
             return {}
+        if op == "hold_initial_events":
+            after = a.get("after")
+            self.hold_initial_events(a["resource"], None if after in
+                                     (None, "", "null") else int(after))
+            return {}
+        if op == "cache_behind":
+            rv = a.get("resourceVersion")
+            self.cache_behind(None if rv in (None, "", "null") else int(rv))
+            return {}
         if op == "bookmark_interval":
             self.set_bookmark_interval(float(a["seconds"]))
             return {}
@@ -1829,6 +2053,8 @@ class FakeAPI:
                 rv, crv, floor = (self.store.rv, self.store.compact_rv,
                                   self.store.watch_floor)
             return {"resourceVersion": str(rv), "compacted": str(crv),
+                    "cacheAt": None if self.cache_at is None
+                    else str(self.cache_at),
                     "watchFloor": str(floor), "down": self.down,
                     "port": self.port,
                     "openWatches": {r: self.open_watches(r)
@@ -1917,6 +2143,12 @@ def main(argv=None):
                     help="watch events kept (older RVs get 410)")
     ap.add_argument("--gone-reason", default="Expired",
                     help="reason of the watch 410 Status (Expired or Gone)")
+    ap.add_argument("--no-watch-list", action="store_true",
+                    help="refuse sendInitialEvents (the WatchList gate off)")
+    ap.add_argument("--no-watch-cache", action="store_true",
+                    help="serve every LIST and WATCH from etcd")
+    ap.add_argument("--no-watch-list-compression", action="store_true",
+                    help="never gzip a WatchList (servers before 1.37)")
     ap.add_argument("--load", help="a JSON file: a list of objects to apply")
     ap.add_argument("--ready-file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -1928,7 +2160,9 @@ def main(argv=None):
                   bookmark_interval=args.bookmark_interval,
                   history=args.history, gone_reason=args.gone_reason,
                   control_port=args.control_port,
-                  verbose=args.verbose)
+                  verbose=args.verbose, watch_list=not args.no_watch_list,
+                  watch_cache=not args.no_watch_cache,
+                  watch_list_compression=not args.no_watch_list_compression)
     if args.load:
         with open(args.load) as f:
             api.apply(json.load(f))

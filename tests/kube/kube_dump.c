@@ -9,7 +9,7 @@
  *   synced
  *
  * SIGUSR1 prints the client's counters as one line:
- *   status synced=1 errors=0 services=events:3,relists:0,objects:2,too_large:0,page_limit:500 ...
+ *   status synced=1 errors=0 services=events:3,relists:0,objects:2,too_large:0 ...
  * Pods are watched as the daemon watches them: with cluster.autopath or
  * cluster.pods: verified in the config.
  * SIGTERM or SIGINT stops the client (kube_stop) and exits 0. Every line is
@@ -91,10 +91,10 @@ static void print_status(const struct kube_client *k)
 	printf("status synced=%d errors=%llu contact=%d", st.synced, (unsigned long long)st.errors,
 	       st.last_contact_ms > 0);
 	for (int r = 0; r < KUBE_N_RESOURCES; r++)
-		printf(" %s=events:%llu,relists:%llu,objects:%llu,too_large:%llu,page_limit:%llu",
+		printf(" %s=events:%llu,relists:%llu,objects:%llu,too_large:%llu",
 		       kube_resource_name(r), (unsigned long long)st.events[r],
 		       (unsigned long long)st.relists[r], (unsigned long long)st.objects[r],
-		       (unsigned long long)st.pages_too_large[r], (unsigned long long)st.page_limit[r]);
+		       (unsigned long long)st.objects_too_large[r]);
 	printf("\n");
 	fflush(stdout);
 	funlockfile(stdout);

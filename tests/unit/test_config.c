@@ -85,7 +85,7 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->kubernetes.node_name, "");
 	assert_string_equal(c->kubernetes.service_account_dir,
 			    "/var/run/secrets/kubernetes.io/serviceaccount");
-	assert_int_equal(c->kubernetes.list_max_bytes, 4 << 20);
+	assert_int_equal(c->kubernetes.object_max_bytes, 16 << 20);
 	assert_int_equal(c->statics.n_records, 0);
 	assert_int_equal(c->statics.n_files, 0);
 	assert_int_equal(c->upstream.n_servers, 0);
@@ -251,7 +251,7 @@ static void test_every_value_set(void **state)
 		"  fallback_servers: [10.96.0.10], autopath: true, endpoint_pod_names: true,\n"
 		"  noendpoints: true, fallthrough: [10.IN-ADDR.arpa.]}\n"
 		"kubernetes: {enabled: false, kubeconfig: /etc/kube.conf, node_name: n1,\n"
-		"  service_account_dir: sa, list_max_bytes: 64KiB}\n"
+		"  service_account_dir: sa, object_max_bytes: 64KiB}\n"
 		"upstream: {resolv_conf: r.conf, recursive: true, dnssec: true, timeout: 1500ms}\n"
 		"cache: {size: 1G, min_ttl: 30s, max_ttl: 2h, serve_stale: false,\n"
 		"  stale_max_age: 1m, prefetch: false}\n"
@@ -290,7 +290,7 @@ static void test_every_value_set(void **state)
 	assert_string_equal(c->kubernetes.kubeconfig, "/etc/kube.conf");
 	assert_string_equal(c->kubernetes.node_name, "n1");
 	assert_string_equal(c->kubernetes.service_account_dir, "sa");
-	assert_int_equal(c->kubernetes.list_max_bytes, 65536);
+	assert_int_equal(c->kubernetes.object_max_bytes, 65536);
 	/* t.yaml has no directory part: relative paths stay relative to the cwd. */
 	assert_string_equal(c->upstream.resolv_conf, "r.conf");
 	assert_true(c->upstream.recursive);
@@ -487,6 +487,10 @@ static void test_error_unknown_key(void **state)
 		     "t.yaml:2:1: unknown key \"lisen\" at top level (did you mean \"listen\"?)");
 	expect_error("static:\n  records:\n    - {name: a.b, a: [10.0.0.1], typo: 1}\n",
 		     "t.yaml:3:34: unknown key \"typo\" in static.records[0]");
+	/* A key a release had says what replaced it. */
+	expect_error("kubernetes:\n  list_max_bytes: 4MiB\n",
+		     "t.yaml:2:3: kubernetes.list_max_bytes was removed: responses are decoded as "
+		     "they stream; kubernetes.object_max_bytes bounds one object");
 }
 
 static void test_error_wrong_type(void **state)
@@ -804,8 +808,8 @@ static void test_error_strings(void **state)
 		     "t.yaml:2:10: nftables.table: must not be empty");
 	expect_error("kubernetes:\n  service_account_dir: \"\"\n",
 		     "t.yaml:2:24: kubernetes.service_account_dir: must not be empty");
-	expect_error("kubernetes:\n  list_max_bytes: 60KiB\n",
-		     "t.yaml:2:19: kubernetes.list_max_bytes: \"60KiB\" is below the minimum 64KiB");
+	expect_error("kubernetes:\n  object_max_bytes: 60KiB\n",
+		     "t.yaml:2:21: kubernetes.object_max_bytes: \"60KiB\" is below the minimum 64KiB");
 	/* A YAML escape can put a NUL inside a scalar; C strings would cut it. */
 	expect_error("chaos:\n  id: \"a\\0b\"\n",
 		     "t.yaml:2:7: chaos.id: contains a NUL character");

@@ -1,8 +1,8 @@
 /*
- * Unit tests for kube/'s pure parts: the watch-stream line splitter (every
- * chunk boundary, events split over many chunks, many events in one
- * chunk, the size limit), the backoff schedule and the 410 relist
- * schedule, base64, kubeconfig
+ * Unit tests for kube/'s pure parts: the streaming decoder (every chunk
+ * boundary of a LIST and of a watch stream, only the kept fields, items
+ * handed out as they close, the per-object bound, bad JSON, nesting), the
+ * backoff schedule and the 410 relist schedule, base64, kubeconfig
  * parsing (contexts, relative paths, *-data, tokenFile, refused
  * credentials, exact messages), the in-cluster connection, token file
  * rotation, and the known-key set with its relist sweep.
@@ -16,106 +16,394 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <cmocka.h>
 
 #include "kube/internal.h"
 
-/* ---- lines ----------------------------------------------------------------- */
+/* ---- the streaming decoder ------------------------------------------------------ */
 
 struct collected {
-	char text[4096]; /* the lines joined with '|' */
+	char text[8192]; /* each object handed out, as plain JSON, joined with '|' */
 	size_t n;
-	int stop_after;  /* return 7 from the callback at this line (0: never) */
+	size_t stop_after; /* return 7 from the callback at this object (0: never) */
 };
 
-static int collect_line(void *ctx, const char *line, size_t len)
+static int count_object(void *ctx, struct json_object *obj)
 {
-	struct collected *c = ctx;
-	size_t used = strlen(c->text);
-
-	assert_true(used + len + 2 < sizeof c->text);
-	memcpy(c->text + used, line, len);
-	c->text[used + len] = '|';
-	c->text[used + len + 1] = '\0';
-	c->n++;
-	return c->stop_after && (int)c->n == c->stop_after ? 7 : 0;
+	(void)obj;
+	((struct collected *)ctx)->n++;
+	return 0;
 }
 
-static const char stream[] =
-	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n"
-	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r\n"
-	"\n"
-	"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n";
-static const char stream_lines[] =
-	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}|"
-	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\r|"
-	"|"
-	"{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}|";
+static int collect_object(void *ctx, struct json_object *obj)
+{
+	struct collected *c = ctx;
+	const char *json = json_object_to_json_string_ext(
+		obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	size_t used = strlen(c->text);
 
-/* Every chunk size from 1 byte to the whole stream gives the same lines. */
-static void test_lines_any_chunk_size(void **state)
+	assert_true(used + strlen(json) + 2 < sizeof c->text);
+	strcat(c->text, json);
+	strcat(c->text, "|");
+	c->n++;
+	return c->stop_after && c->n == c->stop_after ? 7 : 0;
+}
+
+/* Feeds text in chunks of the given size; returns the last feed's result. */
+static int feed_in_chunks(struct kube_decoder *d, const char *text, size_t chunk)
+{
+	size_t len = strlen(text);
+	int rc = 0;
+
+	for (size_t off = 0; off < len && rc == 0; off += chunk)
+		rc = kube_decoder_feed(d, text + off, len - off < chunk ? len - off : chunk);
+	return rc;
+}
+
+/* A ServiceList as the API server sends it: everything DNS does not read is
+ * dropped (kind, managedFields, annotations but the initial-events-end one,
+ * selector, targetPort, status), including values that look like JSON. */
+static const char service_list[] =
+	"{\"kind\":\"ServiceList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"42\","
+	"\"continue\":\"eyJ2Ijoi\",\"remainingItemCount\":7},\"items\":["
+	"{\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\",\"uid\":\"u-1\","
+	"\"resourceVersion\":\"40\",\"annotations\":{\"note\":\"}]{[\\\"x\\\\\",\"big\":"
+	"\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},\"managedFields\":[{\"manager\":"
+	"\"kubectl\",\"fieldsV1\":{\"f:spec\":{\"f:ports\":{}}}}]},\"spec\":{\"ports\":[{\"name\":"
+	"\"http\",\"protocol\":\"TCP\",\"port\":80,\"targetPort\":8080}],\"selector\":{\"app\":"
+	"\"web\"},\"clusterIP\":\"10.96.0.7\",\"clusterIPs\":[\"10.96.0.7\",\"fd00::7\"],\"type\":"
+	"\"ClusterIP\",\"publishNotReadyAddresses\":true,\"sessionAffinity\":null},\"status\":"
+	"{\"loadBalancer\":{}}},"
+	"{\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\",\"resourceVersion\":\"41\"},"
+	"\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"db.example.org\",\"ports\":null}},"
+	"{\"metadata\":{\"name\":\"n\",\"namespace\":\"x\",\"resourceVersion\":\"9\","
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}},\"spec\":{\"clusterIP\":"
+	"\"None\",\"ports\":[{\"port\":53,\"nodePort\":99999999999999999999}]}}"
+	"]}\n";
+
+static const char service_items[] =
+	"{\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\",\"resourceVersion\":\"40\","
+	"\"annotations\":{}},\"spec\":{\"ports\":[{\"name\":\"http\",\"protocol\":\"TCP\","
+	"\"port\":80}],\"clusterIP\":\"10.96.0.7\",\"clusterIPs\":[\"10.96.0.7\",\"fd00::7\"],"
+	"\"type\":\"ClusterIP\",\"publishNotReadyAddresses\":true}}|"
+	"{\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\",\"resourceVersion\":\"41\"},"
+	"\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"db.example.org\",\"ports\":null}}|"
+	"{\"metadata\":{\"name\":\"n\",\"namespace\":\"x\",\"resourceVersion\":\"9\","
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}},\"spec\":{\"clusterIP\":"
+	"\"None\",\"ports\":[{\"port\":53}]}}|";
+
+/* Every chunk size from 1 byte to the whole response hands out the same items. */
+static void test_decode_list_any_chunk_size(void **state)
 {
 	(void)state;
-	size_t len = sizeof stream - 1;
+	size_t len = sizeof service_list - 1;
 
 	for (size_t chunk = 1; chunk <= len; chunk++) {
-		struct kube_lines l;
 		struct collected c = {.text = ""};
-		kube_lines_init(&l, 1024);
-		for (size_t off = 0; off < len; off += chunk) {
-			size_t n = len - off < chunk ? len - off : chunk;
-			assert_int_equal(kube_lines_feed(&l, stream + off, n, collect_line, &c), 0);
-		}
-		assert_string_equal(c.text, stream_lines);
-		assert_int_equal(c.n, 4);
-		assert_int_equal(l.len, 0);
-		kube_lines_free(&l);
+		struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
+							  1 << 20, collect_object, &c);
+		assert_non_null(d);
+		assert_int_equal(feed_in_chunks(d, service_list, chunk), 0);
+		assert_int_equal(kube_decoder_finish(d), 0);
+		assert_string_equal(c.text, service_items);
+		struct json_object *meta = kube_decoder_list_meta(d);
+		assert_non_null(meta);
+		assert_string_equal(json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN),
+				    "{\"resourceVersion\":\"42\",\"continue\":\"eyJ2Ijoi\"}");
+		assert_null(kube_decoder_partial(d));
+		kube_decoder_free(d);
 	}
 }
 
-/* One event over three chunks, then the next event's start in the same chunk as its end. */
-static void test_lines_event_over_many_chunks(void **state)
+/* Items are handed out as each closes, before the response ends; a kept port is an integer. */
+static void test_decode_list_items_as_they_close(void **state)
 {
 	(void)state;
-	struct kube_lines l;
 	struct collected c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
+						  1 << 20, collect_object, &c);
+	const char *first = strstr(service_list, ",{\"metadata\":{\"name\":\"ext\"");
 
-	kube_lines_init(&l, 1024);
-	assert_int_equal(kube_lines_feed(&l, "{\"ty", 4, collect_line, &c), 0);
-	assert_int_equal(kube_lines_feed(&l, "pe\":1,", 6, collect_line, &c), 0);
-	assert_int_equal(c.n, 0);
-	assert_int_equal(kube_lines_feed(&l, "\"x\":2}\n{\"ne", 11, collect_line, &c), 0);
-	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|");
-	assert_int_equal(kube_lines_feed(&l, "xt\":3}\n", 7, collect_line, &c), 0);
-	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|{\"next\":3}|");
-	/* A new stream forgets a partial line. */
-	assert_int_equal(kube_lines_feed(&l, "{\"cut", 5, collect_line, &c), 0);
-	kube_lines_reset(&l);
-	assert_int_equal(kube_lines_feed(&l, "{}\n", 3, collect_line, &c), 0);
-	assert_string_equal(c.text, "{\"type\":1,\"x\":2}|{\"next\":3}|{}|");
-	kube_lines_free(&l);
+	assert_int_equal(kube_decoder_feed(d, service_list, (size_t)(first - service_list)), 0);
+	assert_int_equal(c.n, 1);
+	assert_non_null(strstr(c.text, "\"port\":80}"));
+	assert_null(kube_decoder_partial(d));
+	assert_int_equal(kube_decoder_feed(d, first, 30), 0);
+	assert_int_equal(c.n, 1);
+	assert_string_equal(json_object_to_json_string_ext(kube_decoder_partial(d),
+							   JSON_C_TO_STRING_PLAIN),
+			    "{\"metadata\":{\"name\":\"ext\"}}");
+	/* Cut here: the LIST is not whole. */
+	assert_int_equal(kube_decoder_finish(d), KUBE_DECODE_BAD);
+	kube_decoder_free(d);
 }
 
-static void test_lines_limit_and_stop(void **state)
+static const char watch_stream[] =
+	"{\"type\":\"ADDED\",\"object\":{\"kind\":\"EndpointSlice\",\"metadata\":{\"name\":\"web-1\","
+	"\"namespace\":\"prod\",\"resourceVersion\":\"50\",\"labels\":{\"kubernetes.io/service-name\":"
+	"\"web\",\"other\":\"x\"}},\"addressType\":\"IPv4\",\"endpoints\":[{\"addresses\":"
+	"[\"10.1.0.1\"],\"conditions\":{\"ready\":true,\"serving\":true,\"terminating\":false},"
+	"\"hostname\":\"h1\",\"targetRef\":{\"kind\":\"Pod\",\"namespace\":\"prod\",\"name\":\"p1\","
+	"\"uid\":\"u\"},\"nodeName\":\"node-a\",\"zone\":\"z\"}],\"ports\":[{\"name\":\"\","
+	"\"protocol\":\"UDP\",\"port\":53,\"appProtocol\":\"dns\"}]}}\n"
+	"{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"EndpointSlice\",\"apiVersion\":"
+	"\"discovery.k8s.io/v1\",\"metadata\":{\"resourceVersion\":\"51\",\"creationTimestamp\":null,"
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\r\n"
+	"\n"
+	"{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},"
+	"\"status\":\"Failure\",\"message\":\"too old resource version: 1 (50)\",\"reason\":"
+	"\"Expired\",\"code\":410}}\n";
+
+static const char watch_events[] =
+	"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"web-1\",\"namespace\":\"prod\","
+	"\"resourceVersion\":\"50\",\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+	"\"addressType\":\"IPv4\",\"endpoints\":[{\"addresses\":[\"10.1.0.1\"],\"conditions\":"
+	"{\"ready\":true,\"serving\":true,\"terminating\":false},\"hostname\":\"h1\",\"targetRef\":"
+	"{\"kind\":\"Pod\",\"namespace\":\"prod\",\"name\":\"p1\"}}],\"ports\":[{\"name\":\"\","
+	"\"protocol\":\"UDP\",\"port\":53}]}}|"
+	"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"51\","
+	"\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}|"
+	"{\"type\":\"ERROR\",\"object\":{\"metadata\":{},\"message\":\"too old resource version: 1 (50)\","
+	"\"reason\":\"Expired\",\"code\":410}}|";
+
+/* A watch stream is a sequence of events, each handed out whole, at any chunk size. */
+static void test_decode_watch_any_chunk_size(void **state)
 {
 	(void)state;
-	struct kube_lines l;
+	size_t len = sizeof watch_stream - 1;
+
+	for (size_t chunk = 1; chunk <= len; chunk++) {
+		struct collected c = {.text = ""};
+		struct kube_decoder *d = kube_decoder_new(
+			KUBE_DECODE_WATCH, kube_fields(KUBE_ENDPOINTSLICES), 1 << 20, collect_object, &c);
+		assert_int_equal(feed_in_chunks(d, watch_stream, chunk), 0);
+		assert_string_equal(c.text, watch_events);
+		assert_int_equal(kube_decoder_finish(d), 0);
+		kube_decoder_free(d);
+	}
+	/* A stream cut inside an event: that event is never handed out. */
 	struct collected c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_WATCH, kube_fields(KUBE_ENDPOINTSLICES),
+						  1 << 20, collect_object, &c);
+	assert_int_equal(kube_decoder_feed(d, watch_stream, 40), 0);
+	assert_int_equal(c.n, 0);
+	assert_int_equal(kube_decoder_finish(d), KUBE_DECODE_BAD);
+	kube_decoder_free(d);
+}
 
-	/* A line of exactly max bytes fits (split over chunks); one more does not. */
-	kube_lines_init(&l, 8);
-	assert_int_equal(kube_lines_feed(&l, "1234", 4, collect_line, &c), 0);
-	assert_int_equal(kube_lines_feed(&l, "5678\n", 5, collect_line, &c), 0);
-	assert_string_equal(c.text, "12345678|");
-	assert_int_equal(kube_lines_feed(&l, "123456789", 9, collect_line, &c), -1);
-	kube_lines_free(&l);
+/* The bound is per object: a response far larger passes; one object over it fails. */
+static void test_decode_object_bound(void **state)
+{
+	(void)state;
+	enum { N = 200, NOTE = 5000 };
+	char *big = malloc(N * (NOTE + 200) + 100), *p = big;
+	char note[NOTE + 1];
 
-	/* The callback's nonzero value stops the feed at that line. */
+	memset(note, 'x', NOTE);
+	note[NOTE] = '\0';
+	p += sprintf(p, "{\"metadata\":{\"resourceVersion\":\"1\"},\"items\":[");
+	for (int i = 0; i < N; i++)
+		p += sprintf(p, "%s{\"metadata\":{\"name\":\"s%d\",\"namespace\":\"n\","
+			     "\"annotations\":{\"a\":\"%s\"}}}", i ? "," : "", i, note);
+	strcpy(p, "]}");
+	struct collected c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_NAMESPACES),
+						  2 * NOTE, count_object, &c);
+	assert_true(strlen(big) > 100 * 2 * NOTE);
+	assert_int_equal(feed_in_chunks(d, big, 16384), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	assert_int_equal(c.n, N);
+	kube_decoder_free(d);
+
+	/* Half the bound: the first object is too large, whatever the chunking;
+	 * what of it had come names it. */
+	for (size_t chunk = 1000; chunk <= strlen(big); chunk *= 7) {
+		struct collected none = {.text = ""};
+		d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_NAMESPACES), NOTE / 2,
+				     collect_object, &none);
+		assert_int_equal(feed_in_chunks(d, big, chunk), KUBE_DECODE_TOO_LARGE);
+		assert_int_equal(none.n, 0);
+		assert_string_equal(json_object_to_json_string_ext(kube_decoder_partial(d),
+								   JSON_C_TO_STRING_PLAIN),
+				    "{\"metadata\":{\"name\":\"s0\",\"namespace\":\"n\",\"annotations\":{}}}");
+		assert_non_null(strstr(kube_decoder_error(d), "larger than 2500 bytes"));
+		/* It stays stopped. */
+		assert_int_equal(kube_decoder_feed(d, "]}", 2), KUBE_DECODE_TOO_LARGE);
+		kube_decoder_free(d);
+	}
+	free(big);
+}
+
+/* Not JSON; kept values nested too deep (skipped ones may nest as they like);
+ * the callback's nonzero value stops it for good. */
+static void test_decode_errors_and_stop(void **state)
+{
+	(void)state;
+	struct collected c = {.text = ""};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES),
+						  1 << 20, collect_object, &c);
+
+	assert_int_equal(feed_in_chunks(d, "{\"items\":[{]", 3), KUBE_DECODE_BAD);
+	assert_non_null(strstr(kube_decoder_error(d), "not JSON"));
+	kube_decoder_free(d);
+
+	char deep[4096] = "{\"items\":[{\"metadata\":{\"annotations\":{\"a\":";
+	for (int i = 0; i < 1000; i++)
+		strcat(deep, "[");
+	for (int i = 0; i < 1000; i++)
+		strcat(deep, "]");
+	strcat(deep, "}}}]}");
+	d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &c);
+	assert_int_equal(feed_in_chunks(d, deep, 100), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	kube_decoder_free(d);
+
+	char kept[512] = "{\"type\":\"ADDED\",\"object\":{\"spec\":{\"clusterIPs\":";
+	for (int i = 0; i < 40; i++)
+		strcat(kept, "[");
+	d = kube_decoder_new(KUBE_DECODE_WATCH, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &c);
+	assert_int_equal(feed_in_chunks(d, kept, 8), KUBE_DECODE_BAD);
+	assert_string_equal(kube_decoder_error(d), "JSON nested too deep");
+	kube_decoder_free(d);
+
 	struct collected s = {.text = "", .stop_after = 2};
-	kube_lines_init(&l, 64);
-	assert_int_equal(kube_lines_feed(&l, "a\nb\nc\n", 6, collect_line, &s), 7);
-	assert_string_equal(s.text, "a|b|");
-	kube_lines_free(&l);
+	d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICES), 1 << 20, collect_object, &s);
+	assert_int_equal(feed_in_chunks(d, service_list, 64), 7);
+	assert_int_equal(s.n, 2);
+	assert_int_equal(kube_decoder_feed(d, "x", 1), 7);
+	kube_decoder_free(d);
+}
+
+/* ---- gzip bodies ------------------------------------------------------------------ */
+
+/* text as one gzip member appended to out (at *len); out has room. */
+static void gzip_member(const char *text, size_t text_len, unsigned char *out, size_t *len,
+			size_t room)
+{
+	z_stream z = {0};
+
+	assert_int_equal(deflateInit2(&z, 1, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+	z.next_in = (unsigned char *)text;
+	z.avail_in = (uInt)text_len;
+	z.next_out = out + *len;
+	z.avail_out = (uInt)(room - *len);
+	assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+	*len = room - z.avail_out;
+	deflateEnd(&z);
+}
+
+struct inflated {
+	char text[200000];
+	size_t len;
+	size_t largest;
+	int stop_at;      /* return this from the piece that ends past stop_len (0: never) */
+	size_t stop_len;
+};
+
+static int take_inflated(void *ctx, const char *data, size_t len)
+{
+	struct inflated *o = ctx;
+
+	assert_true(o->len + len <= sizeof o->text);
+	memcpy(o->text + o->len, data, len);
+	o->len += len;
+	if (len > o->largest)
+		o->largest = len;
+	return o->stop_at && o->len > o->stop_len ? o->stop_at : 0;
+}
+
+/* Feeds in chunks of the given size; returns the last feed's result. */
+static int gunzip_in_chunks(struct kube_gunzip *g, const unsigned char *in, size_t len, size_t chunk,
+			    struct inflated *o)
+{
+	int rc = 0;
+
+	for (size_t off = 0; off < len && rc == 0; off += chunk)
+		rc = kube_gunzip_feed(g, (const char *)in + off, len - off < chunk ? len - off : chunk,
+				      take_inflated, o);
+	return rc;
+}
+
+/*
+ * A compressed WatchList: a gzip member per event (and one event far larger
+ * than a piece, compressing to little), decompressed whole at every chunk
+ * size, handed out in pieces of at most 16 KiB.
+ */
+static void test_gunzip_member_after_member(void **state)
+{
+	(void)state;
+	static const char *events[] = {
+		"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n",
+		"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\"}}}\n",
+		NULL, /* the large one */
+		"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\n",
+	};
+	static char large[100001];
+	static unsigned char gz[4096];
+	static char want[sizeof large + 512];
+	size_t gz_len = 0;
+
+	memset(large, 'x', sizeof large - 2);
+	large[sizeof large - 2] = '\n';
+	want[0] = '\0';
+	for (size_t i = 0; i < sizeof events / sizeof *events; i++) {
+		const char *e = events[i] ? events[i] : large;
+		gzip_member(e, strlen(e), gz, &gz_len, sizeof gz);
+		strcat(want, e);
+	}
+	for (size_t chunk = 1; chunk <= gz_len; chunk++) {
+		static struct inflated o;
+		memset(&o, 0, sizeof o);
+		struct kube_gunzip *g = kube_gunzip_new();
+		assert_non_null(g);
+		assert_int_equal(gunzip_in_chunks(g, gz, gz_len, chunk, &o), 0);
+		assert_int_equal(kube_gunzip_finish(g), 0);
+		assert_int_equal(o.len, strlen(want));
+		assert_memory_equal(o.text, want, o.len);
+		assert_true(o.largest <= 16384);
+		kube_gunzip_free(g);
+	}
+}
+
+/* Not gzip, a corrupt member after a good one, a body cut inside a member, a consumer that stops. */
+static void test_gunzip_errors_and_stop(void **state)
+{
+	(void)state;
+	static struct inflated o;
+	unsigned char gz[512];
+	size_t len = 0;
+	const char *ev = "{\"type\":\"ADDED\",\"object\":{}}\n";
+
+	struct kube_gunzip *g = kube_gunzip_new();
+	assert_int_equal(kube_gunzip_feed(g, "{\"items\":[]}", 12, take_inflated, &o),
+			 KUBE_GUNZIP_BAD);
+	assert_string_equal(kube_gunzip_error(g), "gzip: incorrect header check");
+	kube_gunzip_free(g);
+
+	gzip_member(ev, strlen(ev), gz, &len, sizeof gz);
+	size_t one = len;
+	gzip_member(ev, strlen(ev), gz, &len, sizeof gz);
+	gz[len - 5] ^= 0xff; /* the second member's CRC */
+	memset(&o, 0, sizeof o);
+	g = kube_gunzip_new();
+	assert_int_equal(gunzip_in_chunks(g, gz, len, 7, &o), KUBE_GUNZIP_BAD);
+	assert_string_equal(kube_gunzip_error(g), "gzip: incorrect data check");
+	kube_gunzip_free(g);
+
+	memset(&o, 0, sizeof o);
+	g = kube_gunzip_new();
+	assert_int_equal(gunzip_in_chunks(g, gz, one + 10, 3, &o), 0);
+	assert_int_equal(o.len, strlen(ev));
+	assert_int_equal(kube_gunzip_finish(g), KUBE_GUNZIP_BAD);
+	assert_string_equal(kube_gunzip_error(g), "gzip: the body ends inside a gzip member");
+	kube_gunzip_free(g);
+
+	memset(&o, 0, sizeof o);
+	o.stop_at = 5;
+	g = kube_gunzip_new();
+	assert_int_equal(gunzip_in_chunks(g, gz, one, one, &o), 5);
+	kube_gunzip_free(g);
 }
 
 /* ---- backoff --------------------------------------------------------------- */
@@ -125,41 +413,44 @@ static void test_backoff_grows_jitters_and_caps(void **state)
 	(void)state;
 	struct kube_backoff b = {0};
 
-	/* rnd 0 gives the low end b/2, rnd UINT32_MAX stays within [b/2, b]. */
-	assert_int_equal(kube_backoff_next(&b, 0), 200);
-	assert_int_equal(kube_backoff_next(&b, 0), 400);
+	/* rnd 0 gives the low end b, rnd UINT32_MAX stays within [b, 2b). */
 	assert_int_equal(kube_backoff_next(&b, 0), 800);
+	assert_int_equal(kube_backoff_next(&b, 0), 1600);
+	assert_int_equal(kube_backoff_next(&b, 0), 3200);
 	uint64_t w = kube_backoff_next(&b, UINT32_MAX);
-	assert_true(w >= 1600 && w <= 3200);
-	for (int i = 0; i < 40; i++)
+	assert_true(w >= 6400 && w < 12800);
+	for (int i = 0; i < 40; i++) {
 		w = kube_backoff_next(&b, (uint32_t)i * 2654435761u);
-	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
-	assert_int_equal(kube_backoff_next(&b, 15000), KUBE_BACKOFF_CAP_MS);
+		assert_true(w < 2 * KUBE_BACKOFF_CAP_MS);
+	}
+	assert_true(w >= KUBE_BACKOFF_CAP_MS);
+	assert_int_equal(kube_backoff_next(&b, 29999), 2 * KUBE_BACKOFF_CAP_MS - 1);
 	kube_backoff_reset(&b);
-	assert_int_equal(kube_backoff_next(&b, 0), 200);
+	assert_int_equal(kube_backoff_next(&b, 0), 800);
 	w = kube_backoff_next(&(struct kube_backoff){0}, 200);
-	assert_int_equal(w, 400);
+	assert_int_equal(w, 1000);
 }
 
-/* The first 410 relists at once; 410s that keep coming back wait longer and longer. */
-static void test_gone_first_prompt_then_backoff(void **state)
+/* Even the first 410 waits (jittered); 410s that keep coming back wait longer and longer. */
+static void test_gone_jittered_then_backoff(void **state)
 {
 	(void)state;
 	struct kube_gone g = {0};
 	int64_t t = 1000000;
 
-	assert_int_equal(kube_gone_next(&g, t, 0), 0);
-	assert_int_equal(kube_gone_next(&g, t += 50, 0), 200);
-	assert_int_equal(kube_gone_next(&g, t += 300, 0), 400);
+	assert_int_equal(kube_gone_next(&g, t, 0), 800);
+	assert_int_equal(kube_gone_next(&(struct kube_gone){0}, t, 799), 1599);
+	assert_int_equal(kube_gone_next(&g, t += 50, 0), 1600);
+	assert_int_equal(kube_gone_next(&g, t += 300, 0), 3200);
 	uint64_t w = kube_gone_next(&g, t += 500, UINT32_MAX);
-	assert_true(w >= 800 && w <= 1600);
+	assert_true(w >= 6400 && w < 12800);
 	/* Quiet for a whole streak: the next 410 is a first one again. */
-	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS, 0), 0);
-	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS - 1, 0), 200);
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS, 0), 800);
+	assert_int_equal(kube_gone_next(&g, t += KUBE_GONE_STREAK_MS - 1, 0), 1600);
 	/* The wait is capped like any backoff; the streak goes on while 410s come. */
 	for (int i = 0; i < 20; i++)
 		w = kube_gone_next(&g, t += KUBE_BACKOFF_CAP_MS, (uint32_t)i * 2654435761u);
-	assert_true(w >= KUBE_BACKOFF_CAP_MS / 2 && w <= KUBE_BACKOFF_CAP_MS);
+	assert_true(w >= KUBE_BACKOFF_CAP_MS && w < 2 * KUBE_BACKOFF_CAP_MS);
 }
 
 /* ---- base64 ---------------------------------------------------------------- */
@@ -515,11 +806,15 @@ static void test_keys_many(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_lines_any_chunk_size),
-		cmocka_unit_test(test_lines_event_over_many_chunks),
-		cmocka_unit_test(test_lines_limit_and_stop),
+		cmocka_unit_test(test_decode_list_any_chunk_size),
+		cmocka_unit_test(test_decode_list_items_as_they_close),
+		cmocka_unit_test(test_decode_watch_any_chunk_size),
+		cmocka_unit_test(test_decode_object_bound),
+		cmocka_unit_test(test_decode_errors_and_stop),
+		cmocka_unit_test(test_gunzip_member_after_member),
+		cmocka_unit_test(test_gunzip_errors_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
-		cmocka_unit_test(test_gone_first_prompt_then_backoff),
+		cmocka_unit_test(test_gone_jittered_then_backoff),
 		cmocka_unit_test(test_base64),
 		cmocka_unit_test(test_kubeconfig_current_context),
 		cmocka_unit_test(test_kubeconfig_files_token_insecure),
