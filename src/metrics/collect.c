@@ -332,6 +332,14 @@ static void collect_kubernetes(struct metrics_text *t, const struct kube_client 
 		metrics_sample(t, "localdns_kubernetes_data_age_seconds", NULL, 0,
 			       now > ks.last_contact_ms ? seconds_of_ms(now - ks.last_contact_ms) : 0);
 	single(t, "localdns_cluster_names", "gauge", "Owner names in the cluster table.", cs.names);
+
+	const char *limits[CLUSTER_LIMITS];
+	for (unsigned i = 0; i < CLUSTER_LIMITS; i++)
+		limits[i] = cluster_limit_name(i);
+	by_label(t, "localdns_cluster_limited_total", "counter",
+		 "Service and EndpointSlice changes cut by a bound (cluster.max_ports_per_service, "
+		 "cluster.max_endpoints_per_service, names past 255 bytes), by bound.",
+		 "limit", limits, cs.limited, CLUSTER_LIMITS);
 }
 
 /* ---- node, config, build ------------------------------------------------------------ */
