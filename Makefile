@@ -97,6 +97,11 @@ $(BUILD)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
+# The cluster table alone, without the API server (tests/bench/cluster_model.c).
+$(BUILD)/bench/cluster_model: tests/bench/cluster_model.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
@@ -169,11 +174,12 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) src/dns/dns.h
 fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
 
-bench: $(BIN) $(BENCH_TOOLS)
+bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
-	tests/bench/cluster_sync.py $(BIN)
+	$(BUILD)/bench/cluster_model
+	tests/bench/cluster_sync.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 
 # The container image, built from the Dockerfile with buildah (root, no Docker
