@@ -54,7 +54,7 @@ DEPS := gcc make pkg-config git \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 
-.PHONY: all deps run test unit integration sanitize fuzz bench image image-test clean chart deploy
+.PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean chart deploy
 
 all: $(BIN) $(KUBE_DUMP)
 
@@ -145,7 +145,7 @@ run: deps
 	$(BIN) --config deploy/examples/local.yaml
 
 test: deps
-	$(MAKE) fuzz sanitize unit integration
+	$(MAKE) fuzz sanitize tsan unit integration
 
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
@@ -160,24 +160,60 @@ sanitize:
 	$(MAKE) BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)" \
 	    unit integration
 
-# Fuzz targets: clang's libFuzzer with ASan and UBSan over the codec sources.
-FUZZ_TIME ?= 30
-FUZZ_SRC  := $(wildcard tests/fuzz/fuzz_*.c)
-FUZZ_BIN  := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
-FUZZ_LIB_SRC := $(wildcard src/dns/*.c)
+# Fuzz targets: clang's libFuzzer with ASan and UBSan (docs/security.md, "Fuzzing").
+# The library is built again by clang with those sanitizers and libFuzzer's
+# coverage hooks in $(FUZZ_LIB_BUILD), by the rules above in a sub-make that
+# runs every time (it does nothing when the archive is up to date); each
+# target links what it needs from the archive and the pkg-config libraries.
+FUZZ_TIME      ?= 30
+FUZZ_SANITIZE  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_BUILD := $(BUILD)/fuzz/lib
+FUZZ_LIB       := $(FUZZ_LIB_BUILD)/liblocaldns.a
+FUZZ_SRC       := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN       := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_SRC) src/dns/dns.h
-	@mkdir -p $(dir $@)
-	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined \
-	    -fno-sanitize-recover=undefined -o $@ $< $(FUZZ_LIB_SRC)
+$(FUZZ_LIB): FORCE
+	$(MAKE) BUILD=$(FUZZ_LIB_BUILD) CC=clang OPTFLAGS="-O1 -g" \
+	    SANITIZE="$(FUZZ_SANITIZE) -fsanitize=fuzzer-no-link" $@
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
+	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+	    $(FUZZ_SANITIZE) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDFLAGS) $(PKG_LIBS)
+
+# fuzz_cluster runs call_rcu callbacks itself (see there).
+$(BUILD)/fuzz/fuzz_cluster: FUZZ_LDFLAGS := -Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
 
 fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
+
+FORCE:
+
+# ThreadSanitizer over the tests that run the cache, the upstream hand-off
+# (request and completion rings) and the cluster table on several threads
+# at once, built by the rules above into $(TSAN_BUILD) with GCC's
+# -fsanitize=thread. liburcu is not instrumented: src/util/tsan.h tells TSan
+# what RCU guarantees, and tests/tsan/suppressions.txt names the races
+# inside liburcu's own hand-offs (-Wno-tsan: TSan does not model the
+# cache's two atomic_thread_fence calls, which order atomics only).
+TSAN_BUILD := $(BUILD)/tsan
+TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster
+TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
+# history_size=4: TSan keeps enough history to restore the stack of an old
+# access (a suppression can only match a stack it has).
+TSAN_ENV   := TSAN_OPTIONS="halt_on_error=1 history_size=4 \
+	      suppressions=$(abspath tests/tsan/suppressions.txt)"
+
+tsan:
+	$(MAKE) BUILD=$(TSAN_BUILD) OPTFLAGS="-O1 -g -Wno-tsan" SANITIZE="-fsanitize=thread" \
+	    $(TSAN_BIN)
+	$(TSAN_ENV) tests/unit/run.sh $(TSAN_BIN)
 
 bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
+	tests/bench/search_qps.sh $(BIN)
+	tests/bench/srv_qps.sh $(BIN)
 	$(BUILD)/bench/cluster_model
 	tests/bench/cluster_sync.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
@@ -185,9 +221,10 @@ bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 # The container image, built from the Dockerfile with buildah (root, no Docker
 # engine) on a bookworm base that debootstrap makes from the Debian mirror and
 # tests/image/base.sh caches in build/image/. `make image-test` builds it, then
-# checks it and runs the daemon from it (tests/image/check.sh). Neither is
-# part of `make test`; IMAGE_SOURCE sets the image's source label.
-IMAGE_DEPS   := buildah debootstrap libcap2-bin iproute2 dnsutils python3
+# checks it (size, contents, package list) and runs the daemon, ctl and cleanup
+# from it (tests/image/check.sh). Neither is part of `make test`; IMAGE_SOURCE
+# sets the image's source label.
+IMAGE_DEPS   := buildah debootstrap libcap2-bin iproute2 dnsutils nftables python3
 IMAGE        ?= localhost/localdns:$(VERSION)
 IMAGE_BASE   ?= localhost/debian:bookworm
 IMAGE_SOURCE ?=

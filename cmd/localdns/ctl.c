@@ -1,11 +1,13 @@
 /*
  * localdns ctl — the operator's side of the control socket (src/control/).
  *
- *   localdns ctl [--socket PATH | --config FILE] COMMAND [ARGS]
+ *   localdns ctl [--socket PATH | --config FILE] [--json] COMMAND [ARGS]
  *
  * Checks the command and its arguments here, so a typo gets a usage error
  * whether or not the daemon runs, then sends one request and prints the
- * reply's body on stdout as it streams in; errors go to stderr.
+ * reply's body on stdout as it streams in; errors go to stderr. --json
+ * goes to the daemon as the word after the command, and the daemon writes
+ * JSON (docs/ctl.md): nothing is re-parsed here.
  *
  * Exit status: 0 ok, 1 the command failed (the daemon says why), 2 usage,
  * 3 the daemon could not be reached (not running, wrong socket, no reply,
@@ -24,7 +26,7 @@
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
 static const char ctl_usage[] =
-	"usage: localdns ctl [--socket PATH | --config FILE] COMMAND [ARGS]\n"
+	"usage: localdns ctl [--socket PATH | --config FILE] [--json] COMMAND [ARGS]\n"
 	"\n"
 	"Talk to a running localdns over its control socket (control.socket).\n"
 	"\n"
@@ -45,6 +47,8 @@ static const char ctl_usage[] =
 	"\n"
 	"  -s, --socket PATH        the control socket (default " CONTROL_DEFAULT_SOCKET ")\n"
 	"  -c, --config FILE        the control socket named by FILE's control.socket\n"
+	"  -j, --json               stats, lookup, top: one JSON document; dump-cache:\n"
+	"                           one JSON object per line (per entry)\n"
 	"  -h, --help               print this help and exit\n"
 	"\n"
 	"Exit status: 0 ok, 1 the command failed, 2 usage error, 3 localdns not reachable.\n";
@@ -52,12 +56,13 @@ static const char ctl_usage[] =
 struct command {
 	const char *name;
 	int min_args, max_args;
+	bool json; /* takes --json */
 };
 
 static const struct command commands[] = {
-	{"stats", 0, 0},    {"lookup", 1, 2}, {"flush", 0, 1},
-	{"dump-cache", 0, 1}, {"reload", 0, 0}, {"top", 1, 5},
-	{"node", 0, 0},
+	{"stats", 0, 0, true},      {"lookup", 1, 2, true}, {"flush", 0, 1, false},
+	{"dump-cache", 0, 1, true}, {"reload", 0, 0, false}, {"top", 1, 5, true},
+	{"node", 0, 0, false},
 };
 
 static int usage_error(const char *why, const char *what)
@@ -67,12 +72,18 @@ static int usage_error(const char *why, const char *what)
 }
 
 
-/* Whether argv[0..argc) is a command we know with fitting arguments; else why not. */
-static bool command_ok(int argc, char **argv, char *why, size_t whylen)
+/* Whether argv[0..argc) is a command we know with fitting arguments (and
+ * JSON output if asked); else why not. */
+static bool command_ok(int argc, char **argv, bool json, char *why, size_t whylen)
 {
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		if (strcmp(argv[0], commands[i].name) != 0)
 			continue;
+		if (json && !commands[i].json) {
+			snprintf(why, whylen, "%s has no --json output (stats, lookup, dump-cache and top "
+				 "have)", argv[0]);
+			return false;
+		}
 		if (argc - 1 < commands[i].min_args || argc - 1 > commands[i].max_args) {
 			snprintf(why, whylen, "wrong number of arguments for %s", argv[0]);
 			return false;
@@ -87,15 +98,16 @@ static bool command_ok(int argc, char **argv, char *why, size_t whylen)
 	return false;
 }
 
-/* The request line: the words joined by single spaces. */
-static int build_request(int argc, char **argv, char *line, size_t cap)
+/* The request line: the words joined by single spaces, "--json" after the command if asked. */
+static int build_request(int argc, char **argv, bool json, char *line, size_t cap)
 {
 	size_t len = 0;
 
 	for (int i = 0; i < argc; i++) {
 		if (argv[i][0] == '\0' || strpbrk(argv[i], " \t\r\n"))
 			return usage_error("an argument may not be empty or hold spaces: ", argv[i]);
-		int n = snprintf(line + len, cap - len, "%s%s", i ? " " : "", argv[i]);
+		int n = snprintf(line + len, cap - len, "%s%s%s", i ? " " : "", argv[i],
+				 i == 0 && json ? " --json" : "");
 		if (n < 0 || (size_t)n >= cap - len)
 			return usage_error("the request is too long", NULL);
 		len += (size_t)n;
@@ -128,21 +140,26 @@ int ctl_main(int argc, char **argv)
 	static const struct option options[] = {
 		{"socket", required_argument, NULL, 's'},
 		{"config", required_argument, NULL, 'c'},
+		{"json", no_argument, NULL, 'j'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *socket_path = NULL, *config_file = NULL;
 	char path[4096], request[CONTROL_REQUEST_MAX], msg[CONFIG_ERR_MAX + 512];
+	bool json = false;
 	int opt, rc;
 
 	/* "+": options end at the command, so `dump-cache --records` reaches it. */
-	while ((opt = getopt_long(argc, argv, "+s:c:h", options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+s:c:jh", options, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			socket_path = optarg;
 			break;
 		case 'c':
 			config_file = optarg;
+			break;
+		case 'j':
+			json = true;
 			break;
 		case 'h':
 			fputs(ctl_usage, stdout);
@@ -156,9 +173,10 @@ int ctl_main(int argc, char **argv)
 		return usage_error("--socket and --config are alternatives", NULL);
 	if (optind >= argc)
 		return usage_error("no command", NULL);
-	if (!command_ok(argc - optind, argv + optind, msg, sizeof msg))
+	if (!command_ok(argc - optind, argv + optind, json, msg, sizeof msg))
 		return usage_error(msg, NULL);
-	if ((rc = build_request(argc - optind, argv + optind, request, sizeof request)) != EXIT_OK)
+	if ((rc = build_request(argc - optind, argv + optind, json, request, sizeof request)) !=
+	    EXIT_OK)
 		return rc;
 	if (config_file && (rc = socket_from_config(config_file, path, sizeof path)) != EXIT_OK)
 		return rc;

@@ -297,16 +297,17 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 	int64_t last_stale_report = 0;
 	int sig = 0;
 	struct daemon_watch *watch = daemon_watch_new(d, err, sizeof err);
-	struct pollfd fds[3] = {
+	struct pollfd fds[4] = {
 		{.fd = sigfd, .events = POLLIN},
 		{.fd = watch ? daemon_watch_fd(watch) : -1, .events = POLLIN},
 		{.fd = daemon_ask_fd(d), .events = POLLIN}, /* localdns ctl reload */
+		{.fd = daemon_open_fd(d), .events = POLLIN}, /* ready: take the node's DNS */
 	};
 
 	if (!watch)
 		log_warn("the config file is not watched; SIGHUP reloads", "error", err);
 	while (!sig) {
-		int n = poll(fds, 3, TICK_MS);
+		int n = poll(fds, 4, TICK_MS);
 		if (n < 0 && errno != EINTR) {
 			log_error("poll failed; stopping", "error", strerror(errno));
 			sig = SIGTERM;
@@ -317,11 +318,28 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 			sig = take_signal(sigfd, d);
 		if (n > 0 && (fds[2].revents & POLLIN))
 			daemon_serve_asked_reload(d);
+		if (n > 0 && (fds[3].revents & POLLIN))
+			daemon_open_sockets(d);
 		report_staleness(d->kube, &last_stale_report);
 	}
 	daemon_refuse_reloads(d); /* before the control thread is stopped: it may be waiting */
 	daemon_watch_free(watch);
 	return sig;
+}
+
+#define SETTLE_MS 500 /* covers cache.stale_answer_timeout's stale answers (400 ms) */
+
+/*
+ * Leave without losing a query: the heartbeat out first (new flows fail
+ * open, or go to another localdns on the node), then the sockets steered
+ * away and what they had queued answered, then the answers that wait for
+ * the upstream, for a moment.
+ */
+static void hand_over(struct node *node, struct server *server, struct upstream *upstream)
+{
+	node_release(node);
+	server_release(server);
+	upstream_settle(upstream, SETTLE_MS);
 }
 
 static bool needs_node(const struct config *cfg)
@@ -417,9 +435,11 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 	follow_cluster_dns(cfg, d->cluster, d->node);
 	if (start_watching(cfg, d->cluster, &d->kube, err, errlen) < 0)
 		return -1;
-	d->server = server_start(cfg, d->upstream, err, errlen);
+	/* With the nftables table, DNS comes here only once ready (node_capture). */
+	d->server = server_start(cfg, d->upstream, node_nft(d->node) != NULL, err, errlen);
 	if (!d->server)
 		return -1;
+	node_capture(d->node, daemon_may_capture, d);
 	/* Last: a bad health or metrics address stops everything started so far. */
 	run->http = http_start(d, err, errlen);
 	if (!run->http)
@@ -465,6 +485,7 @@ static int serve(const char *path)
 	} else {
 		int sig = serve_until_stopped(sigfd, &run.daemon);
 		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
+		hand_over(run.daemon.node, run.daemon.server, run.daemon.upstream);
 		log_totals(run.daemon.server, run.daemon.upstream, run.daemon.cache);
 		stop_serving(&run);
 		rc = 0;

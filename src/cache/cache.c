@@ -28,9 +28,11 @@
  * same wire length as the key's, so a reply rebuilt as header + client's
  * question + stored bytes keeps every pointer valid. cache_insert checks
  * that the upstream question matches, that every owner name's pointers
- * point backwards and past the header, and walks the names inside NS,
- * CNAME, PTR, DNAME, MX, SRV and SOA rdata the same way, so nothing we
- * store can point into bytes we rewrite.
+ * point backwards and past the header, and that what they lead to lies
+ * before the name's first pointer and outside every TTL field, and walks
+ * the names inside NS, CNAME, PTR, DNAME, MX, SRV and SOA rdata the same
+ * way, so no name we store reads bytes we rewrite (header, TTLs) or drop
+ * (OPT and after).
  *
  * Concurrency: readers (workers) never lock. They walk a bucket chain
  * under the liburcu memb read lock (a thread-local counter), compare keys,
@@ -119,19 +121,7 @@
 #include <sys/random.h>
 #include <urcu/urcu-memb.h>
 
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-/* ThreadSanitizer cannot see RCU grace periods (liburcu is not
- * instrumented). Model them: every reader and writer "releases" this one
- * object when done with entries; the free callback, which runs after a
- * grace period, "acquires" it. That is exactly the ordering RCU provides. */
-static char tsan_grace;
-#define TSAN_GRACE_RELEASE() __tsan_release(&tsan_grace)
-#define TSAN_GRACE_ACQUIRE() __tsan_acquire(&tsan_grace)
-#else
-#define TSAN_GRACE_RELEASE() ((void)0)
-#define TSAN_GRACE_ACQUIRE() ((void)0)
-#endif
+#include "util/tsan.h" /* readers release, frees after a grace period acquire */
 
 #define MAX_SHARDS 64
 #define SHARD_MIN_BYTES (64 * 1024)
@@ -595,13 +585,42 @@ void cache_free(struct cache *c)
 /* ---- insert: checking and measuring the upstream reply ------------------ */
 
 /*
+ * The TTL fields of the records read so far (at base + off[i], 4 bytes
+ * each, ascending). The cache rewrites them (clamping, ageing), so no name
+ * may be read through them: it would read differently once served.
+ */
+struct ttl_fields {
+	size_t base;
+	const uint16_t *off;
+	uint16_t n;
+};
+
+/* Whether msg[from, to) overlaps one of t's fields. */
+static bool overlaps_ttl(const struct ttl_fields *t, size_t from, size_t to)
+{
+	size_t lo = 0, hi = t->n;
+
+	while (lo < hi) { /* the first field that ends after from */
+		size_t mid = lo + (hi - lo) / 2;
+		if (t->base + t->off[mid] + 4 <= from)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < t->n && t->base + t->off[lo] < to;
+}
+
+/*
  * Step over the name at msg[*pos], whose in-place bytes must end by `end`.
  * Pointers must point backwards (below the pointer itself) and past the
- * header (we rewrite the header); total length <= 255. Termination: every
- * pointer hop goes strictly backwards or, after walking forward over
- * labels, adds their length to the 255-byte budget.
+ * header (we rewrite the header); total length <= 255. What a pointer
+ * leads to must lie before the name's first pointer (so a name never runs
+ * on into bytes we do not store, such as a dropped OPT record) and outside
+ * the TTL fields in t. Termination: every pointer hop goes strictly
+ * backwards or, after walking forward over labels, adds their length to
+ * the 255-byte budget.
  */
-static bool skip_name(const uint8_t *msg, size_t end, size_t *pos)
+static bool skip_name(const uint8_t *msg, size_t end, size_t *pos, const struct ttl_fields *t)
 {
 	size_t p = *pos, total = 0;
 	bool jumped = false;
@@ -611,13 +630,15 @@ static bool skip_name(const uint8_t *msg, size_t end, size_t *pos)
 			return false;
 		uint8_t b = msg[p];
 		if ((b & 0xC0) == 0xC0) {
-			if (p + 1 >= end)
+			if (p + 1 >= end || (jumped && overlaps_ttl(t, p, p + 2)))
 				return false;
 			size_t target = ((size_t)(b & 0x3F) << 8) | msg[p + 1];
 			if (target < DNS_HEADER_LEN || target >= p)
 				return false;
-			if (!jumped)
+			if (!jumped) {
 				*pos = p + 2;
+				end = p;
+			}
 			jumped = true;
 			p = target;
 			continue;
@@ -625,7 +646,7 @@ static bool skip_name(const uint8_t *msg, size_t end, size_t *pos)
 		if (b & 0xC0)
 			return false; /* 0x40 / 0x80 label types */
 		total += 1 + (size_t)b;
-		if (total > DNS_MAX_NAME)
+		if (total > DNS_MAX_NAME || (jumped && overlaps_ttl(t, p, p + 1 + b)))
 			return false;
 		if (b == 0) {
 			if (!jumped)
@@ -639,7 +660,7 @@ static bool skip_name(const uint8_t *msg, size_t end, size_t *pos)
 /* Names inside rdata (dns_rdata_names' types) must be sound too: the
  * client will decode them against our rebuilt header. */
 static bool rdata_names_ok(const uint8_t *msg, uint16_t type, size_t rd,
-			   size_t rdlen)
+			   size_t rdlen, const struct ttl_fields *t)
 {
 	struct dns_rdata_names shape;
 	size_t end = rd + rdlen, pos = rd;
@@ -650,7 +671,7 @@ static bool rdata_names_ok(const uint8_t *msg, uint16_t type, size_t rd,
 		return false;
 	pos += shape.before;
 	for (int i = 0; i < shape.names; i++)
-		if (!skip_name(msg, end - shape.after, &pos))
+		if (!skip_name(msg, end - shape.after, &pos, t))
 			return false;
 	return pos + shape.after == end;
 }
@@ -698,13 +719,15 @@ static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q
 	size_t pos = DNS_HEADER_LEN + q->qname_len + 4;
 	r->sec_start = pos;
 	r->min_answer_ttl = r->min_ttl = UINT32_MAX;
+	struct ttl_fields seen = {.base = pos, .off = ttl_off};
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++) {
 		if (sec == DNS_SEC_ADDITIONAL)
 			r->add_off = pos - r->sec_start;
 		uint16_t count = get16(msg + 6 + 2 * sec);
 		for (uint16_t i = 0; i < count; i++) {
 			size_t rr_start = pos;
-			if (!skip_name(msg, len, &pos) || len - pos < RR_FIXED_LEN)
+			seen.n = r->nttl;
+			if (!skip_name(msg, len, &pos, &seen) || len - pos < RR_FIXED_LEN)
 				return false;
 			const uint8_t *fixed = msg + pos;
 			uint16_t type = get16(fixed);
@@ -720,11 +743,13 @@ static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q
 				r->sec_end = rr_start;
 				return true;
 			}
-			if (!rdata_names_ok(msg, type, rd, rdlen))
+			/* this record's own TTL is one its rdata names must avoid */
+			ttl_off[r->nttl++] = (uint16_t)(pos + 4 - r->sec_start);
+			seen.n = r->nttl;
+			if (!rdata_names_ok(msg, type, rd, rdlen, &seen))
 				return false;
 			if (ttl > INT32_MAX)
 				ttl = 0; /* RFC 2181 section 8 */
-			ttl_off[r->nttl++] = (uint16_t)(pos + 4 - r->sec_start);
 			if (sec == DNS_SEC_ANSWER)
 				r->min_answer_ttl = min32(r->min_answer_ttl, ttl);
 			if (sec != DNS_SEC_ADDITIONAL)

@@ -85,7 +85,8 @@ void cache_free(struct cache *c);
  * DO, CD). The message must be a QR=1, opcode QUERY, TC=0 reply whose one
  * question matches q (same name ignoring case, written uncompressed at
  * offset 12, same type and class); its records must be well-formed, with
- * compression pointers pointing backwards and past the header.
+ * compression pointers pointing backwards and past the header, to bytes
+ * before the name's first pointer that are no record's TTL field.
  *
  * Lifetime: NOERROR with answers = min TTL over answer + authority records,
  * clamped to [min_ttl, max_ttl]; NXDOMAIN, or NOERROR without answers

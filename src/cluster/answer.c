@@ -19,6 +19,8 @@
 
 #include <string.h>
 
+#include "util/tsan.h"
+
 /* CoreDNS's TTL of dns-version's TXT (the only TXT the table holds). */
 #define VERSION_TTL 28800
 /* CoreDNS gives its SOA at most this TTL (its minimum stays cluster.ttl). */
@@ -148,7 +150,7 @@ static bool find_held(const struct cluster *c, const uint8_t *name, struct held 
 	if (!n)
 		return false;
 	h->svc = (const struct cluster_service *)n;
-	h->spec = rcu_dereference(h->svc->spec);
+	h->spec = cluster_spec_of(h->svc);
 	return cluster_service_exists(c, h->svc, h->spec);
 }
 
@@ -236,8 +238,8 @@ static enum cluster_result answer_reverse(const struct cluster *c, const struct 
 	return CLUSTER_ANSWERED;
 }
 
-enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
-				   struct dns_writer *w, struct cluster_chase *chase)
+static enum cluster_result answer(const struct cluster *c, const struct dns_query *q,
+				  struct dns_writer *w, struct cluster_chase *chase)
 {
 	bool synced = atomic_load_explicit(&c->synced, memory_order_acquire);
 	int zone;
@@ -250,6 +252,15 @@ enum cluster_result cluster_answer(const struct cluster *c, const struct dns_que
 	if (!synced)
 		return falls_through(c, q->qname) ? CLUSTER_NOT_LOCAL : CLUSTER_UNSYNCED;
 	return answer_reverse(c, q, w, zone);
+}
+
+enum cluster_result cluster_answer(const struct cluster *c, const struct dns_query *q,
+				   struct dns_writer *w, struct cluster_chase *chase)
+{
+	enum cluster_result r = answer(c, q, w, chase);
+
+	TSAN_GRACE_RELEASE(); /* done with the nodes (query_handle, with the chase targets) */
+	return r;
 }
 
 const uint8_t *cluster_zone(const struct cluster *c)

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 
 #include "log/log.h"
+#include "util/tsan.h"
 
 /* Addresses are zero-filled past their family's length, so 16 bytes compare. */
 static uint64_t ip_hash(const struct cluster_ip *ip)
@@ -36,7 +37,10 @@ static bool same_ip(const struct cluster_ip *a, const struct cluster_ip *b)
 
 static int match_client(struct cds_lfht_node *ht, const void *key)
 {
-	return same_ip(&caa_container_of(ht, struct cluster_client, ht)->ip, key);
+	const struct cluster_client *e = caa_container_of(ht, struct cluster_client, ht);
+
+	TSAN_SUBSCRIBE(e); /* the first read of an entry a lookup found */
+	return same_ip(&e->ip, key);
 }
 
 static struct cluster_client *find_client(struct cds_lfht *clients, const struct cluster_ip *ip)
@@ -51,13 +55,21 @@ static struct cluster_client *find_client(struct cds_lfht *clients, const struct
 
 static void free_client(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_client, rcu));
+}
+
+/* After a grace period, when no reader can hold e any more. */
+static void retire_client(struct cluster_client *e)
+{
+	TSAN_GRACE_RELEASE();
+	urcu_memb_call_rcu(&e->rcu, free_client);
 }
 
 static void remove_client(struct cds_lfht *clients, struct cluster_client *e)
 {
 	if (cds_lfht_del(clients, &e->ht) == 0)
-		urcu_memb_call_rcu(&e->rcu, free_client);
+		retire_client(e);
 }
 
 static bool listed(const struct cluster_ip *ips, size_t n, const struct cluster_ip *ip)
@@ -85,10 +97,10 @@ static void publish_client(struct cds_lfht *clients, const struct cluster_pod *p
 	e->ip = *ip;
 	memcpy(e->ns, ns, 1u + ns[0]);
 	strcpy(e->pod_key, p->key);
+	TSAN_PUBLISH(e);
 	old = cds_lfht_add_replace(clients, ip_hash(ip), match_client, &e->ip, &e->ht);
 	if (old)
-		urcu_memb_call_rcu(&caa_container_of(old, struct cluster_client, ht)->rcu,
-				   free_client);
+		retire_client(caa_container_of(old, struct cluster_client, ht));
 }
 
 /* Take back p's entries for the addresses it no longer has. */
@@ -168,7 +180,9 @@ size_t cluster_autopath_base(const struct cluster *c, const struct dns_query *q,
 	if (pos != svc_at || ns == 0 || memcmp(q->qname + svc_at, c->svc_apex, svc_len) != 0 ||
 	    !peer_ip(peer, &ip) || !(e = find_client(c->clients, &ip)))
 		return 0;
-	return memcmp(e->ns, q->qname + ns, 1u + e->ns[0]) == 0 ? ns : 0;
+	size_t base = memcmp(e->ns, q->qname + ns, 1u + e->ns[0]) == 0 ? ns : 0;
+	TSAN_GRACE_RELEASE(); /* done with the entry */
+	return base;
 }
 
 bool cluster_client_pod(const struct cluster *c, const struct sockaddr_storage *peer, char *out,

@@ -31,8 +31,9 @@
  *                                             endpoints when headless), SRV
  *                                             (every port), CNAME (ExternalName)
  *   <ep>.<svc>.<ns>.svc.<zone>                A/AAAA of one endpoint address,
- *                                             any kind of Service (hostname,
- *                                             pod name, else its dashed IP)
+ *                                             any kind of Service (hostname
+ *                                             if it is a DNS label, pod name,
+ *                                             else its dashed IP)
  *   _<port>._<proto>.<svc>.<ns>.svc.<zone>    SRV for named ports
  *   <a-b-c-d>.<ns>.pod.<zone>                 A/AAAA per cluster.pods
  *   <reversed IP>.in-addr.arpa / ip6.arpa     PTR for ClusterIPs and ready
@@ -97,8 +98,10 @@ const char *cluster_slices_needed(const struct cluster *c);
 /*
  * Report the ready endpoint addresses of Service ns/name to fn, on the
  * writer thread, whenever that set changes (also when it becomes empty or
- * the Service goes). Call before the writer starts; one watch per table.
- * ips is valid for the call only.
+ * the Service goes). Nothing before the first sync (a Service listed
+ * before its EndpointSlices would look empty): then the whole set, empty
+ * when the Service does not exist. Call before the writer starts; one
+ * watch per table. ips is valid for the call only.
  */
 typedef void (*cluster_endpoints_fn)(void *ctx, const struct config_ip *ips, size_t n);
 void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name,

@@ -25,6 +25,8 @@
 
 #include <string.h>
 
+#include "util/tsan.h"
+
 static size_t family_len(int family)
 {
 	return family == AF_INET ? 4 : 16;
@@ -58,8 +60,10 @@ static bool is_addr_node(const struct cluster_ep_node *n)
 static int match_endpoint(struct cds_lfht_node *ht, const void *key)
 {
 	const struct cluster_ep_node *n = caa_container_of(ht, struct cluster_ep_node, ht);
-	const struct cluster_eps *e = n->eps;
 	const struct cluster_index_iter *k = key;
+
+	TSAN_SUBSCRIBE(n); /* the first read of a key a lookup found */
+	const struct cluster_eps *e = n->eps;
 
 	if (is_addr_node(n))
 		return k->ip.family == e->family &&
@@ -71,6 +75,8 @@ static int match_endpoint(struct cds_lfht_node *ht, const void *key)
 static int match_vip(struct cds_lfht_node *ht, const void *key)
 {
 	const struct cluster_vip *v = caa_container_of(ht, struct cluster_vip, ht);
+
+	TSAN_SUBSCRIBE(v); /* the first read of a key a lookup found */
 	const struct cluster_ip *ip = &((const struct cluster_index_iter *)key)->ip, *mine = &v->spec->ips[v - v->spec->vips];
 
 	return ip->family == mine->family && memcmp(ip->addr, mine->addr, family_len(ip->family)) == 0;
@@ -128,6 +134,7 @@ static void add_node(struct cluster *c, struct cluster_eps *e, struct cluster_ep
 	cds_lfht_node_init(&n->ht);
 	n->eps = e;
 	hash = node_hash(c, n);
+	TSAN_PUBLISH(n);
 	cds_lfht_add(c->endpoints, hash, &n->ht);
 	*shared += others_of(c, n, hash);
 }
@@ -165,6 +172,7 @@ void cluster_index_add_spec(struct cluster *c, struct cluster_spec *s)
 	for (uint8_t i = 0; i < s->n_ips; i++) {
 		cds_lfht_node_init(&s->vips[i].ht);
 		s->vips[i].spec = s;
+		TSAN_PUBLISH(&s->vips[i]);
 		cds_lfht_add(c->vips, addr_hash(c, s->ips[i].family, s->ips[i].addr), &s->vips[i].ht);
 	}
 }

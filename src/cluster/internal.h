@@ -25,7 +25,6 @@
 #include <json-c/linkhash.h>
 #include <urcu/urcu-memb.h>
 #include <urcu/rculfhash.h>
-#include <urcu/rculist.h>
 
 /* ---- the name table ---------------------------------------------------------- */
 
@@ -148,7 +147,7 @@ struct cluster_group {
  * hostname. Everything is in one allocation.
  */
 struct cluster_eps {
-	struct cds_list_head list;     /* in svc->slices */
+	struct cluster_eps *_Atomic next; /* in svc->slices (cluster_next_eps) */
 	struct rcu_head rcu;
 	struct cluster_service *svc;
 	uint64_t seq;                  /* the slice's, kept across its snapshots */
@@ -185,8 +184,12 @@ enum cluster_limit_kind { LIMIT_PORTS, LIMIT_ENDPOINTS, LIMIT_NAME_LENGTH, LIMIT
  */
 struct cluster_service {
 	struct cluster_named h;       /* in c->ht under owner */
-	struct cluster_spec *spec;    /* RCU */
-	struct cds_list_head slices;  /* RCU list of struct cluster_eps */
+	/* Both published with release stores and read with acquire loads
+	 * (cluster_spec_of, cluster_first_eps): C11 atomics rather than
+	 * liburcu's list and pointer macros, whose plain stores ThreadSanitizer
+	 * (make tsan) cannot tell from a race. */
+	struct cluster_spec *_Atomic spec;
+	struct cluster_eps *_Atomic slices; /* singly linked, in the order first seen */
 	/* Pairs of entries (or hostname groups) in two different slices with
 	 * one address (hostname): while 0, readers skip looking for repeats
 	 * across slices (index.c keeps it). */
@@ -196,6 +199,22 @@ struct cluster_service {
 	uint8_t limited;              /* 1 << enum cluster_limit_kind: bounds it is over now */
 	uint8_t owner[];              /* <name>.<ns>.svc.<zone>, wire form */
 };
+
+/* Readers: s's spec and slices, under the RCU read lock. */
+static inline const struct cluster_spec *cluster_spec_of(const struct cluster_service *s)
+{
+	return atomic_load_explicit(&s->spec, memory_order_acquire);
+}
+
+static inline const struct cluster_eps *cluster_first_eps(const struct cluster_service *s)
+{
+	return atomic_load_explicit(&s->slices, memory_order_acquire);
+}
+
+static inline const struct cluster_eps *cluster_next_eps(const struct cluster_eps *e)
+{
+	return atomic_load_explicit(&e->next, memory_order_acquire);
+}
 
 /* The writer's handle of one EndpointSlice, by "ns/name". */
 struct cluster_slice {
@@ -295,8 +314,10 @@ static inline const uint8_t *cluster_named_owner(const struct cluster_named *n)
 					: ((const struct cluster_service *)n)->owner;
 }
 
-/* watch.c: after every change to s (calls the watcher when its set changed). */
+/* watch.c: after every change to s (calls the watcher when its set changed,
+ * once synced); at the first sync with the watched Service, NULL if absent. */
 void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s);
+void cluster_report_synced(struct cluster *c, const struct cluster_service *watched);
 void cluster_watch_free(struct cluster *c);
 
 /* ---- table.c: the RCU hash of names (writer calls hold the read lock) ---- */
@@ -313,6 +334,9 @@ struct cluster_service *cluster_find_service(const struct cluster *c, const uint
 int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 		const uint8_t *rrs, size_t rr_len);
 void cluster_del(struct cluster *c, const uint8_t *owner, size_t owner_len);
+/* Hand what readers may still hold to free_fn after a grace period (which
+ * begins with TSAN_GRACE_ACQUIRE: util/tsan.h). */
+void cluster_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *));
 /* Add a Service's node (its owner not in the table) / take it out; the
  * caller frees it after a grace period. */
 void cluster_add_service(struct cluster *c, struct cluster_service *s);

@@ -28,6 +28,7 @@
 #include <sys/random.h>
 
 #include "log/log.h"
+#include "util/tsan.h"
 #include "zone/zone.h"
 
 #define field cluster_json_field
@@ -138,42 +139,43 @@ static struct cluster_service *service_entry(struct cluster *c, const char *ns, 
 	s->h.kind = NAMED_SERVICE;
 	s->h.owner_len = (uint8_t)len;
 	memcpy(s->owner, owner, len);
-	CDS_INIT_LIST_HEAD(&s->slices);
 	cluster_add_service(c, s);
 	return s;
 }
 
 static void free_spec_now(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_spec, rcu));
 }
 
 /* Replace s's spec (NULL: the Service is gone); the old one goes after a grace period. */
 static void set_spec(struct cluster *c, struct cluster_service *s, struct cluster_spec *spec)
 {
-	struct cluster_spec *old = s->spec;
+	struct cluster_spec *old = atomic_load_explicit(&s->spec, memory_order_relaxed);
 
 	if (spec)
 		cluster_index_add_spec(c, spec);
-	rcu_assign_pointer(s->spec, spec);
+	atomic_store_explicit(&s->spec, spec, memory_order_release);
 	if (old) {
 		cluster_index_del_spec(c, old);
-		urcu_memb_call_rcu(&old->rcu, free_spec_now);
+		cluster_retire(&old->rcu, free_spec_now);
 	}
 }
 
 static void free_service_now(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_service, h.rcu));
 }
 
 /* A Service with neither its object nor a slice left is forgotten. */
 static void forget_service_if_unused(struct cluster *c, struct cluster_service *s)
 {
-	if (s->spec || !cds_list_empty(&s->slices))
+	if (s->spec || s->slices)
 		return;
 	cluster_del_service(c, s);
-	urcu_memb_call_rcu(&s->h.rcu, free_service_now);
+	cluster_retire(&s->h.rcu, free_service_now);
 }
 
 void cluster_service_upsert(struct cluster *c, struct json_object *obj)
@@ -262,7 +264,19 @@ static struct cluster_slice *slice_entry(struct cluster *c, const char *key)
 
 static void free_eps_now(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_eps, rcu));
+}
+
+/* The link of s's slice list that points to e (NULL: the one past the end). */
+static struct cluster_eps *_Atomic *link_to(struct cluster_service *s, const struct cluster_eps *e)
+{
+	struct cluster_eps *_Atomic *link = &s->slices;
+	struct cluster_eps *at;
+
+	while ((at = atomic_load_explicit(link, memory_order_relaxed)) != e)
+		link = &at->next;
+	return link;
 }
 
 /*
@@ -282,19 +296,24 @@ static void set_eps(struct cluster *c, struct cluster_slice *sl, struct cluster_
 		atomic_fetch_add(&c->n_endpoints, eps->n);
 		if (!c->noendpoints)
 			cluster_index_add_eps(c, eps);
-		if (old)
-			cds_list_replace_rcu(&old->list, &eps->list);
-		else
-			cds_list_add_tail_rcu(&eps->list, &s->slices);
+		/* in the old one's place, else at the end; readers on the old
+		 * one go on from it to the same next */
+		atomic_store_explicit(&eps->next, old ? atomic_load_explicit(&old->next,
+									 memory_order_relaxed)
+						      : NULL,
+				      memory_order_relaxed);
+		atomic_store_explicit(link_to(s, old), eps, memory_order_release);
 	} else if (old) {
-		cds_list_del_rcu(&old->list);
+		atomic_store_explicit(link_to(s, old),
+				      atomic_load_explicit(&old->next, memory_order_relaxed),
+				      memory_order_release);
 	}
 	if (old) {
 		s->n_addresses -= old->n;
 		atomic_fetch_sub(&c->n_endpoints, old->n);
 		if (!c->noendpoints)
 			cluster_index_del_eps(c, old);
-		urcu_memb_call_rcu(&old->rcu, free_eps_now);
+		cluster_retire(&old->rcu, free_eps_now);
 	}
 	sl->eps = eps;
 }
@@ -361,6 +380,7 @@ out:
 
 static void free_slice_now(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_slice, rcu));
 }
 
@@ -375,7 +395,7 @@ void cluster_slice_remove(struct cluster *c, const char *ns, const char *name)
 	if ((sl = find_slice(c, key)) && cds_lfht_del(c->slices, &sl->ht) == 0) {
 		atomic_fetch_sub(&c->n_slices, 1);
 		leave_service(c, sl);
-		urcu_memb_call_rcu(&sl->rcu, free_slice_now);
+		cluster_retire(&sl->rcu, free_slice_now);
 	}
 	with_read_lock_end();
 }
@@ -738,6 +758,11 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 void cluster_set_synced(struct cluster *c)
 {
 	atomic_store_explicit(&c->synced, true, memory_order_release);
+	with_read_lock_begin();
+	cluster_report_synced(c, c->watch.owner_len ? cluster_find_service(c, c->watch.owner,
+									  c->watch.owner_len)
+						    : NULL);
+	with_read_lock_end();
 }
 
 void cluster_stats(const struct cluster *c, struct cluster_stats *out)

@@ -34,7 +34,7 @@ static uint16_t family_type(int family)
 
 static const struct cluster_spec *spec_of(const struct cluster_service *s)
 {
-	return rcu_dereference(s->spec);
+	return cluster_spec_of(s);
 }
 
 /* Whether entry i of e gives names and addresses (ready, or the Service
@@ -44,7 +44,7 @@ static bool serving(const struct cluster_spec *spec, const struct cluster_eps *e
 	return spec->publish_not_ready || (e->flags[i] & EP_READY);
 }
 
-#define for_each_eps(e, s) cds_list_for_each_entry_rcu(e, &(s)->slices, list)
+#define for_each_eps(e, s) for (e = cluster_first_eps(s); e; e = cluster_next_eps(e))
 
 /* Whether two slices of s may hold one address or hostname (index.c). */
 static bool may_repeat(const struct cluster_service *s)

@@ -15,12 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/tsan.h"
+
 static int match_owner(struct cds_lfht_node *ht, const void *key)
 {
 	const struct cluster_named *n = caa_container_of(ht, struct cluster_named, ht);
 	const uint8_t *name = key;
 	size_t len = dns_name_len(name);
 
+	TSAN_SUBSCRIBE(n); /* the first read of an entry a lookup found */
 	return n->owner_len == len && memcmp(cluster_named_owner(n), name, len) == 0;
 }
 
@@ -65,7 +68,14 @@ bool cluster_node_next(const struct cluster_node *n, size_t *pos, struct cluster
 
 static void free_named(struct rcu_head *head)
 {
+	TSAN_GRACE_ACQUIRE();
 	free(caa_container_of(head, struct cluster_named, rcu));
+}
+
+void cluster_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *))
+{
+	TSAN_GRACE_RELEASE();
+	urcu_memb_call_rcu(head, free_fn);
 }
 
 int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
@@ -76,8 +86,10 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 	struct cluster_node *n;
 	struct cds_lfht_node *old;
 
-	/* An unchanged name keeps its node: no churn for readers or call_rcu. */
-	if (same && same->rr_len == rr_len && memcmp(same->data + owner_len, rrs, rr_len) == 0)
+	/* An unchanged name keeps its node: no churn for readers or call_rcu.
+	 * (A name without records comes with rrs NULL, which memcmp must not see.) */
+	if (same && same->rr_len == rr_len &&
+	    (rr_len == 0 || memcmp(same->data + owner_len, rrs, rr_len) == 0))
 		return 0;
 	if (cur && !same)
 		return -1; /* a Service's name: never a records node's (their shapes differ) */
@@ -91,10 +103,11 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 	memcpy(n->data, owner, owner_len);
 	if (rr_len)
 		memcpy(n->data + owner_len, rrs, rr_len);
+	TSAN_PUBLISH(n);
 	old = cds_lfht_add_replace(c->ht, cluster_hash(c, owner, owner_len), match_owner,
 				   n->data, &n->h.ht);
 	if (old)
-		urcu_memb_call_rcu(&caa_container_of(old, struct cluster_named, ht)->rcu, free_named);
+		cluster_retire(&caa_container_of(old, struct cluster_named, ht)->rcu, free_named);
 	else
 		atomic_fetch_add(&c->n_names, 1);
 	return 0;
@@ -106,13 +119,14 @@ void cluster_del(struct cluster *c, const uint8_t *owner, size_t owner_len)
 
 	if (n && n->kind == NAMED_RECORDS && cds_lfht_del(c->ht, &n->ht) == 0) {
 		atomic_fetch_sub(&c->n_names, 1);
-		urcu_memb_call_rcu(&n->rcu, free_named);
+		cluster_retire(&n->rcu, free_named);
 	}
 }
 
 void cluster_add_service(struct cluster *c, struct cluster_service *s)
 {
 	cds_lfht_node_init(&s->h.ht);
+	TSAN_PUBLISH(s);
 	cds_lfht_add(c->ht, cluster_hash(c, s->owner, s->h.owner_len), &s->h.ht);
 	atomic_fetch_add(&c->n_names, 1);
 }

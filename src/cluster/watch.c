@@ -67,7 +67,7 @@ static size_t ready_addresses(const struct cluster_service *s, struct config_ip 
 	const struct cluster_eps *e;
 	size_t n = 0, unique = 0;
 
-	cds_list_for_each_entry(e, &s->slices, list)
+	for (e = cluster_first_eps(s); e; e = cluster_next_eps(e))
 		for (uint32_t i = 0; i < e->n && n < CLUSTER_WATCH_MAX; i++) {
 			struct cluster_ip ip = {.family = e->family};
 			if (!(e->flags[i] & EP_READY))
@@ -89,7 +89,8 @@ void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s
 	size_t n;
 
 	if (!w->fn || !w->owner_len || w->owner_len != s->h.owner_len ||
-	    memcmp(w->owner, s->owner, s->h.owner_len) != 0)
+	    memcmp(w->owner, s->owner, s->h.owner_len) != 0 ||
+	    !atomic_load_explicit(&c->synced, memory_order_acquire))
 		return;
 	n = ready_addresses(s, now);
 	if (w->reported && n == w->n_last && memcmp(now, w->last, n * sizeof *now) == 0)
@@ -98,6 +99,19 @@ void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s
 	w->n_last = n;
 	w->reported = true;
 	w->fn(w->ctx, now, n);
+}
+
+void cluster_report_synced(struct cluster *c, const struct cluster_service *watched)
+{
+	struct cluster_endpoint_watch *w = &c->watch;
+
+	if (watched) {
+		cluster_report_endpoints(c, watched);
+	} else if (w->fn && w->owner_len && !w->reported) {
+		w->reported = true;
+		w->n_last = 0;
+		w->fn(w->ctx, NULL, 0);
+	}
 }
 
 void cluster_watch_free(struct cluster *c)

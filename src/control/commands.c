@@ -1,8 +1,8 @@
 /*
  * control — the commands: stats, flush, dump-cache, reload, top, and the
- * dispatch (lookup is in lookup.c, node in node.c). Names and output formats are an
- * interface for operators' scripts: docs/ctl.md lists them; add, never
- * rename.
+ * dispatch (lookup is in lookup.c, node in node.c). Names and output
+ * formats, text and --json, are an interface for operators' scripts:
+ * docs/ctl.md lists them; add, never rename.
  */
 #include "control/internal.h"
 
@@ -25,12 +25,22 @@
 
 /* ---- stats -------------------------------------------------------------- */
 
-static void stat_line(struct conn *c, const char *name, uint64_t value)
+/* Where the counters go: "name value" lines, or the members of one JSON
+ * object in the same order (json: NULL for text). */
+struct stats_out {
+	struct conn *c;
+	struct jdoc *json;
+};
+
+static void stat_line(struct stats_out *out, const char *name, uint64_t value)
 {
-	conn_printf(c, "%s %" PRIu64 "\n", name, value);
+	if (out->json)
+		jdoc_put(out->json, out->json->root, name, json_object_new_uint64(value));
+	else
+		conn_printf(out->c, "%s %" PRIu64 "\n", name, value);
 }
 
-static void stats_queries(struct control *ctl, struct conn *c)
+static void stats_queries(struct control *ctl, struct stats_out *out)
 {
 	static const char *const rcodes[6] = {"noerror", "formerr", "servfail",
 					      "nxdomain", "notimp", "refused"};
@@ -41,77 +51,77 @@ static void stats_queries(struct control *ctl, struct conn *c)
 	for (int i = 0; i < CONTROL_THREADS; i++)
 		lookups += ctl->threads[i].lookup_stats.received;
 	server_stats(ctl->d->server, &q);
-	stat_line(c, "queries", q.received);
-	stat_line(c, "queries_dropped", q.dropped);
-	stat_line(c, "queries_truncated", q.truncated);
+	stat_line(out, "queries", q.received);
+	stat_line(out, "queries_dropped", q.dropped);
+	stat_line(out, "queries_truncated", q.truncated);
 	for (int i = 0; i < 6; i++) {
 		snprintf(name, sizeof name, "rcode_%s", rcodes[i]);
-		stat_line(c, name, q.rcode[i]);
+		stat_line(out, name, q.rcode[i]);
 	}
-	stat_line(c, "rcode_other", q.rcode_other);
+	stat_line(out, "rcode_other", q.rcode_other);
 	for (int s = 0; s < QUERY_SOURCE_COUNT; s++) {
 		snprintf(name, sizeof name, "answers_%s", query_source_name((enum query_source)s));
-		stat_line(c, name, q.source[s]);
+		stat_line(out, name, q.source[s]);
 	}
-	stat_line(c, "control_lookups", lookups);
-	stat_line(c, "queries_not_allowed", q.not_allowed);
-	stat_line(c, "queries_rrl_slipped", q.rrl_slipped);
-	stat_line(c, "queries_rrl_dropped", q.rrl_dropped);
+	stat_line(out, "control_lookups", lookups);
+	stat_line(out, "queries_not_allowed", q.not_allowed);
+	stat_line(out, "queries_rrl_slipped", q.rrl_slipped);
+	stat_line(out, "queries_rrl_dropped", q.rrl_dropped);
 }
 
-static void stats_cache(struct control *ctl, struct conn *c)
+static void stats_cache(struct control *ctl, struct stats_out *out)
 {
 	struct cache_stats s;
 
 	cache_stats(ctl->d->cache, &s);
-	stat_line(c, "cache_entries", s.entries);
-	stat_line(c, "cache_bytes", s.bytes);
-	stat_line(c, "cache_max_bytes", s.max_bytes);
-	stat_line(c, "cache_hits", s.hits);
-	stat_line(c, "cache_misses", s.misses);
-	stat_line(c, "cache_stale_hits", s.stale_hits);
-	stat_line(c, "cache_prefetches", s.prefetches);
-	stat_line(c, "cache_inserts", s.inserts);
-	stat_line(c, "cache_rejected", s.rejected);
-	stat_line(c, "cache_evictions", s.evictions);
+	stat_line(out, "cache_entries", s.entries);
+	stat_line(out, "cache_bytes", s.bytes);
+	stat_line(out, "cache_max_bytes", s.max_bytes);
+	stat_line(out, "cache_hits", s.hits);
+	stat_line(out, "cache_misses", s.misses);
+	stat_line(out, "cache_stale_hits", s.stale_hits);
+	stat_line(out, "cache_prefetches", s.prefetches);
+	stat_line(out, "cache_inserts", s.inserts);
+	stat_line(out, "cache_rejected", s.rejected);
+	stat_line(out, "cache_evictions", s.evictions);
 }
 
-static void stats_upstream(struct control *ctl, struct conn *c)
+static void stats_upstream(struct control *ctl, struct stats_out *out)
 {
 	struct upstream_stats s;
 	char name[64];
 
 	upstream_stats(ctl->d->upstream, &s);
-	stat_line(c, "upstream_queries", s.queries);
-	stat_line(c, "upstream_coalesced", s.coalesced);
-	stat_line(c, "upstream_answers", s.answers);
-	stat_line(c, "upstream_failures", s.failures);
-	stat_line(c, "upstream_timeouts", s.timeouts);
-	stat_line(c, "upstream_stale", s.stale);
-	stat_line(c, "upstream_servfail", s.servfail);
-	stat_line(c, "upstream_dropped", s.dropped);
-	stat_line(c, "upstream_bogus", s.bogus);
-	stat_line(c, "upstream_resolving", s.resolving);
-	stat_line(c, "upstream_context_renewals", s.renewals);
-	stat_line(c, "upstream_shed", s.shed[UPSTREAM_SHED_QUEUE_FULL] + s.shed[UPSTREAM_SHED_TABLE_FULL]);
-	stat_line(c, "upstream_failing", upstream_failing(ctl->d->upstream));
-	stat_line(c, "upstream_queued", s.queued);
-	stat_line(c, "upstream_flights", s.flights);
-	stat_line(c, "upstream_paced", s.paced);
-	stat_line(c, "upstream_retries", s.retries);
-	stat_line(c, "upstream_client_limited", s.client_limited);
+	stat_line(out, "upstream_queries", s.queries);
+	stat_line(out, "upstream_coalesced", s.coalesced);
+	stat_line(out, "upstream_answers", s.answers);
+	stat_line(out, "upstream_failures", s.failures);
+	stat_line(out, "upstream_timeouts", s.timeouts);
+	stat_line(out, "upstream_stale", s.stale);
+	stat_line(out, "upstream_servfail", s.servfail);
+	stat_line(out, "upstream_dropped", s.dropped);
+	stat_line(out, "upstream_bogus", s.bogus);
+	stat_line(out, "upstream_resolving", s.resolving);
+	stat_line(out, "upstream_context_renewals", s.renewals);
+	stat_line(out, "upstream_shed", s.shed[UPSTREAM_SHED_QUEUE_FULL] + s.shed[UPSTREAM_SHED_TABLE_FULL]);
+	stat_line(out, "upstream_failing", upstream_failing(ctl->d->upstream));
+	stat_line(out, "upstream_queued", s.queued);
+	stat_line(out, "upstream_flights", s.flights);
+	stat_line(out, "upstream_paced", s.paced);
+	stat_line(out, "upstream_retries", s.retries);
+	stat_line(out, "upstream_client_limited", s.client_limited);
 	for (int i = 0; i < UPSTREAM_SHEDS; i++) {
 		snprintf(name, sizeof name, "upstream_shed_%s", upstream_shed_names[i]);
-		stat_line(c, name, s.shed[i]);
+		stat_line(out, name, s.shed[i]);
 	}
 	for (int i = 0; i < UPSTREAM_RESULTS; i++) {
 		snprintf(name, sizeof name, "upstream_results_%s", upstream_result_names[i]);
-		stat_line(c, name, s.results[i]);
+		stat_line(out, name, s.results[i]);
 	}
 }
 
 /* Every kube_ line is there without Kubernetes too (zeros), so scripts need no cases. */
-static void stats_kube(struct control *ctl, struct conn *c)
+static void stats_kube(struct control *ctl, struct stats_out *out)
 {
 	static const char *const resources[KUBE_N_RESOURCES] = {
 		"services", "endpointslices", "namespaces", "pods"};
@@ -121,45 +131,60 @@ static void stats_kube(struct control *ctl, struct conn *c)
 
 	if (ctl->d->kube)
 		kube_status(ctl->d->kube, &k);
-	stat_line(c, "kube_enabled", ctl->d->kube != NULL);
-	stat_line(c, "kube_synced", k.synced);
+	stat_line(out, "kube_enabled", ctl->d->kube != NULL);
+	stat_line(out, "kube_synced", k.synced);
 	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
 		snprintf(name, sizeof name, "kube_objects_%s", resources[r]);
-		stat_line(c, name, k.objects[r]);
+		stat_line(out, name, k.objects[r]);
 		events += k.events[r];
 		relists += k.relists[r];
 	}
-	stat_line(c, "kube_events", events);
-	stat_line(c, "kube_relists", relists);
-	stat_line(c, "kube_errors", k.errors);
-	stat_line(c, "kube_last_contact_time", (uint64_t)(k.last_contact_ms / 1000));
+	stat_line(out, "kube_events", events);
+	stat_line(out, "kube_relists", relists);
+	stat_line(out, "kube_errors", k.errors);
+	stat_line(out, "kube_last_contact_time", (uint64_t)(k.last_contact_ms / 1000));
 }
 
-static void stats_node_and_reloads(struct control *ctl, struct conn *c)
+static void stats_node_and_reloads(struct control *ctl, struct stats_out *out)
 {
 	struct node_stats n;
 	struct daemon_reload_stats r;
 
 	node_stats(ctl->d->node, &n); /* zeros without node integration */
-	stat_line(c, "node_link_repairs", n.link_repairs);
-	stat_line(c, "node_table_repairs", n.table_repairs);
+	stat_line(out, "node_link_repairs", n.link_repairs);
+	stat_line(out, "node_table_repairs", n.table_repairs);
 	daemon_reload_stats(ctl->d, &r);
-	stat_line(c, "reloads_ok", r.ok);
-	stat_line(c, "reloads_failed", r.failed);
-	stat_line(c, "reload_last_success_time", (uint64_t)(r.last_ok_ms / 1000));
+	stat_line(out, "reloads_ok", r.ok);
+	stat_line(out, "reloads_failed", r.failed);
+	stat_line(out, "reload_last_success_time", (uint64_t)(r.last_ok_ms / 1000));
+}
+
+static void write_stats(struct control *ctl, struct stats_out *out)
+{
+	stats_queries(ctl, out);
+	stats_cache(ctl, out);
+	stats_upstream(ctl, out);
+	stats_kube(ctl, out);
+	stats_node_and_reloads(ctl, out);
 }
 
 static void cmd_stats(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
-	struct control *ctl = t->ctl;
+	struct jdoc doc = {0};
+	struct stats_out out = {.c = c};
+
 	(void)argc;
 	(void)argv;
-	reply_ok(c);
-	stats_queries(ctl, c);
-	stats_cache(ctl, c);
-	stats_upstream(ctl, c);
-	stats_kube(ctl, c);
-	stats_node_and_reloads(ctl, c);
+	if (!c->json) {
+		reply_ok(c);
+		write_stats(t->ctl, &out);
+		return;
+	}
+	/* About 70 members: built whole, so that out of memory is an error, not half a document. */
+	out.json = &doc;
+	doc.root = jdoc_object(&doc);
+	write_stats(t->ctl, &out);
+	reply_json(c, &doc);
 }
 
 /* ---- lookup, flush ------------------------------------------------------ */
@@ -195,49 +220,97 @@ static void cmd_flush(struct control_thread *t, struct conn *c, int argc, char *
 
 #define TOP_SHOWN_MAX 100
 
+static const char *const top_kind_names[TOP_KINDS] = {
+	[TOP_CLIENTS] = "clients", [TOP_NAMES] = "names",
+	[TOP_NXDOMAIN] = "nxdomain", [TOP_SERVFAIL] = "servfail"};
+
 static bool top_kind_of(const char *name, enum top_kind *out)
 {
-	static const char *const names[TOP_KINDS] = {
-		[TOP_CLIENTS] = "clients", [TOP_NAMES] = "names",
-		[TOP_NXDOMAIN] = "nxdomain", [TOP_SERVFAIL] = "servfail"};
-
 	for (int k = 0; k < TOP_KINDS; k++)
-		if (strcmp(name, names[k]) == 0) {
+		if (strcmp(name, top_kind_names[k]) == 0) {
 			*out = (enum top_kind)k;
 			return true;
 		}
 	return false;
 }
 
-/* One line: the estimate, the client address (and its pod) or the name. */
-static void top_line(struct control *ctl, struct conn *c, enum top_kind kind,
-		     const struct top_item *it)
+/* An item's key as text: the client address (and its pod into pod, "" if
+ * none), or the name's whole labels (it->cut: more followed). */
+static void top_key_text(struct control *ctl, enum top_kind kind, const struct top_item *it,
+			 char *text, size_t textlen, char *pod, size_t podlen)
 {
-	char text[1024], pod[320];
-
+	pod[0] = '\0';
 	if (kind == TOP_CLIENTS) {
 		struct sockaddr_storage ss = {.ss_family = it->key[0]};
 		bool v4 = it->key[0] == AF_INET;
 		memcpy(v4 ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
 			  : (void *)&((struct sockaddr_in6 *)&ss)->sin6_addr,
 		       it->key + 1, v4 ? 4 : 16);
-		inet_ntop(it->key[0], it->key + 1, text, sizeof text);
-		if (cluster_client_pod(ctl->d->cluster, &ss, pod, sizeof pod))
-			conn_printf(c, "%" PRIu64 " %s pod=%s\n", it->count, text, pod);
-		else
-			conn_printf(c, "%" PRIu64 " %s\n", it->count, text);
+		inet_ntop(it->key[0], it->key + 1, text, (socklen_t)textlen);
+		if (!cluster_client_pod(ctl->d->cluster, &ss, pod, podlen))
+			pod[0] = '\0';
 		return;
 	}
 	uint8_t name[DNS_MAX_NAME];
 	size_t len = 0;
-	/* a name cut short: its whole labels, then "..." */
+	/* a name cut short: its whole labels */
 	while (len < it->key_len && it->key[len] && len + 1u + it->key[len] <= it->key_len)
 		len += 1u + it->key[len];
 	memcpy(name, it->key, len);
 	name[len] = 0;
-	if (dns_name_to_text(name, text, sizeof text) < 0)
-		snprintf(text, sizeof text, "?");
-	conn_printf(c, "%" PRIu64 " %s%s\n", it->count, text, it->cut ? "..." : "");
+	if (dns_name_to_text(name, text, textlen) < 0)
+		snprintf(text, textlen, "?");
+}
+
+/* One line: the estimate, the client address and its pod, or the name ("..." if cut). */
+static void top_line(struct control *ctl, struct conn *c, enum top_kind kind,
+		     const struct top_item *it)
+{
+	char text[1024], pod[320];
+
+	top_key_text(ctl, kind, it, text, sizeof text, pod, sizeof pod);
+	if (kind == TOP_CLIENTS)
+		conn_printf(c, "%" PRIu64 " %s%s%s\n", it->count, text, pod[0] ? " pod=" : "", pod);
+	else
+		conn_printf(c, "%" PRIu64 " %s%s\n", it->count, text, it->cut ? "..." : "");
+}
+
+/* {"count", "client", "pod"} (pod null when unknown) or {"count", "name", "cut"}. */
+static json_object *top_item_json(struct control *ctl, struct jdoc *d, enum top_kind kind,
+				  const struct top_item *it)
+{
+	char text[1024], pod[320];
+	json_object *o = jdoc_object(d);
+
+	top_key_text(ctl, kind, it, text, sizeof text, pod, sizeof pod);
+	jdoc_put(d, o, "count", json_object_new_uint64(it->count));
+	if (kind == TOP_CLIENTS) {
+		jdoc_put(d, o, "client", json_object_new_string(text));
+		if (pod[0])
+			jdoc_put(d, o, "pod", json_object_new_string(pod));
+		else if (o && json_object_object_add(o, "pod", NULL) < 0) /* null: no pod known */
+			d->failed = true;
+	} else {
+		jdoc_put(d, o, "name", json_object_new_string(text));
+		jdoc_put(d, o, "cut", json_object_new_boolean(it->cut));
+	}
+	return o;
+}
+
+/* One document: {"kind", "since_seconds", "items": [...]}, most first. */
+static void top_json(struct control *ctl, struct conn *c, enum top_kind kind,
+		     uint64_t since_seconds, const struct top_item *items, size_t n)
+{
+	struct jdoc doc = {0};
+
+	doc.root = jdoc_object(&doc);
+	jdoc_put(&doc, doc.root, "kind", json_object_new_string(top_kind_names[kind]));
+	jdoc_put(&doc, doc.root, "since_seconds", json_object_new_uint64(since_seconds));
+	json_object *list = jdoc_array(&doc);
+	for (size_t i = 0; i < n; i++)
+		jdoc_push(&doc, list, top_item_json(ctl, &doc, kind, &items[i]));
+	jdoc_put(&doc, doc.root, "items", list);
+	reply_json(c, &doc);
 }
 
 /* top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT] */
@@ -271,7 +344,12 @@ static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **a
 			    TOP_SHOWN_MAX);
 		return;
 	}
-	size_t n = top_read(kind, (since_ms + 999) / 1000, items, shown);
+	uint64_t since_seconds = (since_ms + 999) / 1000;
+	size_t n = top_read(kind, since_seconds, items, shown);
+	if (c->json) {
+		top_json(ctl, c, kind, since_seconds, items, n);
+		return;
+	}
 	reply_ok(c);
 	for (size_t i = 0; i < n; i++)
 		top_line(ctl, c, kind, &items[i]);
@@ -291,11 +369,12 @@ static const char *key_flags(const struct cache_entry_info *e)
 	return e->checking_disabled ? "cd" : "-";
 }
 
-static const char *state_name(enum cache_entry_state state)
+/* The text's STATE prefix ("ttl" for live) or the JSON "state". */
+static const char *state_name(enum cache_entry_state state, bool json)
 {
 	switch (state) {
 	case CACHE_ENTRY_LIVE:
-		return "ttl";
+		return json ? "live" : "ttl";
 	case CACHE_ENTRY_STALE:
 		return "stale";
 	case CACHE_ENTRY_EXPIRED:
@@ -328,9 +407,8 @@ static void dump_records(struct conn *c, const struct cache_entry_info *e)
 	ldns_pkt_free(pkt);
 }
 
-static int dump_entry(const struct cache_entry_info *e, void *arg)
+static void dump_line(struct dump *dump, const struct cache_entry_info *e)
 {
-	struct dump *dump = arg;
 	char name[1024];
 	char *type = ldns_rr_type2str((ldns_rr_type)e->qtype);
 	char *class = ldns_rr_class2str((ldns_rr_class)e->qclass);
@@ -340,12 +418,53 @@ static int dump_entry(const struct cache_entry_info *e, void *arg)
 		snprintf(name, sizeof name, "?");
 	conn_printf(dump->c, "%s %s %s %s %s %s=%u %u\n", name, type ? type : "?",
 		    class ? class : "?", key_flags(e), rcode ? rcode : "?",
-		    state_name(e->state), e->seconds, e->bytes);
+		    state_name(e->state, false), e->seconds, e->bytes);
 	free(type);
 	free(class);
 	free(rcode);
 	if (dump->records)
 		dump_records(dump->c, e);
+}
+
+/* One line holding the entry as a JSON object; false when it could not be built. */
+static bool dump_json(struct dump *dump, const struct cache_entry_info *e)
+{
+	struct jdoc doc = {0};
+	char name[1024];
+	ldns_pkt *pkt;
+
+	if (dns_name_to_text(e->name, name, sizeof name) < 0)
+		snprintf(name, sizeof name, "?");
+	doc.root = jdoc_object(&doc);
+	jdoc_put(&doc, doc.root, "name", json_object_new_string(name));
+	jdoc_put(&doc, doc.root, "type", jdoc_ldns_string(ldns_rr_type2str((ldns_rr_type)e->qtype)));
+	jdoc_put(&doc, doc.root, "class",
+		 jdoc_ldns_string(ldns_rr_class2str((ldns_rr_class)e->qclass)));
+	jdoc_put(&doc, doc.root, "dnssec_ok", json_object_new_boolean(e->dnssec_ok));
+	jdoc_put(&doc, doc.root, "checking_disabled", json_object_new_boolean(e->checking_disabled));
+	jdoc_put(&doc, doc.root, "rcode",
+		 jdoc_ldns_string(ldns_pkt_rcode2str((ldns_pkt_rcode)e->rcode)));
+	jdoc_put(&doc, doc.root, "state", json_object_new_string(state_name(e->state, true)));
+	jdoc_put(&doc, doc.root, "seconds", json_object_new_uint64(e->seconds));
+	jdoc_put(&doc, doc.root, "bytes", json_object_new_uint64(e->bytes));
+	/* No sections when the message does not parse (the text's "; records unreadable"). */
+	if (dump->records && ldns_wire2pkt(&pkt, e->msg, e->msg_len) == LDNS_STATUS_OK) {
+		jdoc_sections(&doc, doc.root, pkt);
+		ldns_pkt_free(pkt);
+	}
+	return jdoc_write(dump->c, &doc);
+}
+
+static int dump_entry(const struct cache_entry_info *e, void *arg)
+{
+	struct dump *dump = arg;
+
+	if (!dump->c->json) {
+		dump_line(dump, e);
+	} else if (!dump_json(dump, e)) {
+		log_error("dump-cache: out of memory");
+		dump->c->failed = true; /* cut short: a line left out would go unnoticed */
+	}
 	return dump->c->failed ? 1 : 0;
 }
 
@@ -399,26 +518,42 @@ struct command {
 	const char *name;
 	int min_args, max_args;
 	const char *usage;
+	bool json;                  /* takes --json */
 	void (*run)(struct control_thread *t, struct conn *c, int argc, char **argv);
 };
 
 static const struct command commands[] = {
-	{"stats", 0, 0, "stats", cmd_stats},
-	{"lookup", 1, 2, "lookup NAME [TYPE]", cmd_lookup},
-	{"flush", 0, 1, "flush [NAME]", cmd_flush},
-	{"dump-cache", 0, 1, "dump-cache [--records]", cmd_dump_cache},
-	{"reload", 0, 0, "reload", cmd_reload},
-	{"top", 1, 5, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]", cmd_top},
-	{"node", 0, 0, "node", cmd_node},
+	{"stats", 0, 0, "stats", true, cmd_stats},
+	{"lookup", 1, 2, "lookup NAME [TYPE]", true, cmd_lookup},
+	{"flush", 0, 1, "flush [NAME]", false, cmd_flush},
+	{"dump-cache", 0, 1, "dump-cache [--records]", true, cmd_dump_cache},
+	{"reload", 0, 0, "reload", false, cmd_reload},
+	{"top", 1, 5, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]", true,
+	 cmd_top},
+	{"node", 0, 0, "node", false, cmd_node},
 };
+
+/* "COMMAND --json ARGS...": the reply in JSON; the word is taken out of argv. */
+static bool take_json_flag(int *argc, char **argv)
+{
+	if (*argc < 2 || strcmp(argv[1], "--json") != 0)
+		return false;
+	memmove(argv + 1, argv + 2, (size_t)(*argc - 2) * sizeof *argv);
+	(*argc)--;
+	return true;
+}
 
 void control_run(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
+	c->json = take_json_flag(&argc, argv);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
 		const struct command *cmd = &commands[i];
 		if (strcmp(argv[0], cmd->name) != 0)
 			continue;
-		if (argc - 1 < cmd->min_args || argc - 1 > cmd->max_args)
+		if (c->json && !cmd->json)
+			reply_usage(c, "%s has no --json output (stats, lookup, dump-cache and top have)",
+				    cmd->name);
+		else if (argc - 1 < cmd->min_args || argc - 1 > cmd->max_args)
 			reply_usage(c, "%s", cmd->usage);
 		else
 			cmd->run(t, c, argc, argv);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -60,22 +61,33 @@ static socklen_t unix_address(const char *path, struct sockaddr_un *sa)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(sa->sun_path) + 1);
 }
 
-/*
- * The path is taken: by a live daemon (connect succeeds: refuse), by a
- * socket nobody listens on any more (a crash: remove it), or by something
- * that is not a socket (refuse: never delete an operator's file).
- */
-static int clear_stale_socket(const char *path, char *err, size_t errlen)
+/* Mode and identity before listen(): nobody can connect to it before it is 0660. */
+static int finish_socket_file(struct control *ctl, const char *path, char *err, size_t errlen)
 {
-	struct sockaddr_un sa;
 	struct stat st;
-	socklen_t salen = unix_address(path, &sa);
 
-	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-		snprintf(err, errlen, "control.socket: %s exists and is not a socket", path);
+	if (chmod(path, SOCKET_MODE) < 0 || stat(path, &st) < 0) {
+		snprintf(err, errlen, "control.socket: %s: %s", path, strerror(errno));
+		unlink(path);
 		return -1;
 	}
+	ctl->dev = st.st_dev;
+	ctl->ino = st.st_ino;
+	if (listen(ctl->listen_fd, LISTEN_BACKLOG) < 0) {
+		snprintf(err, errlen, "control.socket: listen on %s: %s", path, strerror(errno));
+		unlink(path);
+		return -1;
+	}
+	return 0;
+}
+
+/* Is a socket file answering? 1 yes, 0 no (refused), -1 cannot tell (err). */
+static int socket_answers(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un sa;
+	socklen_t salen = unix_address(path, &sa);
 	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
 	if (probe < 0) {
 		snprintf(err, errlen, "control.socket: socket: %s", strerror(errno));
 		return -1;
@@ -83,16 +95,32 @@ static int clear_stale_socket(const char *path, char *err, size_t errlen)
 	int rc = connect(probe, (struct sockaddr *)&sa, salen);
 	int connect_errno = errno;
 	close(probe);
-	if (rc == 0) {
-		snprintf(err, errlen, "control.socket: %s answers: another localdns is running "
-			 "with this control socket", path);
+	if (rc == 0)
+		return 1;
+	if (connect_errno == ECONNREFUSED)
+		return 0;
+	snprintf(err, errlen, "control.socket: cannot check %s: %s", path, strerror(connect_errno));
+	return -1;
+}
+
+/*
+ * A file at the path: something that is not a socket (refuse: never delete
+ * an operator's file), a socket nobody listens on any more (a crash: remove
+ * it, 0), or a live localdns's (1): in an upgrade the new process starts
+ * beside the old one, which may share the directory (a hostPath), and the
+ * new one takes the path over (take_over).
+ */
+static int clear_stale_socket(const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "control.socket: %s exists and is not a socket", path);
 		return -1;
 	}
-	if (connect_errno != ECONNREFUSED) {
-		snprintf(err, errlen, "control.socket: cannot check %s: %s", path,
-			 strerror(connect_errno));
-		return -1;
-	}
+	int live = socket_answers(path, err, errlen);
+	if (live != 0)
+		return live;
 	if (unlink(path) < 0 && errno != ENOENT) {
 		snprintf(err, errlen, "control.socket: cannot remove the stale %s: %s", path,
 			 strerror(errno));
@@ -102,46 +130,81 @@ static int clear_stale_socket(const char *path, char *err, size_t errlen)
 	return 0;
 }
 
-static int bind_socket(struct control *ctl, char *err, size_t errlen)
+/* 0, or -1 with errno and, unless the address is in use, err. */
+static int bind_path(struct control *ctl, const char *path, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
-	socklen_t salen = unix_address(ctl->path, &sa);
+	socklen_t salen = unix_address(path, &sa);
 
-	if (bind(ctl->listen_fd, (struct sockaddr *)&sa, salen) < 0) {
-		if (errno != EADDRINUSE) {
-			snprintf(err, errlen, "control.socket: cannot bind %s: %s", ctl->path,
-				 strerror(errno));
-			return -1;
-		}
-		if (clear_stale_socket(ctl->path, err, errlen) < 0)
-			return -1;
-		if (bind(ctl->listen_fd, (struct sockaddr *)&sa, salen) < 0) {
-			snprintf(err, errlen, "control.socket: cannot bind %s: %s", ctl->path,
-				 strerror(errno));
-			return -1;
-		}
+	if (bind(ctl->listen_fd, (struct sockaddr *)&sa, salen) == 0)
+		return 0;
+	int saved = errno;
+	if (saved != EADDRINUSE)
+		snprintf(err, errlen, "control.socket: cannot bind %s: %s", path, strerror(saved));
+	errno = saved;
+	return -1;
+}
+
+/*
+ * Another localdns answers on the path: ours is made ready under a
+ * temporary name beside it (bound, mode set, listening) and renamed over
+ * it, so `localdns ctl` reaches the newest process from then on and never
+ * finds no socket. The other keeps its listening socket and, at its exit,
+ * leaves our file alone (remove_socket_file).
+ */
+static int take_over(struct control *ctl, char *err, size_t errlen)
+{
+	char tmp[sizeof ctl->path];
+	const char *slash = strrchr(ctl->path, '/');
+	uint32_t r = 0;
+
+	if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+		r = (uint32_t)getpid();
+	int len = snprintf(tmp, sizeof tmp, "%.*s.localdns-%08x",
+			   slash ? (int)(slash - ctl->path + 1) : 0, ctl->path, r);
+	if (len < 0 || (size_t)len >= sizeof tmp) {
+		snprintf(err, errlen, "control.socket: %s answers: another localdns is running "
+			 "with this control socket, and the path is too long to take it over",
+			 ctl->path);
+		return -1;
 	}
+	if (bind_path(ctl, tmp, err, errlen) < 0) {
+		if (errno == EADDRINUSE)
+			snprintf(err, errlen, "control.socket: cannot bind %s: %s", tmp,
+				 strerror(errno));
+		return -1;
+	}
+	if (finish_socket_file(ctl, tmp, err, errlen) < 0)
+		return -1;
+	if (rename(tmp, ctl->path) < 0) {
+		snprintf(err, errlen, "control.socket: cannot take over %s: %s", ctl->path,
+			 strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	log_info("took over the control socket from another localdns, which keeps running "
+		 "(an upgrade's overlap)", "path", ctl->path);
 	return 0;
 }
 
-/* Mode and identity before listen(): nobody can connect to it before it is 0660. */
-static int finish_socket_file(struct control *ctl, char *err, size_t errlen)
+static int bind_socket(struct control *ctl, char *err, size_t errlen)
 {
-	struct stat st;
-
-	if (chmod(ctl->path, SOCKET_MODE) < 0 || stat(ctl->path, &st) < 0) {
-		snprintf(err, errlen, "control.socket: %s: %s", ctl->path, strerror(errno));
-		unlink(ctl->path);
+	if (bind_path(ctl, ctl->path, err, errlen) == 0)
+		return finish_socket_file(ctl, ctl->path, err, errlen);
+	if (errno != EADDRINUSE)
+		return -1;
+	int live = clear_stale_socket(ctl->path, err, errlen);
+	if (live < 0)
+		return -1;
+	if (live == 1)
+		return take_over(ctl, err, errlen);
+	if (bind_path(ctl, ctl->path, err, errlen) < 0) {
+		if (errno == EADDRINUSE)
+			snprintf(err, errlen, "control.socket: cannot bind %s: %s", ctl->path,
+				 strerror(errno));
 		return -1;
 	}
-	ctl->dev = st.st_dev;
-	ctl->ino = st.st_ino;
-	if (listen(ctl->listen_fd, LISTEN_BACKLOG) < 0) {
-		snprintf(err, errlen, "control.socket: listen on %s: %s", ctl->path, strerror(errno));
-		unlink(ctl->path);
-		return -1;
-	}
-	return 0;
+	return finish_socket_file(ctl, ctl->path, err, errlen);
 }
 
 /* Remove the socket file unless someone else's has replaced it since. */
@@ -193,8 +256,7 @@ int control_open(const struct config *cfg, struct control **out, char *err, size
 			goto fail;
 		}
 	}
-	if (make_parents(ctl->path, err, errlen) < 0 || bind_socket(ctl, err, errlen) < 0 ||
-	    finish_socket_file(ctl, err, errlen) < 0)
+	if (make_parents(ctl->path, err, errlen) < 0 || bind_socket(ctl, err, errlen) < 0)
 		goto fail;
 	*out = ctl;
 	return 0;

@@ -19,7 +19,9 @@
  *
  * Protocol (text, one request per connection):
  *   request:  one line, at most CONTROL_REQUEST_MAX bytes: a command and
- *             its arguments separated by single spaces
+ *             its arguments separated by single spaces; "--json" right
+ *             after the command asks for a JSON body (stats, lookup,
+ *             dump-cache, top: docs/ctl.md)
  *   reply:    a status line, "ok", "error MESSAGE" or "usage MESSAGE";
  *             after "ok" the body; then a line holding only "." (no body
  *             line is ever "."), then the daemon closes. A reply without

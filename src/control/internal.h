@@ -2,6 +2,8 @@
 #ifndef LOCALDNS_CONTROL_INTERNAL_H
 #define LOCALDNS_CONTROL_INTERNAL_H
 
+#include <json-c/json.h>
+#include <ldns/ldns.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -13,7 +15,8 @@
 #include "dns/dns.h"
 #include "query/query.h"
 
-#define CONTROL_MAX_ARGS 6
+/* A command, "--json" and five arguments (top's). */
+#define CONTROL_MAX_ARGS 7
 
 struct control;
 
@@ -49,6 +52,7 @@ struct conn {
 	int fd;
 	int stop_fd;
 	bool failed;                  /* the client went away or stalled: write no more */
+	bool json;                    /* the request asked for --json */
 	size_t len;
 	char buf[16384];
 };
@@ -77,5 +81,35 @@ void control_lookup(struct control_thread *t, struct conn *c, const char *name, 
 
 /* `node` (node.c). */
 void control_node(struct control_thread *t, struct conn *c);
+
+/* ---- --json replies (json.c) --------------------------------------------- */
+
+/* One JSON document being built; failed once json-c ran out of memory. */
+struct jdoc {
+	json_object *root;
+	bool failed;
+};
+
+/* A new object or array; NULL (and d failed) when out of memory. */
+json_object *jdoc_object(struct jdoc *d);
+json_object *jdoc_array(struct jdoc *d);
+/* Add value (owned by the call) to object o under key / to array; a NULL o
+ * or value marks d failed and adds nothing. */
+void jdoc_put(struct jdoc *d, json_object *o, const char *key, json_object *value);
+void jdoc_push(struct jdoc *d, json_object *array, json_object *value);
+/* A string ldns allocated (NULL: out of memory) as a JSON string; frees it. */
+json_object *jdoc_ldns_string(char *text);
+/* The records of list as objects {name, ttl, class, type, data}; only
+ * {name, class, type} for a question section. */
+json_object *jdoc_records(struct jdoc *d, const ldns_rr_list *list, bool question);
+/* o's "answer", "authority" and "additional": pkt's records. */
+void jdoc_sections(struct jdoc *d, json_object *o, const ldns_pkt *pkt);
+/* Write d's root as one line and free it (d is empty after); false, and
+ * nothing written, when d failed. */
+bool jdoc_write(struct conn *c, struct jdoc *d);
+void jdoc_free(struct jdoc *d);
+/* A one-document reply: "ok" and d, or "error out of memory" when d failed.
+ * Frees d. */
+void reply_json(struct conn *c, struct jdoc *d);
 
 #endif

@@ -18,7 +18,8 @@
  * claim but does not queue the refresh; that entry is then refreshed on its
  * first miss instead of ahead of time.
  *
- * The answer is printed by libldns (ldns_pkt2str), like drill or dig.
+ * The answer is printed by libldns (ldns_pkt2str), like drill or dig, or
+ * with --json as one JSON document of the same fields (json.c).
  */
 #include "control/internal.h"
 
@@ -128,6 +129,59 @@ static size_t ask_resolver(struct control_thread *t, uint16_t id, char *err, siz
 
 /* ---- printing ----------------------------------------------------------- */
 
+/* The header flags set, in dig's order. */
+static json_object *flags_json(struct jdoc *d, const ldns_pkt *pkt)
+{
+	const struct {
+		const char *name;
+		bool set;
+	} flags[] = {
+		{"qr", ldns_pkt_qr(pkt)}, {"aa", ldns_pkt_aa(pkt)}, {"tc", ldns_pkt_tc(pkt)},
+		{"rd", ldns_pkt_rd(pkt)}, {"ra", ldns_pkt_ra(pkt)}, {"ad", ldns_pkt_ad(pkt)},
+		{"cd", ldns_pkt_cd(pkt)},
+	};
+	json_object *list = jdoc_array(d);
+
+	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+		if (flags[i].set)
+			jdoc_push(d, list, json_object_new_string(flags[i].name));
+	return list;
+}
+
+/* {"udp_size", "do"}, or null without EDNS. */
+static void edns_json(struct jdoc *d, json_object *o, const ldns_pkt *pkt)
+{
+	if (!ldns_pkt_edns(pkt)) {
+		if (o && json_object_object_add(o, "edns", NULL) < 0)
+			d->failed = true;
+		return;
+	}
+	json_object *edns = jdoc_object(d);
+	jdoc_put(d, edns, "udp_size", json_object_new_int(ldns_pkt_edns_udp_size(pkt)));
+	jdoc_put(d, edns, "do", json_object_new_boolean(ldns_pkt_edns_do(pkt)));
+	jdoc_put(d, o, "edns", edns);
+}
+
+/* One document: the source, then the reply as dig's text shows it. */
+static void print_answer_json(struct conn *c, enum query_source source, size_t len,
+			      uint32_t ms, const ldns_pkt *pkt)
+{
+	struct jdoc doc = {0};
+	json_object *o = doc.root = jdoc_object(&doc);
+
+	jdoc_put(&doc, o, "source", json_object_new_string(query_source_name(source)));
+	jdoc_put(&doc, o, "id", json_object_new_int(ldns_pkt_id(pkt)));
+	jdoc_put(&doc, o, "opcode", jdoc_ldns_string(ldns_pkt_opcode2str(ldns_pkt_get_opcode(pkt))));
+	jdoc_put(&doc, o, "rcode", jdoc_ldns_string(ldns_pkt_rcode2str(ldns_pkt_get_rcode(pkt))));
+	jdoc_put(&doc, o, "flags", flags_json(&doc, pkt));
+	jdoc_put(&doc, o, "question", jdoc_records(&doc, ldns_pkt_question(pkt), true));
+	jdoc_sections(&doc, o, pkt);
+	edns_json(&doc, o, pkt);
+	jdoc_put(&doc, o, "query_time_ms", json_object_new_int64(ms));
+	jdoc_put(&doc, o, "size", json_object_new_uint64(len));
+	reply_json(c, &doc);
+}
+
 static void print_answer(struct conn *c, enum query_source source, size_t len, uint32_t ms,
 			 const uint8_t *msg)
 {
@@ -136,6 +190,11 @@ static void print_answer(struct conn *c, enum query_source source, size_t len, u
 
 	if (ldns_wire2pkt(&pkt, msg, len) != LDNS_STATUS_OK) {
 		reply_error(c, "the answer does not parse (%zu bytes)", len);
+		return;
+	}
+	if (c->json) {
+		print_answer_json(c, source, len, ms, pkt);
+		ldns_pkt_free(pkt);
 		return;
 	}
 	gettimeofday(&now, NULL);

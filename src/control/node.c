@@ -58,7 +58,10 @@ static void show_table(struct conn *c, const struct node_status *st, uint64_t no
 	conn_printf(c, "table inet %s checked %s: %s%s\n", st->table,
 		    age(st->table_checked_ms, now, ago, sizeof ago),
 		    st->table_problem[0] ? "not as planned: " : "as planned", st->table_problem);
-	if (st->heartbeat_problem[0])
+	if (!st->capturing)
+		conn_printf(c, "heartbeat not renewed: %s (new DNS flows fail open; last renewed "
+			       "%s)\n", st->not_capturing, age(renewed, now, ago, sizeof ago));
+	else if (st->heartbeat_problem[0])
 		conn_printf(c, "heartbeat failing: %s (last renewed %s)\n", st->heartbeat_problem,
 			    age(renewed, now, ago, sizeof ago));
 	else

@@ -36,7 +36,8 @@ int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, c
 	pthread_mutex_init(&d->ask_lock, NULL);
 	pthread_cond_init(&d->ask_done, NULL);
 	d->ask_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (d->ask_fd < 0) {
+	d->open_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (d->ask_fd < 0 || d->open_fd < 0) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		daemon_destroy(d);
 		return -1;
@@ -52,6 +53,9 @@ void daemon_destroy(struct daemon *d)
 	if (d->ask_fd >= 0)
 		close(d->ask_fd);
 	d->ask_fd = -1;
+	if (d->open_fd >= 0)
+		close(d->open_fd);
+	d->open_fd = -1;
 	pthread_cond_destroy(&d->ask_done);
 	pthread_mutex_destroy(&d->ask_lock);
 	pthread_mutex_destroy(&d->reload_lock);
@@ -202,6 +206,39 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 	}
 	snprintf(why, whylen, "ok");
 	return true;
+}
+
+bool daemon_may_capture(void *daemon, char *why, size_t whylen)
+{
+	struct daemon *d = daemon;
+
+	if (!server_is_open(d->server)) {
+		if (!daemon_ready(d, why, whylen))
+			return false;
+		eventfd_write(d->open_fd, 1);
+		snprintf(why, whylen, "opening the sockets");
+		return false;
+	}
+	/* An idle worker turns every SERVER_IDLE_TURN_MS: 250 ms is two
+	 * missed turns, so a stuck worker (or process) fails open within
+	 * DAEMON_WORKER_STALL_MS + NFT_LIVE_TIMEOUT_MS. */
+	return server_turning(d->server, DAEMON_WORKER_STALL_MS, why, whylen);
+}
+
+int daemon_open_fd(const struct daemon *d)
+{
+	return d->open_fd;
+}
+
+void daemon_open_sockets(struct daemon *d)
+{
+	eventfd_t ignored;
+
+	if (eventfd_read(d->open_fd, &ignored) < 0)
+		return;
+	pthread_mutex_lock(&d->reload_lock);
+	server_open(d->server, d->running);
+	pthread_mutex_unlock(&d->reload_lock);
 }
 
 /* ---- the files behind the running config ---------------------------------------- */

@@ -69,6 +69,8 @@ struct daemon {
 	int ask_rc;                  /* ask_lock: the last outcome */
 	char ask_err[CONFIG_ERR_MAX];
 	bool refusing;               /* ask_lock: the main thread serves no more */
+
+	int open_fd;                 /* eventfd: readable when the sockets may be opened */
 };
 
 struct daemon_reload_stats {
@@ -151,6 +153,23 @@ bool daemon_ready(const struct daemon *d, char *why, size_t whylen);
  * how long in why. Needs d->server and d->upstream.
  */
 bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
+
+/*
+ * Should the node's DNS come to this process now (node_capture's test, on
+ * the node monitor's thread)? Once ready (daemon_ready) it asks the main
+ * thread to open the held sockets (daemon_open_fd); once they are open,
+ * while every worker has gone round its loop within DAEMON_WORKER_STALL_MS.
+ * false with why.
+ */
+#define DAEMON_WORKER_STALL_MS 250
+bool daemon_may_capture(void *daemon, char *why, size_t whylen);
+
+/*
+ * The main thread's side: poll daemon_open_fd, and when it is readable call
+ * daemon_open_sockets (server_open with the running config).
+ */
+int daemon_open_fd(const struct daemon *d);
+void daemon_open_sockets(struct daemon *d);
 
 /*
  * The config file watcher (main thread): inotify on the directories of the

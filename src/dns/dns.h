@@ -210,8 +210,19 @@ struct dns_writer {
 	uint16_t rcode;          /* full rcode: low 4 bits to the header, rest to OPT */
 	bool has_server_cookie;  /* answer the client's cookie (see set_server_cookie) */
 	uint8_t server_cookie[DNS_SERVER_COOKIE_LEN];
+	/* Names we can point to: where each starts and its uncompressed length
+	 * (a suffix is compared byte by byte only with names as long as it;
+	 * comp_lens has a bit for each length present, so most suffixes are
+	 * passed over without a look at the slots). The question's labels are
+	 * added when the first name is written, not at begin: most replies
+	 * write none (owners point to the question). */
+	bool comp_question;      /* the question's labels are in comp */
+	uint8_t comp_base;       /* how many of comp they are */
 	uint8_t ncomp;
-	uint16_t comp[DNS_COMPRESS_SLOTS]; /* offsets of names we can point to */
+	uint16_t comp[DNS_COMPRESS_SLOTS];
+	uint8_t comp_len[DNS_COMPRESS_SLOTS];
+	uint64_t comp_lens[4];   /* bit n: a slot holds (or, after a rollback,
+				    held) a name of n bytes */
 };
 
 /*

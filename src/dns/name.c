@@ -169,14 +169,45 @@ bool dns_name_is_subdomain(const uint8_t *name, const uint8_t *suffix)
 }
 
 /*
+ * Eight bytes lower-cased at once: a byte gets 0x20 when it is below 0x80,
+ * at least 'A' and not above 'Z'. Each test adds a constant to the byte's
+ * low seven bits, which cannot carry into the next byte, and reads the top
+ * bit.
+ */
+static uint64_t lower8(uint64_t x)
+{
+	const uint64_t ones = 0x0101010101010101ull;
+	uint64_t low7 = x & (0x7f * ones);
+	uint64_t at_least_a = low7 + (0x80 - 'A') * ones;
+	uint64_t above_z = low7 + (0x7f - 'Z') * ones;
+	uint64_t capital = at_least_a & ~above_z & ~x & (0x80 * ones);
+
+	return x | (capital >> 2);
+}
+
+/*
  * Length bytes are at most 63, below 'A', so they pass through unchanged and
- * the name can be lowered as a flat byte string: no label walk, and a loop
- * the compiler vectorises.
+ * the name can be lowered as a flat byte string, eight bytes at a time (the
+ * last eight may overlap the ones before: lowering twice changes nothing).
+ * Every query's name goes through here.
  */
 void dns_name_copy_lower(uint8_t *dst, const uint8_t *src, size_t len)
 {
-	for (size_t i = 0; i < len; i++)
-		dst[i] = (uint8_t)(src[i] | ((uint8_t)(src[i] - 'A') < 26 ? 0x20 : 0));
+	uint64_t w;
+
+	if (len < 8) {
+		for (size_t i = 0; i < len; i++)
+			dst[i] = (uint8_t)(src[i] | ((uint8_t)(src[i] - 'A') < 26 ? 0x20 : 0));
+		return;
+	}
+	for (size_t i = 0; i + 8 < len; i += 8) {
+		memcpy(&w, src + i, 8);
+		w = lower8(w);
+		memcpy(dst + i, &w, 8);
+	}
+	memcpy(&w, src + len - 8, 8);
+	w = lower8(w);
+	memcpy(dst + len - 8, &w, 8);
 }
 
 void dns_query_set_name(struct dns_query *q, const uint8_t *name)

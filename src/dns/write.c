@@ -80,19 +80,28 @@ static void write_question(uint8_t *at, const struct dns_query *q)
 	put16(at + q->qname_len + 2, q->qclass);
 }
 
-static void remember_name_offset(struct dns_writer *w, size_t off)
+/* A name we wrote at off, name_len bytes long uncompressed, as a pointer target. */
+static void remember_name_offset(struct dns_writer *w, size_t off, size_t name_len)
 {
-	if (w->ncomp < DNS_COMPRESS_SLOTS && off <= MAX_POINTER)
-		w->comp[w->ncomp++] = (uint16_t)off;
+	if (w->ncomp < DNS_COMPRESS_SLOTS && off <= MAX_POINTER) {
+		w->comp[w->ncomp] = (uint16_t)off;
+		w->comp_len[w->ncomp++] = (uint8_t)name_len;
+		w->comp_lens[name_len / 64] |= 1ull << (name_len % 64);
+	}
 }
 
+/* The question's labels first, so that they are the targets tried first. */
 static void remember_question_labels(struct dns_writer *w)
 {
 	const uint8_t *name = w->q->qname_orig;
 	size_t len = w->q->qname_len;
 
+	w->ncomp = 0;
+	memset(w->comp_lens, 0, sizeof w->comp_lens);
 	for (size_t pos = 0; pos < len && name[pos] != 0; pos += 1 + name[pos])
-		remember_name_offset(w, DNS_HEADER_LEN + pos);
+		remember_name_offset(w, DNS_HEADER_LEN + pos, len - pos);
+	w->comp_base = w->ncomp;
+	w->comp_question = true;
 }
 
 void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
@@ -111,6 +120,8 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 	w->rcode = (uint16_t)rcode;
 	w->has_server_cookie = false;
 	w->ncomp = 0;
+	w->comp_base = 0;
+	w->comp_question = false;
 
 	/* len == 0 marks a writer that never started: adds are refused and
 	 * finish returns 0, so a misuse cannot write past the buffer. */
@@ -128,7 +139,6 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 	memset(buf + 6, 0, 6);
 	write_question(buf + DNS_HEADER_LEN, q);
 	w->len = w->question_end = DNS_HEADER_LEN + qname_len + 4;
-	remember_question_labels(w);
 }
 
 void dns_response_rewind(struct dns_writer *w)
@@ -141,7 +151,8 @@ void dns_response_rewind(struct dns_writer *w)
 	w->rcode = DNS_R_NOERROR;
 	w->truncated = false;
 	w->ncomp = 0;
-	remember_question_labels(w);
+	w->comp_base = 0;
+	w->comp_question = false;
 	dns_response_set_aa(w, false);
 }
 
@@ -163,8 +174,12 @@ void dns_response_set_rcode(struct dns_writer *w, enum dns_rcode rcode)
 	w->rcode = (uint16_t)rcode; /* reaches the header in dns_response_finish */
 }
 
+/* The same bytes is the usual case (the client's question in lower case,
+ * or a name we wrote ourselves), so that is tried first. */
 static bool labels_equal_nocase(const uint8_t *a, const uint8_t *b, size_t n)
 {
+	if (memcmp(a, b, n) == 0)
+		return true;
 	for (size_t i = 0; i < n; i++)
 		if (ascii_lower(a[i]) != ascii_lower(b[i]))
 			return false;
@@ -208,11 +223,13 @@ static bool message_name_equals(const struct dns_writer *w, size_t off,
 	}
 }
 
-static bool find_compression_target(const struct dns_writer *w,
-				    const uint8_t *suffix, uint16_t *target)
+static bool find_compression_target(const struct dns_writer *w, const uint8_t *suffix,
+				    size_t suffix_len, uint16_t *target)
 {
+	if (!(w->comp_lens[suffix_len / 64] & (1ull << (suffix_len % 64))))
+		return false;
 	for (uint8_t i = 0; i < w->ncomp; i++) {
-		if (message_name_equals(w, w->comp[i], suffix)) {
+		if (w->comp_len[i] == suffix_len && message_name_equals(w, w->comp[i], suffix)) {
 			*target = w->comp[i];
 			return true;
 		}
@@ -237,40 +254,6 @@ static bool put_pointer(struct dns_writer *w, uint16_t target, size_t end)
 	return put_bytes(w, ptr, 2, end);
 }
 
-/*
- * Write an uncompressed wire name, replacing its longest suffix already in
- * the message with a pointer. Labels written out are remembered as targets
- * for later names. The name is caller-supplied, so a walk past DNS_MAX_NAME
- * is refused rather than trusted.
- */
-static bool put_name(struct dns_writer *w, const uint8_t *name, size_t end)
-{
-	size_t pos = 0;
-
-	while (name[pos] != 0) {
-		uint8_t label = name[pos];
-		uint16_t target;
-
-		if (label > DNS_MAX_LABEL || pos + 1 + label >= DNS_MAX_NAME)
-			return false;
-		if (find_compression_target(w, name + pos, &target))
-			return put_pointer(w, target, end);
-		size_t at = w->len;
-		if (!put_bytes(w, name + pos, 1 + (size_t)label, end))
-			return false;
-		remember_name_offset(w, at);
-		pos += 1 + label;
-	}
-	return put_bytes(w, "", 1, end);
-}
-
-static bool put_owner(struct dns_writer *w, const uint8_t *owner, size_t end)
-{
-	if (owner == NULL)
-		return put_pointer(w, DNS_HEADER_LEN, end); /* the client's own case */
-	return put_name(w, owner, end);
-}
-
 /* Length of the uncompressed name at p, which may not run past n bytes; -1
  * when it does, or when it is not a plain wire name. */
 static int bounded_name_len(const uint8_t *p, size_t n)
@@ -286,6 +269,42 @@ static int bounded_name_len(const uint8_t *p, size_t n)
 		pos += 1 + label;
 	}
 	return -1;
+}
+
+/*
+ * Write an uncompressed wire name, replacing its longest suffix already in
+ * the message with a pointer. Labels written out are remembered as targets
+ * for later names. The name is caller-supplied, so a walk past DNS_MAX_NAME
+ * is refused rather than trusted.
+ */
+static bool put_name(struct dns_writer *w, const uint8_t *name, size_t end)
+{
+	int name_len = bounded_name_len(name, DNS_MAX_NAME);
+
+	if (name_len < 0)
+		return false;
+	if (!w->comp_question)
+		remember_question_labels(w);
+	for (size_t pos = 0; name[pos] != 0;) {
+		uint8_t label = name[pos];
+		uint16_t target;
+
+		if (find_compression_target(w, name + pos, (size_t)name_len - pos, &target))
+			return put_pointer(w, target, end);
+		size_t at = w->len;
+		if (!put_bytes(w, name + pos, 1 + (size_t)label, end))
+			return false;
+		remember_name_offset(w, at, (size_t)name_len - pos);
+		pos += 1 + label;
+	}
+	return put_bytes(w, "", 1, end);
+}
+
+static bool put_owner(struct dns_writer *w, const uint8_t *owner, size_t end)
+{
+	if (owner == NULL)
+		return put_pointer(w, DNS_HEADER_LEN, end); /* the client's own case */
+	return put_name(w, owner, end);
 }
 
 static bool rdata_fits_shape(const uint8_t *rdata, size_t rdlen,
@@ -368,9 +387,10 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 		w->count[section]++;
 		return true;
 	}
-	/* Undo the partial record, and forget names that pointed into it. */
+	/* Undo the partial record, and forget names that pointed into it (the
+	 * question's stay, even when this record was the first to add them). */
 	w->len = start_len;
-	w->ncomp = start_ncomp;
+	w->ncomp = start_ncomp > w->comp_base ? start_ncomp : w->comp_base;
 	if (section != DNS_SEC_ADDITIONAL)
 		w->truncated = true; /* RFC 2181 9: additional data may just be omitted */
 	return false;

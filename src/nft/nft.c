@@ -26,8 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nft/plan.h"
 
@@ -35,11 +37,14 @@
 #define NFT_TYPE_MARK 19
 #define NFT_TYPE_IPADDR 7
 #define NFT_TYPE_IP6ADDR 8
+#define NFT_TYPE_INET_SERVICE 13
+#define NFT_TYPE_BITS 6               /* a concatenation's type: one per field */
 
 /* The table's comment (userdata, kernel 5.13+): how a table says it is ours. */
 #define TABLE_COMMENT "managed by localdns"
 
-#define BATCH_LIMIT (128 * 1024)
+/* Room for the table and KEPT_MAX kept elements (about 80 bytes each). */
+#define BATCH_LIMIT (256 * 1024)
 #define BATCH_MSGS 512
 #define WHAT_MAX 96
 
@@ -53,9 +58,12 @@ struct nft {
 	struct config_ip *endpoints;
 	size_t n_endpoints;
 	struct nft_plan plan;
+	uint32_t token;            /* this process in set instances */
+	bool beating;              /* renewing the heartbeat: rebuilds put it back */
 };
 
 static void drop_stale_answers(struct nft *n);
+static int dump(struct nft *n, uint16_t type, const char *set_name, mnl_cb_t cb, void *data);
 
 /* ---- batches -------------------------------------------------------------- */
 
@@ -221,7 +229,21 @@ static struct nftnl_set *set_object(const struct nft_plan *p, const struct nft_s
 	nftnl_set_set_str(s, NFTNL_SET_NAME, sp->name);
 	nftnl_set_set_u32(s, NFTNL_SET_FAMILY, NFPROTO_INET);
 	nftnl_set_set_u32(s, NFTNL_SET_ID, (uint32_t)(sp - p->sets) + 1);
-	if (sp->role == NFT_SET_FALLBACK) {
+	if (sp->role == NFT_SET_INSTANCES) {
+		nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_TIMEOUT);
+		nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_MARK);
+		nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, 4);
+	} else if (sp->role == NFT_SET_FLOWS) {
+		/* client address . client port . our address; each field takes
+		 * whole 32-bit registers, so the port 4 bytes */
+		nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_TIMEOUT | NFT_SET_EVAL);
+		nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE,
+				  addr_type << 2 * NFT_TYPE_BITS |
+				  NFT_TYPE_INET_SERVICE << NFT_TYPE_BITS | addr_type);
+		nftnl_set_set_u32(s, NFTNL_SET_KEY_LEN, 2 * addr_len + 4);
+		nftnl_set_set_u64(s, NFTNL_SET_TIMEOUT, p->flow_timeout_ms);
+		nftnl_set_set_u32(s, NFTNL_SET_DESC_SIZE, NFT_FLOW_SET_SIZE);
+	} else if (sp->role == NFT_SET_FALLBACK) {
 		/* numgen's value, in host byte order, is the key. */
 		nftnl_set_set_u32(s, NFTNL_SET_FLAGS, NFT_SET_MAP);
 		nftnl_set_set_u32(s, NFTNL_SET_KEY_TYPE, NFT_TYPE_MARK);
@@ -260,15 +282,15 @@ static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp)
 	return true;
 }
 
-/* NEWSET (with_set) and/or NEWSETELEM with the planned elements. */
+/* NEWSET (with_set) and/or NEWSETELEM with the planned elements (with_elements). */
 static void put_set(struct nft *n, struct batch *bt, const struct nft_set_plan *sp,
-		    bool with_set)
+		    bool with_set, bool with_elements)
 {
 	struct nftnl_set *s = set_object(&n->plan, sp);
 	char what[WHAT_MAX];
 	struct nlmsghdr *h;
 
-	if (!s || !add_elements(s, sp)) {
+	if (!s || (with_elements && !add_elements(s, sp))) {
 		bt->broken = true;
 		nftnl_set_free(s);
 		return;
@@ -279,11 +301,88 @@ static void put_set(struct nft *n, struct batch *bt, const struct nft_set_plan *
 		batch_done_msg(bt);
 	}
 	snprintf(what, sizeof what, "the elements of set %s", sp->name);
-	if (sp->n_ips && (h = batch_msg(n, bt, NFT_MSG_NEWSETELEM, NLM_F_CREATE, what))) {
+	if (with_elements && sp->n_ips &&
+	    (h = batch_msg(n, bt, NFT_MSG_NEWSETELEM, NLM_F_CREATE, what))) {
 		nftnl_set_elems_nlmsg_build_payload(h, s);
 		batch_done_msg(bt);
 	}
 	nftnl_set_free(s);
+}
+
+/*
+ * One element of a timeout set given as its key: a heartbeat element or a
+ * token. A rebuild puts back those of other processes with what was left
+ * of their time (expires_ms), so it neither ends nor extends their
+ * heartbeat.
+ */
+struct element {
+	const struct nft_set_plan *set;
+	uint8_t key[36];           /* up to a flow: 16 + 4 + 16 */
+	uint32_t len;
+	uint64_t expires_ms;       /* 0: the whole timeout of its set */
+};
+
+/* One element, without its timeout for a flow (the set's applies). */
+static struct nftnl_set_elem *element_object(const struct element *el)
+{
+	struct nftnl_set_elem *e = nftnl_set_elem_alloc();
+
+	if (!e)
+		return NULL;
+	nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, el->key, el->len);
+	if (el->set->role != NFT_SET_FLOWS)
+		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, NFT_LIVE_TIMEOUT_MS);
+	if (el->expires_ms)
+		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_EXPIRATION, el->expires_ms);
+	return e;
+}
+
+/* NEWSETELEM or DELSETELEM of one element. */
+static void put_element(struct nft *n, struct batch *bt, uint16_t type, const struct element *el)
+{
+	struct nftnl_set *s = set_object(&n->plan, el->set);
+	struct nftnl_set_elem *e = element_object(el);
+	char what[WHAT_MAX];
+	struct nlmsghdr *h;
+
+	if (!s || !e) {
+		bt->broken = true;
+		if (s)
+			nftnl_set_free(s);
+		if (e)
+			nftnl_set_elem_free(e);
+		return;
+	}
+	nftnl_set_elem_add(s, e);
+	snprintf(what, sizeof what, "%s an element of set %s",
+		 type == NFT_MSG_NEWSETELEM ? "adding" : "deleting", el->set->name);
+	if ((h = batch_msg(n, bt, type, type == NFT_MSG_NEWSETELEM ? NLM_F_CREATE : 0, what))) {
+		nftnl_set_elems_nlmsg_build_payload(h, s);
+		batch_done_msg(bt);
+	}
+	nftnl_set_free(s);
+}
+
+static struct element own_token(const struct nft *n)
+{
+	struct element el = {.set = nft_plan_set(&n->plan, NFT_SET_INSTANCES, 0), .len = 4};
+
+	memcpy(el.key, &n->token, 4);
+	return el;
+}
+
+/*
+ * Our token with a fresh timeout. Adding an element that exists does not
+ * renew it, deleting one that does not exist fails the batch: add (a
+ * no-op if there), delete, add, all in one transaction.
+ */
+static void renew_token(struct nft *n, struct batch *bt)
+{
+	struct element el = own_token(n);
+
+	put_element(n, bt, NFT_MSG_NEWSETELEM, &el);
+	put_element(n, bt, NFT_MSG_DELSETELEM, &el);
+	put_element(n, bt, NFT_MSG_NEWSETELEM, &el);
 }
 
 static void flush_set(struct nft *n, struct batch *bt, const struct nft_set_plan *sp)
@@ -375,7 +474,8 @@ static void meta_eq(struct rule_builder *rb, uint32_t key, uint8_t value)
 	cmp_eq(rb, &value, 1);
 }
 
-static void payload(struct rule_builder *rb, uint32_t base, uint32_t offset, uint32_t len)
+static void payload_to(struct rule_builder *rb, uint32_t base, uint32_t offset, uint32_t len,
+		       uint32_t dreg)
 {
 	struct nftnl_expr *e = expr(rb, "payload");
 
@@ -383,9 +483,14 @@ static void payload(struct rule_builder *rb, uint32_t base, uint32_t offset, uin
 		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_BASE, base);
 		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_OFFSET, offset);
 		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_LEN, len);
-		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_PAYLOAD_DREG, dreg);
 	}
 	add(rb, e);
+}
+
+static void payload(struct rule_builder *rb, uint32_t base, uint32_t offset, uint32_t len)
+{
+	payload_to(rb, base, offset, len, NFT_REG_1);
 }
 
 /* Register 1 looked up in the set; a map also writes its value to register 1. */
@@ -425,8 +530,8 @@ static void match(struct rule_builder *rb, const struct nft_plan *p,
 
 /*
  * The packet has a socket, and its key is 0: "wildcard 0" needs a full
- * socket bound to this very address; "transparent 0" is true for any of
- * ours (we never set IP_TRANSPARENT), half-open and TIME_WAIT ones included.
+ * socket bound to this very address (not a wildcard; a UDP socket
+ * connected elsewhere does not count).
  */
 static void socket_key_zero(struct rule_builder *rb, uint32_t key)
 {
@@ -439,6 +544,38 @@ static void socket_key_zero(struct rule_builder *rb, uint32_t key)
 	}
 	add(rb, e);
 	cmp_eq(rb, &zero, 1);
+}
+
+/*
+ * The connection's key, client address . client port . our address, in
+ * consecutive 32-bit registers from register 1 on (a concatenation: each
+ * field starts on a register of its own).
+ */
+static void load_flow_key(struct rule_builder *rb, int family)
+{
+	bool v4 = family == AF_INET;
+	uint32_t addr_len = v4 ? 4 : 16;
+
+	payload_to(rb, NFT_PAYLOAD_NETWORK_HEADER, v4 ? 12 : 8, addr_len, NFT_REG32_00);
+	payload_to(rb, NFT_PAYLOAD_TRANSPORT_HEADER, 0, 2, NFT_REG32_00 + addr_len / 4);
+	payload_to(rb, NFT_PAYLOAD_NETWORK_HEADER, v4 ? 16 : 24, addr_len,
+		   NFT_REG32_00 + addr_len / 4 + 1);
+}
+
+/* Add the connection to the flows set, or renew its entry's timeout. */
+static void flow_update(struct rule_builder *rb, const struct nft_plan *p,
+			const struct nft_set_plan *flows)
+{
+	struct nftnl_expr *e = expr(rb, "dynset");
+
+	if (e) {
+		nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SREG_KEY, NFT_REG_1);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_OP, NFT_DYNSET_OP_UPDATE);
+		nftnl_expr_set_str(e, NFTNL_EXPR_DYNSET_SET_NAME, flows->name);
+		nftnl_expr_set_u32(e, NFTNL_EXPR_DYNSET_SET_ID, (uint32_t)(flows - p->sets) + 1);
+		nftnl_expr_set_u64(e, NFTNL_EXPR_DYNSET_TIMEOUT, p->flow_timeout_ms);
+	}
+	add(rb, e);
 }
 
 /* TCP flags & SYN, compared with syn ? SYN : 0. */
@@ -505,10 +642,16 @@ static struct nftnl_rule *rule_object(const struct nft_plan *p, const struct nft
 	match(&rb, p, rp);
 	if (rp->syn != NFT_SYN_ANY)
 		tcp_syn(&rb, rp->syn == NFT_SYN_SET);
-	if (rp->action == NFT_NOTRACK_IF_BOUND)
+	if (rp->bound)
 		socket_key_zero(&rb, NFT_SOCKET_WILDCARD);
-	if (rp->action == NFT_NOTRACK_IF_CONNECTED)
-		socket_key_zero(&rb, NFT_SOCKET_TRANSPARENT);
+	if (rp->flow == NFT_FLOW_KNOWN) {
+		load_flow_key(&rb, rp->family);
+		lookup(&rb, p, rp->flows);
+	}
+	if (rp->flow != NFT_FLOW_NONE) {
+		load_flow_key(&rb, rp->family);
+		flow_update(&rb, p, rp->flows); /* a full set: no match, the SYN fails open */
+	}
 	if (rp->action == NFT_DNAT)
 		dnat_to_map(&rb, p, rp);
 	else
@@ -545,6 +688,133 @@ static void put_rule(struct nft *n, struct batch *bt, const struct nft_rule_plan
 
 static int table_owner(struct nft *n, uint64_t *handle, char *err, size_t errlen);
 
+/* ---- what a rebuild keeps ------------------------------------------------------------ */
+
+/*
+ * A rebuild deletes the table and adds it again, and with it the elements
+ * that come and go at run time: the heartbeats of every localdns on the
+ * node and the flows of open TCP connections. They are read first and put
+ * back with the time they had left, so a rebuild (a localdns starting
+ * beside a running one, a reload, new fallback endpoints, a repair)
+ * neither ends another process's heartbeat nor hands an open connection
+ * to conntrack mid-stream. At most KEPT_MAX: connections past that are
+ * picked up by conntrack at their next packet.
+ */
+#define KEPT_MAX 2048
+
+struct kept {
+	const struct nft_set_plan *set; /* the set being dumped */
+	uint32_t own_token;
+	bool own_seen;
+	size_t n;
+	struct element el[KEPT_MAX];
+};
+
+static int keep_element(struct nftnl_set_elem *e, void *data)
+{
+	struct kept *k = data;
+	uint32_t len = 0;
+	const void *key = nftnl_set_elem_get(e, NFTNL_SET_ELEM_KEY, &len);
+	uint64_t left = nftnl_set_elem_is_set(e, NFTNL_SET_ELEM_EXPIRATION)
+				? nftnl_set_elem_get_u64(e, NFTNL_SET_ELEM_EXPIRATION) : 0;
+
+	if (!key || len > sizeof k->el[0].key)
+		return 0;
+	if (k->set->role == NFT_SET_INSTANCES && len == 4 && memcmp(key, &k->own_token, 4) == 0) {
+		k->own_seen = true;
+		return 0;
+	}
+	if (left == 0 || k->n == KEPT_MAX)
+		return 0;
+	struct element *el = &k->el[k->n++];
+	*el = (struct element){.set = k->set, .len = len, .expires_ms = left};
+	memcpy(el->key, key, len);
+	return 0;
+}
+
+static int on_kept(const struct nlmsghdr *h, void *data)
+{
+	struct nftnl_set *set = nftnl_set_alloc();
+	int rc = MNL_CB_OK;
+
+	if (!set || nftnl_set_elems_nlmsg_parse(h, set) < 0)
+		rc = MNL_CB_ERROR;
+	else
+		nftnl_set_elem_foreach(set, keep_element, data);
+	nftnl_set_free(set);
+	return rc;
+}
+
+/*
+ * The tokens, and unless tokens_only the live elements and the flows, in
+ * the kernel now (a missing set has none). NULL: errno.
+ */
+static struct kept *find_kept(struct nft *n, bool tokens_only)
+{
+	struct kept *k = malloc(sizeof *k);
+
+	if (!k)
+		return NULL;
+	k->own_token = n->token;
+	k->own_seen = false;
+	k->n = 0;
+	for (size_t i = 0; i < n->plan.n_sets; i++) {
+		const struct nft_set_plan *sp = &n->plan.sets[i];
+
+		if (sp->role != NFT_SET_INSTANCES &&
+		    (tokens_only || (sp->role != NFT_SET_LIVE && sp->role != NFT_SET_FLOWS)))
+			continue;
+		k->set = sp;
+		if (dump(n, NFT_MSG_GETSETELEM, sp->name, on_kept, k) < 0 && errno != ENOENT) {
+			int saved = errno;
+			free(k);
+			errno = saved;
+			return NULL;
+		}
+	}
+	return k;
+}
+
+/* One NEWSETELEM per set with the kept elements (k may be NULL), and our token. */
+static void put_kept(struct nft *n, struct batch *bt, const struct kept *k)
+{
+	size_t n_kept = k ? k->n : 0;
+
+	for (size_t i = 0; i < n->plan.n_sets; i++) {
+		const struct nft_set_plan *sp = &n->plan.sets[i];
+		struct nftnl_set *s = NULL;
+		size_t count = 0;
+		char what[WHAT_MAX];
+		struct nlmsghdr *h;
+
+		/* While we beat, our live elements (put_set) cover everyone's. */
+		if (sp->role == NFT_SET_LIVE && n->beating)
+			continue;
+		for (size_t j = 0; j < n_kept; j++) {
+			struct nftnl_set_elem *e;
+			if (k->el[j].set != sp)
+				continue;
+			if ((!s && !(s = set_object(&n->plan, sp))) || !(e = element_object(&k->el[j]))) {
+				bt->broken = true;
+				break;
+			}
+			nftnl_set_elem_add(s, e);
+			count++;
+		}
+		snprintf(what, sizeof what, "the kept elements of set %s", sp->name);
+		if (count && (h = batch_msg(n, bt, NFT_MSG_NEWSETELEM, NLM_F_CREATE, what))) {
+			nftnl_set_elems_nlmsg_build_payload(h, s);
+			batch_done_msg(bt);
+		}
+		if (s)
+			nftnl_set_free(s);
+	}
+	if (n->beating) {
+		struct element el = own_token(n);
+		put_element(n, bt, NFT_MSG_NEWSETELEM, &el);
+	}
+}
+
 /* ---- operations --------------------------------------------------------------- */
 
 /*
@@ -555,28 +825,40 @@ static int apply_locked(struct nft *n, char *err, size_t errlen)
 {
 	size_t in_chain[NFT_CHAINS] = {0};
 	uint64_t handle;
+	struct kept *kept = NULL; /* none: a new table */
 	int owner = table_owner(n, &handle, err, errlen);
 
 	if (owner < 0 || owner == NFT_TABLE_FOREIGN)
 		return -1;
+	if (owner == NFT_TABLE_OURS && !(kept = find_kept(n, false))) {
+		snprintf(err, errlen, "nftables: cannot read the heartbeat and flow sets: %s",
+			 strerror(errno));
+		return -1;
+	}
 	struct batch *bt = batch_new(n);
 	if (!bt) {
 		snprintf(err, errlen, "nftables: out of memory");
+		free(kept);
 		return -1;
 	}
 	if (owner == NFT_TABLE_OURS)
 		put_table(n, bt, NFT_MSG_DELTABLE, 0, handle);
 	put_table(n, bt, NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL, 0);
-	for (size_t i = 0; i < n->plan.n_sets; i++)
-		put_set(n, bt, &n->plan.sets[i], true);
+	for (size_t i = 0; i < n->plan.n_sets; i++) {
+		const struct nft_set_plan *sp = &n->plan.sets[i];
+		/* The heartbeat only from a process that takes traffic (node.c). */
+		put_set(n, bt, sp, true, sp->role != NFT_SET_LIVE || n->beating);
+	}
 	for (size_t i = 0; i < NFT_CHAINS; i++)
 		put_chain(n, bt, &nft_chains[i]);
 	for (size_t i = 0; i < n->plan.n_rules; i++) {
 		const struct nft_rule_plan *rp = &n->plan.rules[i];
 		put_rule(n, bt, rp, in_chain[rp->chain]++);
 	}
+	put_kept(n, bt, kept);
 	int rc = batch_send(n, bt, err, errlen);
 	batch_free(bt);
+	free(kept);
 	return rc;
 }
 
@@ -596,8 +878,9 @@ static void fill_heartbeat(struct nft *n, struct batch *bt)
 		if (sp->role != NFT_SET_LIVE)
 			continue;
 		flush_set(n, bt, sp);
-		put_set(n, bt, sp, false);
+		put_set(n, bt, sp, false, true);
 	}
+	renew_token(n, bt);
 }
 
 int nft_heartbeat(struct nft *n, char *err, size_t errlen)
@@ -606,6 +889,7 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 	struct batch *bt = batch_new(n);
 	int rc = -1;
 
+	n->beating = true; /* also when this renewal fails: a rebuild puts it back */
 	if (!bt) {
 		snprintf(err, errlen, "nftables: out of memory");
 	} else {
@@ -613,6 +897,35 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 		rc = batch_send(n, bt, err, errlen);
 	}
 	batch_free(bt);
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+int nft_leave(struct nft *n, char *err, size_t errlen)
+{
+	struct kept *others;
+	struct batch *bt = NULL;
+	int rc = -1;
+
+	pthread_mutex_lock(&n->lock);
+	n->beating = false;
+	if (!(others = find_kept(n, true))) {
+		snprintf(err, errlen, "nftables: cannot read set instances: %s", strerror(errno));
+	} else if (!others->own_seen && others->n > 0) {
+		rc = 1; /* nothing of ours left to take out */
+	} else if (!(bt = batch_new(n))) {
+		snprintf(err, errlen, "nftables: out of memory");
+	} else {
+		struct element el = own_token(n);
+		if (others->own_seen)
+			put_element(n, bt, NFT_MSG_DELSETELEM, &el);
+		for (size_t i = 0; others->n == 0 && i < n->plan.n_sets; i++)
+			if (n->plan.sets[i].role == NFT_SET_LIVE)
+				flush_set(n, bt, &n->plan.sets[i]);
+		rc = batch_send(n, bt, err, errlen) < 0 ? -1 : others->n > 0;
+	}
+	batch_free(bt);
+	free(others);
 	pthread_mutex_unlock(&n->lock);
 	return rc;
 }
@@ -660,6 +973,68 @@ static int copy_endpoints(struct nft *n, const struct config_ip *ips, size_t n_i
 	n->endpoints = copy;
 	n->n_endpoints = n_ips;
 	return 0;
+}
+
+/* The endpoints in the fallback maps of the table in the kernel. */
+struct found_endpoints {
+	struct config_ip ips[64];
+	size_t n;
+};
+
+static int found_endpoint(struct nftnl_set_elem *e, void *data)
+{
+	struct found_endpoints *f = data;
+	uint32_t len = 0;
+	const void *addr = nftnl_set_elem_get(e, NFTNL_SET_ELEM_DATA, &len);
+
+	if (!addr || (len != 4 && len != 16) || f->n == sizeof f->ips / sizeof f->ips[0])
+		return 0;
+	struct config_ip *ip = &f->ips[f->n++];
+	memset(ip, 0, sizeof *ip);
+	ip->family = len == 4 ? AF_INET : AF_INET6;
+	memcpy(len == 4 ? (void *)&ip->v4 : (void *)&ip->v6, addr, len);
+	inet_ntop(ip->family, addr, ip->text, sizeof ip->text);
+	return 0;
+}
+
+static int on_endpoints(const struct nlmsghdr *h, void *data)
+{
+	struct nftnl_set *set = nftnl_set_alloc();
+	int rc = MNL_CB_OK;
+
+	if (!set || nftnl_set_elems_nlmsg_parse(h, set) < 0)
+		rc = MNL_CB_ERROR;
+	else
+		nftnl_set_elem_foreach(set, found_endpoint, data);
+	nftnl_set_free(set);
+	return rc;
+}
+
+int nft_keep_endpoints(struct nft *n, struct config_ip *out, size_t max)
+{
+	struct found_endpoints f = {.n = 0};
+	int rc = 0;
+
+	pthread_mutex_lock(&n->lock);
+	for (size_t i = 0; i < n->plan.n_sets && rc == 0; i++)
+		if (n->plan.sets[i].role == NFT_SET_FALLBACK &&
+		    dump(n, NFT_MSG_GETSETELEM, n->plan.sets[i].name, on_endpoints, &f) < 0 &&
+		    errno != ENOENT)
+			rc = -1;
+	if (rc == 0 && f.n > 0) {
+		struct nft_plan old = n->plan;
+		if (copy_endpoints(n, f.ips, f.n) < 0 ||
+		    nft_plan_build(&n->plan, n->cfg, n->endpoints, n->n_endpoints) < 0) {
+			n->plan = old; /* the static list stays; the watch will report */
+			rc = -1;
+		} else {
+			nft_plan_free(&old);
+		}
+	}
+	pthread_mutex_unlock(&n->lock);
+	for (size_t i = 0; rc == 0 && i < f.n && i < max; i++)
+		out[i] = f.ips[i];
+	return rc < 0 ? -1 : (int)f.n;
 }
 
 int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
@@ -857,8 +1232,9 @@ static int check_sets(struct nft *n, char *err, size_t errlen)
 	for (size_t i = 0; i < n->plan.n_sets; i++) {
 		const struct nft_set_plan *sp = &n->plan.sets[i];
 
-		if (sp->role == NFT_SET_LIVE)
-			continue; /* it changes on its own: timeouts */
+		if (sp->role == NFT_SET_LIVE || sp->role == NFT_SET_INSTANCES ||
+		    sp->role == NFT_SET_FLOWS)
+			continue; /* they change on their own: timeouts, packets */
 		s.count = 0;
 		if (dump(n, NFT_MSG_GETSETELEM, sp->name, on_elements, &s) < 0) {
 			if (errno != ENOENT)
@@ -1150,6 +1526,11 @@ static struct mnl_socket *open_socket(unsigned groups, char *err, size_t errlen)
 	}
 	/* Errors without a copy of the message we sent: we know what we sent. */
 	mnl_socket_setsockopt(nl, NETLINK_CAP_ACK, &one, sizeof one);
+	/* A batch is one message to the kernel, which refuses one larger
+	 * than the send buffer (net.core.wmem_default, often 208 KiB). */
+	int room = 2 * BATCH_LIMIT;
+	if (setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room) < 0)
+		setsockopt(mnl_socket_get_fd(nl), SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
 	return nl;
 }
 
@@ -1164,6 +1545,10 @@ struct nft *nft_open(const struct config *cfg, char *err, size_t errlen)
 	pthread_mutex_init(&n->lock, NULL);
 	n->cfg = cfg;
 	n->seq = (uint32_t)time(NULL);
+	/* Pods have PID namespaces of their own: two may both be PID 1. */
+	while (n->token == 0)
+		if (getrandom(&n->token, sizeof n->token, 0) != (ssize_t)sizeof n->token)
+			n->token = (uint32_t)time(NULL) ^ (uint32_t)getpid();
 	if (!(n->nl = open_socket(0, err, errlen)) ||
 	    !(n->events = open_socket(1u << (NFNLGRP_NFTABLES - 1), err, errlen))) {
 		nft_close(n);

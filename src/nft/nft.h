@@ -5,10 +5,12 @@
  * Owns: installing the table as one transaction (a batch that adds the
  * table, deletes it and adds it again with everything in it, so an old
  * table of ours is replaced with no moment without rules and a failure
- * leaves the old state untouched); the heartbeat that keeps the output
- * hook's notrack alive; checking the table against the plan; the fallback
- * endpoints; removing the table; telling foreign changes to it apart from
- * our own (event descriptor).
+ * leaves the old state untouched), keeping what changes at run time (every
+ * process's heartbeat, the TCP flows) across it; this process's heartbeat
+ * (its token and the live elements) and taking it out; checking the table
+ * against the plan; the fallback endpoints, and keeping those of a table
+ * left before us; removing the table; telling foreign changes to it apart
+ * from our own (event descriptor).
  *
  * Ownership: the table we make carries the comment "managed by localdns".
  * A table of our name that exists is adopted when it carries that comment
@@ -70,6 +72,16 @@ int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_
 			       char *err, size_t errlen);
 
 /*
+ * Start-up, with our table in the kernel (left by a localdns before us, or
+ * one still running beside us): the endpoints its fallback maps hold become
+ * ours, so the link-local addresses keep their fallback until the
+ * Kubernetes watch reports (nftables.fallback_endpoints is only the guess
+ * before any report). The number kept (the first max copied to out), 0
+ * when the maps are empty, -1 when they could not be read (errno).
+ */
+int nft_keep_endpoints(struct nft *n, struct config_ip *out, size_t max);
+
+/*
  * Live reload: plan the table for cfg (kept by reference from then on, as
  * nft_open's) with the current fallback endpoints, and when it differs
  * from the installed one (served addresses, port) replace it in one
@@ -77,8 +89,20 @@ int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_
  */
 int nft_use(struct nft *n, const struct config *cfg, char *err, size_t errlen);
 
-/* Renew the heartbeat elements (call every NFT_LIVE_REFRESH_MS). */
+/*
+ * Renew the heartbeat: this process's token in set instances and the live
+ * elements (call every NFT_LIVE_REFRESH_MS while DNS should come here).
+ * From the first call on, rebuilds of the table put them back at once.
+ */
 int nft_heartbeat(struct nft *n, char *err, size_t errlen);
+
+/*
+ * Stop renewing, and in one transaction take out this process's token and,
+ * unless another process's token is there (a localdns beside it in an
+ * upgrade), the live elements: new DNS flows fail open at once. 0: the
+ * heartbeat is gone, 1: another process keeps it, -1: err.
+ */
+int nft_leave(struct nft *n, char *err, size_t errlen);
 
 /*
  * Compare the kernel's table with the plan (table, sets, element counts,

@@ -23,6 +23,7 @@ const struct nft_chain_plan nft_chains[NFT_CHAINS] = {
 static const char *const role_names[] = {
 	[NFT_SET_LOCAL] = "local", [NFT_SET_LINK] = "link",
 	[NFT_SET_LIVE] = "live", [NFT_SET_FALLBACK] = "fallback",
+	[NFT_SET_FLOWS] = "flows", [NFT_SET_INSTANCES] = "instances",
 };
 
 /* Append the IPs of family from list to the set (storage is big enough). */
@@ -48,23 +49,47 @@ static void fill_set(struct nft_set_plan *s, const struct config *cfg,
 	case NFT_SET_FALLBACK:
 		add_ips(s, endpoints, n_endpoints);
 		break;
+	case NFT_SET_FLOWS:
+	case NFT_SET_INSTANCES:
+		break; /* written by the rules, and by each process itself */
 	}
 }
 
-static void add_rule(struct nft_plan *p, enum nft_chain_id chain, int family, uint8_t proto,
-		     enum nft_match match, enum nft_set_role role, enum nft_action action)
+static struct nft_rule_plan *add_rule(struct nft_plan *p, enum nft_chain_id chain, int family,
+				      uint8_t proto, enum nft_match match,
+				      enum nft_set_role role, enum nft_action action)
 {
 	struct nft_rule_plan *r = &p->rules[p->n_rules++];
 
-	r->syn = NFT_SYN_ANY;
-	r->chain = chain;
-	r->family = family;
-	r->l4proto = proto;
-	r->match = match;
-	r->set = nft_plan_set(p, role, family);
-	r->action = action;
-	r->map = action == NFT_DNAT ? nft_plan_set(p, NFT_SET_FALLBACK, family) : NULL;
+	*r = (struct nft_rule_plan){
+		.chain = chain,
+		.family = family,
+		.l4proto = proto,
+		.match = match,
+		.set = nft_plan_set(p, role, family),
+		.syn = NFT_SYN_ANY,
+		.action = action,
+		.map = action == NFT_DNAT ? nft_plan_set(p, NFT_SET_FALLBACK, family) : NULL,
+	};
 	p->rules_per_chain[chain]++;
+	return r;
+}
+
+/* TCP: the SYN (a new connection: the same test as a datagram) and the rest. */
+static void add_tcp_rules(struct nft_plan *p, enum nft_chain_id chain, int family, bool bound)
+{
+	struct nft_rule_plan *r;
+
+	r = add_rule(p, chain, family, IPPROTO_TCP, NFT_MATCH_DADDR, NFT_SET_LIVE, NFT_NOTRACK);
+	r->syn = NFT_SYN_SET;
+	r->bound = bound;
+	r->flow = NFT_FLOW_START;
+	r->flows = nft_plan_set(p, NFT_SET_FLOWS, family);
+	/* Not the heartbeat, not a socket: the connection's SYN decided. */
+	r = add_rule(p, chain, family, IPPROTO_TCP, NFT_MATCH_DADDR, NFT_SET_LOCAL, NFT_NOTRACK);
+	r->syn = NFT_SYN_CLEAR;
+	r->flow = NFT_FLOW_KNOWN;
+	r->flows = nft_plan_set(p, NFT_SET_FLOWS, family);
 }
 
 static void add_rules(struct nft_plan *p, int family)
@@ -72,25 +97,18 @@ static void add_rules(struct nft_plan *p, int family)
 	static const uint8_t protos[] = {IPPROTO_UDP, IPPROTO_TCP};
 	bool fallback = nft_plan_set(p, NFT_SET_FALLBACK, family)->n_ips > 0;
 
+	/* Pods: the heartbeat (proof of progress) and a socket bound to the address. */
+	add_rule(p, NFT_CHAIN_PREROUTING, family, IPPROTO_UDP, NFT_MATCH_DADDR, NFT_SET_LIVE,
+		 NFT_NOTRACK)->bound = true;
+	add_tcp_rules(p, NFT_CHAIN_PREROUTING, family, true);
+	/* Host clients: the heartbeat alone (here the socket test sees theirs). */
+	add_rule(p, NFT_CHAIN_OUTPUT, family, IPPROTO_UDP, NFT_MATCH_DADDR, NFT_SET_LIVE,
+		 NFT_NOTRACK);
+	add_tcp_rules(p, NFT_CHAIN_OUTPUT, family, false);
 	for (size_t i = 0; i < sizeof protos; i++) {
 		uint8_t proto = protos[i];
 
-		add_rule(p, NFT_CHAIN_PREROUTING, family, proto, NFT_MATCH_DADDR, NFT_SET_LOCAL,
-			 NFT_NOTRACK_IF_BOUND);
-		if (proto == IPPROTO_TCP) {
-			/*
-			 * A new connection needs our listener; the handshake's last ACK
-			 * meets only a request socket, which the bound-address test
-			 * cannot see, and must not be tracked (conntrack would pick the
-			 * connection up mid-stream and kube-proxy would DNAT it away).
-			 */
-			p->rules[p->n_rules - 1].syn = NFT_SYN_SET;
-			add_rule(p, NFT_CHAIN_PREROUTING, family, proto, NFT_MATCH_DADDR,
-				 NFT_SET_LOCAL, NFT_NOTRACK_IF_CONNECTED);
-			p->rules[p->n_rules - 1].syn = NFT_SYN_CLEAR;
-		}
-		add_rule(p, NFT_CHAIN_OUTPUT, family, proto, NFT_MATCH_DADDR, NFT_SET_LIVE,
-			 NFT_NOTRACK);
+		/* Our replies. */
 		add_rule(p, NFT_CHAIN_OUTPUT, family, proto, NFT_MATCH_SADDR, NFT_SET_LOCAL,
 			 NFT_NOTRACK);
 		if (!fallback)
@@ -111,6 +129,7 @@ static void fingerprint(struct nft_plan *p)
 	h = fnv1a(h, p->table, strlen(p->table) + 1);
 	snprintf(port, sizeof port, "%u", p->port);
 	h = fnv1a(h, port, strlen(port) + 1);
+	h = fnv1a(h, &p->flow_timeout_ms, sizeof p->flow_timeout_ms);
 	for (size_t i = 0; i < p->n_sets; i++) {
 		const struct nft_set_plan *s = &p->sets[i];
 
@@ -131,12 +150,13 @@ int nft_plan_build(struct nft_plan *p, const struct config *cfg,
 	memset(p, 0, sizeof *p);
 	p->table = cfg->nftables.table;
 	p->port = cfg->listen.port;
-	/* Each address lands in at most one set per role. */
+	p->flow_timeout_ms = cfg->listen.tcp_idle_timeout_ms + NFT_FLOW_MARGIN_MS;
+	/* Each address lands in at most one set per role (flows and instances: none). */
 	p->storage = calloc(4 * per_family + 1, sizeof *p->storage);
 	if (!p->storage)
 		return -1;
 	for (size_t f = 0; f < 2; f++)
-		for (int role = NFT_SET_LOCAL; role <= NFT_SET_FALLBACK; role++) {
+		for (int role = NFT_SET_LOCAL; role <= NFT_SET_FLOWS; role++) {
 			struct nft_set_plan *s = &p->sets[p->n_sets++];
 
 			snprintf(s->name, sizeof s->name, "%s%c", role_names[role],
@@ -147,6 +167,9 @@ int nft_plan_build(struct nft_plan *p, const struct config *cfg,
 			fill_set(s, cfg, endpoints, n_endpoints);
 			used += s->n_ips;
 		}
+	p->sets[p->n_sets++] = (struct nft_set_plan){.name = "instances",
+						     .role = NFT_SET_INSTANCES,
+						     .ips = p->storage + used};
 	for (size_t f = 0; f < 2; f++)
 		add_rules(p, families[f]);
 	fingerprint(p);

@@ -18,6 +18,12 @@
  * The fallback endpoints come from the Kubernetes thread, which has no
  * capability and may not open netlink sockets (privs.h): it leaves them in
  * node->pending and wakes the monitor, which installs the latest.
+ *
+ * The heartbeat is renewed only while the daemon's capture test says DNS
+ * should come here (node_capture): ready, and every worker turning. The
+ * test runs on this thread before each renewal, under node->lock, so
+ * node_release, which takes it away under the same lock, is never followed
+ * by a late renewal.
  */
 #include "node/node.h"
 
@@ -56,6 +62,9 @@ struct node {
 	} pending;            /* pending_lock: the latest from the Kubernetes watch */
 	pthread_t thread;
 	bool running;
+	node_capture_fn *capture; /* lock: NULL until node_capture, after node_release */
+	void *capture_arg;
+	bool capturing;           /* the last heartbeat was renewed (monitor thread) */
 	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
@@ -76,7 +85,8 @@ static void saw_endpoints(struct node *node, const char *from, const struct conf
 	size_t shown = n < NODE_STATUS_ENDPOINTS ? n : NODE_STATUS_ENDPOINTS;
 
 	snprintf(seen->fallback_source, sizeof seen->fallback_source, "%s", n ? from : "");
-	memcpy(seen->fallback, ips, shown * sizeof *ips);
+	if (shown)
+		memcpy(seen->fallback, ips, shown * sizeof *ips);
 	seen->n_fallback = n;
 }
 
@@ -154,11 +164,24 @@ static void schedule_table_check(struct schedule *s, uint64_t now)
 		s->table_check = earliest > now ? earliest : now;
 }
 
-/* A failed renewal usually means the table was changed under us: check it. */
+/*
+ * Renewed only while DNS should come here; a failed renewal usually means
+ * the table was changed under us: check it. Capture starting and stopping
+ * is logged.
+ */
 static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
 {
-	char err[CONFIG_ERR_MAX];
+	char why[CONFIG_ERR_MAX] = "not ready", err[CONFIG_ERR_MAX];
 
+	if (!node->capture || !node->capture(node->capture_arg, why, sizeof why)) {
+		if (node->capturing)
+			log_warn("not renewing the nftables heartbeat: DNS fails open until it is "
+				 "back", "reason", why);
+		node->capturing = node->seen.capturing = false;
+		snprintf(node->seen.not_capturing, sizeof node->seen.not_capturing, "%s", why);
+		return;
+	}
+	node->seen.capturing = true;
 	if (nft_heartbeat(node->nft, err, sizeof err) < 0) {
 		snprintf(node->seen.heartbeat_problem, CONFIG_ERR_MAX, "%s", err);
 		log_warn("cannot renew the nftables heartbeat; checking the table", "error", err);
@@ -166,6 +189,9 @@ static void heartbeat(struct node *node, struct schedule *s, uint64_t now)
 		return;
 	}
 	saw(&node->seen.heartbeat_renewed_ms, node->seen.heartbeat_problem, NULL);
+	if (!node->capturing)
+		log_info("taking DNS: the nftables heartbeat is renewed");
+	node->capturing = true;
 }
 
 /* "10.244.1.5,10.244.2.7" (cut short when it does not fit). */
@@ -318,6 +344,33 @@ static int apply_interface(struct node *node, char *err, size_t errlen)
 }
 
 /*
+ * The table we take over was kept up to date by the Kubernetes watch of the
+ * process before us: its fallback endpoints beat the static list until our
+ * own watch reports (without the watch, the static list is the truth).
+ */
+static void keep_endpoints(struct node *node)
+{
+	const struct config *cfg = node->cfg;
+	struct config_ip ips[NODE_STATUS_ENDPOINTS];
+	char list[512];
+
+	if (!cfg->kubernetes.enabled || !strchr(cfg->nftables.fallback_service, '/'))
+		return;
+	int n = nft_keep_endpoints(node->nft, ips, sizeof ips / sizeof ips[0]);
+	if (n < 0) {
+		log_warn("cannot read the fallback endpoints of the table; using "
+			 "nftables.fallback_endpoints until the Kubernetes watch reports",
+			 "error", strerror(errno));
+	} else if (n > 0) {
+		join_ips(ips, (size_t)n < sizeof ips / sizeof ips[0] ? (size_t)n : 16, list,
+			 sizeof list);
+		saw_endpoints(node, "the table found at start", ips, (size_t)n);
+		log_info("keeping the fallback endpoints our table has until the Kubernetes watch "
+			 "reports", "endpoints", list);
+	}
+}
+
+/*
  * Before anything on the node changes: a table of our name that someone
  * else made (nftables.table: filter) stops start-up with the node as it was.
  */
@@ -328,10 +381,12 @@ static int claim_table(struct node *node, char *err, size_t errlen)
 	if (!(node->nft = nft_open(node->cfg, err, errlen)))
 		return -1;
 	int owner = nft_table_owner(node->nft, err, errlen);
+	if (owner == NFT_TABLE_OURS)
+		keep_endpoints(node);
 	return owner < 0 || owner == NFT_TABLE_FOREIGN ? -1 : 0;
 }
 
-/* nft_open installs nftables.fallback_endpoints until the Kubernetes watch has some. */
+/* The static list (nftables.fallback_endpoints), unless keep_endpoints kept the table's. */
 static int apply_table(struct node *node, char *err, size_t errlen)
 {
 	const struct config *cfg = node->cfg;
@@ -341,9 +396,9 @@ static int apply_table(struct node *node, char *err, size_t errlen)
 	if (nft_apply(node->nft, err, errlen) < 0)
 		return -1;
 	saw(&node->seen.table_checked_ms, node->seen.table_problem, NULL);
-	node->seen.heartbeat_renewed_ms = node->seen.table_checked_ms; /* installed live */
-	saw_endpoints(node, "nftables.fallback_endpoints", cfg->nftables.fallback_endpoints,
-		      cfg->nftables.n_fallback_endpoints);
+	if (!node->seen.n_fallback) /* none kept from the table found at start */
+		saw_endpoints(node, "nftables.fallback_endpoints", cfg->nftables.fallback_endpoints,
+			      cfg->nftables.n_fallback_endpoints);
 	return 0;
 }
 
@@ -487,6 +542,36 @@ void node_drop_addresses(struct node *node, const struct config *prev)
 	if (node->iface && iface_drop(node->iface, prev, err, sizeof err) < 0)
 		log_error("cannot remove an address that is no longer served", "error", err);
 	pthread_mutex_unlock(&node->lock);
+}
+
+void node_capture(struct node *node, node_capture_fn *fn, void *arg)
+{
+	if (!node)
+		return;
+	pthread_mutex_lock(&node->lock);
+	node->capture = fn;
+	node->capture_arg = arg;
+	pthread_mutex_unlock(&node->lock);
+}
+
+void node_release(struct node *node)
+{
+	char err[CONFIG_ERR_MAX];
+
+	if (!node)
+		return;
+	pthread_mutex_lock(&node->lock);
+	node->capture = NULL;
+	node->capturing = false;
+	int rc = node->nft ? nft_leave(node->nft, err, sizeof err) : 0;
+	pthread_mutex_unlock(&node->lock);
+	if (rc < 0)
+		log_error("cannot take out the nftables heartbeat; DNS fails open when it expires",
+			  "error", err);
+	else if (rc == 1)
+		log_info("took out our nftables heartbeat; another localdns on the node keeps taking DNS");
+	else if (node->nft)
+		log_info("took out the nftables heartbeat: DNS fails open from now on");
 }
 
 uint64_t node_heartbeat_ms(struct node *node)

@@ -6,8 +6,9 @@
  * Owns: the start-up order (addresses, then the table; a table the kernel
  * refuses removes the addresses this start added, so nothing is left half
  * applied), the monitor thread (netlink and nftables events, the heartbeat
- * every NFT_LIVE_REFRESH_MS, the full check every nftables.reassert_interval),
- * the repair counters, and what stays or goes at exit and on uninstall.
+ * every NFT_LIVE_REFRESH_MS while the daemon's capture test passes, the
+ * full check every nftables.reassert_interval), the repair counters, and
+ * what stays or goes at exit and on uninstall.
  *
  * Must never: serve queries, or touch links, addresses or tables other than
  * the configured ones.
@@ -103,8 +104,10 @@ struct node_status {
 	bool teardown;                /* nftables.teardown: removed at a clean exit */
 	uint64_t table_checked_ms;
 	char table_problem[CONFIG_ERR_MAX];
-	uint64_t heartbeat_renewed_ms; /* the output hook's notrack lives until + NFT_LIVE_TIMEOUT_MS */
+	uint64_t heartbeat_renewed_ms; /* capture lives until + NFT_LIVE_TIMEOUT_MS */
 	char heartbeat_problem[CONFIG_ERR_MAX];
+	bool capturing;               /* the daemon says DNS should come here (node_capture) */
+	char not_capturing[CONFIG_ERR_MAX]; /* why not, when it does not */
 	char fallback_source[64];     /* "kubernetes", "nftables.fallback_endpoints" or "" */
 	char fallback_service[128];   /* nftables.fallback_service */
 	struct config_ip fallback[NODE_STATUS_ENDPOINTS];
@@ -115,6 +118,25 @@ struct node_status {
 
 /* Any thread; a NULL node (no interface or nftables work) reports nothing managed. */
 void node_status(struct node *node, struct node_status *out);
+
+/*
+ * Capture. fn says whether DNS should come to this process now (why, when
+ * not); the monitor asks it before every heartbeat, on its own thread,
+ * and renews the heartbeat only on yes, so the node's DNS fails open within
+ * NFT_LIVE_TIMEOUT_MS of the first no. Until node_capture is called there
+ * is no heartbeat from this process. fn may do what yes needs first (open
+ * the server's sockets); arg must outlive the node or node_release.
+ */
+typedef bool node_capture_fn(void *arg, char *why, size_t whylen);
+void node_capture(struct node *node, node_capture_fn *fn, void *arg);
+
+/*
+ * SIGTERM, before the server's sockets stop: no more renewals, and this
+ * process's heartbeat taken out in one transaction (nft_leave), so new DNS
+ * flows fail open at once unless another localdns on the node keeps taking
+ * them. Logged. NULL is fine.
+ */
+void node_release(struct node *node);
 
 /* The monotonic ms of the monitor loop's last turn (it turns at least once a
  * second); 0 when there is no monitor thread. Any thread. */

@@ -16,6 +16,7 @@
 #include "log/log.h"
 #include "resolvconf/resolvconf.h"
 #include "static/static.h"
+#include "util/tsan.h"
 
 static struct query_sources *current_sources;
 
@@ -116,10 +117,12 @@ void query_sources_free(struct query_sources *s)
 
 void query_sources_publish(struct query_sources *s)
 {
+	TSAN_PUBLISH(s);
 	struct query_sources *old = rcu_xchg_pointer(&current_sources, s);
 
 	if (old) {
 		urcu_memb_synchronize_rcu();
+		TSAN_GRACE_ACQUIRE();
 		query_sources_free(old);
 	}
 }
@@ -408,6 +411,9 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 {
 	const struct query_sources *s = rcu_dereference(current_sources);
 	struct query_stats *stats = ctx->stats;
+
+	if (s)
+		TSAN_SUBSCRIBE(s);
 	struct dns_query q;
 	enum dns_parse_result parsed = dns_parse_query(in, inlen, &q);
 	bool bad_version = parsed == DNS_PARSE_BADVERS;
@@ -440,5 +446,6 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 	stats->source[ctx->source]++;
 	if (ctx->upstream != QUERY_UPSTREAM_ASK)
 		count_reply(stats, out, len, bad_version);
+	TSAN_GRACE_RELEASE(); /* done with the sources and what they hold */
 	return len;
 }

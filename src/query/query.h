@@ -66,12 +66,17 @@ struct query_stats {
 /* Bytes of the node's search domains autopath keeps (wire names). */
 #define QUERY_SEARCH_MAX 512
 
-/* A client network of listen.allow. */
+/*
+ * The client networks of listen.allow, as masks in the order addresses are
+ * compared: a client is in one when (address & mask) == net. Checked for
+ * every query, so one family's list holds only that family's networks.
+ */
 #define QUERY_ALLOW_MAX 64
-struct query_net {
-	uint8_t family;            /* AF_INET or AF_INET6 */
-	uint8_t prefix;
-	uint8_t addr[16];
+struct query_net4 {
+	uint32_t net, mask;        /* host byte order */
+};
+struct query_net6 {
+	uint64_t net[2], mask[2];  /* the address's two halves, host byte order */
 };
 
 /* Everything a query may be answered from; immutable once published. */
@@ -91,8 +96,9 @@ struct query_sources {
 	uint8_t chaos_id[256];
 	uint16_t chaos_id_len;
 	uint8_t cookie_secret[16]; /* keys our DNS server cookies (RFC 9018) */
-	struct query_net allow[QUERY_ALLOW_MAX]; /* listen.allow: who may query */
-	unsigned n_allow;
+	struct query_net4 allow4[QUERY_ALLOW_MAX]; /* listen.allow: who may query */
+	struct query_net6 allow6[QUERY_ALLOW_MAX];
+	unsigned n_allow4, n_allow6;
 };
 
 /*

@@ -115,7 +115,8 @@ struct worker {
 	size_t n_listeners;
 	struct listener *retiring;
 	size_t n_retiring;
-	int retire_fd;           /* eventfd: retiring has entries */
+	int retire_fd;           /* eventfd: retiring has entries, or release_pending */
+	bool release_pending;    /* server_release: steer every listener away */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
@@ -165,7 +166,8 @@ struct server {
 	_Atomic unsigned rrl_v4_prefix, rrl_v6_prefix;
 	_Atomic(_Atomic uint64_t *) rrl_slots; /* RRL_SLOTS of (second << 32 | count);
 					   made by the first config that turns rrl on */
-	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker) */
+	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
+	bool held;                    /* bound, taking no traffic yet (server_open) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };
 
@@ -179,6 +181,13 @@ void *worker_main(void *arg);
  * the resolver, which closes it (upstream_retire_socket).
  */
 void worker_retire_listeners(struct worker *w);
+
+/*
+ * Connect a bound UDP socket to its own address (server.c): SO_REUSEPORT
+ * never picks a connected socket and the nftables socket test never finds
+ * it, so no client's datagram comes to it any more; what is queued stays.
+ */
+int server_udp_steer_away(int fd, const struct sockaddr_storage *addr);
 
 /* Query handling shared by UDP and TCP (worker.c). */
 void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,

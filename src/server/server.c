@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -41,8 +42,18 @@ static void set_receive_buffer(int fd, uint64_t bytes)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
 }
 
+/* A held socket is bound (the address is checked and taken) but steered
+ * away; connecting it to AF_UNSPEC (server_open) opens it again. */
+int server_udp_steer_away(int fd, const struct sockaddr_storage *addr)
+{
+	socklen_t len = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						    : sizeof(struct sockaddr_in);
+
+	return connect(fd, (const struct sockaddr *)addr, len);
+}
+
 static int open_socket(const struct sockaddr_storage *ss, int type, const struct config *cfg,
-		       char *err, size_t errlen)
+		       bool held, char *err, size_t errlen)
 {
 	const char *proto = type == SOCK_DGRAM ? "udp" : "tcp";
 	socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
@@ -62,7 +73,9 @@ static int open_socket(const struct sockaddr_storage *ss, int type, const struct
 		set_receive_buffer(fd, cfg->listen.udp_rcvbuf);
 	if (bind(fd, (const struct sockaddr *)ss, len) < 0)
 		goto fail;
-	if (type == SOCK_STREAM && listen(fd, TCP_BACKLOG) < 0)
+	if (held && type == SOCK_DGRAM && server_udp_steer_away(fd, ss) < 0)
+		goto fail;
+	if (!held && type == SOCK_STREAM && listen(fd, TCP_BACKLOG) < 0)
 		goto fail;
 	return fd;
 fail:
@@ -250,9 +263,9 @@ static int open_listeners(struct server *s, const struct sockaddr_storage *addr,
 {
 	for (unsigned i = 0; i < s->n_workers; i++) {
 		fresh[i] = (struct listener){.addr = *addr, .udp_fd = -1, .tcp_fd = -1};
-		fresh[i].udp_fd = open_socket(addr, SOCK_DGRAM, cfg, err, errlen);
+		fresh[i].udp_fd = open_socket(addr, SOCK_DGRAM, cfg, s->held, err, errlen);
 		if (fresh[i].udp_fd >= 0)
-			fresh[i].tcp_fd = open_socket(addr, SOCK_STREAM, cfg, err, errlen);
+			fresh[i].tcp_fd = open_socket(addr, SOCK_STREAM, cfg, s->held, err, errlen);
 		if (fresh[i].tcp_fd < 0) {
 			close_listeners(fresh, i + 1);
 			return -1;
@@ -317,8 +330,9 @@ static int register_listeners(struct server *s, struct listener *fresh, char *er
 		struct worker *w = s->workers[i];
 		struct listener *l = &fresh[i];
 		w->listeners[w->n_listeners++] = *l;
+		/* A socket that is not listening polls as hung up: epoll at server_open. */
 		if (watch(w->epfd, l->udp_fd, EV_DATA(EV_UDP, l->udp_fd)) < 0 ||
-		    watch(w->epfd, l->tcp_fd, EV_DATA(EV_LISTEN, l->tcp_fd)) < 0) {
+		    (!s->held && watch(w->epfd, l->tcp_fd, EV_DATA(EV_LISTEN, l->tcp_fd)) < 0)) {
 			snprintf(err, errlen, "epoll: %s", strerror(errno));
 			/* The rest of fresh was never seen by a worker. */
 			close_listeners(fresh + i + 1, s->n_workers - i - 1);
@@ -397,7 +411,7 @@ static void free_server(struct server *s)
 	free(s);
 }
 
-struct server *server_start(const struct config *cfg, struct upstream *upstream,
+struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
 			    char *err, size_t errlen)
 {
 	struct server *s = calloc(1, sizeof *s);
@@ -408,6 +422,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		return NULL;
 	}
 	s->upstream = upstream;
+	s->held = held;
 	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
 	tune_limits(s, cfg);
@@ -453,6 +468,93 @@ void server_stop(struct server *s)
 		return;
 	stop_and_join(s, s->n_workers);
 	free_server(s);
+}
+
+/*
+ * A held UDP socket gives way to a freshly bound one: disconnecting it
+ * (connect to AF_UNSPEC) reopens an IPv4 socket, but an IPv6 one keeps
+ * its peer address in the kernel and would then take only its own
+ * datagrams. The fd number stays, so the worker's listener needs no
+ * change; the socket bound meanwhile shares the queue from its bind on.
+ */
+static int reopen_udp(struct worker *w, const struct listener *l, const struct config *cfg,
+		      char *err, size_t errlen)
+{
+	int fresh = open_socket(&l->addr, SOCK_DGRAM, cfg, false, err, errlen);
+
+	if (fresh < 0)
+		return -1;
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->udp_fd, NULL);
+	int rc = dup3(fresh, l->udp_fd, O_CLOEXEC);
+	close(fresh);
+	if (rc < 0 || watch(w->epfd, l->udp_fd, EV_DATA(EV_UDP, l->udp_fd)) < 0) {
+		snprintf(err, errlen, "cannot watch the reopened socket: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+void server_open(struct server *s, const struct config *cfg)
+{
+	pthread_mutex_lock(&s->reconf_lock);
+	for (unsigned i = 0; s->held && i < s->n_workers; i++) {
+		struct worker *w = s->workers[i];
+		for (size_t k = 0; k < w->n_listeners; k++) {
+			const struct listener *l = &w->listeners[k];
+			char text[INET6_ADDRSTRLEN + 8], err[CONFIG_ERR_MAX];
+			/* Bound at start: only memory can fail here, and then that
+			 * socket stays out while the others serve. */
+			if (listen(l->tcp_fd, TCP_BACKLOG) < 0 ||
+			    watch(w->epfd, l->tcp_fd, EV_DATA(EV_LISTEN, l->tcp_fd)) < 0)
+				log_error("cannot open a TCP listener", "address",
+					  server_address_text(&l->addr, text, sizeof text), "error",
+					  strerror(errno));
+			if (reopen_udp(w, l, cfg, err, sizeof err) < 0)
+				log_error("cannot open a UDP listener", "address",
+					  server_address_text(&l->addr, text, sizeof text), "error",
+					  err);
+		}
+	}
+	s->held = false;
+	pthread_mutex_unlock(&s->reconf_lock);
+}
+
+bool server_is_open(struct server *s)
+{
+	pthread_mutex_lock(&s->reconf_lock);
+	bool open = !s->held;
+	pthread_mutex_unlock(&s->reconf_lock);
+	return open;
+}
+
+void server_release(struct server *s)
+{
+	pthread_mutex_lock(&s->reconf_lock);
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		uint64_t one = 1;
+		s->workers[i]->release_pending = true;
+		ssize_t ignored = write(s->workers[i]->retire_fd, &one, sizeof one);
+		(void)ignored;
+	}
+	for (unsigned i = 0; i < s->n_workers; i++)
+		while (s->workers[i]->release_pending)
+			pthread_cond_wait(&s->retired, &s->reconf_lock);
+	pthread_mutex_unlock(&s->reconf_lock);
+}
+
+bool server_turning(const struct server *s, uint64_t max_age_ms, char *why, size_t whylen)
+{
+	uint64_t now = server_now_ms();
+
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		uint64_t beat = server_heartbeat_ms(s, i);
+		if (now > beat && now - beat > max_age_ms) {
+			snprintf(why, whylen, "worker %u has not gone round its loop for %llu ms", i,
+				 (unsigned long long)(now - beat));
+			return false;
+		}
+	}
+	return true;
 }
 
 int server_listen(struct server *s, const struct config *cfg, char *err, size_t errlen)

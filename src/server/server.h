@@ -15,6 +15,7 @@
 #ifndef LOCALDNS_SERVER_H
 #define LOCALDNS_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -28,14 +29,43 @@ struct server;
 /* How many workers server_start will run for cfg (listen.workers, or one per CPU). */
 unsigned server_worker_count(const struct config *cfg);
 
+/* An idle worker still goes round its loop this often (ms). */
+#define SERVER_IDLE_TURN_MS 100
+
 /*
  * Bind every socket (so an unusable address fails here, with the address in
  * err) and start the workers, which hand cache misses to upstream (built
  * for server_worker_count(cfg) workers; borrowed, and must stay allocated
  * until server_stop returns). Sources must already be published.
+ *
+ * held: take no traffic until server_open. Each UDP socket is connected to
+ * its own address (SO_REUSEPORT never picks a connected socket, and the
+ * nftables socket test does not find it), each TCP socket is bound but not
+ * listening: a localdns that is not ready yet neither shares the traffic of
+ * one already serving beside it nor captures DNS from the node's fallback.
  */
-struct server *server_start(const struct config *cfg, struct upstream *upstream,
+struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
 			    char *err, size_t errlen);
+
+/*
+ * Take traffic on every socket from now on (the main thread: each UDP
+ * socket is bound again, which port 53 allows only with the main thread's
+ * CAP_NET_BIND_SERVICE; once is enough). cfg: the running config.
+ */
+void server_open(struct server *s, const struct config *cfg);
+bool server_is_open(struct server *s);
+
+/*
+ * Hand the traffic over (SIGTERM; the main thread, no reload running):
+ * every worker steers each listener away, as a reload does with a removed
+ * address: TCP listeners are closed after the connections already queued
+ * are accepted, each UDP socket is drained, connected to its own address
+ * (from then on the kernel gives its datagrams to another localdns's
+ * socket, or, without one, the node's fallback applies) and drained again.
+ * Returns when every worker has; open connections stay until server_stop,
+ * and the UDP sockets stay open for the resolver's replies.
+ */
+void server_release(struct server *s);
 
 /*
  * Stop accepting, answer what has already arrived, flush replies (at most
@@ -86,10 +116,13 @@ unsigned server_workers(const struct server *s);
 
 /*
  * When worker (< server_workers) last went round its loop, in
- * CLOCK_MONOTONIC milliseconds. An idle worker still turns at least once a
- * second (its epoll_wait timeout), so an old value means a stuck worker.
- * Any thread.
+ * CLOCK_MONOTONIC milliseconds. An idle worker still turns every
+ * SERVER_IDLE_TURN_MS (its epoll_wait timeout), so an old value means a
+ * stuck worker. Any thread.
  */
 uint64_t server_heartbeat_ms(const struct server *s, unsigned worker);
+
+/* Has every worker gone round its loop within max_age_ms? If not, why says which. */
+bool server_turning(const struct server *s, uint64_t max_age_ms, char *why, size_t whylen);
 
 #endif

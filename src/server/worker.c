@@ -33,9 +33,17 @@ static int sweep_interval_ms(const struct worker *w)
 	uint64_t half = atomic_load_explicit(&w->server->tcp_idle_timeout_ms,
 					     memory_order_relaxed) / 2;
 
-	/* at most 500 ms: an idle worker still turns twice a second, so a
-	 * heartbeat older than a second means it is stuck, not idle */
 	return half < 50 ? 50 : half > 500 ? 500 : (int)half;
+}
+
+/* The longest sleep: an idle worker still turns every SERVER_IDLE_TURN_MS. */
+static int wait_ms(const struct worker *w)
+{
+	int sweep = sweep_interval_ms(w);
+
+	if (w->n_ready)
+		return 0; /* connections with queries left over: look, but do not sleep */
+	return sweep < SERVER_IDLE_TURN_MS ? sweep : SERVER_IDLE_TURN_MS;
 }
 
 void worker_read_clock(struct worker *w)
@@ -148,27 +156,55 @@ static void hand_over_unhanded(struct worker *w)
 }
 
 /*
- * The last of one UDP socket: answer what is queued, then connect it to its
- * own address, so the kernel no longer picks it for anyone's datagrams
- * (connected sockets are skipped by SO_REUSEPORT's choice; alone on its
- * address, a client gets "port unreachable" at once), and answer what came
- * in meanwhile. The socket stays open for the resolver's late replies.
+ * Answer what is queued, then connect the socket to its own address, so the
+ * kernel no longer picks it for anyone's datagrams (connected sockets are
+ * skipped by SO_REUSEPORT's choice; alone on its address, a client gets
+ * "port unreachable" at once), and answer what came in meanwhile.
  */
+static void steer_udp_away(struct worker *w, const struct listener *l)
+{
+	udp_drain(w, l->udp_fd);
+	server_udp_steer_away(l->udp_fd, &l->addr);
+	udp_drain(w, l->udp_fd);
+}
+
+/* The last of one UDP socket; it stays open for the resolver's late replies. */
 static void retire_udp(struct worker *w, const struct listener *l)
 {
-	socklen_t len = l->addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-						      : sizeof(struct sockaddr_in);
 	int *grown = realloc(w->unhanded, (w->n_unhanded + 1) * sizeof *grown);
 
-	udp_drain(w, l->udp_fd);
-	connect(l->udp_fd, (const struct sockaddr *)&l->addr, len);
-	udp_drain(w, l->udp_fd);
+	steer_udp_away(w, l);
 	if (!grown) {
 		close(l->udp_fd); /* no room to wait for the resolver: a late reply is lost */
 		return;
 	}
 	w->unhanded = grown;
 	w->unhanded[w->n_unhanded++] = l->udp_fd;
+}
+
+/* New connections go elsewhere; the ones already queued are taken first. */
+static void close_listener(struct worker *w, int fd)
+{
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+	tcp_accept(w, fd);
+	close(fd);
+}
+
+/*
+ * server_release: every listener of this worker steered away, what was
+ * queued answered (misses go to the resolver). The UDP sockets stay in the
+ * epoll set and the list: a datagram the kernel was delivering as we
+ * connected is still answered, and shut_down drains them once more.
+ */
+static void release_listeners(struct worker *w)
+{
+	for (size_t i = 0; i < w->n_listeners; i++) {
+		struct listener *l = &w->listeners[i];
+		if (l->tcp_fd >= 0)
+			close_listener(w, l->tcp_fd);
+		l->tcp_fd = -1;
+		steer_udp_away(w, l);
+	}
 }
 
 void worker_retire_listeners(struct worker *w)
@@ -178,20 +214,24 @@ void worker_retire_listeners(struct worker *w)
 
 	if (read(w->retire_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
 		return;
-	/* The reloading thread waits until we are done and changes nothing meanwhile. */
+	/* The reloading (or stopping) thread waits until we are done and
+	 * changes nothing meanwhile. */
 	pthread_mutex_lock(&s->reconf_lock);
 	const struct listener *list = w->retiring;
 	size_t n = w->n_retiring;
+	bool release = w->release_pending;
 	pthread_mutex_unlock(&s->reconf_lock);
 	for (size_t i = 0; i < n; i++) {
-		tcp_accept(w, list[i].tcp_fd);
-		close(list[i].tcp_fd);
+		close_listener(w, list[i].tcp_fd);
 		retire_udp(w, &list[i]);
 	}
+	if (release)
+		release_listeners(w);
 	worker_wake_upstream(w);
 	hand_over_unhanded(w);
 	pthread_mutex_lock(&s->reconf_lock);
 	w->n_retiring = 0;
+	w->release_pending = false;
 	pthread_cond_broadcast(&s->retired);
 	pthread_mutex_unlock(&s->reconf_lock);
 }
@@ -206,9 +246,7 @@ static void serve(struct worker *w)
 	while (!stopping) {
 		bool retire = false;
 		urcu_memb_thread_offline();
-		/* connections with queries left over: look, but do not sleep */
-		int n = epoll_wait(w->epfd, events, MAX_EVENTS,
-				   w->n_ready ? 0 : sweep_interval_ms(w));
+		int n = epoll_wait(w->epfd, events, MAX_EVENTS, wait_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
 		atomic_store_explicit(&w->heartbeat_ms, w->now_ms, memory_order_relaxed);
@@ -243,7 +281,8 @@ static void shut_down(struct worker *w)
 
 	/* No reload runs now: the lists hold still. */
 	for (size_t i = 0; i < w->n_listeners; i++)
-		epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listeners[i].tcp_fd, NULL);
+		if (w->listeners[i].tcp_fd >= 0)
+			epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listeners[i].tcp_fd, NULL);
 	for (size_t i = 0; i < w->n_listeners; i++)
 		udp_drain(w, w->listeners[i].udp_fd);
 	while (!tcp_flush_all(w) && (w->now_ms = server_now_ms()) < deadline) {

@@ -225,6 +225,9 @@ struct upstream {
 	pthread_cond_t control_done;
 	struct upstream_context *incoming; /* control_lock */
 	bool accepting;              /* control_lock: the resolver thread takes them */
+	atomic_bool settle_asked;    /* upstream_settle waits for settled */
+	bool settled;                /* control_lock: no client was waiting after that */
+	bool settle_taken;           /* resolver thread: requests taken since settle_asked */
 
 	/* resolver thread only */
 	struct upstream_context *retired; /* contexts whose queries are finishing */

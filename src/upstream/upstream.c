@@ -382,6 +382,26 @@ static void take_incoming(struct upstream *u)
 	pthread_mutex_unlock(&u->control_lock);
 }
 
+/*
+ * upstream_settle's answer, at the end of a turn: once requests have been
+ * taken after the settle was asked (the ask wakes the request eventfd, so
+ * everything queued before it is in), and no client waits any more.
+ */
+static void report_settled(struct upstream *u, bool took_requests)
+{
+	if (!atomic_load_explicit(&u->settle_asked, memory_order_acquire))
+		return;
+	u->settle_taken = u->settle_taken || took_requests;
+	if (!u->settle_taken || u->n_waiters > 0)
+		return;
+	pthread_mutex_lock(&u->control_lock);
+	if (!u->settled) {
+		u->settled = true;
+		pthread_cond_broadcast(&u->control_done);
+	}
+	pthread_mutex_unlock(&u->control_lock);
+}
+
 static void stop_accepting(struct upstream *u)
 {
 	pthread_mutex_lock(&u->control_lock);
@@ -401,6 +421,7 @@ static void *resolver_main(void *arg)
 
 	urcu_memb_register_thread();
 	while (!stop) {
+		bool took_requests = false;
 		int n = epoll_wait(u->epfd, events, 8, wait_ms(u));
 		u->now_ms = (uint64_t)coarse_ms();
 		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
@@ -412,6 +433,7 @@ static void *resolver_main(void *arg)
 				break;
 			case SRC_REQUESTS:
 				take_requests(u);
+				took_requests = true;
 				break;
 			case SRC_CONTROL:
 				take_incoming(u);
@@ -433,6 +455,7 @@ static void *resolver_main(void *arg)
 			last_sweep = u->now_ms;
 		}
 		signal_completions(u);
+		report_settled(u, took_requests);
 	}
 	stop_accepting(u);
 	urcu_memb_unregister_thread();
@@ -647,6 +670,29 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 fail:
 	upstream_free(u);
 	return NULL;
+}
+
+void upstream_settle(struct upstream *u, uint64_t max_ms)
+{
+	struct timespec until;
+
+	if (!u || !u->running)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += (time_t)(max_ms / 1000);
+	until.tv_nsec += (long)(max_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&u->control_lock);
+	atomic_store_explicit(&u->settle_asked, true, memory_order_release);
+	signal_fd(u->request_efd);
+	while (!u->settled && u->accepting &&
+	       pthread_cond_clockwait(&u->control_done, &u->control_lock, CLOCK_MONOTONIC,
+				      &until) == 0)
+		;
+	pthread_mutex_unlock(&u->control_lock);
 }
 
 void upstream_stop(struct upstream *u)

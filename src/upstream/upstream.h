@@ -15,8 +15,9 @@
  * Must never: block or lock a worker (workers only copy a request into
  * their own single-producer ring; the wake-up is one eventfd write per
  * batch); call into the cache's insert path under the RCU read lock; leave a
- * client without an answer past its deadline while running (shutdown drops
- * the waiting ones, so their retries reach the next instance).
+ * client without an answer past its deadline while running (shutdown waits
+ * a moment for them, upstream_settle, then drops the rest, so their
+ * retries reach the next instance).
  *
  * Threads: upstream_submit, upstream_wake, upstream_retire_socket and
  * upstream_take_completion are called by worker `worker` only (one
@@ -134,6 +135,13 @@ struct upstream_context;
 struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen);
 void upstream_switch(struct upstream *u, struct upstream_context *ctx, const struct config *cfg);
 void upstream_discard(struct upstream_context *ctx);
+
+/*
+ * Before upstream_stop, once the workers have handed over their sockets
+ * (server_release): wait until no client is waiting for an answer, or
+ * max_ms. The clients still waiting then get no reply.
+ */
+void upstream_settle(struct upstream *u, uint64_t max_ms);
 
 /*
  * Stop the resolver thread and delete the libunbound context; clients

@@ -24,15 +24,15 @@ static void add_rrset(struct dns_writer *w, enum dns_section section,
 }
 
 /* Negative answers carry the zone's SOA so resolvers can cache them (RFC 2308). */
+static void add_authority_soa(struct dns_writer *w, const struct zone_authority *a)
+{
+	if (a && a->soa)
+		add_rrset(w, DNS_SEC_AUTHORITY, a->apex_node->name, a->soa);
+}
+
 static void add_soa(const struct zone_table *t, struct dns_writer *w, const uint8_t *name)
 {
-	const struct zone_authority *a = zone_authority_for(t, name);
-	const struct zone_node *apex;
-	const struct zone_rrset *soa;
-
-	if (!a || !(apex = lookup(t, a->apex)) || !(soa = zone_node_rrset(apex, DNS_T_SOA)))
-		return;
-	add_rrset(w, DNS_SEC_AUTHORITY, apex->name, soa);
+	add_authority_soa(w, zone_authority_for(t, name));
 }
 
 /* Addresses of SRV and MX targets we hold, so clients skip a round trip. */
@@ -66,16 +66,17 @@ static const struct zone_rrset *pick_rrset(const struct zone_node *n, uint16_t q
 enum zone_result zone_answer(const struct zone_table *t, const struct dns_query *q,
 			     struct dns_writer *w)
 {
-	const struct zone_node *n = lookup(t, q->qname);
+	const struct zone_node *n = zone_find(t, q->qname, q->qname_len);
 	const uint8_t *owner = dns_response_owner(w, q); /* NULL: the question, in client case */
 	const uint8_t *name = q->qname;
 
 	if (!n) {
-		if (!zone_authority_for(t, q->qname))
+		const struct zone_authority *a = zone_authority_for_len(t, q->qname, q->qname_len);
+		if (!a)
 			return ZONE_NOT_LOCAL;
 		dns_response_set_aa(w, true);
 		dns_response_set_rcode(w, DNS_R_NXDOMAIN);
-		add_soa(t, w, q->qname);
+		add_authority_soa(w, a);
 		return ZONE_ANSWERED;
 	}
 	dns_response_set_aa(w, true);

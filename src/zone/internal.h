@@ -39,6 +39,10 @@ struct zone_slot {
 struct zone_authority {
 	uint16_t apex_len;
 	uint8_t apex[DNS_MAX_NAME];
+	/* The apex's SOA, found once when the table is finished: every negative
+	 * answer carries it. NULL in a builder. */
+	const struct zone_node *apex_node;
+	const struct zone_rrset *soa;
 };
 
 struct zone_table {
@@ -50,7 +54,41 @@ struct zone_table {
 	size_t n_authorities;
 };
 
-uint32_t zone_hash_name(const uint8_t *name, size_t len);
+/*
+ * The table's hash of a lower-cased wire name, eight bytes at a time (the
+ * last eight may overlap the ones before; the length is mixed in first, so
+ * that does not make two names equal), then a 64-bit finaliser
+ * (MurmurHash3's fmix64) for an even spread. The keys are the operator's
+ * names and the table is at most half full, so a client choosing query
+ * names can only pick which slot it starts at, not lengthen a probe: no
+ * secret key is needed, unlike the cache's and the cluster table's. It
+ * replaced byte-at-a-time FNV-1a, a tenth of a static answer's instructions.
+ */
+static inline uint32_t zone_hash_name(const uint8_t *name, size_t len)
+{
+	const uint64_t k = 0x9e3779b97f4a7c15ull;
+	uint64_t h = (uint64_t)len * k, w;
+
+	if (len >= 8) {
+		for (size_t i = 0; i + 8 < len; i += 8) {
+			memcpy(&w, name + i, 8);
+			h = (h ^ w) * k;
+			h ^= h >> 32;
+		}
+		memcpy(&w, name + len - 8, 8);
+	} else {
+		w = 0;
+		for (size_t i = 0; i < len; i++)
+			w |= (uint64_t)name[i] << (8 * i);
+	}
+	h = (h ^ w) * k;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	return (uint32_t)h;
+}
 
 static inline const struct zone_node *zone_find(const struct zone_table *t,
 						const uint8_t *name, size_t len)
@@ -76,19 +114,42 @@ static inline const struct zone_rrset *zone_node_rrset(const struct zone_node *n
 	return NULL;
 }
 
-/* The deepest authoritative zone holding name, or NULL. */
+/*
+ * Is name (len bytes) apex or below it? The last bytes are compared first,
+ * which settles it for almost every name that is not (every external name
+ * a client asks for passes here); only then is the apex's start checked to
+ * be a label boundary ("xcluster.local" is not under "cluster.local").
+ */
+static inline bool zone_name_under(const uint8_t *name, size_t len,
+				   const struct zone_authority *a)
+{
+	size_t start = len - a->apex_len, pos = 0;
+
+	if (a->apex_len > len || memcmp(name + start, a->apex, a->apex_len) != 0)
+		return false;
+	while (pos < start)
+		pos += 1u + name[pos];
+	return pos == start;
+}
+
+/* The deepest authoritative zone holding name (len bytes), or NULL. */
 static inline const struct zone_authority *
-zone_authority_for(const struct zone_table *t, const uint8_t *name)
+zone_authority_for_len(const struct zone_table *t, const uint8_t *name, size_t len)
 {
 	const struct zone_authority *best = NULL;
 
 	for (size_t i = 0; i < t->n_authorities; i++) {
 		const struct zone_authority *a = &t->authorities[i];
-		if ((!best || a->apex_len > best->apex_len) &&
-		    dns_name_is_subdomain(name, a->apex))
+		if ((!best || a->apex_len > best->apex_len) && zone_name_under(name, len, a))
 			best = a;
 	}
 	return best;
+}
+
+static inline const struct zone_authority *
+zone_authority_for(const struct zone_table *t, const uint8_t *name)
+{
+	return zone_authority_for_len(t, name, dns_name_len(name));
 }
 
 #endif

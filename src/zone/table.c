@@ -18,11 +18,6 @@
 
 #define INITIAL_SLOTS 64
 
-uint32_t zone_hash_name(const uint8_t *name, size_t len)
-{
-	return (uint32_t)dns_name_hash(name, len);
-}
-
 struct zone_builder *zone_builder_new(void)
 {
 	struct zone_table *t = calloc(1, sizeof *t);
@@ -317,8 +312,8 @@ int zone_builder_add_authority(struct zone_builder *b, const uint8_t *apex,
 		return -1;
 	}
 	t->authorities = v;
+	v[t->n_authorities] = (struct zone_authority){.apex_len = (uint16_t)apex_len};
 	memcpy(v[t->n_authorities].apex, apex, apex_len);
-	v[t->n_authorities].apex_len = (uint16_t)apex_len;
 	t->n_authorities++;
 
 	if (zone_builder_add_rr(b, apex, DNS_T_SOA, ttl, soa, (uint16_t)soa_len, why) < 0)
@@ -373,6 +368,11 @@ struct zone_table *zone_builder_finish(struct zone_builder *b)
 	if (add_empty_non_terminals(t) < 0) {
 		zone_table_free(t);
 		return NULL;
+	}
+	for (size_t i = 0; i < t->n_authorities; i++) {
+		struct zone_authority *a = &t->authorities[i];
+		a->apex_node = zone_find(t, a->apex, a->apex_len);
+		a->soa = a->apex_node ? zone_node_rrset(a->apex_node, DNS_T_SOA) : NULL;
 	}
 	return t;
 }

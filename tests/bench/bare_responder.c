@@ -3,7 +3,7 @@
  * can do per query, so a real server's figure can be read as a share of
  * what this machine's kernel allows (the brief, section 7).
  *
- *   bare_responder -p 5353 [-s 127.0.0.1] [-r 4194304]
+ *   bare_responder -p 5353 [-s 127.0.0.1] [-r 4194304] [-a 0]
  *
  * One thread, one socket with a large SO_RCVBUF (so bursts are not
  * dropped), and two syscalls per batch: a blocking recvmmsg with
@@ -19,6 +19,14 @@
  * without EDNS, so both servers move the same bytes per query. A datagram
  * that is not a one-question query (too short, QR set, a name running past
  * its end or compressed) gets no reply.
+ *
+ * -a BYTES makes every reply BYTES longer, with one record of type NULL
+ * (owner: the question name) in the additional section, for mixes whose
+ * answers are larger than one address (SRV with its targets' addresses, a
+ * negative answer's SOA): the benchmark sets it to the difference between
+ * localdns's average reply and this one's, so both servers move the same
+ * bytes on average. The rcode and answer stay the canned ones: a lookup
+ * is exactly what this server does not do.
  *
  * SIGTERM or SIGINT: prints how many queries it answered and dropped on
  * stderr and exits 0.
@@ -40,7 +48,10 @@
 #define HEADER 12
 #define QUERY_MAX 512                  /* larger datagrams are dropped (MSG_TRUNC) */
 #define ANSWER_MAX (2 + 10 + 16)       /* pointer, type..rdlength, AAAA rdata */
+#define PAD_MIN (2 + 10)               /* the NULL record with empty rdata */
+#define PAD_MAX 1024
 #define TYPE_A 1
+#define TYPE_NULL 10
 #define TYPE_AAAA 28
 
 static volatile sig_atomic_t stopping;
@@ -51,7 +62,8 @@ struct responder {
 	struct iovec rx_iov[BATCH], tx_iov[BATCH];
 	struct sockaddr_storage peer[BATCH];
 	uint8_t in[BATCH][QUERY_MAX];
-	uint8_t out[BATCH][QUERY_MAX + ANSWER_MAX];
+	uint8_t out[BATCH][QUERY_MAX + ANSWER_MAX + PAD_MAX];
+	size_t pad;                    /* -a: bytes added to each reply, 0 or PAD_MIN..PAD_MAX */
 	uint64_t answered, dropped;
 };
 
@@ -75,8 +87,22 @@ static size_t question_end(const uint8_t *q, size_t len)
 	return pos <= len ? pos : 0;
 }
 
+/* The -a padding at p: a NULL record owned by the question name, pad bytes in all. */
+static uint8_t *put_padding(uint8_t *p, size_t pad)
+{
+	size_t rdlen = pad - PAD_MIN;
+
+	*p++ = 0xc0, *p++ = HEADER;
+	*p++ = 0, *p++ = TYPE_NULL;
+	*p++ = 0, *p++ = 1;
+	*p++ = 0, *p++ = 0, *p++ = 0, *p++ = 30;
+	*p++ = (uint8_t)(rdlen >> 8), *p++ = (uint8_t)rdlen;
+	memset(p, 0, rdlen);
+	return p + rdlen;
+}
+
 /* The canned reply to query q into r; returns its length, 0 for no reply. */
-static size_t build_reply(const uint8_t *q, size_t len, uint8_t *r)
+static size_t build_reply(const uint8_t *q, size_t len, uint8_t *r, size_t pad)
 {
 	static const uint8_t a[4] = {192, 0, 2, 1};
 	static const uint8_t aaaa[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1};
@@ -92,6 +118,7 @@ static size_t build_reply(const uint8_t *q, size_t len, uint8_t *r)
 	r[3] = 0;                           /* RA clear, NOERROR */
 	r[6] = 0, r[7] = 1;                 /* ANCOUNT */
 	memset(r + 8, 0, 4);                /* NSCOUNT, ARCOUNT */
+	r[11] = pad > 0;
 	*p++ = 0xc0, *p++ = HEADER;         /* owner: the question name */
 	*p++ = 0, *p++ = v6 ? TYPE_AAAA : TYPE_A;
 	*p++ = 0, *p++ = 1;                 /* IN */
@@ -99,6 +126,8 @@ static size_t build_reply(const uint8_t *q, size_t len, uint8_t *r)
 	*p++ = 0, *p++ = v6 ? 16 : 4;
 	memcpy(p, v6 ? aaaa : a, v6 ? 16 : 4);
 	p += v6 ? 16 : 4;
+	if (pad)
+		p = put_padding(p, pad);
 	return (size_t)(p - r);
 }
 
@@ -109,7 +138,7 @@ static int answer_batch(struct responder *s, int n)
 
 	for (int i = 0; i < n; i++) {
 		size_t len = (s->rx[i].msg_hdr.msg_flags & MSG_TRUNC) ? 0 :
-			     build_reply(s->in[i], s->rx[i].msg_len, s->out[out]);
+			     build_reply(s->in[i], s->rx[i].msg_len, s->out[out], s->pad);
 
 		if (len == 0) {
 			s->dropped++;
@@ -198,23 +227,28 @@ static bool parse_number(const char *s, unsigned long min, unsigned long max, un
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: bare_responder -p PORT [-s ADDR] [-r RCVBUF_BYTES]\n"
+	fprintf(f, "usage: bare_responder -p PORT [-s ADDR] [-r RCVBUF_BYTES] [-a BYTES]\n"
 		   "  -p PORT    UDP port to answer on\n"
 		   "  -s ADDR    IPv4 or IPv6 address to bind (default 127.0.0.1)\n"
-		   "  -r BYTES   SO_RCVBUF (default 4194304, as localdns's listen.udp_rcvbuf)\n");
+		   "  -r BYTES   SO_RCVBUF (default 4194304, as localdns's listen.udp_rcvbuf)\n"
+		   "  -a BYTES   make each reply this much longer: 0 (default) or %d..%d,\n"
+		   "             one NULL record in the additional section\n",
+		PAD_MIN, PAD_MAX);
 }
 
 int main(int argc, char **argv)
 {
 	static struct responder s; /* batch buffers: not on the stack */
 	const char *addr = "127.0.0.1";
-	unsigned long port = 0, rcvbuf = 4u << 20;
+	unsigned long port = 0, rcvbuf = 4u << 20, pad = 0;
 	bool ok = true;
 	int c;
 
-	while ((c = getopt(argc, argv, "p:s:r:h")) != -1) {
+	while ((c = getopt(argc, argv, "p:s:r:a:h")) != -1) {
 		switch (c) {
 		case 'p': ok = ok && parse_number(optarg, 1, 65535, &port); break;
+		case 'a': ok = ok && parse_number(optarg, 0, PAD_MAX, &pad) && (pad == 0 || pad >= PAD_MIN);
+			  break;
 		case 's': addr = optarg; break;
 		case 'r': ok = ok && parse_number(optarg, 4096, 1u << 30, &rcvbuf); break;
 		case 'h': usage(stdout); return 0;
@@ -227,6 +261,7 @@ int main(int argc, char **argv)
 	}
 	if ((s.fd = open_socket(addr, (unsigned)port, (int)rcvbuf)) < 0)
 		return 1;
+	s.pad = pad;
 	set_up(&s);
 
 	/* No SA_RESTART: a signal ends the blocking recvmmsg with EINTR. */

@@ -27,6 +27,10 @@
 #   - Unbound 1.17 (Debian), one thread, the same pinning, forwarding "." to
 #     the same NSD, warmed the same way, the same runs; then the bare
 #     responder (no warm-up: it knows no names) the same way.
+#   - Then localdns (still up, idle meanwhile) and the bare responder take
+#     turns: $BENCH_ROUNDS (3) max-rate runs of $BENCH_ROUND_SECS (5) s each,
+#     so each round's ratio compares two runs seconds apart (lib.sh,
+#     alternate_rounds).
 # Then the "Cache hits" block of docs/performance.md is rewritten with the
 # figures, date, machine and commit (BENCH_NO_DOC=1 leaves it alone).
 #
@@ -45,106 +49,12 @@ ZONE=bench.example
 . "$HERE/lib.sh"
 bench_init cache_qps
 
-NSD=$(command -v nsd || ls /usr/sbin/nsd 2>/dev/null || true)
-[ -n "$NSD" ] || { echo "cache_qps: nsd not installed (make deps)" >&2; exit 1; }
-NSD_CONTROL=$(command -v nsd-control || ls /usr/sbin/nsd-control 2>/dev/null || true)
-
 # ------------------------------------------------------------------ data
-python3 - "$TMP" "$NAMES" "$ZONE" <<'EOF'
-import random, sys
-tmp, n, zone = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-names = ["h%05d" % i for i in range(n)]
-with open(tmp + "/zone.txt", "w") as f:
-    f.write("$ORIGIN %s.\n$TTL 86400\n" % zone)
-    f.write("@ IN SOA ns.%s. hostmaster.%s. 1 3600 600 86400 86400\n" % (zone, zone))
-    f.write("@ IN NS ns\nns IN A 127.0.0.1\n")
-    for i, nm in enumerate(names):
-        f.write("%s IN A 10.%d.%d.%d\n" % (nm, i // 65536, (i // 256) % 256, i % 256))
-qs = ["%s.%s A" % (nm, zone) for nm in names]
-random.Random(42).shuffle(qs)
-with open(tmp + "/queries.txt", "w") as f:
-    f.write("\n".join(qs) + "\n")
-EOF
+python3 "$HERE/mixes.py" cache "$TMP" "$NAMES"
 PROBE=$(head -1 "$TMP/queries.txt")
 
 # ------------------------------------------------------------------ NSD
-NPORT=$(free_port)
-cat >"$TMP/nsd.conf" <<EOF
-server:
-  ip-address: 127.0.0.1@$NPORT
-  do-ip6: no
-  rrl-ratelimit: 0
-  server-count: 1
-  username: ""
-  database: ""
-  chroot: ""
-  zonesdir: "$TMP"
-  zonelistfile: "$TMP/nsd.zonelist"
-  xfrdfile: "$TMP/nsd.xfrd"
-  xfrdir: "$TMP"
-  pidfile: ""
-  logfile: "$TMP/nsd.log"
-  verbosity: 0
-remote-control:
-  control-enable: yes
-  control-interface: "$TMP/nsd.ctl"
-zone:
-  name: "$ZONE."
-  zonefile: "zone.txt"
-EOF
-bench_spawn nsd "$NSD" -d -c "$TMP/nsd.conf"
-NPID=$SPID
-wait_answer "$NPORT" "$NPID" nsd
-
-# Queries NSD has answered so far ("?" without nsd-control).
-nsd_queries() {
-	local n=""
-	if [ -n "$NSD_CONTROL" ]; then
-		n=$(timeout 5 "$NSD_CONTROL" -c "$TMP/nsd.conf" stats_noreset 2>/dev/null |
-			awk -F= '$1 == "num.queries" {print $2}') || true
-	fi
-	echo "${n:-?}"
-}
-nsd_delta() { # before after
-	if [ "$1" = "?" ] || [ "$2" = "?" ]; then echo "?"; else echo $(($2 - $1)); fi
-}
-
-# One pass over every name at WARM_RATE. Sets WARM_OK (1 when every query
-# was answered NOERROR), WARM_TEXT, WARM_UPSTREAM (queries NSD answered).
-warm_up() { # port tag
-	local port=$1 tag=$2 n0 n1 sent received lost noerr
-	local f=$TMP/$tag-warm.txt
-	n0=$(nsd_queries)
-	gen "$f" -p "$port" -n "$NAMES" -Q "$WARM_RATE" -l $((NAMES / WARM_RATE + 30)) -c 8 -t 2
-	n1=$(nsd_queries)
-	sent=$(gen_value "$f" sent)
-	received=$(gen_value "$f" received)
-	lost=$(gen_value "$f" lost)
-	noerr=$(gen_value "$f" noerror)
-	WARM_UPSTREAM=$(nsd_delta "$n0" "$n1")
-	WARM_TEXT="$noerr/$NAMES NOERROR ($sent sent, $received answered, $lost lost; NSD answered $WARM_UPSTREAM)"
-	if [ "$sent" = "$NAMES" ] && [ "$received" = "$NAMES" ] && [ "$noerr" = "$NAMES" ]; then
-		WARM_OK=1
-	else
-		WARM_OK=0
-		echo "cache_qps: warning: $tag warm-up incomplete: $WARM_TEXT" >&2
-	fi
-}
-
-# Warm server $pid on $port, measure it, print its line. Sets RSS_START,
-# RSS_WARM, RSS (after the runs), RUN_UPSTREAM (NSD queries during the
-# measured runs), plus everything measure, warm_up and check_answers set.
-run_server() { # port pid tag
-	local port=$1 pid=$2 tag=$3 n0 n1
-	RSS_START=$(rss_kib "$pid")
-	warm_up "$port" "$tag"
-	RSS_WARM=$(rss_kib "$pid")
-	n0=$(nsd_queries)
-	measure_and_report "$port" "$tag" "$pid"
-	n1=$(nsd_queries)
-	RUN_UPSTREAM=$(nsd_delta "$n0" "$n1")
-	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; RSS $RSS_START KiB at start, $RSS_WARM KiB with $NAMES names cached"
-}
+nsd_start "$ZONE" zone.txt
 
 # ------------------------------------------------------------------ localdns
 PORT=$(free_port)
@@ -159,10 +69,10 @@ bench_server localdns "$BIN" --config "$TMP/localdns.yaml"
 LPID=$SPID
 wait_answer "$PORT" "$LPID" localdns
 echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES cached names (NSD on 127.0.0.1:$NPORT), workers 1, $PINNING"
-run_server "$PORT" "$LPID" localdns
+run_server "$PORT" "$LPID" localdns "$NAMES"
 read -r -a L < <(figures)
 L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
-bench_stop "$LPID"
+# localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
 UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
@@ -187,7 +97,7 @@ EOF
 	UPID=$SPID
 	UVER=$("$UNBOUND" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
 	if wait_answer "$UPORT" "$UPID" unbound; then
-		run_server "$UPORT" "$UPID" unbound
+		run_server "$UPORT" "$UPID" unbound "$NAMES"
 		read -r -a U < <(figures)
 		U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
 	fi
@@ -199,6 +109,9 @@ bench_stop "$NPID"
 
 # ------------------------------------------------------------------ bare responder
 measure_bare
+alternate_rounds "$PORT" "$LPID"
+bench_stop "$BARE_PID"
+bench_stop "$LPID"
 
 bench_ratio
 
@@ -222,6 +135,7 @@ else
 	)
 fi
 [ -z "$B_ANSWERS" ] || NOTES+=("- Bare responder: $B_ANSWERS.")
+[ -z "$ROUNDS_TEXT" ] || NOTES+=("- Then $ROUNDS_TEXT.")
 bench_write_doc cache-hits "$NAMES cached names (A, TTL 1 d) from NSD, all hits after one warm-up pass" \
 	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, forwarding to NSD)" \
 	"${NOTES[@]}"

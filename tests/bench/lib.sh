@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2034 # sourced; callers read the variables set here
 # lib.sh — helpers shared by the benchmark scripts (static_qps.sh,
-# cache_qps.sh). Sourced, not run. The caller sets `set -euo pipefail` and
-# BIN first, then calls bench_init NAME.
+# cache_qps.sh, search_qps.sh, srv_qps.sh). Sourced, not run. The caller
+# sets `set -euo pipefail` and BIN first, then calls bench_init NAME.
 #
 # What it provides:
 #   bench_init NAME   checks the tools (dnsgen and bare_responder, built next
@@ -16,13 +16,20 @@
 #   rss_kib PID, cpu_ticks PID, gen FILE ARGS... (one dnsgen run), gen_value
 #   FILE KEY, measure PORT TAG PID (the dnsgen runs and the dnsperf
 #   cross-check), check_answers TAG, figures, report LABEL, measure_bare (the
-#   bare responder, into B), bench_ratio, bench_doc_meta and bench_write_doc
-#   (rewrite one marked block of docs/performance.md).
+#   bare responder, into B), bare_pad (its -a for a mix of larger replies),
+#   alternate_rounds (localdns and the bare responder taking turns, into
+#   ROUNDS_TEXT), bench_ratio, bench_doc_meta and bench_write_doc (rewrite
+#   one marked block of docs/performance.md); for the scripts whose answers
+#   come from an upstream: nsd_start (NSD serving their zones), nsd_queries,
+#   nsd_delta, warm_up and run_server (warm-up, then measure_and_report).
 #
 # Knobs: BENCH_DURATION (max-rate run, s), BENCH_FIXED (fixed-rate run, s),
 # BENCH_RATE (fixed rate, QPS), BENCH_DNSPERF (dnsperf cross-check run, s;
-# 0 = none). Every run reads $QUERIES ($TMP/queries.txt unless the caller
-# sets it).
+# 0 = none), BENCH_ROUNDS and BENCH_ROUND_SECS (alternating rounds: how
+# many, how long each server's run; 0 rounds = none). Every run reads
+# $QUERIES ($TMP/queries.txt unless the caller sets it); a query file whose
+# lines name the reply they expect (dnsgen's third column) is checked
+# against that when the caller sets EXPECTATIONS=1.
 
 BENCH_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_LIB/../.." && pwd)
@@ -31,6 +38,9 @@ DURATION=${BENCH_DURATION:-10}
 FIXED=${BENCH_FIXED:-10}
 RATE=${BENCH_RATE:-20000}
 DNSPERF_TIME=${BENCH_DNSPERF:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
+ROUND_SECS=${BENCH_ROUND_SECS:-5}
+EXPECTATIONS=${EXPECTATIONS:-0}
 # dnsgen's sockets and queries in flight in the max-rate run (dnsperf's -c and -q as before).
 GEN_SOCKETS=8
 GEN_OUTSTANDING=500
@@ -215,8 +225,10 @@ measure() {
 		echo "$BENCH_NAME: warning: $tag: asked $RATE QPS, dnsgen reached $FIXED_QPS; the percentiles are not at that rate" >&2
 	DNSPERF_QPS="-"
 	if [ "$DNSPERF_TIME" != 0 ]; then
+		# dnsperf takes "name TYPE" only, not dnsgen's expectation column
+		awk 'NF >= 2 && $1 !~ /^[;#]/ {print $1, $2}' "$QUERIES" >"$TMP/dnsperf-queries.txt"
 		timeout $((DNSPERF_TIME + 20)) "${GEN_PIN[@]}" dnsperf -s 127.0.0.1 -p "$port" \
-			-d "$QUERIES" -l "$DNSPERF_TIME" -c 8 -q 500 -t 2 \
+			-d "$TMP/dnsperf-queries.txt" -l "$DNSPERF_TIME" -c 8 -q 500 -t 2 \
 			>"$TMP/$tag-dnsperf.txt" 2>&1 || true
 		DNSPERF_QPS=$(awk '/Queries per second:/ {printf "%d", $4}' "$TMP/$tag-dnsperf.txt")
 		[ -n "$DNSPERF_QPS" ] || DNSPERF_QPS="-"
@@ -224,21 +236,35 @@ measure() {
 }
 
 # After measure: was every query of both dnsgen runs answered NOERROR with
-# a non-empty answer, none lost, no wrong or stray reply? Sets ANSWERS_OK
-# (1 or 0) and ANSWERS_TEXT (what happened, with the average reply size);
-# warns when not.
+# a non-empty answer (or, with EXPECTATIONS=1 and for any server but the
+# bare responder, which answers everything the same way: as its query file
+# line expects), none lost, no wrong or stray reply? Sets ANSWERS_OK (1 or
+# 0) and ANSWERS_TEXT (what happened, with the average reply size); warns
+# when not.
 check_answers() { # tag
-	local tag=$1 f v problems="" k
+	local tag=$1 f v problems="" k expect=0 checks
+	[ "$EXPECTATIONS" = 1 ] && [ "$tag" != bare ] && expect=1
 	for f in max fixed; do
 		v="$TMP/$tag-$f.txt"
-		[ "$(gen_value "$v" noerror)" = "$(gen_value "$v" received)" ] ||
-			problems="$problems; $f run: $(gen_value "$v" received) answered, $(gen_value "$v" noerror) NOERROR, $(gen_value "$v" nxdomain) NXDOMAIN, $(gen_value "$v" servfail) SERVFAIL, $(gen_value "$v" rcode_other) other"
-		for k in lost no_answer truncated mismatched unexpected errors; do
+		if [ "$expect" = 1 ]; then
+			[ "$(gen_value "$v" expect_ok)" = "$(gen_value "$v" received)" ] ||
+				problems="$problems; $f run: $(gen_value "$v" received) answered, $(gen_value "$v" expect_ok) as expected, $(gen_value "$v" expect_failed) not"
+			checks="lost truncated mismatched unexpected errors"
+		else
+			[ "$(gen_value "$v" noerror)" = "$(gen_value "$v" received)" ] ||
+				problems="$problems; $f run: $(gen_value "$v" received) answered, $(gen_value "$v" noerror) NOERROR, $(gen_value "$v" nxdomain) NXDOMAIN, $(gen_value "$v" servfail) SERVFAIL, $(gen_value "$v" rcode_other) other"
+			checks="lost no_answer truncated mismatched unexpected errors"
+		fi
+		for k in $checks; do
 			[ "$(gen_value "$v" "$k")" = 0 ] || problems="$problems; $f run: $k $(gen_value "$v" "$k")"
 		done
 	done
 	REPLY_BYTES=$(gen_value "$TMP/$tag-max.txt" size_avg)
-	if [ -z "$problems" ]; then
+	v="$TMP/$tag-max.txt"
+	if [ -z "$problems" ] && [ "$expect" = 1 ]; then
+		ANSWERS_OK=1
+		ANSWERS_TEXT="every reply as its query expects ($(gen_value "$v" nxdomain) NXDOMAIN, $(gen_value "$v" noerror) NOERROR in the max-rate run), none lost, ${REPLY_BYTES}-byte replies on average"
+	elif [ -z "$problems" ]; then
 		ANSWERS_OK=1
 		ANSWERS_TEXT="all NOERROR with an answer, none lost, ${REPLY_BYTES}-byte replies on average"
 	else
@@ -310,20 +336,86 @@ EOF
 }
 
 # The brief's 100% line: bare_responder on the server CPU, the same runs
-# over $QUERIES. Sets B (see figures) and B_ANSWERS (check_answers' text).
-measure_bare() {
-	local port pid
-	port=$(free_port)
-	bench_server bare "$BARE" -s 127.0.0.1 -p "$port"
-	pid=$SPID
+# over $QUERIES, with the bare_responder options given (-a). Sets B (see
+# figures) and B_ANSWERS (check_answers' text). It keeps running, on
+# BARE_PORT as BARE_PID, for alternate_rounds; the exit trap stops it.
+measure_bare() { # [bare_responder option...]
+	BARE_PORT=$(free_port)
+	bench_server bare "$BARE" -s 127.0.0.1 -p "$BARE_PORT" "$@"
+	BARE_PID=$SPID
 	B=()
 	B_ANSWERS=""
-	if wait_answer "$port" "$pid" bare; then
-		measure_and_report "$port" bare "$pid"
+	if wait_answer "$BARE_PORT" "$BARE_PID" bare; then
+		measure_and_report "$BARE_PORT" bare "$BARE_PID"
 		B_ANSWERS=$ANSWERS_TEXT
 		read -r -a B < <(figures)
 	fi
-	bench_stop "$pid"
+}
+
+# The bare responder's -a for this mix: localdns's average reply size
+# (bytes, from its max-rate run) less the bare responder's own over
+# $QUERIES (header, question, one A record, or AAAA for an AAAA question),
+# so both move the same bytes on average; 0 when that is under the
+# smallest padding record (12 bytes).
+bare_pad() { # localdns_avg_bytes
+	python3 - "$QUERIES" "$1" <<'EOF'
+import sys
+sizes = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) < 2 or f[0][0] in ";#":
+        continue
+    name = f[0].rstrip(".")
+    sizes.append(12 + len(name) + 2 + 4 + (28 if f[1].upper() == "AAAA" else 16))
+pad = round(float(sys.argv[2]) - sum(sizes) / len(sizes))
+print(pad if pad >= 12 else 0)
+EOF
+}
+
+# localdns (on lport, pid lpid) and the bare responder (BARE_PORT, BARE_PID)
+# take turns: ROUNDS max-rate runs of ROUND_SECS each, localdns first in
+# each round. Both stay up (pinned to the same CPU; the one not measured
+# sleeps), so each round compares two runs seconds apart on a machine whose
+# load drifts. Sets ROUNDS_TEXT (empty with ROUNDS=0 or without the bare
+# responder's figures) and prints it.
+alternate_rounds() { # lport lpid
+	local lport=$1 lpid=$2 r tag port pid c0 c1 out problems="" k
+	local -a lq=() bq=() lc=() bc=() ln=() bn=()
+	ROUNDS_TEXT=""
+	[ "$ROUNDS" -gt 0 ] && [ "${#B[@]}" -gt 0 ] || return 0
+	for r in $(seq 1 "$ROUNDS"); do
+		for tag in localdns bare; do
+			if [ "$tag" = localdns ]; then port=$lport pid=$lpid; else port=$BARE_PORT pid=$BARE_PID; fi
+			out=$TMP/$tag-round$r.txt
+			c0=$(cpu_ticks "$pid")
+			gen "$out" -p "$port" -l "$ROUND_SECS" -c "$GEN_SOCKETS" -q "$GEN_OUTSTANDING" -t 2
+			c1=$(cpu_ticks "$pid")
+			for k in lost mismatched unexpected errors; do
+				[ "$(gen_value "$out" "$k")" = 0 ] || problems="$problems; $tag round $r: $k $(gen_value "$out" "$k")"
+			done
+			if [ "$tag" = localdns ]; then
+				lq+=("$(gen_value "$out" qps)") lc+=("$((c1 - c0))") ln+=("$(gen_value "$out" received)")
+			else
+				bq+=("$(gen_value "$out" qps)") bc+=("$((c1 - c0))") bn+=("$(gen_value "$out" received)")
+			fi
+		done
+	done
+	ROUNDS_TEXT=$(AR="${lq[*]};${bq[*]};${lc[*]};${bc[*]};${ln[*]};${bn[*]}" AR_SECS=$ROUND_SECS python3 - <<'EOF'
+import os
+lq, bq, lc, bc, ln, bn = ([float(x or 0) for x in part.split()] for part in os.environ["AR"].split(";"))
+q = [l / b if b else 0 for l, b in zip(lq, bq)]
+# CPU per query: ticks / answered; the bare responder's over localdns's, so higher is better like q
+u = [(b / nb) / (l / nl) if l and nl and nb else 0 for l, b, nl, nb in zip(lc, bc, ln, bn)]
+print("%d alternating %s s max-rate rounds: localdns / bare responder max QPS %s (%.2f-%.2f), "
+      "bare responder's CPU per query / localdns's %s (%.2f-%.2f); localdns %s QPS, "
+      "bare responder %s QPS"
+      % (len(q), os.environ["AR_SECS"], ", ".join("%.2f" % x for x in q), min(q), max(q),
+         ", ".join("%.2f" % x for x in u), min(u), max(u),
+         " / ".join("{:,}".format(int(x)) for x in lq), " / ".join("{:,}".format(int(x)) for x in bq)))
+EOF
+)
+	[ -z "$problems" ] || ROUNDS_TEXT="$ROUNDS_TEXT; NOT all right${problems}"
+	echo "rounds: $ROUNDS_TEXT"
 }
 
 # The ratio lines: localdns (L) against Unbound (U) and the bare responder
@@ -414,4 +506,102 @@ text = text[:b] + block + text[e + len(end):]
 open(doc, "w").write(text)
 print("%s: updated %s" % (name, doc))
 EOF
+}
+
+# ------------------------------------------------------------------ NSD, the upstream
+
+# NSD (unpinned; it only works during the warm-ups) on 127.0.0.1 at a free
+# port, one server process, no rate limiting, serving each zone from its
+# file in $TMP, with nsd-control on a local socket for its query counter.
+# Sets NPORT and NPID (killed on exit) and NSD_CONTROL; waits until it
+# answers $PROBE.
+nsd_start() { # zone file [zone file...]
+	local nsd
+	nsd=$(command -v nsd || ls /usr/sbin/nsd 2>/dev/null || true)
+	[ -n "$nsd" ] || { echo "$BENCH_NAME: nsd not installed (make deps)" >&2; exit 1; }
+	NSD_CONTROL=$(command -v nsd-control || ls /usr/sbin/nsd-control 2>/dev/null || true)
+	NPORT=$(free_port)
+	cat >"$TMP/nsd.conf" <<EOF
+server:
+  ip-address: 127.0.0.1@$NPORT
+  do-ip6: no
+  rrl-ratelimit: 0
+  server-count: 1
+  username: ""
+  database: ""
+  chroot: ""
+  zonesdir: "$TMP"
+  zonelistfile: "$TMP/nsd.zonelist"
+  xfrdfile: "$TMP/nsd.xfrd"
+  xfrdir: "$TMP"
+  pidfile: ""
+  logfile: "$TMP/nsd.log"
+  verbosity: 0
+remote-control:
+  control-enable: yes
+  control-interface: "$TMP/nsd.ctl"
+EOF
+	while [ $# -ge 2 ]; do
+		printf 'zone:\n  name: "%s."\n  zonefile: "%s"\n' "$1" "$2" >>"$TMP/nsd.conf"
+		shift 2
+	done
+	bench_spawn nsd "$nsd" -d -c "$TMP/nsd.conf"
+	NPID=$SPID
+	wait_answer "$NPORT" "$NPID" nsd
+}
+
+# Queries NSD has answered so far ("?" without nsd-control).
+nsd_queries() {
+	local n=""
+	if [ -n "$NSD_CONTROL" ]; then
+		n=$(timeout 5 "$NSD_CONTROL" -c "$TMP/nsd.conf" stats_noreset 2>/dev/null |
+			awk -F= '$1 == "num.queries" {print $2}') || true
+	fi
+	echo "${n:-?}"
+}
+nsd_delta() { # before after
+	if [ "$1" = "?" ] || [ "$2" = "?" ]; then echo "?"; else echo $(($2 - $1)); fi
+}
+
+# One pass over the first COUNT queries at WARM_RATE. Sets WARM_OK (1 when
+# every one was answered NOERROR, or as its line expects with
+# EXPECTATIONS=1), WARM_TEXT, WARM_UPSTREAM (queries NSD answered).
+warm_up() { # port tag count
+	local port=$1 tag=$2 count=$3 n0 n1 sent received lost ok what=NOERROR
+	local f=$TMP/$tag-warm.txt
+	n0=$(nsd_queries)
+	gen "$f" -p "$port" -n "$count" -Q "$WARM_RATE" -l $((count / WARM_RATE + 30)) -c 8 -t 2
+	n1=$(nsd_queries)
+	sent=$(gen_value "$f" sent)
+	received=$(gen_value "$f" received)
+	lost=$(gen_value "$f" lost)
+	if [ "$EXPECTATIONS" = 1 ]; then
+		ok=$(gen_value "$f" expect_ok)
+		what="as expected"
+	else
+		ok=$(gen_value "$f" noerror)
+	fi
+	WARM_UPSTREAM=$(nsd_delta "$n0" "$n1")
+	WARM_TEXT="$ok/$count $what ($sent sent, $received answered, $lost lost; NSD answered $WARM_UPSTREAM)"
+	if [ "$sent" = "$count" ] && [ "$received" = "$count" ] && [ "$ok" = "$count" ]; then
+		WARM_OK=1
+	else
+		WARM_OK=0
+		echo "$BENCH_NAME: warning: $tag warm-up incomplete: $WARM_TEXT" >&2
+	fi
+}
+
+# Warm server $pid on $port, measure it, print its line. Sets RSS_START,
+# RSS_WARM, RSS (after the runs), RUN_UPSTREAM (NSD queries during the
+# measured runs), plus everything measure, warm_up and check_answers set.
+run_server() { # port pid tag count
+	local port=$1 pid=$2 tag=$3 count=$4 n0 n1
+	RSS_START=$(rss_kib "$pid")
+	warm_up "$port" "$tag" "$count"
+	RSS_WARM=$(rss_kib "$pid")
+	n0=$(nsd_queries)
+	measure_and_report "$port" "$tag" "$pid"
+	n1=$(nsd_queries)
+	RUN_UPSTREAM=$(nsd_delta "$n0" "$n1")
+	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; RSS $RSS_START KiB at start, $RSS_WARM KiB after it"
 }

@@ -27,6 +27,10 @@
 #     the same pinning and the same runs; then build/bench/bare_responder
 #     (tests/bench/bare_responder.c, a canned reply the size of localdns's)
 #     the same way: the brief's 100% line.
+#   - Then localdns (still up, idle meanwhile) and the bare responder take
+#     turns: $BENCH_ROUNDS (3) max-rate runs of $BENCH_ROUND_SECS (5) s each,
+#     so each round's ratio compares two runs seconds apart (lib.sh,
+#     alternate_rounds).
 # Then the "Static answers" block of docs/performance.md is rewritten with
 # the figures, date, machine and commit (BENCH_NO_DOC=1 leaves it alone).
 #
@@ -45,26 +49,7 @@ NAMES=${BENCH_NAMES:-1000}
 bench_init static_qps
 
 # ------------------------------------------------------------------ data
-python3 - "$TMP" "$NAMES" <<'EOF'
-import random, sys
-tmp, n = sys.argv[1], int(sys.argv[2])
-names = ["svc-%04d.ns-%02d.svc.cluster.local" % (i, i % 50) for i in range(n)]
-def a(i):    return "10.%d.%d.%d" % (100 + i // 65536, (i // 256) % 256, i % 256)
-def aaaa(i): return "fd00::%x" % (i + 1)
-with open(tmp + "/records.yaml", "w") as f:
-    for i, nm in enumerate(names):
-        f.write('- {name: %s, ttl: 30s, a: ["%s"], aaaa: ["%s"]}\n' % (nm, a(i), aaaa(i)))
-with open(tmp + "/unbound-data.conf", "w") as f:
-    f.write('  local-zone: "cluster.local." static\n')
-    for i, nm in enumerate(names):
-        f.write('  local-data: "%s. 30 IN A %s"\n' % (nm, a(i)))
-        f.write('  local-data: "%s. 30 IN AAAA %s"\n' % (nm, aaaa(i)))
-pairs = [(nm, t) for nm in names for t in ("A", "AAAA")]
-random.Random(42).shuffle(pairs)
-with open(tmp + "/queries.txt", "w") as f:
-    for nm, t in pairs:
-        f.write("%s %s\n" % (nm, t))
-EOF
+python3 "$HERE/mixes.py" static "$TMP" "$NAMES"
 PROBE=$(head -1 "$TMP/queries.txt")
 
 # ------------------------------------------------------------------ localdns
@@ -84,7 +69,7 @@ echo "localdns: $(basename "$BIN") pid $LPID on 127.0.0.1:$PORT, $NAMES names, w
 measure_and_report "$PORT" localdns "$LPID"
 L_ANSWERS=$ANSWERS_TEXT
 read -r -a L < <(figures)
-bench_stop "$LPID"
+# localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
 UNBOUND=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
@@ -116,6 +101,9 @@ fi
 
 # ------------------------------------------------------------------ bare responder
 measure_bare
+alternate_rounds "$PORT" "$LPID"
+bench_stop "$BARE_PID"
+bench_stop "$LPID"
 
 bench_ratio
 
@@ -125,6 +113,7 @@ bench_doc_meta
 NOTES=("- Answers in the dnsgen runs: localdns $L_ANSWERS.")
 [ -z "$U_ANSWERS" ] || NOTES+=("- Unbound: $U_ANSWERS.")
 [ -z "$B_ANSWERS" ] || NOTES+=("- Bare responder: $B_ANSWERS.")
+[ -z "$ROUNDS_TEXT" ] || NOTES+=("- Then $ROUNDS_TEXT.")
 bench_write_doc static-answers "$NAMES names, A/AAAA mix" \
 	"localdns ($COMMIT, workers 1)" "unbound $UVER (num-threads 1, local-data)" \
 	"${NOTES[@]}"

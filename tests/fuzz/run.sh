@@ -2,7 +2,8 @@
 # Usage: run.sh SECONDS BIN...
 # Runs each libFuzzer binary for SECONDS over its own corpus in
 # build/fuzz/corpus-NAME (kept between runs, so coverage accumulates),
-# seeded from tests/fuzz/seeds/ and a few DNS queries generated below.
+# seeded from tests/fuzz/seeds/NAME/ (see make_seeds.py) and, for the
+# targets that take a query, a few DNS queries generated below.
 # Crash inputs land in build/fuzz/crash-NAME/. Exits non-zero if any
 # binary found a crash (or failed to run) and says so on the last line.
 set -u
@@ -44,14 +45,17 @@ for bin in "$@"; do
 	crashes=$out/crash-$name
 	log=$out/$name.log
 	mkdir -p "$corpus" "$crashes"
-	write_seeds "$corpus"
-	if [ -d "$root/tests/fuzz/seeds" ]; then
-		cp -n "$root/tests/fuzz/seeds/"* "$corpus/" 2>/dev/null
+	case $name in
+	query | handle) write_seeds "$corpus" ;;
+	esac
+	if [ -d "$root/tests/fuzz/seeds/$name" ]; then
+		cp -n "$root/tests/fuzz/seeds/$name/"* "$corpus/"
 	fi
 
+	# stdin is /dev/null: a config naming /dev/stdin in static.files must not wait for a tty
 	echo "fuzz: $name for ${seconds}s (log: $log)"
 	"$bin" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
-		-artifact_prefix="$crashes/" "$corpus" >"$log" 2>&1
+		-artifact_prefix="$crashes/" "$corpus" >"$log" 2>&1 </dev/null
 	rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
 	total_execs=$((total_execs + ${execs:-0}))

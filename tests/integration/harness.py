@@ -285,8 +285,8 @@ def free_port(hosts=("127.0.0.1",)):
 
 # What dnsgen's key=value line counts (tests/bench/dnsgen.c).
 DNSGEN_COUNTS = ("sent", "received", "lost", "noerror", "nxdomain", "servfail",
-                 "rcode_other", "truncated", "no_answer", "mismatched", "unexpected",
-                 "errors", "size_min", "size_max")
+                 "rcode_other", "truncated", "no_answer", "expect_ok", "expect_failed",
+                 "mismatched", "unexpected", "errors", "size_min", "size_max")
 
 
 def bench_tool(env, name):
@@ -297,13 +297,14 @@ def bench_tool(env, name):
 
 
 def dnsgen(env, port, queries, *args):
-    """Run dnsgen against 127.0.0.1:port with queries [(name, type)]; returns
+    """Run dnsgen against 127.0.0.1:port with queries [(name, type)] or
+    [(name, type, expected reply)]; returns
     its key=value line as a dict (counts as ints, the rest as floats or
     text) and its stderr summary."""
     qfile = os.path.join(env.tmp, "queries.txt")
     with open(qfile, "w") as f:
         f.write("; comment lines and blank lines are skipped\n\n")
-        f.write("".join("%s %s\n" % q for q in queries))
+        f.write("".join(" ".join(q) + "\n" for q in queries))
     argv = [bench_tool(env, "dnsgen"), "-s", "127.0.0.1", "-p", str(port),
             "-d", qfile] + list(args)
     p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
@@ -736,11 +737,11 @@ class Env:
             d.wait_ready()
         return d
 
-    def start_file(self, path, port, wait=True):
+    def start_file(self, path, port, wait=True, host="127.0.0.1", netns=None):
         """Start a daemon on an existing config file that listens on
-        127.0.0.1:port."""
-        d = Daemon(self.binary, None, config_file=path, port=port,
-                   wait=False, tmpdir=mkdtemp())
+        host:port (inside network namespace netns when given)."""
+        d = Daemon(self.binary, None, config_file=path, port=port, host=host,
+                   wait=False, tmpdir=mkdtemp(), netns=netns)
         self._daemons.append(d)
         if wait:
             d.wait_ready()

@@ -84,6 +84,29 @@ def test_dnsgen_tallies_rcodes_and_empty_answers(env):
                    "no_answer": 200}, "%r\n%s" % (got, summary)
 
 
+def test_dnsgen_checks_the_replies_a_query_file_expects(env):
+    # -n 500 over five lines: each asked exactly 100 times; the last two
+    # expect what the server does not say.
+    queries = [(DB, "A", "NOERROR"), ("nope.prod.svc.cluster.local", "A", "nxdomain"),
+               (DB, "TXT", "NODATA"), (DB, "A", "NXDOMAIN"), (DB, "TXT", "NOERROR")]
+    r, summary = harness.dnsgen(env, env.server.port, queries, "-n", "500", "-Q", "5000", "-l", "5")
+    check_consistent(r, summary)
+    got = {k: r[k] for k in ("received", "expect_ok", "expect_failed")}
+    assert got == {"received": 500, "expect_ok": 300, "expect_failed": 200}, \
+        "%r\n%s" % (got, summary)
+    # Without a third column nothing is checked.
+    r, summary = harness.dnsgen(env, env.server.port, [(DB, "A")], "-n", "50", "-Q", "1000")
+    assert (r["received"], r["expect_ok"], r["expect_failed"]) == (50, 0, 0), summary
+    # An expectation dnsgen does not know is refused.
+    qfile = os.path.join(env.tmp, "bad-expect.txt")
+    with open(qfile, "w") as f:
+        f.write("%s A NOERROR\n%s A REFUSED\n" % (DB, DB))
+    p = subprocess.run([harness.bench_tool(env, "dnsgen"), "-p", "53", "-d", qfile],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 1 and "bad-expect.txt:2: unknown expectation REFUSED" in p.stderr, \
+        (p.returncode, p.stderr)
+
+
 class Liar:
     """A UDP server that misbehaves by query name, to show what dnsgen
     counts: lost.* gets no reply, servfail.* SERVFAIL, wrong.* first a
@@ -162,10 +185,10 @@ def test_dnsgen_refuses_a_bad_query_file(env):
     assert p.returncode == 2 and "-q" in p.stderr, (p.returncode, p.stderr)
 
 
-def start_bare(env):
+def start_bare(env, *args):
     port = harness.free_port()
     p = harness.track_process(subprocess.Popen(
-        [harness.bench_tool(env, "bare_responder"), "-p", str(port)], stdin=subprocess.DEVNULL,
+        [harness.bench_tool(env, "bare_responder"), "-p", str(port), *args], stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     probe = dnsmsg.build_query("probe.example", "A")
     deadline = time.monotonic() + 5
@@ -214,3 +237,26 @@ def test_bare_responder_replies_are_valid_answers(env):
         rc, err = stop_bare(p)
     assert rc == 0, "bare_responder exited %s: %s" % (rc, err)
     assert "answered" in err and "dropped 2" in err, err
+
+
+def test_bare_responder_pads_replies_when_asked(env):
+    plain, plain_port = start_bare(env)
+    padded, port = start_bare(env, "-a", "60")
+    try:
+        for qt in ("A", "AAAA"):
+            q = dnsmsg.build_query("Some.Name.example", qt, qid=0x4243)
+            base = dnsmsg.udp_exchange("127.0.0.1", plain_port, q)
+            data = dnsmsg.udp_exchange("127.0.0.1", port, q)
+            assert len(data) == len(base) + 60, (len(base), len(data))
+            m = dnsmsg.parse(data)
+            assert m.rcode_name == "NOERROR" and m.counts == (1, 1, 0, 1), m.describe()
+            [pad] = m.additional
+            assert (pad["name"], pad["type"]) == ("Some.Name.example.", 10), pad
+    finally:
+        for p in (plain, padded):
+            rc, err = stop_bare(p)
+            assert rc == 0, err
+    # Less than an empty NULL record cannot be added.
+    r = subprocess.run([harness.bench_tool(env, "bare_responder"), "-p", "53", "-a", "5"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "-a" in r.stderr, (r.returncode, r.stderr)

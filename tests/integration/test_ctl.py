@@ -2,9 +2,11 @@
 from every source (static, cluster, cache, upstream, stale), flush one name
 and all, dump-cache (streamed, with and without records), reload good and
 bad, the socket file's life (parents, mode, a stale file replaced, a live
-one refused, removed at exit), a client that stalls, and the client's
-errors and exit codes without a daemon."""
+one taken over, removed at exit), a client that stalls, the client's
+errors and exit codes without a daemon, and --json (parsed with the json
+module and checked against the text output)."""
 
+import json
 import os
 import re
 import socket
@@ -91,6 +93,45 @@ def lookup(env, d, *args):
     section = re.search(r";; ANSWER SECTION:\n(.*?)\n\n", rest, re.S)
     answer = [l.split(None, 4) for l in section.group(1).split("\n") if l] if section else []
     return m.group(1), answer, out
+
+
+def ok_json(env, d, *args):
+    """ctl --json ARGS: stdout must be one JSON document on one line."""
+    out = ok(env, d, "--json", *args)
+    assert out.endswith("\n") and out.count("\n") == 1, out
+    return json.loads(out)
+
+
+def json_lines(env, d, *args):
+    """ctl --json ARGS: one JSON object per line, parsed."""
+    out = ok(env, d, "--json", *args)
+    assert out == "" or out.endswith("\n"), out[-200:]
+    return [json.loads(line) for line in out[:-1].split("\n")] if out else []
+
+
+def text_sections(out):
+    """{"answer"|"authority"|"additional": [[name, ttl, class, type, data]]}
+    from dig-style text (lookup's), records tab-separated."""
+    sections, current = {}, None
+    for line in out.split("\n"):
+        m = re.match(r"^;; (ANSWER|AUTHORITY|ADDITIONAL) SECTION:$", line)
+        if m:
+            current = sections.setdefault(m.group(1).lower(), [])
+        elif not line:
+            current = None
+        elif current is not None:
+            current.append(line.split("\t", 4))
+    return sections
+
+
+def same_records(json_records, text_records, aged=1):
+    """JSON records ({name, ttl, class, type, data}) and text ones
+    ([name, ttl, class, type, data]) hold the same records in the same order,
+    TTLs at most `aged` seconds apart (a second may pass between the calls)."""
+    assert [[r["name"], r["class"], r["type"], r["data"]] for r in json_records] == \
+        [[t[0], t[2], t[3], t[4]] for t in text_records], (json_records, text_records)
+    assert all(type(r["ttl"]) is int and abs(r["ttl"] - int(t[1])) <= aged
+               for r, t in zip(json_records, text_records)), (json_records, text_records)
 
 
 def rdatas(answer, rtype):
@@ -288,6 +329,11 @@ def test_dump_cache_streams_many_entries(env):
         assert all(e[4] == "NXDOMAIN" for e in entries), entries[:3]
         assert len(records) == 600, len(records)   # the SOA of each
         assert stats(env, d)["cache_entries"] == 600
+        # as JSON, one line per entry: far more than the daemon's 16 KiB buffer too
+        docs = json_lines(env, d, "dump-cache", "--records")
+        assert sorted(doc["name"] for doc in docs) == sorted(n + "." for n in names)
+        assert all(doc["rcode"] == "NXDOMAIN" and doc["answer"] == [] and
+                   [r["type"] for r in doc["authority"]] == ["SOA"] for doc in docs), docs[:3]
 
 
 def test_flush_rejects_a_bad_name(env):
@@ -354,14 +400,24 @@ def test_a_stale_socket_file_is_replaced(env):
     assert stats(env, d)["queries"] >= 1
 
 
-def test_a_second_localdns_on_a_live_socket_fails_and_leaves_it(env):
-    d = start(env)
-    second = env.start(control={"socket": d.ctl_path}, wait=False)
-    rc = second.proc.wait(10)
-    assert rc == 1, second.tail()
-    assert "another localdns is running with this control socket" in second.stderr(), \
-        second.tail()
-    assert stats(env, d)["queries"] >= 1   # the first one's socket still works
+def test_a_second_localdns_takes_the_socket_over_and_each_removes_only_its_own(env):
+    # An upgrade's overlap where both pods share the socket's directory (a
+    # hostPath): the new process takes the path over, the old one keeps
+    # running, and its exit leaves the new one's socket in place.
+    first = start(env)
+    second = start(env, path=first.ctl_path)
+    assert "took over the control socket" in second.stderr(), second.tail()
+    for _ in range(40):
+        assert second.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+    assert stats(env, second)["queries"] >= 40      # the path reaches the new one
+    assert not [f for f in os.listdir(os.path.dirname(first.ctl_path))
+                if f.startswith(".localdns-")], "a temporary socket file was left"
+    rc, _ = first.stop()
+    assert rc == 0, first.tail()
+    assert stats(env, second)["queries"] >= 40, "the old process took the new one's socket away"
+    rc, _ = second.stop()
+    assert rc == 0, second.tail()
+    assert not os.path.exists(first.ctl_path)
 
 
 def test_a_file_that_is_not_a_socket_is_left_alone(env):
@@ -398,6 +454,164 @@ def test_stalled_clients_do_not_block_dns_or_other_operators(env):
             s.close()
 
 
+# ------------------------------------------------------------------- --json
+
+def test_json_stats_one_document_with_the_text_names_and_values(env):
+    d = start(env)
+    for _ in range(3):
+        assert d.udp("db.prod.svc.cluster.local", "A").rcode_name == "NOERROR"
+    text = stats(env, d)
+    doc = ok_json(env, d, "stats")
+    assert list(doc) == STAT_NAMES, list(doc)     # the same names, in the same order
+    assert all(type(v) is int for v in doc.values()), doc
+    assert doc == text, {k: (doc[k], text[k]) for k in STAT_NAMES if doc[k] != text[k]}
+    assert doc["answers_static"] >= 3 and doc["cache_max_bytes"] == 64 << 20, doc
+
+
+def test_json_lookup_matches_the_text_answer(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        doc = ok_json(env, d, "lookup", "db.prod.svc.cluster.local")
+        assert doc["source"] == "static" and doc["rcode"] == "NOERROR", doc
+        assert doc["flags"] == ["qr", "aa", "rd", "ra"] and doc["opcode"] == "QUERY", doc
+        assert doc["question"] == [{"name": "db.prod.svc.cluster.local.", "class": "IN",
+                                    "type": "A"}], doc
+        assert [(r["type"], r["data"]) for r in doc["answer"]] == [("A", "10.0.0.5")], doc
+
+        # the first ask goes upstream; then the same answer, from the cache, both ways
+        for name, rtype in (("c1.site.example", "A"), ("txt.site.example", "TXT"),
+                            ("nothere.site.example", "AAAA"), ("big.site.example", "TXT")):
+            first = ok_json(env, d, "lookup", name, rtype)
+            assert first["source"] == "upstream", first
+            source, _, out = lookup(env, d, name, rtype)
+            doc = ok_json(env, d, "lookup", name, rtype)
+            assert source == doc["source"] == "cache", (source, doc)
+            assert re.search(r"rcode: %s," % doc["rcode"], out), (doc, out)
+            assert re.search(r";; flags: %s ;" % " ".join(doc["flags"]), out), (doc, out)
+            assert doc["edns"] == {"udp_size": 1232, "do": False}, doc
+            assert re.search(r"MSG SIZE  rcvd: %d$" % doc["size"], out, re.M), (doc, out)
+            assert type(doc["query_time_ms"]) is int and type(doc["id"]) is int, doc
+            sections = text_sections(out)
+            for section in ("answer", "authority", "additional"):
+                same_records(doc[section], sections.get(section, []))
+        c1 = ok_json(env, d, "lookup", "c1.site.example")
+        assert [r["type"] for r in c1["answer"]] == ["CNAME", "CNAME", "CNAME", "A"], c1
+        assert c1["answer"][-1] == {"name": "www.site.example.", "ttl": c1["answer"][-1]["ttl"],
+                                    "class": "IN", "type": "A", "data": "192.0.2.1"}, c1
+        txt = ok_json(env, d, "lookup", "txt.site.example", "TXT")
+        assert sorted(r["data"] for r in txt["answer"]) == [
+            '"first string" "second string"', '"hello world"', '"v=spf1 -all"'], txt
+        nx = ok_json(env, d, "lookup", "nothere.site.example", "AAAA")
+        assert nx["rcode"] == "NXDOMAIN" and nx["answer"] == [], nx
+        assert [r["type"] for r in nx["authority"]] == ["SOA"], nx
+        assert len(ok_json(env, d, "lookup", "big.site.example", "TXT")["answer"]) == 40
+
+        p = ctl(env, d, "--json", "lookup", "db.prod.svc.cluster.local", "NOSUCHTYPE")
+        assert p.returncode == EXIT_FAILED and p.stdout == "", (p.returncode, p.stdout)
+        assert 'unknown record type "NOSUCHTYPE"' in p.stderr, p.stderr
+
+
+def _dump_as_text_fields(entry):
+    """A JSON dump-cache entry as the text line's fields."""
+    flags = ",".join(f for f, on in (("do", entry["dnssec_ok"]),
+                                     ("cd", entry["checking_disabled"])) if on) or "-"
+    state = "ttl" if entry["state"] == "live" else entry["state"]
+    return [entry["name"], entry["type"], entry["class"], flags, entry["rcode"],
+            state, entry["seconds"], str(entry["bytes"])]
+
+
+def test_json_dump_cache_one_object_per_entry_as_the_text_says(env):
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        assert json_lines(env, d, "dump-cache") == []
+        d.udp("www.site.example", "A")
+        d.udp("www.site.example", "A", do=True)
+        d.udp("nothere.site.example", "AAAA")
+        d.udp("c1.site.example", "A")
+        entries, _ = dump(env, d)
+        docs = json_lines(env, d, "dump-cache")
+        assert len(docs) == len(entries) == 4, (docs, entries)
+        for doc in docs:
+            assert set(doc) == {"name", "type", "class", "dnssec_ok", "checking_disabled",
+                                "rcode", "state", "seconds", "bytes"}, doc
+            assert doc["state"] == "live" and type(doc["seconds"]) is int, doc
+        text = {tuple(e[:5]): e for e in entries}
+        for doc in docs:
+            fields = _dump_as_text_fields(doc)
+            line = text[tuple(fields[:5])]
+            state, seconds = line[5].split("=")
+            assert fields[5] == state and abs(fields[6] - int(seconds)) <= 1, (doc, line)
+            assert fields[7] == line[6], (doc, line)
+        www_do = [doc for doc in docs if doc["name"] == "www.site.example." and doc["dnssec_ok"]]
+        assert len(www_do) == 1 and not www_do[0]["checking_disabled"], docs
+
+        # --records: each entry's sections, the records the text lists under it
+        _, records = dump(env, d, "--records")
+        docs = json_lines(env, d, "dump-cache", "--records")
+        listed = [r for doc in docs for s in ("answer", "authority", "additional")
+                  for r in doc[s]]
+        assert len(listed) == len(records), (listed, records)
+        by_text = sorted(r.split("\t", 4) for r in records)
+        by_json = sorted(listed, key=lambda r: [r["name"], str(r["ttl"]), r["class"],
+                                                r["type"], r["data"]])
+        same_records(by_json, by_text)
+        nx = [doc for doc in docs if doc["rcode"] == "NXDOMAIN"]
+        assert len(nx) == 1 and [r["type"] for r in nx[0]["authority"]] == ["SOA"], nx
+
+
+def test_json_top_one_document_matching_the_text(env):
+    with F.FakeAPI() as api:
+        api.apply(F.namespace("shop"),
+                  F.pod("shop", "crawler-1", ips="127.0.0.2", node="node-a"))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
+        d = start(env, kubernetes={"enabled": True, "kubeconfig": kc, "node_name": "node-a"},
+                  cluster={"domain": "cluster.local", "ttl": "5s", "autopath": True})
+        deadline = time.monotonic() + 5
+        while stats(env, d)["kube_synced"] != 1:
+            assert time.monotonic() < deadline, "no first sync"
+            time.sleep(0.05)
+        _ask_many(d.port, "127.0.0.2", ["db.prod.svc.cluster.local",
+                                        "gone1.prod.svc.cluster.local"], 320)
+        _ask_many(d.port, "127.0.0.3", ["web.prod.svc.cluster.local"], 160)
+        # --since 10m: a minute turning over between the two calls changes nothing
+        for kind in ("clients", "names", "nxdomain", "servfail"):
+            lines = _top(env, d, kind, "--since", "10m")
+            doc = ok_json(env, d, "top", kind, "--since", "10m")
+            assert doc["kind"] == kind and doc["since_seconds"] == 600, doc
+            assert [item["count"] for item in doc["items"]] == [int(l[0]) for l in lines], \
+                (doc, lines)
+            if kind == "clients":
+                assert [[item["client"]] + (["pod=" + item["pod"]] if item["pod"] else [])
+                        for item in doc["items"]] == [l[1:] for l in lines], (doc, lines)
+                assert doc["items"][0] == {"count": doc["items"][0]["count"],
+                                           "client": "127.0.0.2", "pod": "shop/crawler-1"}, doc
+                assert {"client": "127.0.0.3", "pod": None}.items() <= \
+                    doc["items"][1].items(), doc
+            else:
+                assert [item["name"] + ("..." if item["cut"] else "")
+                        for item in doc["items"]] == [l[1] for l in lines], (doc, lines)
+        assert ok_json(env, d, "top", "servfail")["items"] == []
+        doc = ok_json(env, d, "top", "names", "-n", "1", "--since", "2m")
+        assert len(doc["items"]) == 1 and doc["since_seconds"] == 120, doc
+
+
+test_json_top_one_document_matching_the_text.timeout = 60
+
+
+def test_json_only_where_there_is_json(env):
+    d = start(env)
+    for command in (["flush"], ["reload"]):
+        p = ctl(env, d, "--json", *command)
+        assert p.returncode == EXIT_USAGE, (command, p.returncode, p.stderr)
+        assert "%s has no --json output" % command[0] in p.stderr, p.stderr
+    # the same from the daemon, to a client that sends the word itself
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(d.ctl_path)
+        s.sendall(b"flush --json\n")
+        assert s.makefile().read().startswith("usage flush has no --json output")
+
+
 def test_raw_protocol_status_lines(env):
     d = start(env)
 
@@ -421,6 +635,8 @@ def test_raw_protocol_status_lines(env):
     assert raw(b"stats  extra\n").startswith("usage "), raw(b"stats  extra\n")
     assert raw(b"lookup\n") == "usage lookup NAME [TYPE]\n.\n"
     assert raw(b"stats\r\n").startswith("ok\nqueries ")
+    assert re.fullmatch(r'ok\n\{"queries":\d+,.*\}\n\.\n', raw(b"stats --json\n"), re.S)
+    assert raw(b"top --json clients --since 5m -n 3\n").startswith('ok\n{"kind":"clients",')
     assert raw(b"x" * 2000 + b"\n") == ""     # no line within the limit: dropped
 
 
@@ -479,6 +695,9 @@ def test_ctl_usage_errors(env):
         ["dump-cache", "--all"],
         ["--socket", "/x", "--config", "/y", "stats"],
         ["lookup", "has space.example"],
+        ["--json", "flush"],
+        ["--json", "dump-cache", "--all"],
+        ["stats", "--json"],
     ]
     for args in cases:
         p = env.run(["ctl", "--socket", "/nonexistent/ctl.sock"] + args
@@ -487,6 +706,7 @@ def test_ctl_usage_errors(env):
         assert "usage: localdns ctl" in p.stderr, (args, p.stderr)
     p = env.run(["ctl", "--help"])
     assert p.returncode == 0 and "dump-cache [--records]" in p.stdout, p.stdout
+    assert "-j, --json" in p.stdout, p.stdout
     p = env.run(["--help"])
     assert "localdns ctl [--socket PATH | --config FILE] COMMAND" in p.stdout, p.stdout
 

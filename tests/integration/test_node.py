@@ -39,19 +39,24 @@ COREDNS = "10.200.2.2"
 
 _ids = itertools.count()
 
+# Logged by the node monitor when its first heartbeat is in: DNS comes to
+# localdns from then on.
+CAPTURING = "taking DNS: the nftables heartbeat is renewed"
+
 # The stand-in CoreDNS: UDP and TCP on port 53 of one address (IPv4 or
-# IPv6), A 192.0.2.99 for anything.
+# IPv6), A 192.0.2.99 (or argv[2]) for anything.
 STANDIN = r'''
 import socket, struct, sys, threading
 addr = sys.argv[1]
 family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+rdata = socket.inet_aton(sys.argv[2] if len(sys.argv) > 2 else "192.0.2.99")
 def answer(q):
     end = 12
     while q[end]:
         end += q[end] + 1
     end += 5
     head = q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0)
-    rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + bytes([192, 0, 2, 99])
+    rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + rdata
     return head + q[12:end] + rr
 def udp():
     s = socket.socket(family, socket.SOCK_DGRAM)
@@ -176,8 +181,13 @@ class Node:
         return cfg
 
     def start(self, config=None, wait=True, **nftables):
-        return self.env.start(config=config or self.config(**nftables),
-                              netns=self.node, wait=wait)
+        """localdns in the node namespace; with wait, until it takes DNS
+        (before that, the fallback answers, which wait_ready cannot tell)."""
+        d = self.env.start(config=config or self.config(**nftables),
+                           netns=self.node, wait=wait)
+        if wait:
+            self.until(lambda: CAPTURING in d.stderr(), True, 10.0)
+        return d
 
     # -- observations
     def ask(self, server, *opts, ns=None):
@@ -477,6 +487,90 @@ def test_node_health_fails_while_the_monitor_is_stuck(env):
         assert "the node monitor has not gone round its loop" in health(), health()
         assert n.ask(LINK) == LOCAL_ANSWER
     n.until(health, "200 ok", 5.0)
+
+
+# A TCP client that connects first and asks later: argv[1] the server; a
+# line on stdin sends the query for NAME, and it prints the A records (or
+# the error) of the answer.
+LATE_QUERY = r"""
+import socket, struct, sys
+s = socket.create_connection((sys.argv[1], 53), timeout=3)
+print("ready", flush=True)
+sys.stdin.readline()
+q = struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0) + b"".join(
+    bytes([len(l)]) + l.encode() for l in sys.argv[2].split(".")) + b"\0\0\1\0\1"
+try:
+    s.sendall(struct.pack("!H", len(q)) + q)
+    head = s.recv(2)
+    n = struct.unpack("!H", head)[0]
+    m = b""
+    while len(m) < n:
+        m += s.recv(n - len(m))
+    print(socket.inet_ntoa(m[-4:]), flush=True)
+except OSError as e:
+    print("error", e.errno, flush=True)
+"""
+
+
+def test_node_tcp_connections_stay_where_their_syn_went(env):
+    # Capture switches off while connections to localdns are open (the
+    # node monitor held: the heartbeat expires, the workers still answer),
+    # and on again while connections to CoreDNS are open: every connection
+    # is answered by whoever took its SYN, from pods and from the host.
+    n = Node(env)
+    d = n.start(fallback_endpoints=[COREDNS])
+    monitor = harness.thread_id(d.proc.pid, "node")
+
+    def connect(ns, server):
+        return n.helper(ns, LATE_QUERY, server, NAME)
+
+    def answer(client):
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        return [client.stdout.readline().strip()]
+    ours = [connect(ns, server) for ns in (n.pod, n.node) for server in (LINK, CLUSTER_IP)]
+    with harness.StoppedThread(monitor):
+        n.until(lambda: n.ask(CLUSTER_IP), STANDIN_ANSWER, 2.0)  # new flows: CoreDNS
+        for client in ours:
+            assert answer(client) == LOCAL_ANSWER, "a connection localdns took moved"
+        theirs = [connect(ns, server) for ns in (n.pod, n.node) for server in (LINK, CLUSTER_IP)]
+    n.until(lambda: n.ask(CLUSTER_IP), LOCAL_ANSWER, 2.0)        # capture is back
+    for client in theirs:
+        assert answer(client) == STANDIN_ANSWER, "a connection CoreDNS took moved"
+
+
+test_node_tcp_connections_stay_where_their_syn_went.timeout = 40
+
+
+def test_node_takes_dns_only_once_ready(env):
+    # Before the first Kubernetes sync localdns would answer cluster names
+    # with SERVFAIL: until then its sockets are held and DNS fails open.
+    n = Node(env)
+    api = n.api_server()
+    try:
+        api.apply(*kube_dns((COREDNS, True)))
+        api.forbid("services")
+        cfg = n.config()
+        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
+                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        d = n.start(config=cfg, wait=False)
+        n.until(lambda: "msg=listening" in d.stderr(), True, 10.0)
+        for _ in range(3):
+            for ns in (n.pod, n.node):
+                assert n.ask(CLUSTER_IP, ns=ns) == STANDIN_ANSWER
+                assert n.ask(CLUSTER_IP, "+tcp", ns=ns) == STANDIN_ANSWER
+            time.sleep(0.2)
+        assert CAPTURING not in d.stderr()
+        api.allow()
+        n.until(lambda: CAPTURING in d.stderr(), True, 30.0)
+        for ns in (n.pod, n.node):
+            assert n.ask(CLUSTER_IP, ns=ns) == LOCAL_ANSWER
+            assert n.ask(LINK, "+tcp", ns=ns) == LOCAL_ANSWER
+    finally:
+        api.stop()
+
+
+test_node_takes_dns_only_once_ready.timeout = 60
 
 
 HEALTH_PROBE = """

@@ -14,11 +14,21 @@
 #define LOCALDNS_TEST_ALLOC_COUNT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
-static volatile bool counting; /* volatile: GCC knows malloc reads no globals */
-static volatile unsigned long forbidden_calls;
+/* volatile: GCC knows malloc reads no globals; _Atomic: other threads of a
+ * test (cache writers, walkers) allocate while the main thread counts */
+static volatile _Atomic bool counting;
+static volatile _Atomic unsigned long forbidden_calls;
+
+/* One more forbidden call, if we are counting. */
+static void count_call(void)
+{
+	if (atomic_load_explicit(&counting, memory_order_relaxed))
+		atomic_fetch_add_explicit(&forbidden_calls, 1, memory_order_relaxed);
+}
 
 #define WEAK __attribute__((weak))
 WEAK void *__real_malloc(size_t size);
@@ -30,31 +40,32 @@ WEAK int __real_pthread_mutex_lock(pthread_mutex_t *m);
 
 void *__wrap_malloc(size_t size)
 {
-	forbidden_calls += counting;
+	count_call();
 	return __real_malloc(size);
 }
 
 void *__wrap_calloc(size_t n, size_t size)
 {
-	forbidden_calls += counting;
+	count_call();
 	return __real_calloc(n, size);
 }
 
 void *__wrap_realloc(void *p, size_t size)
 {
-	forbidden_calls += counting;
+	count_call();
 	return __real_realloc(p, size);
 }
 
 void __wrap_free(void *p)
 {
-	forbidden_calls += counting && p;
+	if (p)
+		count_call();
 	__real_free(p);
 }
 
 int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 {
-	forbidden_calls += counting;
+	count_call();
 	return __real_pthread_mutex_lock(m);
 }
 

@@ -3,10 +3,14 @@
  * specification's records out, read back through the codec: ClusterIP and
  * headless Services, SRV with additionals, PTR, ExternalName, pods,
  * NXDOMAIN vs NODATA, namespaces, updates and deletions, the sync gate,
- * and autopath's clients (this node's pod addresses -> namespace).
+ * autopath's clients (this node's pod addresses -> namespace), and
+ * readers on other threads while the writer replaces what they read (the
+ * test `make tsan` runs for the table).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -257,6 +261,37 @@ static void test_headless_srv_names_each_endpoint(void **state)
 	assert_int_equal(r.v->ar, 2);
 }
 
+/* Kubernetes checks endpoint hostnames, but one that is no DNS label (from
+ * a broken or hostile API server) must not leave records without a name:
+ * such an endpoint is named by its dashed IP, as one without a hostname. */
+static void test_endpoint_hostname_that_is_no_label_falls_back_to_the_dashed_ip(void **state)
+{
+	struct cluster *c = *state;
+	struct reply r;
+	uint8_t target[DNS_MAX_NAME];
+	size_t pos;
+
+	UPSERT(cluster_slice_upsert, c,
+	       "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+	       "\"metadata\":{\"name\":\"web-2\",\"namespace\":\"prod\","
+	       "\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+	       "\"endpoints\":[{\"addresses\":[\"10.1.0.9\"],\"conditions\":{\"ready\":true},"
+	       "\"hostname\":\"web 9!\"}],"
+	       "\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}]}");
+	ask(c, "9.0.1.10.in-addr.arpa", DNS_T_PTR, &r);
+	assert_int_equal(r.v->an, 1);
+	assert_name_equal(r.v->rr[0].target, "10-1-0-9.web.prod.svc.cluster.local.");
+	ask(c, "10-1-0-9.web.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.1.0.9"));
+	ask(c, "_http._tcp.web.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(r.v->an, 3);
+	for (size_t i = 0; i < r.v->an; i++) {
+		assert_true(r.v->rr[i].rdlen > 6);
+		pos = r.v->rr[i].rdoff + 6;
+		assert_true(dns_name_read(r.buf, r.len, &pos, target, true) > 0);
+	}
+}
+
 static void test_publish_not_ready_addresses_is_honoured(void **state)
 {
 	struct cluster *c = *state;
@@ -309,7 +344,11 @@ static void test_watched_service_reports_ready_endpoints_on_change(void **state)
 	UPSERT(cluster_service_upsert, c, svc_db);  /* not watched: no report */
 	UPSERT(cluster_slice_upsert, c, slice_db);
 	assert_int_equal(w.calls, 0);
-	UPSERT(cluster_slice_upsert, c, slice_web); /* before its Service: reported */
+	/* Before the first sync nothing is reported: the list may still hold
+	 * more slices (a Service listed before its slices would look empty). */
+	UPSERT(cluster_slice_upsert, c, slice_web);
+	assert_int_equal(w.calls, 0);
+	cluster_set_synced(c);                      /* then the whole set at once */
 	assert_int_equal(w.calls, 1);
 	assert_string_equal(w.last, "10.1.0.1,10.1.0.2"); /* ready only, sorted */
 	UPSERT(cluster_service_upsert, c, svc_web); /* same set: no report */
@@ -321,6 +360,16 @@ static void test_watched_service_reports_ready_endpoints_on_change(void **state)
 	cluster_slice_remove(c, "prod", "web-2");
 	assert_int_equal(w.calls, 4);
 	assert_string_equal(w.last, "");            /* none left: said so */
+	cluster_free(c);
+
+	/* A watched Service that does not exist at the sync: none, said once. */
+	c = make_cluster("insecure");
+	w.calls = 0;
+	cluster_watch_endpoints(c, "kube-system", "kube-dns", record_endpoints, &w);
+	UPSERT(cluster_service_upsert, c, svc_db);
+	cluster_set_synced(c);
+	assert_int_equal(w.calls, 1);
+	assert_string_equal(w.last, "");
 	cluster_free(c);
 }
 
@@ -413,6 +462,24 @@ static void test_existing_names_without_the_type_are_nodata(void **state)
 	assert_nodata(*state, "prod.svc.cluster.local", DNS_T_A);
 	assert_nodata(*state, "svc.cluster.local", DNS_T_A);
 	assert_nodata(*state, "prod.pod.cluster.local", DNS_T_A);
+}
+
+/* A ClusterIP Service without an address yet is a name without records;
+ * the same object again (every relist sends it) leaves that name as it is. */
+static void test_service_without_addresses_delivered_again_stays_nodata(void **state)
+{
+	static const char svc[] = "{\"kind\":\"Service\",\"metadata\":{\"name\":\"new\","
+				  "\"namespace\":\"prod\"},\"spec\":{\"type\":\"ClusterIP\"}}";
+	struct cluster *c = *state;
+	struct cluster_stats once, twice;
+
+	UPSERT(cluster_service_upsert, c, svc);
+	cluster_stats(c, &once);
+	assert_nodata(c, "new.prod.svc.cluster.local", DNS_T_A);
+	UPSERT(cluster_service_upsert, c, svc);
+	cluster_stats(c, &twice);
+	assert_int_equal(twice.names, once.names);
+	assert_nodata(c, "new.prod.svc.cluster.local", DNS_T_A);
 }
 
 static void test_namespace_names_follow_the_namespace(void **state)
@@ -877,6 +944,187 @@ static void test_a_hostname_past_the_name_length_falls_back_to_the_dashed_addres
 }
 
 /* The hot-path promise: answering from the table allocates nothing and locks nothing. */
+/* ---- readers beside the writer ------------------------------------------------ */
+
+#define READERS 2
+#define WRITER_ROUNDS 1000
+
+struct reader {
+	pthread_t thread;
+	struct cluster *c;
+	atomic_bool *stop;
+	atomic_ulong reads; /* rounds of questions asked */
+	unsigned long bad;  /* answers no state of the table gives */
+};
+
+/* The addresses of type `type` in the answer section of buf[0..len), or -1
+ * when the reply does not read (no cmocka asserts off the main thread). */
+static int answer_addresses_of(const uint8_t *buf, size_t len, uint16_t type, uint32_t *v4,
+			       int max)
+{
+	uint8_t name[DNS_MAX_NAME];
+	size_t pos = DNS_HEADER_LEN;
+	int n = 0;
+
+	if (len < DNS_HEADER_LEN || dns_name_read(buf, len, &pos, name, true) < 0 || len - pos < 4)
+		return -1;
+	pos += 4;
+	for (unsigned i = 0; i < rd16(buf + 6); i++) {
+		if (dns_name_read(buf, len, &pos, name, true) < 0 || len - pos < 10)
+			return -1;
+		uint16_t rtype = rd16(buf + pos), rdlen = rd16(buf + pos + 8);
+		pos += 10;
+		if (len - pos < rdlen)
+			return -1;
+		if (rtype == type && rdlen == 4 && n < max)
+			memcpy(&v4[n++], buf + pos, 4);
+		pos += rdlen;
+	}
+	return n;
+}
+
+/* One A question; false when the answer is none the writer ever made. */
+static bool read_db_and_web(struct cluster *c)
+{
+	static const char *const names[] = {"db.prod.svc.cluster.local",
+					     "web.prod.svc.cluster.local"};
+	uint8_t buf[1232];
+	uint32_t a[8];
+
+	for (int i = 0; i < 2; i++) {
+		struct dns_query q;
+		struct dns_writer w;
+		struct cluster_chase chase;
+		make_query(&q, names[i], DNS_T_A);
+		dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
+		urcu_memb_read_lock();
+		enum cluster_result r = cluster_answer(c, &q, &w, &chase);
+		urcu_memb_read_unlock();
+		int n = answer_addresses_of(buf, dns_response_finish(&w, 1232), DNS_T_A, a, 8);
+		if (r != CLUSTER_ANSWERED)
+			return false;
+		if (i == 0 && !(n == 1 && (a[0] == inet_addr("10.96.0.5") ||
+					    a[0] == inet_addr("10.96.0.6"))))
+			return false;
+		if (i == 1 && n != 2 && n != 3) /* web-1's two ready endpoints, and web-2's */
+			return false;
+	}
+	return true;
+}
+
+/* PTRs through the indexes the writer changes (a ClusterIP that comes and
+ * goes, web-2's endpoint) and the endpoint name: one answer when held, none
+ * (handed on, or NXDOMAIN) when not, never anything else. */
+static bool read_derived(struct cluster *c)
+{
+	static const struct {
+		const char *name;
+		uint16_t type;
+	} asked[] = {
+		{"5.0.96.10.in-addr.arpa", DNS_T_PTR},
+		{"9.0.1.10.in-addr.arpa", DNS_T_PTR},
+		{"10-1-0-9.web.prod.svc.cluster.local", DNS_T_A},
+	};
+	uint8_t buf[1232];
+
+	for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
+		struct dns_query q;
+		struct dns_writer w;
+		struct cluster_chase chase;
+		make_query(&q, asked[i].name, asked[i].type);
+		dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
+		urcu_memb_read_lock();
+		enum cluster_result r = cluster_answer(c, &q, &w, &chase);
+		urcu_memb_read_unlock();
+		size_t len = dns_response_finish(&w, 1232);
+		unsigned an = len >= DNS_HEADER_LEN ? rd16(buf + 6) : 99;
+		if (r == CLUSTER_ANSWERED ? an > 1 : r != CLUSTER_NOT_LOCAL)
+			return false;
+	}
+	return true;
+}
+
+/* This node's pod 10.1.0.50 is in prod or in team, never anywhere else. */
+static bool read_client(struct cluster *c)
+{
+	struct sockaddr_storage ss = {0}; /* not peer(): its buffer is shared */
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+	struct dns_query q;
+
+	v4->sin_family = AF_INET;
+	v4->sin_addr.s_addr = inet_addr("10.1.0.50");
+	make_query(&q, "api.prod.svc.cluster.local", DNS_T_A);
+	urcu_memb_read_lock();
+	size_t base = cluster_autopath_base(c, &q, &ss);
+	urcu_memb_read_unlock();
+	return base == 0 || base == 4; /* "\3api" */
+}
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+
+	urcu_memb_register_thread();
+	while (!atomic_load(rd->stop)) {
+		rd->bad += !read_db_and_web(rd->c);
+		rd->bad += !read_client(rd->c);
+		rd->bad += !read_derived(rd->c);
+		atomic_fetch_add(&rd->reads, 1);
+	}
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+/*
+ * Readers on two threads ask while the writer changes every name they ask
+ * about, round after round (each change replaces nodes and frees the old
+ * ones after a grace period): every answer is one the table held at some
+ * moment. Under `make tsan` this is the cluster table's race test.
+ */
+static void test_readers_beside_the_writer_see_whole_states(void **state)
+{
+	static const char svc_fmt[] =
+		"{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"prod\"},"
+		"\"spec\":{\"clusterIP\":\"%s\",\"clusterIPs\":[\"%s\"],"
+		"\"ports\":[{\"name\":\"mysql\",\"port\":3306,\"protocol\":\"TCP\"}]}}";
+	static const char slice_web2[] =
+		"{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+		"\"metadata\":{\"name\":\"web-2\",\"namespace\":\"prod\","
+		"\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
+		"\"endpoints\":[{\"addresses\":[\"10.1.0.9\"],\"conditions\":{\"ready\":true}}]}";
+	struct cluster *c = *state;
+	struct reader readers[READERS];
+	atomic_bool stop = false;
+	char json[512];
+
+	add_namespace(c, "team");
+	upsert_pod(c, "prod", "client", "10.1.0.50", "", "Running", false);
+	for (int i = 0; i < READERS; i++) {
+		readers[i] = (struct reader){.c = c, .stop = &stop};
+		assert_int_equal(pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]), 0);
+	}
+	for (int i = 0; i < READERS; i++) /* every reader is reading before anything changes */
+		while (atomic_load(&readers[i].reads) == 0)
+			sched_yield();
+	for (int round = 0; round < WRITER_ROUNDS; round++) {
+		const char *ip = round % 2 ? "10.96.0.6" : "10.96.0.5";
+		snprintf(json, sizeof json, svc_fmt, ip, ip);
+		UPSERT(cluster_service_upsert, c, json);
+		if (round % 2)
+			UPSERT(cluster_slice_upsert, c, slice_web2);
+		else
+			cluster_slice_remove(c, "prod", "web-2");
+		upsert_pod(c, round % 3 ? "prod" : "team", "client", "10.1.0.50", "", "Running",
+			   false);
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < READERS; i++) {
+		pthread_join(readers[i].thread, NULL);
+		assert_true(atomic_load(&readers[i].reads) > 0);
+		assert_int_equal(readers[i].bad, 0);
+	}
+}
+
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 {
 	static const struct {
@@ -945,6 +1193,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_named_ports_get_srv_with_target_addresses, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_service_lists_ready_endpoints, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_headless_srv_names_each_endpoint, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_endpoint_hostname_that_is_no_label_falls_back_to_the_dashed_ip,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_publish_not_ready_addresses_is_honoured, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watched_service_reports_ready_endpoints_on_change,
 						setup, teardown),
@@ -953,6 +1203,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_external_name_is_a_cname_chased_elsewhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_that_fit_no_shape_are_nxdomain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_existing_names_without_the_type_are_nodata, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_service_without_addresses_delivered_again_stays_nodata,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_namespace_names_follow_the_namespace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_apex_and_dns_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_insecure_pods_need_an_existing_namespace, setup, teardown),
@@ -971,6 +1223,8 @@ int main(void)
 						unregister_thread),
 		cmocka_unit_test_setup_teardown(test_a_hostname_past_the_name_length_falls_back_to_the_dashed_address, register_thread,
 						unregister_thread),
+		cmocka_unit_test_setup_teardown(test_readers_beside_the_writer_see_whole_states, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,7 +52,7 @@ static void test_sets_split_by_role_and_family(void **state)
 	assert_int_equal(nft_plan_build(&p, c, eps, 2), 0);
 	assert_string_equal(p.table, "ldns");
 	assert_int_equal(p.port, 5353);
-	assert_int_equal(p.n_sets, 8);
+	assert_int_equal(p.n_sets, 11);
 	static const char *const local4[] = {"169.254.20.10", "10.96.0.10"};
 	static const char *const local6[] = {"fd00::10", "fd00:96::a"};
 	static const char *const link4[] = {"169.254.20.10"};
@@ -65,6 +65,10 @@ static void test_sets_split_by_role_and_family(void **state)
 	assert_set(&p, NFT_SET_LINK, AF_INET6, "link6", link6, 1);
 	assert_set(&p, NFT_SET_FALLBACK, AF_INET, "fallback4", fb4, 2);
 	assert_set(&p, NFT_SET_FALLBACK, AF_INET6, "fallback6", NULL, 0);
+	/* Filled at run time: by the rules, by each process. */
+	assert_set(&p, NFT_SET_FLOWS, AF_INET, "flows4", NULL, 0);
+	assert_set(&p, NFT_SET_FLOWS, AF_INET6, "flows6", NULL, 0);
+	assert_set(&p, NFT_SET_INSTANCES, 0, "instances", NULL, 0);
 	nft_plan_free(&p);
 	config_free(c);
 }
@@ -92,26 +96,35 @@ static void test_rules_per_chain(void **state)
 	/* Without endpoints: notrack rules only, both families, UDP and TCP. */
 	assert_int_equal(nft_plan_build(&p, c, NULL, 0), 0);
 	assert_int_equal(p.rules_per_chain[NFT_CHAIN_PREROUTING], 6);
-	assert_int_equal(p.rules_per_chain[NFT_CHAIN_OUTPUT], 8);
+	assert_int_equal(p.rules_per_chain[NFT_CHAIN_OUTPUT], 10);
 	assert_int_equal(p.rules_per_chain[NFT_CHAIN_FALLBACK_PREROUTING], 0);
 	assert_int_equal(p.rules_per_chain[NFT_CHAIN_FALLBACK_OUTPUT], 0);
-	assert_int_equal(count_rules(&p, NFT_CHAIN_PREROUTING, AF_INET, NFT_NOTRACK_IF_BOUND), 2);
-	assert_int_equal(count_rules(&p, NFT_CHAIN_PREROUTING, AF_INET, NFT_NOTRACK_IF_CONNECTED),
-			 1);
+	assert_int_equal(count_rules(&p, NFT_CHAIN_PREROUTING, AF_INET, NFT_NOTRACK), 3);
+	/* Flow entries outlive a connection's idle time. */
+	assert_int_equal(p.flow_timeout_ms, 10000 + NFT_FLOW_MARGIN_MS);
 	for (size_t i = 0; i < p.n_rules; i++) {
 		const struct nft_rule_plan *r = &p.rules[i];
 		assert_true(r->l4proto == IPPROTO_UDP || r->l4proto == IPPROTO_TCP);
 		assert_int_equal(r->set->family, r->family);
-		/* TCP past the SYN may meet a half-open socket: a looser test, TCP only. */
-		if (r->action == NFT_NOTRACK_IF_CONNECTED)
-			assert_true(r->l4proto == IPPROTO_TCP && r->syn == NFT_SYN_CLEAR);
-		if (r->action == NFT_NOTRACK_IF_BOUND && r->l4proto == IPPROTO_TCP)
-			assert_int_equal(r->syn, NFT_SYN_SET);
 		if (r->l4proto == IPPROTO_UDP)
-			assert_int_equal(r->syn, NFT_SYN_ANY);
-		/* Requests from host clients are untracked only while the heartbeat lives. */
-		if (r->chain == NFT_CHAIN_OUTPUT && r->match == NFT_MATCH_DADDR)
+			assert_true(r->syn == NFT_SYN_ANY && r->flow == NFT_FLOW_NONE);
+		/* A new flow (a datagram, a SYN) to us is untracked only while the
+		 * heartbeat lives: a wedged process fails open. Pods' also need a
+		 * socket bound to the address; the output hook cannot test that. */
+		if (r->match == NFT_MATCH_DADDR && r->syn != NFT_SYN_CLEAR) {
 			assert_int_equal(r->set->role, NFT_SET_LIVE);
+			assert_int_equal(r->bound, r->chain == NFT_CHAIN_PREROUTING);
+		}
+		/* TCP: the SYN starts a flow, the rest follows it, with or without
+		 * the heartbeat or a socket: a connection stays where its SYN went. */
+		if (r->l4proto == IPPROTO_TCP && r->match == NFT_MATCH_DADDR) {
+			assert_int_equal(r->flow, r->syn == NFT_SYN_SET ? NFT_FLOW_START
+								   : NFT_FLOW_KNOWN);
+			assert_int_equal(r->flows->role, NFT_SET_FLOWS);
+			assert_int_equal(r->flows->family, r->family);
+		}
+		if (r->syn == NFT_SYN_CLEAR)
+			assert_true(r->set->role == NFT_SET_LOCAL && !r->bound);
 		if (r->chain == NFT_CHAIN_OUTPUT && r->match == NFT_MATCH_SADDR)
 			assert_int_equal(r->set->role, NFT_SET_LOCAL);
 	}

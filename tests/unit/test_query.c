@@ -264,6 +264,75 @@ static void test_without_a_cache_non_local_names_are_refused(void **state)
 	setup(state);
 }
 
+/* The rcode a client at addr (IPv4 or IPv6 text) gets for a static name. */
+static int rcode_from(const char *addr)
+{
+	struct sockaddr_storage peer = {0};
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&peer;
+	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&peer;
+	struct query_stats st = {0};
+	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &peer, .stats = &st, .now = NOW,
+				.request = &last_request};
+	struct msg m;
+	struct answer a;
+
+	if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1)
+		v4->sin_family = AF_INET;
+	else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1)
+		v6->sin6_family = AF_INET6;
+	else
+		fail_msg("bad address %s", addr);
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
+	urcu_memb_read_lock();
+	a.len = query_handle(m.buf, m.len, a.buf, sizeof a.buf, &ctx);
+	urcu_memb_read_unlock();
+	assert_true(a.len > DNS_HEADER_LEN);
+	return rcode_of(&a);
+}
+
+/* listen.allow's prefixes at their edges, for both families (prefixes on
+ * and off byte and 64-bit boundaries). */
+static void test_listen_allow_edges(void **state)
+{
+	static const char yaml[] =
+		"kubernetes: {enabled: false}\n"
+		"listen: {addresses: [127.0.0.1], port: 5353, allow: [10.0.0.0/8, 172.16.0.0/12,\n"
+		"  192.0.2.7, \"fd00::/8\", \"2001:db8:8000::/33\", \"2001:db8::ab00/120\", \"::1\"]}\n"
+		"static:\n"
+		"  records:\n"
+		"    - {name: db.prod.svc.cluster.local, a: [10.0.0.5]}\n";
+	static const struct {
+		const char *addr;
+		bool allowed;
+	} cases[] = {
+		{"10.0.0.0", true}, {"10.255.255.255", true}, {"11.0.0.0", false},
+		{"9.255.255.255", false}, {"172.16.0.1", true}, {"172.31.255.255", true},
+		{"172.32.0.0", false}, {"172.15.255.255", false}, {"192.0.2.7", true},
+		{"192.0.2.6", false}, {"192.0.2.8", false}, {"127.0.0.1", false},
+		{"fd00::1", true}, {"fdff:ffff::1", true}, {"fe00::", false}, {"fc00::1", false},
+		{"2001:db8:8000::1", true}, {"2001:db8:ffff:ffff::", true},
+		{"2001:db8:7fff:ffff:ffff:ffff:ffff:ffff", false}, {"2001:db9:8000::", false},
+		{"2001:db8::ab00", true}, {"2001:db8::abff", true}, {"2001:db8::ac00", false},
+		{"2001:db8::aaff", false}, {"::1", true}, {"::2", false}, {"::", false},
+		{"::ffff:10.0.0.1", false}, /* a mapped IPv4 client is an IPv6 one */
+	};
+	struct config *cfg;
+	char err[CONFIG_ERR_MAX];
+	(void)state;
+
+	assert_int_equal(config_load_string("t.yaml", yaml, sizeof yaml - 1, &cfg, err, sizeof err), 0);
+	query_sources_publish(query_sources_build(cfg, NULL, NULL, err, sizeof err));
+	config_free(cfg);
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rcode = rcode_from(cases[i].addr);
+		if (rcode != (cases[i].allowed ? DNS_R_NOERROR : DNS_R_REFUSED))
+			fail_msg("%s: rcode %d, want %s", cases[i].addr, rcode,
+				 cases[i].allowed ? "NOERROR" : "REFUSED");
+	}
+	teardown(state);
+	setup(state);
+}
+
 static void test_zone_transfers_are_refused(void **state)
 {
 	struct msg m;
@@ -475,6 +544,7 @@ int main(void)
 		cmocka_unit_test(test_cache_miss_is_handed_to_the_upstream),
 		cmocka_unit_test(test_cached_answer_is_served_with_the_clients_id_and_case),
 		cmocka_unit_test(test_without_a_cache_non_local_names_are_refused),
+		cmocka_unit_test(test_listen_allow_edges),
 		cmocka_unit_test(test_zone_transfers_are_refused),
 		cmocka_unit_test(test_chaos_identity_when_enabled),
 		cmocka_unit_test(test_bad_edns_version_gets_badvers),

@@ -224,6 +224,26 @@ static void test_names_outside_zones_answer_exact_matches_only(void **state)
 	assert_int_equal(ask(t, "other.corp.internal", DNS_T_A, &r), ZONE_NOT_LOCAL);
 	assert_int_equal(ask(t, "corp.internal", DNS_T_A, &r), ZONE_NOT_LOCAL);
 	assert_int_equal(ask(t, "example.org", DNS_T_A, &r), ZONE_NOT_LOCAL);
+	assert_int_equal(ask(t, "xcluster.local", DNS_T_A, &r), ZONE_NOT_LOCAL);
+	zone_table_free(t);
+}
+
+/* A name whose last bytes spell the apex from inside a label ("a\7cluster"
+ * then "local") is not under it: not ours, not NXDOMAIN. */
+static void test_apex_bytes_inside_a_label_are_not_the_zone(void **state)
+{
+	static const uint8_t name[] = "\x09" "a\x07" "cluster\x05" "local";
+	struct zone_table *t = demo_table();
+	struct dns_query q;
+	struct dns_writer w;
+	struct reply r;
+	(void)state;
+
+	make_query(&q, "x.cluster.local", DNS_T_A);
+	dns_query_set_name(&q, name);
+	assert_int_equal(q.qname_len, 17);
+	dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
+	assert_int_equal(zone_answer(t, &q, &w), ZONE_NOT_LOCAL);
 	zone_table_free(t);
 }
 
@@ -331,6 +351,7 @@ int main(void)
 		cmocka_unit_test(test_cname_to_missing_local_name_is_nxdomain),
 		cmocka_unit_test(test_cname_leaving_local_data_stops_at_the_cname),
 		cmocka_unit_test(test_names_outside_zones_answer_exact_matches_only),
+		cmocka_unit_test(test_apex_bytes_inside_a_label_are_not_the_zone),
 		cmocka_unit_test(test_srv_adds_target_addresses),
 		cmocka_unit_test(test_any_is_answered_with_one_rrset),
 		cmocka_unit_test(test_cname_conflicts_are_rejected),

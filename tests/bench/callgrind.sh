@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# callgrind.sh BIN [MIX...] — user-space instructions per query for each
+# benchmark mix (static, cache, search, srv; all four by default), counted
+# by valgrind's callgrind: the measure to decide by on a shared machine,
+# where throughput moves with other people's work and instruction counts
+# do not.
+#
+#   tests/bench/callgrind.sh build/localdns            all four mixes
+#   tests/bench/callgrind.sh build/localdns search     one
+#   BENCH_CG_PASSES=2 BENCH_CG_KEEP=/tmp/cg tests/bench/callgrind.sh ...
+#
+# For each mix: the data of the throughput scripts (tests/bench/mixes.py),
+# localdns under callgrind with one worker (security.seccomp off: valgrind
+# makes system calls of its own), NSD as the upstream for the cache and
+# search mixes and a warm-up pass (again, up to three, until every reply
+# was right), then the counters are zeroed
+# (callgrind_control), dnsgen asks the whole query file $BENCH_CG_PASSES
+# (1) times with 64 queries in flight (so the worker reads batches, as
+# under load), every reply checked, and the counters are dumped. Printed
+# per query: the worker thread's instructions (worker_main, inclusive:
+# epoll, the recvmmsg and sendmmsg wrappers, everything around the
+# queries), those of udp_drain and of query_handle, and the functions
+# with the most instructions of their own. The kernel's work (most of a
+# query's CPU: performance.md, "Where a UDP query's CPU goes") is not
+# counted; perf shows it.
+#
+# BENCH_CG_KEEP=DIR keeps each mix's callgrind output there (for
+# callgrind_annotate or kcachegrind). Nothing is written to the doc.
+set -euo pipefail
+
+BIN=${1:?usage: callgrind.sh BIN [static|cache|search|srv ...]}
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+shift
+MIXES=("$@")
+[ "${#MIXES[@]}" -gt 0 ] || MIXES=(static cache search srv)
+HERE=$(cd "$(dirname "$0")" && pwd)
+PASSES=${BENCH_CG_PASSES:-1}
+WARM_RATE=${BENCH_WARM_RATE:-500} # localdns under valgrind is slow
+TOP=${BENCH_CG_TOP:-15}
+# shellcheck source=tests/bench/lib.sh
+. "$HERE/lib.sh"
+bench_init callgrind
+command -v valgrind >/dev/null && command -v callgrind_control >/dev/null ||
+	{ echo "callgrind: valgrind not installed (apt-get install valgrind)" >&2; exit 1; }
+# valgrind is slow: dnsgen gets longer to wait for a reply
+GEN_PIN=()
+
+# The per-query report of one callgrind dump: total queries, then lines.
+report_dump() { # file queries mix
+	callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null >"$1.incl"
+	callgrind_annotate --inclusive=no --threshold=100 "$1" 2>/dev/null >"$1.self"
+	python3 - "$1" "$2" "$3" "$TOP" <<'EOF'
+import re, sys
+path, queries, mix, top = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+row = re.compile(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?(\S.*?)(?:\s+\[[^\]]*\])?$")
+def rows(kind):
+    out = []
+    for line in open(path + "." + kind):
+        m = row.match(line)
+        if m and ":" in m.group(2):
+            out.append((int(m.group(1).replace(",", "")), m.group(2).split(":", 1)[1]))
+    return out
+incl = {}
+for n, fn in rows("incl"):
+    incl[fn] = max(n, incl.get(fn, 0))
+per = lambda n: n / queries
+print("%s: %d queries; per query: worker %.0f instructions (worker_main), udp_drain %.0f, "
+      "query_handle %.0f" % (mix, queries, per(incl.get("worker_main", 0)),
+                             per(incl.get("udp_drain", 0)), per(incl.get("query_handle", 0))))
+# A dump taken while threads run charges the functions on their stacks
+# (thread entry points, main) with their callees' costs: not their own.
+roots = {"clone", "start_thread", "trampoline", "worker_main", "main", "(below main)"}
+own = [(n, fn) for n, fn in rows("self")
+       if fn not in roots and not fn.startswith(("__libc_start_main", "0x"))]
+print("  most instructions of their own, per query:")
+for n, fn in own[:top]:
+    print("  %8.1f  %s" % (per(n), fn))
+EOF
+}
+
+for MIX in "${MIXES[@]}"; do
+	# the daemon's files apart from dnsgen's output: its config watcher
+	# would hash them again after every run
+	D=$TMP/$MIX
+	mkdir -p "$D/data"
+	python3 "$HERE/mixes.py" "$MIX" "$D/data"
+	QUERIES=$D/data/queries.txt
+	COUNT=$(grep -c . "$QUERIES")
+	EXPECTATIONS=0
+	UPSTREAM=""
+	case $MIX in
+	static | srv)
+		UPSTREAM="static: {files: [$D/data/records.yaml]}"
+		;;
+	cache)
+		PROBE=$(head -1 "$QUERIES")
+		nsd_start bench.example "$MIX/data/zone.txt"
+		UPSTREAM="upstream: {servers: [\"127.0.0.1:$NPORT\"], timeout: 2s}"
+		;;
+	search)
+		PROBE=$(awk '$3 == "NOERROR" {print $1, $2; exit}' "$QUERIES")
+		nsd_start bench.example "$MIX/data/bench.zone" corp.internal "$MIX/data/corp.zone"
+		UPSTREAM="upstream: {servers: [\"127.0.0.1:$NPORT\"], timeout: 2s}"
+		;;
+	*)
+		echo "callgrind: unknown mix $MIX (static, cache, search, srv)" >&2
+		exit 2
+		;;
+	esac
+	[ "$MIX" = cache ] || EXPECTATIONS=1
+	[ "$MIX" = cache ] || [ "$MIX" = search ] || PROBE=$(head -1 "$QUERIES" | awk '{print $1, $2}')
+	PORT=$(free_port)
+	{
+		localdns_config_head "$PORT"
+		cat <<EOF
+cluster: {domain: cluster.local, ttl: 5s}
+cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
+security: {seccomp: false}
+$UPSTREAM
+EOF
+	} >"$D/data/localdns.yaml"
+	OUT=$D/callgrind.out
+	bench_spawn "localdns-$MIX" valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+		"$BIN" --config "$D/data/localdns.yaml"
+	LPID=$SPID
+	for _ in $(seq 1 30); do
+		dig @127.0.0.1 -p "$PORT" $PROBE +time=1 +tries=1 +short 2>/dev/null | grep -q . && break
+		kill -0 "$LPID" 2>/dev/null || { echo "callgrind: localdns exited:" >&2; tail -5 "$TMP/localdns-$MIX.log" >&2; exit 1; }
+		sleep 1
+	done
+	# every name cached before counting: a pass that lost some (valgrind
+	# is slow, the machine shared) is followed by another, at most three
+	for _ in 1 2 3; do
+		[ -n "${NPID:-}" ] || break
+		warm_up "$PORT" "$MIX" "$COUNT"
+		[ "$WARM_OK" = 0 ] || break
+	done
+	callgrind_control --zero "$LPID" >/dev/null
+	N=$((COUNT * PASSES))
+	gen "$D/run.txt" -p "$PORT" -n "$N" -q 64 -c 8 -t 10 -l 600
+	callgrind_control --dump="$MIX" "$LPID" >/dev/null
+	bench_stop "$LPID"
+	[ -z "${NPID:-}" ] || { bench_stop "$NPID"; NPID=""; }
+	RECEIVED=$(gen_value "$D/run.txt" received)
+	LOST=$(gen_value "$D/run.txt" lost)
+	FAILED=$(gen_value "$D/run.txt" expect_failed)
+	if [ "$RECEIVED" != "$N" ] || [ "$LOST" != 0 ] || [ "$FAILED" != 0 ]; then
+		echo "callgrind: warning: $MIX: $N sent, $RECEIVED answered, $LOST lost, $FAILED not as expected" >&2
+	fi
+	# the dump requested above, not the one at exit
+	DUMP=$(ls "$OUT".* 2>/dev/null | grep -v '\.\(incl\|self\)$' | head -1 || true)
+	[ -n "$DUMP" ] || { echo "callgrind: no dump for $MIX" >&2; exit 1; }
+	report_dump "$DUMP" "$RECEIVED" "$MIX"
+	if [ -n "${BENCH_CG_KEEP:-}" ]; then
+		mkdir -p "$BENCH_CG_KEEP"
+		cp "$DUMP" "$BENCH_CG_KEEP/callgrind.$MIX"
+	fi
+done

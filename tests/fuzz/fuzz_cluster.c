@@ -1,0 +1,485 @@
+/*
+ * libFuzzer target for the Kubernetes objects -> cluster table path: the
+ * input is what the API server sends, read the way the Kubernetes client
+ * (kube/client.c) reads it and handed to the model (src/cluster/) the way
+ * cluster/feed.c does. A LIST page ({"kind": "ServiceList", "items": [...]})
+ * is parsed incrementally as its chunks arrive and every item upserted;
+ * anything else is a watch stream, one {"type", "object"} event per line,
+ * split by the client's own line splitter (kube/lines.c): ADDED and
+ * MODIFIED upsert, DELETED removes, ERROR or a line that is not an event
+ * ends the stream. Chunks are of uneven sizes; json-c has the client's
+ * depth limit. The list's or the object's kind picks the resource (as the
+ * informer it came from would); without a known kind the item's or line's
+ * number does, so objects also reach a resource they are not. The table's
+ * mode for pods (disabled, insecure, verified) follows the input's length.
+ *
+ * After the input the table is synced and every name in it, and every
+ * name its Services derive at query time (ports, endpoints, pod names
+ * behind them, PTRs), is asked for every type the specification answers;
+ * then every object is removed.
+ * ASan/UBSan catch memory errors and leaks (nothing may outlive
+ * cluster_free); the checks catch a record the table holds or a reply it
+ * writes that a client cannot read, a CNAME chase that is not a list of
+ * names, an endpoint watch reporting nonsense, and anything left in the
+ * table once every object that made it is gone.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <json-c/json.h>
+#include <urcu/urcu-memb.h>
+
+#include "cluster/cluster.h"
+#include "cluster/internal.h"
+#include "config/config.h"
+#include "dns/dns.h"
+#include "fuzz.h"
+#include "kube/internal.h"
+#include "kube/kube.h"
+
+#define EVENT_MAX (16u << 20) /* the client's limit for one watch event */
+#define JSON_DEPTH 128        /* the client's json_tokener depth */
+
+static struct config *configs[3]; /* pods: disabled, insecure, verified */
+static json_tokener *tok;
+static struct cds_lfht *keep_worker; /* see LLVMFuzzerInitialize */
+
+/* An object the stream upserted, to remove at the end. */
+struct seen {
+	enum kube_resource res;
+	char *ns, *name;
+};
+
+struct stream {
+	struct cluster *c;
+	unsigned line;
+	bool stopped;
+	struct seen *seen;
+	size_t n_seen, cap_seen;
+};
+
+static const char *json_string_at(struct json_object *obj, const char *key)
+{
+	struct json_object *v;
+
+	return json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v) &&
+		       json_object_is_type(v, json_type_string)
+		       ? json_object_get_string(v)
+		       : NULL;
+}
+
+static struct json_object *json_object_at(struct json_object *obj, const char *key)
+{
+	struct json_object *v;
+
+	return json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v) &&
+		       json_object_is_type(v, json_type_object)
+		       ? v
+		       : NULL;
+}
+
+static enum kube_resource resource_of(struct json_object *obj, unsigned line)
+{
+	static const char *const kinds[KUBE_N_RESOURCES] = {"Service", "EndpointSlice", "Namespace",
+							    "Pod"};
+	const char *kind = json_string_at(obj, "kind");
+
+	for (int r = 0; kind && r < KUBE_N_RESOURCES; r++)
+		if (strcmp(kind, kinds[r]) == 0)
+			return (enum kube_resource)r;
+	return (enum kube_resource)(line % KUBE_N_RESOURCES);
+}
+
+static void upsert(struct cluster *c, enum kube_resource r, struct json_object *obj)
+{
+	switch (r) {
+	case KUBE_SERVICES: cluster_service_upsert(c, obj); break;
+	case KUBE_ENDPOINTSLICES: cluster_slice_upsert(c, obj); break;
+	case KUBE_NAMESPACES: cluster_namespace_upsert(c, obj); break;
+	case KUBE_PODS: cluster_pod_upsert(c, obj); break;
+	case KUBE_N_RESOURCES: break;
+	}
+}
+
+static void remove_object(struct cluster *c, enum kube_resource r, const char *ns, const char *name)
+{
+	switch (r) {
+	case KUBE_SERVICES: cluster_service_remove(c, ns, name); break;
+	case KUBE_ENDPOINTSLICES: cluster_slice_remove(c, ns, name); break;
+	case KUBE_NAMESPACES: cluster_namespace_remove(c, name); break;
+	case KUBE_PODS: cluster_pod_remove(c, ns, name); break;
+	case KUBE_N_RESOURCES: break;
+	}
+}
+
+static void remember(struct stream *s, enum kube_resource r, const char *ns, const char *name)
+{
+	if (s->n_seen == s->cap_seen) {
+		s->cap_seen = s->cap_seen ? 2 * s->cap_seen : 16;
+		s->seen = realloc(s->seen, s->cap_seen * sizeof *s->seen);
+		CHECK(s->seen);
+	}
+	s->seen[s->n_seen++] = (struct seen){r, strdup(ns), strdup(name)};
+}
+
+/* One watch event, as the client reads it (client.c, take_watch_line). */
+static int take_line(void *ctx, const char *line, size_t len)
+{
+	struct stream *s = ctx;
+	unsigned number = s->line++;
+
+	while (len && (line[len - 1] == '\r' || line[len - 1] == ' '))
+		len--;
+	if (!len)
+		return 0;
+	json_tokener_reset(tok);
+	struct json_object *ev = json_tokener_parse_ex(tok, line, (int)len);
+	const char *type = ev ? json_string_at(ev, "type") : NULL;
+	struct json_object *obj = ev ? json_object_at(ev, "object") : NULL;
+	if (!type || !obj || strcmp(type, "ERROR") == 0) {
+		json_object_put(ev);
+		s->stopped = true;
+		return 1;
+	}
+	struct json_object *meta = json_object_at(obj, "metadata");
+	const char *name = meta ? json_string_at(meta, "name") : NULL;
+	const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+	enum kube_resource r = resource_of(obj, number);
+	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
+		upsert(s->c, r, obj);
+		if (name && *name)
+			remember(s, r, ns ? ns : "", name);
+	} else if (strcmp(type, "DELETED") == 0 && name && *name) {
+		remove_object(s->c, r, ns ? ns : "", name);
+	}
+	json_object_put(ev);
+	return 0;
+}
+
+/* The next chunk of uneven size, as a response arrives; 0 at the end. */
+static size_t next_chunk(size_t size, size_t off, size_t *step)
+{
+	size_t n = size - off < *step ? size - off : *step;
+
+	*step = *step * 3 % 509 + 1;
+	return n;
+}
+
+/* A LIST page's items (client.c, feed_body and take_list_page); false when
+ * the input is no JSON object with an items array. */
+static bool take_list(struct stream *s, const uint8_t *data, size_t size)
+{
+	static const char *const kinds[KUBE_N_RESOURCES] = {"ServiceList", "EndpointSliceList",
+							    "NamespaceList", "PodList"};
+	struct json_object *page = NULL, *items;
+	size_t step = 1 + size % 251;
+
+	json_tokener_reset(tok);
+	for (size_t off = 0, n; !page && (n = next_chunk(size, off, &step)) > 0; off += n) {
+		page = json_tokener_parse_ex(tok, (const char *)data + off, (int)n);
+		if (!page && json_tokener_get_error(tok) != json_tokener_continue)
+			return false;
+	}
+	if (!page || !json_object_object_get_ex(page, "items", &items) ||
+	    !json_object_is_type(items, json_type_array)) {
+		json_object_put(page);
+		return false;
+	}
+	const char *kind = json_string_at(page, "kind");
+	int list_res = -1;
+	for (int r = 0; kind && r < KUBE_N_RESOURCES; r++)
+		if (strcmp(kind, kinds[r]) == 0)
+			list_res = r;
+	for (size_t i = 0; i < json_object_array_length(items); i++) {
+		struct json_object *obj = json_object_array_get_idx(items, i);
+		struct json_object *meta = json_object_at(obj, "metadata");
+		const char *name = meta ? json_string_at(meta, "name") : NULL;
+		const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+		enum kube_resource r = list_res >= 0 ? (enum kube_resource)list_res
+						     : resource_of(obj, (unsigned)i);
+		upsert(s->c, r, obj);
+		if (name && *name)
+			remember(s, r, ns ? ns : "", name);
+	}
+	json_object_put(page);
+	return true;
+}
+
+/* A watch stream, its lines split as the chunks arrive. */
+static void take_watch(struct stream *s, const uint8_t *data, size_t size)
+{
+	struct kube_lines lines;
+	size_t step = 1 + size % 251;
+
+	kube_lines_init(&lines, EVENT_MAX);
+	for (size_t off = 0, n; !s->stopped && (n = next_chunk(size, off, &step)) > 0; off += n)
+		if (kube_lines_feed(&lines, (const char *)data + off, n, take_line, s) < 0)
+			break;
+	kube_lines_free(&lines);
+}
+
+/* A record the table holds is what the specification says it is. */
+static void check_records(const struct cluster_node *n)
+{
+	struct cluster_rr rr;
+	size_t pos = 0;
+
+	CHECK(n->h.owner_len > 0 && dns_name_len(n->data) == n->h.owner_len);
+	while (cluster_node_next(n, &pos, &rr)) {
+		CHECK(pos <= n->rr_len);
+		switch (rr.type) {
+		case DNS_T_A: CHECK(rr.rdlen == 4); break;
+		case DNS_T_AAAA: CHECK(rr.rdlen == 16); break;
+		case DNS_T_CNAME:
+		case DNS_T_PTR:
+		case DNS_T_NS:
+			CHECK(rr.rdlen > 0 && dns_name_len(rr.rdata) == rr.rdlen);
+			break;
+		case DNS_T_SRV:
+			CHECK(rr.rdlen > 6 && dns_name_len(rr.rdata + 6) == rr.rdlen - 6u);
+			break;
+		default: break;
+		}
+	}
+	CHECK(pos == n->rr_len);
+}
+
+/* Under the zone every name is answered, and when the table holds name
+ * (held) so is PTR (or ANY) for it; a derived reverse name may be none
+ * (its endpoint not ready, its Service gone) and go on upstream. */
+static void ask(const struct cluster *c, const uint8_t *name, size_t len, uint16_t qtype,
+		bool held)
+{
+	static uint8_t buf[DNS_MAX_MESSAGE];
+	struct dns_query q = {.id = 1, .flags = DNS_F_RD, .question_ok = true, .qtype = qtype,
+			      .qclass = DNS_C_IN, .qname_len = (uint16_t)len};
+	struct cluster_chase chase;
+	struct dns_writer w;
+
+	memcpy(q.qname, name, len);
+	memcpy(q.qname_orig, name, len);
+	for (size_t p = 0; name[p]; p += 1u + name[p])
+		q.qname_labels++;
+	dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
+	enum cluster_result r = cluster_answer(c, &q, &w, &chase);
+	if (dns_name_is_subdomain(name, cluster_zone(c)) ||
+	    (held && (qtype == DNS_T_PTR || qtype == DNS_T_ANY)))
+		CHECK(r == CLUSTER_ANSWERED || r == CLUSTER_CHASE);
+	if (r == CLUSTER_CHASE) {
+		CHECK(chase.n > 0 && chase.n <= CLUSTER_MAX_CHAIN);
+		for (unsigned i = 0; i < chase.n; i++)
+			CHECK(dns_name_len(chase.targets[i]) <= DNS_MAX_NAME);
+	}
+	size_t n = dns_response_finish(&w, 1232);
+	CHECK(fuzz_message_ok(buf, n));
+}
+
+static void ask_every_type(const struct cluster *c, const uint8_t *name, size_t len)
+{
+	static const uint16_t types[] = {DNS_T_A, DNS_T_AAAA, DNS_T_SRV, DNS_T_PTR, DNS_T_CNAME,
+					 DNS_T_TXT, DNS_T_SOA, DNS_T_NS, DNS_T_ANY, DNS_T_MX};
+
+	CHECK(len > 0 && len <= DNS_MAX_NAME && dns_name_len(name) == len);
+	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+		ask(c, name, len, types[i], true);
+}
+
+/* labels (wire, concatenated, llen bytes) then the name tail; asked when it fits. */
+static void ask_below(const struct cluster *c, const uint8_t *labels, size_t llen,
+		      const uint8_t *tail, size_t tail_len)
+{
+	uint8_t name[DNS_MAX_NAME];
+
+	if (llen + tail_len > DNS_MAX_NAME)
+		return;
+	memcpy(name, labels, llen);
+	memcpy(name + llen, tail, tail_len);
+	ask_every_type(c, name, llen + tail_len);
+}
+
+static void ask_reverse(const struct cluster *c, const struct cluster_ip *ip)
+{
+	uint8_t name[DNS_MAX_NAME];
+	size_t len = cluster_reverse_name(ip, name);
+
+	ask(c, name, len, DNS_T_PTR, false);
+	ask(c, name, len, DNS_T_ANY, false);
+}
+
+/* _<name>._<proto> of a port, as labels. */
+static size_t port_labels(const struct cluster_port *p, uint8_t out[32])
+{
+	size_t n = 0;
+
+	out[n++] = (uint8_t)(p->name[0] + 1);
+	out[n++] = '_';
+	memcpy(out + n, p->name + 1, p->name[0]);
+	n += p->name[0];
+	out[n++] = (uint8_t)(p->proto[0] + 1);
+	out[n++] = '_';
+	memcpy(out + n, p->proto + 1, p->proto[0]);
+	return n + p->proto[0];
+}
+
+static void ask_ports(const struct cluster *c, const struct cluster_service *s,
+		      const struct cluster_port *ports, size_t n)
+{
+	uint8_t labels[32];
+
+	for (size_t i = 0; i < n; i++)
+		if (ports[i].name[0])
+			ask_below(c, labels, port_labels(&ports[i], labels), s->owner, s->h.owner_len);
+}
+
+/*
+ * The names a Service's snapshots give, which the table derives at query
+ * time: its ports' SRV names, its endpoints' names (hostnames and dashed
+ * addresses), the pod names behind them, and the PTRs of its ClusterIPs
+ * and endpoint addresses.
+ */
+static void read_service(const struct cluster *c, const struct cluster_service *s)
+{
+	const struct cluster_spec *spec = cluster_spec_of(s);
+	const uint8_t *ns = s->owner + 1 + s->owner[0]; /* <ns>.svc.<zone> */
+	uint8_t pod_tail[DNS_MAX_NAME];
+	size_t pod_tail_len = 1u + ns[0] + dns_name_len(c->pod_apex);
+
+	memcpy(pod_tail, ns, 1u + ns[0]);
+	memcpy(pod_tail + 1 + ns[0], c->pod_apex, dns_name_len(c->pod_apex));
+	if (spec) {
+		ask_ports(c, s, spec->ports, spec->n_ports);
+		for (size_t i = 0; i < spec->n_ips; i++)
+			ask_reverse(c, &spec->ips[i]);
+	}
+	for (const struct cluster_eps *e = cluster_first_eps(s); e; e = cluster_next_eps(e)) {
+		ask_ports(c, s, e->ports, e->n_ports);
+		for (uint32_t i = 0; i < e->n; i++) {
+			struct cluster_ip ip = {.family = e->family};
+			uint8_t dashed[64];
+			memcpy(ip.addr, eps_addr(e, i), e->alen);
+			size_t len = cluster_dashed_label(&ip, dashed);
+			ask_below(c, dashed, len, s->owner, s->h.owner_len);
+			if (pod_tail_len <= DNS_MAX_NAME)
+				ask_below(c, dashed, len, pod_tail, pod_tail_len);
+			ask_reverse(c, &ip);
+		}
+		for (uint32_t g = 0; g < e->n_groups; g++) {
+			const uint8_t *label = e->labels + e->groups[g].label;
+			ask_below(c, label, 1u + label[0], s->owner, s->h.owner_len);
+		}
+	}
+}
+
+/* Every name in the table and every name derived from it, read and asked
+ * for every type we answer. */
+static void read_everything(const struct cluster *c)
+{
+	struct cds_lfht_iter it;
+	struct cds_lfht_node *ht;
+
+	urcu_memb_read_lock();
+	/* not cds_lfht_for_each_entry: its last step offsets a NULL pointer (UBSan) */
+	cds_lfht_for_each(c->ht, &it, ht) {
+		const struct cluster_named *n = caa_container_of(ht, struct cluster_named, ht);
+		if (n->kind == NAMED_RECORDS) {
+			check_records((const struct cluster_node *)n);
+		} else {
+			CHECK(n->kind == NAMED_SERVICE);
+			read_service(c, (const struct cluster_service *)n);
+		}
+		ask_every_type(c, cluster_named_owner(n), n->owner_len);
+	}
+	urcu_memb_read_unlock();
+}
+
+/*
+ * call_rcu, for this target only (linked with -Wl,--wrap for both, see the
+ * Makefile): liburcu's call_rcu thread sleeps 10 ms before each batch, and
+ * cluster_free waits for it (urcu_memb_barrier), which held this target to
+ * 80 inputs a second. Here callbacks wait in a list and run after a grace
+ * period at the barrier: what call_rcu promises, without the thread, and
+ * every free done before the input ends (so libFuzzer's leak check sees a
+ * balanced input).
+ */
+static struct rcu_head *deferred;
+
+void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
+void __wrap_urcu_memb_barrier(void);
+
+void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head))
+{
+	head->func = func;
+	head->next.next = deferred ? &deferred->next : NULL;
+	deferred = head;
+}
+
+void __wrap_urcu_memb_barrier(void)
+{
+	urcu_memb_synchronize_rcu();
+	while (deferred) {
+		struct rcu_head *head = deferred;
+		deferred = head->next.next ? caa_container_of(head->next.next, struct rcu_head, next)
+					   : NULL;
+		head->func(head);
+	}
+}
+
+static void on_endpoints(void *ctx, const struct config_ip *ips, size_t n)
+{
+	(void)ctx;
+	CHECK(n <= CLUSTER_WATCH_MAX);
+	for (size_t i = 0; i < n; i++)
+		CHECK(ips[i].family == AF_INET || ips[i].family == AF_INET6);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	static const char *const modes[3] = {"disabled", "insecure", "verified"};
+	char yaml[128], err[CONFIG_ERR_MAX];
+
+	(void)argc;
+	(void)argv;
+	urcu_memb_register_thread();
+	for (int i = 0; i < 3; i++) {
+		snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local, ttl: 5s, pods: %s}\n",
+			 modes[i]);
+		CHECK(config_load_string("fuzz.yaml", yaml, strlen(yaml), &configs[i], err,
+					 sizeof err) == 0);
+	}
+	tok = json_tokener_new_ex(JSON_DEPTH);
+	CHECK(tok);
+	/* liburcu runs one resize thread while any cds_lfht exists; this one
+	 * keeps it, so each input's table does not start and stop a thread */
+	keep_worker = cds_lfht_new_flavor(1, 1, 0, 0, &urcu_memb_flavor, NULL);
+	CHECK(keep_worker);
+	return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char err[CONFIG_ERR_MAX];
+	struct cluster_stats empty, st;
+	struct stream s = {0};
+
+	s.c = cluster_new(configs[size % 3], err, sizeof err);
+	CHECK(s.c);
+	cluster_watch_endpoints(s.c, "prod", "db", on_endpoints, NULL);
+	cluster_stats(s.c, &empty);
+	if (!take_list(&s, data, size))
+		take_watch(&s, data, size);
+	cluster_set_synced(s.c);
+	read_everything(s.c);
+
+	for (size_t i = s.n_seen; i-- > 0;) {
+		remove_object(s.c, s.seen[i].res, s.seen[i].ns, s.seen[i].name);
+		free(s.seen[i].ns);
+		free(s.seen[i].name);
+	}
+	free(s.seen);
+	cluster_stats(s.c, &st);
+	CHECK(st.services == 0 && st.slices == 0 && st.endpoints == 0 && st.namespaces == 0 &&
+	      st.pods == 0);
+	CHECK(st.names == empty.names);
+	cluster_free(s.c);
+	return 0;
+}
