@@ -169,10 +169,11 @@ static void free_service_now(struct rcu_head *head)
 	free(caa_container_of(head, struct cluster_service, h.rcu));
 }
 
-/* A Service with neither its object nor a slice left is forgotten. */
+/* A Service with neither its object nor a slice left is forgotten (a slice
+ * that serves nothing still refers to it: it stays while that slice does). */
 static void forget_service_if_unused(struct cluster *c, struct cluster_service *s)
 {
-	if (s->spec || s->slices)
+	if (s->spec || s->slices || s->n_slices)
 		return;
 	cluster_del_service(c, s);
 	cluster_retire(&s->h.rcu, free_service_now);

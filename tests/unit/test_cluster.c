@@ -617,6 +617,34 @@ static void test_slices_before_their_service_count_once_it_arrives(void **state)
 	cluster_free(c);
 }
 
+/* A slice that serves nothing (no endpoint of its addressType) still
+ * belongs to its Service: the Service's entry stays while the slice
+ * refers to it, and goes, once, with the slice. */
+static void test_a_slice_serving_nothing_keeps_its_service_entry_until_it_goes(void **state)
+{
+	static const char fqdn_slice[] =
+		"{\"kind\":\"EndpointSlice\",\"addressType\":\"FQDN\","
+		"\"metadata\":{\"name\":\"late-1\",\"namespace\":\"prod\","
+		"\"labels\":{\"kubernetes.io/service-name\":\"late\"}},"
+		"\"endpoints\":[{\"addresses\":[\"a.example\"]}]}";
+	struct cluster *c = *state;
+	struct cluster_stats before, after;
+
+	cluster_stats(c, &before);
+	UPSERT(cluster_slice_upsert, c, fqdn_slice);
+	UPSERT(cluster_slice_upsert, c, fqdn_slice);
+	assert_nxdomain(c, "late.prod.svc.cluster.local");
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"late\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.44\",\"clusterIPs\":[\"10.96.0.44\"]}}");
+	cluster_service_remove(c, "prod", "late");
+	cluster_slice_remove(c, "prod", "late-1");
+	urcu_memb_barrier(); /* the deferred frees run: each entry once */
+	cluster_stats(c, &after);
+	assert_int_equal(after.names, before.names);
+	assert_int_equal(after.slices, before.slices);
+}
+
 static void test_nothing_is_answered_before_the_first_sync(void **state)
 {
 	struct cluster *c = make_cluster("insecure");
@@ -1212,6 +1240,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_service_changes_and_deletion_update_only_its_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ptr_shared_by_two_services_keeps_both, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slices_before_their_service_count_once_it_arrives, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_slice_serving_nothing_keeps_its_service_entry_until_it_goes,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nothing_is_answered_before_the_first_sync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_objects_without_names_are_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autopath_base_is_for_this_nodes_pods_in_their_namespace, setup, teardown),
