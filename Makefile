@@ -97,6 +97,11 @@ $(BUILD)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
+# The cluster table alone, without the API server (tests/bench/cluster_model.c).
+$(BUILD)/bench/cluster_model: tests/bench/cluster_model.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
@@ -203,13 +208,14 @@ tsan:
 	    $(TSAN_BIN)
 	$(TSAN_ENV) tests/unit/run.sh $(TSAN_BIN)
 
-bench: $(BIN) $(BENCH_TOOLS)
+bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))
 	tests/bench/static_qps.sh $(BIN)
 	tests/bench/cache_qps.sh $(BIN)
 	tests/bench/search_qps.sh $(BIN)
 	tests/bench/srv_qps.sh $(BIN)
-	tests/bench/cluster_sync.py $(BIN)
+	$(BUILD)/bench/cluster_model
+	tests/bench/cluster_sync.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 
 # The container image, built from the Dockerfile with buildah (root, no Docker

@@ -4,14 +4,19 @@
  * Discovery specification, schema 1.1.0; CoreDNS's kubernetes plugin where
  * the specification is silent).
  *
- * Owns: a model of the watched objects (Services, EndpointSlices,
+ * Owns: a compact model of the watched objects (Services, EndpointSlices,
  * Namespaces, this node's Pods when autopath or verified pod names need
- * them) kept by one writer thread, and the name
- * table derived from it: owner name -> that name's records in wire form, in
- * a liburcu lock-free hash table; beside it, this node's pod addresses ->
- * their namespace (for autopath), read the same way. A change to one object rewrites only the
- * names that object contributes to; workers read with no lock while it
- * happens, and a replaced name is freed after an RCU grace period.
+ * them) kept by one writer thread as immutable snapshots in liburcu
+ * lock-free hash tables: owner name -> records (the structure names) or a
+ * Service (its spec and slice snapshots), endpoint address or hostname ->
+ * slice entries, ClusterIP -> Service; beside them, this node's pod
+ * addresses -> their namespace (for autopath). Every name of a Service
+ * (its addresses, SRV, ports, endpoints, PTRs) is derived from those at
+ * query time. A change to one object replaces that object's snapshot only;
+ * workers read with no lock while it happens, and a replaced snapshot is
+ * freed after an RCU grace period. Bounds (cluster.max_ports_per_service,
+ * cluster.max_endpoints_per_service, names within 255 bytes) keep one
+ * hostile Service from costing more than itself.
  *
  * Must never: block or allocate on the read side (cluster_answer and
  * cluster_autopath_base run on the hot path); be written from more than one thread; keep the JSON objects it
@@ -106,16 +111,23 @@ void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name
  * from now on (before, cluster_answer says CLUSTER_UNSYNCED). */
 void cluster_set_synced(struct cluster *c);
 
+#define CLUSTER_LIMITS 3 /* the bounds below, named in cluster_limit_names */
+
 struct cluster_stats {
-	size_t names;      /* owner names in the table */
+	size_t names;      /* names held in the table: Services, namespaces, the
+			    * structure (derived names are not counted) */
 	size_t services;
 	size_t slices;
 	size_t endpoints;  /* endpoint addresses across all slices */
 	size_t namespaces;
 	size_t pods;       /* this node's pods */
 	bool synced;
+	/* Changes cut by a bound, by kind (cluster_limit_names: "ports",
+	 * "endpoints", "name_length"). */
+	uint64_t limited[CLUSTER_LIMITS];
 };
 void cluster_stats(const struct cluster *c, struct cluster_stats *out);
+extern const char *const cluster_limit_names[CLUSTER_LIMITS];
 
 /* ---- read side: workers, under the RCU read lock ---------------------------- */
 

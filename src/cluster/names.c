@@ -69,6 +69,18 @@ void cluster_dashed_ip(const struct cluster_ip *ip, char out[64])
 	}
 }
 
+size_t cluster_dashed_label(const struct cluster_ip *ip, uint8_t out[64])
+{
+	char text[64];
+	size_t len;
+
+	cluster_dashed_ip(ip, text);
+	len = strlen(text);
+	out[0] = (uint8_t)len;
+	memcpy(out + 1, text, len);
+	return 1 + len;
+}
+
 bool cluster_parse_dashed_ip(const uint8_t *label, size_t len, struct cluster_ip *out)
 {
 	char text[64];
@@ -130,6 +142,60 @@ size_t cluster_reverse_name(const struct cluster_ip *ip, uint8_t out[DNS_MAX_NAM
 	}
 	memcpy(out + n, ip6_arpa, sizeof ip6_arpa);
 	return n + sizeof ip6_arpa;
+}
+
+/* A decimal label 0..255 without a leading zero; -1 otherwise. */
+static int decimal_of(const uint8_t *label)
+{
+	int v = 0;
+
+	if (label[0] < 1 || label[0] > 3 || (label[0] > 1 && label[1] == '0'))
+		return -1;
+	for (unsigned i = 1; i <= label[0]; i++) {
+		if (label[i] < '0' || label[i] > '9')
+			return -1;
+		v = v * 10 + (label[i] - '0');
+	}
+	return v <= 255 ? v : -1;
+}
+
+/* A one-character lower-case hex label's value; -1 otherwise. */
+static int nibble_of(const uint8_t *label)
+{
+	if (label[0] != 1)
+		return -1;
+	if (label[1] >= '0' && label[1] <= '9')
+		return label[1] - '0';
+	return label[1] >= 'a' && label[1] <= 'f' ? label[1] - 'a' + 10 : -1;
+}
+
+bool cluster_parse_reverse_name(const uint8_t *name, struct cluster_ip *out)
+{
+	const uint8_t *p = name;
+
+	memset(out, 0, sizeof *out);
+	if (dns_name_is_subdomain(name, in_addr_arpa)) {
+		for (int i = 3; i >= 0; i--) {
+			int v = decimal_of(p);
+			if (v < 0)
+				return false;
+			out->addr[i] = (uint8_t)v;
+			p += 1 + p[0];
+		}
+		out->family = AF_INET;
+		return memcmp(p, in_addr_arpa, sizeof in_addr_arpa) == 0;
+	}
+	if (!dns_name_is_subdomain(name, ip6_arpa))
+		return false;
+	for (int i = 31; i >= 0; i--) {
+		int v = nibble_of(p);
+		if (v < 0)
+			return false;
+		out->addr[i / 2] |= (uint8_t)(i % 2 ? v : v << 4);
+		p += 2;
+	}
+	out->family = AF_INET6;
+	return memcmp(p, ip6_arpa, sizeof ip6_arpa) == 0;
 }
 
 int cluster_reverse_zone(const uint8_t *name)

@@ -1,6 +1,7 @@
 /*
  * cluster/table.c — the lock-free name table: owner name -> one immutable
- * node holding every record of that name.
+ * node holding every record of that name, or a Service (whose records are
+ * derived from it, service.c).
  *
  * liburcu's resizable hash (cds_lfht) keyed by the lower-cased wire name:
  * readers look up under the RCU read lock with no lock and no allocation;
@@ -18,27 +19,43 @@
 
 static int match_owner(struct cds_lfht_node *ht, const void *key)
 {
-	const struct cluster_node *n = caa_container_of(ht, struct cluster_node, ht);
+	const struct cluster_named *n = caa_container_of(ht, struct cluster_named, ht);
 	const uint8_t *name = key;
 	size_t len = dns_name_len(name);
 
-	TSAN_SUBSCRIBE(n); /* the first read of a node a lookup found */
-	return n->owner_len == len && memcmp(n->data, name, len) == 0;
+	TSAN_SUBSCRIBE(n); /* the first read of an entry a lookup found */
+	return n->owner_len == len && memcmp(cluster_named_owner(n), name, len) == 0;
 }
 
-const struct cluster_node *cluster_find(const struct cluster *c, const uint8_t *name, size_t len)
+const struct cluster_named *cluster_find(const struct cluster *c, const uint8_t *name, size_t len)
 {
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *ht;
 
 	cds_lfht_lookup(c->ht, cluster_hash(c, name, len), match_owner, name, &it);
 	ht = cds_lfht_iter_get_node(&it);
-	return ht ? caa_container_of(ht, struct cluster_node, ht) : NULL;
+	return ht ? caa_container_of(ht, struct cluster_named, ht) : NULL;
+}
+
+const struct cluster_node *cluster_find_node(const struct cluster *c, const uint8_t *name,
+					     size_t len)
+{
+	const struct cluster_named *n = cluster_find(c, name, len);
+
+	return n && n->kind == NAMED_RECORDS ? (const struct cluster_node *)n : NULL;
+}
+
+struct cluster_service *cluster_find_service(const struct cluster *c, const uint8_t *name,
+					     size_t len)
+{
+	const struct cluster_named *n = cluster_find(c, name, len);
+
+	return n && n->kind == NAMED_SERVICE ? (struct cluster_service *)n : NULL;
 }
 
 bool cluster_node_next(const struct cluster_node *n, size_t *pos, struct cluster_rr *rr)
 {
-	const uint8_t *p = n->data + n->owner_len + *pos;
+	const uint8_t *p = n->data + n->h.owner_len + *pos;
 
 	if (*pos + 4 > n->rr_len)
 		return false;
@@ -49,45 +66,48 @@ bool cluster_node_next(const struct cluster_node *n, size_t *pos, struct cluster
 	return true;
 }
 
-static void free_node(struct rcu_head *head)
+static void free_named(struct rcu_head *head)
 {
 	TSAN_GRACE_ACQUIRE();
-	free(caa_container_of(head, struct cluster_node, rcu));
+	free(caa_container_of(head, struct cluster_named, rcu));
 }
 
-/* After a grace period, when no reader can hold n any more. */
-static void retire_node(struct cluster_node *n)
+void cluster_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *))
 {
 	TSAN_GRACE_RELEASE();
-	urcu_memb_call_rcu(&n->rcu, free_node);
+	urcu_memb_call_rcu(head, free_fn);
 }
 
 int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 		const uint8_t *rrs, size_t rr_len)
 {
-	const struct cluster_node *cur = cluster_find(c, owner, owner_len);
+	const struct cluster_named *cur = cluster_find(c, owner, owner_len);
+	const struct cluster_node *same = cur && cur->kind == NAMED_RECORDS ? (const void *)cur : NULL;
 	struct cluster_node *n;
 	struct cds_lfht_node *old;
 
 	/* An unchanged name keeps its node: no churn for readers or call_rcu.
 	 * (A name without records comes with rrs NULL, which memcmp must not see.) */
-	if (cur && cur->rr_len == rr_len &&
-	    (rr_len == 0 || memcmp(cur->data + cur->owner_len, rrs, rr_len) == 0))
+	if (same && same->rr_len == rr_len &&
+	    (rr_len == 0 || memcmp(same->data + owner_len, rrs, rr_len) == 0))
 		return 0;
+	if (cur && !same)
+		return -1; /* a Service's name: never a records node's (their shapes differ) */
 	n = malloc(sizeof *n + owner_len + rr_len);
 	if (!n)
 		return -1;
-	cds_lfht_node_init(&n->ht);
+	cds_lfht_node_init(&n->h.ht);
+	n->h.kind = NAMED_RECORDS;
+	n->h.owner_len = (uint8_t)owner_len;
 	n->rr_len = (uint32_t)rr_len;
-	n->owner_len = (uint8_t)owner_len;
 	memcpy(n->data, owner, owner_len);
 	if (rr_len)
 		memcpy(n->data + owner_len, rrs, rr_len);
 	TSAN_PUBLISH(n);
 	old = cds_lfht_add_replace(c->ht, cluster_hash(c, owner, owner_len), match_owner,
-				   n->data, &n->ht);
+				   n->data, &n->h.ht);
 	if (old)
-		retire_node(caa_container_of(old, struct cluster_node, ht));
+		cluster_retire(&caa_container_of(old, struct cluster_named, ht)->rcu, free_named);
 	else
 		atomic_fetch_add(&c->n_names, 1);
 	return 0;
@@ -95,12 +115,26 @@ int cluster_put(struct cluster *c, const uint8_t *owner, size_t owner_len,
 
 void cluster_del(struct cluster *c, const uint8_t *owner, size_t owner_len)
 {
-	struct cluster_node *n = (struct cluster_node *)cluster_find(c, owner, owner_len);
+	struct cluster_named *n = (struct cluster_named *)cluster_find(c, owner, owner_len);
 
-	if (n && cds_lfht_del(c->ht, &n->ht) == 0) {
+	if (n && n->kind == NAMED_RECORDS && cds_lfht_del(c->ht, &n->ht) == 0) {
 		atomic_fetch_sub(&c->n_names, 1);
-		retire_node(n);
+		cluster_retire(&n->rcu, free_named);
 	}
+}
+
+void cluster_add_service(struct cluster *c, struct cluster_service *s)
+{
+	cds_lfht_node_init(&s->h.ht);
+	TSAN_PUBLISH(s);
+	cds_lfht_add(c->ht, cluster_hash(c, s->owner, s->h.owner_len), &s->h.ht);
+	atomic_fetch_add(&c->n_names, 1);
+}
+
+void cluster_del_service(struct cluster *c, struct cluster_service *s)
+{
+	if (cds_lfht_del(c->ht, &s->h.ht) == 0)
+		atomic_fetch_sub(&c->n_names, 1);
 }
 
 int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rdata, uint16_t rdlen)
@@ -124,7 +158,7 @@ int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rda
 	return 0;
 }
 
-void cluster_table_destroy(struct cds_lfht *ht, size_t node_offset)
+void cluster_table_destroy(struct cds_lfht *ht, void (*free_entry)(struct cds_lfht_node *))
 {
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *node;
@@ -132,7 +166,8 @@ void cluster_table_destroy(struct cds_lfht *ht, size_t node_offset)
 	urcu_memb_read_lock();
 	cds_lfht_for_each(ht, &it, node) {
 		cds_lfht_del(ht, node);
-		free((char *)node - node_offset); /* no reader is left to see it */
+		if (free_entry)
+			free_entry(node); /* no reader is left to see it */
 	}
 	urcu_memb_read_unlock();
 	cds_lfht_destroy(ht, NULL);

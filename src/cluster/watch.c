@@ -20,10 +20,13 @@ void cluster_watch_endpoints(struct cluster *c, const char *ns, const char *name
 {
 	struct cluster_endpoint_watch *w = &c->watch;
 
+	const char *labels[] = {name, ns, "svc", NULL};
+
 	free(w->key);
 	w->key = NULL;
 	if (asprintf(&w->key, "%s/%s", ns, name) < 0)
 		w->key = NULL;
+	w->owner_len = cluster_name(w->owner, c->apex, labels);
 	w->fn = fn;
 	w->ctx = ctx;
 	w->n_last = 0;
@@ -61,13 +64,17 @@ static void to_config_ip(const struct cluster_ip *ip, struct config_ip *out)
 /* The ready addresses of s, sorted and unique; at most CLUSTER_WATCH_MAX. */
 static size_t ready_addresses(const struct cluster_service *s, struct config_ip *out)
 {
+	const struct cluster_eps *e;
 	size_t n = 0, unique = 0;
 
-	for (const struct cluster_slice *sl = s->slices; sl; sl = sl->next)
-		for (size_t i = 0; i < sl->n_eps; i++)
-			for (size_t j = 0; sl->eps[i].ready && j < sl->eps[i].n_ips &&
-					   n < CLUSTER_WATCH_MAX; j++)
-				to_config_ip(&sl->eps[i].ips[j], &out[n++]);
+	for (e = cluster_first_eps(s); e; e = cluster_next_eps(e))
+		for (uint32_t i = 0; i < e->n && n < CLUSTER_WATCH_MAX; i++) {
+			struct cluster_ip ip = {.family = e->family};
+			if (!(e->flags[i] & EP_READY))
+				continue;
+			memcpy(ip.addr, eps_addr(e, i), e->alen);
+			to_config_ip(&ip, &out[n++]);
+		}
 	qsort(out, n, sizeof *out, compare_ips);
 	for (size_t i = 0; i < n; i++)
 		if (unique == 0 || compare_ips(&out[unique - 1], &out[i]) != 0)
@@ -81,7 +88,8 @@ void cluster_report_endpoints(struct cluster *c, const struct cluster_service *s
 	struct config_ip now[CLUSTER_WATCH_MAX];
 	size_t n;
 
-	if (!w->fn || !w->key || strcmp(w->key, s->key) != 0 ||
+	if (!w->fn || !w->owner_len || w->owner_len != s->h.owner_len ||
+	    memcmp(w->owner, s->owner, s->h.owner_len) != 0 ||
 	    !atomic_load_explicit(&c->synced, memory_order_acquire))
 		return;
 	n = ready_addresses(s, now);
@@ -99,7 +107,7 @@ void cluster_report_synced(struct cluster *c, const struct cluster_service *watc
 
 	if (watched) {
 		cluster_report_endpoints(c, watched);
-	} else if (w->fn && w->key && !w->reported) {
+	} else if (w->fn && w->owner_len && !w->reported) {
 		w->reported = true;
 		w->n_last = 0;
 		w->fn(w->ctx, NULL, 0);

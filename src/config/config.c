@@ -202,6 +202,10 @@ static const struct key cluster_keys[] = {
 	{"endpoint_pod_names", V_BOOL, CFG(cluster.endpoint_pod_names), .def = "false"},
 	{"noendpoints", V_BOOL, CFG(cluster.noendpoints), .def = "false"},
 	{"ignore_empty_service", V_BOOL, CFG(cluster.ignore_empty_service), .def = "false"},
+	{"max_ports_per_service", V_UINT, CFG(cluster.max_ports_per_service), .min = 1,
+	 .max = 65535, .def = "1024"},
+	{"max_endpoints_per_service", V_UINT, CFG(cluster.max_endpoints_per_service), .min = 1,
+	 .max = 10000000, .def = "20000"},
 	{"fallthrough", V_NAME, CFG_LIST(cluster.fallthrough, cluster.n_fallthrough),
 	 .def = "in-addr.arpa ip6.arpa"},
 };

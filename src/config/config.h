@@ -139,6 +139,9 @@ struct config {
 		bool endpoint_pod_names;       /* false */
 		bool noendpoints;              /* false */
 		bool ignore_empty_service;     /* false */
+		/* Bounds on what one Service may cost every node (docs/configuration.md). */
+		unsigned max_ports_per_service;     /* 1024: of its spec, and of each slice */
+		unsigned max_endpoints_per_service; /* 20000: endpoint addresses, all slices */
 		/* Reverse zones whose names the table does not hold go on to the
 		 * cache and upstream; other reverse names it does not hold get
 		 * NXDOMAIN. Lower-case, no trailing dot. */

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "cache/cache.h"
+#include "cluster/cluster.h"
 #include "kube/kube.h"
 #include "node/node.h"
 #include "query/query.h"
@@ -55,6 +56,7 @@ struct counter_values {
 	uint64_t kube_synced;       /* kube.synced */
 	uint64_t kube_last_contact_time; /* Unix seconds; 0: never */
 	uint64_t cluster_names;
+	uint64_t cluster_limited[CLUSTER_LIMITS];
 	uint64_t node_enabled;      /* 0 or 1: without it, node is all zeros */
 	struct node_stats node;
 	uint64_t reloads_ok, reloads_failed;

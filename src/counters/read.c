@@ -40,6 +40,7 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 		out->kube_last_contact_time = (uint64_t)(out->kube.last_contact_ms / 1000);
 		cluster_stats(d->cluster, &cs);
 		out->cluster_names = cs.names;
+		memcpy(out->cluster_limited, cs.limited, sizeof out->cluster_limited);
 	}
 	out->node_enabled = d->node != NULL;
 	node_stats(d->node, &out->node); /* zeros without node integration */

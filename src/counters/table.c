@@ -349,10 +349,18 @@ static const struct counter_family cluster_names = {
 	"localdns_cluster_names", COUNTER_GAUGE, "", "Owner names in the cluster table.",
 	NULL, NULL, 0, NULL};
 
-static const struct counter_family *const cluster_families[] = {&cluster_names};
+static const struct counter_family cluster_limited = {
+	"localdns_cluster_limited_total", COUNTER_COUNTER, "",
+	"Service and EndpointSlice changes cut by a bound (cluster.max_ports_per_service, "
+	"cluster.max_endpoints_per_service, names past 255 bytes), by bound.",
+	"limit", cluster_limit_names, CLUSTER_LIMITS, NULL};
+
+static const struct counter_family *const cluster_families[] = {&cluster_names,
+								&cluster_limited};
 
 static const struct counter cluster_rows[] = {
 	{.family = &cluster_names, .at = AT(cluster_names)},
+	{.family = &cluster_limited, .n = CLUSTER_LIMITS, .at = AT(cluster_limited)},
 };
 
 TABLE(counter_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enabled));

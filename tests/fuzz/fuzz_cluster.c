@@ -15,8 +15,10 @@
  * reach a resource they are not. The table's mode for pods (disabled,
  * insecure, verified) follows the input's length too.
  *
- * After the input the table is synced and every name in it is asked for
- * every type the specification answers; then every object is removed.
+ * After the input the table is synced and every name in it, and every
+ * name its Services derive at query time (ports, endpoints, pod names
+ * behind them, PTRs), is asked for every type the specification answers;
+ * then every object is removed.
  * ASan/UBSan catch memory errors and leaks (nothing may outlive
  * cluster_free); the checks catch a record the table holds or a reply it
  * writes that a client cannot read, a CNAME chase that is not a list of
@@ -201,7 +203,7 @@ static void check_records(const struct cluster_node *n)
 	struct cluster_rr rr;
 	size_t pos = 0;
 
-	CHECK(n->owner_len > 0 && dns_name_len(n->data) == n->owner_len);
+	CHECK(n->h.owner_len > 0 && dns_name_len(n->data) == n->h.owner_len);
 	while (cluster_node_next(n, &pos, &rr)) {
 		CHECK(pos <= n->rr_len);
 		switch (rr.type) {
@@ -221,9 +223,11 @@ static void check_records(const struct cluster_node *n)
 	CHECK(pos == n->rr_len);
 }
 
-/* name is in the table: under the zone every name is answered, and so
- * is PTR (or ANY) for every reverse name the table holds. */
-static void ask(const struct cluster *c, const uint8_t *name, size_t len, uint16_t qtype)
+/* Under the zone every name is answered, and when the table holds name
+ * (held) so is PTR (or ANY) for it; a derived reverse name may be none
+ * (its endpoint not ready, its Service gone) and go on upstream. */
+static void ask(const struct cluster *c, const uint8_t *name, size_t len, uint16_t qtype,
+		bool held)
 {
 	static uint8_t buf[DNS_MAX_MESSAGE];
 	struct dns_query q = {.id = 1, .flags = DNS_F_RD, .question_ok = true, .qtype = qtype,
@@ -237,7 +241,8 @@ static void ask(const struct cluster *c, const uint8_t *name, size_t len, uint16
 		q.qname_labels++;
 	dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
 	enum cluster_result r = cluster_answer(c, &q, &w, &chase);
-	if (dns_name_is_subdomain(name, cluster_zone(c)) || qtype == DNS_T_PTR || qtype == DNS_T_ANY)
+	if (dns_name_is_subdomain(name, cluster_zone(c)) ||
+	    (held && (qtype == DNS_T_PTR || qtype == DNS_T_ANY)))
 		CHECK(r == CLUSTER_ANSWERED || r == CLUSTER_CHASE);
 	if (r == CLUSTER_CHASE) {
 		CHECK(chase.n > 0 && chase.n <= CLUSTER_MAX_CHAIN);
@@ -248,21 +253,120 @@ static void ask(const struct cluster *c, const uint8_t *name, size_t len, uint16
 	CHECK(fuzz_message_ok(buf, n));
 }
 
-/* Every name in the table, read and asked for every type we answer. */
-static void read_everything(const struct cluster *c)
+static void ask_every_type(const struct cluster *c, const uint8_t *name, size_t len)
 {
 	static const uint16_t types[] = {DNS_T_A, DNS_T_AAAA, DNS_T_SRV, DNS_T_PTR, DNS_T_CNAME,
 					 DNS_T_TXT, DNS_T_SOA, DNS_T_NS, DNS_T_ANY, DNS_T_MX};
+
+	CHECK(len > 0 && len <= DNS_MAX_NAME && dns_name_len(name) == len);
+	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+		ask(c, name, len, types[i], true);
+}
+
+/* labels (wire, concatenated, llen bytes) then the name tail; asked when it fits. */
+static void ask_below(const struct cluster *c, const uint8_t *labels, size_t llen,
+		      const uint8_t *tail, size_t tail_len)
+{
+	uint8_t name[DNS_MAX_NAME];
+
+	if (llen + tail_len > DNS_MAX_NAME)
+		return;
+	memcpy(name, labels, llen);
+	memcpy(name + llen, tail, tail_len);
+	ask_every_type(c, name, llen + tail_len);
+}
+
+static void ask_reverse(const struct cluster *c, const struct cluster_ip *ip)
+{
+	uint8_t name[DNS_MAX_NAME];
+	size_t len = cluster_reverse_name(ip, name);
+
+	ask(c, name, len, DNS_T_PTR, false);
+	ask(c, name, len, DNS_T_ANY, false);
+}
+
+/* _<name>._<proto> of a port, as labels. */
+static size_t port_labels(const struct cluster_port *p, uint8_t out[32])
+{
+	size_t n = 0;
+
+	out[n++] = (uint8_t)(p->name[0] + 1);
+	out[n++] = '_';
+	memcpy(out + n, p->name + 1, p->name[0]);
+	n += p->name[0];
+	out[n++] = (uint8_t)(p->proto[0] + 1);
+	out[n++] = '_';
+	memcpy(out + n, p->proto + 1, p->proto[0]);
+	return n + p->proto[0];
+}
+
+static void ask_ports(const struct cluster *c, const struct cluster_service *s,
+		      const struct cluster_port *ports, size_t n)
+{
+	uint8_t labels[32];
+
+	for (size_t i = 0; i < n; i++)
+		if (ports[i].name[0])
+			ask_below(c, labels, port_labels(&ports[i], labels), s->owner, s->h.owner_len);
+}
+
+/*
+ * The names a Service's snapshots give, which the table derives at query
+ * time: its ports' SRV names, its endpoints' names (hostnames and dashed
+ * addresses), the pod names behind them, and the PTRs of its ClusterIPs
+ * and endpoint addresses.
+ */
+static void read_service(const struct cluster *c, const struct cluster_service *s)
+{
+	const struct cluster_spec *spec = cluster_spec_of(s);
+	const uint8_t *ns = s->owner + 1 + s->owner[0]; /* <ns>.svc.<zone> */
+	uint8_t pod_tail[DNS_MAX_NAME];
+	size_t pod_tail_len = 1u + ns[0] + dns_name_len(c->pod_apex);
+
+	memcpy(pod_tail, ns, 1u + ns[0]);
+	memcpy(pod_tail + 1 + ns[0], c->pod_apex, dns_name_len(c->pod_apex));
+	if (spec) {
+		ask_ports(c, s, spec->ports, spec->n_ports);
+		for (size_t i = 0; i < spec->n_ips; i++)
+			ask_reverse(c, &spec->ips[i]);
+	}
+	for (const struct cluster_eps *e = cluster_first_eps(s); e; e = cluster_next_eps(e)) {
+		ask_ports(c, s, e->ports, e->n_ports);
+		for (uint32_t i = 0; i < e->n; i++) {
+			struct cluster_ip ip = {.family = e->family};
+			uint8_t dashed[64];
+			memcpy(ip.addr, eps_addr(e, i), e->alen);
+			size_t len = cluster_dashed_label(&ip, dashed);
+			ask_below(c, dashed, len, s->owner, s->h.owner_len);
+			if (pod_tail_len <= DNS_MAX_NAME)
+				ask_below(c, dashed, len, pod_tail, pod_tail_len);
+			ask_reverse(c, &ip);
+		}
+		for (uint32_t g = 0; g < e->n_groups; g++) {
+			const uint8_t *label = e->labels + e->groups[g].label;
+			ask_below(c, label, 1u + label[0], s->owner, s->h.owner_len);
+		}
+	}
+}
+
+/* Every name in the table and every name derived from it, read and asked
+ * for every type we answer. */
+static void read_everything(const struct cluster *c)
+{
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *ht;
 
 	urcu_memb_read_lock();
 	/* not cds_lfht_for_each_entry: its last step offsets a NULL pointer (UBSan) */
 	cds_lfht_for_each(c->ht, &it, ht) {
-		const struct cluster_node *n = caa_container_of(ht, struct cluster_node, ht);
-		check_records(n);
-		for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-			ask(c, n->data, n->owner_len, types[i]);
+		const struct cluster_named *n = caa_container_of(ht, struct cluster_named, ht);
+		if (n->kind == NAMED_RECORDS) {
+			check_records((const struct cluster_node *)n);
+		} else {
+			CHECK(n->kind == NAMED_SERVICE);
+			read_service(c, (const struct cluster_service *)n);
+		}
+		ask_every_type(c, cluster_named_owner(n), n->owner_len);
 	}
 	urcu_memb_read_unlock();
 }

@@ -214,6 +214,38 @@ def test_pods_are_watched_only_for_autopath_or_verified_pod_names(env):
         assert api.open_watches("services") == 1
 
 
+def test_a_service_past_the_bounds_degrades_only_itself(env):
+    """cluster.max_ports_per_service and cluster.max_endpoints_per_service:
+    the Service past them serves its first ports and endpoints, says so once
+    in the log and in localdns_cluster_limited_total; others are untouched."""
+    import test_metrics
+    with F.FakeAPI() as api:
+        api.apply(*standard_objects())
+        api.apply(F.service("shop", "wide", cluster_ips=["10.96.0.9"],
+                            ports=[F.service_port(80 + i, name="p%d" % i) for i in range(5)]),
+                  F.service("shop", "crowd", headless=True),
+                  F.endpointslice("shop", "crowd", name="crowd-x", endpoints=[
+                      F.endpoint("10.2.0.%d" % i) for i in range(1, 6)]))
+        mport = harness.free_port()
+        d = start(env, api, cluster={"max_ports_per_service": 3, "max_endpoints_per_service": 4},
+                  metrics={"listen": "127.0.0.1:%d" % mport})
+        m = d.tcp("_p2._tcp.wide.shop.svc.cluster.local", "SRV")
+        assert [r["rdata"]["port"] for r in m.answer] == [82], m.describe()
+        assert rcode_of(d, "_p3._tcp.wide.shop.svc.cluster.local", "SRV") == "NXDOMAIN"
+        assert len(d.udp("crowd.shop.svc.cluster.local").answer) == 4
+        assert len(d.udp("web.shop.svc.cluster.local").answer) == 2   # others untouched
+        assert data(d.udp("_mysql._tcp.db.shop.svc.cluster.local", "SRV"), "SRV")
+
+        log = d.stderr()
+        assert log.count("cluster.max_ports_per_service") == 1, d.tail()
+        assert log.count("cluster.max_endpoints_per_service") == 1, d.tail()
+        assert "service=shop/wide" in log and "service=shop/crowd" in log, d.tail()
+        s = test_metrics.scrape(mport)
+        assert s.value("localdns_cluster_limited_total", limit="ports") == 1
+        assert s.value("localdns_cluster_limited_total", limit="endpoints") == 1
+        assert s.value("localdns_cluster_limited_total", limit="name_length") == 0
+
+
 def test_external_name_is_chased_through_the_upstream(env):
     with authority.Authority({"site.example.": SITE}) as up, F.FakeAPI() as api:
         api.apply(*standard_objects())

@@ -24,19 +24,27 @@
 #include "cluster/cluster.h"
 #include "config/config.h"
 #include "reply.h"
+#include "stderr_capture.h"
 
-static struct cluster *make_cluster(const char *pods_mode)
+static struct cluster *make_cluster_from(const char *yaml)
 {
-	char yaml[256], err[CONFIG_ERR_MAX];
+	char err[CONFIG_ERR_MAX];
 	struct config *cfg;
 	struct cluster *c;
 
-	snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local, ttl: 5s, pods: %s}\n", pods_mode);
 	assert_int_equal(config_load_string("test.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
 	c = cluster_new(cfg, err, sizeof err);
 	config_free(cfg);
 	assert_non_null(c);
 	return c;
+}
+
+static struct cluster *make_cluster(const char *pods_mode)
+{
+	char yaml[256];
+
+	snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local, ttl: 5s, pods: %s}\n", pods_mode);
+	return make_cluster_from(yaml);
 }
 
 static struct json_object *parse(const char *json)
@@ -609,6 +617,34 @@ static void test_slices_before_their_service_count_once_it_arrives(void **state)
 	cluster_free(c);
 }
 
+/* A slice that serves nothing (no endpoint of its addressType) still
+ * belongs to its Service: the Service's entry stays while the slice
+ * refers to it, and goes, once, with the slice. */
+static void test_a_slice_serving_nothing_keeps_its_service_entry_until_it_goes(void **state)
+{
+	static const char fqdn_slice[] =
+		"{\"kind\":\"EndpointSlice\",\"addressType\":\"FQDN\","
+		"\"metadata\":{\"name\":\"late-1\",\"namespace\":\"prod\","
+		"\"labels\":{\"kubernetes.io/service-name\":\"late\"}},"
+		"\"endpoints\":[{\"addresses\":[\"a.example\"]}]}";
+	struct cluster *c = *state;
+	struct cluster_stats before, after;
+
+	cluster_stats(c, &before);
+	UPSERT(cluster_slice_upsert, c, fqdn_slice);
+	UPSERT(cluster_slice_upsert, c, fqdn_slice);
+	assert_nxdomain(c, "late.prod.svc.cluster.local");
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"late\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.44\",\"clusterIPs\":[\"10.96.0.44\"]}}");
+	cluster_service_remove(c, "prod", "late");
+	cluster_slice_remove(c, "prod", "late-1");
+	urcu_memb_barrier(); /* the deferred frees run: each entry once */
+	cluster_stats(c, &after);
+	assert_int_equal(after.names, before.names);
+	assert_int_equal(after.slices, before.slices);
+}
+
 static void test_nothing_is_answered_before_the_first_sync(void **state)
 {
 	struct cluster *c = make_cluster("insecure");
@@ -755,6 +791,186 @@ static void test_autopath_address_reused_by_a_new_pod_follows_it(void **state)
 	assert_int_equal(base_for(c, "db.team.svc.cluster.local", "10.1.0.71"), 3);
 }
 
+/* ---- bounds: a hostile Service degrades only itself ------------------------------ */
+
+static uint64_t limited(struct cluster *c, const char *kind)
+{
+	struct cluster_stats st;
+
+	cluster_stats(c, &st);
+	for (unsigned k = 0; k < CLUSTER_LIMITS; k++)
+		if (strcmp(cluster_limit_names[k], kind) == 0)
+			return st.limited[k];
+	fail_msg("no bound named %s", kind);
+	return 0;
+}
+
+static size_t count_lines_with(const char *text, const char *needle)
+{
+	size_t n = 0;
+
+	for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+static int register_thread(void **state)
+{
+	(void)state;
+	urcu_memb_register_thread();
+	return 0;
+}
+
+static int unregister_thread(void **state)
+{
+	(void)state;
+	urcu_memb_unregister_thread();
+	return 0;
+}
+
+/* prod with db and web (setup), bounds of 2 ports and 3 endpoints per Service. */
+static struct cluster *make_bounded_cluster(void)
+{
+	struct cluster *c = make_cluster_from("cluster: {domain: cluster.local, ttl: 5s, "
+					      "max_ports_per_service: 2, "
+					      "max_endpoints_per_service: 3}\n");
+
+	add_namespace(c, "prod");
+	UPSERT(cluster_service_upsert, c, svc_db);
+	UPSERT(cluster_slice_upsert, c, slice_db);
+	UPSERT(cluster_service_upsert, c, svc_web);
+	UPSERT(cluster_slice_upsert, c, slice_web);
+	cluster_set_synced(c);
+	return c;
+}
+
+static const char svc_many_ports[] =
+	"{\"kind\":\"Service\",\"metadata\":{\"name\":\"wide\",\"namespace\":\"prod\"},"
+	"\"spec\":{\"clusterIP\":\"10.96.0.9\",\"clusterIPs\":[\"10.96.0.9\"],\"ports\":["
+	"{\"name\":\"p0\",\"port\":80,\"protocol\":\"TCP\"},{\"name\":\"p1\",\"port\":81,\"protocol\":\"TCP\"},"
+	"{\"name\":\"p2\",\"port\":82,\"protocol\":\"TCP\"},{\"name\":\"p3\",\"port\":83,\"protocol\":\"TCP\"}]}}";
+
+static void test_ports_past_the_bound_are_cut_logged_once_and_counted(void **state)
+{
+	struct cluster *c = make_bounded_cluster();
+	const char *log;
+	struct reply r;
+
+	(void)state;
+	begin_capture();
+	UPSERT(cluster_service_upsert, c, svc_many_ports);
+	UPSERT(cluster_service_upsert, c, svc_many_ports); /* still over: counted, not logged again */
+	log = end_capture();
+	assert_int_equal(count_lines_with(log, "cluster.max_ports_per_service"), 1);
+	assert_non_null(strstr(log, "service=prod/wide"));
+	assert_int_equal(limited(c, "ports"), 2);
+	assert_int_equal(limited(c, "endpoints"), 0);
+
+	ask(c, "_p1._tcp.wide.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.v->an, 1);
+	assert_int_equal(rd16(reply_rdata(&r, 0) + 4), 81);
+	assert_nxdomain(c, "_p2._tcp.wide.prod.svc.cluster.local");
+	ask(c, "wide.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(r.v->an, 2);
+	ask(c, "wide.prod.svc.cluster.local", DNS_T_A, &r); /* the Service itself still serves */
+	assert_true(has_answer_address(&r, DNS_T_A, "10.96.0.9"));
+	ask(c, "_mysql._tcp.db.prod.svc.cluster.local", DNS_T_SRV, &r); /* others untouched */
+	assert_int_equal(r.v->an, 1);
+	cluster_free(c);
+}
+
+static const char svc_crowd[] =
+	"{\"kind\":\"Service\",\"metadata\":{\"name\":\"crowd\",\"namespace\":\"prod\"},"
+	"\"spec\":{\"clusterIP\":\"None\",\"clusterIPs\":[\"None\"]}}";
+
+static void upsert_crowd_slice(struct cluster *c, const char *name, const char *a, const char *b)
+{
+	char json[1024];
+
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\",\"metadata\":{\"name\":\"%s\","
+		 "\"namespace\":\"prod\",\"labels\":{\"kubernetes.io/service-name\":\"crowd\"}},"
+		 "\"endpoints\":[{\"addresses\":[\"%s\"]},{\"addresses\":[\"%s\"]}]}",
+		 name, a, b);
+	UPSERT(cluster_slice_upsert, c, json);
+}
+
+static void test_endpoints_past_the_bound_are_left_out_of_their_service_only(void **state)
+{
+	struct cluster *c = make_bounded_cluster();
+	const char *log;
+	struct reply r;
+
+	(void)state;
+	UPSERT(cluster_service_upsert, c, svc_crowd);
+	begin_capture();
+	upsert_crowd_slice(c, "crowd-a", "10.2.0.1", "10.2.0.2");
+	upsert_crowd_slice(c, "crowd-b", "10.2.0.3", "10.2.0.4");
+	log = end_capture();
+	assert_int_equal(count_lines_with(log, "cluster.max_endpoints_per_service"), 1);
+	assert_non_null(strstr(log, "service=prod/crowd"));
+	assert_int_equal(limited(c, "endpoints"), 1);
+	ask(c, "crowd.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.v->an, 3);
+	assert_false(has_answer_address(&r, DNS_T_A, "10.2.0.4"));
+	assert_nxdomain(c, "10-2-0-4.crowd.prod.svc.cluster.local");
+	ask(c, "web.prod.svc.cluster.local", DNS_T_A, &r); /* others untouched */
+	assert_int_equal(r.v->an, 2);
+
+	/* room made by another slice's removal is taken at the next change */
+	cluster_slice_remove(c, "prod", "crowd-a");
+	upsert_crowd_slice(c, "crowd-b", "10.2.0.3", "10.2.0.4");
+	ask(c, "crowd.prod.svc.cluster.local", DNS_T_A, &r);
+	assert_int_equal(r.v->an, 2);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.2.0.4"));
+	assert_int_equal(limited(c, "endpoints"), 1);
+	cluster_free(c);
+}
+
+#define DIGITS62 "23456789012345678901234567890123456789012345678901234567890123"
+#define LABEL63 "h" DIGITS62
+
+/* A hostname is one label, but under a long Service name and cluster domain
+ * it can make a name past 255 bytes: the endpoint is named by its address. */
+static void test_a_hostname_past_the_name_length_falls_back_to_the_dashed_address(void **state)
+{
+	static const char domain[] =
+		"d23456789012345678901234567890.e23456789012345678901234567890.cluster.local";
+	static const char svc[] = "s" DIGITS62, ns[] = "n" DIGITS62;
+	char yaml[256], json[1024], name[512];
+	struct cluster *c;
+	const char *log;
+	struct reply r;
+
+	(void)state;
+	snprintf(yaml, sizeof yaml, "cluster: {domain: %s, ttl: 5s}\n", domain);
+	c = make_cluster_from(yaml);
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"Service\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\"},"
+		 "\"spec\":{\"clusterIP\":\"None\",\"clusterIPs\":[\"None\"]}}", svc, ns);
+	UPSERT(cluster_service_upsert, c, json);
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\",\"metadata\":{\"name\":\"x\","
+		 "\"namespace\":\"%s\",\"labels\":{\"kubernetes.io/service-name\":\"%s\"}},"
+		 "\"endpoints\":[{\"addresses\":[\"10.3.0.1\"],\"hostname\":\"%s\"}]}", ns, svc, LABEL63);
+	begin_capture();
+	UPSERT(cluster_slice_upsert, c, json);
+	log = end_capture();
+	cluster_set_synced(c);
+	assert_int_equal(count_lines_with(log, "longer than 255 bytes"), 1);
+	assert_int_equal(limited(c, "name_length"), 1);
+
+	snprintf(name, sizeof name, "10-3-0-1.%s.%s.svc.%s", svc, ns, domain);
+	ask(c, name, DNS_T_A, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.3.0.1"));
+	snprintf(name, sizeof name, "%s.%s.svc.%s", svc, ns, domain);
+	ask(c, name, DNS_T_A, &r);
+	assert_true(has_answer_address(&r, DNS_T_A, "10.3.0.1"));
+	cluster_free(c);
+}
+
 /* The hot-path promise: answering from the table allocates nothing and locks nothing. */
 /* ---- readers beside the writer ------------------------------------------------ */
 
@@ -824,6 +1040,38 @@ static bool read_db_and_web(struct cluster *c)
 	return true;
 }
 
+/* PTRs through the indexes the writer changes (a ClusterIP that comes and
+ * goes, web-2's endpoint) and the endpoint name: one answer when held, none
+ * (handed on, or NXDOMAIN) when not, never anything else. */
+static bool read_derived(struct cluster *c)
+{
+	static const struct {
+		const char *name;
+		uint16_t type;
+	} asked[] = {
+		{"5.0.96.10.in-addr.arpa", DNS_T_PTR},
+		{"9.0.1.10.in-addr.arpa", DNS_T_PTR},
+		{"10-1-0-9.web.prod.svc.cluster.local", DNS_T_A},
+	};
+	uint8_t buf[1232];
+
+	for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
+		struct dns_query q;
+		struct dns_writer w;
+		struct cluster_chase chase;
+		make_query(&q, asked[i].name, asked[i].type);
+		dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
+		urcu_memb_read_lock();
+		enum cluster_result r = cluster_answer(c, &q, &w, &chase);
+		urcu_memb_read_unlock();
+		size_t len = dns_response_finish(&w, 1232);
+		unsigned an = len >= DNS_HEADER_LEN ? rd16(buf + 6) : 99;
+		if (r == CLUSTER_ANSWERED ? an > 1 : r != CLUSTER_NOT_LOCAL)
+			return false;
+	}
+	return true;
+}
+
 /* This node's pod 10.1.0.50 is in prod or in team, never anywhere else. */
 static bool read_client(struct cluster *c)
 {
@@ -848,6 +1096,7 @@ static void *reader_main(void *arg)
 	while (!atomic_load(rd->stop)) {
 		rd->bad += !read_db_and_web(rd->c);
 		rd->bad += !read_client(rd->c);
+		rd->bad += !read_derived(rd->c);
 		atomic_fetch_add(&rd->reads, 1);
 	}
 	urcu_memb_unregister_thread();
@@ -918,6 +1167,16 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		{"nope.prod.svc.cluster.local.prod.svc.cluster.local", DNS_T_A},
 		{"db.prod.svc.cluster.local", DNS_T_TXT},
 		{"example.org", DNS_T_A},
+		/* derived at query time from the Services' snapshots */
+		{"db.prod.svc.cluster.local", DNS_T_SRV},
+		{"_tcp.db.prod.svc.cluster.local", DNS_T_SRV},
+		{"_http._tcp.web.prod.svc.cluster.local", DNS_T_SRV},
+		{"web-0.web.prod.svc.cluster.local", DNS_T_A},
+		{"10-1-0-2.web.prod.svc.cluster.local", DNS_T_A},
+		{"web-2.web.prod.svc.cluster.local", DNS_T_A},
+		{"1.0.1.10.in-addr.arpa", DNS_T_PTR},
+		{"5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa", DNS_T_PTR},
+		{"10-1-0-7.prod.pod.cluster.local", DNS_T_A},
 	};
 	struct reply r;
 	const struct sockaddr_storage *client;
@@ -981,11 +1240,19 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_service_changes_and_deletion_update_only_its_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ptr_shared_by_two_services_keeps_both, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slices_before_their_service_count_once_it_arrives, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_slice_serving_nothing_keeps_its_service_entry_until_it_goes,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nothing_is_answered_before_the_first_sync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_objects_without_names_are_ignored, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autopath_base_is_for_this_nodes_pods_in_their_namespace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autopath_skips_host_network_finished_and_deleted_pods, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autopath_address_reused_by_a_new_pod_follows_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ports_past_the_bound_are_cut_logged_once_and_counted, register_thread,
+						unregister_thread),
+		cmocka_unit_test_setup_teardown(test_endpoints_past_the_bound_are_left_out_of_their_service_only, register_thread,
+						unregister_thread),
+		cmocka_unit_test_setup_teardown(test_a_hostname_past_the_name_length_falls_back_to_the_dashed_address, register_thread,
+						unregister_thread),
 		cmocka_unit_test_setup_teardown(test_readers_beside_the_writer_see_whole_states, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),

@@ -1,0 +1,496 @@
+/*
+ * cluster/parse.c — Kubernetes objects (borrowed JSON) into the table's
+ * immutable snapshots: a Service's spec and an EndpointSlice's entries,
+ * each in one allocation, with the bounds that keep what no real workload
+ * needs from costing every node: ports per Service or slice
+ * (cluster.max_ports_per_service), endpoints per Service
+ * (cluster.max_endpoints_per_service) and names past 255 bytes. Only the
+ * fields DNS uses are read.
+ */
+#include "cluster/internal.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log/log.h"
+
+/* ---- JSON access ---------------------------------------------------------------- */
+
+struct json_object *cluster_json_field(struct json_object *o, const char *key)
+{
+	struct json_object *v = NULL;
+
+	if (o && json_object_is_type(o, json_type_object))
+		json_object_object_get_ex(o, key, &v);
+	return v;
+}
+
+const char *cluster_json_text(struct json_object *o, const char *key)
+{
+	struct json_object *v = cluster_json_field(o, key);
+
+	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+size_t cluster_json_array_len(struct json_object *a)
+{
+	return a && json_object_is_type(a, json_type_array) ? json_object_array_length(a) : 0;
+}
+
+#define field cluster_json_field
+#define text cluster_json_text
+#define array_len cluster_json_array_len
+
+/* ---- ports ----------------------------------------------------------------------- */
+
+/* text as one lower-case wire label of at most max characters; false otherwise. */
+static bool label_of(uint8_t *out, size_t max, const char *text)
+{
+	size_t len = strlen(text);
+
+	if (len > max)
+		return false;
+	out[0] = (uint8_t)len;
+	for (size_t i = 0; i < len; i++)
+		out[1 + i] = (uint8_t)tolower((unsigned char)text[i]);
+	return true;
+}
+
+static int compare_ports(const void *a, const void *b)
+{
+	const struct cluster_port *x = a, *y = b;
+	int d;
+
+	if (x->port != y->port)
+		return (int)x->port - (int)y->port;
+	if ((d = memcmp(x->proto, y->proto, sizeof x->proto)) != 0)
+		return d;
+	return memcmp(x->name, y->name, sizeof x->name);
+}
+
+/*
+ * Every port with a number, at most max (the rest: *cut), into out,
+ * sorted by number (so one number's ports are adjacent); an unnamed one
+ * has the empty label (CoreDNS lists it in the SRV records of the
+ * Service's own name). How many.
+ */
+static uint16_t parse_ports(struct json_object *arr, struct cluster_port *out, size_t max,
+			    bool *cut)
+{
+	size_t n = array_len(arr), kept = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *p = json_object_array_get_idx(arr, i);
+		const char *name = text(p, "name"), *proto = text(p, "protocol");
+		struct json_object *num = field(p, "port");
+		struct cluster_port port = {0};
+		if (!num || !label_of(port.name, sizeof port.name - 1, name ? name : "") ||
+		    !label_of(port.proto, sizeof port.proto - 1, proto && *proto ? proto : "TCP"))
+			continue;
+		if (kept == max) {
+			*cut = true;
+			break;
+		}
+		port.port = (uint16_t)json_object_get_int(num);
+		out[kept++] = port;
+	}
+	if (kept)
+		qsort(out, kept, sizeof *out, compare_ports);
+	for (size_t i = 1; i < kept; i++)
+		out[i].dup = out[i].port == out[i - 1].port;
+	return (uint16_t)kept;
+}
+
+static size_t count_ports(struct json_object *arr, size_t max)
+{
+	size_t n = array_len(arr);
+
+	return n < max ? n : max;
+}
+
+/* ---- a Service's spec -------------------------------------------------------------- */
+
+/* The ClusterIPs of a Service that has them (clusterIPs, else clusterIP). */
+static uint8_t parse_cluster_ips(struct json_object *spec, struct cluster_ip *out)
+{
+	struct json_object *list = field(spec, "clusterIPs");
+	const char *one = text(spec, "clusterIP");
+	size_t n = array_len(list);
+	uint8_t kept = 0;
+
+	for (size_t i = 0; i < n && kept < CLUSTER_MAX_CLUSTER_IPS; i++) {
+		struct json_object *v = json_object_array_get_idx(list, i);
+		if (json_object_is_type(v, json_type_string) &&
+		    cluster_parse_ip(json_object_get_string(v), &out[kept]))
+			kept++;
+	}
+	if (!n && one && cluster_parse_ip(one, &out[0]))
+		kept = 1;
+	return kept;
+}
+
+static enum cluster_service_kind service_kind(struct json_object *spec)
+{
+	const char *type = text(spec, "type"), *cluster_ip = text(spec, "clusterIP");
+
+	if (type && strcmp(type, "ExternalName") == 0)
+		return SVC_EXTERNAL_NAME;
+	if (cluster_ip && strcmp(cluster_ip, "None") == 0)
+		return SVC_HEADLESS;
+	return SVC_CLUSTER_IP;
+}
+
+/* The ExternalName's target in wire form; 0 when it is none. */
+static size_t external_target(struct json_object *spec, const char *key, uint8_t out[DNS_MAX_NAME])
+{
+	const char *ext = text(spec, "externalName");
+	int len = ext ? dns_name_from_text(ext, out) : -1;
+
+	if (len <= 1) {
+		log_warn("externalName is not a DNS name; service not served", "service", key,
+			 "external_name", ext ? ext : "");
+		return 0;
+	}
+	return (size_t)len;
+}
+
+struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_service *svc,
+					struct json_object *spec, const char *key, uint8_t *limited)
+{
+	enum cluster_service_kind kind = service_kind(spec);
+	struct json_object *pna = field(spec, "publishNotReadyAddresses");
+	struct json_object *ports = field(spec, "ports");
+	struct cluster_ip ips[CLUSTER_MAX_CLUSTER_IPS];
+	uint8_t target[DNS_MAX_NAME];
+	uint8_t n_ips = kind == SVC_CLUSTER_IP ? parse_cluster_ips(spec, ips) : 0;
+	size_t target_len = kind == SVC_EXTERNAL_NAME ? external_target(spec, key, target) : 0;
+	size_t max_ports = count_ports(ports, c->max_ports);
+	struct cluster_spec *s;
+	bool cut = false;
+
+	s = calloc(1, sizeof *s + n_ips * (sizeof *s->vips + sizeof *s->ips) +
+			      max_ports * sizeof *s->ports + target_len);
+	if (!s)
+		return NULL;
+	s->vips = (struct cluster_vip *)(s + 1);
+	s->ips = (struct cluster_ip *)(s->vips + n_ips);
+	s->ports = (struct cluster_port *)(s->ips + n_ips);
+	s->svc = svc;
+	s->kind = (uint8_t)kind;
+	s->publish_not_ready = pna && json_object_get_boolean(pna);
+	s->n_ips = n_ips;
+	memcpy(s->ips, ips, n_ips * sizeof *ips);
+	s->n_ports = parse_ports(ports, s->ports, max_ports, &cut);
+	if (target_len) {
+		uint8_t *t = (uint8_t *)(s->ports + max_ports);
+		memcpy(t, target, target_len);
+		s->target = t;
+		s->target_len = (uint8_t)target_len;
+	}
+	if (cut)
+		*limited |= 1u << LIMIT_PORTS;
+	return s;
+}
+
+/* ---- an EndpointSlice -------------------------------------------------------------- */
+
+/* One endpoint address while a slice is read. */
+struct entry {
+	uint8_t addr[16];
+	const char *hostname; /* lower-cased label, or NULL */
+	uint8_t flags;
+	uint32_t pos;         /* its place once sorted (for the address flags) */
+};
+
+static int compare_hostnames(const char *a, const char *b)
+{
+	if (!a || !b)
+		return a ? 1 : b ? -1 : 0;
+	size_t la = strlen(a), lb = strlen(b);
+	return la != lb ? (la < lb ? -1 : 1) : memcmp(a, b, la);
+}
+
+/* Hostname-less entries first, then by hostname (length, then bytes), then address. */
+static int compare_entries(const void *a, const void *b)
+{
+	const struct entry *x = a, *y = b;
+	int d = compare_hostnames(x->hostname, y->hostname);
+
+	return d ? d : memcmp(x->addr, y->addr, sizeof x->addr);
+}
+
+static int compare_by_address(const void *a, const void *b)
+{
+	const struct entry *const *x = a, *const *y = b;
+	int d = memcmp((*x)->addr, (*y)->addr, sizeof (*x)->addr);
+
+	return d ? d : (int)(*x)->pos - (int)(*y)->pos;
+}
+
+/* Absent conditions.ready means ready (the API's documented default). */
+static bool endpoint_ready(struct json_object *ep)
+{
+	struct json_object *ready = field(field(ep, "conditions"), "ready");
+
+	return !ready || json_object_get_boolean(ready);
+}
+
+/*
+ * An endpoint's name: its hostname, else with cluster.endpoint_pod_names
+ * its targetRef's name (CoreDNS's order); NULL when that is not one DNS
+ * label, or would make a name past 255 bytes under owner (*too_long).
+ */
+static const char *endpoint_name(const struct cluster *c, struct json_object *ep,
+				 size_t owner_len, char buf[DNS_MAX_LABEL + 1], bool *too_long)
+{
+	const char *hostname = text(ep, "hostname");
+	const char *target = text(field(ep, "targetRef"), "name");
+
+	if (hostname && *hostname)
+		target = hostname;
+	else if (!c->endpoint_pod_names)
+		target = NULL;
+	if (!target || !cluster_is_label(target))
+		return NULL;
+	if (owner_len + 1 + strlen(target) > DNS_MAX_NAME) {
+		*too_long = true;
+		return NULL;
+	}
+	for (size_t i = 0; i <= strlen(target); i++)
+		buf[i] = (char)tolower((unsigned char)target[i]);
+	return buf;
+}
+
+/* The hostnames the entries point to, copied: the JSON's strings are
+ * lower-cased into these. */
+struct names {
+	char (*v)[DNS_MAX_LABEL + 1];
+	size_t n;
+};
+
+/* The slice's endpoint addresses of its family, at most max. */
+static size_t read_entries(const struct cluster *c, struct json_object *eps, int family,
+			   size_t owner_len, struct entry *out, struct names *names, size_t max,
+			   uint8_t *limited)
+{
+	size_t n = 0, len = array_len(eps);
+	bool too_long = false;
+
+	for (size_t i = 0; i < len; i++) {
+		struct json_object *ep = json_object_array_get_idx(eps, i);
+		struct json_object *addrs = field(ep, "addresses");
+		const char *kind = text(field(ep, "targetRef"), "kind");
+		uint8_t flags = (uint8_t)((endpoint_ready(ep) ? EP_READY : 0) |
+					  (kind && strcmp(kind, "Pod") == 0 ? EP_POD : 0));
+		const char *host = endpoint_name(c, ep, owner_len, names->v[names->n], &too_long);
+		if (host)
+			names->n++;
+		for (size_t j = 0; j < array_len(addrs); j++) {
+			struct json_object *a = json_object_array_get_idx(addrs, j);
+			struct cluster_ip ip;
+			if (!json_object_is_type(a, json_type_string) ||
+			    !cluster_parse_ip(json_object_get_string(a), &ip) || ip.family != family)
+				continue;
+			if (n == max) {
+				*limited |= 1u << LIMIT_ENDPOINTS;
+				goto out;
+			}
+			memcpy(out[n].addr, ip.addr, sizeof ip.addr);
+			out[n].hostname = host;
+			out[n].flags = flags;
+			n++;
+		}
+	}
+out:
+	if (too_long)
+		*limited |= 1u << LIMIT_NAME_LENGTH;
+	return n;
+}
+
+/* One entry per (hostname, address): a repeat adds its readiness. */
+static size_t merge_repeats(struct entry *v, size_t n)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (kept && compare_entries(&v[kept - 1], &v[i]) == 0) {
+			v[kept - 1].flags |= v[i].flags;
+			continue;
+		}
+		v[kept++] = v[i];
+	}
+	return kept;
+}
+
+/* EP_ADDR_FIRST and EP_ADDR_READY, across hostname groups. */
+static int mark_addresses(struct entry *v, size_t n)
+{
+	struct entry **by = n ? malloc(n * sizeof *by) : NULL;
+
+	if (n && !by)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		v[i].pos = (uint32_t)i;
+		by[i] = &v[i];
+	}
+	if (n)
+		qsort(by, n, sizeof *by, compare_by_address);
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		bool ready = false;
+		for (; j < n && memcmp(by[j]->addr, by[i]->addr, sizeof by[i]->addr) == 0; j++)
+			ready |= by[j]->flags & EP_READY;
+		by[i]->flags |= EP_ADDR_FIRST;
+		for (size_t k = i; k < j; k++)
+			by[k]->flags |= ready ? EP_ADDR_READY : 0;
+		i = j;
+	}
+	free(by);
+	return 0;
+}
+
+/* EP_NAME_FIRST(_READY) and the hostname groups; how many groups. */
+static size_t mark_names(struct entry *v, size_t n, size_t *named)
+{
+	size_t groups = 0;
+
+	*named = n;
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1;
+		bool ready = false;
+		if (!v[i].hostname) {
+			v[i].flags |= EP_NAME_FIRST | (v[i].flags & EP_READY ? EP_NAME_FIRST_READY : 0);
+			i++;
+			continue;
+		}
+		if (*named == n)
+			*named = i;
+		while (j < n && compare_hostnames(v[i].hostname, v[j].hostname) == 0)
+			j++;
+		v[i].flags |= EP_NAME_FIRST;
+		for (size_t k = i; k < j && !ready; k++)
+			if (v[k].flags & EP_READY) {
+				v[k].flags |= EP_NAME_FIRST_READY;
+				ready = true;
+			}
+		groups++;
+		i = j;
+	}
+	return groups;
+}
+
+/* The snapshot's one allocation: the header, then its arrays by alignment. */
+static struct cluster_eps *alloc_eps(size_t n, size_t groups, size_t ports, size_t alen,
+				     size_t labels)
+{
+	struct cluster_eps *e = calloc(1, sizeof *e + n * sizeof *e->addr_nodes +
+					       groups * (sizeof *e->name_nodes + sizeof *e->groups) +
+					       ports * sizeof *e->ports + n * (alen + 1) + labels);
+
+	if (!e)
+		return NULL;
+	e->addr_nodes = (struct cluster_ep_node *)(e + 1);
+	e->name_nodes = e->addr_nodes + n;
+	e->groups = (struct cluster_group *)(e->name_nodes + groups);
+	e->ports = (struct cluster_port *)(e->groups + groups);
+	e->addrs = (uint8_t *)(e->ports + ports);
+	e->flags = e->addrs + n * alen;
+	e->labels = e->flags + n;
+	return e;
+}
+
+static void fill_eps(struct cluster_eps *e, const struct entry *v, size_t n)
+{
+	size_t g = 0, label = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		memcpy(e->addrs + i * e->alen, v[i].addr, e->alen);
+		e->flags[i] = v[i].flags;
+		e->n_ready += (v[i].flags & EP_READY) != 0;
+		if (!v[i].hostname || !(v[i].flags & EP_NAME_FIRST))
+			continue;
+		if (g)
+			e->groups[g - 1].end = (uint32_t)i;
+		e->groups[g] = (struct cluster_group){.first = (uint32_t)i, .label = (uint32_t)label};
+		label_of(e->labels + label, DNS_MAX_LABEL, v[i].hostname); /* checked: a label */
+		label += 1u + e->labels[label];
+		g++;
+	}
+	if (g)
+		e->groups[g - 1].end = (uint32_t)n;
+	for (size_t k = 0; k < g; k++)
+		for (uint32_t i = e->groups[k].first; i < e->groups[k].end; i++)
+			e->groups[k].ready |= (e->flags[i] & EP_READY) != 0;
+}
+
+struct cluster_eps *cluster_parse_eps(struct cluster *c, struct json_object *obj,
+				      size_t owner_len, uint32_t max_entries, uint8_t *limited,
+				      bool *oom)
+{
+	const char *type = text(obj, "addressType");
+	struct json_object *eps = field(obj, "endpoints"), *ports = field(obj, "ports");
+	int family = type && strcmp(type, "IPv4") == 0 ? AF_INET
+		     : type && strcmp(type, "IPv6") == 0 ? AF_INET6 : 0;
+	size_t total = 0, n, named, groups, labels = 0, max_ports = count_ports(ports, c->max_ports);
+	struct names names = {0};
+	struct entry *v = NULL;
+	struct cluster_eps *e = NULL;
+	bool cut = false;
+
+	*oom = false;
+	if (!family) /* FQDN slices name no addresses we could serve */
+		return NULL;
+	for (size_t i = 0; i < array_len(eps); i++)
+		total += array_len(field(json_object_array_get_idx(eps, i), "addresses"));
+	if (total > max_entries)
+		total = max_entries + 1; /* one more tells that some were left out */
+	if (!total)
+		return NULL;
+	v = malloc(total * sizeof *v);
+	names.v = malloc(array_len(eps) * sizeof *names.v);
+	if (!v || !names.v)
+		goto oom;
+	n = read_entries(c, eps, family, owner_len, v, &names, max_entries, limited);
+	if (!n)
+		goto out;
+	qsort(v, n, sizeof *v, compare_entries);
+	n = merge_repeats(v, n);
+	if (mark_addresses(v, n) < 0)
+		goto oom;
+	groups = mark_names(v, n, &named);
+	for (size_t i = named; i < n; i++)
+		labels += v[i].flags & EP_NAME_FIRST ? 1 + strlen(v[i].hostname) : 0;
+	if (!(e = alloc_eps(n, groups, max_ports, family == AF_INET ? 4 : 16, labels)))
+		goto oom;
+	e->n = (uint32_t)n;
+	e->named = (uint32_t)named;
+	e->n_groups = (uint32_t)groups;
+	e->family = (uint8_t)family;
+	e->alen = family == AF_INET ? 4 : 16;
+	fill_eps(e, v, n);
+	e->n_ports = parse_ports(ports, e->ports, max_ports, &cut);
+	if (cut)
+		*limited |= 1u << LIMIT_PORTS;
+	goto out;
+oom:
+	*oom = true;
+out:
+	free(v);
+	free(names.v);
+	return e;
+}
+
+const struct cluster_group *eps_group_of(const struct cluster_eps *e, uint32_t i)
+{
+	uint32_t lo = 0, hi = e->n_groups;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (e->groups[mid].first <= i)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &e->groups[lo];
+}
