@@ -151,14 +151,14 @@ unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
 integration: $(BIN) $(KUBE_DUMP) $(FORBIDDEN) $(CHART_RENDER) $(BENCH_TOOLS)
-	python3 tests/integration/run.py --binary $(BIN)
+	python3 tests/integration/run.py --binary $(BIN) $(INTEGRATION_FLAGS)
 
 # The unit and integration suites again, built with ASan and UBSan: any
 # memory error or leak in the daemon fails the run.
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 sanitize:
 	$(MAKE) BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)" \
-	    unit integration
+	    INTEGRATION_FLAGS=--daemon-tests-only unit integration
 
 # Fuzz targets: clang's libFuzzer with ASan and UBSan (docs/security.md, "Fuzzing").
 # The library is built again by clang with those sanitizers and libFuzzer's

@@ -6,6 +6,9 @@ test_upstream.py.)"""
 
 import authority
 
+# Checks test tooling; starts no localdns (run.py --daemon-tests-only skips it).
+NO_DAEMON = True
+
 EX = authority.zone_path("site.example.")
 
 

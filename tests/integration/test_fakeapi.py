@@ -23,6 +23,9 @@ import harness
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi  # noqa: E402
 
+# Checks test tooling; starts no localdns (run.py --daemon-tests-only skips it).
+NO_DAEMON = True
+
 TOKEN = "tok-1"
 
 
