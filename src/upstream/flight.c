@@ -481,6 +481,8 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 		return false;
 	f->resolving = true;
 	f->ctx = u->ctx;
+	if (!f->retried && u->retry_tokens < RETRY_TOKENS_MAX)
+		u->retry_tokens++;
 	u->ctx->outstanding++;
 	atomic_fetch_add_explicit(&u->n.resolving, 1, memory_order_relaxed);
 	upstream_bump(&u->n.queries);

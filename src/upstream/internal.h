@@ -88,6 +88,11 @@ uint64_t pace_wait_ms(const struct pace *p, uint64_t now_ms);
 #define CLIENT_SLOTS 4096        /* per-client counts (a power of two) */
 #define NO_CLIENT UINT16_MAX     /* a question nobody in particular asked (a refresh) */
 #define SERVFAIL_TTL 5           /* seconds the cache keeps a SERVFAIL */
+/* The retry budget, in tenths of a retry: each first ask earns one, a
+ * retry costs RETRY_COST, so retries stay under a tenth of the questions
+ * (and a quiet resolver may retry a burst of RETRY_TOKENS_MAX / RETRY_COST). */
+#define RETRY_COST 10
+#define RETRY_TOKENS_MAX 1000
 
 /*
  * What an epoll event is about: its data.ptr points at one of these, the
@@ -237,6 +242,7 @@ struct upstream {
 	unsigned n_queued;
 	struct pace pace;
 	unsigned max_per_client;     /* upstream.max_pending_per_client */
+	unsigned retry_tokens;       /* the retry budget (RETRY_COST) */
 	struct client_slot clients[CLIENT_SLOTS];
 	uint8_t client_key[16];
 	struct waiter_list by_timeout; /* until upstream.timeout */

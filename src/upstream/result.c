@@ -204,12 +204,16 @@ void stop_counting(struct upstream *u, struct flight *f)
  * packets were dropped a few times in a row (its server's retransmission
  * timeout has grown), and the same question asked again a moment later is
  * usually answered. A dead upstream costs one more quick failure per new
- * question at most. The clients keep their deadlines either way.
+ * question at most. The clients keep their deadlines either way. Retries
+ * stay within a budget of a tenth of the questions asked: when most
+ * questions fail, asking each twice would only add to what the upstream
+ * is already refusing.
  */
 static bool retried_once(struct upstream *u, struct flight *f, bool current)
 {
-	if (!current || f->retried || !f->waiters)
+	if (!current || f->retried || !f->waiters || u->retry_tokens < RETRY_COST)
 		return false;
+	u->retry_tokens -= RETRY_COST;
 	f->retried = true;
 	if (!ask_or_queue(u, f))
 		return false;

@@ -530,14 +530,40 @@ def test_a_rate_limiting_upstream_costs_latency_not_answers(env):
             return float(re.search(r"(?m)^%s (\S+)$" % re.escape(name), text).group(1))
         # what libunbound learned about the server (RTT, TCP) was kept
         assert metric("localdns_upstream_context_renewals_total") == 0, text
-        # a question libunbound gave up on is asked once more, and only one
-        # that failed twice reaches its client as SERVFAIL
+        # a question libunbound gave up on is asked once more (failures here
+        # are far inside the retry budget), and only one that failed twice
+        # reaches its client as SERVFAIL
         failed = metric('localdns_upstream_errors_total{kind="resolution"}')
         assert metric("localdns_upstream_retries_total") >= failed, text
         assert r["servfail"] == failed, "%s\n%s" % (summary, text)
 
 
 test_a_rate_limiting_upstream_costs_latency_not_answers.timeout = 60
+
+
+def test_retries_stay_within_a_tenth_of_the_questions_when_most_fail(env):
+    # A question libunbound fails is asked once more, but only within a
+    # budget of a tenth of the questions asked (and a burst of 100 after a
+    # quiet spell): when most questions fail, asking each twice only adds
+    # to what the upstream refuses. NSD refuses names outside its zone, so
+    # every one of these fails.
+    names = 2000
+    with authority.Authority({"site.example.": SITE}) as up:
+        mport = harness.free_port()
+        d = forwarding(env, up, upstream={"timeout": "4s", "max_pending_per_client": 65535},
+                       metrics={"listen": "127.0.0.1:%d" % mport})
+        r, summary = harness.dnsgen(env, d.port, [("f%05d.elsewhere.example" % i, "A")
+                                                  for i in range(names)],
+                                    "-n", str(names), "-Q", "1000", "-q", str(names), "-t", "8")
+        assert r["servfail"] == names, summary
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
+            text = h.read().decode()
+
+        def metric(name):
+            return float(re.search(r"(?m)^%s (\S+)$" % re.escape(name), text).group(1))
+        retries = metric("localdns_upstream_retries_total")
+        assert 0 < retries <= 100 + names / 10 + 1, text
+        assert metric('localdns_upstream_results_total{result="SERVFAIL"}') >= names, text
 
 
 def test_max_rate_paces_new_names_and_keeps_their_answers(env):
