@@ -120,6 +120,18 @@ class Dump:
                 st[k] = int(v)
         return st
 
+    def wait_status(self, done, what, timeout=10):
+        """status() again until done(status) holds: a count the client
+        reaches in its own time (a WatchList's relist ends when the client
+        has read the stream's end, after the server has seen the watch)."""
+        deadline = time.monotonic() + timeout
+        st = self.status()
+        while not done(st):
+            assert time.monotonic() < deadline, "%s never happened: %s" % (what, st)
+            time.sleep(0.05)
+            st = self.status()
+        return st
+
     def log(self):
         with open(self.log_path) as f:
             return f.read()
@@ -533,8 +545,7 @@ def test_kube_repeated_410_relists_back_off(env):
         assert len(waits) == 2 and 800 <= waits[0] < 1600 and 1600 <= waits[1] < 3200, waits
         gaps = [reqs[i + 1].time - reqs[i].time for i in range(2)]
         assert gaps[0] >= 0.8 and gaps[1] >= 1.6, gaps
-        st = d.status()
-        assert st["services"]["relists"] == 1, st
+        d.wait_status(lambda st: st["services"]["relists"] == 1, "the relist's end")
         # The other resources never noticed.
         assert api.count("namespaces") == 0, api.requests("namespaces")
         assert not removes(d.lines(d_mark)), d.lines(d_mark)
