@@ -292,6 +292,9 @@ struct cluster {
 
 	/* writer only */
 	struct cds_lfht *slices;     /* "ns/name" -> struct cluster_slice */
+	size_t endpoint_keys, vip_keys; /* nodes in c->endpoints, c->vips */
+	/* buckets of ht, endpoints, vips and slices (cluster_fit_tables) */
+	unsigned long buckets[4];
 	uint64_t next_seq;
 	struct lh_table *namespaces; /* name -> (the key itself) */
 	struct lh_table *local_pods; /* key -> struct cluster_pod */
@@ -341,6 +344,12 @@ void cluster_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *));
  * caller frees it after a grace period. */
 void cluster_add_service(struct cluster *c, struct cluster_service *s);
 void cluster_del_service(struct cluster *c, struct cluster_service *s);
+
+/* Writer, outside the read lock: resize the tables the writer sizes (ht,
+ * endpoints, vips, slices) to what they hold; cheap when nothing is due. */
+void cluster_fit_tables(struct cluster *c);
+/* A table the writer sizes, made with its first buckets (in *buckets). */
+struct cds_lfht *cluster_table_new(unsigned long *buckets);
 
 /* A growing record buffer in node layout, for building one name's records. */
 struct cluster_rrbuf {
