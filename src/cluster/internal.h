@@ -393,19 +393,14 @@ const struct cluster_spec *cluster_vip_next(const struct cluster *c, struct clus
 
 /* ---- parse.c: objects into snapshots (writer) ---------------------------------- */
 
-/* JSON access: a member of an object, a string member, an array's length
- * (NULL, not a string, not an array: NULL or 0). */
-struct json_object *cluster_json_field(struct json_object *o, const char *key);
-const char *cluster_json_text(struct json_object *o, const char *key);
-size_t cluster_json_array_len(struct json_object *a);
-
 /*
  * s's spec from a Service's "spec", for Service svc (key: "ns/name", for
  * logs); NULL when out of memory. Ports past c->max_ports are left out and
  * *limited gets 1 << LIMIT_PORTS.
  */
 struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_service *svc,
-					struct json_object *spec, const char *key, uint8_t *limited);
+					const struct kube_json *spec, const char *key,
+					uint8_t *limited);
 /*
  * A slice's snapshot from an EndpointSlice, with at most max_entries
  * entries (the rest left out: *limited gets 1 << LIMIT_ENDPOINTS; ports past
@@ -414,7 +409,7 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
  * used). NULL when it holds nothing to serve (an FQDN slice, no endpoints)
  * or out of memory (*oom).
  */
-struct cluster_eps *cluster_parse_eps(struct cluster *c, struct json_object *slice,
+struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json *slice,
 				      size_t owner_len, uint32_t max_entries, uint8_t *limited,
 				      bool *oom);
 

@@ -31,9 +31,9 @@
 #include "util/tsan.h"
 #include "zone/zone.h"
 
-#define field cluster_json_field
-#define text cluster_json_text
-#define array_len cluster_json_array_len
+#define field kube_json_get
+#define text kube_json_get_text
+#define array_len kube_json_len
 
 _Static_assert(LIMIT_KINDS == CLUSTER_LIMITS, "cluster_stats.limited has one count per bound");
 
@@ -48,9 +48,9 @@ static bool make_key(char key[512], const char *ns, const char *name)
 }
 
 /* "ns/name" from an object's metadata; false when either is missing. */
-static bool object_key(struct json_object *obj, bool namespaced, char key[512])
+static bool object_key(const struct kube_json *obj, bool namespaced, char key[512])
 {
-	struct json_object *meta = field(obj, "metadata");
+	const struct kube_json *meta = field(obj, "metadata");
 	const char *ns = namespaced ? text(meta, "namespace") : "";
 	const char *name = text(meta, "name");
 
@@ -182,9 +182,9 @@ static void forget_service_if_unused(struct cluster *c, struct cluster_service *
 	cluster_retire(&s->h.rcu, free_service_now);
 }
 
-void cluster_service_upsert(struct cluster *c, struct json_object *obj)
+void cluster_service_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	struct json_object *meta = field(obj, "metadata");
+	const struct kube_json *meta = field(obj, "metadata");
 	const char *ns = text(meta, "namespace"), *name = text(meta, "name");
 	struct cluster_service *s;
 	struct cluster_spec *spec;
@@ -345,9 +345,9 @@ static uint32_t room_for(const struct cluster *c, const struct cluster_service *
 	return others < c->max_endpoints ? c->max_endpoints - others : 0;
 }
 
-void cluster_slice_upsert(struct cluster *c, struct json_object *obj)
+void cluster_slice_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	struct json_object *meta = field(obj, "metadata");
+	const struct kube_json *meta = field(obj, "metadata");
 	const char *svc_name = text(field(meta, "labels"), "kubernetes.io/service-name");
 	const char *ns = text(meta, "namespace");
 	char key[512], svc_key[512];
@@ -425,7 +425,7 @@ static void namespace_names(struct cluster *c, const char *name, bool exists)
 	}
 }
 
-void cluster_namespace_upsert(struct cluster *c, struct json_object *obj)
+void cluster_namespace_upsert(struct cluster *c, const struct kube_json *obj)
 {
 	const char *name = text(field(obj, "metadata"), "name");
 	char *key;
@@ -464,16 +464,16 @@ bool cluster_needs_pods(const struct config *cfg)
 	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED;
 }
 
-static void pod_ips(struct json_object *status, struct cluster_ip **ips, size_t *n)
+static void pod_ips(const struct kube_json *status, struct cluster_ip **ips, size_t *n)
 {
-	struct json_object *list = field(status, "podIPs");
+	const struct kube_json *list = field(status, "podIPs");
 	const char *ip = text(status, "podIP");
 	size_t count = array_len(list);
 
 	*n = 0;
 	*ips = calloc(count ? count : 1, sizeof **ips);
-	for (size_t i = 0; *ips && i < count; i++)
-		*n += cluster_parse_ip(text(json_object_array_get_idx(list, i), "ip") ?: "", &(*ips)[*n]);
+	for (const struct kube_json *e = *ips ? kube_json_first(list) : NULL; e; e = e->next)
+		*n += cluster_parse_ip(text(e, "ip") ?: "", &(*ips)[*n]);
 	if (*ips && !count && ip)
 		*n += cluster_parse_ip(ip, &(*ips)[0]);
 }
@@ -577,19 +577,19 @@ static void free_pod(struct cluster_pod *p)
 }
 
 /* Whether the pod queries from addresses of its own (see clients.c). */
-static bool pod_is_client(struct json_object *obj)
+static bool pod_is_client(const struct kube_json *obj)
 {
-	struct json_object *host_network = field(field(obj, "spec"), "hostNetwork");
+	const struct kube_json *host_network = field(field(obj, "spec"), "hostNetwork");
 	const char *phase = text(field(obj, "status"), "phase");
 
-	if (host_network && json_object_get_boolean(host_network))
+	if (kube_json_true(host_network))
 		return false;
 	if (field(field(obj, "metadata"), "deletionTimestamp"))
 		return false;
 	return !phase || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
 }
 
-void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
+void cluster_pod_upsert(struct cluster *c, const struct kube_json *obj)
 {
 	char key[512];
 	struct cluster_pod *p;

@@ -47,19 +47,12 @@ static struct cluster *make_cluster(const char *pods_mode)
 	return make_cluster_from(yaml);
 }
 
-static struct json_object *parse(const char *json)
-{
-	struct json_object *o = json_tokener_parse(json);
-
-	assert_non_null(o);
-	return o;
-}
-
-#define UPSERT(fn, c, json)                              \
-	do {                                             \
-		struct json_object *o_ = parse(json);    \
-		fn(c, o_);                               \
-		json_object_put(o_);                     \
+#define UPSERT(fn, c, json)                                                 \
+	do {                                                                \
+		struct kube_json_doc *d_ = kube_json_parse(json, strlen(json)); \
+		assert_non_null(d_);                                        \
+		fn(c, kube_json_root(d_));                                  \
+		kube_json_doc_free(d_);                                     \
 	} while (0)
 
 static void add_namespace(struct cluster *c, const char *name)
