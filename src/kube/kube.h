@@ -12,8 +12,8 @@
  * jittered backoff on errors and repeated relists, and the set of object
  * keys (namespace/name) it has delivered, so a relist can report what
  * disappeared. Responses are decoded as they stream in, keeping only the
- * fields DNS reads of one object at a time; one object is bounded by
- * kubernetes.object_max_bytes.
+ * fields DNS reads of one object at a time (struct kube_json, below); one
+ * object is bounded by kubernetes.object_max_bytes.
  *
  * Must never: keep whole objects (the consumer keeps what it needs), hold a
  * whole LIST response, page or watch stream, ask etcd for a LIST the watch
