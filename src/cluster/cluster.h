@@ -50,10 +50,9 @@
 
 #include <sys/socket.h>
 
-#include <json-c/json.h>
-
 #include "config/config.h"
 #include "dns/dns.h"
+#include "kube/kube.h"
 
 struct cluster;
 
@@ -71,13 +70,13 @@ void cluster_free(struct cluster *c);
  * call says, or lack a name, are ignored with a debug log line; fields the
  * table does not use are never read.
  */
-void cluster_service_upsert(struct cluster *c, struct json_object *svc);
+void cluster_service_upsert(struct cluster *c, const struct kube_json *svc);
 void cluster_service_remove(struct cluster *c, const char *ns, const char *name);
-void cluster_slice_upsert(struct cluster *c, struct json_object *slice);
+void cluster_slice_upsert(struct cluster *c, const struct kube_json *slice);
 void cluster_slice_remove(struct cluster *c, const char *ns, const char *name);
-void cluster_namespace_upsert(struct cluster *c, struct json_object *ns);
+void cluster_namespace_upsert(struct cluster *c, const struct kube_json *ns);
 void cluster_namespace_remove(struct cluster *c, const char *name);
-void cluster_pod_upsert(struct cluster *c, struct json_object *pod);
+void cluster_pod_upsert(struct cluster *c, const struct kube_json *pod);
 void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
 
 /*

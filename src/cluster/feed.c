@@ -10,7 +10,7 @@
 
 #include "log/log.h"
 
-static void on_upsert(void *ctx, enum kube_resource r, struct json_object *obj)
+static void on_upsert(void *ctx, enum kube_resource r, const struct kube_json *obj)
 {
 	struct cluster *c = ctx;
 

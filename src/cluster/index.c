@@ -147,6 +147,7 @@ void cluster_index_add_eps(struct cluster *c, struct cluster_eps *e)
 		add_node(c, e, &e->addr_nodes[i], &shared);
 	for (uint32_t g = 0; g < e->n_groups; g++)
 		add_node(c, e, &e->name_nodes[g], &shared);
+	c->endpoint_keys += e->n + e->n_groups;
 	if (shared)
 		atomic_fetch_add(&e->svc->shared, shared);
 }
@@ -163,6 +164,7 @@ void cluster_index_del_eps(struct cluster *c, struct cluster_eps *e)
 		shared += others_of(c, &e->name_nodes[g], node_hash(c, &e->name_nodes[g]));
 		cds_lfht_del(c->endpoints, &e->name_nodes[g].ht);
 	}
+	c->endpoint_keys -= e->n + e->n_groups;
 	if (shared)
 		atomic_fetch_sub(&e->svc->shared, shared);
 }
@@ -175,12 +177,14 @@ void cluster_index_add_spec(struct cluster *c, struct cluster_spec *s)
 		TSAN_PUBLISH(&s->vips[i]);
 		cds_lfht_add(c->vips, addr_hash(c, s->ips[i].family, s->ips[i].addr), &s->vips[i].ht);
 	}
+	c->vip_keys += s->n_ips;
 }
 
 void cluster_index_del_spec(struct cluster *c, struct cluster_spec *s)
 {
 	for (uint8_t i = 0; i < s->n_ips; i++)
 		cds_lfht_del(c->vips, &s->vips[i].ht);
+	c->vip_keys -= s->n_ips;
 }
 
 /* ---- reader ------------------------------------------------------------------- */

@@ -292,6 +292,9 @@ struct cluster {
 
 	/* writer only */
 	struct cds_lfht *slices;     /* "ns/name" -> struct cluster_slice */
+	size_t endpoint_keys, vip_keys; /* nodes in c->endpoints, c->vips */
+	/* buckets of ht, endpoints, vips and slices (cluster_fit_tables) */
+	unsigned long buckets[4];
 	uint64_t next_seq;
 	struct lh_table *namespaces; /* name -> (the key itself) */
 	struct lh_table *local_pods; /* key -> struct cluster_pod */
@@ -342,6 +345,12 @@ void cluster_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *));
 void cluster_add_service(struct cluster *c, struct cluster_service *s);
 void cluster_del_service(struct cluster *c, struct cluster_service *s);
 
+/* Writer, outside the read lock: resize the tables the writer sizes (ht,
+ * endpoints, vips, slices) to what they hold; cheap when nothing is due. */
+void cluster_fit_tables(struct cluster *c);
+/* A table the writer sizes, made with its first buckets (in *buckets). */
+struct cds_lfht *cluster_table_new(unsigned long *buckets);
+
 /* A growing record buffer in node layout, for building one name's records. */
 struct cluster_rrbuf {
 	uint8_t *data;
@@ -384,19 +393,14 @@ const struct cluster_spec *cluster_vip_next(const struct cluster *c, struct clus
 
 /* ---- parse.c: objects into snapshots (writer) ---------------------------------- */
 
-/* JSON access: a member of an object, a string member, an array's length
- * (NULL, not a string, not an array: NULL or 0). */
-struct json_object *cluster_json_field(struct json_object *o, const char *key);
-const char *cluster_json_text(struct json_object *o, const char *key);
-size_t cluster_json_array_len(struct json_object *a);
-
 /*
  * s's spec from a Service's "spec", for Service svc (key: "ns/name", for
  * logs); NULL when out of memory. Ports past c->max_ports are left out and
  * *limited gets 1 << LIMIT_PORTS.
  */
 struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_service *svc,
-					struct json_object *spec, const char *key, uint8_t *limited);
+					const struct kube_json *spec, const char *key,
+					uint8_t *limited);
 /*
  * A slice's snapshot from an EndpointSlice, with at most max_entries
  * entries (the rest left out: *limited gets 1 << LIMIT_ENDPOINTS; ports past
@@ -405,7 +409,7 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
  * used). NULL when it holds nothing to serve (an FQDN slice, no endpoints)
  * or out of memory (*oom).
  */
-struct cluster_eps *cluster_parse_eps(struct cluster *c, struct json_object *slice,
+struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json *slice,
 				      size_t owner_len, uint32_t max_entries, uint8_t *limited,
 				      bool *oom);
 

@@ -31,9 +31,9 @@
 #include "util/tsan.h"
 #include "zone/zone.h"
 
-#define field cluster_json_field
-#define text cluster_json_text
-#define array_len cluster_json_array_len
+#define field kube_json_get
+#define text kube_json_get_text
+#define array_len kube_json_len
 
 _Static_assert(LIMIT_KINDS == CLUSTER_LIMITS, "cluster_stats.limited has one count per bound");
 
@@ -48,9 +48,9 @@ static bool make_key(char key[512], const char *ns, const char *name)
 }
 
 /* "ns/name" from an object's metadata; false when either is missing. */
-static bool object_key(struct json_object *obj, bool namespaced, char key[512])
+static bool object_key(const struct kube_json *obj, bool namespaced, char key[512])
 {
-	struct json_object *meta = field(obj, "metadata");
+	const struct kube_json *meta = field(obj, "metadata");
 	const char *ns = namespaced ? text(meta, "namespace") : "";
 	const char *name = text(meta, "name");
 
@@ -64,14 +64,17 @@ static void *lookup_entry(struct lh_table *t, const char *key)
 	return lh_table_lookup_ex(t, key, &v) ? v : NULL;
 }
 
-static void with_read_lock_begin(void)
+/* A change: the writer's lookups are made under the read lock, as a
+ * reader's; after it the tables are resized to what they now hold. */
+static void change_begin(void)
 {
 	urcu_memb_read_lock();
 }
 
-static void with_read_lock_end(void)
+static void change_end(struct cluster *c)
 {
 	urcu_memb_read_unlock();
+	cluster_fit_tables(c);
 }
 
 /* ---- bounds ---------------------------------------------------------------------- */
@@ -179,9 +182,9 @@ static void forget_service_if_unused(struct cluster *c, struct cluster_service *
 	cluster_retire(&s->h.rcu, free_service_now);
 }
 
-void cluster_service_upsert(struct cluster *c, struct json_object *obj)
+void cluster_service_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	struct json_object *meta = field(obj, "metadata");
+	const struct kube_json *meta = field(obj, "metadata");
 	const char *ns = text(meta, "namespace"), *name = text(meta, "name");
 	struct cluster_service *s;
 	struct cluster_spec *spec;
@@ -190,7 +193,7 @@ void cluster_service_upsert(struct cluster *c, struct json_object *obj)
 
 	if (!object_key(obj, true, key))
 		return;
-	with_read_lock_begin();
+	change_begin();
 	if (!(s = service_entry(c, ns, name, key)))
 		goto out;
 	if (!(spec = cluster_parse_spec(c, s, field(obj, "spec"), key, &limited))) {
@@ -204,7 +207,7 @@ void cluster_service_upsert(struct cluster *c, struct json_object *obj)
 	note_limits(c, s, key, limited);
 	cluster_report_endpoints(c, s);
 out:
-	with_read_lock_end();
+	change_end(c);
 }
 
 void cluster_service_remove(struct cluster *c, const char *ns, const char *name)
@@ -213,14 +216,14 @@ void cluster_service_remove(struct cluster *c, const char *ns, const char *name)
 	size_t len = service_owner(c, ns, name, owner);
 	struct cluster_service *s;
 
-	with_read_lock_begin();
+	change_begin();
 	if (len && (s = cluster_find_service(c, owner, len)) && s->spec) {
 		atomic_fetch_sub(&c->n_services, 1);
 		set_spec(c, s, NULL);
 		cluster_report_endpoints(c, s);
 		forget_service_if_unused(c, s);
 	}
-	with_read_lock_end();
+	change_end(c);
 }
 
 /* ---- EndpointSlices ---------------------------------------------------------------- */
@@ -342,9 +345,9 @@ static uint32_t room_for(const struct cluster *c, const struct cluster_service *
 	return others < c->max_endpoints ? c->max_endpoints - others : 0;
 }
 
-void cluster_slice_upsert(struct cluster *c, struct json_object *obj)
+void cluster_slice_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	struct json_object *meta = field(obj, "metadata");
+	const struct kube_json *meta = field(obj, "metadata");
 	const char *svc_name = text(field(meta, "labels"), "kubernetes.io/service-name");
 	const char *ns = text(meta, "namespace");
 	char key[512], svc_key[512];
@@ -356,7 +359,7 @@ void cluster_slice_upsert(struct cluster *c, struct json_object *obj)
 
 	if (!object_key(obj, true, key) || !svc_name || !*svc_name || !make_key(svc_key, ns, svc_name))
 		return; /* a slice no Service owns names nothing */
-	with_read_lock_begin();
+	change_begin();
 	if (!(sl = slice_entry(c, key)))
 		goto out;
 	s = service_entry(c, ns, svc_name, svc_key);
@@ -376,7 +379,7 @@ void cluster_slice_upsert(struct cluster *c, struct json_object *obj)
 	cluster_report_endpoints(c, s);
 	forget_service_if_unused(c, s);
 out:
-	with_read_lock_end();
+	change_end(c);
 }
 
 static void free_slice_now(struct rcu_head *head)
@@ -392,13 +395,13 @@ void cluster_slice_remove(struct cluster *c, const char *ns, const char *name)
 
 	if (!make_key(key, ns, name))
 		return;
-	with_read_lock_begin();
+	change_begin();
 	if ((sl = find_slice(c, key)) && cds_lfht_del(c->slices, &sl->ht) == 0) {
 		atomic_fetch_sub(&c->n_slices, 1);
 		leave_service(c, sl);
 		cluster_retire(&sl->rcu, free_slice_now);
 	}
-	with_read_lock_end();
+	change_end(c);
 }
 
 /* ---- namespaces ------------------------------------------------------------- */
@@ -422,7 +425,7 @@ static void namespace_names(struct cluster *c, const char *name, bool exists)
 	}
 }
 
-void cluster_namespace_upsert(struct cluster *c, struct json_object *obj)
+void cluster_namespace_upsert(struct cluster *c, const struct kube_json *obj)
 {
 	const char *name = text(field(obj, "metadata"), "name");
 	char *key;
@@ -435,9 +438,9 @@ void cluster_namespace_upsert(struct cluster *c, struct json_object *obj)
 		return;
 	}
 	atomic_fetch_add(&c->n_namespaces, 1);
-	with_read_lock_begin();
+	change_begin();
 	namespace_names(c, name, true);
-	with_read_lock_end();
+	change_end(c);
 }
 
 void cluster_namespace_remove(struct cluster *c, const char *name)
@@ -448,9 +451,9 @@ void cluster_namespace_remove(struct cluster *c, const char *name)
 		return;
 	lh_table_delete(c->namespaces, key);
 	atomic_fetch_sub(&c->n_namespaces, 1);
-	with_read_lock_begin();
+	change_begin();
 	namespace_names(c, name, false);
-	with_read_lock_end();
+	change_end(c);
 	free(key);
 }
 
@@ -461,16 +464,16 @@ bool cluster_needs_pods(const struct config *cfg)
 	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED;
 }
 
-static void pod_ips(struct json_object *status, struct cluster_ip **ips, size_t *n)
+static void pod_ips(const struct kube_json *status, struct cluster_ip **ips, size_t *n)
 {
-	struct json_object *list = field(status, "podIPs");
+	const struct kube_json *list = field(status, "podIPs");
 	const char *ip = text(status, "podIP");
 	size_t count = array_len(list);
 
 	*n = 0;
 	*ips = calloc(count ? count : 1, sizeof **ips);
-	for (size_t i = 0; *ips && i < count; i++)
-		*n += cluster_parse_ip(text(json_object_array_get_idx(list, i), "ip") ?: "", &(*ips)[*n]);
+	for (const struct kube_json *e = *ips ? kube_json_first(list) : NULL; e; e = e->next)
+		*n += cluster_parse_ip(text(e, "ip") ?: "", &(*ips)[*n]);
 	if (*ips && !count && ip)
 		*n += cluster_parse_ip(ip, &(*ips)[0]);
 }
@@ -552,14 +555,14 @@ static void set_pod_names(struct cluster *c, struct cluster_pod *p, const char *
 		memcpy(now + now_len, owner, len);
 		now_len += len;
 	}
-	with_read_lock_begin();
+	change_begin();
 	for (size_t pos = 0; pos < now_len; pos += dns_name_len(now + pos))
 		if (!listed_name(p->names, p->names_len, now + pos))
 			pod_ref(c, now + pos, dns_name_len(now + pos), +1);
 	for (size_t pos = 0; pos < p->names_len; pos += dns_name_len(p->names + pos))
 		if (!listed_name(now, now_len, p->names + pos))
 			pod_ref(c, p->names + pos, dns_name_len(p->names + pos), -1);
-	with_read_lock_end();
+	change_end(c);
 	free(p->names);
 	p->names = now;
 	p->names_len = now_len;
@@ -574,19 +577,19 @@ static void free_pod(struct cluster_pod *p)
 }
 
 /* Whether the pod queries from addresses of its own (see clients.c). */
-static bool pod_is_client(struct json_object *obj)
+static bool pod_is_client(const struct kube_json *obj)
 {
-	struct json_object *host_network = field(field(obj, "spec"), "hostNetwork");
+	const struct kube_json *host_network = field(field(obj, "spec"), "hostNetwork");
 	const char *phase = text(field(obj, "status"), "phase");
 
-	if (host_network && json_object_get_boolean(host_network))
+	if (kube_json_true(host_network))
 		return false;
 	if (field(field(obj, "metadata"), "deletionTimestamp"))
 		return false;
 	return !phase || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
 }
 
-void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
+void cluster_pod_upsert(struct cluster *c, const struct kube_json *obj)
 {
 	char key[512];
 	struct cluster_pod *p;
@@ -608,9 +611,9 @@ void cluster_pod_upsert(struct cluster *c, struct json_object *obj)
 	}
 	pod_ips(field(obj, "status"), &ips, &n);
 	set_pod_names(c, p, ns, ips, n);
-	with_read_lock_begin();
+	change_begin();
 	cluster_clients_set(c, p, ns, ips, pod_is_client(obj) ? n : 0);
-	with_read_lock_end();
+	change_end(c);
 	free(ips);
 }
 
@@ -622,9 +625,9 @@ void cluster_pod_remove(struct cluster *c, const char *ns, const char *name)
 	if (!make_key(key, ns, name) || !(p = lookup_entry(c->local_pods, key)))
 		return;
 	set_pod_names(c, p, ns, NULL, 0);
-	with_read_lock_begin();
+	change_begin();
 	cluster_clients_set(c, p, ns, NULL, 0);
-	with_read_lock_end();
+	change_end(c);
 	lh_table_delete(c->local_pods, p->key);
 	atomic_fetch_sub(&c->n_pods, 1);
 	free_pod(p);
@@ -714,12 +717,6 @@ static int set_zone(struct cluster *c, const struct config *cfg, char *err, size
 	return set_fallthrough(c, cfg, err, errlen);
 }
 
-static struct cds_lfht *new_table(unsigned long size)
-{
-	return cds_lfht_new_flavor(size, size, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-				   &urcu_memb_flavor, NULL);
-}
-
 struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 {
 	struct cluster *c = calloc(1, sizeof *c);
@@ -739,11 +736,13 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 		free(c);
 		return NULL;
 	}
-	c->ht = new_table(1024);
-	c->endpoints = new_table(1024);
-	c->vips = new_table(1024);
-	c->slices = new_table(1024);
-	c->clients = new_table(64);
+	c->ht = cluster_table_new(&c->buckets[0]);
+	c->endpoints = cluster_table_new(&c->buckets[1]);
+	c->vips = cluster_table_new(&c->buckets[2]);
+	c->slices = cluster_table_new(&c->buckets[3]);
+	/* this node's pods: few, and written rarely; liburcu sizes it */
+	c->clients = cds_lfht_new_flavor(64, 64, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
+					 &urcu_memb_flavor, NULL);
 	c->namespaces = lh_kchar_table_new(64, NULL);
 	c->local_pods = lh_kchar_table_new(64, NULL);
 	c->pod_refs = lh_kchar_table_new(64, NULL);
@@ -759,11 +758,11 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 void cluster_set_synced(struct cluster *c)
 {
 	atomic_store_explicit(&c->synced, true, memory_order_release);
-	with_read_lock_begin();
+	urcu_memb_read_lock();
 	cluster_report_synced(c, c->watch.owner_len ? cluster_find_service(c, c->watch.owner,
 									  c->watch.owner_len)
 						    : NULL);
-	with_read_lock_end();
+	urcu_memb_read_unlock();
 }
 
 void cluster_stats(const struct cluster *c, struct cluster_stats *out)

@@ -1,5 +1,5 @@
 /*
- * cluster/parse.c — Kubernetes objects (borrowed JSON) into the table's
+ * cluster/parse.c — Kubernetes objects (borrowed kube_json) into the table's
  * immutable snapshots: a Service's spec and an EndpointSlice's entries,
  * each in one allocation, with the bounds that keep what no real workload
  * needs from costing every node: ports per Service or slice
@@ -15,32 +15,9 @@
 
 #include "log/log.h"
 
-/* ---- JSON access ---------------------------------------------------------------- */
-
-struct json_object *cluster_json_field(struct json_object *o, const char *key)
-{
-	struct json_object *v = NULL;
-
-	if (o && json_object_is_type(o, json_type_object))
-		json_object_object_get_ex(o, key, &v);
-	return v;
-}
-
-const char *cluster_json_text(struct json_object *o, const char *key)
-{
-	struct json_object *v = cluster_json_field(o, key);
-
-	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
-}
-
-size_t cluster_json_array_len(struct json_object *a)
-{
-	return a && json_object_is_type(a, json_type_array) ? json_object_array_length(a) : 0;
-}
-
-#define field cluster_json_field
-#define text cluster_json_text
-#define array_len cluster_json_array_len
+#define field kube_json_get
+#define text kube_json_get_text
+#define array_len kube_json_len
 
 /* ---- ports ----------------------------------------------------------------------- */
 
@@ -75,15 +52,14 @@ static int compare_ports(const void *a, const void *b)
  * has the empty label (CoreDNS lists it in the SRV records of the
  * Service's own name). How many.
  */
-static uint16_t parse_ports(struct json_object *arr, struct cluster_port *out, size_t max,
+static uint16_t parse_ports(const struct kube_json *arr, struct cluster_port *out, size_t max,
 			    bool *cut)
 {
-	size_t n = array_len(arr), kept = 0;
+	size_t kept = 0;
 
-	for (size_t i = 0; i < n; i++) {
-		struct json_object *p = json_object_array_get_idx(arr, i);
+	for (const struct kube_json *p = kube_json_first(arr); p; p = p->next) {
 		const char *name = text(p, "name"), *proto = text(p, "protocol");
-		struct json_object *num = field(p, "port");
+		const struct kube_json *num = field(p, "port");
 		struct cluster_port port = {0};
 		if (!num || !label_of(port.name, sizeof port.name - 1, name ? name : "") ||
 		    !label_of(port.proto, sizeof port.proto - 1, proto && *proto ? proto : "TCP"))
@@ -92,7 +68,7 @@ static uint16_t parse_ports(struct json_object *arr, struct cluster_port *out, s
 			*cut = true;
 			break;
 		}
-		port.port = (uint16_t)json_object_get_int(num);
+		port.port = (uint16_t)kube_json_int(num);
 		out[kept++] = port;
 	}
 	if (kept)
@@ -102,7 +78,7 @@ static uint16_t parse_ports(struct json_object *arr, struct cluster_port *out, s
 	return (uint16_t)kept;
 }
 
-static size_t count_ports(struct json_object *arr, size_t max)
+static size_t count_ports(const struct kube_json *arr, size_t max)
 {
 	size_t n = array_len(arr);
 
@@ -112,17 +88,17 @@ static size_t count_ports(struct json_object *arr, size_t max)
 /* ---- a Service's spec -------------------------------------------------------------- */
 
 /* The ClusterIPs of a Service that has them (clusterIPs, else clusterIP). */
-static uint8_t parse_cluster_ips(struct json_object *spec, struct cluster_ip *out)
+static uint8_t parse_cluster_ips(const struct kube_json *spec, struct cluster_ip *out)
 {
-	struct json_object *list = field(spec, "clusterIPs");
+	const struct kube_json *list = field(spec, "clusterIPs");
 	const char *one = text(spec, "clusterIP");
 	size_t n = array_len(list);
 	uint8_t kept = 0;
 
-	for (size_t i = 0; i < n && kept < CLUSTER_MAX_CLUSTER_IPS; i++) {
-		struct json_object *v = json_object_array_get_idx(list, i);
-		if (json_object_is_type(v, json_type_string) &&
-		    cluster_parse_ip(json_object_get_string(v), &out[kept]))
+	for (const struct kube_json *v = kube_json_first(list);
+	     v && kept < CLUSTER_MAX_CLUSTER_IPS; v = v->next) {
+		const char *ip = kube_json_text(v);
+		if (ip && cluster_parse_ip(ip, &out[kept]))
 			kept++;
 	}
 	if (!n && one && cluster_parse_ip(one, &out[0]))
@@ -130,7 +106,7 @@ static uint8_t parse_cluster_ips(struct json_object *spec, struct cluster_ip *ou
 	return kept;
 }
 
-static enum cluster_service_kind service_kind(struct json_object *spec)
+static enum cluster_service_kind service_kind(const struct kube_json *spec)
 {
 	const char *type = text(spec, "type"), *cluster_ip = text(spec, "clusterIP");
 
@@ -142,7 +118,8 @@ static enum cluster_service_kind service_kind(struct json_object *spec)
 }
 
 /* The ExternalName's target in wire form; 0 when it is none. */
-static size_t external_target(struct json_object *spec, const char *key, uint8_t out[DNS_MAX_NAME])
+static size_t external_target(const struct kube_json *spec, const char *key,
+			      uint8_t out[DNS_MAX_NAME])
 {
 	const char *ext = text(spec, "externalName");
 	int len = ext ? dns_name_from_text(ext, out) : -1;
@@ -156,11 +133,10 @@ static size_t external_target(struct json_object *spec, const char *key, uint8_t
 }
 
 struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_service *svc,
-					struct json_object *spec, const char *key, uint8_t *limited)
+					const struct kube_json *spec, const char *key, uint8_t *limited)
 {
 	enum cluster_service_kind kind = service_kind(spec);
-	struct json_object *pna = field(spec, "publishNotReadyAddresses");
-	struct json_object *ports = field(spec, "ports");
+	const struct kube_json *ports = field(spec, "ports");
 	struct cluster_ip ips[CLUSTER_MAX_CLUSTER_IPS];
 	uint8_t target[DNS_MAX_NAME];
 	uint8_t n_ips = kind == SVC_CLUSTER_IP ? parse_cluster_ips(spec, ips) : 0;
@@ -178,7 +154,7 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 	s->ports = (struct cluster_port *)(s->ips + n_ips);
 	s->svc = svc;
 	s->kind = (uint8_t)kind;
-	s->publish_not_ready = pna && json_object_get_boolean(pna);
+	s->publish_not_ready = kube_json_true(field(spec, "publishNotReadyAddresses"));
 	s->n_ips = n_ips;
 	memcpy(s->ips, ips, n_ips * sizeof *ips);
 	s->n_ports = parse_ports(ports, s->ports, max_ports, &cut);
@@ -229,11 +205,11 @@ static int compare_by_address(const void *a, const void *b)
 }
 
 /* Absent conditions.ready means ready (the API's documented default). */
-static bool endpoint_ready(struct json_object *ep)
+static bool endpoint_ready(const struct kube_json *ep)
 {
-	struct json_object *ready = field(field(ep, "conditions"), "ready");
+	const struct kube_json *ready = field(field(ep, "conditions"), "ready");
 
-	return !ready || json_object_get_boolean(ready);
+	return !ready || kube_json_true(ready);
 }
 
 /*
@@ -241,7 +217,7 @@ static bool endpoint_ready(struct json_object *ep)
  * its targetRef's name (CoreDNS's order); NULL when that is not one DNS
  * label, or would make a name past 255 bytes under owner (*too_long).
  */
-static const char *endpoint_name(const struct cluster *c, struct json_object *ep,
+static const char *endpoint_name(const struct cluster *c, const struct kube_json *ep,
 				 size_t owner_len, char buf[DNS_MAX_LABEL + 1], bool *too_long)
 {
 	const char *hostname = text(ep, "hostname");
@@ -270,27 +246,25 @@ struct names {
 };
 
 /* The slice's endpoint addresses of its family, at most max. */
-static size_t read_entries(const struct cluster *c, struct json_object *eps, int family,
+static size_t read_entries(const struct cluster *c, const struct kube_json *eps, int family,
 			   size_t owner_len, struct entry *out, struct names *names, size_t max,
 			   uint8_t *limited)
 {
-	size_t n = 0, len = array_len(eps);
+	size_t n = 0;
 	bool too_long = false;
 
-	for (size_t i = 0; i < len; i++) {
-		struct json_object *ep = json_object_array_get_idx(eps, i);
-		struct json_object *addrs = field(ep, "addresses");
+	for (const struct kube_json *ep = kube_json_first(eps); ep; ep = ep->next) {
+		const struct kube_json *addrs = field(ep, "addresses");
 		const char *kind = text(field(ep, "targetRef"), "kind");
 		uint8_t flags = (uint8_t)((endpoint_ready(ep) ? EP_READY : 0) |
 					  (kind && strcmp(kind, "Pod") == 0 ? EP_POD : 0));
 		const char *host = endpoint_name(c, ep, owner_len, names->v[names->n], &too_long);
 		if (host)
 			names->n++;
-		for (size_t j = 0; j < array_len(addrs); j++) {
-			struct json_object *a = json_object_array_get_idx(addrs, j);
+		for (const struct kube_json *a = kube_json_first(addrs); a; a = a->next) {
+			const char *addr = kube_json_text(a);
 			struct cluster_ip ip;
-			if (!json_object_is_type(a, json_type_string) ||
-			    !cluster_parse_ip(json_object_get_string(a), &ip) || ip.family != family)
+			if (!addr || !cluster_parse_ip(addr, &ip) || ip.family != family)
 				continue;
 			if (n == max) {
 				*limited |= 1u << LIMIT_ENDPOINTS;
@@ -424,12 +398,12 @@ static void fill_eps(struct cluster_eps *e, const struct entry *v, size_t n)
 			e->groups[k].ready |= (e->flags[i] & EP_READY) != 0;
 }
 
-struct cluster_eps *cluster_parse_eps(struct cluster *c, struct json_object *obj,
+struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json *obj,
 				      size_t owner_len, uint32_t max_entries, uint8_t *limited,
 				      bool *oom)
 {
 	const char *type = text(obj, "addressType");
-	struct json_object *eps = field(obj, "endpoints"), *ports = field(obj, "ports");
+	const struct kube_json *eps = field(obj, "endpoints"), *ports = field(obj, "ports");
 	int family = type && strcmp(type, "IPv4") == 0 ? AF_INET
 		     : type && strcmp(type, "IPv6") == 0 ? AF_INET6 : 0;
 	size_t total = 0, n, named, groups, labels = 0, max_ports = count_ports(ports, c->max_ports);
@@ -441,8 +415,8 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, struct json_object *obj
 	*oom = false;
 	if (!family) /* FQDN slices name no addresses we could serve */
 		return NULL;
-	for (size_t i = 0; i < array_len(eps); i++)
-		total += array_len(field(json_object_array_get_idx(eps, i), "addresses"));
+	for (const struct kube_json *ep = kube_json_first(eps); ep; ep = ep->next)
+		total += array_len(field(ep, "addresses"));
 	if (total > max_entries)
 		total = max_entries + 1; /* one more tells that some were left out */
 	if (!total)

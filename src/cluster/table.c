@@ -9,6 +9,14 @@
  * so a reader sees either the old records of a name or the new ones, never
  * a mix, and the old node is freed by call_rcu after every reader that
  * might hold it has moved on.
+ *
+ * The writer sizes this table and the indexes itself (cluster_fit_tables),
+ * after each change, to 2 to 4 nodes a bucket. liburcu's automatic resize
+ * runs on its own worker thread and grows a table only once chains average
+ * 8 nodes: during a first sync, with the API client and the writer keeping
+ * both cores of a small node busy, that thread lagged and chains grew to
+ * dozens of nodes, which every insert and lookup walks (over half the
+ * writer's time at 500,000 endpoints).
  */
 #include "cluster/internal.h"
 
@@ -135,6 +143,48 @@ void cluster_del_service(struct cluster *c, struct cluster_service *s)
 {
 	if (cds_lfht_del(c->ht, &s->h.ht) == 0)
 		atomic_fetch_sub(&c->n_names, 1);
+}
+
+/* A table's first and smallest size, in buckets (16 bytes each). */
+#define TABLE_MIN_BUCKETS 1024ul
+
+struct cds_lfht *cluster_table_new(unsigned long *buckets)
+{
+	*buckets = TABLE_MIN_BUCKETS;
+	return cds_lfht_new_flavor(TABLE_MIN_BUCKETS, TABLE_MIN_BUCKETS, 0, 0, &urcu_memb_flavor,
+				   NULL);
+}
+
+/* The buckets for n nodes: a power of two with at most 4 nodes each. */
+static unsigned long buckets_for(size_t n)
+{
+	unsigned long b = TABLE_MIN_BUCKETS;
+
+	while (b * 4 < n)
+		b <<= 1;
+	return b;
+}
+
+/* Grow t as soon as its chains would average over 4 nodes; shrink it once
+ * they average under 1 (not sooner, so a table does not flap). A resize
+ * runs here, on the writer, which holds no read lock now: a shrink waits
+ * for a grace period. */
+static void fit(struct cds_lfht *t, unsigned long *buckets, size_t nodes)
+{
+	unsigned long want = buckets_for(nodes);
+
+	if (want > *buckets || want < *buckets / 4) {
+		cds_lfht_resize(t, want);
+		*buckets = want;
+	}
+}
+
+void cluster_fit_tables(struct cluster *c)
+{
+	fit(c->ht, &c->buckets[0], atomic_load_explicit(&c->n_names, memory_order_relaxed));
+	fit(c->endpoints, &c->buckets[1], c->endpoint_keys);
+	fit(c->vips, &c->buckets[2], c->vip_keys);
+	fit(c->slices, &c->buckets[3], atomic_load_explicit(&c->n_slices, memory_order_relaxed));
 }
 
 int cluster_rrbuf_add(struct cluster_rrbuf *b, uint16_t type, const uint8_t *rdata, uint16_t rdlen)

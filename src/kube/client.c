@@ -155,10 +155,10 @@ struct informer {
 	long status;               /* HTTP status, once the headers are in */
 	struct kube_decoder *dec;  /* a 200 response, as it arrives */
 	struct kube_gunzip *gunzip; /* a gzip body (Content-Encoding: gzip), or NULL */
-	uint64_t body_bytes;       /* of an error body */
-	json_tokener *tok;
-	struct json_object *body;  /* an error Status */
-	bool body_bad;             /* the error body is not one JSON value */
+	char *body;                /* an error response's body, as it came (bounded) */
+	uint64_t body_bytes;       /* of it */
+	struct kube_json_doc *error; /* that body parsed, once the transfer is over */
+	bool body_bad;             /* the error body is too large, or not one JSON value */
 	enum stream_stop stop;
 	char *stop_reason;         /* why the stream stopped, for the log */
 	char *stop_key;            /* ns/name of the object over the bound, when known */
@@ -283,30 +283,12 @@ static void set_string(char **field, const char *value)
 	*field = copy;
 }
 
-static const char *json_string_at(struct json_object *obj, const char *key)
-{
-	struct json_object *v;
-
-	return json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_string)
-		       ? json_object_get_string(v)
-		       : NULL;
-}
-
-static struct json_object *json_object_at(struct json_object *obj, const char *key)
-{
-	struct json_object *v;
-
-	return json_object_object_get_ex(obj, key, &v) && json_object_is_type(v, json_type_object)
-		       ? v
-		       : NULL;
-}
-
 /* An object's namespace ("" when cluster-scoped) and name; false without a name. */
-static bool object_key(struct json_object *obj, const char **ns, const char **name)
+static bool object_key(const struct kube_json *obj, const char **ns, const char **name)
 {
-	struct json_object *meta = json_object_at(obj, "metadata");
-	const char *n = meta ? json_string_at(meta, "name") : NULL;
-	const char *s = meta ? json_string_at(meta, "namespace") : NULL;
+	const struct kube_json *meta = kube_json_get(obj, "metadata");
+	const char *n = kube_json_get_text(meta, "name");
+	const char *s = kube_json_get_text(meta, "namespace");
 
 	if (!n || !*n)
 		return false;
@@ -315,15 +297,14 @@ static bool object_key(struct json_object *obj, const char **ns, const char **na
 	return true;
 }
 
-static const char *object_rv(struct json_object *obj)
+static const char *object_rv(const struct kube_json *obj)
 {
-	struct json_object *meta = json_object_at(obj, "metadata");
-	return meta ? json_string_at(meta, "resourceVersion") : NULL;
+	return kube_json_get_text(kube_json_get(obj, "metadata"), "resourceVersion");
 }
 
 /* ---- delivering objects ----------------------------------------------------- */
 
-static void deliver_upsert(struct informer *inf, struct json_object *obj)
+static void deliver_upsert(struct informer *inf, const struct kube_json *obj)
 {
 	const char *ns, *name;
 
@@ -432,7 +413,7 @@ static void relist_consistently(struct informer *inf, const char *why)
 }
 
 /* A LIST item, handed over by the decoder as soon as it is complete. */
-static int take_list_item(void *ctx, struct json_object *obj)
+static int take_list_item(void *ctx, const struct kube_json *obj)
 {
 	deliver_upsert(ctx, obj);
 	return 0;
@@ -441,8 +422,8 @@ static int take_list_item(void *ctx, struct json_object *obj)
 /* A whole 200 LIST response (its items already delivered): the next page, or the end. */
 static void take_list_page(struct informer *inf)
 {
-	struct json_object *meta = kube_decoder_list_meta(inf->dec);
-	const char *rv = meta ? json_string_at(meta, "resourceVersion") : NULL;
+	const struct kube_json *meta = kube_decoder_list_meta(inf->dec);
+	const char *rv = kube_json_get_text(meta, "resourceVersion");
 
 	bool cut = inf->gunzip && kube_gunzip_finish(inf->gunzip) != 0;
 
@@ -458,7 +439,7 @@ static void take_list_page(struct informer *inf)
 	}
 	inf->pages++;
 	note_success(inf);
-	const char *cont = json_string_at(meta, "continue");
+	const char *cont = kube_json_get_text(meta, "continue");
 	if (cont && *cont) {
 		/* resourceVersion=0 paged: this resource has no watch cache, so
 		 * the server pages it from etcd whatever we ask (client-go). */
@@ -473,7 +454,7 @@ static void take_list_page(struct informer *inf)
 
 /* ---- WATCH events ---------------------------------------------------------- */
 
-static void take_watch_object(struct informer *inf, const char *type, struct json_object *obj)
+static void take_watch_object(struct informer *inf, const char *type, const struct kube_json *obj)
 {
 	const char *rv = object_rv(obj);
 
@@ -497,11 +478,11 @@ static void take_watch_object(struct informer *inf, const char *type, struct jso
 	note_event(inf);
 }
 
-static bool is_initial_events_end(struct json_object *bookmark)
+static bool is_initial_events_end(const struct kube_json *bookmark)
 {
-	struct json_object *meta = json_object_at(bookmark, "metadata");
-	struct json_object *notes = meta ? json_object_at(meta, "annotations") : NULL;
-	const char *end = notes ? json_string_at(notes, KUBE_INITIAL_EVENTS_END) : NULL;
+	const struct kube_json *notes = kube_json_get(kube_json_get(bookmark, "metadata"),
+						      "annotations");
+	const char *end = kube_json_get_text(notes, KUBE_INITIAL_EVENTS_END);
 
 	return end && strcmp(end, "true") == 0;
 }
@@ -513,7 +494,8 @@ static bool is_initial_events_end(struct json_object *bookmark)
  * which completes the (re)list at its RV. The stream then goes on as a
  * watch.
  */
-static void take_initial_event(struct informer *inf, const char *type, struct json_object *obj)
+static void take_initial_event(struct informer *inf, const char *type,
+			       const struct kube_json *obj)
 {
 	inf->watch_events++;
 	if (strcmp(type, "BOOKMARK") != 0) {
@@ -532,44 +514,43 @@ static void take_initial_event(struct informer *inf, const char *type, struct js
 
 /* The Status says the server has not reached our RV (client-go's
  * isTooLargeResourceVersionError: the cause, or the message of old servers). */
-static bool status_too_new(struct json_object *status)
+static bool status_too_new(const struct kube_json *status)
 {
-	struct json_object *details = json_object_at(status, "details"), *causes, *code;
-	const char *msg = json_string_at(status, "message");
+	const struct kube_json *causes = kube_json_get(kube_json_get(status, "details"), "causes");
+	const char *msg = kube_json_get_text(status, "message");
 
-	if (!json_object_object_get_ex(status, "code", &code) || json_object_get_int(code) != 504)
+	if (kube_json_int(kube_json_get(status, "code")) != 504)
 		return false;
-	if (details && json_object_object_get_ex(details, "causes", &causes) &&
-	    json_object_is_type(causes, json_type_array))
-		for (size_t i = 0; i < json_object_array_length(causes); i++) {
-			const char *r = json_string_at(json_object_array_get_idx(causes, i), "reason");
-			if (r && strcmp(r, "ResourceVersionTooLarge") == 0)
-				return true;
-		}
+	for (const struct kube_json *c = kube_json_first(causes); c; c = c->next) {
+		const char *r = kube_json_get_text(c, "reason");
+		if (r && strcmp(r, "ResourceVersionTooLarge") == 0)
+			return true;
+	}
 	return msg && strstr(msg, "Too large resource version");
 }
 
 /* An ERROR event carries a Status: 410, our RV is too old; 504 "too large",
  * the server is behind it. */
-static int take_watch_error(struct informer *inf, struct json_object *status)
+static int take_watch_error(struct informer *inf, const struct kube_json *status)
 {
-	struct json_object *code;
-	const char *msg = json_string_at(status, "message");
+	const char *msg = kube_json_get_text(status, "message");
+	int64_t code = kube_json_int(kube_json_get(status, "code"));
+	char why[64];
 
-	set_string(&inf->stop_reason, msg ? msg : json_object_to_json_string(status));
-	bool gone = json_object_object_get_ex(status, "code", &code) && json_object_get_int(code) == 410;
-	inf->stop = gone ? STREAM_GONE : status_too_new(status) ? STREAM_TOO_NEW : STREAM_ERROR_EVENT;
+	snprintf(why, sizeof why, "an ERROR event, code %" PRId64 ", without a message", code);
+	set_string(&inf->stop_reason, msg ? msg : why);
+	inf->stop = code == 410 ? STREAM_GONE : status_too_new(status) ? STREAM_TOO_NEW : STREAM_ERROR_EVENT;
 	return 1;
 }
 
 /* One watch event, handed over by the decoder. Nonzero stops the stream. */
-static int take_watch_event(void *ctx, struct json_object *ev)
+static int take_watch_event(void *ctx, const struct kube_json *ev)
 {
 	struct informer *inf = ctx;
-	const char *type = json_string_at(ev, "type");
-	struct json_object *obj = json_object_at(ev, "object");
+	const char *type = kube_json_get_text(ev, "type");
+	const struct kube_json *obj = kube_json_get(ev, "object");
 
-	if (!type || !obj) {
+	if (!type || !obj || obj->type != KUBE_JSON_OBJECT) {
 		inf->stop = STREAM_BROKEN;
 		set_string(&inf->stop_reason, "a watch event that is not {type, object} JSON");
 		return 1;
@@ -585,26 +566,38 @@ static int take_watch_event(void *ctx, struct json_object *ev)
 
 /* ---- curl callbacks ----------------------------------------------------------- */
 
-/* Body bytes of an error response: parsed as they come. */
+/* Body bytes of an error response (within ERROR_BODY_MAX): kept to be parsed at its end. */
 static void feed_error_body(struct informer *inf, const char *data, size_t len)
 {
-	if (inf->body_bad || inf->body)
-		return;
-	inf->body = json_tokener_parse_ex(inf->tok, data, (int)len);
-	enum json_tokener_error e = json_tokener_get_error(inf->tok);
-	if (!inf->body && e != json_tokener_continue)
+	char *grown = inf->body_bad ? NULL : realloc(inf->body, inf->body_bytes);
+
+	if (!grown) {
 		inf->body_bad = true;
+		return;
+	}
+	memcpy(grown + inf->body_bytes - len, data, len);
+	inf->body = grown;
+}
+
+/* The error response's Status, once the transfer is over; NULL when it
+ * sent none, or no JSON. */
+static const struct kube_json *error_status(struct informer *inf)
+{
+	if (!inf->error && inf->body && !inf->body_bad &&
+	    !(inf->error = kube_json_parse(inf->body, inf->body_bytes)))
+		inf->body_bad = true;
+	return inf->error && !inf->body_bad ? kube_json_root(inf->error) : NULL;
 }
 
 /* "ns/name" of the object the decoder is in, if its metadata has come. */
 static void note_partial_key(struct informer *inf)
 {
-	struct json_object *obj = kube_decoder_partial(inf->dec);
+	const struct kube_json *obj = kube_decoder_partial(inf->dec);
 	const char *ns, *name;
 	char key[512];
 
-	if (inf->kind == REQ_WATCH && obj)
-		obj = json_object_at(obj, "object");
+	if (inf->kind == REQ_WATCH)
+		obj = kube_json_get(obj, "object");
 	if (obj && object_key(obj, &ns, &name)) {
 		snprintf(key, sizeof key, "%s%s%s", ns, *ns ? "/" : "", name);
 		set_string(&inf->stop_key, key);
@@ -798,8 +791,8 @@ static void end_request(struct informer *inf)
 	curl_slist_free_all(inf->headers);
 	kube_decoder_free(inf->dec);
 	kube_gunzip_free(inf->gunzip);
-	json_object_put(inf->body);
-	json_tokener_reset(inf->tok);
+	free(inf->body);
+	kube_json_doc_free(inf->error);
 	free(inf->stop_reason);
 	free(inf->stop_key);
 	inf->easy = NULL;
@@ -807,6 +800,7 @@ static void end_request(struct informer *inf)
 	inf->dec = NULL;
 	inf->gunzip = NULL;
 	inf->body = NULL;
+	inf->error = NULL;
 	inf->body_bad = false;
 	inf->body_bytes = 0;
 	inf->stop = STREAM_OK;
@@ -914,8 +908,9 @@ static int start_request(struct informer *inf)
 /* "reason: message" from a Status body, else the HTTP status alone. */
 static void status_reason(struct informer *inf, char *out, size_t outlen)
 {
-	const char *reason = inf->body ? json_string_at(inf->body, "reason") : NULL;
-	const char *msg = inf->body ? json_string_at(inf->body, "message") : NULL;
+	const struct kube_json *status = error_status(inf);
+	const char *reason = kube_json_get_text(status, "reason");
+	const char *msg = kube_json_get_text(status, "message");
 
 	if (inf->body_bad) {
 		snprintf(out, outlen, "the response body is not JSON");
@@ -995,7 +990,7 @@ static void take_list_result(struct informer *inf, CURLcode cc)
 		snprintf(w, sizeof w, "%" PRIu64, schedule_relist(inf));
 		log_info("kubernetes list continue token expired; listing again", "resource",
 			 kube_resource_names[inf->res], "retry_ms", w);
-	} else if (cc == CURLE_OK && (inf->status == 410 || (inf->body && status_too_new(inf->body)))) {
+	} else if (cc == CURLE_OK && (inf->status == 410 || status_too_new(error_status(inf)))) {
 		char why[512];
 		status_reason(inf, why, sizeof why);
 		relist_consistently(inf, why);
@@ -1024,7 +1019,7 @@ static void take_watch_list_result(struct informer *inf, CURLcode cc)
 	} else if (inf->stop == STREAM_TOO_LARGE) {
 		take_too_large(inf);
 	} else if (inf->stop == STREAM_GONE || inf->stop == STREAM_TOO_NEW ||
-		   (cc == CURLE_OK && (inf->status == 410 || (inf->body && status_too_new(inf->body))))) {
+		   (cc == CURLE_OK && (inf->status == 410 || status_too_new(error_status(inf))))) {
 		char why[512];
 		if (inf->stop_reason)
 			snprintf(why, sizeof why, "%s", inf->stop_reason);
@@ -1301,8 +1296,6 @@ static int init_informers(struct kube_client *k)
 				return -1;
 		}
 		kube_keys_init(&inf->keys);
-		if (!(inf->tok = json_tokener_new()))
-			return -1;
 	}
 	if (k->node) {
 		char *sel = NULL, *esc = curl_easy_escape(NULL, "spec.nodeName=", 0);
@@ -1324,8 +1317,6 @@ static void free_client(struct kube_client *k)
 		struct informer *inf = &k->inf[r];
 		if (inf->k)
 			end_request(inf);
-		if (inf->tok)
-			json_tokener_free(inf->tok);
 		kube_keys_free(&inf->keys);
 		free(inf->selector);
 		free(inf->own_path);

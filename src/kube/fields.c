@@ -13,9 +13,9 @@
 #include "kube/internal.h"
 
 /* A key kept with its whole value. */
-#define WHOLE(k) {.key = (k)}
+#define WHOLE(k) KUBE_FIELD(k)
 /* A key whose object value (or each object in its array value) keeps only these keys. */
-#define ONLY(k, keys) {.key = (k), .sub = (keys)}
+#define ONLY(k, keys) KUBE_FIELD(k, .sub = (keys))
 #define END {.key = NULL}
 
 /* What every object keeps of its metadata. */
@@ -42,8 +42,10 @@ static const struct kube_field slice_labels[] = {WHOLE("kubernetes.io/service-na
 static const struct kube_field slice_meta[] = {META_KEYS, ONLY("labels", slice_labels), END};
 static const struct kube_field target_ref_keys[] = {
 	WHOLE("kind"), WHOLE("namespace"), WHOLE("name"), END};
+static const struct kube_field condition_keys[] = {
+	WHOLE("ready"), WHOLE("serving"), WHOLE("terminating"), END};
 static const struct kube_field endpoint_keys[] = {
-	WHOLE("addresses"), WHOLE("conditions"), WHOLE("hostname"),
+	WHOLE("addresses"), ONLY("conditions", condition_keys), WHOLE("hostname"),
 	ONLY("targetRef", target_ref_keys), END};
 static const struct kube_field slice_keys[] = {
 	ONLY("metadata", slice_meta), WHOLE("addressType"), ONLY("endpoints", endpoint_keys),

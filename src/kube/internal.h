@@ -88,32 +88,35 @@ void kube_token_free(struct kube_token *t);
 #define KUBE_INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
 /*
- * Which keys of a JSON object are kept: key, and for an object value (or
- * each object in an array value) the keys kept of it; sub NULL keeps the
- * whole value. each: the value is an array whose elements are handed out
- * one at a time and never held together (a LIST's items). A table ends
- * with key NULL.
+ * Which keys of a JSON object are kept: key (len bytes), and for an object
+ * value (or each object in an array value) the keys kept of it; sub NULL
+ * keeps the whole value. each: the value is an array whose elements are
+ * handed out one at a time and never held together (a LIST's items). A
+ * table ends with key NULL. KUBE_FIELD makes one from a string literal.
  */
 struct kube_field {
 	const char *key;
+	size_t len;
 	const struct kube_field *sub;
 	bool each;
 };
+#define KUBE_FIELD(k, ...) {.key = (k), .len = sizeof(k) - 1, __VA_ARGS__}
 
 /* What the decoder keeps of each resource's objects (fields.c). */
 const struct kube_field *kube_fields(enum kube_resource r);
 
 /*
  * Decodes a LIST response or a watch stream as it arrives (yajl, a push
- * parser), building a json-c object of each LIST item or watch event with
- * only the kept fields, and handing each to a callback as soon as it is
- * complete: no response, page or whole object is ever held. One object
+ * parser), keeping only the kept fields of each LIST item or watch event
+ * (struct kube_json, kube.h), and handing each to a callback as soon as it
+ * is complete: no response, page or whole object is ever held. One object
  * (an item, an event) longer than object_max bytes is an error, so the
  * parser's own buffer for a token spanning chunks stays bounded too.
  */
 enum kube_decode_kind {
 	KUBE_DECODE_LIST,   /* one List: metadata kept, items handed out */
 	KUBE_DECODE_WATCH,  /* a sequence of events {type, object}, each handed out */
+	KUBE_DECODE_VALUE,  /* one value, all of it kept, none handed out (kube_json_parse) */
 };
 
 #define KUBE_DECODE_BAD (-1)       /* not JSON, or nested too deep */
@@ -121,7 +124,7 @@ enum kube_decode_kind {
 #define KUBE_DECODE_NOMEM (-3)
 
 /* A LIST item or a whole watch event; obj is borrowed for the call. Nonzero stops the decoder. */
-typedef int (*kube_object_fn)(void *ctx, struct json_object *obj);
+typedef int (*kube_object_fn)(void *ctx, const struct kube_json *obj);
 
 struct kube_decoder;
 
@@ -133,9 +136,9 @@ int kube_decoder_feed(struct kube_decoder *d, const char *data, size_t len);
 /* The input is over: 0 when it ended between objects (a LIST: its document complete). */
 int kube_decoder_finish(struct kube_decoder *d);
 /* LIST: the list's metadata kept so far ({resourceVersion, continue}), or NULL. */
-struct json_object *kube_decoder_list_meta(const struct kube_decoder *d);
+const struct kube_json *kube_decoder_list_meta(const struct kube_decoder *d);
 /* The item or event being decoded (what of it has arrived), or NULL: to name it in a log. */
-struct json_object *kube_decoder_partial(const struct kube_decoder *d);
+const struct kube_json *kube_decoder_partial(const struct kube_decoder *d);
 /* Why the last feed or finish failed ("" when it did not). */
 const char *kube_decoder_error(const struct kube_decoder *d);
 void kube_decoder_free(struct kube_decoder *d);

@@ -12,8 +12,8 @@
  * jittered backoff on errors and repeated relists, and the set of object
  * keys (namespace/name) it has delivered, so a relist can report what
  * disappeared. Responses are decoded as they stream in, keeping only the
- * fields DNS reads of one object at a time; one object is bounded by
- * kubernetes.object_max_bytes.
+ * fields DNS reads of one object at a time (struct kube_json, below); one
+ * object is bounded by kubernetes.object_max_bytes.
  *
  * Must never: keep whole objects (the consumer keeps what it needs), hold a
  * whole LIST response, page or watch stream, ask etcd for a LIST the watch
@@ -23,7 +23,6 @@
 #ifndef LOCALDNS_KUBE_H
 #define LOCALDNS_KUBE_H
 
-#include <json-c/json.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +30,50 @@
 #include "config/config.h"
 
 enum kube_resource { KUBE_SERVICES, KUBE_ENDPOINTSLICES, KUBE_NAMESPACES, KUBE_PODS, KUBE_N_RESOURCES };
+
+/*
+ * An object as the client hands it over: the JSON values it kept (kube/
+ * fields.c), read with the functions below (kube/json.c). Borrowed for
+ * the call it is handed to. A JSON null is an element of type
+ * KUBE_JSON_NULL in an array, and no member at all to kube_json_get.
+ */
+enum kube_json_type {
+	KUBE_JSON_NULL, KUBE_JSON_BOOL, KUBE_JSON_NUMBER, KUBE_JSON_STRING, KUBE_JSON_ARRAY,
+	KUBE_JSON_OBJECT,
+};
+
+struct kube_json {
+	enum kube_json_type type;
+	bool boolean;                   /* KUBE_JSON_BOOL */
+	uint32_t count;                 /* KUBE_JSON_ARRAY, _OBJECT: its elements, members */
+	const char *key;                /* a member's key; NULL for an element */
+	const char *text;               /* KUBE_JSON_STRING; _NUMBER: its literal; NUL-ended */
+	size_t len;                     /* of text */
+	const struct kube_json *first;  /* an array's or object's first element or member */
+	const struct kube_json *next;   /* the element or member after this one */
+};
+
+/* obj's member named key (the last one, if repeated); NULL when obj is no
+ * object, has no such member, or it is null. */
+const struct kube_json *kube_json_get(const struct kube_json *obj, const char *key);
+/* v's text when it is a string, else NULL. */
+const char *kube_json_text(const struct kube_json *v);
+/* The text of obj's member key when it is a string, else NULL. */
+const char *kube_json_get_text(const struct kube_json *obj, const char *key);
+/* An array's elements (then ->next); 0 / NULL for anything else. */
+size_t kube_json_len(const struct kube_json *arr);
+const struct kube_json *kube_json_first(const struct kube_json *arr);
+/* A number's integer part (clamped to int64); 0 for anything else. */
+int64_t kube_json_int(const struct kube_json *v);
+/* Whether v is JSON true. */
+bool kube_json_true(const struct kube_json *v);
+
+/* A JSON text parsed whole, every value kept (tests, tools: the client
+ * decodes as bytes arrive). NULL when it is not one JSON value. */
+struct kube_json_doc;
+struct kube_json_doc *kube_json_parse(const char *text, size_t len);
+const struct kube_json *kube_json_root(const struct kube_json_doc *doc);
+void kube_json_doc_free(struct kube_json_doc *doc);
 
 /* "services", "endpointslices", "namespaces", "pods". */
 const char *kube_resource_name(enum kube_resource r);
@@ -45,7 +88,7 @@ struct kube_handler {
 	/* An object was added or changed; obj is borrowed for the call and
 	 * holds only the fields kube/fields.c keeps. A relist delivers every
 	 * listed object again, changed or not. */
-	void (*upsert)(void *ctx, enum kube_resource r, struct json_object *obj);
+	void (*upsert)(void *ctx, enum kube_resource r, const struct kube_json *obj);
 	/* An object is gone: a DELETED event, or a relist that no longer lists it.
 	 * ns is "" for cluster-scoped objects (Namespaces). */
 	void (*remove)(void *ctx, enum kube_resource r, const char *ns, const char *name);

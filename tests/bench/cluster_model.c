@@ -76,9 +76,9 @@ static void put(struct text *t, const char *fmt, ...)
 	}
 }
 
-static struct json_object *parsed(struct text *t)
+static struct kube_json_doc *parsed(struct text *t)
 {
-	struct json_object *o = json_tokener_parse(t->s);
+	struct kube_json_doc *o = kube_json_parse(t->s, t->len);
 
 	if (!o) {
 		fprintf(stderr, "bad JSON: %.200s\n", t->s);
@@ -96,7 +96,7 @@ static void endpoint_ip(char out[32], unsigned base, size_t idx)
 		 idx / 250 % 256, idx % 250 + 1);
 }
 
-static struct json_object *service_json(struct text *t, const char *name, const char *ip,
+static struct kube_json_doc *service_json(struct text *t, const char *name, const char *ip,
 					unsigned ports)
 {
 	put(t, "{\"kind\":\"Service\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"ns0\"},"
@@ -109,7 +109,7 @@ static struct json_object *service_json(struct text *t, const char *name, const 
 	return parsed(t);
 }
 
-static struct json_object *slice_json(struct text *t, const char *svc, const char *name,
+static struct kube_json_doc *slice_json(struct text *t, const char *svc, const char *name,
 				      unsigned base, size_t first, size_t n, unsigned ports)
 {
 	char ip[32];
@@ -132,14 +132,14 @@ static struct json_object *slice_json(struct text *t, const char *svc, const cha
 }
 
 /* Apply o with fn, adding the time it took to *spent; o is freed. */
-static void timed(void (*fn)(struct cluster *, struct json_object *), struct cluster *c,
-		  struct json_object *o, double *spent)
+static void timed(void (*fn)(struct cluster *, const struct kube_json *), struct cluster *c,
+		  struct kube_json_doc *o, double *spent)
 {
 	double t0 = now_s();
 
-	fn(c, o);
+	fn(c, kube_json_root(o));
 	*spent += now_s() - t0;
-	json_object_put(o);
+	kube_json_doc_free(o);
 }
 
 static struct cluster *make_cluster(void)

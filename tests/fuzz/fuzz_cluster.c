@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <json-c/json.h>
 #include <urcu/urcu-memb.h>
 
 #include "cluster/cluster.h"
@@ -58,26 +57,6 @@ struct stream {
 	size_t n_seen, cap_seen;
 };
 
-static const char *json_string_at(struct json_object *obj, const char *key)
-{
-	struct json_object *v;
-
-	return json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v) &&
-		       json_object_is_type(v, json_type_string)
-		       ? json_object_get_string(v)
-		       : NULL;
-}
-
-static struct json_object *json_object_at(struct json_object *obj, const char *key)
-{
-	struct json_object *v;
-
-	return json_object_is_type(obj, json_type_object) && json_object_object_get_ex(obj, key, &v) &&
-		       json_object_is_type(v, json_type_object)
-		       ? v
-		       : NULL;
-}
-
 /* The resource whose informer would read this input: the first kind it names. */
 static enum kube_resource resource_of(const uint8_t *data, size_t size)
 {
@@ -96,7 +75,7 @@ static enum kube_resource resource_of(const uint8_t *data, size_t size)
 	return r;
 }
 
-static void upsert(struct cluster *c, enum kube_resource r, struct json_object *obj)
+static void upsert(struct cluster *c, enum kube_resource r, const struct kube_json *obj)
 {
 	switch (r) {
 	case KUBE_SERVICES: cluster_service_upsert(c, obj); break;
@@ -128,11 +107,11 @@ static void remember(struct stream *s, enum kube_resource r, const char *ns, con
 	s->seen[s->n_seen++] = (struct seen){r, strdup(ns), strdup(name)};
 }
 
-static void take_object(struct stream *s, struct json_object *obj)
+static void take_object(struct stream *s, const struct kube_json *obj)
 {
-	struct json_object *meta = json_object_at(obj, "metadata");
-	const char *name = meta ? json_string_at(meta, "name") : NULL;
-	const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+	const struct kube_json *meta = kube_json_get(obj, "metadata");
+	const char *name = kube_json_get_text(meta, "name");
+	const char *ns = kube_json_get_text(meta, "namespace");
 
 	upsert(s->c, s->res, obj);
 	if (name && *name)
@@ -140,7 +119,7 @@ static void take_object(struct stream *s, struct json_object *obj)
 }
 
 /* A LIST item, as the client takes it (client.c, take_list_item). */
-static int take_item(void *ctx, struct json_object *obj)
+static int take_item(void *ctx, const struct kube_json *obj)
 {
 	struct stream *s = ctx;
 
@@ -150,20 +129,20 @@ static int take_item(void *ctx, struct json_object *obj)
 }
 
 /* One watch event, as the client takes it (client.c, take_watch_event). */
-static int take_event(void *ctx, struct json_object *ev)
+static int take_event(void *ctx, const struct kube_json *ev)
 {
 	struct stream *s = ctx;
-	const char *type = json_string_at(ev, "type");
-	struct json_object *obj = json_object_at(ev, "object");
+	const char *type = kube_json_get_text(ev, "type");
+	const struct kube_json *obj = kube_json_get(ev, "object");
 
-	if (!type || !obj || strcmp(type, "ERROR") == 0)
+	if (!type || !obj || obj->type != KUBE_JSON_OBJECT || strcmp(type, "ERROR") == 0)
 		return 1;
 	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
 		take_object(s, obj);
 	} else if (strcmp(type, "DELETED") == 0) {
-		struct json_object *meta = json_object_at(obj, "metadata");
-		const char *name = meta ? json_string_at(meta, "name") : NULL;
-		const char *ns = meta ? json_string_at(meta, "namespace") : NULL;
+		const struct kube_json *meta = kube_json_get(obj, "metadata");
+		const char *name = kube_json_get_text(meta, "name");
+		const char *ns = kube_json_get_text(meta, "namespace");
 		if (name && *name)
 			remove_object(s->c, s->res, ns ? ns : "", name);
 	}

@@ -90,9 +90,11 @@ static struct upstream_request request;
 
 static void apply_object(const char *kind, const char *json)
 {
-	struct json_object *o = json_tokener_parse(json);
+	struct kube_json_doc *doc = kube_json_parse(json, strlen(json));
+	const struct kube_json *o;
 
-	CHECK(o);
+	CHECK(doc);
+	o = kube_json_root(doc);
 	if (strcmp(kind, "ns") == 0)
 		cluster_namespace_upsert(cluster, o);
 	else if (strcmp(kind, "svc") == 0)
@@ -101,7 +103,7 @@ static void apply_object(const char *kind, const char *json)
 		cluster_slice_upsert(cluster, o);
 	else
 		cluster_pod_upsert(cluster, o);
-	json_object_put(o);
+	kube_json_doc_free(doc);
 }
 
 static void make_query(struct dns_query *q, const char *name, uint16_t qtype, bool dnssec_ok)

@@ -238,6 +238,53 @@ def test_fakeapi_paging_walks_snapshot(env):
                 for r in lists[1:]), lists[:3]
 
 
+def test_fakeapi_paging_within_a_namespace(env):
+    """A namespace's LIST pages through that namespace only, even beside
+    namespaces whose names begin with its name ("a-b", "a0" beside "a"),
+    with remainingItemCount counting its objects alone; a WatchList of it
+    sends them alone; a label selector pages the objects it matches, and
+    the last page says no more remain."""
+    with start() as api:
+        for ns, n in (("a", 25), ("a-b", 7), ("a0", 5), ("b", 3)):
+            api.apply([fakeapi.service(ns, "s%02d" % i,
+                                       labels={"odd": str(i % 2)})
+                       for i in range(n)])
+        seen, cont = [], ""
+        while True:
+            q = "limit=10" + ("&continue=" + cont if cont else "")
+            code, body, _ = call(api, "/api/v1/namespaces/a/services?" + q)
+            assert code == 200, body
+            seen += [(s["metadata"]["namespace"], s["metadata"]["name"])
+                     for s in body["items"]]
+            cont = body["metadata"].get("continue")
+            if not cont:
+                assert "remainingItemCount" not in body["metadata"], body
+                break
+            assert body["metadata"]["remainingItemCount"] == 25 - len(seen)
+        assert seen == [("a", "s%02d" % i) for i in range(25)], seen
+        w = RawWatch(api, "/api/v1/namespaces/a-b/services?watch=1&"
+                     "sendInitialEvents=true&resourceVersionMatch="
+                     "NotOlderThan&allowWatchBookmarks=true")
+        try:
+            evs = w.events(8)
+            assert [(e["type"], e["object"]["metadata"].get("namespace"))
+                    for e in evs] == [("ADDED", "a-b")] * 7 + \
+                [("BOOKMARK", None)], evs
+        finally:
+            w.close()
+        names, cont = [], ""
+        while True:
+            q = "labelSelector=odd%3D1&limit=4" + \
+                ("&continue=" + cont if cont else "")
+            code, body, _ = call(api, "/api/v1/namespaces/a/services?" + q)
+            names += [s["metadata"]["name"] for s in body["items"]]
+            cont = body["metadata"].get("continue")
+            assert "remainingItemCount" not in body["metadata"], body
+            if not cont:
+                break
+        assert names == ["s%02d" % i for i in range(1, 25, 2)], names
+
+
 def test_fakeapi_large_objects(env):
     """Services with large annotations make large LIST pages; each LIST
     request records its body's size (before gzip, which the client gets

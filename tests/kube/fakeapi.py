@@ -29,12 +29,15 @@ can tell:
     real 400/410/504s; list items without kind/apiVersion, as the real
     server sends them;
   * WATCH: chunked newline-delimited JSON events (ADDED, MODIFIED, DELETED,
-    BOOKMARK, ERROR), one chunk per event, flushed at once; events after
-    `resourceVersion` from a bounded history; an RV older than the history
-    (or than a compaction) -> HTTP 200 then an ERROR event carrying a 410
-    Status, then the end of the stream; no RV or "0" -> synthetic ADDED
-    events for the current state first; bookmarks when
-    `allowWatchBookmarks=true`; `timeoutSeconds` ends the stream cleanly;
+    BOOKMARK, ERROR), one chunk per event, flushed at once (initial
+    events go out many chunks to a write, as from the real server while
+    its queue of them is full; Request.initial_sent says when they all
+    went); events after `resourceVersion` from a bounded history; an RV
+    older than the history (or than a compaction) -> HTTP 200 then an
+    ERROR event carrying a 410 Status, then the end of the stream; no RV
+    or "0" -> synthetic ADDED events for the current state first;
+    bookmarks when `allowWatchBookmarks=true`; `timeoutSeconds` ends the
+    stream cleanly;
   * WatchList: `sendInitialEvents=true` (with `resourceVersionMatch=
     NotOlderThan`, else 422) streams the state from the watch cache as
     ADDED events -- at least as new as `resourceVersion` (none: as etcd's
@@ -45,6 +48,11 @@ can tell:
     server without it (the gate off): 422 Invalid. Asked with
     Accept-Encoding: gzip, it comes gzipped one member per event, as from
     1.37 (WatchListCompression); plain watches are never compressed;
+  * serving is cheap, as the real server's is from its watch cache: each
+    stored revision keeps its JSON and its gzipped ADDED event (made once,
+    like the API server's cachingObject), a read of a snapshot keeps the
+    keys live in it for the next page, and a WatchList's state is joined
+    from those bytes, not encoded or compressed per watcher;
   * `fieldSelector` (the per-resource field labels the real server accepts,
     400 on others) and `labelSelector` (=, ==, !=, in, notin, exists, !key)
     on LIST and WATCH; a watcher whose selector stops matching an object
@@ -576,11 +584,14 @@ def combine(*preds):
 
 class Rev:
     """One revision of one key: obj is None for a deletion. item is the
-    JSON of obj without kind/apiVersion (a list item), computed once."""
-    __slots__ = ("rv", "obj", "item")
+    JSON of obj without kind/apiVersion (a list item), computed once.
+    added_gz: the chunk that carries it as a WatchList's initial ADDED
+    event gzipped (see added_gz_chunk()), or None while none was made."""
+    __slots__ = ("rv", "obj", "item", "added_gz")
 
-    def __init__(self, rv, obj, item):
+    def __init__(self, rv, obj, item, added_gz=None):
         self.rv, self.obj, self.item = rv, obj, item
+        self.added_gz = added_gz
 
 
 class Event:
@@ -620,6 +631,31 @@ def full_json(res, item):
     return res.prefix + item[1:]
 
 
+ADDED_HEAD = b'{"type":"ADDED","object":'
+
+
+def added_event_parts(res, item):
+    """item as a WatchList's initial ADDED event line, in pieces to join:
+    the object is copied only by the one join of a whole write."""
+    return (ADDED_HEAD, res.prefix, memoryview(item)[1:], b"}\n")
+
+
+def added_plain_chunk(res, item):
+    """The chunk of that event, plain, in pieces to join."""
+    parts = added_event_parts(res, item)
+    return (b"%x\r\n" % sum(len(p) for p in parts),) + parts + (b"\r\n",)
+
+
+def added_gz_chunk(res, item):
+    """The chunk of that event gzipped, a gzip member of its own (as the
+    stream is compressed, see _watch). Made once per stored revision, as
+    the API server's cachingObject keeps one serialization of an object for
+    all its watchers, so serving a WatchList compresses nothing."""
+    z = gzip.compress(b"".join(added_event_parts(res, item)), compresslevel=1,
+                      mtime=0)
+    return b"%x\r\n%s\r\n" % (len(z), z)
+
+
 class Store:
     """etcd plus the watch cache, in memory.
 
@@ -627,16 +663,19 @@ class Store:
     last one at or before it), so a LIST page can be served at any RV since
     the compaction. The event log keeps the last `history` events; a watch
     can resume from any RV >= watch_floor. cond guards everything and is
-    notified on every change."""
+    notified on every change. gzip_added: make each revision's gzipped
+    ADDED chunk as it is stored (a server that compresses WatchLists)."""
 
-    def __init__(self, history=1000, initial_rv=1):
+    def __init__(self, history=1000, initial_rv=1, gzip_added=False):
         self.cond = threading.Condition()
+        self.gzip_added = gzip_added
         self.rv = initial_rv
         self.compact_rv = initial_rv      # etcd compaction point
         self.watch_floor = initial_rv     # events with rv > this are in log
         self.history = history
         self.revs = {name: {} for name in RESOURCES}    # res -> key -> [Rev]
         self._sorted = {name: None for name in RESOURCES}
+        self._views = {}          # res -> (rv, keys, revs): see view()
         self.log = []
 
     # -- writes (callers hold no lock; these take it)
@@ -670,7 +709,8 @@ class Store:
         # caller may go on changing its own), faster than deepcopy.
         obj = {"kind": res.kind, "apiVersion": res.api_version,
                **json.loads(item)}
-        self._add_rev(res, key, Rev(self.rv, obj, item))
+        gz = added_gz_chunk(res, item) if self.gzip_added else None
+        self._add_rev(res, key, Rev(self.rv, obj, item, gz))
         self._add_event(Event(self.rv, "MODIFIED" if old else "ADDED", res,
                               obj, item, old))
 
@@ -744,35 +784,57 @@ class Store:
         rev = self.rev_at(revs, rv) if revs else None
         return rev if rev is not None and rev.obj is not None else None
 
-    def page(self, res, ns, pred, limit, start, rv):
-        """Up to limit items (0: all) at snapshot rv, keys from start on,
-        within namespace ns. Returns (items, next_key or None, remaining):
-        next_key is set when live keys remain after the page (whether or not
-        they match pred, as etcd's More flag); remaining counts them."""
-        keys = self.sorted_keys(res)
-        prefix = ns + "/" if ns else ""
-        i = bisect.bisect_left(keys, max(start or "", prefix))
-        items = []
-        while i < len(keys):
-            key = keys[i]
-            if not key.startswith(prefix):
-                break
+    def view(self, res, rv):
+        """The keys live at snapshot rv, in key order, and their revisions
+        (etcd's range read at a revision). Built once per snapshot and kept
+        for the next read of it: every page of a paged LIST reads the same
+        snapshot. A snapshot never changes (later writes have later RVs; a
+        compaction drops only what no readable snapshot shows)."""
+        v = self._views.get(res.name)
+        if v is None or v[0] != rv:
+            keys, revs = [], []
+            for key in self.sorted_keys(res):
+                rev = self.live(res, key, rv)
+                if rev is not None:
+                    keys.append(key)
+                    revs.append(rev)
+            v = self._views[res.name] = (rv, keys, revs)
+        return v[1], v[2]
+
+    def select(self, res, ns, pred, limit, start, rv):
+        """Up to limit revisions (0: all) at snapshot rv, keys from start
+        on, within namespace ns. Returns (revs, next_key or None,
+        remaining): next_key is set when live keys remain after the page
+        (whether or not they match pred, as etcd's More flag); remaining
+        counts them."""
+        keys, revs = self.view(res, rv)
+        i, end = 0, len(keys)
+        if ns:
+            # A namespace's keys: from "ns/" to "ns0" ('/' + 1) excluded.
+            i = bisect.bisect_left(keys, ns + "/")
+            end = bisect.bisect_left(keys, ns + "0", i)
+        if start:
+            i = max(i, bisect.bisect_left(keys, start, i, end))
+        if pred is None and not limit:
+            return revs[i:end], None, 0
+        out = []
+        while i < end:
+            rev = revs[i]
             i += 1
-            rev = self.live(res, key, rv)
-            if rev is None or (pred is not None and not pred(rev.obj)):
+            if pred is not None and not pred(rev.obj):
                 continue
-            items.append(rev.item)
-            if limit and len(items) == limit:
-                remaining = 0
-                for k in keys[i:]:
-                    if not k.startswith(prefix):
-                        break
-                    if self.live(res, k, rv) is not None:
-                        remaining += 1
-                if remaining:
-                    return items, key + "\x00", remaining
+            out.append(rev)
+            if limit and len(out) == limit:
+                if i < end:
+                    return out, keys[i - 1] + "\x00", end - i
                 break
-        return items, None, 0
+        return out, None, 0
+
+    def page(self, res, ns, pred, limit, start, rv):
+        """select(), the revisions' list items."""
+        revs, next_key, remaining = self.select(res, ns, pred, limit, start,
+                                                rv)
+        return [rev.item for rev in revs], next_key, remaining
 
     def events_after(self, rv):
         """Events with an RV above rv (caller checked rv >= watch_floor)."""
@@ -872,12 +934,15 @@ class Request:
         # A watch with sendInitialEvents=true (the streaming list).
         self.watch_list = _truthy(self.query.get("sendInitialEvents"))
         self.accept_encoding = None   # the request's Accept-Encoding
+        # A watch: when its initial events (and the bookmark ending them)
+        # were written (time.time()), or None.
+        self.initial_sent = None
 
     def to_dict(self):
         return {k: getattr(self, k) for k in (
             "verb", "resource", "namespace", "name", "path", "raw_query",
             "query", "user", "code", "size", "time", "served_from",
-            "consistent", "watch_list", "accept_encoding")}
+            "consistent", "watch_list", "accept_encoding", "initial_sent")}
 
     def __repr__(self):
         return "<%s %s?%s -> %s>" % (self.verb, self.path, self.raw_query,
@@ -1086,7 +1151,8 @@ class FakeAPI:
         self.gone_reason = gone_reason
         self.rv_wait = 3.0
         self.verbose = verbose
-        self.store = Store(history=history, initial_rv=initial_rv)
+        self.store = Store(history=history, initial_rv=initial_rv,
+                           gzip_added=watch_list and watch_list_compression)
         self._ssl = None
         if tls_cert:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -1788,16 +1854,12 @@ class FakeAPI:
                     too_large, pos = e, rv
                 else:
                     pos = self._cache_rv()
-                    items, _, _ = st.page(res, ns, pred, 0, None, pos)
-                    initial = [b'{"type":"ADDED","object":%s}\n'
-                               % full_json(res, it) for it in items]
+                    initial, _, _ = st.select(res, ns, pred, 0, None, pos)
             elif rv == 0:
                 # No RV and no initial events (WatchList off): "get state
                 # and start at most recent", from etcd.
                 pos = st.rv
-                items, _, _ = st.page(res, ns, pred, 0, None, pos)
-                initial = [b'{"type":"ADDED","object":%s}\n'
-                           % full_json(res, it) for it in items]
+                initial, _, _ = st.select(res, ns, pred, 0, None, pos)
             elif rv < st.watch_floor:
                 expired = rv
                 pos = rv
@@ -1824,27 +1886,66 @@ class FakeAPI:
         with self._lock:
             self._watches.add(watch)
         try:
-            for i, line in enumerate(initial):
-                if initial_events and not self._initial_event_may_go(
-                        res, i, h, watch):
-                    return self._cut(h, res, watch)
-                h.write_chunk(line)
+            if not self._send_initial(h, res, initial, watch,
+                                      held=initial_events):
+                return self._cut(h, res, watch)
             if initial_events and bookmarks:
                 h.write_chunk(self._bookmark(res, pos, initial_end=True))
+            h._req.initial_sent = time.time()
             self._stream(h, res, pred, pos, watch, bookmarks, timeout)
         finally:
             with self._lock:
                 self._watches.discard(watch)
 
-    def _initial_event_may_go(self, res, i, h, watch):
-        """Initial event i of a WatchList waits while hold_initial_events()
-        holds it back; False when the watch was cut meanwhile."""
-        with self.store.cond:
-            while i >= self._held.get(res.name, i + 1):
-                if watch.cut or self._client_gone(h.connection):
+    # Bytes of initial events per write: the API server flushes when its
+    # queue of events is empty, so while the state streams out it writes
+    # large buffers (the chunk framing is one event per chunk all the same).
+    INITIAL_WRITE = 256 * 1024
+
+    def _send_initial(self, h, res, revs, watch, held):
+        """The initial events (revs as ADDED), a gzip member each when the
+        stream is compressed, in large writes of cached bytes. held: a
+        WatchList, which hold_initial_events() may stall. False when the
+        watch was cut meanwhile."""
+        i = 0
+        while i < len(revs):
+            end = len(revs)
+            if held:
+                end = self._initial_events_may_go(res, i, h, watch, end)
+                if end is None:
                     return False
+            elif watch.cut:
+                return False
+            parts, size = [], 0
+            while i < end and size < self.INITIAL_WRITE:
+                rev = revs[i]
+                i += 1
+                if h.gzip_members:
+                    if rev.added_gz is None:
+                        rev.added_gz = added_gz_chunk(res, rev.item)
+                    parts.append(rev.added_gz)
+                    size += len(rev.added_gz)
+                else:
+                    chunk = added_plain_chunk(res, rev.item)
+                    parts.extend(chunk)
+                    size += len(rev.item)
+            h.wfile.write(b"".join(parts))
+        return True
+
+    def _initial_events_may_go(self, res, i, h, watch, end):
+        """Where the initial events from i on may go up to (excluded): end,
+        or the point hold_initial_events() holds them at, waiting while it
+        holds event i back. None when the watch was cut meanwhile."""
+        with self.store.cond:
+            while True:
+                if watch.cut:
+                    return None
+                after = self._held.get(res.name)
+                if after is None or i < after:
+                    return end if after is None else min(end, after)
+                if self._client_gone(h.connection):
+                    return None
                 self.store.cond.wait(0.05)
-            return not watch.cut
 
     def _watch_error(self, h, err):
         h.write_chunk(b'{"type":"ERROR","object":%s}\n'

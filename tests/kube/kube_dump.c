@@ -35,20 +35,14 @@ static void print_key(const char *ns, const char *name)
 		printf("%s", name);
 }
 
-static void on_upsert(void *ctx, enum kube_resource r, struct json_object *obj)
+static void on_upsert(void *ctx, enum kube_resource r, const struct kube_json *obj)
 {
-	struct json_object *meta, *v;
-	const char *ns = "", *name = "?", *rv = "?";
+	const struct kube_json *meta = kube_json_get(obj, "metadata");
+	const char *ns = kube_json_get_text(meta, "namespace") ?: "";
+	const char *name = kube_json_get_text(meta, "name") ?: "?";
+	const char *rv = kube_json_get_text(meta, "resourceVersion") ?: "?";
 
 	(void)ctx;
-	if (json_object_object_get_ex(obj, "metadata", &meta)) {
-		if (json_object_object_get_ex(meta, "namespace", &v))
-			ns = json_object_get_string(v);
-		if (json_object_object_get_ex(meta, "name", &v))
-			name = json_object_get_string(v);
-		if (json_object_object_get_ex(meta, "resourceVersion", &v))
-			rv = json_object_get_string(v);
-	}
 	flockfile(stdout); /* one whole line: the main thread prints status lines */
 	printf("upsert %s ", kube_resource_name(r));
 	print_key(ns, name);

@@ -40,20 +40,13 @@ static char resolv_conf[64]; /* the node's resolv.conf, made by setup */
 static const char *prod_client = "10.1.0.50"; /* a pod of this node in prod */
 static const char *team_client = "10.1.0.51"; /* ... in team */
 
-static struct json_object *parse(const char *json)
+static void apply(void (*fn)(struct cluster *, const struct kube_json *), const char *json)
 {
-	struct json_object *o = json_tokener_parse(json);
+	struct kube_json_doc *doc = kube_json_parse(json, strlen(json));
 
-	assert_non_null(o);
-	return o;
-}
-
-static void apply(void (*fn)(struct cluster *, struct json_object *), const char *json)
-{
-	struct json_object *o = parse(json);
-
-	fn(cluster, o);
-	json_object_put(o);
+	assert_non_null(doc);
+	fn(cluster, kube_json_root(doc));
+	kube_json_doc_free(doc);
 }
 
 static void add_pod(const char *ns, const char *name, const char *ip)

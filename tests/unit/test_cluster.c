@@ -47,19 +47,12 @@ static struct cluster *make_cluster(const char *pods_mode)
 	return make_cluster_from(yaml);
 }
 
-static struct json_object *parse(const char *json)
-{
-	struct json_object *o = json_tokener_parse(json);
-
-	assert_non_null(o);
-	return o;
-}
-
-#define UPSERT(fn, c, json)                              \
-	do {                                             \
-		struct json_object *o_ = parse(json);    \
-		fn(c, o_);                               \
-		json_object_put(o_);                     \
+#define UPSERT(fn, c, json)                                                 \
+	do {                                                                \
+		struct kube_json_doc *d_ = kube_json_parse(json, strlen(json)); \
+		assert_non_null(d_);                                        \
+		fn(c, kube_json_root(d_));                                  \
+		kube_json_doc_free(d_);                                     \
 	} while (0)
 
 static void add_namespace(struct cluster *c, const char *name)
@@ -1153,6 +1146,80 @@ static void test_readers_beside_the_writer_see_whole_states(void **state)
 	}
 }
 
+/* Services (with a ClusterIP) and slices (4 endpoints) to fill the tables
+ * past several sizes. */
+#define FILLERS 6000
+
+static void upsert_filler(struct cluster *c, int i)
+{
+	char json[1024];
+	int k = i * 4;
+
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"Service\",\"metadata\":{\"name\":\"fill%d\",\"namespace\":\"prod\"},"
+		 "\"spec\":{\"clusterIP\":\"10.100.%d.%d\",\"clusterIPs\":[\"10.100.%d.%d\"]}}",
+		 i, i / 256, i % 256, i / 256, i % 256);
+	UPSERT(cluster_service_upsert, c, json);
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+		 "\"metadata\":{\"name\":\"fill%d-s\",\"namespace\":\"prod\","
+		 "\"labels\":{\"kubernetes.io/service-name\":\"fill%d\"}},"
+		 "\"endpoints\":[{\"addresses\":[\"10.200.%d.%d\"]},{\"addresses\":[\"10.200.%d.%d\"]},"
+		 "{\"addresses\":[\"10.200.%d.%d\"]},{\"addresses\":[\"10.200.%d.%d\"]}]}",
+		 i, i, k / 256, k % 256, (k + 1) / 256, (k + 1) % 256, (k + 2) / 256, (k + 2) % 256,
+		 (k + 3) / 256, (k + 3) % 256);
+	UPSERT(cluster_slice_upsert, c, json);
+}
+
+/*
+ * The writer resizes its tables as they fill and as they empty (table.c):
+ * readers asking about names that stay meanwhile always get them, each
+ * name added is answered with its data, and each name removed is gone.
+ */
+static void test_tables_grow_and_shrink_beside_readers(void **state)
+{
+	struct cluster *c = *state;
+	struct reader readers[READERS];
+	atomic_bool stop = false;
+	struct reply r;
+
+	for (int i = 0; i < READERS; i++) {
+		readers[i] = (struct reader){.c = c, .stop = &stop};
+		assert_int_equal(pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]), 0);
+	}
+	for (int i = 0; i < FILLERS; i++)
+		upsert_filler(c, i);
+	for (int i = 0; i < FILLERS; i += 997) {
+		char name[128], ptr[64];
+		int k = i * 4 + 3;
+		snprintf(name, sizeof name, "fill%d.prod.svc.cluster.local", i);
+		ask(c, name, DNS_T_A, &r);
+		snprintf(ptr, sizeof ptr, "10.100.%d.%d", i / 256, i % 256);
+		assert_true(has_answer_address(&r, DNS_T_A, ptr));
+		snprintf(ptr, sizeof ptr, "%d.%d.200.10.in-addr.arpa", k % 256, k / 256);
+		ask(c, ptr, DNS_T_PTR, &r);
+		assert_int_equal(rcode(&r), DNS_R_NOERROR);
+		assert_int_equal(r.v->an, 1);
+	}
+	for (int i = 0; i < FILLERS; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "fill%d", i);
+		cluster_service_remove(c, "prod", name);
+		snprintf(name, sizeof name, "fill%d-s", i);
+		cluster_slice_remove(c, "prod", name);
+	}
+	assert_nxdomain(c, "fill0.prod.svc.cluster.local");
+	assert_nxdomain(c, "fill5999.prod.svc.cluster.local");
+	ask(c, "3.0.200.10.in-addr.arpa", DNS_T_PTR, &r);
+	assert_int_equal(r.v->an, 0);
+	atomic_store(&stop, true);
+	for (int i = 0; i < READERS; i++) {
+		pthread_join(readers[i].thread, NULL);
+		assert_true(atomic_load(&readers[i].reads) > 0);
+		assert_int_equal(readers[i].bad, 0);
+	}
+}
+
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 {
 	static const struct {
@@ -1255,6 +1322,7 @@ int main(void)
 						unregister_thread),
 		cmocka_unit_test_setup_teardown(test_readers_beside_the_writer_see_whole_states, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_tables_grow_and_shrink_beside_readers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -47,12 +47,12 @@ static struct cluster *make_cluster(const char *options)
 	return c;
 }
 
-#define UPSERT(fn, c, json)                                   \
-	do {                                                  \
-		struct json_object *o_ = json_tokener_parse(json); \
-		assert_non_null(o_);                          \
-		fn(c, o_);                                    \
-		json_object_put(o_);                          \
+#define UPSERT(fn, c, json)                                                 \
+	do {                                                                \
+		struct kube_json_doc *d_ = kube_json_parse(json, strlen(json)); \
+		assert_non_null(d_);                                        \
+		fn(c, kube_json_root(d_));                                  \
+		kube_json_doc_free(d_);                                     \
 	} while (0)
 
 #define NS(name) "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" name "\"}}"
@@ -127,17 +127,20 @@ static const char *const shop[] = {
 static void load(struct cluster *c, const char *const *objects)
 {
 	for (; *objects; objects++) {
-		struct json_object *o = json_tokener_parse(*objects);
+		struct kube_json_doc *doc = kube_json_parse(*objects, strlen(*objects));
+		const struct kube_json *o;
 		const char *kind;
-		assert_non_null(o);
-		kind = json_object_get_string(json_object_object_get(o, "kind"));
+		assert_non_null(doc);
+		o = kube_json_root(doc);
+		kind = kube_json_get_text(o, "kind");
+		assert_non_null(kind);
 		if (strcmp(kind, "Namespace") == 0)
 			cluster_namespace_upsert(c, o);
 		else if (strcmp(kind, "Service") == 0)
 			cluster_service_upsert(c, o);
 		else
 			cluster_slice_upsert(c, o);
-		json_object_put(o);
+		kube_json_doc_free(doc);
 	}
 	cluster_set_synced(c);
 }

@@ -19,6 +19,7 @@
 #include <zlib.h>
 #include <cmocka.h>
 
+#include "alloc_count.h"
 #include "kube/internal.h"
 
 /* ---- the streaming decoder ------------------------------------------------------ */
@@ -29,18 +30,67 @@ struct collected {
 	size_t stop_after; /* return 7 from the callback at this object (0: never) */
 };
 
-static int count_object(void *ctx, struct json_object *obj)
+/* A kept value as compact JSON text, appended to out (at *len, within cap). */
+static void put_json(const struct kube_json *v, char *out, size_t *len, size_t cap)
+{
+	switch (v->type) {
+	case KUBE_JSON_NULL:
+		*len += (size_t)snprintf(out + *len, cap - *len, "null");
+		break;
+	case KUBE_JSON_BOOL:
+		*len += (size_t)snprintf(out + *len, cap - *len, v->boolean ? "true" : "false");
+		break;
+	case KUBE_JSON_NUMBER:
+		*len += (size_t)snprintf(out + *len, cap - *len, "%s", v->text);
+		break;
+	case KUBE_JSON_STRING:
+		*len += (size_t)snprintf(out + *len, cap - *len, "\"");
+		for (size_t i = 0; i < v->len; i++) {
+			unsigned char ch = (unsigned char)v->text[i];
+			*len += (size_t)snprintf(out + *len, cap - *len,
+						 ch == '"' || ch == '\\' ? "\\%c" : ch < 0x20 ? "\\u%04x" : "%c",
+						 ch);
+		}
+		*len += (size_t)snprintf(out + *len, cap - *len, "\"");
+		break;
+	case KUBE_JSON_ARRAY:
+	case KUBE_JSON_OBJECT:
+		*len += (size_t)snprintf(out + *len, cap - *len, v->type == KUBE_JSON_ARRAY ? "[" : "{");
+		for (const struct kube_json *e = v->first; e; e = e->next) {
+			if (e != v->first)
+				*len += (size_t)snprintf(out + *len, cap - *len, ",");
+			if (e->key)
+				*len += (size_t)snprintf(out + *len, cap - *len, "\"%s\":", e->key);
+			put_json(e, out, len, cap);
+		}
+		*len += (size_t)snprintf(out + *len, cap - *len, v->type == KUBE_JSON_ARRAY ? "]" : "}");
+		break;
+	}
+	assert_true(*len < cap);
+}
+
+/* v as compact JSON text (in a static buffer). */
+static const char *json_text(const struct kube_json *v)
+{
+	static char buf[8192];
+	size_t len = 0;
+
+	assert_non_null(v);
+	put_json(v, buf, &len, sizeof buf);
+	return buf;
+}
+
+static int count_object(void *ctx, const struct kube_json *obj)
 {
 	(void)obj;
 	((struct collected *)ctx)->n++;
 	return 0;
 }
 
-static int collect_object(void *ctx, struct json_object *obj)
+static int collect_object(void *ctx, const struct kube_json *obj)
 {
 	struct collected *c = ctx;
-	const char *json = json_object_to_json_string_ext(
-		obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	const char *json = json_text(obj);
 	size_t used = strlen(c->text);
 
 	assert_true(used + strlen(json) + 2 < sizeof c->text);
@@ -107,9 +157,9 @@ static void test_decode_list_any_chunk_size(void **state)
 		assert_int_equal(feed_in_chunks(d, service_list, chunk), 0);
 		assert_int_equal(kube_decoder_finish(d), 0);
 		assert_string_equal(c.text, service_items);
-		struct json_object *meta = kube_decoder_list_meta(d);
+		const struct kube_json *meta = kube_decoder_list_meta(d);
 		assert_non_null(meta);
-		assert_string_equal(json_object_to_json_string_ext(meta, JSON_C_TO_STRING_PLAIN),
+		assert_string_equal(json_text(meta),
 				    "{\"resourceVersion\":\"42\",\"continue\":\"eyJ2Ijoi\"}");
 		assert_null(kube_decoder_partial(d));
 		kube_decoder_free(d);
@@ -131,8 +181,7 @@ static void test_decode_list_items_as_they_close(void **state)
 	assert_null(kube_decoder_partial(d));
 	assert_int_equal(kube_decoder_feed(d, first, 30), 0);
 	assert_int_equal(c.n, 1);
-	assert_string_equal(json_object_to_json_string_ext(kube_decoder_partial(d),
-							   JSON_C_TO_STRING_PLAIN),
+	assert_string_equal(json_text(kube_decoder_partial(d)),
 			    "{\"metadata\":{\"name\":\"ext\"}}");
 	/* Cut here: the LIST is not whole. */
 	assert_int_equal(kube_decoder_finish(d), KUBE_DECODE_BAD);
@@ -224,8 +273,7 @@ static void test_decode_object_bound(void **state)
 				     collect_object, &none);
 		assert_int_equal(feed_in_chunks(d, big, chunk), KUBE_DECODE_TOO_LARGE);
 		assert_int_equal(none.n, 0);
-		assert_string_equal(json_object_to_json_string_ext(kube_decoder_partial(d),
-								   JSON_C_TO_STRING_PLAIN),
+		assert_string_equal(json_text(kube_decoder_partial(d)),
 				    "{\"metadata\":{\"name\":\"s0\",\"namespace\":\"n\",\"annotations\":{}}}");
 		assert_non_null(strstr(kube_decoder_error(d), "larger than 2500 bytes"));
 		/* It stays stopped. */
@@ -273,6 +321,163 @@ static void test_decode_errors_and_stop(void **state)
 	assert_int_equal(s.n, 2);
 	assert_int_equal(kube_decoder_feed(d, "x", 1), 7);
 	kube_decoder_free(d);
+}
+
+/* A LIST of n EndpointSlices of eps endpoints each (and a hostname of
+ * host_len bytes in the first one, if any), appended to a malloc'd text. */
+static char *slice_list(int n, int eps, size_t host_len)
+{
+	size_t cap = 256 + (size_t)n * (300 + (size_t)eps * 260) + host_len, len = 0;
+	char *t = malloc(cap);
+
+	assert_non_null(t);
+	len += (size_t)snprintf(t + len, cap - len, "{\"metadata\":{\"resourceVersion\":\"7\"},\"items\":[");
+	for (int i = 0; i < n; i++) {
+		len += (size_t)snprintf(t + len, cap - len,
+					"%s{\"metadata\":{\"name\":\"s%d\",\"namespace\":\"n\",\"labels\":"
+					"{\"kubernetes.io/service-name\":\"s%d\"},\"uid\":\"u\"},"
+					"\"addressType\":\"IPv4\",\"endpoints\":[",
+					i ? "," : "", i, i);
+		for (int j = 0; j < eps; j++) {
+			len += (size_t)snprintf(t + len, cap - len,
+						"%s{\"addresses\":[\"10.%d.%d.%d\"],\"conditions\":{\"ready\":"
+						"true,\"serving\":true,\"terminating\":false},\"targetRef\":"
+						"{\"kind\":\"Pod\",\"namespace\":\"n\",\"name\":\"p%d\",\"uid\":"
+						"\"x\"},\"nodeName\":\"node-a\"",
+						j ? "," : "", i % 256, j / 256, j % 256, j);
+			if (i == 0 && j == 0 && host_len) {
+				len += (size_t)snprintf(t + len, cap - len, ",\"hostname\":\"");
+				memset(t + len, 'h', host_len);
+				len += host_len;
+				t[len++] = '"';
+			}
+			t[len++] = '}';
+		}
+		len += (size_t)snprintf(t + len, cap - len,
+					"],\"ports\":[{\"name\":\"http\",\"protocol\":\"TCP\",\"port\":80}]}");
+	}
+	snprintf(t + len, cap - len, "]}");
+	return t;
+}
+
+struct slices_seen {
+	size_t n, endpoints, host_len;
+	bool intact; /* every endpoint read back as it was sent */
+};
+
+static int check_slice(void *ctx, const struct kube_json *obj)
+{
+	struct slices_seen *s = ctx;
+	const struct kube_json *eps = kube_json_get(obj, "endpoints");
+	int j = 0;
+
+	for (const struct kube_json *e = kube_json_first(eps); e; e = e->next, j++) {
+		const char *pod = kube_json_get_text(kube_json_get(e, "targetRef"), "name");
+		const char *host = kube_json_get_text(e, "hostname");
+		char want[16];
+		snprintf(want, sizeof want, "p%d", j);
+		s->intact &= pod && strcmp(pod, want) == 0 &&
+			     kube_json_true(kube_json_get(kube_json_get(e, "conditions"), "ready")) &&
+			     kube_json_len(kube_json_get(e, "addresses")) == 1;
+		if (host)
+			s->host_len = strlen(host);
+	}
+	s->intact &= kube_json_int(kube_json_get(kube_json_first(kube_json_get(obj, "ports")),
+						 "port")) == 80;
+	s->endpoints += kube_json_len(eps);
+	s->n++;
+	return 0;
+}
+
+/*
+ * Once the decoder has held an object as large as the next ones, handing
+ * objects out costs no allocation: what is kept goes into its arena,
+ * rewound after each (counted by alloc_count.h's wrappers).
+ */
+static void test_decode_objects_cost_no_allocation_once_warm(void **state)
+{
+	(void)state;
+	char *text = slice_list(50, 10, 0);
+	struct slices_seen seen = {.intact = true};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_ENDPOINTSLICES),
+						  1 << 20, check_slice, &seen);
+	const char *second = strstr(text, ",{\"metadata\":{\"name\":\"s1\"");
+
+	assert_true(alloc_counting_works());
+	assert_int_equal(kube_decoder_feed(d, text, (size_t)(second - text)), 0);
+	atomic_store(&counting, true);
+	assert_int_equal(kube_decoder_feed(d, second, strlen(second)), 0);
+	atomic_store(&counting, false);
+	assert_int_equal(forbidden_calls, 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	assert_int_equal(seen.n, 50);
+	assert_int_equal(seen.endpoints, 500);
+	assert_true(seen.intact);
+	kube_decoder_free(d);
+	free(text);
+}
+
+/* An object far larger than one arena block (and a string larger than a
+ * block) is handed out whole, and so is each smaller one after it. */
+static void test_decode_objects_larger_than_a_block(void **state)
+{
+	(void)state;
+	char *text = slice_list(3, 2000, 100000);
+	struct slices_seen seen = {.intact = true};
+	struct kube_decoder *d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_ENDPOINTSLICES),
+						  8 << 20, check_slice, &seen);
+
+	assert_int_equal(feed_in_chunks(d, text, 4096), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	assert_int_equal(seen.n, 3);
+	assert_int_equal(seen.endpoints, 6000);
+	assert_int_equal(seen.host_len, 100000);
+	assert_true(seen.intact);
+	kube_decoder_free(d);
+	free(text);
+}
+
+/* Reading kept values: a repeated key reads as its last value, a null
+ * member as none, a number's integer part, and any value of another type
+ * as nothing; a whole text parses into one value, or fails. */
+static void test_json_reads_and_whole_texts(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"{\"a\":1,\"a\":\"two\",\"n\":null,\"big\":99999999999999999999,\"f\":80.9,"
+		"\"e\":1e3,\"neg\":-5,\"t\":true,\"s\":\"x\",\"arr\":[null,\"y\",3],\"o\":{}}";
+	struct kube_json_doc *doc = kube_json_parse(text, strlen(text));
+	const struct kube_json *root, *arr;
+
+	assert_non_null(doc);
+	root = kube_json_root(doc);
+	assert_string_equal(kube_json_get_text(root, "a"), "two");
+	assert_null(kube_json_get(root, "n"));
+	assert_null(kube_json_get(root, "missing"));
+	assert_true(kube_json_int(kube_json_get(root, "big")) == INT64_MAX);
+	assert_int_equal(kube_json_int(kube_json_get(root, "f")), 80);
+	assert_int_equal(kube_json_int(kube_json_get(root, "e")), 1000);
+	assert_int_equal(kube_json_int(kube_json_get(root, "neg")), -5);
+	assert_int_equal(kube_json_int(kube_json_get(root, "s")), 0);
+	assert_true(kube_json_true(kube_json_get(root, "t")));
+	assert_false(kube_json_true(kube_json_get(root, "s")));
+	assert_null(kube_json_get_text(root, "t"));
+	arr = kube_json_get(root, "arr");
+	assert_int_equal(kube_json_len(arr), 3);
+	assert_int_equal(kube_json_first(arr)->type, KUBE_JSON_NULL);
+	assert_string_equal(kube_json_text(kube_json_first(arr)->next), "y");
+	assert_int_equal(kube_json_len(root), 0);
+	assert_null(kube_json_first(kube_json_get(root, "o")));
+	assert_null(kube_json_get(arr, "a"));
+	assert_string_equal(json_text(root), text);
+	kube_json_doc_free(doc);
+
+	assert_null(kube_json_parse("{\"a\":", 5));
+	assert_null(kube_json_parse("{} {}", 5));
+	assert_null(kube_json_parse("", 0));
+	doc = kube_json_parse("\"only\"", 6);
+	assert_string_equal(kube_json_text(kube_json_root(doc)), "only");
+	kube_json_doc_free(doc);
 }
 
 /* ---- gzip bodies ------------------------------------------------------------------ */
@@ -811,6 +1016,9 @@ int main(void)
 		cmocka_unit_test(test_decode_watch_any_chunk_size),
 		cmocka_unit_test(test_decode_object_bound),
 		cmocka_unit_test(test_decode_errors_and_stop),
+		cmocka_unit_test(test_decode_objects_cost_no_allocation_once_warm),
+		cmocka_unit_test(test_decode_objects_larger_than_a_block),
+		cmocka_unit_test(test_json_reads_and_whole_texts),
 		cmocka_unit_test(test_gunzip_member_after_member),
 		cmocka_unit_test(test_gunzip_errors_and_stop),
 		cmocka_unit_test(test_backoff_grows_jitters_and_caps),
