@@ -1159,6 +1159,7 @@ void cache_key_of(const struct cache *c, const struct dns_query *q, struct cache
 {
 	k->name_hash = name_hash(c, q->qname, q->qname_len);
 	k->hash = key_hash(k->name_hash, q->qtype, q->qclass, query_keyflags(q));
+	k->bucket = NULL;
 }
 
 static _Atomic(struct entry *) *bucket_of(const struct cache *c, const struct cache_key *k)
@@ -1169,9 +1170,10 @@ static _Atomic(struct entry *) *bucket_of(const struct cache *c, const struct ca
 	return &b->head[k->hash & b->mask];
 }
 
-void cache_prefetch_bucket(const struct cache *c, const struct cache_key *k)
+void cache_prefetch_bucket(const struct cache *c, struct cache_key *k)
 {
-	__builtin_prefetch(bucket_of(c, k));
+	k->bucket = bucket_of(c, k);
+	__builtin_prefetch(k->bucket);
 }
 
 /*
@@ -1182,9 +1184,14 @@ void cache_prefetch_bucket(const struct cache *c, const struct cache_key *k)
 #define ENTRY_PREFETCH_BYTES 192
 #define CACHE_LINE 64
 
-void cache_prefetch_entry(const struct cache *c, const struct cache_key *k)
+void cache_prefetch_entry(const struct cache_key *k)
 {
-	const struct entry *e = atomic_load_explicit(bucket_of(c, k), memory_order_acquire);
+	/* the bucket as it was a moment ago: an array replaced since (a resize)
+	 * is still there until our read-side section ends, and a prefetch of
+	 * the wrong entry costs nothing but the fetch */
+	_Atomic(struct entry *) const *bucket = k->bucket;
+	const struct entry *e = atomic_load_explicit(bucket, memory_order_acquire);
+
 	uintptr_t line = (uintptr_t)e & ~(uintptr_t)(CACHE_LINE - 1);
 
 	if (e)
@@ -1195,7 +1202,7 @@ void cache_prefetch_entry(const struct cache *c, const struct cache_key *k)
 enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t now,
 			       bool allow_stale)
 {
-	struct cache_key k = {0, 0};
+	struct cache_key k = {0, 0, NULL};
 
 	if (w->q)
 		cache_key_of(c, w->q, &k);
@@ -1232,7 +1239,7 @@ enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w
 enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 				     uint64_t now, bool allow_stale)
 {
-	struct cache_key k = {0, 0};
+	struct cache_key k = {0, 0, NULL};
 
 	if (w->q)
 		cache_key_of(c, w->q, &k);

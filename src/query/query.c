@@ -278,6 +278,8 @@ void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
 static enum zone_result answer_from_zone(const struct query_prepared *p,
 					 const struct query_sources *s, struct dns_writer *w)
 {
+	if (p->zone_absent)
+		return ZONE_NOT_LOCAL; /* found so while fetching: the table does not change */
 	if (p->zone_hashed)
 		return zone_answer_hashed(s->zone, &p->q, p->zone_hash, w);
 	return zone_answer(s->zone, &p->q, w);
@@ -444,7 +446,7 @@ void query_prepare(const uint8_t *in, size_t inlen, struct query_prepared *p)
 		TSAN_SUBSCRIBE(s);
 	p->sources = s;
 	p->parsed = dns_parse_query(in, inlen, &p->q);
-	p->cache_keyed = false;
+	p->cache_keyed = p->zone_absent = false;
 	p->zone_hashed = asks_tables(p);
 	if (p->zone_hashed) {
 		p->zone_hash = zone_name_hash(p->q.qname, p->q.qname_len);
@@ -453,15 +455,16 @@ void query_prepare(const uint8_t *in, size_t inlen, struct query_prepared *p)
 }
 
 /* Will p's answer come from the cache, if from anywhere? (Not local data.) */
-static bool cache_bound(const struct query_prepared *p)
+static bool cache_bound(struct query_prepared *p)
 {
 	const struct query_sources *s = p->sources;
 	const struct dns_query *q = &p->q;
 
-	if (!s->cache || zone_prefetch_node(s->zone, p->zone_hash) ||
+	if (zone_prefetch_node(s->zone, p->zone_hash) ||
 	    zone_covers(s->zone, q->qname, q->qname_len))
 		return false;
-	return !s->cluster || !dns_name_is_subdomain(q->qname, cluster_zone(s->cluster));
+	p->zone_absent = true;
+	return s->cache && (!s->cluster || !dns_name_is_subdomain(q->qname, cluster_zone(s->cluster)));
 }
 
 void query_prefetch(struct query_prepared *p, size_t n)
@@ -475,7 +478,7 @@ void query_prefetch(struct query_prepared *p, size_t n)
 	}
 	for (size_t i = 0; i < n; i++)
 		if (p[i].cache_keyed)
-			cache_prefetch_entry(p[i].sources->cache, &p[i].cache_key);
+			cache_prefetch_entry(&p[i].cache_key);
 }
 
 size_t query_handle_prepared(const struct query_prepared *p, const uint8_t *in, size_t inlen,

@@ -168,6 +168,7 @@ struct query_prepared {
 	const struct query_sources *sources; /* current when prepared; NULL: none */
 	enum dns_parse_result parsed;
 	bool zone_hashed;        /* zone_hash is q's name's */
+	bool zone_absent;        /* the static table neither holds nor covers q's name */
 	bool cache_keyed;        /* cache_key is q's */
 	uint32_t zone_hash;
 	struct cache_key cache_key;
