@@ -306,17 +306,17 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 	int64_t last_stale_report = 0;
 	int sig = 0;
 	struct daemon_watch *watch = daemon_watch_new(d, err, sizeof err);
-	struct pollfd fds[4] = {
+	struct pollfd fds[3] = {
 		{.fd = sigfd, .events = POLLIN},
 		{.fd = watch ? daemon_watch_fd(watch) : -1, .events = POLLIN},
-		{.fd = daemon_ask_fd(d), .events = POLLIN}, /* localdns ctl reload */
-		{.fd = daemon_open_fd(d), .events = POLLIN}, /* ready: take the node's DNS */
+		/* localdns ctl reload; ready: take the node's DNS */
+		{.fd = daemon_ask_fd(d), .events = POLLIN},
 	};
 
 	if (!watch)
 		log_warn("the config file is not watched; SIGHUP reloads", "error", err);
 	while (!sig) {
-		int n = poll(fds, 4, TICK_MS);
+		int n = poll(fds, 3, TICK_MS);
 		if (n < 0 && errno != EINTR) {
 			log_error("poll failed; stopping", "error", strerror(errno));
 			sig = SIGTERM;
@@ -326,9 +326,7 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 		if (n > 0 && (fds[0].revents & POLLIN))
 			sig = take_signal(sigfd, d);
 		if (n > 0 && (fds[2].revents & POLLIN))
-			daemon_serve_asked_reload(d);
-		if (n > 0 && (fds[3].revents & POLLIN))
-			daemon_open_sockets(d);
+			daemon_serve_asks(d);
 		report_staleness(d->kube, &last_stale_report);
 	}
 	daemon_refuse_reloads(d); /* before the control thread is stopped: it may be waiting */

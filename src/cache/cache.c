@@ -1118,7 +1118,8 @@ static void count(_Atomic uint64_t *counter)
  * new names look as hot as the names clients really ask for again.
  */
 static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
-					  uint64_t now, bool allow_stale, bool client)
+					  const struct cache_key *k, uint64_t now,
+					  bool allow_stale, bool client)
 {
 	const struct dns_query *q = w->q;
 
@@ -1127,15 +1128,12 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	    w->count[2] || !q || q->qname_len == 0 || q->qname_len > DNS_MAX_NAME)
 		return CACHE_MISS;
 
-	uint64_t nh = name_hash(c, q->qname, q->qname_len);
-	uint8_t keyflags = query_keyflags(q);
-	uint64_t h = key_hash(nh, q->qtype, q->qclass, keyflags);
-	struct shard *s = shard_of(c, nh);
+	struct shard *s = shard_of(c, k->name_hash);
 	enum cache_result result = CACHE_MISS;
 
 	urcu_memb_read_lock();
-	struct entry *e = find_locked(s, h, q->qname, q->qname_len, q->qtype,
-				      q->qclass, keyflags);
+	struct entry *e = find_locked(s, k->hash, q->qname, q->qname_len, q->qtype,
+				      q->qclass, query_keyflags(q));
 	if (e && live(c, e, now)) {
 		result = CACHE_HIT;
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
@@ -1157,16 +1155,65 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	return result;
 }
 
+void cache_key_of(const struct cache *c, const struct dns_query *q, struct cache_key *k)
+{
+	k->name_hash = name_hash(c, q->qname, q->qname_len);
+	k->hash = key_hash(k->name_hash, q->qtype, q->qclass, query_keyflags(q));
+	k->bucket = NULL;
+}
+
+static _Atomic(struct entry *) *bucket_of(const struct cache *c, const struct cache_key *k)
+{
+	struct buckets *b = atomic_load_explicit(&shard_of(c, k->name_hash)->table,
+						 memory_order_acquire);
+
+	return &b->head[k->hash & b->mask];
+}
+
+void cache_prefetch_bucket(const struct cache *c, struct cache_key *k)
+{
+	k->bucket = bucket_of(c, k);
+	__builtin_prefetch(k->bucket);
+}
+
+/*
+ * An entry's header, name and the start of its sections: what a hit reads
+ * first. malloc aligns entries to 16 bytes, not to cache lines, so every
+ * line the span touches is fetched.
+ */
+#define ENTRY_PREFETCH_BYTES 192
+#define CACHE_LINE 64
+
+void cache_prefetch_entry(const struct cache_key *k)
+{
+	/* the bucket as it was a moment ago: an array replaced since (a resize)
+	 * is still there until our read-side section ends, and a prefetch of
+	 * the wrong entry costs nothing but the fetch */
+	_Atomic(struct entry *) const *bucket = k->bucket;
+	const struct entry *e = atomic_load_explicit(bucket, memory_order_acquire);
+
+	uintptr_t line = (uintptr_t)e & ~(uintptr_t)(CACHE_LINE - 1);
+
+	if (e)
+		for (; line < (uintptr_t)e + ENTRY_PREFETCH_BYTES; line += CACHE_LINE)
+			__builtin_prefetch((const void *)line);
+}
+
 enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t now,
 			       bool allow_stale)
 {
-	return lookup_and_write(c, w, now, allow_stale, false);
+	struct cache_key k = {0, 0, NULL};
+
+	if (w->q)
+		cache_key_of(c, w->q, &k);
+	return lookup_and_write(c, w, &k, now, allow_stale, false);
 }
 
-enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
-				     uint64_t now, bool allow_stale)
+enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w,
+					   const struct cache_key *k, uint64_t now,
+					   bool allow_stale)
 {
-	enum cache_result result = lookup_and_write(c, w, now, allow_stale, true);
+	enum cache_result result = lookup_and_write(c, w, k, now, allow_stale, true);
 
 	if (my_stripe == UINT32_MAX)
 		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) %
@@ -1187,6 +1234,16 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 		break;
 	}
 	return result;
+}
+
+enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
+				     uint64_t now, bool allow_stale)
+{
+	struct cache_key k = {0, 0, NULL};
+
+	if (w->q)
+		cache_key_of(c, w->q, &k);
+	return cache_write_answer_keyed(c, w, &k, now, allow_stale);
 }
 
 uint32_t cache_stale_answer_ms(const struct cache *c)

@@ -140,6 +140,27 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 				     uint64_t now, bool allow_stale);
 
 /*
+ * The same in steps, for a batch of queries whose lookups should wait on
+ * memory together rather than one after the other: cache_key_of once per
+ * query, cache_prefetch_bucket for every query, then cache_prefetch_entry
+ * for every query (it reads the bucket the first step fetched), then
+ * cache_write_answer_keyed. The prefetches only warm the CPU's caches:
+ * skipping them changes nothing but speed. Same threads and rules as
+ * cache_write_answer (the caller holds the RCU read lock across the steps).
+ */
+struct cache_key {
+	uint64_t name_hash; /* the name's, under the cache's secret key */
+	uint64_t hash;      /* name, type, class, DO and CD */
+	const void *bucket; /* cache_prefetch_bucket's, for cache_prefetch_entry only */
+};
+void cache_key_of(const struct cache *c, const struct dns_query *q, struct cache_key *k);
+void cache_prefetch_bucket(const struct cache *c, struct cache_key *k);
+void cache_prefetch_entry(const struct cache_key *k);
+enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w,
+					   const struct cache_key *k, uint64_t now,
+					   bool allow_stale);
+
+/*
  * As cache_write_answer, for a client that waited while the resolver asked
  * upstream: not counted as a client hit or miss (the resolver's own
  * counters say what happened), never hands out the prefetch claim, and

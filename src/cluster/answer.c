@@ -26,7 +26,7 @@
 /* CoreDNS gives its SOA at most this TTL (its minimum stays cluster.ttl). */
 #define SOA_TTL_MAX 300
 
-static uint32_t ttl_of(const struct cluster *c, uint16_t type)
+uint32_t cluster_ttl_of(const struct cluster *c, uint16_t type)
 {
 	if (type == DNS_T_TXT)
 		return VERSION_TTL;
@@ -38,13 +38,13 @@ static uint32_t ttl_of(const struct cluster *c, uint16_t type)
 bool cluster_add_rr(const struct cluster *c, struct dns_writer *w, enum dns_section section,
 		    const uint8_t *owner, uint16_t type, const uint8_t *rdata, size_t rdlen)
 {
-	return dns_response_add_rr(w, section, owner, type, DNS_C_IN, ttl_of(c, type), rdata,
+	return dns_response_add_rr(w, section, owner, type, DNS_C_IN, cluster_ttl_of(c, type), rdata,
 				   (uint16_t)rdlen);
 }
 
 void cluster_add_soa(const struct cluster *c, struct dns_writer *w)
 {
-	cluster_add_rr(c, w, DNS_SEC_AUTHORITY, c->apex, DNS_T_SOA, c->soa, c->soa_len);
+	dns_response_add_apex_rr(w, DNS_SEC_AUTHORITY, &c->soa_rr);
 }
 
 static void answer_nxdomain(const struct cluster *c, struct dns_writer *w)
@@ -233,8 +233,7 @@ static enum cluster_result answer_reverse(const struct cluster *c, const struct 
 	dns_response_set_aa(w, true);
 	if (!held)
 		dns_response_set_rcode(w, DNS_R_NXDOMAIN);
-	cluster_add_rr(c, w, DNS_SEC_AUTHORITY, cluster_reverse_apex(zone), DNS_T_SOA,
-		       c->reverse_soa[zone], c->reverse_soa_len[zone]);
+	dns_response_add_apex_rr(w, DNS_SEC_AUTHORITY, &c->reverse_soa_rr[zone]);
 	return CLUSTER_ANSWERED;
 }
 

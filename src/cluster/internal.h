@@ -282,6 +282,8 @@ struct cluster {
 	 * without holding it (outside cluster.fallthrough). */
 	uint8_t reverse_soa[2][96];
 	uint16_t reverse_soa_len[2];
+	/* the same SOAs, encoded once for negative answers (dns_apex_rr) */
+	struct dns_apex_rr soa_rr, reverse_soa_rr[2];
 	/* cluster.fallthrough, wire form, concatenated */
 	uint8_t *fallthrough;
 	size_t fallthrough_len;
@@ -433,7 +435,8 @@ bool cluster_derived_answer(const struct cluster *c, struct dns_writer *w, const
 bool cluster_reverse_answer(const struct cluster *c, struct dns_writer *w,
 			    const struct cluster_ip *ip, const uint8_t *owner);
 
-/* answer.c: the record writer every answer goes through (TTLs by type). */
+/* answer.c: the record writer every answer goes through (TTLs by type: cluster_ttl_of). */
+uint32_t cluster_ttl_of(const struct cluster *c, uint16_t type);
 bool cluster_add_rr(const struct cluster *c, struct dns_writer *w, enum dns_section section,
 		    const uint8_t *owner, uint16_t type, const uint8_t *rdata, size_t rdlen);
 void cluster_add_soa(const struct cluster *c, struct dns_writer *w);

@@ -713,7 +713,11 @@ static int set_zone(struct cluster *c, const struct config *cfg, char *err, size
 		size_t n = zone_soa_rdata(cluster_reverse_apex(i), (uint32_t)time(NULL), c->ttl, soa);
 		memcpy(c->reverse_soa[i], soa, n);
 		c->reverse_soa_len[i] = (uint16_t)n;
+		dns_apex_rr_build(&c->reverse_soa_rr[i], cluster_reverse_apex(i), DNS_T_SOA,
+				  cluster_ttl_of(c, DNS_T_SOA), c->reverse_soa[i], c->reverse_soa_len[i]);
 	}
+	dns_apex_rr_build(&c->soa_rr, c->apex, DNS_T_SOA, cluster_ttl_of(c, DNS_T_SOA), c->soa,
+			  c->soa_len);
 	return set_fallthrough(c, cfg, err, errlen);
 }
 

@@ -15,6 +15,21 @@
 #define TABLE(id, name, rows_, families_, shown)                                            \
 	const struct counter_table id = {name, rows_, N(rows_), families_, N(families_), shown}
 
+/* Families without labels: a count, or a gauge (in a base unit: "bytes"). */
+#define PLAIN(id, name, type, unit, help)                                                   \
+	static const struct counter_family id = {name, type, unit, help, NULL, NULL, 0, NULL}
+#define PLAIN_COUNTER(id, name, help) PLAIN(id, name, COUNTER_COUNTER, "", help)
+#define PLAIN_GAUGE(id, name, help) PLAIN(id, name, COUNTER_GAUGE, "", help)
+#define PLAIN_GAUGE_IN(id, name, unit, help) PLAIN(id, name, COUNTER_GAUGE, unit, help)
+
+/* Families with one label: its name, its values in sample order (ctl names them alike). */
+#define LABELLED(id, name, type, help, label, values, n)                                    \
+	static const struct counter_family id = {name, type, "", help, label, values, n, NULL}
+#define LABELLED_COUNTER(id, name, help, label, values, n)                                  \
+	LABELLED(id, name, COUNTER_COUNTER, help, label, values, n)
+#define LABELLED_GAUGE(id, name, help, label, values, n)                                    \
+	LABELLED(id, name, COUNTER_GAUGE, help, label, values, n)
+
 /* ---- queries: the workers (server/, query/), the resolver's replies -------- */
 
 static const char *const protocols[] = {[QUERY_UDP] = "udp", [QUERY_TCP] = "tcp"};
@@ -24,44 +39,37 @@ static const char *const rcode_stats[DNS_RCODE_SLOTS] = {"noerror", "formerr", "
 							 "nxdomain", "notimp", "refused", "other"};
 static const char *const rrl_actions[] = {"slipped", "dropped"};
 
-static const struct counter_family requests = {
-	"localdns_requests_total", COUNTER_COUNTER, "", "DNS queries received, by transport.",
-	"protocol", protocols, N(protocols), NULL};
-static const struct counter_family requests_by_qtype = {
-	"localdns_requests_by_qtype_total", COUNTER_COUNTER, "",
+LABELLED_COUNTER(requests, "localdns_requests_total",
+	"DNS queries received, by transport.",
+	"protocol", protocols, N(protocols));
+LABELLED_COUNTER(requests_by_qtype, "localdns_requests_by_qtype_total",
 	"DNS queries whose question parsed, by query type (other: any type not listed).",
-	"qtype", query_qtype_names, QUERY_QTYPE_COUNT, NULL};
+	"qtype", query_qtype_names, QUERY_QTYPE_COUNT);
 static const struct counter_family responses = {
 	"localdns_responses_total", COUNTER_COUNTER, "",
 	"DNS replies sent, by rcode (other: BADVERS and above), by the workers and the "
 	"resolver thread.",
 	"rcode", rcodes, DNS_RCODE_SLOTS, rcode_stats};
-static const struct counter_family answers = {
-	"localdns_answers_total", COUNTER_COUNTER, "",
+LABELLED_COUNTER(answers, "localdns_answers_total",
 	"DNS queries by the source that took them: static records, the cluster table, "
 	"a live or stale cache entry, the upstream (handed to the resolver), or none "
 	"(refused, malformed or answered by protocol rules).",
-	"source", query_source_names, QUERY_SOURCE_COUNT, NULL};
-static const struct counter_family dropped = {
-	"localdns_dropped_total", COUNTER_COUNTER, "",
+	"source", query_source_names, QUERY_SOURCE_COUNT);
+PLAIN_COUNTER(dropped, "localdns_dropped_total",
 	"DNS queries that got no reply from a worker: QR set, runt packets, or the "
-	"resolver's request ring full.", NULL, NULL, 0, NULL};
-static const struct counter_family truncated = {
-	"localdns_truncated_total", COUNTER_COUNTER, "", "DNS replies sent with TC=1.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family not_allowed = {
-	"localdns_not_allowed_total", COUNTER_COUNTER, "",
+	"resolver's request ring full.");
+PLAIN_COUNTER(truncated, "localdns_truncated_total",
+	"DNS replies sent with TC=1.");
+PLAIN_COUNTER(not_allowed, "localdns_not_allowed_total",
 	"DNS queries answered REFUSED because the client's address is outside "
-	"listen.allow.", NULL, NULL, 0, NULL};
-static const struct counter_family rrl_limited = {
-	"localdns_rrl_limited_total", COUNTER_COUNTER, "",
+	"listen.allow.");
+LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
 	"UDP responses over rrl.responses_per_second for their client network: sent "
 	"truncated (slipped, so the client retries over TCP) or not sent (dropped).",
-	"action", rrl_actions, N(rrl_actions), NULL};
-static const struct counter_family autopath = {
-	"localdns_autopath_answers_total", COUNTER_COUNTER, "",
+	"action", rrl_actions, N(rrl_actions));
+PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "
-	"(cluster.autopath: a CNAME to the name that exists).", NULL, NULL, 0, NULL};
+	"(cluster.autopath: a CNAME to the name that exists).");
 
 static const struct counter_family *const query_families[] = {
 	&requests, &requests_by_qtype, &responses, &answers, &dropped, &truncated,
@@ -91,24 +99,21 @@ TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
 static const char *const tcp_refusals[] = {"max_connections", "per_client"};
 static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget"};
 
-static const struct counter_family tcp_connections = {
-	"localdns_tcp_connections", COUNTER_GAUGE, "", "TCP connections open now.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family tcp_output_bytes = {
-	"localdns_tcp_output_bytes", COUNTER_GAUGE, "bytes",
+PLAIN_GAUGE(tcp_connections, "localdns_tcp_connections",
+	"TCP connections open now.");
+PLAIN_GAUGE_IN(tcp_output_bytes, "localdns_tcp_output_bytes", "bytes",
 	"TCP reply bytes the clients' sockets have not taken yet, all connections "
-	"(listen.tcp_output_budget caps it).", NULL, NULL, 0, NULL};
-static const struct counter_family tcp_refused = {
-	"localdns_tcp_refused_total", COUNTER_COUNTER, "",
+	"(listen.tcp_output_budget caps it).");
+LABELLED_COUNTER(tcp_refused, "localdns_tcp_refused_total",
 	"TCP connections closed at accept: listen.tcp_max_connections reached, or "
 	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
-	"reason", tcp_refusals, N(tcp_refusals), NULL};
-static const struct counter_family tcp_closed = {
-	"localdns_tcp_closed_total", COUNTER_COUNTER, "",
+	"reason", tcp_refusals, N(tcp_refusals));
+LABELLED_COUNTER(tcp_closed, "localdns_tcp_closed_total",
 	"TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
 	"query not complete within listen.tcp_query_timeout of its first byte), "
 	"output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
-	"exceeded).", "reason", tcp_closes, N(tcp_closes), NULL};
+	"exceeded).",
+	"reason", tcp_closes, N(tcp_closes));
 
 static const struct counter_family *const tcp_families[] = {
 	&tcp_connections, &tcp_output_bytes, &tcp_refused, &tcp_closed};
@@ -125,39 +130,26 @@ TABLE(counter_tcp, "tcp", tcp_rows, tcp_families, COUNTERS_ALWAYS);
 
 /* ---- the answer cache (cache/) --------------------------------------------------- */
 
-static const struct counter_family cache_entries = {
-	"localdns_cache_entries", COUNTER_GAUGE, "",
-	"Answer cache entries held (live, stale, or removed and not yet freed).",
-	NULL, NULL, 0, NULL};
-static const struct counter_family cache_bytes = {
-	"localdns_cache_bytes", COUNTER_GAUGE, "bytes",
-	"Bytes the answer cache accounts for: entries and bucket arrays.", NULL, NULL, 0, NULL};
-static const struct counter_family cache_max_bytes = {
-	"localdns_cache_max_bytes", COUNTER_GAUGE, "bytes",
-	"The answer cache's limit (cache.size).", NULL, NULL, 0, NULL};
-static const struct counter_family cache_hits = {
-	"localdns_cache_hits_total", COUNTER_COUNTER, "",
-	"Answer cache lookups answered from a live entry.", NULL, NULL, 0, NULL};
-static const struct counter_family cache_misses = {
-	"localdns_cache_misses_total", COUNTER_COUNTER, "",
-	"Answer cache lookups that found nothing usable.", NULL, NULL, 0, NULL};
-static const struct counter_family cache_stale_hits = {
-	"localdns_cache_stale_hits_total", COUNTER_COUNTER, "",
-	"Answer cache lookups answered from an expired entry (serve-stale).",
-	NULL, NULL, 0, NULL};
-static const struct counter_family cache_prefetches = {
-	"localdns_cache_prefetches_total", COUNTER_COUNTER, "",
-	"Hits in an entry's last 10% of TTL that started a background refresh.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family cache_inserts = {
-	"localdns_cache_inserts_total", COUNTER_COUNTER, "",
-	"Entries stored in the answer cache, replacements included.", NULL, NULL, 0, NULL};
-static const struct counter_family cache_rejected = {
-	"localdns_cache_insert_rejections_total", COUNTER_COUNTER, "",
-	"Upstream replies the answer cache would not store.", NULL, NULL, 0, NULL};
-static const struct counter_family cache_evictions = {
-	"localdns_cache_evictions_total", COUNTER_COUNTER, "",
-	"Answer cache entries dropped to make room.", NULL, NULL, 0, NULL};
+PLAIN_GAUGE(cache_entries, "localdns_cache_entries",
+	"Answer cache entries held (live, stale, or removed and not yet freed).");
+PLAIN_GAUGE_IN(cache_bytes, "localdns_cache_bytes", "bytes",
+	"Bytes the answer cache accounts for: entries and bucket arrays.");
+PLAIN_GAUGE_IN(cache_max_bytes, "localdns_cache_max_bytes", "bytes",
+	"The answer cache's limit (cache.size).");
+PLAIN_COUNTER(cache_hits, "localdns_cache_hits_total",
+	"Answer cache lookups answered from a live entry.");
+PLAIN_COUNTER(cache_misses, "localdns_cache_misses_total",
+	"Answer cache lookups that found nothing usable.");
+PLAIN_COUNTER(cache_stale_hits, "localdns_cache_stale_hits_total",
+	"Answer cache lookups answered from an expired entry (serve-stale).");
+PLAIN_COUNTER(cache_prefetches, "localdns_cache_prefetches_total",
+	"Hits in an entry's last 10% of TTL that started a background refresh.");
+PLAIN_COUNTER(cache_inserts, "localdns_cache_inserts_total",
+	"Entries stored in the answer cache, replacements included.");
+PLAIN_COUNTER(cache_rejected, "localdns_cache_insert_rejections_total",
+	"Upstream replies the answer cache would not store.");
+PLAIN_COUNTER(cache_evictions, "localdns_cache_evictions_total",
+	"Answer cache entries dropped to make room.");
 
 static const struct counter_family *const cache_families[] = {
 	&cache_entries, &cache_bytes, &cache_max_bytes, &cache_hits, &cache_misses,
@@ -186,68 +178,49 @@ TABLE(counter_cache, "cache", cache_rows, cache_families, COUNTERS_ALWAYS);
 static const char *const error_kinds[] = {"resolution", "bogus", "timeout"};
 static const char *const fallbacks[] = {"stale", "servfail"};
 
-static const struct counter_family upstream_queries = {
-	"localdns_upstream_queries_total", COUNTER_COUNTER, "", "Queries sent to libunbound.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family upstream_coalesced = {
-	"localdns_upstream_coalesced_total", COUNTER_COUNTER, "",
-	"Cache misses that joined an identical query already in flight.", NULL, NULL, 0, NULL};
-static const struct counter_family upstream_errors = {
-	"localdns_upstream_errors_total", COUNTER_COUNTER, "",
+PLAIN_COUNTER(upstream_queries, "localdns_upstream_queries_total",
+	"Queries sent to libunbound.");
+PLAIN_COUNTER(upstream_coalesced, "localdns_upstream_coalesced_total",
+	"Cache misses that joined an identical query already in flight.");
+LABELLED_COUNTER(upstream_errors, "localdns_upstream_errors_total",
 	"Upstream trouble: resolution (libunbound gave SERVFAIL or an error), bogus "
 	"(DNSSEC validation failed), timeout (a client's upstream.timeout passed first).",
-	"kind", error_kinds, N(error_kinds), NULL};
-static const struct counter_family upstream_fallbacks = {
-	"localdns_upstream_fallback_replies_total", COUNTER_COUNTER, "",
+	"kind", error_kinds, N(error_kinds));
+LABELLED_COUNTER(upstream_fallbacks, "localdns_upstream_fallback_replies_total",
 	"Clients the resolver answered without a fresh upstream reply: from a stale "
-	"entry, or SERVFAIL.", "reply", fallbacks, N(fallbacks), NULL};
-static const struct counter_family upstream_dropped = {
-	"localdns_upstream_dropped_total", COUNTER_COUNTER, "",
-	"Upstream requests lost to a full request or reply ring or the waiting-client cap.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family upstream_resolving = {
-	"localdns_upstream_resolving", COUNTER_GAUGE, "",
-	"libunbound queries running now, on the current and on retired contexts.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family upstream_queued = {
-	"localdns_upstream_queued", COUNTER_GAUGE, "",
+	"entry, or SERVFAIL.",
+	"reply", fallbacks, N(fallbacks));
+PLAIN_COUNTER(upstream_dropped, "localdns_upstream_dropped_total",
+	"Upstream requests lost to a full request or reply ring or the waiting-client cap.");
+PLAIN_GAUGE(upstream_resolving, "localdns_upstream_resolving",
+	"libunbound queries running now, on the current and on retired contexts.");
+PLAIN_GAUGE(upstream_queued, "localdns_upstream_queued",
 	"Questions waiting to be sent upstream: libunbound runs all it may, or "
-	"upstream.max_rate is reached.", NULL, NULL, 0, NULL};
-static const struct counter_family upstream_flights = {
-	"localdns_upstream_flights", COUNTER_GAUGE, "",
-	"Questions the resolver knows now: running, queued, or cooling down after a failure.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family upstream_paced = {
-	"localdns_upstream_paced_total", COUNTER_COUNTER, "",
-	"Questions that had to wait because upstream.max_rate was reached.", NULL, NULL, 0, NULL};
-static const struct counter_family upstream_client_limited = {
-	"localdns_upstream_client_limited_total", COUNTER_COUNTER, "",
+	"upstream.max_rate is reached.");
+PLAIN_GAUGE(upstream_flights, "localdns_upstream_flights",
+	"Questions the resolver knows now: running, queued, or cooling down after a failure.");
+PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
+	"Questions that had to wait because upstream.max_rate was reached.");
+PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
 	"Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
 	"address, an IPv6 /64) already had upstream.max_pending_per_client questions "
-	"or waiting queries.", NULL, NULL, 0, NULL};
-static const struct counter_family upstream_retries = {
-	"localdns_upstream_retries_total", COUNTER_COUNTER, "",
-	"Failed questions asked once more because clients still waited for them.",
-	NULL, NULL, 0, NULL};
-static const struct counter_family upstream_results = {
-	"localdns_upstream_results_total", COUNTER_COUNTER, "",
+	"or waiting queries.");
+PLAIN_COUNTER(upstream_retries, "localdns_upstream_retries_total",
+	"Failed questions asked once more because clients still waited for them.");
+LABELLED_COUNTER(upstream_results, "localdns_upstream_results_total",
 	"libunbound's results by what they said: an rcode, error (no answer at all) or "
 	"bogus (DNSSEC validation failed).",
-	"result", upstream_result_names, UPSTREAM_RESULTS, NULL};
-static const struct counter_family upstream_renewals = {
-	"localdns_upstream_context_renewals_total", COUNTER_COUNTER, "",
+	"result", upstream_result_names, UPSTREAM_RESULTS);
+PLAIN_COUNTER(upstream_renewals, "localdns_upstream_context_renewals_total",
 	"Fresh libunbound contexts started because the current one was full and nothing "
-	"came back from it for upstream.timeout.", NULL, NULL, 0, NULL};
-static const struct counter_family upstream_shed = {
-	"localdns_upstream_shed_total", COUNTER_COUNTER, "",
+	"came back from it for upstream.timeout.");
+LABELLED_COUNTER(upstream_shed, "localdns_upstream_shed_total",
 	"Questions given up without asking the upstream, their clients answered from a "
 	"stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
 	"made room for a new one), table_full (too many questions known at once).",
-	"reason", upstream_shed_names, UPSTREAM_SHEDS, NULL};
-static const struct counter_family upstream_failing_now = {
-	"localdns_upstream_failing", COUNTER_GAUGE, "",
-	"1 while the upstream looks down (its last resolution failed or timed out).",
-	NULL, NULL, 0, NULL};
+	"reason", upstream_shed_names, UPSTREAM_SHEDS);
+PLAIN_GAUGE(upstream_failing_now, "localdns_upstream_failing",
+	"1 while the upstream looks down (its last resolution failed or timed out).");
 
 /* localdns_upstream_duration_seconds, a histogram, follows these (metrics/collect.c). */
 static const struct counter_family *const upstream_families[] = {
@@ -296,30 +269,23 @@ TABLE(counter_upstream, "upstream", upstream_rows, upstream_families, COUNTERS_A
 
 /* ---- Kubernetes (kube/): ctl shows zeros without it, /metrics nothing ---------- */
 
-static const struct counter_family kube_synced = {
-	"localdns_kubernetes_synced", COUNTER_GAUGE, "",
-	"1 once every resource has been listed in full (cluster names are served).",
-	NULL, NULL, 0, NULL};
-static const struct counter_family kube_events = {
-	"localdns_kubernetes_watch_events_total", COUNTER_COUNTER, "",
+PLAIN_GAUGE(kube_synced, "localdns_kubernetes_synced",
+	"1 once every resource has been listed in full (cluster names are served).");
+LABELLED_COUNTER(kube_events, "localdns_kubernetes_watch_events_total",
 	"Watch events received, bookmarks included, by resource.",
-	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
-static const struct counter_family kube_relists = {
-	"localdns_kubernetes_relists_total", COUNTER_COUNTER, "",
+	"resource", kube_resource_names, KUBE_N_RESOURCES);
+LABELLED_COUNTER(kube_relists, "localdns_kubernetes_relists_total",
 	"Complete (re)lists after the first (a watch expired with 410 Gone), by resource.",
-	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
-static const struct counter_family kube_errors = {
-	"localdns_kubernetes_errors_total", COUNTER_COUNTER, "",
-	"Failed Kubernetes API requests (connection, 5xx, 401/403, broken streams).",
-	NULL, NULL, 0, NULL};
-static const struct counter_family kube_objects = {
-	"localdns_kubernetes_objects", COUNTER_GAUGE, "", "Objects known now, by resource.",
-	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
-static const struct counter_family kube_objects_too_large = {
-	"localdns_kubernetes_objects_too_large_total", COUNTER_COUNTER, "",
+	"resource", kube_resource_names, KUBE_N_RESOURCES);
+PLAIN_COUNTER(kube_errors, "localdns_kubernetes_errors_total",
+	"Failed Kubernetes API requests (connection, 5xx, 401/403, broken streams).");
+LABELLED_GAUGE(kube_objects, "localdns_kubernetes_objects",
+	"Objects known now, by resource.",
+	"resource", kube_resource_names, KUBE_N_RESOURCES);
+LABELLED_COUNTER(kube_objects_too_large, "localdns_kubernetes_objects_too_large_total",
 	"Requests failed on an object over kubernetes.object_max_bytes (retried with "
 	"backoff: the resource is held until the object shrinks), by resource.",
-	"resource", kube_resource_names, KUBE_N_RESOURCES, NULL};
+	"resource", kube_resource_names, KUBE_N_RESOURCES);
 
 /* The sync and contact timestamps and the data age follow (metrics/collect.c). */
 static const struct counter_family *const kube_families[] = {
@@ -345,15 +311,13 @@ TABLE(counter_kubernetes, "kubernetes", kube_rows, kube_families, AT(kube_enable
 
 /* ---- the cluster table (cluster/), with Kubernetes ------------------------------- */
 
-static const struct counter_family cluster_names = {
-	"localdns_cluster_names", COUNTER_GAUGE, "", "Owner names in the cluster table.",
-	NULL, NULL, 0, NULL};
+PLAIN_GAUGE(cluster_names, "localdns_cluster_names",
+	"Owner names in the cluster table.");
 
-static const struct counter_family cluster_limited = {
-	"localdns_cluster_limited_total", COUNTER_COUNTER, "",
+LABELLED_COUNTER(cluster_limited, "localdns_cluster_limited_total",
 	"Service and EndpointSlice changes cut by a bound (cluster.max_ports_per_service, "
 	"cluster.max_endpoints_per_service, names past 255 bytes), by bound.",
-	"limit", cluster_limit_names, CLUSTER_LIMITS, NULL};
+	"limit", cluster_limit_names, CLUSTER_LIMITS);
 
 static const struct counter_family *const cluster_families[] = {&cluster_names,
 								&cluster_limited};
@@ -369,10 +333,10 @@ TABLE(counter_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enable
 
 static const char *const repair_kinds[] = {"link", "table"};
 
-static const struct counter_family node_repairs = {
-	"localdns_node_repairs_total", COUNTER_COUNTER, "",
+LABELLED_COUNTER(node_repairs, "localdns_node_repairs_total",
 	"Repairs of the node integration: the link or an address put back, or the "
-	"nftables table rebuilt after a change.", "kind", repair_kinds, N(repair_kinds), NULL};
+	"nftables table rebuilt after a change.",
+	"kind", repair_kinds, N(repair_kinds));
 
 static const struct counter_family *const node_families[] = {&node_repairs};
 
@@ -389,9 +353,9 @@ TABLE(counter_node, "node", node_rows, node_families, AT(node_enabled));
 
 static const char *const reload_results[] = {"success", "failure"};
 
-static const struct counter_family reloads = {
-	"localdns_config_reloads_total", COUNTER_COUNTER, "", "Configuration reloads, by result.",
-	"result", reload_results, N(reload_results), NULL};
+LABELLED_COUNTER(reloads, "localdns_config_reloads_total",
+	"Configuration reloads, by result.",
+	"result", reload_results, N(reload_results));
 
 /* localdns_config_last_reload_success_timestamp_seconds follows (metrics/collect.c). */
 static const struct counter_family *const config_families[] = {&reloads};
@@ -406,10 +370,8 @@ TABLE(counter_config, "config", config_rows, config_families, COUNTERS_ALWAYS);
 
 /* ---- the query log (querylog/) ---------------------------------------------------- */
 
-static const struct counter_family query_log_dropped = {
-	"localdns_query_log_dropped_total", COUNTER_COUNTER, "",
-	"Sampled query log records dropped because the log thread fell behind.",
-	NULL, NULL, 0, NULL};
+PLAIN_COUNTER(query_log_dropped, "localdns_query_log_dropped_total",
+	"Sampled query log records dropped because the log thread fell behind.");
 
 static const struct counter_family *const query_log_families[] = {&query_log_dropped};
 

@@ -36,8 +36,7 @@ int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, c
 	pthread_mutex_init(&d->ask_lock, NULL);
 	pthread_cond_init(&d->ask_done, NULL);
 	d->ask_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	d->open_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (d->ask_fd < 0 || d->open_fd < 0) {
+	if (d->ask_fd < 0) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		daemon_destroy(d);
 		return -1;
@@ -53,9 +52,6 @@ void daemon_destroy(struct daemon *d)
 	if (d->ask_fd >= 0)
 		close(d->ask_fd);
 	d->ask_fd = -1;
-	if (d->open_fd >= 0)
-		close(d->open_fd);
-	d->open_fd = -1;
 	pthread_cond_destroy(&d->ask_done);
 	pthread_mutex_destroy(&d->ask_lock);
 	pthread_mutex_destroy(&d->reload_lock);
@@ -74,7 +70,13 @@ size_t daemon_served_addresses(struct daemon *d, struct config_ip *out, size_t c
 	return n;
 }
 
-/* ---- reloads asked by other threads ------------------------------------------------ */
+/* ---- what other threads ask the main thread to do ------------------------------- */
+
+/* Wake the main thread: it looks at every kind of request (daemon_serve_asks). */
+static void wake_main(struct daemon *d)
+{
+	eventfd_write(d->ask_fd, 1);
+}
 
 int daemon_ask_reload(struct daemon *d, char *err, size_t errlen)
 {
@@ -83,7 +85,7 @@ int daemon_ask_reload(struct daemon *d, char *err, size_t errlen)
 	pthread_mutex_lock(&d->ask_lock);
 	uint64_t mine = ++d->asked;
 	if (!d->refusing)
-		eventfd_write(d->ask_fd, 1);
+		wake_main(d);
 	while (!d->refusing && d->answered < mine)
 		pthread_cond_wait(&d->ask_done, &d->ask_lock);
 	if (d->answered >= mine) {
@@ -101,16 +103,17 @@ int daemon_ask_fd(const struct daemon *d)
 	return d->ask_fd;
 }
 
-void daemon_serve_asked_reload(struct daemon *d)
+/* One reload for every request made so far, when there is one. */
+static void serve_asked_reload(struct daemon *d)
 {
 	char err[CONFIG_ERR_MAX] = "";
-	eventfd_t ignored;
 
-	if (eventfd_read(d->ask_fd, &ignored) < 0)
-		return;
 	pthread_mutex_lock(&d->ask_lock);
 	uint64_t covered = d->asked;
+	bool asked = covered > d->answered;
 	pthread_mutex_unlock(&d->ask_lock);
+	if (!asked)
+		return;
 	/* Outside ask_lock: an asker arriving meanwhile waits for the next round. */
 	int rc = daemon_reload(d, err, sizeof err);
 	pthread_mutex_lock(&d->ask_lock);
@@ -215,7 +218,8 @@ bool daemon_may_capture(void *daemon, char *why, size_t whylen)
 	if (!server_is_open(d->server)) {
 		if (!daemon_ready(d, why, whylen))
 			return false;
-		eventfd_write(d->open_fd, 1);
+		atomic_store(&d->open_asked, true);
+		wake_main(d);
 		snprintf(why, whylen, "opening the sockets");
 		return false;
 	}
@@ -225,20 +229,22 @@ bool daemon_may_capture(void *daemon, char *why, size_t whylen)
 	return server_turning(d->server, DAEMON_WORKER_STALL_MS, why, whylen);
 }
 
-int daemon_open_fd(const struct daemon *d)
+static void open_sockets(struct daemon *d)
 {
-	return d->open_fd;
-}
-
-void daemon_open_sockets(struct daemon *d)
-{
-	eventfd_t ignored;
-
-	if (eventfd_read(d->open_fd, &ignored) < 0)
-		return;
 	pthread_mutex_lock(&d->reload_lock);
 	server_open(d->server, d->running);
 	pthread_mutex_unlock(&d->reload_lock);
+}
+
+void daemon_serve_asks(struct daemon *d)
+{
+	eventfd_t ignored;
+
+	if (eventfd_read(d->ask_fd, &ignored) < 0)
+		return;
+	if (atomic_exchange(&d->open_asked, false))
+		open_sockets(d);
+	serve_asked_reload(d);
 }
 
 /* ---- the files behind the running config ---------------------------------------- */

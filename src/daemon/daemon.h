@@ -22,7 +22,9 @@
  *
  * Reloads run on the main thread: it is the one thread that keeps the
  * capabilities a reload needs (binding new listen addresses, changing the
- * node), see privs.h. Other threads ask it (daemon_ask_reload).
+ * node), see privs.h. Other threads ask it, through one eventfd it polls
+ * (daemon_ask_fd): to reload (daemon_ask_reload) and to open the held
+ * sockets (daemon_may_capture).
  */
 #ifndef LOCALDNS_DAEMON_H
 #define LOCALDNS_DAEMON_H
@@ -63,14 +65,13 @@ struct daemon {
 	/* Reloads asked by other threads (daemon_ask_reload) and their outcome. */
 	pthread_mutex_t ask_lock;
 	pthread_cond_t ask_done;
-	int ask_fd;                  /* eventfd: readable when a reload was asked */
+	int ask_fd;                  /* eventfd: readable when something was asked */
 	uint64_t asked;              /* ask_lock: requests so far */
 	uint64_t answered;           /* ask_lock: requests the last outcome covers */
 	int ask_rc;                  /* ask_lock: the last outcome */
 	char ask_err[CONFIG_ERR_MAX];
 	bool refusing;               /* ask_lock: the main thread serves no more */
-
-	int open_fd;                 /* eventfd: readable when the sockets may be opened */
+	atomic_bool open_asked;      /* daemon_may_capture: open the held sockets */
 };
 
 struct daemon_reload_stats {
@@ -114,12 +115,14 @@ int daemon_ask_reload(struct daemon *d, char *err, size_t errlen);
 
 /*
  * The main thread's side: poll daemon_ask_fd, and when it is readable call
- * daemon_serve_asked_reload, which reloads once for every request made so
- * far. daemon_refuse_reloads (before stopping the threads that ask) answers
- * the waiting and later requests with an error.
+ * daemon_serve_asks, which does what was asked: opens the held sockets
+ * (server_open with the running config) when daemon_may_capture asked,
+ * and reloads once for every reload asked so far. daemon_refuse_reloads
+ * (before stopping the threads that ask) answers the waiting and later
+ * reload requests with an error.
  */
 int daemon_ask_fd(const struct daemon *d);
-void daemon_serve_asked_reload(struct daemon *d);
+void daemon_serve_asks(struct daemon *d);
 void daemon_refuse_reloads(struct daemon *d);
 
 /*
@@ -157,19 +160,12 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
 /*
  * Should the node's DNS come to this process now (node_capture's test, on
  * the node monitor's thread)? Once ready (daemon_ready) it asks the main
- * thread to open the held sockets (daemon_open_fd); once they are open,
+ * thread to open the held sockets (daemon_serve_asks); once they are open,
  * while every worker has gone round its loop within DAEMON_WORKER_STALL_MS.
  * false with why.
  */
 #define DAEMON_WORKER_STALL_MS 250
 bool daemon_may_capture(void *daemon, char *why, size_t whylen);
-
-/*
- * The main thread's side: poll daemon_open_fd, and when it is readable call
- * daemon_open_sockets (server_open with the running config).
- */
-int daemon_open_fd(const struct daemon *d);
-void daemon_open_sockets(struct daemon *d);
 
 /*
  * The config file watcher (main thread): inotify on the directories of the

@@ -304,6 +304,9 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 			 const uint8_t *owner, uint16_t type, uint16_t rclass,
 			 uint32_t ttl, const uint8_t *rdata, uint16_t rdlen);
 
+/* Bytes a record may still take (the OPT record's room kept back); 0 once truncated. */
+size_t dns_response_room(const struct dns_writer *w);
+
 /*
  * Append pre-encoded answer, authority and additional records (`counts` of
  * each) in one piece, e.g. a cached upstream reply's sections. Only valid
@@ -317,6 +320,53 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
  */
 bool dns_response_append_raw(struct dns_writer *w, const uint8_t *sections,
 			     size_t len, const uint16_t counts[3]);
+
+/*
+ * One record of a zone's apex (its SOA, for negative answers) encoded once,
+ * for replies whose question name is at or below that apex: the owner and
+ * every name in the rdata that ends in the apex are written with a pointer
+ * to where the apex sits in this reply's question, so writing it costs a
+ * copy and a few two-byte stores instead of a compression search.
+ */
+#define DNS_APEX_RR_MAX (DNS_MAX_NAME * 2 + 64)
+#define DNS_APEX_RR_PATCHES 4
+struct dns_apex_rr {
+	uint16_t len;         /* bytes of the encoded record; 0: not encodable */
+	uint8_t n_patches;
+	uint16_t patch[DNS_APEX_RR_PATCHES]; /* offsets of pointers to the apex */
+	uint16_t before[DNS_APEX_RR_PATCHES]; /* offset of the label before each, or 0 */
+	uint8_t bytes[DNS_APEX_RR_MAX];
+	/* the record itself, for replies the encoding does not suit */
+	uint8_t apex[DNS_MAX_NAME];
+	uint16_t apex_len;
+	uint16_t type;
+	uint32_t ttl;
+	const uint8_t *rdata; /* borrowed: must outlive rr */
+	uint16_t rdlen;
+};
+
+/*
+ * Prepare the record (apex, type, IN, ttl, rdata) for dns_response_add_apex_rr.
+ * Names in rdata are shortened to a pointer only where dns_response_add_rr
+ * would compress them (NS, CNAME, PTR, MX, SOA) and only at the apex. A
+ * record too long for DNS_APEX_RR_MAX, or with more than DNS_APEX_RR_PATCHES
+ * pointers, is kept unencoded (len 0): it is then written as
+ * dns_response_add_rr writes it.
+ */
+void dns_apex_rr_build(struct dns_apex_rr *rr, const uint8_t *apex, uint16_t type,
+		       uint32_t ttl, const uint8_t *rdata, uint16_t rdlen);
+
+/*
+ * Append rr to section exactly as dns_response_add_rr(w, section, apex, ...)
+ * would: the encoded record when that is what add_rr would write (w's
+ * question name at or below the apex, no name but the question's written
+ * yet, and the question not ending in one of the record's own names, which
+ * add_rr would point to instead), else through dns_response_add_rr. Names
+ * in an encoded record are not offered to later records as compression
+ * targets (negative answers end with it).
+ */
+bool dns_response_add_apex_rr(struct dns_writer *w, enum dns_section section,
+			      const struct dns_apex_rr *rr);
 
 /*
  * Close the message: if it was truncated, roll back to header + question and

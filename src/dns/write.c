@@ -396,6 +396,216 @@ bool dns_response_add_rr(struct dns_writer *w, enum dns_section section,
 	return false;
 }
 
+/* ---- records of a zone's apex -------------------------------------------- */
+
+/* Does name (len bytes) end in suffix (a whole name of suffix_len bytes) at a label boundary? */
+static bool name_ends_in(const uint8_t *name, size_t len, const uint8_t *suffix,
+			 size_t suffix_len)
+{
+	size_t start, pos = 0;
+
+	if (suffix_len > len)
+		return false;
+	start = len - suffix_len;
+	if (memcmp(name + start, suffix, suffix_len) != 0)
+		return false;
+	while (pos < start)
+		pos += 1u + name[pos];
+	return pos == start;
+}
+
+/* Copy a name, its apex suffix (if it ends in the apex) as a pointer to patch. */
+static bool apex_rr_put_name(struct dns_apex_rr *rr, const uint8_t *name)
+{
+	size_t len = dns_name_len(name);
+
+	if (!name_ends_in(name, len, rr->apex, rr->apex_len)) {
+		if (rr->len + len > DNS_APEX_RR_MAX)
+			return false;
+		memcpy(rr->bytes + rr->len, name, len);
+		rr->len = (uint16_t)(rr->len + len);
+		return true;
+	}
+	size_t keep = len - rr->apex_len, last = 0;
+	if (rr->len + keep + 2 > DNS_APEX_RR_MAX || rr->n_patches == DNS_APEX_RR_PATCHES)
+		return false;
+	for (size_t pos = 0; pos < keep; pos += 1u + name[pos])
+		last = pos;
+	rr->before[rr->n_patches] = keep ? (uint16_t)(rr->len + last) : 0;
+	memcpy(rr->bytes + rr->len, name, keep);
+	rr->len = (uint16_t)(rr->len + keep);
+	rr->patch[rr->n_patches++] = rr->len;
+	rr->len = (uint16_t)(rr->len + 2);
+	return true;
+}
+
+/* Offsets of name's labels (the root excluded); returns how many. */
+static size_t label_offsets(const uint8_t *name, uint16_t out[DNS_MAX_NAME / 2])
+{
+	size_t n = 0;
+
+	for (size_t pos = 0; name[pos] != 0; pos += 1u + name[pos])
+		out[n++] = (uint16_t)pos;
+	return n;
+}
+
+/* Wire length of the longest suffix a and b share at label boundaries (1: the root alone). */
+static size_t common_suffix_len(const uint8_t *a, const uint8_t *b)
+{
+	uint16_t la[DNS_MAX_NAME / 2], lb[DNS_MAX_NAME / 2];
+	size_t na = label_offsets(a, la), nb = label_offsets(b, lb);
+	size_t len_a = dns_name_len(a), common = 1;
+
+	while (na && nb && a[la[na - 1]] == b[lb[nb - 1]] &&
+	       memcmp(a + la[na - 1], b + lb[nb - 1], 1u + a[la[na - 1]]) == 0) {
+		na--;
+		nb--;
+		common = len_a - la[na];
+	}
+	return common;
+}
+
+/*
+ * Would add_rr point one of the rdata's names anywhere but at the apex in
+ * the question? It would when a name not ending in the apex shares a suffix
+ * with it, or when two names share a suffix longer than the apex (the later
+ * one points into the earlier). Such a record is not encoded.
+ */
+static bool apex_rr_names_point_elsewhere(const struct dns_apex_rr *rr,
+					  struct dns_rdata_names shape)
+{
+	size_t off_i = shape.before;
+
+	for (uint8_t i = 0; i < shape.names; i++) {
+		const uint8_t *ni = rr->rdata + off_i;
+		size_t off_j = shape.before;
+		if (!name_ends_in(ni, dns_name_len(ni), rr->apex, rr->apex_len) &&
+		    common_suffix_len(ni, rr->apex) > 1)
+			return true;
+		for (uint8_t j = 0; j < i; j++) {
+			size_t c = common_suffix_len(ni, rr->rdata + off_j);
+			if (c > 1 && c != rr->apex_len)
+				return true;
+			off_j += dns_name_len(rr->rdata + off_j);
+		}
+		off_i += dns_name_len(ni);
+	}
+	return false;
+}
+
+/* The encoded form of rr's record into rr->bytes; false when it cannot be. */
+static bool apex_rr_encode(struct dns_apex_rr *rr)
+{
+	struct dns_rdata_names shape;
+	bool names = dns_rdata_names(rr->type, &shape) && shape.compress &&
+		     rdata_fits_shape(rr->rdata, rr->rdlen, shape);
+	size_t off = 0;
+
+	if (names && apex_rr_names_point_elsewhere(rr, shape))
+		return false;
+	if (!apex_rr_put_name(rr, rr->apex) || rr->len + RR_FIXED_LEN > DNS_APEX_RR_MAX)
+		return false;
+	uint8_t *fixed = rr->bytes + rr->len;
+	put16(fixed, rr->type);
+	put16(fixed + 2, DNS_C_IN);
+	put32(fixed + 4, rr->ttl);
+	rr->len += RR_FIXED_LEN;
+	size_t rdata_start = rr->len;
+	if (names) {
+		memcpy(rr->bytes + rr->len, rr->rdata, shape.before);
+		rr->len = (uint16_t)(rr->len + shape.before);
+		off = shape.before;
+		for (uint8_t i = 0; i < shape.names; i++) {
+			if (!apex_rr_put_name(rr, rr->rdata + off))
+				return false;
+			off += dns_name_len(rr->rdata + off);
+		}
+	}
+	if (rr->len + (rr->rdlen - off) > DNS_APEX_RR_MAX)
+		return false;
+	memcpy(rr->bytes + rr->len, rr->rdata + off, rr->rdlen - off);
+	rr->len = (uint16_t)(rr->len + (rr->rdlen - off));
+	put16(fixed + 8, (uint16_t)(rr->len - rdata_start));
+	return true;
+}
+
+void dns_apex_rr_build(struct dns_apex_rr *rr, const uint8_t *apex, uint16_t type,
+		       uint32_t ttl, const uint8_t *rdata, uint16_t rdlen)
+{
+	size_t apex_len = dns_name_len(apex);
+
+	*rr = (struct dns_apex_rr){.apex_len = (uint16_t)apex_len, .type = type, .ttl = ttl,
+				   .rdata = rdata, .rdlen = rdlen};
+	memcpy(rr->apex, apex, apex_len);
+	if (!apex_rr_encode(rr))
+		rr->len = 0;
+}
+
+/*
+ * Is the encoded form what add_rr would write now? Only the question's
+ * labels may be compression targets so far, the question must end in the
+ * apex, and the question's label before the apex must not be the label
+ * before the apex in one of the record's names: the question would then
+ * hold a longer suffix of that name, and add_rr would point there.
+ */
+static bool apex_rr_encoded_fits(const struct dns_writer *w, const struct dns_apex_rr *rr)
+{
+	const struct dns_query *q = w->q;
+	size_t start, pos = 0, prev = SIZE_MAX;
+
+	if (!rr->len || w->ncomp != (w->comp_question ? w->comp_base : 0) ||
+	    rr->apex_len > q->qname_len)
+		return false;
+	start = q->qname_len - rr->apex_len;
+	if (memcmp(q->qname + start, rr->apex, rr->apex_len) != 0)
+		return false;
+	for (; pos < start; pos += 1u + q->qname[pos])
+		prev = pos;
+	if (pos != start)
+		return false;
+	if (prev == SIZE_MAX)
+		return true; /* the question is the apex */
+	for (uint8_t i = 0; i < rr->n_patches; i++) {
+		const uint8_t *label = rr->bytes + rr->before[i];
+		if (rr->before[i] && label[0] == q->qname[prev] &&
+		    labels_equal_nocase(label + 1, q->qname + prev + 1, label[0]))
+			return false;
+	}
+	return true;
+}
+
+bool dns_response_add_apex_rr(struct dns_writer *w, enum dns_section section,
+			      const struct dns_apex_rr *rr)
+{
+	if (!apex_rr_encoded_fits(w, rr))
+		return dns_response_add_rr(w, section, rr->apex, rr->type, DNS_C_IN, rr->ttl,
+					   rr->rdata, rr->rdlen);
+	if (w->truncated || section < w->section || section > DNS_SEC_ADDITIONAL)
+		return false;
+	w->section = section;
+	if (rr->len > w->limit - w->reserve - w->len) {
+		if (section != DNS_SEC_ADDITIONAL)
+			w->truncated = true;
+		return false;
+	}
+	uint16_t apex_at = (uint16_t)(DNS_HEADER_LEN + w->q->qname_len - rr->apex_len);
+	uint8_t *at = w->buf + w->len;
+
+	memcpy(at, rr->bytes, rr->len);
+	for (uint8_t i = 0; i < rr->n_patches; i++)
+		put16(at + rr->patch[i], (uint16_t)(0xC000 | apex_at));
+	w->len += rr->len;
+	w->count[section]++;
+	return true;
+}
+
+size_t dns_response_room(const struct dns_writer *w)
+{
+	if (w->len == 0 || w->truncated)
+		return 0;
+	return w->limit - w->reserve - w->len;
+}
+
 bool dns_response_append_raw(struct dns_writer *w, const uint8_t *sections,
 			     size_t len, const uint16_t counts[3])
 {

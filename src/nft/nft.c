@@ -63,7 +63,8 @@ struct nft {
 };
 
 static void drop_stale_answers(struct nft *n);
-static int dump(struct nft *n, uint16_t type, const char *set_name, mnl_cb_t cb, void *data);
+static int dump_elements(struct nft *n, const char *set_name,
+			 int (*fn)(struct nftnl_set_elem *e, void *arg), void *arg);
 
 /* ---- batches -------------------------------------------------------------- */
 
@@ -732,19 +733,6 @@ static int keep_element(struct nftnl_set_elem *e, void *data)
 	return 0;
 }
 
-static int on_kept(const struct nlmsghdr *h, void *data)
-{
-	struct nftnl_set *set = nftnl_set_alloc();
-	int rc = MNL_CB_OK;
-
-	if (!set || nftnl_set_elems_nlmsg_parse(h, set) < 0)
-		rc = MNL_CB_ERROR;
-	else
-		nftnl_set_elem_foreach(set, keep_element, data);
-	nftnl_set_free(set);
-	return rc;
-}
-
 /*
  * The tokens, and unless tokens_only the live elements and the flows, in
  * the kernel now (a missing set has none). NULL: errno.
@@ -765,7 +753,7 @@ static struct kept *find_kept(struct nft *n, bool tokens_only)
 		    (tokens_only || (sp->role != NFT_SET_LIVE && sp->role != NFT_SET_FLOWS)))
 			continue;
 		k->set = sp;
-		if (dump(n, NFT_MSG_GETSETELEM, sp->name, on_kept, k) < 0 && errno != ENOENT) {
+		if (dump_elements(n, sp->name, keep_element, k) < 0 && errno != ENOENT) {
 			int saved = errno;
 			free(k);
 			errno = saved;
@@ -997,19 +985,6 @@ static int found_endpoint(struct nftnl_set_elem *e, void *data)
 	return 0;
 }
 
-static int on_endpoints(const struct nlmsghdr *h, void *data)
-{
-	struct nftnl_set *set = nftnl_set_alloc();
-	int rc = MNL_CB_OK;
-
-	if (!set || nftnl_set_elems_nlmsg_parse(h, set) < 0)
-		rc = MNL_CB_ERROR;
-	else
-		nftnl_set_elem_foreach(set, found_endpoint, data);
-	nftnl_set_free(set);
-	return rc;
-}
-
 int nft_keep_endpoints(struct nft *n, struct config_ip *out, size_t max)
 {
 	struct found_endpoints f = {.n = 0};
@@ -1018,7 +993,7 @@ int nft_keep_endpoints(struct nft *n, struct config_ip *out, size_t max)
 	pthread_mutex_lock(&n->lock);
 	for (size_t i = 0; i < n->plan.n_sets && rc == 0; i++)
 		if (n->plan.sets[i].role == NFT_SET_FALLBACK &&
-		    dump(n, NFT_MSG_GETSETELEM, n->plan.sets[i].name, on_endpoints, &f) < 0 &&
+		    dump_elements(n, n->plan.sets[i].name, found_endpoint, &f) < 0 &&
 		    errno != ENOENT)
 			rc = -1;
 	if (rc == 0 && f.n > 0) {
@@ -1127,6 +1102,35 @@ static int dump(struct nft *n, uint16_t type, const char *set_name, mnl_cb_t cb,
 	}
 }
 
+/* What a set's dump does with each element (dump_elements). */
+struct element_visit {
+	int (*fn)(struct nftnl_set_elem *e, void *arg);
+	void *arg;
+};
+
+static int on_set_elements(const struct nlmsghdr *h, void *data)
+{
+	const struct element_visit *v = data;
+	struct nftnl_set *set = nftnl_set_alloc();
+	int rc = MNL_CB_OK;
+
+	if (!set || nftnl_set_elems_nlmsg_parse(h, set) < 0)
+		rc = MNL_CB_ERROR;
+	else
+		nftnl_set_elem_foreach(set, v->fn, v->arg);
+	nftnl_set_free(set);
+	return rc;
+}
+
+/* Every element of our set set_name through fn; -1 with errno (ENOENT: no such set). */
+static int dump_elements(struct nft *n, const char *set_name,
+			 int (*fn)(struct nftnl_set_elem *e, void *arg), void *arg)
+{
+	struct element_visit v = {fn, arg};
+
+	return dump(n, NFT_MSG_GETSETELEM, set_name, on_set_elements, &v);
+}
+
 static int chain_index(const char *name)
 {
 	for (int i = 0; i < NFT_CHAINS; i++)
@@ -1201,19 +1205,6 @@ static int count_element(struct nftnl_set_elem *e, void *data)
 	return 0;
 }
 
-static int on_elements(const struct nlmsghdr *h, void *data)
-{
-	struct nftnl_set *set = nftnl_set_alloc();
-	int rc = MNL_CB_OK;
-
-	if (!set || nftnl_set_elems_nlmsg_parse(h, set) < 0)
-		rc = MNL_CB_ERROR;
-	else
-		nftnl_set_elem_foreach(set, count_element, data);
-	nftnl_set_free(set);
-	return rc;
-}
-
 /* 1 as planned, 0 drifted (why in err), -1 could not ask. */
 static int check_sets(struct nft *n, char *err, size_t errlen)
 {
@@ -1236,7 +1227,7 @@ static int check_sets(struct nft *n, char *err, size_t errlen)
 		    sp->role == NFT_SET_FLOWS)
 			continue; /* they change on their own: timeouts, packets */
 		s.count = 0;
-		if (dump(n, NFT_MSG_GETSETELEM, sp->name, on_elements, &s) < 0) {
+		if (dump_elements(n, sp->name, count_element, &s) < 0) {
 			if (errno != ENOENT)
 				goto fail;
 			snprintf(err, errlen, "set %s is missing", sp->name);

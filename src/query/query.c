@@ -209,7 +209,12 @@ static enum query_qtype qtype_counted(uint16_t qtype)
 void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
 			     struct query_ctx *ctx)
 {
-	switch (cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale)) {
+	query_cache_result(cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale), ctx);
+}
+
+void query_cache_result(enum cache_result r, struct query_ctx *ctx)
+{
+	switch (r) {
 	case CACHE_HIT:
 		ctx->source = QUERY_SOURCE_CACHE;
 		break;
@@ -270,9 +275,33 @@ void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
 	query_answer_from_cache(s, w, ctx);
 }
 
-static void answer_in(const struct dns_query *q, const struct query_sources *s,
+static enum zone_result answer_from_zone(const struct query_prepared *p,
+					 const struct query_sources *s, struct dns_writer *w)
+{
+	if (p->zone_absent)
+		return ZONE_NOT_LOCAL; /* found so while fetching: the table does not change */
+	if (p->zone_hashed)
+		return zone_answer_hashed(s->zone, &p->q, p->zone_hash, w);
+	return zone_answer(s->zone, &p->q, w);
+}
+
+static void answer_from_cache(const struct query_prepared *p, const struct query_sources *s,
+			      struct dns_writer *w, struct query_ctx *ctx)
+{
+	enum cache_result r;
+
+	if (!p->cache_keyed) {
+		query_answer_from_cache(s, w, ctx);
+		return;
+	}
+	r = cache_write_answer_keyed(s->cache, w, &p->cache_key, ctx->now, ctx->serve_stale);
+	query_cache_result(r, ctx);
+}
+
+static void answer_in(const struct query_prepared *p, const struct query_sources *s,
 		      struct dns_writer *w, struct query_ctx *ctx)
 {
+	const struct dns_query *q = &p->q;
 	struct cluster_chase chase;
 
 	if (ctx->request) { /* the worker's request is reused: nothing carries over */
@@ -280,7 +309,7 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 		ctx->request->search = false;
 		ctx->request->nxdomain_len = 0;
 	}
-	if (zone_answer(s->zone, q, w) == ZONE_ANSWERED) {
+	if (answer_from_zone(p, s, w) == ZONE_ANSWERED) {
 		ctx->source = QUERY_SOURCE_STATIC;
 		return;
 	}
@@ -306,7 +335,7 @@ static void answer_in(const struct dns_query *q, const struct query_sources *s,
 		dns_response_set_rcode(w, DNS_R_REFUSED); /* no upstream path */
 		return;
 	}
-	query_answer_from_cache(s, w, ctx);
+	answer_from_cache(p, s, w, ctx);
 }
 
 /*
@@ -350,10 +379,11 @@ static void fill_request(struct upstream_request *r, const struct dns_query *q,
 }
 
 /* A parsed query (DNS_PARSE_OK or DNS_PARSE_BADVERS) to a finished reply. */
-static size_t answer(const struct dns_query *q, bool bad_version,
+static size_t answer(const struct query_prepared *p, bool bad_version,
 		     const struct query_sources *s, struct query_ctx *ctx,
 		     uint8_t *out, size_t limit)
 {
+	const struct dns_query *q = &p->q;
 	struct dns_writer w;
 	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
 	bool has_cookie = make_cookie(cookie, q, s, ctx->peer);
@@ -371,7 +401,7 @@ static size_t answer(const struct dns_query *q, bool bad_version,
 	else if (q->qclass == DNS_C_CH)
 		answer_chaos(q, s, &w);
 	else if (q->qclass == DNS_C_IN)
-		answer_in(q, s, &w, ctx);
+		answer_in(p, s, &w, ctx);
 	else
 		dns_response_set_rcode(&w, DNS_R_REFUSED);
 	if (ctx->upstream != QUERY_UPSTREAM_NONE)
@@ -401,41 +431,87 @@ static void count_reply(struct query_stats *st, const uint8_t *reply, size_t len
 	st->truncated += dns_reply_truncated(reply);
 }
 
-size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
-		    struct query_ctx *ctx)
+/* Would answer_in ask the static table, then the cache, for p? */
+static bool asks_tables(const struct query_prepared *p)
+{
+	return p->sources && p->parsed == DNS_PARSE_OK && p->q.qclass == DNS_C_IN &&
+	       p->q.qtype != DNS_T_AXFR && p->q.qtype != DNS_T_IXFR;
+}
+
+void query_prepare(const uint8_t *in, size_t inlen, struct query_prepared *p)
 {
 	const struct query_sources *s = rcu_dereference(current_sources);
-	struct query_stats *stats = ctx->stats;
 
 	if (s)
 		TSAN_SUBSCRIBE(s);
-	struct dns_query q;
-	enum dns_parse_result parsed = dns_parse_query(in, inlen, &q);
-	bool bad_version = parsed == DNS_PARSE_BADVERS;
+	p->sources = s;
+	p->parsed = dns_parse_query(in, inlen, &p->q);
+	p->cache_keyed = p->zone_absent = false;
+	p->zone_hashed = asks_tables(p);
+	if (p->zone_hashed) {
+		p->zone_hash = zone_name_hash(p->q.qname, p->q.qname_len);
+		zone_prefetch_slot(s->zone, p->zone_hash);
+	}
+}
+
+/* Will p's answer come from the cache, if from anywhere? (Not local data.) */
+static bool cache_bound(struct query_prepared *p)
+{
+	const struct query_sources *s = p->sources;
+	const struct dns_query *q = &p->q;
+
+	if (zone_prefetch_node(s->zone, p->zone_hash) ||
+	    zone_covers(s->zone, q->qname, q->qname_len))
+		return false;
+	p->zone_absent = true;
+	return s->cache && (!s->cluster || !dns_name_is_subdomain(q->qname, cluster_zone(s->cluster)));
+}
+
+void query_prefetch(struct query_prepared *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!p[i].zone_hashed || !cache_bound(&p[i]))
+			continue;
+		cache_key_of(p[i].sources->cache, &p[i].q, &p[i].cache_key);
+		cache_prefetch_bucket(p[i].sources->cache, &p[i].cache_key);
+		p[i].cache_keyed = true;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (p[i].cache_keyed)
+			cache_prefetch_entry(&p[i].cache_key);
+}
+
+size_t query_handle_prepared(const struct query_prepared *p, const uint8_t *in, size_t inlen,
+			     uint8_t *out, size_t outcap, struct query_ctx *ctx)
+{
+	const struct query_sources *s = p->sources;
+	const struct dns_query *q = &p->q;
+	struct query_stats *stats = ctx->stats;
+	bool bad_version = p->parsed == DNS_PARSE_BADVERS;
 	size_t len = 0;
 
 	ctx->upstream = QUERY_UPSTREAM_NONE;
 	ctx->source = QUERY_SOURCE_NONE;
 	stats->received++;
 	stats->transport[ctx->transport]++;
-	if (parsed != DNS_PARSE_DROP && q.question_ok) /* a runt leaves q unset */
-		stats->qtype[qtype_counted(q.qtype)]++;
-	switch (parsed) {
+	if (p->parsed != DNS_PARSE_DROP && q->question_ok) /* a runt leaves q unset */
+		stats->qtype[qtype_counted(q->qtype)]++;
+	switch (p->parsed) {
 	case DNS_PARSE_DROP:
 		break;
 	case DNS_PARSE_FORMERR:
-		len = dns_error_reply(in, inlen, &q, DNS_R_FORMERR, out, outcap);
+		len = dns_error_reply(in, inlen, q, DNS_R_FORMERR, out, outcap);
 		break;
 	case DNS_PARSE_NOTIMP:
-		len = dns_error_reply(in, inlen, &q, DNS_R_NOTIMP, out, outcap);
+		len = dns_error_reply(in, inlen, q, DNS_R_NOTIMP, out, outcap);
 		break;
 	case DNS_PARSE_BADVERS:
 	case DNS_PARSE_OK:
 		if (s)
-			len = answer(&q, bad_version, s, ctx, out,
-				     reply_limit(&q, s, ctx->transport, outcap));
+			len = answer(p, bad_version, s, ctx, out,
+				     reply_limit(q, s, ctx->transport, outcap));
 		else /* only between start-up steps: sources are published first */
-			len = dns_error_reply(in, inlen, &q, DNS_R_SERVFAIL, out, outcap);
+			len = dns_error_reply(in, inlen, q, DNS_R_SERVFAIL, out, outcap);
 		break;
 	}
 	stats->source[ctx->source]++;
@@ -443,4 +519,13 @@ size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap
 		count_reply(stats, out, len, bad_version);
 	TSAN_GRACE_RELEASE(); /* done with the sources and what they hold */
 	return len;
+}
+
+size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
+		    struct query_ctx *ctx)
+{
+	struct query_prepared p;
+
+	query_prepare(in, inlen, &p);
+	return query_handle_prepared(&p, in, inlen, out, outcap, ctx);
 }

@@ -153,4 +153,31 @@ struct query_ctx {
 size_t query_handle(const uint8_t *in, size_t inlen, uint8_t *out, size_t outcap,
 		    struct query_ctx *ctx);
 
+/*
+ * The same in steps, for a batch: a table probe that waits on memory costs
+ * more than everything else a local or cached answer does
+ * (docs/performance.md, "Where a UDP query's CPU goes"), so a worker first
+ * reads every query of a batch (query_prepare, which also starts fetching
+ * its static table slot), then has the memory its answers will read
+ * fetched for all of them together (query_prefetch), then answers each
+ * (query_handle_prepared: exactly what query_handle writes, with the same
+ * sources, which the caller's one RCU read-side section keeps alive from
+ * the first step to the last).
+ */
+struct query_prepared {
+	const struct query_sources *sources; /* current when prepared; NULL: none */
+	enum dns_parse_result parsed;
+	bool zone_hashed;        /* zone_hash is q's name's */
+	bool zone_absent;        /* the static table neither holds nor covers q's name */
+	bool cache_keyed;        /* cache_key is q's */
+	uint32_t zone_hash;
+	struct cache_key cache_key;
+	struct dns_query q;
+};
+
+void query_prepare(const uint8_t *in, size_t inlen, struct query_prepared *p);
+void query_prefetch(struct query_prepared *p, size_t n);
+size_t query_handle_prepared(const struct query_prepared *p, const uint8_t *in, size_t inlen,
+			     uint8_t *out, size_t outcap, struct query_ctx *ctx);
+
 #endif

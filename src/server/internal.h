@@ -83,7 +83,8 @@ enum tcp_event {
  * batches filled): recvmmsg writes each query's first UDP_IN_HEAD bytes
  * into in_head, packed, and only the rest of a longer one (rare) into
  * in_tail; replies are written one after the other into out, which has
- * room for UDP_BATCH of the largest.
+ * room for UDP_BATCH of the largest. Each query is read into prepared
+ * before any is answered (query_prepare, query_prefetch: see query.h).
  */
 struct udp_batch {
 	struct mmsghdr rx[UDP_BATCH];
@@ -94,6 +95,7 @@ struct udp_batch {
 	uint8_t in_head[UDP_BATCH][UDP_IN_HEAD];
 	uint8_t in_tail[UDP_BATCH][UDP_IN_MAX - UDP_IN_HEAD];
 	uint8_t in_joined[UDP_IN_MAX];   /* a query longer than UDP_IN_HEAD, made whole */
+	struct query_prepared prepared[UDP_BATCH];
 	uint8_t out[UDP_BATCH * UDP_OUT_MAX];
 };
 

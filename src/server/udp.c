@@ -87,6 +87,12 @@ static int answer_batch(struct worker *w, int fd, int n)
 	int out = 0;
 
 	urcu_memb_read_lock();
+	for (int i = 0; i < n; i++)
+		if (b->rx[i].msg_hdr.msg_flags & MSG_TRUNC) /* dropped below: nothing to fetch */
+			b->prepared[i].zone_hashed = b->prepared[i].cache_keyed = false;
+		else
+			query_prepare(query_bytes(b, i), b->rx[i].msg_len, &b->prepared[i]);
+	query_prefetch(b->prepared, (size_t)n);
 	for (int i = 0; i < n; i++) {
 		if (b->rx[i].msg_hdr.msg_flags & MSG_TRUNC) {
 			w->stats.received++;
@@ -95,8 +101,9 @@ static int answer_batch(struct worker *w, int fd, int n)
 		}
 		worker_query_ctx(w, &ctx, QUERY_UDP, &b->peer[i]);
 		uint8_t *reply = b->out + used; /* room for UDP_OUT_MAX: at most UDP_BATCH replies */
-		size_t len = query_handle(query_bytes(b, i), b->rx[i].msg_len, reply, UDP_OUT_MAX,
-					  &ctx);
+		/* query_bytes again: a longer query's joined bytes may be another's by now */
+		size_t len = query_handle_prepared(&b->prepared[i], query_bytes(b, i),
+						   b->rx[i].msg_len, reply, UDP_OUT_MAX, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &b->peer[i], reply, len);
 		worker_note_top(w, &ctx, &b->peer[i], reply, len);

@@ -1,6 +1,7 @@
 /*
  * zone/internal.h — the table's layout, shared by table.c (building) and
- * answer.c (reading). Nothing outside src/zone/ includes this.
+ * answer.c (reading). Nothing outside src/zone/ includes this but its unit
+ * tests (tests/unit/test_zone.c).
  */
 #ifndef LOCALDNS_ZONE_INTERNAL_H
 #define LOCALDNS_ZONE_INTERNAL_H
@@ -22,11 +23,47 @@ struct zone_rrset {
 	struct zone_rdata **rdata;
 };
 
+/*
+ * A reply precompiled when the table is finished (answer.c): the records
+ * zone_answer writes after the question for its node's name and qtype,
+ * compression pointers as they land with the question at DNS_HEADER_LEN.
+ * A node's replies follow its name, one after the other (each padded to
+ * an even length), up to one with qtype 0.
+ */
+struct zone_reply {
+	uint16_t qtype;
+	uint16_t len;       /* bytes */
+	uint16_t counts[3]; /* records per section */
+	uint16_t rcode;
+	uint8_t bytes[];
+};
+
+/* Replies longer than this are not precompiled (answered as they are asked). */
+#define ZONE_REPLY_MAX 1232
+
+/*
+ * answer.c: n's precompiled replies (struct zone_reply, the list ended by
+ * qtype 0) into out (room bytes, aligned for struct zone_reply), run by
+ * the answer rules against t, which must be complete but for the replies.
+ * Returns the bytes used; 0 when there is nothing to keep.
+ */
+struct zone_node;
+size_t zone_precompile_replies(const struct zone_table *t, const struct zone_node *n,
+			       uint8_t *out, size_t room);
+
+/*
+ * answer.c: q answered by the rules alone, never from a precompiled reply:
+ * what every precompiled reply must equal (the unit tests compare them).
+ */
+enum zone_result zone_answer_by_rules(const struct zone_table *t, const struct dns_query *q,
+				      struct dns_writer *w);
+
 /* An owner name; an empty non-terminal is a node with no RRsets. */
 struct zone_node {
 	uint16_t name_len;
 	uint16_t n_rrsets;
 	struct zone_rrset *rrsets;
+	const struct zone_reply *replies; /* after name; NULL in a builder */
 	uint8_t name[]; /* lower-cased wire form */
 };
 
@@ -40,9 +77,10 @@ struct zone_authority {
 	uint16_t apex_len;
 	uint8_t apex[DNS_MAX_NAME];
 	/* The apex's SOA, found once when the table is finished: every negative
-	 * answer carries it. NULL in a builder. */
-	const struct zone_node *apex_node;
+	 * answer carries it (soa_rr, encoded once, when it is one record). NULL
+	 * in a builder. */
 	const struct zone_rrset *soa;
+	struct dns_apex_rr soa_rr;
 };
 
 struct zone_table {
@@ -90,11 +128,10 @@ static inline uint32_t zone_hash_name(const uint8_t *name, size_t len)
 	return (uint32_t)h;
 }
 
-static inline const struct zone_node *zone_find(const struct zone_table *t,
-						const uint8_t *name, size_t len)
+static inline const struct zone_node *zone_find_hashed(const struct zone_table *t,
+						       const uint8_t *name, size_t len,
+						       uint32_t h)
 {
-	uint32_t h = zone_hash_name(name, len);
-
 	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
 		const struct zone_slot *s = &t->slots[i];
 		if (!s->node)
@@ -103,6 +140,12 @@ static inline const struct zone_node *zone_find(const struct zone_table *t,
 		    memcmp(s->node->name, name, len) == 0)
 			return s->node;
 	}
+}
+
+static inline const struct zone_node *zone_find(const struct zone_table *t,
+						const uint8_t *name, size_t len)
+{
+	return zone_find_hashed(t, name, len, zone_hash_name(name, len));
 }
 
 static inline const struct zone_rrset *zone_node_rrset(const struct zone_node *n,

@@ -361,6 +361,45 @@ static int add_empty_non_terminals(struct zone_table *t)
 	return 0;
 }
 
+/* Room for one node's precompiled replies: every qtype at its longest. */
+#define NODE_REPLIES_MAX (16 * (sizeof(struct zone_reply) + ZONE_REPLY_MAX + 1) + \
+			  sizeof(struct zone_reply))
+
+/*
+ * Each node again, in one piece with its precompiled replies after its
+ * name (answer.c says what they are). The rules that write them look
+ * nodes up through the slots, so each slot takes its new node at once.
+ */
+static int precompile_replies(struct zone_table *t)
+{
+	uint8_t *scratch = malloc(NODE_REPLIES_MAX);
+
+	if (!scratch)
+		return -1;
+	for (size_t i = 0; i <= t->mask; i++) {
+		struct zone_node *n = t->slots[i].node;
+		if (!n)
+			continue;
+		size_t used = zone_precompile_replies(t, n, scratch, NODE_REPLIES_MAX);
+		if (!used)
+			continue;
+		size_t at = sizeof *n + n->name_len;
+		at = (at + _Alignof(struct zone_reply) - 1) & ~(_Alignof(struct zone_reply) - 1);
+		struct zone_node *m = malloc(at + used);
+		if (!m) {
+			free(scratch);
+			return -1;
+		}
+		memcpy(m, n, sizeof *n + n->name_len);
+		memcpy((uint8_t *)m + at, scratch, used);
+		m->replies = (const struct zone_reply *)((const uint8_t *)m + at);
+		t->slots[i].node = m;
+		free(n); /* its RRsets are m's now */
+	}
+	free(scratch);
+	return 0;
+}
+
 struct zone_table *zone_builder_finish(struct zone_builder *b)
 {
 	struct zone_table *t = (struct zone_table *)b;
@@ -371,8 +410,15 @@ struct zone_table *zone_builder_finish(struct zone_builder *b)
 	}
 	for (size_t i = 0; i < t->n_authorities; i++) {
 		struct zone_authority *a = &t->authorities[i];
-		a->apex_node = zone_find(t, a->apex, a->apex_len);
-		a->soa = a->apex_node ? zone_node_rrset(a->apex_node, DNS_T_SOA) : NULL;
+		const struct zone_node *apex = zone_find(t, a->apex, a->apex_len);
+		a->soa = apex ? zone_node_rrset(apex, DNS_T_SOA) : NULL;
+		if (a->soa && a->soa->count == 1)
+			dns_apex_rr_build(&a->soa_rr, a->apex, DNS_T_SOA, a->soa->ttl,
+					  a->soa->rdata[0]->data, a->soa->rdata[0]->len);
+	}
+	if (precompile_replies(t) < 0) {
+		zone_table_free(t);
+		return NULL;
 	}
 	return t;
 }

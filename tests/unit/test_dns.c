@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cmocka.h>
 
@@ -1694,6 +1695,114 @@ static void test_reply_rcode_slot_and_truncation(void **state)
 	assert_true(dns_reply_truncated(header));
 }
 
+/* ---- records of a zone's apex (dns_apex_rr) ------------------------------ */
+
+/* A question for text in the client's case (the codec's own lower-cased copy beside it). */
+static void apex_question(struct dns_query *q, const char *text)
+{
+	char lower[DNS_MAX_NAME * 4];
+	size_t i;
+
+	for (i = 0; text[i] && i + 1 < sizeof lower; i++)
+		lower[i] = (char)((text[i] >= 'A' && text[i] <= 'Z') ? text[i] + 32 : text[i]);
+	lower[i] = '\0';
+	memset(q, 0, sizeof *q);
+	q->id = 7;
+	q->qtype = DNS_T_A;
+	q->qclass = DNS_C_IN;
+	q->qname_len = (uint16_t)wire(lower, q->qname);
+	size_t n = 0, label = 0;
+	for (i = 0;; i++) { /* the same name with text's letters as they are */
+		if (text[i] == '.' || text[i] == '\0') {
+			q->qname_orig[label] = (uint8_t)(n - label);
+			label = ++n;
+			if (text[i] == '\0')
+				break;
+		} else {
+			q->qname_orig[++n] = (uint8_t)text[i];
+		}
+	}
+	q->qname_orig[label] = 0;
+	assert_int_equal(n + 1, q->qname_len);
+	assert_true(strncasecmp((char *)q->qname_orig, (char *)q->qname, q->qname_len) == 0);
+	q->question_ok = true;
+}
+
+/* rdata of an SOA whose two names are mname and rname, then 20 bytes. */
+static uint16_t soa_rdata(uint8_t *out, const char *mname, const char *rname)
+{
+	size_t n = wire(mname, out);
+
+	n += wire(rname, out + n);
+	memset(out + n, 0x11, 20);
+	return (uint16_t)(n + 20);
+}
+
+/* The same reply written with dns_response_add_apex_rr and with dns_response_add_rr. */
+static void assert_apex_rr_matches_add_rr(const char *qname, const struct dns_apex_rr *rr,
+					  bool cname_first, size_t limit)
+{
+	uint8_t a[1024], b[1024], cname[DNS_MAX_NAME];
+	size_t cname_len = wire("target.elsewhere.org", cname);
+	struct dns_query q;
+	struct dns_writer wa, wb;
+
+	apex_question(&q, qname);
+	dns_response_begin(&wa, a, limit, &q, DNS_R_NXDOMAIN);
+	dns_response_begin(&wb, b, limit, &q, DNS_R_NXDOMAIN);
+	if (cname_first) {
+		/* too long for the smallest limits: then both are truncated */
+		assert_int_equal(dns_response_add_rr(&wa, DNS_SEC_ANSWER, NULL, DNS_T_CNAME,
+						     DNS_C_IN, 60, cname, (uint16_t)cname_len),
+				 dns_response_add_rr(&wb, DNS_SEC_ANSWER, NULL, DNS_T_CNAME,
+						     DNS_C_IN, 60, cname, (uint16_t)cname_len));
+	}
+	bool ra = dns_response_add_apex_rr(&wa, DNS_SEC_AUTHORITY, rr);
+	bool rb = dns_response_add_rr(&wb, DNS_SEC_AUTHORITY, rr->apex, rr->type, DNS_C_IN,
+				      rr->ttl, rr->rdata, rr->rdlen);
+	assert_int_equal(ra, rb);
+	size_t la = dns_response_finish(&wa, 1232), lb = dns_response_finish(&wb, 1232);
+	if (la != lb || memcmp(a, b, la) != 0)
+		fail_msg("%s: apex record differs from add_rr's (%zu vs %zu bytes)", qname, la, lb);
+}
+
+static const char *const apex_qnames[] = {
+	"cluster.local", "a.cluster.local", "Deep.Name.Under.Cluster.Local",
+	"dns.cluster.local", "x.dns.cluster.local", "ns.dns.cluster.local",
+	"HostMaster.cluster.local", "y.cluster.local", "local", "other.org",
+	"a.local", "cluster.local.cluster.local",
+};
+
+static void test_apex_rr_writes_what_add_rr_writes(void **state)
+{
+	uint8_t apex[DNS_MAX_NAME], rd[5][DNS_MAX_NAME * 2 + 20];
+	struct {
+		uint16_t type, len;
+		bool encoded; /* add_rr only ever points at the apex: encodable */
+	} cases[5];
+	static struct dns_apex_rr rr;
+	(void)state;
+
+	wire("cluster.local", apex);
+	cases[0] = (typeof(cases[0])){DNS_T_SOA, soa_rdata(rd[0], "ns.dns.cluster.local",
+							   "hostmaster.cluster.local"), true};
+	cases[1] = (typeof(cases[1])){DNS_T_NS, (uint16_t)wire("ns1.example.org", rd[1]), true};
+	cases[2] = (typeof(cases[2])){DNS_T_CNAME, (uint16_t)wire("x.local", rd[2]), false};
+	cases[3] = (typeof(cases[3])){DNS_T_SOA, soa_rdata(rd[3], "a.y.cluster.local",
+							   "b.y.cluster.local"), false};
+	cases[4] = (typeof(cases[4])){DNS_T_A, 4, true};
+	memcpy(rd[4], "\x0a\x00\x00\x01", 4);
+	for (size_t c = 0; c < 5; c++) {
+		dns_apex_rr_build(&rr, apex, cases[c].type, 300, rd[c], cases[c].len);
+		assert_int_equal(rr.len > 0, cases[c].encoded);
+		for (size_t i = 0; i < sizeof apex_qnames / sizeof *apex_qnames; i++)
+			for (int first = 0; first < 2; first++)
+				for (size_t limit = 40; limit <= 1024; limit += 12)
+					assert_apex_rr_matches_add_rr(apex_qnames[i], &rr, first,
+								      limit);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1765,6 +1874,7 @@ int main(void)
 		cmocka_unit_test(test_response_append_raw_truncates),
 		cmocka_unit_test(test_response_append_raw_needs_fresh_writer),
 		cmocka_unit_test(test_reply_rcode_slot_and_truncation),
+		cmocka_unit_test(test_apex_rr_writes_what_add_rr_writes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 
 #include "dns/dns.h"
 #include "zone/zone.h"
+#include "zone/internal.h"
 #include "reply.h"
 
 static void add(struct zone_builder *b, const char *owner, uint16_t type,
@@ -339,6 +340,88 @@ static void test_many_names_survive_table_growth(void **state)
 	zone_table_free(t);
 }
 
+/* ---- precompiled replies ------------------------------------------------- */
+
+/* name with every other letter upper-cased, as a client using DNS 0x20 asks. */
+static void mixed_case(struct dns_query *q)
+{
+	for (size_t i = 0; i < q->qname_len; i++)
+		if (i % 2 && q->qname_orig[i] >= 'a' && q->qname_orig[i] <= 'z')
+			q->qname_orig[i] = (uint8_t)(q->qname_orig[i] - 32);
+}
+
+/* The finished reply to q from zone_answer and from the rules alone must be the same bytes. */
+static void assert_precompiled_matches_rules(const struct zone_table *t, const char *name,
+					     uint16_t qtype, bool edns, size_t limit)
+{
+	static struct reply a, b;
+	struct dns_query q;
+	struct dns_writer wa, wb;
+
+	make_query(&q, name, qtype);
+	mixed_case(&q);
+	q.has_edns = edns;
+	q.edns_udp_size = 1232;
+	dns_response_begin(&wa, a.buf, limit, &q, DNS_R_NOERROR);
+	dns_response_begin(&wb, b.buf, limit, &q, DNS_R_NOERROR);
+	assert_int_equal(zone_answer(t, &q, &wa), zone_answer_by_rules(t, &q, &wb));
+	a.len = dns_response_finish(&wa, 1232);
+	b.len = dns_response_finish(&wb, 1232);
+	if (a.len != b.len || memcmp(a.buf, b.buf, a.len) != 0)
+		fail_msg("%s type %u limit %zu: precompiled reply differs from the rules' "
+			 "(%zu vs %zu bytes)", name, qtype, limit, a.len, b.len);
+}
+
+/* Is a reply precompiled for (name, qtype)? */
+static bool has_precompiled(const struct zone_table *t, const char *name, uint16_t qtype)
+{
+	const uint8_t *n = wire(name);
+	const struct zone_node *node = zone_find(t, n, dns_name_len(n));
+
+	if (!node || !node->replies)
+		return false;
+	for (const struct zone_reply *r = node->replies; r->qtype;
+	     r = (const void *)((const uint8_t *)r + sizeof *r + ((r->len + 1u) & ~1u)))
+		if (r->qtype == qtype)
+			return true;
+	return false;
+}
+
+static void test_precompiled_replies_are_what_the_rules_write(void **state)
+{
+	static const char *const names[] = {
+		"db.prod.svc.cluster.local", "www.prod.svc.cluster.local",
+		"gone.prod.svc.cluster.local", "legacy.corp.internal", "out.prod.svc.cluster.local",
+		"_mysql._tcp.db.prod.svc.cluster.local", "host.corp.internal", "cluster.local",
+		"svc.cluster.local", "prod.svc.cluster.local", "nothing.prod.svc.cluster.local",
+		"dns.cluster.local", "x.dns.cluster.local", "hostmaster.cluster.local",
+		"example.org",
+	};
+	static const uint16_t qtypes[] = {DNS_T_A,   DNS_T_AAAA, DNS_T_SRV, DNS_T_CNAME,
+					  DNS_T_TXT, DNS_T_MX,   DNS_T_SOA, DNS_T_NS,
+					  DNS_T_PTR, DNS_T_ANY,  99};
+	struct zone_table *t = demo_table();
+	(void)state;
+
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		for (size_t k = 0; k < sizeof qtypes / sizeof *qtypes; k++)
+			for (int edns = 0; edns < 2; edns++)
+				for (size_t limit = 40; limit <= 512; limit += 8)
+					assert_precompiled_matches_rules(t, names[i], qtypes[k],
+									 edns, limit);
+	/* the replies the comparison above went through (a few of them) */
+	assert_true(has_precompiled(t, "db.prod.svc.cluster.local", DNS_T_A));
+	assert_true(has_precompiled(t, "db.prod.svc.cluster.local", DNS_T_AAAA));
+	assert_true(has_precompiled(t, "_mysql._tcp.db.prod.svc.cluster.local", DNS_T_SRV));
+	assert_true(has_precompiled(t, "_mysql._tcp.db.prod.svc.cluster.local", DNS_T_A));
+	assert_true(has_precompiled(t, "www.prod.svc.cluster.local", DNS_T_A));
+	assert_true(has_precompiled(t, "gone.prod.svc.cluster.local", DNS_T_AAAA));
+	assert_true(has_precompiled(t, "svc.cluster.local", DNS_T_A)); /* empty non-terminal */
+	assert_true(has_precompiled(t, "cluster.local", DNS_T_SOA));
+	assert_false(has_precompiled(t, "db.prod.svc.cluster.local", DNS_T_TXT));
+	zone_table_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -357,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_cname_conflicts_are_rejected),
 		cmocka_unit_test(test_malformed_rdata_is_rejected),
 		cmocka_unit_test(test_many_names_survive_table_growth),
+		cmocka_unit_test(test_precompiled_replies_are_what_the_rules_write),
 	};
 	return cmocka_run_group_tests_name("zone", tests, NULL, NULL);
 }
