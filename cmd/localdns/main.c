@@ -516,6 +516,7 @@ int main(int argc, char **argv)
 	bool cleaning = argc > 1 && strcmp(argv[1], "cleanup") == 0;
 	int opt;
 
+	upstream_prepare_process(); /* before any thread, libunbound's among them */
 	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
 		return ctl_main(argc - 1, argv + 1);
 	if (cleaning) {

@@ -56,6 +56,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,6 +316,11 @@ char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	return text;
+}
+
+void upstream_prepare_process(void)
+{
+	mallopt(M_ARENA_MAX, 1);
 }
 
 /* ub_ctx_config reads a file: the text goes through a memfd, never to disk. */

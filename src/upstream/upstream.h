@@ -100,6 +100,26 @@ struct upstream_stats {
 
 struct upstream;
 
+/*
+ * What the process must be like for libunbound, set before any thread
+ * starts (main's first step): one malloc arena for every thread.
+ * Debian 12's libunbound (1.17) finds an open TCP connection to a server by
+ * looking its address up in a tree ordered by address, then by the
+ * records' own pointers, with a key on its own thread's stack; a record
+ * only matches when it lies below that key (fixed upstream in 1.18.0,
+ * unbound commit 52581f86). The records are allocated by the thread that
+ * first asks (ours), so with a malloc arena per thread, mapped wherever
+ * the kernel put it, whether any was ever found depended on where that
+ * arena and libunbound's thread stack landed: where it lay above, every
+ * truncated answer opened a TCP connection of its own, hundreds a second,
+ * and against a forwarder that refuses or resets them every such question
+ * failed in milliseconds. The main arena grows with brk, below every
+ * thread's stack. The cost: threads that allocate at once (the resolver,
+ * libunbound's thread, the Kubernetes client) take turns at one lock;
+ * the workers allocate nothing on the query path.
+ */
+void upstream_prepare_process(void);
+
 /* The answer cache settings for cfg (cache.* plus our fixed SERVFAIL and
  * negative caps). */
 void upstream_cache_config(const struct config *cfg, struct cache_config *out);

@@ -541,6 +541,108 @@ def test_a_rate_limiting_upstream_costs_latency_not_answers(env):
 test_a_rate_limiting_upstream_costs_latency_not_answers.timeout = 60
 
 
+class TruncatingForwarder:
+    """A forwarder whose every UDP answer is truncated (header and question,
+    TC set), so that each question is asked again over TCP, where it gets an
+    A record; counts the TCP connections it accepts."""
+
+    def __init__(self):
+        self.port = harness.free_port()
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", self.port))
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind(("127.0.0.1", self.port))
+        self.tcp.listen(1024)
+        self.connections = 0
+        self.stopping = False
+        for fn in (self._udp, self._accept):
+            threading.Thread(target=fn, daemon=True).start()
+
+    @staticmethod
+    def _reply(q, truncated):
+        end = 12
+        while end < len(q) and q[end]:
+            end += q[end] + 1
+        question = q[12:end + 5]
+        if truncated:
+            return q[:2] + struct.pack("!HHHHH", 0x8380, 1, 0, 0, 0) + question
+        rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 300, 4) + socket.inet_aton("192.0.2.7")
+        return q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0) + question + rr
+
+    def _udp(self):
+        self.udp.settimeout(0.2)
+        while not self.stopping:
+            try:
+                q, peer = self.udp.recvfrom(4096)
+                self.udp.sendto(self._reply(q, True), peer)
+            except OSError:
+                continue
+
+    def _accept(self):
+        self.tcp.settimeout(0.2)
+        while not self.stopping:
+            try:
+                c = self.tcp.accept()[0]
+            except OSError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        buf = b""
+        with c:
+            c.settimeout(10)
+            try:
+                while True:
+                    data = c.recv(65535)
+                    if not data:
+                        return
+                    buf += data
+                    while len(buf) >= 2 and len(buf) >= 2 + struct.unpack("!H", buf[:2])[0]:
+                        n = struct.unpack("!H", buf[:2])[0]
+                        a = self._reply(buf[2:2 + n], False)
+                        buf = buf[2 + n:]
+                        c.sendall(struct.pack("!H", len(a)) + a)
+            except OSError:
+                return
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping = True
+        self.udp.close()
+        self.tcp.close()
+
+
+def test_truncated_answers_share_the_tcp_connections_to_the_forwarder(env):
+    # Every UDP answer of this forwarder is truncated, so every question is
+    # asked again over TCP. libunbound keeps up to 10 connections open and
+    # sends each new question down one of them. Debian 12's libunbound
+    # (1.17) finds a connection to reuse by comparing pointers (a key on
+    # its own thread's stack against connection records our resolver
+    # thread allocated); where that thread's malloc arena lay above
+    # libunbound's stack it never found one, and opened a connection per
+    # question: against a rate-limiting forwarder under load, hundreds a
+    # second, refused or reset, each question then failing in
+    # milliseconds (SERVFAIL; docs/performance.md). Eight workers made that
+    # layout every time here; one malloc arena for the process (main.c)
+    # keeps every record below every thread stack.
+    with TruncatingForwarder() as up:
+        d = env.start(listen={"workers": 8},
+                      upstream={"servers": ["127.0.0.1:%d" % up.port], "timeout": "5s"})
+        names = [("t%04d.tc.example" % i, "A") for i in range(300)]
+        r, summary = harness.dnsgen(env, d.port, names, "-n", str(len(names)), "-Q", "1000",
+                                    "-q", "50", "-l", "10", "-t", "5")
+        assert r["noerror"] == len(names), summary
+        assert up.connections <= 10, "%d TCP connections for %d truncated answers (%s)" % (
+            up.connections, len(names), summary)
+
+
+test_truncated_answers_share_the_tcp_connections_to_the_forwarder.timeout = 40
+
+
 def test_retries_stay_within_a_tenth_of_the_questions_when_most_fail(env):
     # A question libunbound fails is asked once more, but only within a
     # budget of a tenth of the questions asked (and a burst of 100 after a
