@@ -969,6 +969,10 @@ class Handler(BaseHTTPRequestHandler):
     """One connection (kept alive across requests, as libcurl expects)."""
 
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as Go's net package sets on every connection: with Nagle
+    # on, an event written while the client has not yet acknowledged the
+    # last one waits for its delayed ACK (40 ms on Linux).
+    disable_nagle_algorithm = True
 
     def version_string(self):
         return "fakeapi"
