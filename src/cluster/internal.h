@@ -422,8 +422,9 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 /* Bytes for a list of up to n ports and its index, which follows the
  * ports actually kept: allocate this much for ports[]. */
 size_t cluster_ports_bytes(size_t n);
-/* Writer: sort ports[0..n) by number and write its index behind it. */
-void cluster_ports_sort(struct cluster_port *ports, size_t n);
+/* Writer: sort ports[0..n) by number and write its index behind it; false
+ * when out of memory. */
+bool cluster_ports_sort(struct cluster_port *ports, size_t n);
 
 /*
  * Which ports a name selects: all of them (the Service's own name), one

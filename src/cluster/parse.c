@@ -37,10 +37,11 @@ static bool label_of(uint8_t *out, size_t max, const char *text)
 /*
  * Every port with a number, at most max (the rest: *cut), into out, sorted
  * and indexed (ports.c); an unnamed one has the empty label (CoreDNS lists
- * it in the SRV records of the Service's own name). How many.
+ * it in the SRV records of the Service's own name). How many; -1 when out
+ * of memory.
  */
-static uint16_t parse_ports(const struct kube_json *arr, struct cluster_port *out, size_t max,
-			    bool *cut)
+static int parse_ports(const struct kube_json *arr, struct cluster_port *out, size_t max,
+		       bool *cut)
 {
 	size_t kept = 0;
 
@@ -58,8 +59,7 @@ static uint16_t parse_ports(const struct kube_json *arr, struct cluster_port *ou
 		port.port = (uint16_t)kube_json_int(num);
 		out[kept++] = port;
 	}
-	cluster_ports_sort(out, kept);
-	return (uint16_t)kept;
+	return cluster_ports_sort(out, kept) ? (int)kept : -1;
 }
 
 static size_t count_ports(const struct kube_json *arr, size_t max)
@@ -128,6 +128,7 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 	size_t max_ports = count_ports(ports, c->max_ports);
 	struct cluster_spec *s;
 	bool cut = false;
+	int n_ports;
 
 	s = calloc(1, sizeof *s + n_ips * (sizeof *s->vips + sizeof *s->ips) +
 			      cluster_ports_bytes(max_ports) + target_len);
@@ -141,7 +142,11 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 	s->publish_not_ready = kube_json_true(field(spec, "publishNotReadyAddresses"));
 	s->n_ips = n_ips;
 	memcpy(s->ips, ips, n_ips * sizeof *ips);
-	s->n_ports = parse_ports(ports, s->ports, max_ports, &cut);
+	if ((n_ports = parse_ports(ports, s->ports, max_ports, &cut)) < 0) {
+		free(s);
+		return NULL;
+	}
+	s->n_ports = (uint16_t)n_ports;
 	if (target_len) {
 		uint8_t *t = (uint8_t *)s->ports + cluster_ports_bytes(max_ports);
 		memcpy(t, target, target_len);
@@ -395,6 +400,7 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 	struct entry *v = NULL;
 	struct cluster_eps *e = NULL;
 	bool cut = false;
+	int n_ports;
 
 	*oom = false;
 	if (!family) /* FQDN slices name no addresses we could serve */
@@ -427,7 +433,12 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 	e->family = (uint8_t)family;
 	e->alen = family == AF_INET ? 4 : 16;
 	fill_eps(e, v, n);
-	e->n_ports = parse_ports(ports, e->ports, max_ports, &cut);
+	if ((n_ports = parse_ports(ports, e->ports, max_ports, &cut)) < 0) {
+		free(e);
+		e = NULL;
+		goto oom;
+	}
+	e->n_ports = (uint16_t)n_ports;
 	if (cut)
 		*limited |= 1u << LIMIT_PORTS;
 	goto out;

@@ -14,6 +14,7 @@
  */
 #include "cluster/internal.h"
 
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,37 +43,79 @@ static int compare_numbers(const void *a, const void *b)
 	return memcmp(x->name, y->name, sizeof x->name);
 }
 
-/* The index's order: protocol, then name (labels zero-padded, so memcmp
- * orders them), then position, which within one (name, protocol) is the
- * order of the numbers. */
+/* A label's 8 bytes as a big-endian word: compared as numbers, words order
+ * as their bytes do under memcmp. */
+static uint64_t word_at(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof v);
+	return be64toh(v);
+}
+
+/* The index's order: protocol, then name (labels zero-padded, so compared
+ * bytewise). Inline word compares: building the index of a 1,000-port
+ * list makes some 10,000 of them. */
 static int compare_keys(const struct cluster_port *x, const struct cluster_port *y)
 {
-	int d = memcmp(x->proto, y->proto, sizeof x->proto);
+	uint64_t a = word_at(x->proto), b = word_at(y->proto);
 
-	return d ? d : memcmp(x->name, y->name, sizeof x->name);
+	if (a == b) {
+		a = word_at(x->name);
+		b = word_at(y->name);
+	}
+	if (a == b) {
+		a = word_at(x->name + 8);
+		b = word_at(y->name + 8);
+	}
+	return (a > b) - (a < b);
 }
 
-static int compare_positions(const void *a, const void *b, void *list)
+/* index[0..n) (positions in the list's order) sorted by key, equal keys
+ * kept in that order, so one key's positions stay in number order: a
+ * bottom-up merge sort through aux[0..n). */
+static void sort_positions(const struct cluster_port *ports, uint16_t *index, uint16_t *aux,
+			   size_t n)
 {
-	const struct cluster_port *ports = list;
-	uint16_t i = *(const uint16_t *)a, j = *(const uint16_t *)b;
-	int d = compare_keys(&ports[i], &ports[j]);
+	uint16_t *from = index, *to = aux, *t;
 
-	return d ? d : (int)i - (int)j;
+	for (size_t width = 1; width < n; width *= 2) {
+		for (size_t lo = 0; lo < n; lo += 2 * width) {
+			size_t mid = lo + width < n ? lo + width : n;
+			size_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+			size_t i = lo, j = mid, k = lo;
+			while (i < mid && j < hi)
+				to[k++] = compare_keys(&ports[from[j]], &ports[from[i]]) < 0 ? from[j++]
+											 : from[i++];
+			while (i < mid)
+				to[k++] = from[i++];
+			while (j < hi)
+				to[k++] = from[j++];
+		}
+		t = from;
+		from = to;
+		to = t;
+	}
+	if (from != index)
+		memcpy(index, from, n * sizeof *index);
 }
 
-void cluster_ports_sort(struct cluster_port *ports, size_t n)
+bool cluster_ports_sort(struct cluster_port *ports, size_t n)
 {
-	uint16_t *index;
+	uint16_t *index, *aux;
 
 	if (n)
 		qsort(ports, n, sizeof *ports, compare_numbers);
 	if (!index_of(ports, n))
-		return;
+		return true;
+	if (!(aux = malloc(n * sizeof *aux)))
+		return false;
 	index = (uint16_t *)(ports + n);
 	for (size_t k = 0; k < n; k++)
 		index[k] = (uint16_t)k;
-	qsort_r(index, n, sizeof *index, compare_positions, ports);
+	sort_positions(ports, index, aux, n);
+	free(aux);
+	return true;
 }
 
 /* ---- readers ------------------------------------------------------------------------ */
