@@ -53,6 +53,16 @@ static uint64_t word_at(const uint8_t *p)
 	return be64toh(v);
 }
 
+static int compare_words(uint64_t a, uint64_t b)
+{
+	return (a > b) - (a < b);
+}
+
+static int compare_protos(const struct cluster_port *x, const struct cluster_port *y)
+{
+	return compare_words(word_at(x->proto), word_at(y->proto));
+}
+
 /* The index's order: protocol, then name (labels zero-padded, so compared
  * bytewise). Inline word compares: building the index of a 1,000-port
  * list makes some 10,000 of them. */
@@ -68,7 +78,7 @@ static int compare_keys(const struct cluster_port *x, const struct cluster_port 
 		a = word_at(x->name + 8);
 		b = word_at(y->name + 8);
 	}
-	return (a > b) - (a < b);
+	return compare_words(a, b);
 }
 
 /* index[0..n) (positions in the list's order) sorted by key, equal keys
@@ -156,7 +166,7 @@ static size_t bound(const struct cluster_port *ports, const uint16_t *index, siz
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		const struct cluster_port *p = &ports[index[mid]];
-		int d = any_name ? memcmp(p->proto, key->proto, sizeof key->proto) : compare_keys(p, key);
+		int d = any_name ? compare_protos(p, key) : compare_keys(p, key);
 		if (upper ? d <= 0 : d < 0)
 			lo = mid + 1;
 		else
