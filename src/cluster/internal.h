@@ -72,13 +72,12 @@ struct cluster_ip {
 
 /*
  * A port of a Service or an EndpointSlice, its labels in wire form as
- * they appear in _<name>._<proto> (the underscore left out).
+ * they appear in _<name>._<proto> (the underscore left out), zero-padded.
  */
 struct cluster_port {
 	uint8_t name[16];  /* "\4http"; "\0" for an unnamed port (IANA_SVC_NAME: <= 15) */
 	uint8_t proto[8];  /* "\3tcp", lower-cased */
 	uint16_t port;
-	bool dup;          /* an earlier port of the same list has this number */
 };
 
 /* ---- a Service's spec -------------------------------------------------------- */
@@ -107,7 +106,7 @@ struct cluster_spec {
 	uint16_t n_ports;
 	struct cluster_vip *vips;  /* [n_ips], in c->vips */
 	struct cluster_ip *ips;    /* [n_ips] */
-	struct cluster_port *ports; /* [n_ports] */
+	struct cluster_port *ports; /* [n_ports] and its index (ports.c) */
 	const uint8_t *target;     /* ExternalName, wire form */
 };
 
@@ -159,7 +158,7 @@ struct cluster_eps {
 	struct cluster_ep_node *addr_nodes; /* [n], in c->endpoints */
 	struct cluster_ep_node *name_nodes; /* [n_groups], in c->endpoints */
 	struct cluster_group *groups;  /* [n_groups] */
-	struct cluster_port *ports;    /* [n_ports] */
+	struct cluster_port *ports;    /* [n_ports] and its index (ports.c) */
 	uint8_t *addrs;                /* [n * alen] */
 	uint8_t *flags;                /* [n] */
 	uint8_t *labels;               /* the groups' wire labels */
@@ -414,6 +413,53 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json *slice,
 				      size_t owner_len, uint32_t max_entries, uint8_t *limited,
 				      bool *oom);
+
+/* ---- ports.c: port lists and which ports a name selects ---------------------- */
+
+/* Lists of more ports than this have a name index (2 bytes a port). */
+#define CLUSTER_PORT_INDEX_MIN 8
+
+/* Bytes for a list of up to n ports and its index, which follows the
+ * ports actually kept: allocate this much for ports[]. */
+size_t cluster_ports_bytes(size_t n);
+/* Writer: sort ports[0..n) by number and write its index behind it; false
+ * when out of memory. */
+bool cluster_ports_sort(struct cluster_port *ports, size_t n);
+
+/*
+ * Which ports a name selects: all of them (the Service's own name), one
+ * port name and protocol (_<name>._<proto>), or the named ports of one
+ * protocol (_<proto>). Labels as in the question (lower-cased, the
+ * underscore included); NULL: any.
+ */
+struct cluster_port_query {
+	const uint8_t *name, *proto;
+	bool named_only;
+};
+
+/* How many ports of the list pq selects. */
+unsigned cluster_ports_matching(const struct cluster_port_query *pq,
+				const struct cluster_port *ports, size_t n);
+/* Whether pq selects a port numbered `port` (0: any) of the list. */
+bool cluster_ports_have(const struct cluster_port_query *pq, const struct cluster_port *ports,
+			size_t n, uint16_t port);
+
+/* Walking the ports pq selects, in the list's order (by number). */
+struct cluster_port_walk {
+	const struct cluster_port_query *pq;
+	const struct cluster_port *ports;
+	const uint16_t *index;   /* walking a range of the index; NULL: the list */
+	size_t pos, end;
+	uint16_t last;           /* the number last returned, once seen */
+	bool seen;
+};
+void cluster_port_walk_begin(struct cluster_port_walk *w, const struct cluster_port_query *pq,
+			     const struct cluster_port *ports, size_t n);
+/* The next selected port, or NULL. */
+const struct cluster_port *cluster_port_walk_next(struct cluster_port_walk *w);
+/* The next selected port with a number not returned yet (the one record a
+ * target gets for a number), or NULL. */
+const struct cluster_port *cluster_port_walk_next_number(struct cluster_port_walk *w);
 
 /* ---- service.c: answers derived from Services (read side) --------------------- */
 

@@ -34,26 +34,14 @@ static bool label_of(uint8_t *out, size_t max, const char *text)
 	return true;
 }
 
-static int compare_ports(const void *a, const void *b)
-{
-	const struct cluster_port *x = a, *y = b;
-	int d;
-
-	if (x->port != y->port)
-		return (int)x->port - (int)y->port;
-	if ((d = memcmp(x->proto, y->proto, sizeof x->proto)) != 0)
-		return d;
-	return memcmp(x->name, y->name, sizeof x->name);
-}
-
 /*
- * Every port with a number, at most max (the rest: *cut), into out,
- * sorted by number (so one number's ports are adjacent); an unnamed one
- * has the empty label (CoreDNS lists it in the SRV records of the
- * Service's own name). How many.
+ * Every port with a number, at most max (the rest: *cut), into out, sorted
+ * and indexed (ports.c); an unnamed one has the empty label (CoreDNS lists
+ * it in the SRV records of the Service's own name). How many; -1 when out
+ * of memory.
  */
-static uint16_t parse_ports(const struct kube_json *arr, struct cluster_port *out, size_t max,
-			    bool *cut)
+static int parse_ports(const struct kube_json *arr, struct cluster_port *out, size_t max,
+		       bool *cut)
 {
 	size_t kept = 0;
 
@@ -71,11 +59,7 @@ static uint16_t parse_ports(const struct kube_json *arr, struct cluster_port *ou
 		port.port = (uint16_t)kube_json_int(num);
 		out[kept++] = port;
 	}
-	if (kept)
-		qsort(out, kept, sizeof *out, compare_ports);
-	for (size_t i = 1; i < kept; i++)
-		out[i].dup = out[i].port == out[i - 1].port;
-	return (uint16_t)kept;
+	return cluster_ports_sort(out, kept) ? (int)kept : -1;
 }
 
 static size_t count_ports(const struct kube_json *arr, size_t max)
@@ -144,9 +128,10 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 	size_t max_ports = count_ports(ports, c->max_ports);
 	struct cluster_spec *s;
 	bool cut = false;
+	int n_ports;
 
 	s = calloc(1, sizeof *s + n_ips * (sizeof *s->vips + sizeof *s->ips) +
-			      max_ports * sizeof *s->ports + target_len);
+			      cluster_ports_bytes(max_ports) + target_len);
 	if (!s)
 		return NULL;
 	s->vips = (struct cluster_vip *)(s + 1);
@@ -157,9 +142,13 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 	s->publish_not_ready = kube_json_true(field(spec, "publishNotReadyAddresses"));
 	s->n_ips = n_ips;
 	memcpy(s->ips, ips, n_ips * sizeof *ips);
-	s->n_ports = parse_ports(ports, s->ports, max_ports, &cut);
+	if ((n_ports = parse_ports(ports, s->ports, max_ports, &cut)) < 0) {
+		free(s);
+		return NULL;
+	}
+	s->n_ports = (uint16_t)n_ports;
 	if (target_len) {
-		uint8_t *t = (uint8_t *)(s->ports + max_ports);
+		uint8_t *t = (uint8_t *)s->ports + cluster_ports_bytes(max_ports);
 		memcpy(t, target, target_len);
 		s->target = t;
 		s->target_len = (uint8_t)target_len;
@@ -360,7 +349,7 @@ static struct cluster_eps *alloc_eps(size_t n, size_t groups, size_t ports, size
 {
 	struct cluster_eps *e = calloc(1, sizeof *e + n * sizeof *e->addr_nodes +
 					       groups * (sizeof *e->name_nodes + sizeof *e->groups) +
-					       ports * sizeof *e->ports + n * (alen + 1) + labels);
+					       cluster_ports_bytes(ports) + n * (alen + 1) + labels);
 
 	if (!e)
 		return NULL;
@@ -368,7 +357,7 @@ static struct cluster_eps *alloc_eps(size_t n, size_t groups, size_t ports, size
 	e->name_nodes = e->addr_nodes + n;
 	e->groups = (struct cluster_group *)(e->name_nodes + groups);
 	e->ports = (struct cluster_port *)(e->groups + groups);
-	e->addrs = (uint8_t *)(e->ports + ports);
+	e->addrs = (uint8_t *)e->ports + cluster_ports_bytes(ports);
 	e->flags = e->addrs + n * alen;
 	e->labels = e->flags + n;
 	return e;
@@ -411,6 +400,7 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 	struct entry *v = NULL;
 	struct cluster_eps *e = NULL;
 	bool cut = false;
+	int n_ports;
 
 	*oom = false;
 	if (!family) /* FQDN slices name no addresses we could serve */
@@ -443,7 +433,12 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 	e->family = (uint8_t)family;
 	e->alen = family == AF_INET ? 4 : 16;
 	fill_eps(e, v, n);
-	e->n_ports = parse_ports(ports, e->ports, max_ports, &cut);
+	if ((n_ports = parse_ports(ports, e->ports, max_ports, &cut)) < 0) {
+		free(e);
+		e = NULL;
+		goto oom;
+	}
+	e->n_ports = (uint16_t)n_ports;
 	if (cut)
 		*limited |= 1u << LIMIT_PORTS;
 	goto out;

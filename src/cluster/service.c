@@ -222,58 +222,11 @@ static unsigned add_entry_addresses(const struct cluster *c, struct dns_writer *
 
 /* ---- ports and SRV ----------------------------------------------------------------- */
 
-/*
- * Which ports a name selects: all of them (the Service's own name), one
- * port name and protocol (_<name>._<proto>), or the named ports of one
- * protocol (_<proto>, which only exists). Labels as in the query, the
- * underscore included.
- */
-struct port_query {
-	const uint8_t *name, *proto; /* NULL: any */
-	bool named_only;
-};
-
-/* Query label "_x" against a port's label "x". */
-static bool label_is(const uint8_t *query, const uint8_t *label)
+/* Whether slice t has a port pq selects numbered `port` (0: any). */
+static bool slice_has_port(const struct cluster_port_query *pq, const struct cluster_eps *t,
+			   uint16_t port)
 {
-	return query[0] == label[0] + 1 && memcmp(query + 2, label + 1, label[0]) == 0;
-}
-
-static bool port_matches(const struct port_query *pq, const struct cluster_port *p)
-{
-	return (!pq->proto || label_is(pq->proto, p->proto)) &&
-	       (!pq->name || label_is(pq->name, p->name)) && (!pq->named_only || p->name[0]);
-}
-
-/* ports[k] matches and no earlier one of the same number does: the one
- * record a target gets for that number. */
-static bool first_of_number(const struct port_query *pq, const struct cluster_port *ports, size_t k)
-{
-	if (!port_matches(pq, &ports[k]))
-		return false;
-	for (size_t j = k; j > 0 && ports[j].dup; j--)
-		if (port_matches(pq, &ports[j - 1]))
-			return false;
-	return true;
-}
-
-static unsigned matching_ports(const struct port_query *pq, const struct cluster_port *ports,
-			       size_t n)
-{
-	unsigned count = 0;
-
-	for (size_t k = 0; k < n; k++)
-		count += port_matches(pq, &ports[k]);
-	return count;
-}
-
-/* Whether slice t has a matching port numbered `port` (0: any). */
-static bool slice_has_port(const struct port_query *pq, const struct cluster_eps *t, uint16_t port)
-{
-	for (size_t k = 0; k < t->n_ports; k++)
-		if (port_matches(pq, &t->ports[k]) && (!port || t->ports[k].port == port))
-			return true;
-	return false;
+	return cluster_ports_have(pq, t->ports, t->n_ports, port);
 }
 
 /* The entries that speak for their name in e: the first (serving) one of
@@ -289,7 +242,7 @@ static bool speaks_for_name(const struct cluster_spec *spec, const struct cluste
  * port numbered `port` (0: any): the records are that slice's to write.
  */
 static bool target_in_earlier_slice(const struct cluster *c, const struct cluster_service *s,
-				    const struct cluster_spec *spec, const struct port_query *pq,
+				    const struct cluster_spec *spec, const struct cluster_port_query *pq,
 				    const struct cluster_eps *e, uint32_t i, uint16_t port)
 {
 	struct cluster_index_iter it;
@@ -320,17 +273,17 @@ static bool target_in_earlier_slice(const struct cluster *c, const struct cluste
 
 /* How many (target, port) entries pq selects: CoreDNS's weight divides by it. */
 static unsigned count_entries(const struct cluster_service *s, const struct cluster_spec *spec,
-			      const struct port_query *pq)
+			      const struct cluster_port_query *pq)
 {
 	const struct cluster_eps *e;
 	unsigned count = 0;
 
 	if (spec->kind == SVC_CLUSTER_IP)
-		return matching_ports(pq, spec->ports, spec->n_ports) * spec->n_ips;
+		return cluster_ports_matching(pq, spec->ports, spec->n_ports) * spec->n_ips;
 	if (spec->kind != SVC_HEADLESS)
 		return 0;
 	for_each_eps(e, s)
-		count += matching_ports(pq, e->ports, e->n_ports) *
+		count += cluster_ports_matching(pq, e->ports, e->n_ports) *
 			 (spec->publish_not_ready ? e->n : e->n_ready);
 	return count;
 }
@@ -376,7 +329,7 @@ static unsigned add_cluster_ips(const struct cluster *c, struct dns_writer *w,
  */
 static unsigned add_target_addresses(const struct cluster *c, struct dns_writer *w,
 				     enum dns_section section, const struct cluster_service *s,
-				     const struct cluster_spec *spec, const struct port_query *pq,
+				     const struct cluster_spec *spec, const struct cluster_port_query *pq,
 				     const uint8_t *owner, uint16_t qtype)
 {
 	const struct cluster_eps *e;
@@ -403,21 +356,22 @@ static unsigned add_target_addresses(const struct cluster *c, struct dns_writer 
  * when the message is truncated. */
 static bool add_headless_srv(const struct cluster *c, struct dns_writer *w,
 			     const struct cluster_service *s, const struct cluster_spec *spec,
-			     const struct port_query *pq, const uint8_t *owner, uint16_t weight)
+			     const struct cluster_port_query *pq, const uint8_t *owner, uint16_t weight)
 {
 	const struct cluster_eps *e;
 
 	for_each_eps(e, s) {
-		for (size_t k = 0; k < e->n_ports; k++) {
-			if (!first_of_number(pq, e->ports, k))
-				continue;
+		struct cluster_port_walk pw;
+		const struct cluster_port *p;
+		for (cluster_port_walk_begin(&pw, pq, e->ports, e->n_ports);
+		     (p = cluster_port_walk_next_number(&pw));) {
 			for (uint32_t i = 0; i < e->n; i++) {
 				uint8_t target[DNS_MAX_NAME];
 				size_t len;
 				if (!speaks_for_name(spec, e, i) || !(len = entry_name(s, e, i, target)) ||
-				    target_in_earlier_slice(c, s, spec, pq, e, i, e->ports[k].port))
+				    target_in_earlier_slice(c, s, spec, pq, e, i, p->port))
 					continue;
-				if (!add_srv(c, w, owner, weight, e->ports[k].port, target, len))
+				if (!add_srv(c, w, owner, weight, p->port, target, len))
 					return false;
 			}
 		}
@@ -433,10 +387,12 @@ static bool add_headless_srv(const struct cluster *c, struct dns_writer *w,
  */
 static bool add_srv_records(const struct cluster *c, struct dns_writer *w,
 			    const struct cluster_service *s, const struct cluster_spec *spec,
-			    const uint8_t *owner, const struct port_query *pq)
+			    const uint8_t *owner, const struct cluster_port_query *pq)
 {
 	unsigned count = count_entries(s, spec, pq);
 	uint16_t weight = (uint16_t)(count >= 100 ? 1 : 100 / (count ? count : 1));
+	struct cluster_port_walk pw;
+	const struct cluster_port *p;
 
 	if (!count)
 		return false;
@@ -445,9 +401,9 @@ static bool add_srv_records(const struct cluster *c, struct dns_writer *w,
 			add_target_addresses(c, w, DNS_SEC_ADDITIONAL, s, spec, pq, NULL, 0);
 		return true;
 	}
-	for (size_t k = 0; k < spec->n_ports; k++)
-		if (first_of_number(pq, spec->ports, k) &&
-		    !add_srv(c, w, owner, weight, spec->ports[k].port, s->owner, s->h.owner_len))
+	for (cluster_port_walk_begin(&pw, pq, spec->ports, spec->n_ports);
+	     (p = cluster_port_walk_next_number(&pw));)
+		if (!add_srv(c, w, owner, weight, p->port, s->owner, s->h.owner_len))
 			return true; /* truncated */
 	add_cluster_ips(c, w, DNS_SEC_ADDITIONAL, spec, s->owner, 0);
 	return true;
@@ -501,7 +457,7 @@ static bool has_type(const struct cluster_service *s, const struct cluster_spec 
 /* RFC 8482: ANY gets one RRset, the first the name has (A, AAAA, SRV). */
 static uint16_t any_type(const struct cluster_service *s, const struct cluster_spec *spec)
 {
-	static const struct port_query every_port;
+	static const struct cluster_port_query every_port;
 
 	if (spec->kind == SVC_EXTERNAL_NAME)
 		return DNS_T_CNAME;
@@ -516,7 +472,7 @@ bool cluster_service_answer(const struct cluster *c, struct dns_writer *w,
 			    const struct cluster_service *s, const struct cluster_spec *spec,
 			    const uint8_t *owner, uint16_t qtype)
 {
-	static const struct port_query every_port;
+	static const struct cluster_port_query every_port;
 
 	if (qtype == DNS_T_ANY && !(qtype = any_type(s, spec)))
 		return false;
@@ -557,7 +513,7 @@ static bool answer_port_name(const struct cluster *c, struct dns_writer *w,
 			     const uint8_t *name, uint16_t qtype, const uint8_t *owner)
 {
 	const uint8_t *svc = name + 1 + name[0];
-	struct port_query pq = {0};
+	struct cluster_port_query pq = {0};
 	const struct cluster_service *s;
 	const struct cluster_spec *spec;
 

@@ -5,7 +5,7 @@
  * cost per query. The objects are made as JSON text and parsed before the
  * clock starts, one at a time, so the heap figure is the table's.
  *
- *   cluster_model [-s SERVICES] [-e ENDPOINTS_PER_SERVICE]
+ *   cluster_model [-s SERVICES] [-e ENDPOINTS_PER_SERVICE] [-a KIND,...]
  *
  * Phases (each printed as "phase key=value..."):
  *   sync    SERVICES Services (a tenth headless) with one EndpointSlice of
@@ -14,13 +14,21 @@
  *   churn   a headless Service of 10,000 endpoints in 100 slices; 200
  *           rewrites of one slice: time and heap allocations per rewrite.
  *   ports   a Service with 1,000 named ports; 200 changes of one port.
+ *           Then a headless one with 1,000 named ports and 10 endpoints.
  *   answer  queries against that table: ns per query by kind, the reply
  *           limited as over UDP (1232 bytes) and, for the big Services,
- *           as over TCP (65535).
+ *           as over TCP (65535). -a asks only the kinds named (e.g.
+ *           -a ports1k_port_srv), so that a callgrind run counts one kind.
  *
  * Under `valgrind --tool=callgrind --collect-atstart=no --toggle-collect=...`
  * or massif it is where docs/performance.md's instruction counts and heap
- * profiles of the cluster table come from.
+ * profiles of the cluster table come from:
+ *
+ *   valgrind --tool=callgrind --collect-atstart=no --toggle-collect=answer_ns \
+ *       build/bench/cluster_model -s 100 -a ports1k_port_srv
+ *
+ * counts the instructions of ANSWER_ROUNDS answers of that kind (UDP and,
+ * for a big Service, TCP).
  */
 #include <malloc.h>
 #include <stdarg.h>
@@ -230,7 +238,12 @@ static void ports_phase(struct cluster *c, struct text *t)
 		      service_json(t, "ports1k", r % 2 ? "10.201.0.1" : "10.201.0.2", 1000), &spent);
 	urcu_memb_barrier();
 	printf("ports ports=1000 setup_s=%.3f per_change_us=%.0f\n", setup, spent / ROUNDS * 1e6);
+	timed(cluster_service_upsert, c, service_json(t, "hlports1k", NULL, 1000), &setup);
+	timed(cluster_slice_upsert, c, slice_json(t, "hlports1k", "hlports1k-x", 173, 0, 10, 1000),
+	      &setup);
 }
+
+#define ANSWER_ROUNDS 2000
 
 /* ns per answer, the reply limited to `limit` bytes (1232: UDP with EDNS;
  * 65535: TCP). */
@@ -239,7 +252,7 @@ static double answer_ns(struct cluster *c, const char *name, uint16_t qtype, siz
 	static uint8_t buf[65535];
 	struct dns_query q = {.id = 1, .qtype = qtype, .qclass = DNS_C_IN, .question_ok = true};
 	int len = dns_name_from_text(name, q.qname);
-	const int rounds = 2000;
+	const int rounds = ANSWER_ROUNDS;
 	double t0;
 
 	if (len <= 0)
@@ -259,7 +272,18 @@ static double answer_ns(struct cluster *c, const char *name, uint16_t qtype, siz
 	return (now_s() - t0) / rounds * 1e9;
 }
 
-static void answer_phase(struct cluster *c)
+/* Whether key is one of the comma-separated kinds in only (NULL: all). */
+static bool asked_for(const char *only, const char *key)
+{
+	size_t len = strlen(key);
+
+	for (const char *p = only; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (strncmp(p, key, len) == 0 && (p[len] == ',' || p[len] == '\0'))
+			return true;
+	return !only;
+}
+
+static void answer_phase(struct cluster *c, const char *only)
 {
 	static const struct {
 		const char *key, *name;
@@ -277,14 +301,20 @@ static void answer_phase(struct cluster *c)
 		{"big_endpoint_a", "172-0-0-1.big.ns0.svc.cluster.local", DNS_T_A},
 		{"ports1k_srv", "ports1k.ns0.svc.cluster.local", DNS_T_SRV},
 		{"ports1k_port_srv", "_p999._tcp.ports1k.ns0.svc.cluster.local", DNS_T_SRV},
+		{"ports1k_first_port_srv", "_p0._tcp.ports1k.ns0.svc.cluster.local", DNS_T_SRV},
+		{"ports1k_absent_port_srv", "_nope._tcp.ports1k.ns0.svc.cluster.local", DNS_T_SRV},
+		{"ports1k_proto", "_tcp.ports1k.ns0.svc.cluster.local", DNS_T_SRV},
+		{"hlports1k_port_srv", "_p999._tcp.hlports1k.ns0.svc.cluster.local", DNS_T_SRV},
 	};
 
 	printf("answer udp");
 	for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
-		printf(" %s_ns=%.0f", q[i].key, answer_ns(c, q[i].name, q[i].qtype, 1232));
+		if (asked_for(only, q[i].key))
+			printf(" %s_ns=%.0f", q[i].key, answer_ns(c, q[i].name, q[i].qtype, 1232));
 	printf("\nanswer tcp");
 	for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
-		if (strncmp(q[i].key, "big", 3) == 0 || strncmp(q[i].key, "ports1k", 7) == 0)
+		if ((strncmp(q[i].key, "big", 3) == 0 || strncmp(q[i].key, "ports1k", 7) == 0) &&
+		    asked_for(only, q[i].key))
 			printf(" %s_ns=%.0f", q[i].key, answer_ns(c, q[i].name, q[i].qtype, 65535));
 	printf("\n");
 }
@@ -292,17 +322,21 @@ static void answer_phase(struct cluster *c)
 int main(int argc, char **argv)
 {
 	size_t services = 10000, per = 10;
+	const char *only = NULL;
 	struct text t = {0};
 	struct cluster *c;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "s:e:")) != -1) {
+	while ((opt = getopt(argc, argv, "s:e:a:")) != -1) {
 		if (opt == 's')
 			services = strtoul(optarg, NULL, 10);
 		else if (opt == 'e')
 			per = strtoul(optarg, NULL, 10);
+		else if (opt == 'a')
+			only = optarg;
 		else {
-			fprintf(stderr, "usage: cluster_model [-s SERVICES] [-e ENDPOINTS_PER_SERVICE]\n");
+			fprintf(stderr, "usage: cluster_model [-s SERVICES] [-e ENDPOINTS_PER_SERVICE] "
+					"[-a KIND,...]\n");
 			return 2;
 		}
 	}
@@ -311,7 +345,7 @@ int main(int argc, char **argv)
 	sync_phase(c, &t, services, per);
 	churn_phase(c, &t);
 	ports_phase(c, &t);
-	answer_phase(c);
+	answer_phase(c, only);
 	cluster_free(c);
 	urcu_memb_unregister_thread();
 	free(t.s);

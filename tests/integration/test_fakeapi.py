@@ -621,6 +621,51 @@ def test_fakeapi_watch_resumes_from_rv(env):
             w.close()
 
 
+def test_fakeapi_watch_connections_send_at_once(env):
+    """The server's connections have TCP_NODELAY, as Go's net package sets
+    on every connection: with Nagle's algorithm on, an event written while
+    the client has not yet acknowledged the previous one waits for the
+    client's delayed ACK (40 ms on Linux), which is no real server's
+    latency."""
+    with start() as api:
+        rv = api.apply(fakeapi.namespace("a"))
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % rv)
+        try:
+            api.apply(fakeapi.service("a", "s"))
+            assert len(w.events(1)) == 1
+            with api._lock:
+                conns = list(api._conns)
+            assert conns
+            for c in conns:
+                assert c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), c
+        finally:
+            w.close()
+
+
+def test_fakeapi_written_at_tells_when_an_event_left(env):
+    """written_at(rv): when the event of rv began to be written to a watch
+    (between its apply and its arrival at the client), the first time;
+    None for one no watch was sent (another resource's)."""
+    with start() as api:
+        rv0 = api.apply(fakeapi.namespace("a"))
+        w = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % rv0)
+        w2 = RawWatch(api, "/api/v1/services?watch=1&resourceVersion=%d" % rv0)
+        try:
+            t0 = time.monotonic()
+            rv = api.apply(fakeapi.service("a", "s"))
+            evs = w.events(1)
+            t1 = time.monotonic()
+            assert len(evs) == 1 and rv_of(evs[0]["object"]) == rv, evs
+            written = api.written_at(rv, timeout=0)
+            assert written is not None and t0 <= written <= t1, (t0, written, t1)
+            assert len(w2.events(1)) == 1
+            assert api.written_at(rv, timeout=0) == written  # the first watch's
+            assert api.written_at(rv0, timeout=0) is None
+        finally:
+            w.close()
+            w2.close()
+
+
 def test_fakeapi_watch_410(env):
     """An RV older than the history window, or than a compaction: HTTP 200,
     one ERROR event with a 410 Status, then the end of the stream."""

@@ -37,7 +37,8 @@ can tell:
     ERROR event carrying a 410 Status, then the end of the stream; no RV
     or "0" -> synthetic ADDED events for the current state first;
     bookmarks when `allowWatchBookmarks=true`; `timeoutSeconds` ends the
-    stream cleanly;
+    stream cleanly; FakeAPI.written_at(rv) tells when an event began to be
+    written to a watch stream (benchmarks time a client from that moment);
   * WatchList: `sendInitialEvents=true` (with `resourceVersionMatch=
     NotOlderThan`, else 422) streams the state from the watch cache as
     ADDED events -- at least as new as `resourceVersion` (none: as etcd's
@@ -969,6 +970,10 @@ class Handler(BaseHTTPRequestHandler):
     """One connection (kept alive across requests, as libcurl expects)."""
 
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as Go's net package sets on every connection: with Nagle
+    # on, an event written while the client has not yet acknowledged the
+    # last one waits for its delayed ACK (40 ms on Linux).
+    disable_nagle_algorithm = True
 
     def version_string(self):
         return "fakeapi"
@@ -1033,10 +1038,14 @@ class Handler(BaseHTTPRequestHandler):
             self._req.code = err.code
         self.send_json(err.code, err.status, err.headers)
 
-    def write_chunk(self, data):
+    def write_chunk(self, data, rv=None):
+        """rv: the chunk is the event of that resourceVersion (its write
+        time is noted for FakeAPI.written_at, once it is compressed)."""
         # One write per chunk: header, data and CRLF leave together.
         if self.gzip_members:
             data = gzip.compress(data, compresslevel=1)
+        if rv is not None:
+            self.api._note_written(rv)
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     # -- dispatch
@@ -1166,6 +1175,7 @@ class FakeAPI:
         self._conns = set()
         self._watches = set()
         self._requests = []
+        self._written = {}                     # rv -> when its event first left
         self._fail = []                        # [n, status, res, verb, close]
         self._forbidden = {}                   # resource -> set of verbs
         self._server = None
@@ -1431,6 +1441,31 @@ class FakeAPI:
     def clear_requests(self):
         with self._lock:
             self._requests = []
+
+    # Events whose write time written_at() remembers (the newest).
+    WRITTEN_KEPT = 1000
+
+    def _note_written(self, rv):
+        with self._lock:
+            if rv not in self._written:
+                self._written[rv] = time.monotonic()
+                while len(self._written) > self.WRITTEN_KEPT:
+                    del self._written[next(iter(self._written))]
+
+    def written_at(self, rv, timeout=5.0):
+        """When (time.monotonic()) the event of resourceVersion rv began
+        to be written to a watch stream (encoded, and compressed if the
+        stream is), the first time one was; None if none was within timeout
+        seconds. A benchmark times a client from there: what came before
+        (building, storing, encoding and compressing the object, in this
+        server's Python) is not the client's."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                t = self._written.get(rv)
+            if t is not None or time.monotonic() >= deadline:
+                return t
+            time.sleep(0.001)
 
     def open_watches(self, resource=None):
         """How many watch streams are open now (cut ones not counted)."""
@@ -2011,7 +2046,7 @@ class FakeAPI:
                 if ev.res is res:
                     line = self._event_line(res, ev, pred)
                     if line is not None:
-                        h.write_chunk(line)
+                        h.write_chunk(line, ev.rv)
             pos = max(pos, upto)
             now = time.monotonic()
             if deadline is not None and now >= deadline:

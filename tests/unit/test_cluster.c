@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -964,6 +965,276 @@ static void test_a_hostname_past_the_name_length_falls_back_to_the_dashed_addres
 	cluster_free(c);
 }
 
+/* ---- Services with many ports ------------------------------------------------- */
+
+static const char *const wide_protos[] = {"TCP", "UDP", "SCTP"};
+
+/* Port p<i> of a wide Service: number 20000 + i, TCP, UDP and SCTP in turn. */
+static const char *wide_proto(unsigned i)
+{
+	return wide_protos[i % 3];
+}
+
+/*
+ * The "ports" array of a wide Service or slice: p<i> for i < n, last first
+ * (the list is sorted on the way in), then one number under two names
+ * (dup-a, dup-b: 30000), one name under two protocols (same: 30001, TCP and
+ * UDP) and an unnamed port (40000). Returns out.
+ */
+static char *wide_ports(char *out, size_t size, unsigned n)
+{
+	size_t len = 0;
+
+	len += (size_t)snprintf(out + len, size - len, "[");
+	for (unsigned i = n; i-- > 0;) {
+		len += (size_t)snprintf(out + len, size - len,
+					"{\"name\":\"p%u\",\"port\":%u,\"protocol\":\"%s\"},", i,
+					20000 + i, wide_proto(i));
+		assert_true(len < size);
+	}
+	len += (size_t)snprintf(out + len, size - len,
+				"{\"name\":\"dup-a\",\"port\":30000,\"protocol\":\"TCP\"},"
+				"{\"name\":\"same\",\"port\":30001,\"protocol\":\"UDP\"},"
+				"{\"port\":40000,\"protocol\":\"TCP\"},"
+				"{\"name\":\"dup-b\",\"port\":30000,\"protocol\":\"TCP\"},"
+				"{\"name\":\"same\",\"port\":30001,\"protocol\":\"TCP\"}]");
+	assert_true(len < size);
+	return out;
+}
+
+#define WIDE_EXTRA 5 /* the ports wide_ports adds to p<i> */
+#define WIDE_JSON (1024 * 64)
+
+/* The ClusterIP of Service w<n>. */
+static const char *wide_ip(unsigned n)
+{
+	static char ip[32];
+
+	snprintf(ip, sizeof ip, "10.96.%u.%u", 2 + n / 250, n % 250);
+	return ip;
+}
+
+/* ClusterIP Service w<n> (wide_ip(n)) in prod with wide_ports(n). */
+static void upsert_wide_service(struct cluster *c, unsigned n)
+{
+	char *ports = malloc(WIDE_JSON), *json = malloc(WIDE_JSON + 512);
+
+	assert_non_null(ports);
+	assert_non_null(json);
+	snprintf(json, WIDE_JSON + 512,
+		 "{\"kind\":\"Service\",\"metadata\":{\"name\":\"w%u\",\"namespace\":\"prod\"},"
+		 "\"spec\":{\"clusterIP\":\"%s\",\"clusterIPs\":[\"%s\"],\"ports\":%s}}",
+		 n, wide_ip(n), wide_ip(n), wide_ports(ports, WIDE_JSON, n));
+	UPSERT(cluster_service_upsert, c, json);
+	free(ports);
+	free(json);
+}
+
+/* Headless Service whl in prod, its slice with wide_ports(n) and two ready
+ * endpoints: 10.1.2.1 (hostname w-0) and 10.1.2.2. */
+static void upsert_wide_headless(struct cluster *c, unsigned n)
+{
+	char *ports = malloc(WIDE_JSON), *json = malloc(WIDE_JSON + 1024);
+
+	assert_non_null(ports);
+	assert_non_null(json);
+	UPSERT(cluster_service_upsert, c,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"whl\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"clusterIP\":\"None\",\"clusterIPs\":[\"None\"],"
+	       "\"ports\":[{\"name\":\"p0\",\"port\":20000,\"protocol\":\"TCP\"}]}}");
+	snprintf(json, WIDE_JSON + 1024,
+		 "{\"kind\":\"EndpointSlice\",\"addressType\":\"IPv4\","
+		 "\"metadata\":{\"name\":\"whl-1\",\"namespace\":\"prod\","
+		 "\"labels\":{\"kubernetes.io/service-name\":\"whl\"}},"
+		 "\"endpoints\":[{\"addresses\":[\"10.1.2.1\"],\"conditions\":{\"ready\":true},"
+		 "\"hostname\":\"w-0\"},{\"addresses\":[\"10.1.2.2\"],\"conditions\":{\"ready\":true}}],"
+		 "\"ports\":%s}",
+		 wide_ports(ports, WIDE_JSON, n));
+	UPSERT(cluster_slice_upsert, c, json);
+	free(ports);
+	free(json);
+}
+
+/* SRV record i of the answer: its weight, port and target (text, with the dot). */
+static void srv_of(const struct reply *r, size_t i, unsigned *weight, unsigned *port,
+		   char target[MSG_TEXT_MAX])
+{
+	uint8_t name[DNS_MAX_NAME];
+	size_t pos = r->v->rr[i].rdoff + 6;
+
+	assert_int_equal(r->v->rr[i].type, DNS_T_SRV);
+	*weight = rd16(reply_rdata(r, i) + 2);
+	*port = rd16(reply_rdata(r, i) + 4);
+	assert_true(dns_name_read(r->buf, r->len, &pos, name, true) > 0);
+	assert_true(dns_name_to_text(name, target, MSG_TEXT_MAX) >= 0);
+}
+
+/* _<port>._<proto>.<svc> SRV: exactly one record, for number `port`, the
+ * Service itself the target. */
+static void assert_one_srv(struct cluster *c, const char *port_name, const char *proto,
+			   const char *svc, unsigned port)
+{
+	char name[MSG_TEXT_MAX], lower[8], target[MSG_TEXT_MAX], want[MSG_TEXT_MAX];
+	unsigned weight, number;
+	struct reply r;
+	size_t i;
+
+	for (i = 0; proto[i] && i < sizeof lower - 1; i++)
+		lower[i] = (char)(proto[i] | 0x20);
+	lower[i] = '\0';
+	snprintf(name, sizeof name, "_%s._%s.%s.prod.svc.cluster.local", port_name, lower, svc);
+	snprintf(want, sizeof want, "%s.prod.svc.cluster.local.", svc);
+	assert_int_equal(ask(c, name, DNS_T_SRV, &r), CLUSTER_ANSWERED);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.v->an, 1);
+	srv_of(&r, 0, &weight, &number, target);
+	assert_int_equal(number, port);
+	assert_int_equal(weight, 100);
+	assert_string_equal(target, want);
+}
+
+/*
+ * Every port of a ClusterIP Service answers by its name and protocol,
+ * whatever the number of ports (a handful is walked, more are indexed):
+ * the first, middle and last of the list, one number under two names, one
+ * name under two protocols; another protocol or a name not there is
+ * NXDOMAIN, the unnamed port has no name of its own.
+ */
+static void test_each_port_of_a_wide_service_answers_by_name_and_protocol(void **state)
+{
+	static const unsigned sizes[] = {0, 1, 2, 3, 4, 8, 9, 60, 1000};
+	struct cluster *c = *state;
+	char name[MSG_TEXT_MAX], port_name[16];
+	struct reply r;
+
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		unsigned n = sizes[s];
+		const unsigned picks[] = {0, n / 2, n ? n - 1 : 0};
+		upsert_wide_service(c, n);
+		snprintf(name, sizeof name, "w%u", n);
+		for (size_t k = 0; n && k < 3; k++) {
+			unsigned i = picks[k];
+			snprintf(port_name, sizeof port_name, "p%u", i);
+			assert_one_srv(c, port_name, wide_proto(i), name, 20000 + i);
+			/* the same name under another protocol is not there */
+			snprintf(name, sizeof name, "_p%u._%s.w%u.prod.svc.cluster.local", i,
+				 i % 3 == 0 ? "udp" : "tcp", n);
+			assert_nxdomain(c, name);
+			/* A: the Service's address, as CoreDNS answers */
+			snprintf(name, sizeof name, "_p%u._%s.w%u.prod.svc.cluster.local", i,
+				 i % 3 == 0 ? "tcp" : i % 3 == 1 ? "udp" : "sctp", n);
+			ask(c, name, DNS_T_A, &r);
+			assert_int_equal(r.v->an, 1);
+			assert_true(has_answer_address(&r, DNS_T_A, wide_ip(n)));
+			snprintf(name, sizeof name, "w%u", n);
+		}
+		assert_one_srv(c, "dup-a", "TCP", name, 30000);
+		assert_one_srv(c, "dup-b", "TCP", name, 30000);
+		assert_one_srv(c, "same", "TCP", name, 30001);
+		assert_one_srv(c, "same", "UDP", name, 30001);
+		snprintf(name, sizeof name, "_P%u._TCP.W%u.prod.svc.cluster.local", n, n);
+		assert_nxdomain(c, name); /* one past the last: no such name */
+		snprintf(name, sizeof name, "_nope._tcp.w%u.prod.svc.cluster.local", n);
+		assert_nxdomain(c, name);
+		snprintf(name, sizeof name, "_dup-a._udp.w%u.prod.svc.cluster.local", n);
+		assert_nxdomain(c, name);
+		snprintf(name, sizeof name, "_same._sctp.w%u.prod.svc.cluster.local", n);
+		assert_nxdomain(c, name);
+		snprintf(name, sizeof name, "_a-name-too-long-for-a-port._tcp.w%u.prod.svc.cluster.local", n);
+		assert_nxdomain(c, name);
+		snprintf(name, sizeof name, "_p0._not-a-protocol.w%u.prod.svc.cluster.local", n);
+		assert_nxdomain(c, name);
+		/* _<proto>: a name while a named port has the protocol */
+		snprintf(name, sizeof name, "_udp.w%u.prod.svc.cluster.local", n);
+		assert_nodata(c, name, DNS_T_SRV);
+		snprintf(name, sizeof name, "_sctp.w%u.prod.svc.cluster.local", n);
+		if (n >= 3)
+			assert_nodata(c, name, DNS_T_SRV);
+		else
+			assert_nxdomain(c, name);
+	}
+}
+
+/* The Service's own SRV: one record per port number (30000 and 30001 once),
+ * the unnamed port among them, each entry weighing 100 / the ports. */
+static void test_a_wide_service_name_has_one_srv_per_port_number(void **state)
+{
+	struct cluster *c = *state;
+	char target[MSG_TEXT_MAX];
+	unsigned weight, port, seen[3] = {0};
+	struct reply r;
+
+	upsert_wide_service(c, 60);
+	ask(c, "w60.prod.svc.cluster.local", DNS_T_SRV, &r);
+	assert_int_equal(rcode(&r), DNS_R_NOERROR);
+	assert_int_equal(r.v->an, 60 + 3);
+	for (size_t i = 0; i < r.v->an; i++) {
+		srv_of(&r, i, &weight, &port, target);
+		assert_int_equal(weight, 100 / (60 + WIDE_EXTRA));
+		assert_string_equal(target, "w60.prod.svc.cluster.local.");
+		seen[0] += port == 30000;
+		seen[1] += port == 30001;
+		seen[2] += port == 40000;
+		if (i)
+			assert_true(port > rd16(reply_rdata(&r, i - 1) + 4)); /* by number, each once */
+	}
+	assert_int_equal(seen[0], 1);
+	assert_int_equal(seen[1], 1);
+	assert_int_equal(seen[2], 1);
+}
+
+/* A headless Service takes its ports from its slice: each selected port
+ * gives a record per endpoint, the endpoints' addresses in the additional
+ * section (and in the answer of an A question). */
+static void test_each_port_of_a_wide_headless_service_names_every_endpoint(void **state)
+{
+	static const unsigned sizes[] = {1, 60, 1000};
+	static const char *const targets[] = {"10-1-2-2.whl.prod.svc.cluster.local.",
+					      "w-0.whl.prod.svc.cluster.local."};
+	struct cluster *c = *state;
+	char name[MSG_TEXT_MAX], target[MSG_TEXT_MAX];
+	unsigned weight, port;
+	struct reply r;
+
+	for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+		unsigned n = sizes[s], last = n - 1;
+		const struct {
+			const char *name;
+			unsigned port;
+		} asked[] = {{"_p0._tcp", 20000}, {"_dup-a._tcp", 30000}, {"_dup-b._tcp", 30000},
+			     {"_same._udp", 30001}, {NULL, 20000 + last}};
+		upsert_wide_headless(c, n);
+		for (size_t k = 0; k < sizeof asked / sizeof asked[0]; k++) {
+			if (asked[k].name)
+				snprintf(name, sizeof name, "%s.whl.prod.svc.cluster.local", asked[k].name);
+			else
+				snprintf(name, sizeof name, "_p%u._%s.whl.prod.svc.cluster.local", last,
+					 last % 3 == 0 ? "tcp" : last % 3 == 1 ? "udp" : "sctp");
+			ask(c, name, DNS_T_SRV, &r);
+			assert_int_equal(rcode(&r), DNS_R_NOERROR);
+			assert_int_equal(r.v->an, 2);
+			for (size_t i = 0; i < 2; i++) {
+				srv_of(&r, i, &weight, &port, target);
+				assert_int_equal(port, asked[k].port);
+				assert_int_equal(weight, 50);
+				assert_true(strcmp(target, targets[0]) == 0 ||
+					    strcmp(target, targets[1]) == 0);
+			}
+			assert_int_equal(r.v->ar, 2);
+			ask(c, name, DNS_T_A, &r);
+			assert_int_equal(r.v->an, 2);
+			assert_true(has_answer_address(&r, DNS_T_A, "10.1.2.1"));
+			assert_true(has_answer_address(&r, DNS_T_A, "10.1.2.2"));
+		}
+		snprintf(name, sizeof name, "_p%u._tcp.whl.prod.svc.cluster.local", n);
+		assert_nxdomain(c, name);
+		assert_nxdomain(c, "_p0._udp.whl.prod.svc.cluster.local");
+		assert_nxdomain(c, "_nope._tcp.whl.prod.svc.cluster.local");
+		assert_nodata(c, "_tcp.whl.prod.svc.cluster.local", DNS_T_SRV);
+		assert_nxdomain(c, "_xyz.whl.prod.svc.cluster.local");
+	}
+}
+
 /* The hot-path promise: answering from the table allocates nothing and locks nothing. */
 /* ---- readers beside the writer ------------------------------------------------ */
 
@@ -1244,6 +1515,15 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		{"1.0.1.10.in-addr.arpa", DNS_T_PTR},
 		{"5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa", DNS_T_PTR},
 		{"10-1-0-7.prod.pod.cluster.local", DNS_T_A},
+		/* ports found through a wide Service's index (upserted below) */
+		{"_p31._udp.w60.prod.svc.cluster.local", DNS_T_SRV},
+		{"_p59._sctp.w60.prod.svc.cluster.local", DNS_T_A},
+		{"_nope._tcp.w60.prod.svc.cluster.local", DNS_T_SRV},
+		{"_sctp.w60.prod.svc.cluster.local", DNS_T_SRV},
+		{"w60.prod.svc.cluster.local", DNS_T_SRV},
+		{"_dup-b._tcp.whl.prod.svc.cluster.local", DNS_T_SRV},
+		{"_p0._tcp.whl.prod.svc.cluster.local", DNS_T_A},
+		{"_p0._udp.whl.prod.svc.cluster.local", DNS_T_SRV},
 	};
 	struct reply r;
 	const struct sockaddr_storage *client;
@@ -1253,6 +1533,8 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		skip();
 	}
 	upsert_pod(*state, "prod", "client", "10.1.0.50", "", "Running", false);
+	upsert_wide_service(*state, 60);
+	upsert_wide_headless(*state, 60);
 	client = peer("10.1.0.50");
 	urcu_memb_barrier(); /* the setup's deferred frees run now, not while counting */
 	for (int round = 0; round < 100; round++) {
@@ -1320,6 +1602,12 @@ int main(void)
 						unregister_thread),
 		cmocka_unit_test_setup_teardown(test_a_hostname_past_the_name_length_falls_back_to_the_dashed_address, register_thread,
 						unregister_thread),
+		cmocka_unit_test_setup_teardown(test_each_port_of_a_wide_service_answers_by_name_and_protocol,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_wide_service_name_has_one_srv_per_port_number, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_each_port_of_a_wide_headless_service_names_every_endpoint,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_readers_beside_the_writer_see_whole_states, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_tables_grow_and_shrink_beside_readers, setup, teardown),
