@@ -250,7 +250,8 @@ static size_t precompiled_qtypes(const struct zone_node *n, uint16_t out[PRECOMP
 static bool precompile_one(const struct zone_table *t, const struct zone_node *n,
 			   uint16_t qtype, struct zone_reply *r)
 {
-	static const size_t limit = DNS_HEADER_LEN + DNS_MAX_NAME + 4 + ZONE_REPLY_MAX;
+	/* room for this name's question and ZONE_REPLY_MAX bytes after it, no more */
+	const size_t limit = DNS_HEADER_LEN + n->name_len + 4 + ZONE_REPLY_MAX;
 	uint8_t buf[DNS_HEADER_LEN + DNS_MAX_NAME + 4 + ZONE_REPLY_MAX];
 	struct dns_query q = {.question_ok = true, .qtype = qtype, .qclass = DNS_C_IN,
 			      .qname_len = n->name_len};

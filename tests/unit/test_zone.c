@@ -422,6 +422,31 @@ static void test_precompiled_replies_are_what_the_rules_write(void **state)
 	zone_table_free(t);
 }
 
+/*
+ * A short name's answer between ZONE_REPLY_MAX bytes and that plus the
+ * room a longer name would take: too long to precompile, so it is written
+ * as asked and never past the precompiler's buffers (the fuzzer found the
+ * overflow with 80 A records under a 17-byte name).
+ */
+static void test_reply_too_long_to_precompile_is_answered_by_the_rules(void **state)
+{
+	struct zone_builder *b = zone_builder_new();
+	const char *name = "many.corp.internal";
+	(void)state;
+
+	assert_non_null(b);
+	for (unsigned i = 0; i < 80; i++) {
+		uint8_t a[4] = {10, 1, 0, (uint8_t)i};
+		add(b, name, DNS_T_A, a, sizeof a);
+	}
+	struct zone_table *t = zone_builder_finish(b);
+	assert_non_null(t);
+	assert_false(has_precompiled(t, name, DNS_T_A)); /* 80 x 16 bytes > ZONE_REPLY_MAX */
+	assert_true(has_precompiled(t, name, DNS_T_AAAA));
+	assert_precompiled_matches_rules(t, name, DNS_T_A, true, 1232 + 512);
+	zone_table_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -441,6 +466,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_rdata_is_rejected),
 		cmocka_unit_test(test_many_names_survive_table_growth),
 		cmocka_unit_test(test_precompiled_replies_are_what_the_rules_write),
+		cmocka_unit_test(test_reply_too_long_to_precompile_is_answered_by_the_rules),
 	};
 	return cmocka_run_group_tests_name("zone", tests, NULL, NULL);
 }
