@@ -75,18 +75,23 @@ static const char slice_web[] =
 	"\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}]}";
 
 /* prod with db (ClusterIP, dual-stack) and web (headless), synced. */
-static int setup(void **state)
+static void load_prod(struct cluster *c)
 {
-	struct cluster *c;
-
-	urcu_memb_register_thread();
-	c = make_cluster("insecure");
 	add_namespace(c, "prod");
 	UPSERT(cluster_service_upsert, c, svc_db);
 	UPSERT(cluster_slice_upsert, c, slice_db);
 	UPSERT(cluster_service_upsert, c, svc_web);
 	UPSERT(cluster_slice_upsert, c, slice_web);
 	cluster_set_synced(c);
+}
+
+static int setup(void **state)
+{
+	struct cluster *c;
+
+	urcu_memb_register_thread();
+	c = make_cluster("insecure");
+	load_prod(c);
 	*state = c;
 	return 0;
 }
@@ -786,12 +791,7 @@ static struct cluster *make_bounded_cluster(void)
 					      "max_ports_per_service: 2, "
 					      "max_endpoints_per_service: 3}\n");
 
-	add_namespace(c, "prod");
-	UPSERT(cluster_service_upsert, c, svc_db);
-	UPSERT(cluster_slice_upsert, c, slice_db);
-	UPSERT(cluster_service_upsert, c, svc_web);
-	UPSERT(cluster_slice_upsert, c, slice_web);
-	cluster_set_synced(c);
+	load_prod(c);
 	return c;
 }
 
