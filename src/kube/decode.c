@@ -277,24 +277,13 @@ static int place(struct kube_decoder *d, struct kube_json *v)
 	return 1;
 }
 
-static int scalar(struct kube_decoder *d, struct kube_json *v)
+/* A scalar token (null, a boolean b, a number's literal or a string of
+ * text/len): a new value of type in its place when kept, nothing when
+ * skipped. Inline: each callback's type is a constant, and what does not
+ * apply to it folds away. */
+static inline int scalar(struct kube_decoder *d, enum kube_json_type type, bool b,
+			 const void *text, size_t len)
 {
-	return v ? place(d, v) : out_of_memory(d);
-}
-
-static int on_null(void *ctx)
-{
-	struct kube_decoder *d = ctx;
-	struct keep k;
-
-	if (over_bound(d, position(d)))
-		return 0;
-	return value_kept(d, &k) ? scalar(d, new_value(d, KUBE_JSON_NULL)) : 1;
-}
-
-static int on_boolean(void *ctx, int b)
-{
-	struct kube_decoder *d = ctx;
 	struct keep k;
 	struct kube_json *v;
 
@@ -302,44 +291,37 @@ static int on_boolean(void *ctx, int b)
 		return 0;
 	if (!value_kept(d, &k))
 		return 1;
-	if ((v = new_value(d, KUBE_JSON_BOOL)))
+	if (!(v = new_value(d, type)))
+		return out_of_memory(d);
+	if (type == KUBE_JSON_BOOL)
 		v->boolean = b;
-	return scalar(d, v);
+	if (type == KUBE_JSON_NUMBER || type == KUBE_JSON_STRING) {
+		if (!(v->text = arena_text(arena_now(d), text, len)))
+			return out_of_memory(d);
+		v->len = len;
+	}
+	return place(d, v);
+}
+
+static int on_null(void *ctx)
+{
+	return scalar(ctx, KUBE_JSON_NULL, false, NULL, 0);
+}
+
+static int on_boolean(void *ctx, int b)
+{
+	return scalar(ctx, KUBE_JSON_BOOL, b, NULL, 0);
 }
 
 /* A kept number keeps its literal: kube_json_int reads it. */
 static int on_number(void *ctx, const char *text, size_t len)
 {
-	struct kube_decoder *d = ctx;
-	struct keep k;
-	struct kube_json *v;
-
-	if (over_bound(d, position(d)))
-		return 0;
-	if (!value_kept(d, &k))
-		return 1;
-	if ((v = new_value(d, KUBE_JSON_NUMBER)) && !(v->text = arena_text(arena_now(d), text, len)))
-		v = NULL;
-	if (v)
-		v->len = len;
-	return scalar(d, v);
+	return scalar(ctx, KUBE_JSON_NUMBER, false, text, len);
 }
 
 static int on_string(void *ctx, const unsigned char *s, size_t len)
 {
-	struct kube_decoder *d = ctx;
-	struct keep k;
-	struct kube_json *v;
-
-	if (over_bound(d, position(d)))
-		return 0;
-	if (!value_kept(d, &k))
-		return 1;
-	if ((v = new_value(d, KUBE_JSON_STRING)) && !(v->text = arena_text(arena_now(d), s, len)))
-		v = NULL;
-	if (v)
-		v->len = len;
-	return scalar(d, v);
+	return scalar(ctx, KUBE_JSON_STRING, false, s, len);
 }
 
 static int open_container(struct kube_decoder *d, bool is_object)

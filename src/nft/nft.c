@@ -1148,21 +1148,45 @@ static int comment_cb(const struct nftnl_udata *attr, void *data)
 	return MNL_CB_OK;
 }
 
+/* The rule in a dump's message, and its comment in *comment (NULL when it
+ * has none; the rule's own, gone with it). NULL when it does not parse. */
+static struct nftnl_rule *parse_rule(const struct nlmsghdr *h, const char **comment)
+{
+	struct nftnl_rule *r = nftnl_rule_alloc();
+	uint32_t len = 0;
+
+	*comment = NULL;
+	if (!r || nftnl_rule_nlmsg_parse(h, r) < 0) {
+		nftnl_rule_free(r);
+		return NULL;
+	}
+	const void *udata = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
+	if (udata)
+		nftnl_udata_parse(udata, len, comment_cb, comment);
+	return r;
+}
+
+/* The chain in a dump's message; NULL when it does not parse. */
+static struct nftnl_chain *parse_chain(const struct nlmsghdr *h)
+{
+	struct nftnl_chain *c = nftnl_chain_alloc();
+
+	if (!c || nftnl_chain_nlmsg_parse(h, c) < 0) {
+		nftnl_chain_free(c);
+		return NULL;
+	}
+	return c;
+}
+
 static int on_rule(const struct nlmsghdr *h, void *data)
 {
 	struct seen *s = data;
-	struct nftnl_rule *r = nftnl_rule_alloc();
-	const char *comment = NULL;
-	uint32_t len = 0;
+	const char *comment;
+	struct nftnl_rule *r = parse_rule(h, &comment);
 
-	if (!r || nftnl_rule_nlmsg_parse(h, r) < 0) {
-		nftnl_rule_free(r);
+	if (!r)
 		return MNL_CB_ERROR;
-	}
 	int chain = chain_index(nftnl_rule_get_str(r, NFTNL_RULE_CHAIN));
-	const void *udata = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
-	if (udata)
-		nftnl_udata_parse(udata, len, comment_cb, &comment);
 	if (chain < 0 || !comment || strcmp(comment, s->plan->comment) != 0) {
 		s->foreign = true;
 		snprintf(s->why, sizeof s->why, "a rule in chain %s is not ours",
@@ -1185,12 +1209,10 @@ static int on_object(const struct nlmsghdr *h, void *data)
 static int on_chain(const struct nlmsghdr *h, void *data)
 {
 	struct seen *s = data;
-	struct nftnl_chain *c = nftnl_chain_alloc();
+	struct nftnl_chain *c = parse_chain(h);
 
-	if (!c || nftnl_chain_nlmsg_parse(h, c) < 0) {
-		nftnl_chain_free(c);
+	if (!c)
 		return MNL_CB_ERROR;
-	}
 	const char *table = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
 	if (table && strcmp(table, s->plan->table) == 0)
 		s->count++;
@@ -1366,12 +1388,10 @@ static int get_table(struct nft *n, struct table_seen *t)
 static int on_probed_chain(const struct nlmsghdr *h, void *data)
 {
 	struct seen *s = data;
-	struct nftnl_chain *c = nftnl_chain_alloc();
+	struct nftnl_chain *c = parse_chain(h);
 
-	if (!c || nftnl_chain_nlmsg_parse(h, c) < 0) {
-		nftnl_chain_free(c);
+	if (!c)
 		return MNL_CB_ERROR;
-	}
 	const char *table = nftnl_chain_get_str(c, NFTNL_CHAIN_TABLE);
 	const char *name = nftnl_chain_get_str(c, NFTNL_CHAIN_NAME);
 	if (table && strcmp(table, s->plan->table) == 0 && chain_index(name) < 0 && !s->foreign) {
@@ -1385,17 +1405,11 @@ static int on_probed_chain(const struct nlmsghdr *h, void *data)
 static int on_probed_rule(const struct nlmsghdr *h, void *data)
 {
 	struct seen *s = data;
-	struct nftnl_rule *r = nftnl_rule_alloc();
-	const char *comment = NULL;
-	uint32_t len = 0;
+	const char *comment;
+	struct nftnl_rule *r = parse_rule(h, &comment);
 
-	if (!r || nftnl_rule_nlmsg_parse(h, r) < 0) {
-		nftnl_rule_free(r);
+	if (!r)
 		return MNL_CB_ERROR;
-	}
-	const void *udata = nftnl_rule_get_data(r, NFTNL_RULE_USERDATA, &len);
-	if (udata)
-		nftnl_udata_parse(udata, len, comment_cb, &comment);
 	if (comment && strncmp(comment, "localdns ", 9) == 0) {
 		s->count++;
 	} else if (!s->foreign) {

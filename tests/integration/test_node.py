@@ -2,7 +2,8 @@
 crash-safe fallback, drift repair, teardown and cleanup.
 
 Every test builds its own three network namespaces (class Node) and sends
-traffic only inside them:
+traffic only inside them; this is their IPv4 shape (Family IPV4), and
+test_node_dualstack.py gives them an IPv6 Family beside it:
 
     pod  10.200.1.2 --veth-- 10.200.1.1  node  10.200.2.1 --veth-- 10.200.2.2  coredns
                                   |
@@ -105,11 +106,46 @@ sys.stdin.read()
 '''
 
 
-class Node:
-    """The three namespaces, the stand-in CoreDNS and the kube-proxy DNAT."""
+class Family:
+    """One address family of the namespaces' network: the addresses on
+    both ends of the two links, what lets the node route between them, and
+    the two addresses localdns serves."""
 
-    def __init__(self, env):
+    def __init__(self, ip, nft, prefix, pod, pod_gateway, coredns, coredns_gateway,
+                 forwarding, link, cluster_ip, address_flags=()):
+        self.ip = ip                        # ip(8)'s switch: "-4" or "-6"
+        self.nft = nft                      # nftables' family and address keyword
+        self.prefix = prefix
+        self.pod, self.pod_gateway = pod, pod_gateway
+        self.coredns, self.coredns_gateway = coredns, coredns_gateway
+        self.forwarding = forwarding        # sysctl setting, on the node
+        self.link = link                    # listen address
+        self.cluster_ip = cluster_ip        # kube-dns's ClusterIP, intercepted
+        self.address_flags = list(address_flags)
+
+
+IPV4 = Family("-4", "ip", 24, "10.200.1.2", "10.200.1.1", COREDNS, "10.200.2.1",
+              "net.ipv4.ip_forward=1", LINK, CLUSTER_IP)
+
+# kube-proxy's DNAT of a family's ClusterIP port 53 to the stand-in CoreDNS.
+KUBE_PROXY = """
+    table %(family)s kubeproxy {
+      chain pre { type nat hook prerouting priority dstnat; policy accept;
+        %(family)s daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
+      }
+      chain out { type nat hook output priority -100; policy accept;
+        %(family)s daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
+      }
+    }"""
+
+
+class Node:
+    """The three namespaces, the stand-in CoreDNS and the kube-proxy DNAT,
+    for each of `families` (IPv4 alone unless told)."""
+
+    def __init__(self, env, families=(IPV4,)):
         self.env = env
+        self.families = families
         self.node, self.pod, self.coredns = (harness.netns_name("ldns-" + r)
                                              for r in ("node", "pod", "cdns"))
         for ns in (self.node, self.pod, self.coredns):
@@ -119,19 +155,26 @@ class Node:
                                    + p.stderr.strip())
             harness.track_netns(ns)
             self.ip(ns, "link", "set", "lo", "up")
-        self.pod_link = self.wire(self.pod, "10.200.1.2", "10.200.1.1")
-        self.coredns_link = self.wire(self.coredns, COREDNS, "10.200.2.1")
-        self.run(self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-        self.nft(self.node, """
-            table ip kubeproxy {
-              chain pre { type nat hook prerouting priority dstnat; policy accept;
-                ip daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
-              }
-              chain out { type nat hook output priority -100; policy accept;
-                ip daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
-              }
-            }""" % {"ip": CLUSTER_IP, "to": COREDNS})
-        self.standin = self.helper(self.coredns, STANDIN, COREDNS)
+        self.pod_link = self.wire(self.pod)
+        self.coredns_link = self.wire(self.coredns)
+        self.standins = []
+        for f in families:
+            self.address(f, self.pod, self.pod_link, f.pod, f.pod_gateway)
+            self.address(f, self.coredns, self.coredns_link, f.coredns, f.coredns_gateway)
+            self.run(self.node, "sysctl", "-qw", f.forwarding)
+            self.nft(self.node, KUBE_PROXY % {"family": f.nft, "ip": f.cluster_ip,
+                                              "to": f.coredns})
+            self.standins.append(self.helper(self.coredns, STANDIN, f.coredns))
+        self.standin = self.standins[0]
+        if any(f.ip == "-6" for f in families):
+            # The veths' link-local addresses are tentative for about a
+            # second (duplicate address detection), and neighbour discovery
+            # to the coredns namespace fails until they are not: a first
+            # packet there would be lost, by the network's set-up and not
+            # by localdns.
+            for ns in (self.node, self.pod, self.coredns):
+                self.until(lambda: self.ip(ns, "-6", "addr", "show", "tentative").stdout, "",
+                           5.0)
 
     # -- plumbing
     def run(self, ns, *argv, check=True, stdin=None):
@@ -147,18 +190,23 @@ class Node:
     def nft(self, ns, script):
         return self.run(ns, "nft", "-f", "-", stdin=script)
 
-    def wire(self, ns, addr, gateway):
-        """A veth pair from the node to ns, ns routing everything via it;
-        the node's end of it."""
+    def wire(self, ns):
+        """A veth pair from the node to ns, both ends up; the node's end."""
         inside, outside = "eth0", ("v" + ns.split("-")[1] + ns.split("-")[-1])[:15]
         self.ip(self.node, "link", "add", outside, "type", "veth", "peer",
                 "name", inside, "netns", ns)
-        self.ip(self.node, "addr", "add", gateway + "/24", "dev", outside)
         self.ip(self.node, "link", "set", outside, "up")
-        self.ip(ns, "addr", "add", addr + "/24", "dev", inside)
         self.ip(ns, "link", "set", inside, "up")
-        self.ip(ns, "route", "add", "default", "via", gateway)
         return outside
+
+    def address(self, family, ns, outside, addr, gateway):
+        """addr on ns's end of the veth whose node end is outside, gateway
+        on the node's, ns routing everything of the family via it."""
+        prefix = "/%d" % family.prefix
+        self.ip(self.node, family.ip, "addr", "add", gateway + prefix, "dev", outside,
+                *family.address_flags)
+        self.ip(ns, family.ip, "addr", "add", addr + prefix, "dev", "eth0", *family.address_flags)
+        self.ip(ns, family.ip, "route", "add", "default", "via", gateway)
 
     def helper(self, ns, script, *args):
         """A Python helper in ns that prints "ready" once set up."""
@@ -173,11 +221,20 @@ class Node:
 
     # -- localdns
     def config(self, **nftables):
-        cfg = self.env.config(port=53, addresses=(LINK,), listen={"workers": 1})
+        cfg = self.env.config(port=53, addresses=[f.link for f in self.families],
+                              listen={"workers": 1})
         cfg["interface"] = {"manage": True, "kind": "loopback"}
         cfg["nftables"] = dict({"enabled": True, "table": "localdns",
-                                "intercept": [CLUSTER_IP],
+                                "intercept": [f.cluster_ip for f in self.families],
                                 "reassert_interval": "2s"}, **nftables)
+        return cfg
+
+    def config_with_api(self, api, **nftables):
+        """config() with Kubernetes on: node node-a of api, the fake API server."""
+        cfg = self.config(**nftables)
+        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
+                             "kubeconfig": api.kubeconfig(os.path.join(self.env.tmp,
+                                                                       "kubeconfig"))}
         return cfg
 
     def start(self, config=None, wait=True, **nftables):
@@ -211,8 +268,8 @@ class Node:
         out = self.run(self.node, "nft", "list", "tables").stdout
         return sorted(l.strip() for l in out.splitlines() if l.strip())
 
-    def lo_addresses(self):
-        out = self.ip(self.node, "-4", "-o", "addr", "show", "dev", "lo").stdout
+    def lo_addresses(self, family=IPV4):
+        out = self.ip(self.node, family.ip, "-o", "addr", "show", "dev", "lo").stdout
         return sorted(l.split()[3] for l in out.splitlines())
 
     def conntrack(self, address):
@@ -259,39 +316,53 @@ OURS = ["10.96.0.10/32", "127.0.0.1/8", "169.254.20.10/32"]
 BARE = ["127.0.0.1/8"]
 
 
+def assert_answered_locally_without_conntrack(n, d, family):
+    """Every address of every family of n answered by localdns from the
+    pod over UDP and TCP; family's addresses with no conntrack entry, for
+    the pod and for a host-network client on the node (output hook)."""
+    n.flush_conntrack()
+    for f in n.families:
+        for server in (f.link, f.cluster_ip):
+            for transport in ("+notcp", "+tcp"):
+                got = n.ask(server, transport)
+                assert got == LOCAL_ANSWER, "%s %s: %r\n%s" % (server, transport, got,
+                                                               d.tail())
+    for server in (family.link, family.cluster_ip):
+        assert n.conntrack(server) == [], n.conntrack(server)
+    assert n.ask(family.cluster_ip, ns=n.node) == LOCAL_ANSWER
+    assert n.conntrack(family.cluster_ip) == [], n.conntrack(family.cluster_ip)
+
+
+def assert_kill9_fails_open(n, d, family):
+    """After kill -9 of d, family's addresses answered by the stand-in
+    CoreDNS: for pods at once (the socket check fails, kube-proxy's DNAT
+    takes the ClusterIP, our fallback map the link address), for
+    host-network clients once the heartbeat elements expire (1 s)."""
+    d.proc.kill()
+    d.proc.wait(2)
+    took = n.until(lambda: n.ask(family.cluster_ip), STANDIN_ANSWER, 1.0)
+    assert n.ask(family.cluster_ip, "+tcp") == STANDIN_ANSWER
+    assert n.ask(family.link) == STANDIN_ANSWER and n.ask(family.link, "+tcp") == STANDIN_ANSWER
+    # The fallback goes through conntrack, as it must for DNAT: the checks
+    # that find no entries while localdns runs are not vacuous.
+    assert n.conntrack(family.cluster_ip), "fallback traffic to %s was not tracked" % (
+        family.cluster_ip)
+    n.until(lambda: n.ask(family.cluster_ip, ns=n.node), STANDIN_ANSWER, 2.0)
+    assert took < 1.0
+
+
 def test_node_answers_both_addresses_without_conntrack(env):
     n = Node(env)
     d = n.start()
     assert n.lo_addresses() == OURS, n.lo_addresses()
-    n.flush_conntrack()
-    for server in (LINK, CLUSTER_IP):
-        for transport in ("+notcp", "+tcp"):
-            got = n.ask(server, transport)
-            assert got == LOCAL_ANSWER, "%s %s: %r\n%s" % (server, transport, got,
-                                                           d.tail())
-    for server in (LINK, CLUSTER_IP):
-        assert n.conntrack(server) == [], n.conntrack(server)
-    # A host-network client on the node (output hook) is served locally too.
-    assert n.ask(CLUSTER_IP, ns=n.node) == LOCAL_ANSWER
-    assert n.conntrack(CLUSTER_IP) == [], n.conntrack(CLUSTER_IP)
+    assert_answered_locally_without_conntrack(n, d, IPV4)
 
 
 def test_node_kill9_fails_open_and_restart_takes_over(env):
     n = Node(env)
     d = n.start(fallback_endpoints=[COREDNS])
     assert n.ask(CLUSTER_IP) == LOCAL_ANSWER
-    d.proc.kill()
-    d.proc.wait(2)
-    # Pods: the socket check fails at once, kube-proxy / our map take over.
-    took = n.until(lambda: n.ask(CLUSTER_IP), STANDIN_ANSWER, 1.0)
-    assert n.ask(CLUSTER_IP, "+tcp") == STANDIN_ANSWER
-    assert n.ask(LINK) == STANDIN_ANSWER and n.ask(LINK, "+tcp") == STANDIN_ANSWER
-    # The fallback goes through conntrack, as it must for DNAT: the check
-    # above that finds no entries is not vacuous.
-    assert n.conntrack(CLUSTER_IP), "fallback traffic was not tracked"
-    # Host-network clients: the heartbeat elements expire within 1 s.
-    n.until(lambda: n.ask(CLUSTER_IP, ns=n.node), STANDIN_ANSWER, 2.0)
-    assert took < 1.0
+    assert_kill9_fails_open(n, d, IPV4)
     # A restart over the leftovers (our table, marked as ours) needs no cleanup.
     assert 'comment "managed by localdns"' in n.run(
         n.node, "nft", "list", "table", "inet", "localdns").stdout
@@ -318,9 +389,7 @@ def test_node_fallback_follows_the_kube_dns_endpoints(env):
     api = n.api_server()
     try:
         api.apply(*kube_dns((COREDNS, True), ("10.200.2.3", False)))
-        cfg = n.config(fallback_endpoints=["10.200.2.77"])
-        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
-                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        cfg = n.config_with_api(api, fallback_endpoints=["10.200.2.77"])
         d = n.start(config=cfg)
         # Only the ready endpoint, in place of the static list.
         n.until(n.fallback_map, [COREDNS], 3.0)
@@ -353,9 +422,7 @@ def test_node_noendpoints_watches_only_the_kube_dns_endpointslices(env):
         api.apply(*kube_dns((COREDNS, True)))
         api.apply(F.namespace("shop"), F.service("shop", "web", headless=True),
                   F.endpointslice("shop", "web", name="web-1", endpoints=[F.endpoint("10.1.0.1")]))
-        cfg = n.config(fallback_endpoints=["10.200.2.77"])
-        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
-                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        cfg = n.config_with_api(api, fallback_endpoints=["10.200.2.77"])
         cfg["cluster"] = {"noendpoints": True}
         d = n.start(config=cfg)
         n.until(n.fallback_map, [COREDNS], 3.0)
@@ -550,9 +617,7 @@ def test_node_takes_dns_only_once_ready(env):
     try:
         api.apply(*kube_dns((COREDNS, True)))
         api.forbid("services")
-        cfg = n.config()
-        cfg["kubernetes"] = {"enabled": True, "node_name": "node-a",
-                             "kubeconfig": api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))}
+        cfg = n.config_with_api(api)
         d = n.start(config=cfg, wait=False)
         n.until(lambda: "msg=listening" in d.stderr(), True, 10.0)
         for _ in range(3):

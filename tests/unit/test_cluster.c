@@ -25,20 +25,8 @@
 #include "cluster/cluster.h"
 #include "config/config.h"
 #include "reply.h"
+#include "cluster_fixture.h"
 #include "stderr_capture.h"
-
-static struct cluster *make_cluster_from(const char *yaml)
-{
-	char err[CONFIG_ERR_MAX];
-	struct config *cfg;
-	struct cluster *c;
-
-	assert_int_equal(config_load_string("test.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	c = cluster_new(cfg, err, sizeof err);
-	config_free(cfg);
-	assert_non_null(c);
-	return c;
-}
 
 static struct cluster *make_cluster(const char *pods_mode)
 {
@@ -47,14 +35,6 @@ static struct cluster *make_cluster(const char *pods_mode)
 	snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local, ttl: 5s, pods: %s}\n", pods_mode);
 	return make_cluster_from(yaml);
 }
-
-#define UPSERT(fn, c, json)                                                 \
-	do {                                                                \
-		struct kube_json_doc *d_ = kube_json_parse(json, strlen(json)); \
-		assert_non_null(d_);                                        \
-		fn(c, kube_json_root(d_));                                  \
-		kube_json_doc_free(d_);                                     \
-	} while (0)
 
 static void add_namespace(struct cluster *c, const char *name)
 {
@@ -95,50 +75,32 @@ static const char slice_web[] =
 	"\"ports\":[{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}]}";
 
 /* prod with db (ClusterIP, dual-stack) and web (headless), synced. */
-static int setup(void **state)
+static void load_prod(struct cluster *c)
 {
-	struct cluster *c;
-
-	urcu_memb_register_thread();
-	c = make_cluster("insecure");
 	add_namespace(c, "prod");
 	UPSERT(cluster_service_upsert, c, svc_db);
 	UPSERT(cluster_slice_upsert, c, slice_db);
 	UPSERT(cluster_service_upsert, c, svc_web);
 	UPSERT(cluster_slice_upsert, c, slice_web);
 	cluster_set_synced(c);
+}
+
+static int setup(void **state)
+{
+	struct cluster *c;
+
+	urcu_memb_register_thread();
+	c = make_cluster("insecure");
+	load_prod(c);
 	*state = c;
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	cluster_free(*state);
-	urcu_memb_unregister_thread();
-	return 0;
-}
-
+/* Asked with the EDNS payload size clients are told to use (1232). */
 static enum cluster_result ask(struct cluster *c, const char *name, uint16_t qtype,
 			       struct reply *r)
 {
-	struct dns_query q;
-	struct dns_writer w;
-	struct cluster_chase chase;
-	enum cluster_result res;
-
-	make_query(&q, name, qtype);
-	dns_response_begin(&w, r->buf, sizeof r->buf, &q, DNS_R_NOERROR);
-	urcu_memb_read_lock();
-	res = cluster_answer(c, &q, &w, &chase);
-	urcu_memb_read_unlock();
-	r->len = dns_response_finish(&w, 1232);
-	read_reply(r);
-	return res;
-}
-
-static int rcode(const struct reply *r)
-{
-	return r->v->flags & 0xf;
+	return ask_for(c, name, qtype, 1232, r);
 }
 
 /* Addresses of the given type in the answer section, as text, sorted by position. */
@@ -829,12 +791,7 @@ static struct cluster *make_bounded_cluster(void)
 					      "max_ports_per_service: 2, "
 					      "max_endpoints_per_service: 3}\n");
 
-	add_namespace(c, "prod");
-	UPSERT(cluster_service_upsert, c, svc_db);
-	UPSERT(cluster_slice_upsert, c, slice_db);
-	UPSERT(cluster_service_upsert, c, svc_web);
-	UPSERT(cluster_slice_upsert, c, slice_web);
-	cluster_set_synced(c);
+	load_prod(c);
 	return c;
 }
 
@@ -1540,16 +1497,12 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 	for (int round = 0; round < 100; round++) {
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 			struct dns_query q;
-			struct dns_writer w;
-			struct cluster_chase chase;
 			make_query(&q, cases[i].name, cases[i].type);
 			counting = true;
-			dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
+			answer_query(*state, &q, &r, 1232);
 			urcu_memb_read_lock();
-			cluster_answer(*state, &q, &w, &chase);
 			cluster_autopath_base(*state, &q, client);
 			urcu_memb_read_unlock();
-			r.len = dns_response_finish(&w, 1232);
 			counting = false;
 		}
 	}
@@ -1564,54 +1517,47 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 
 int main(void)
 {
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, free_cluster_and_unregister)
+#define T_RCU_ONLY(name) cmocka_unit_test_setup_teardown(name, register_thread, unregister_thread)
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_cluster_ip_service_has_every_cluster_ip, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_any_gets_one_rrset, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_named_ports_get_srv_with_target_addresses, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_headless_service_lists_ready_endpoints, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_headless_srv_names_each_endpoint, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_endpoint_hostname_that_is_no_label_falls_back_to_the_dashed_ip,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_publish_not_ready_addresses_is_honoured, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_watched_service_reports_ready_endpoints_on_change,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_headless_without_ready_endpoints_is_nxdomain, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ptr_for_cluster_ips_and_endpoints, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_external_name_is_a_cname_chased_elsewhere, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_names_that_fit_no_shape_are_nxdomain, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_existing_names_without_the_type_are_nodata, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_service_without_addresses_delivered_again_stays_nodata,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_namespace_names_follow_the_namespace, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_apex_and_dns_version, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_insecure_pods_need_an_existing_namespace, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_verified_pods_must_exist, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_service_changes_and_deletion_update_only_its_names, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ptr_shared_by_two_services_keeps_both, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_slices_before_their_service_count_once_it_arrives, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_a_slice_serving_nothing_keeps_its_service_entry_until_it_goes,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_nothing_is_answered_before_the_first_sync, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_objects_without_names_are_ignored, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_autopath_base_is_for_this_nodes_pods_in_their_namespace, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_autopath_skips_host_network_finished_and_deleted_pods, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_autopath_address_reused_by_a_new_pod_follows_it, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ports_past_the_bound_are_cut_logged_once_and_counted, register_thread,
-						unregister_thread),
-		cmocka_unit_test_setup_teardown(test_endpoints_past_the_bound_are_left_out_of_their_service_only, register_thread,
-						unregister_thread),
-		cmocka_unit_test_setup_teardown(test_a_hostname_past_the_name_length_falls_back_to_the_dashed_address, register_thread,
-						unregister_thread),
-		cmocka_unit_test_setup_teardown(test_each_port_of_a_wide_service_answers_by_name_and_protocol,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_a_wide_service_name_has_one_srv_per_port_number, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_each_port_of_a_wide_headless_service_names_every_endpoint,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_readers_beside_the_writer_see_whole_states, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_tables_grow_and_shrink_beside_readers, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),
+		T(test_cluster_ip_service_has_every_cluster_ip),
+		T(test_any_gets_one_rrset),
+		T(test_named_ports_get_srv_with_target_addresses),
+		T(test_headless_service_lists_ready_endpoints),
+		T(test_headless_srv_names_each_endpoint),
+		T(test_endpoint_hostname_that_is_no_label_falls_back_to_the_dashed_ip),
+		T(test_publish_not_ready_addresses_is_honoured),
+		T(test_watched_service_reports_ready_endpoints_on_change),
+		T(test_headless_without_ready_endpoints_is_nxdomain),
+		T(test_ptr_for_cluster_ips_and_endpoints),
+		T(test_external_name_is_a_cname_chased_elsewhere),
+		T(test_names_that_fit_no_shape_are_nxdomain),
+		T(test_existing_names_without_the_type_are_nodata),
+		T(test_service_without_addresses_delivered_again_stays_nodata),
+		T(test_namespace_names_follow_the_namespace),
+		T(test_apex_and_dns_version),
+		T(test_insecure_pods_need_an_existing_namespace),
+		T(test_verified_pods_must_exist),
+		T(test_service_changes_and_deletion_update_only_its_names),
+		T(test_ptr_shared_by_two_services_keeps_both),
+		T(test_slices_before_their_service_count_once_it_arrives),
+		T(test_a_slice_serving_nothing_keeps_its_service_entry_until_it_goes),
+		T(test_nothing_is_answered_before_the_first_sync),
+		T(test_objects_without_names_are_ignored),
+		T(test_autopath_base_is_for_this_nodes_pods_in_their_namespace),
+		T(test_autopath_skips_host_network_finished_and_deleted_pods),
+		T(test_autopath_address_reused_by_a_new_pod_follows_it),
+		T_RCU_ONLY(test_ports_past_the_bound_are_cut_logged_once_and_counted),
+		T_RCU_ONLY(test_endpoints_past_the_bound_are_left_out_of_their_service_only),
+		T_RCU_ONLY(test_a_hostname_past_the_name_length_falls_back_to_the_dashed_address),
+		T(test_each_port_of_a_wide_service_answers_by_name_and_protocol),
+		T(test_a_wide_service_name_has_one_srv_per_port_number),
+		T(test_each_port_of_a_wide_headless_service_names_every_endpoint),
+		T(test_readers_beside_the_writer_see_whole_states),
+		T(test_tables_grow_and_shrink_beside_readers),
+		T(test_answering_allocates_nothing_and_takes_no_mutex),
 	};
+#undef T_RCU_ONLY
+#undef T
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

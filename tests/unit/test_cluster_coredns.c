@@ -28,32 +28,19 @@
 #include "cluster/cluster.h"
 #include "config/config.h"
 #include "reply.h"
+#include "cluster_fixture.h"
 
 /* A table for "cluster: {domain: cluster.local, <options>}"; the other
  * keys keep their defaults (ttl 5s, pods insecure, both reverse zones
  * falling through). */
 static struct cluster *make_cluster(const char *options)
 {
-	char yaml[512], err[CONFIG_ERR_MAX];
-	struct config *cfg;
-	struct cluster *c;
+	char yaml[512];
 
 	snprintf(yaml, sizeof yaml, "cluster: {domain: cluster.local%s%s}\n", *options ? ", " : "",
 		 options);
-	assert_int_equal(config_load_string("test.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	c = cluster_new(cfg, err, sizeof err);
-	config_free(cfg);
-	assert_non_null(c);
-	return c;
+	return make_cluster_from(yaml);
 }
-
-#define UPSERT(fn, c, json)                                                 \
-	do {                                                                \
-		struct kube_json_doc *d_ = kube_json_parse(json, strlen(json)); \
-		assert_non_null(d_);                                        \
-		fn(c, kube_json_root(d_));                                  \
-		kube_json_doc_free(d_);                                     \
-	} while (0)
 
 #define NS(name) "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" name "\"}}"
 
@@ -160,29 +147,11 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	cluster_free(*state);
-	urcu_memb_unregister_thread();
-	return 0;
-}
-
+/* Asked at the largest payload a reply holds, so no answer compared here is cut to fit. */
 static enum cluster_result ask(const struct cluster *c, const char *name, uint16_t qtype,
 			       struct reply *r)
 {
-	struct dns_query q;
-	struct dns_writer w;
-	struct cluster_chase chase;
-	enum cluster_result res;
-
-	make_query(&q, name, qtype);
-	dns_response_begin(&w, r->buf, sizeof r->buf, &q, DNS_R_NOERROR);
-	urcu_memb_read_lock();
-	res = cluster_answer(c, &q, &w, &chase);
-	urcu_memb_read_unlock();
-	r->len = dns_response_finish(&w, 4096);
-	read_reply(r);
-	return res;
+	return ask_for(c, name, qtype, 4096, r);
 }
 
 static const char *type_name(uint16_t type)
@@ -288,11 +257,6 @@ static const char *section(const struct reply *r, int sec)
 #define ANSWER(r) section(r, 1)
 #define AUTHORITY(r) section(r, 2)
 #define ADDITIONAL(r) section(r, 3)
-
-static int rcode(const struct reply *r)
-{
-	return r->v->flags & 0xf;
-}
 
 #define SOA_LINE "cluster.local. 5 SOA ns.dns.cluster.local. hostmaster.cluster.local. 7200 1800 86400 5"
 
@@ -816,15 +780,9 @@ static void test_coredns_answers_allocate_nothing_and_take_no_mutex(void **state
 		for (size_t t = 0; t < 2; t++) {
 			for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 				struct dns_query q;
-				struct dns_writer w;
-				struct cluster_chase chase;
 				make_query(&q, cases[i].name, cases[i].type);
 				counting = true;
-				dns_response_begin(&w, r.buf, sizeof r.buf, &q, DNS_R_NOERROR);
-				urcu_memb_read_lock();
-				cluster_answer(tables[t], &q, &w, &chase);
-				urcu_memb_read_unlock();
-				r.len = dns_response_finish(&w, 1232);
+				answer_query(tables[t], &q, &r, 1232);
 				counting = false;
 			}
 		}
@@ -839,7 +797,7 @@ static void test_coredns_answers_allocate_nothing_and_take_no_mutex(void **state
 
 int main(void)
 {
-#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, free_cluster_and_unregister)
 	const struct CMUnitTest tests[] = {
 		T(test_coredns_srv_of_a_service_name_has_one_record_per_port),
 		T(test_coredns_srv_weights_count_every_cluster_ip),
