@@ -493,9 +493,9 @@ class Daemon:
                 raise DaemonError("daemon exited with status %s before "
                                   "answering; stderr:\n%s"
                                   % (self.proc.returncode, self.tail()))
-            if dnsmsg.udp_exchange(self.host, self.port, probe,
-                                   timeout=0.1) is not None:
+            if self._probe_udp(probe) is not None:
                 break
+            time.sleep(0.01)
         else:
             raise DaemonError("daemon did not answer UDP within %.0fs; "
                               "stderr:\n%s" % (timeout, self.tail()))
@@ -506,6 +506,23 @@ class Daemon:
             except OSError:
                 time.sleep(0.05)
         raise DaemonError("daemon answers UDP but TCP connect fails")
+
+    def _probe_udp(self, probe):
+        """The reply to probe, or None. The socket is connected, so a port
+        nothing has bound yet says so at once (ICMP port unreachable is
+        reported to connected sockets only) instead of costing the whole
+        wait: a daemon is seen ready within 10 ms of binding, not 100."""
+        with socket.socket(dnsmsg.family_of(self.host), socket.SOCK_DGRAM) as s:
+            s.settimeout(0.1)
+            try:
+                s.connect((self.host, self.port))
+                s.send(probe)
+                while True:
+                    data = s.recv(65535)
+                    if data[:2] == probe[:2]:
+                        return data
+            except (socket.timeout, ConnectionRefusedError):
+                return None
 
     SERVING = re.compile(r'(?m)^.*(msg="?serving"?( |$)|"msg":"serving")')
 
