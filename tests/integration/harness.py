@@ -18,6 +18,7 @@ import copy
 import ctypes
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -252,15 +253,41 @@ def have_ipv6_loopback():
         return False
 
 
+def _ephemeral_ports():
+    """The kernel's range for sockets bound to port 0 and unbound sockets
+    that connect (net.ipv4.ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_port_rng = random.Random()   # seeded from os.urandom: each process its own sequence
+
+
+def _candidate_ports():
+    """Ports to try for a server: at random below the kernel's ephemeral
+    range when there is room, else whatever bind(0) gives. Between
+    free_port() and the daemon's bind the port is free for anyone to take;
+    below that range no client socket (dig's, a test's, another test run's)
+    is ever given it by the kernel, and a random pick makes two runs at once
+    unlikely to want the same one."""
+    low, _ = _ephemeral_ports()
+    for _ in range(200):
+        yield _port_rng.randrange(10000, low) if low > 11000 else 0
+
+
 def free_port(hosts=("127.0.0.1",)):
-    """A port free for both UDP and TCP on every host (bind 0, then check)."""
-    for _ in range(50):
+    """A port free for both UDP and TCP on every host (bind, then check)."""
+    for candidate in _candidate_ports():
         socks = []
         try:
             fam = dnsmsg.family_of(hosts[0])
             t = socket.socket(fam, socket.SOCK_STREAM)
             socks.append(t)
-            t.bind((hosts[0], 0))
+            t.bind((hosts[0], candidate))
             port = t.getsockname()[1]
             for i, h in enumerate(hosts):
                 fam = dnsmsg.family_of(h)
