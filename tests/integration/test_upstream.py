@@ -423,6 +423,7 @@ def test_random_name_flood_stays_within_the_cache_size(env):
 
 
 test_random_name_flood_stays_within_the_cache_size.timeout = 90
+test_random_name_flood_stays_within_the_cache_size.alone = True   # a flood: no other test beside it
 
 
 def test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers(env):
@@ -495,6 +496,7 @@ def test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers(env):
 
 
 test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers.timeout = 60
+test_a_flood_while_the_upstream_is_silent_stays_bounded_and_recovers.alone = True
 
 
 WILDCARD_ZONE = """$TTL 300
@@ -541,6 +543,7 @@ def test_a_rate_limiting_upstream_costs_latency_not_answers(env):
 
 
 test_a_rate_limiting_upstream_costs_latency_not_answers.timeout = 60
+test_a_rate_limiting_upstream_costs_latency_not_answers.alone = True
 
 
 class TruncatingForwarder:
@@ -668,6 +671,9 @@ def test_retries_stay_within_a_tenth_of_the_questions_when_most_fail(env):
         retries = metric("localdns_upstream_retries_total")
         assert 0 < retries <= 100 + names / 10 + 1, text
         assert metric('localdns_upstream_results_total{result="SERVFAIL"}') >= names, text
+
+
+test_retries_stay_within_a_tenth_of_the_questions_when_most_fail.alone = True
 
 
 def test_max_rate_paces_new_names_and_keeps_their_answers(env):
