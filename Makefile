@@ -167,8 +167,10 @@ integration-build: $(INTEGRATION_BUILD)
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
+# Two workers: the tests mostly wait on the daemon's timers (tests/integration/run.py -j).
+INTEGRATION_JOBS ?= 2
 integration: $(INTEGRATION_BUILD)
-	python3 tests/integration/run.py --binary $(BIN) $(INTEGRATION_FLAGS)
+	python3 tests/integration/run.py --binary $(BIN) -j $(INTEGRATION_JOBS) $(INTEGRATION_FLAGS)
 
 # The unit and integration suites again, built with ASan and UBSan: any
 # memory error or leak in the daemon fails the run.
