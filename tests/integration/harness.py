@@ -483,16 +483,39 @@ class Daemon:
         self.out_path = os.path.join(self.dir, "stdout.log")
         self._log = open(self.log_path, "wb")
         self._out = open(self.out_path, "wb")
+        self._env = dict(os.environ, **(extra_env or {}))
+        self._spawn()
+        if wait:
+            self.wait_ready()
+
+    def _spawn(self):
+        self._log.flush()
+        self._log_start = os.fstat(self._log.fileno()).st_size
         self.proc = subprocess.Popen(
-            netns_argv(netns, [binary, "--config", self.config_path]),
+            netns_argv(self.netns, [self.binary, "--config", self.config_path]),
             stdin=subprocess.DEVNULL,
-            stdout=self._out, stderr=self._log,
-            env=dict(os.environ, **(extra_env or {})),
+            stdout=self._out, stderr=self._log, env=self._env,
             cwd="/")  # not the config's dir: static.files must resolve
                       # against the config file, not the working directory
         _live_procs.add(self.proc)
-        if wait:
-            self.wait_ready()
+
+    # A port picked by free_port() is free for anyone until the daemon binds
+    # it, and libunbound (this run's daemons', or another run's) sends from
+    # random ports across 1024-65535. Its sockets live for one query, so the
+    # same config starts a moment later.
+    PORT_RACE_RETRIES = 3
+
+    def _lost_a_port_race(self):
+        """Whether this start failed on an address in use."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return b"Address already in use" in f.read()
+
+    def last_error(self):
+        """The last error line of the log (or its last line)."""
+        lines = self.stderr().rstrip("\n").split("\n")
+        errors = [l for l in lines if "level=error" in l or '"level":"error"' in l]
+        return (errors or lines)[-1]
 
     # -- lifecycle
     def alive(self):
@@ -515,11 +538,19 @@ class Daemon:
             return self._wait_ready_netns(timeout)
         deadline = time.monotonic() + timeout
         probe = dnsmsg.build_query("db.prod.svc.cluster.local", "A")
+        retries = self.PORT_RACE_RETRIES
         while time.monotonic() < deadline:
             if not self.alive():
+                _live_procs.discard(self.proc)
+                if retries and self._lost_a_port_race():
+                    retries -= 1
+                    time.sleep(0.2)
+                    self._spawn()
+                    deadline = time.monotonic() + timeout
+                    continue
                 raise DaemonError("daemon exited with status %s before "
-                                  "answering; stderr:\n%s"
-                                  % (self.proc.returncode, self.tail()))
+                                  "answering (%s); stderr:\n%s"
+                                  % (self.proc.returncode, self.last_error(), self.tail()))
             if self._probe_udp(probe) is not None:
                 break
             time.sleep(0.01)
