@@ -62,10 +62,12 @@ all: $(BIN) $(KUBE_DUMP)
 # The benchmark's peer (Unbound) is installed only for `make bench`.
 BENCH_DEPS := unbound
 
-# Installs whichever of $(1) are missing, with one apt-get call.
+# Installs whichever of $(1) are missing, with one apt-get call (and one
+# dpkg-query call to find them).
 define apt_install
-	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
-	    | grep -q 'install ok installed' || echo $$p; done); \
+	@installed=$$(dpkg-query -W -f='$${Package} $${Status}\n' $(1) 2>/dev/null \
+	    | awk '$$2 " " $$3 " " $$4 == "install ok installed" {print $$1}'); \
+	missing=$$(for p in $(1); do echo "$$installed" | grep -qx "$$p" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:" $$missing; \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
