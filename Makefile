@@ -54,17 +54,20 @@ DEPS := gcc make pkg-config git \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 
-.PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean chart deploy
+.PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean chart deploy \
+        test-build unit-build integration-build sanitize-build fuzz-build tsan-build
 
 all: $(BIN) $(KUBE_DUMP)
 
 # The benchmark's peer (Unbound) is installed only for `make bench`.
 BENCH_DEPS := unbound
 
-# Installs whichever of $(1) are missing, with one apt-get call.
+# Installs whichever of $(1) are missing, with one apt-get call (and one
+# dpkg-query call to find them).
 define apt_install
-	@missing=$$(for p in $(1); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
-	    | grep -q 'install ok installed' || echo $$p; done); \
+	@installed=$$(dpkg-query -W -f='$${Package} $${Status}\n' $(1) 2>/dev/null \
+	    | awk '$$2 " " $$3 " " $$4 == "install ok installed" {print $$1}'); \
+	missing=$$(for p in $(1); do echo "$$installed" | grep -qx "$$p" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:" $$missing; \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
@@ -118,7 +121,11 @@ $(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube: LDFLAGS += \
 # text/template + sprig) from Debian's Go packages, in GOPATH mode.
 CHART        := chart/localdns
 CHART_RENDER := $(BUILD)/tests/chart-render
-GO_ENV       := GOPATH=/usr/share/gocode GO111MODULE=off CGO_ENABLED=0 GOCACHE=$(abspath $(BUILD))/go-cache
+# One Go build cache for every build directory (the sanitized build's
+# renderer is the same Go program): exported, so sub-makes keep it.
+GO_CACHE     ?= $(abspath $(BUILD))/go-cache
+export GO_CACHE
+GO_ENV       := GOPATH=/usr/share/gocode GO111MODULE=off CGO_ENABLED=0 GOCACHE=$(GO_CACHE)
 DEPLOY_ARGS  := --release-name localdns --namespace kube-system --release-service kubectl
 
 $(CHART_RENDER): $(wildcard tests/chart/*.go)
@@ -144,21 +151,38 @@ run: deps
 	$(MAKE) $(BIN)
 	$(BIN) --config deploy/examples/local.yaml
 
+# Every pass's binaries first, in one parallel make (JOBS at a time, one per
+# CPU by default), then the passes one after another (-j1: their tests must
+# not compete with each other, and their output stays in order).
+JOBS ?= $(shell nproc)
 test: deps
-	$(MAKE) fuzz sanitize tsan unit integration
+	$(MAKE) -j$(JOBS) test-build
+	$(MAKE) -j1 fuzz sanitize tsan unit integration
+
+test-build: fuzz-build sanitize-build tsan-build unit-build integration-build
+
+INTEGRATION_BUILD := $(BIN) $(KUBE_DUMP) $(FORBIDDEN) $(CHART_RENDER) $(BENCH_TOOLS)
+
+unit-build: $(UNIT_BIN)
+integration-build: $(INTEGRATION_BUILD)
 
 unit: $(UNIT_BIN)
 	tests/unit/run.sh $(UNIT_BIN)
 
-integration: $(BIN) $(KUBE_DUMP) $(FORBIDDEN) $(CHART_RENDER) $(BENCH_TOOLS)
-	python3 tests/integration/run.py --binary $(BIN) $(INTEGRATION_FLAGS)
+# Two workers: the tests mostly wait on the daemon's timers (tests/integration/run.py -j).
+INTEGRATION_JOBS ?= 2
+integration: $(INTEGRATION_BUILD)
+	python3 tests/integration/run.py --binary $(BIN) -j $(INTEGRATION_JOBS) $(INTEGRATION_FLAGS)
 
 # The unit and integration suites again, built with ASan and UBSan: any
 # memory error or leak in the daemon fails the run.
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SANITIZE_VARS  := BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)"
 sanitize:
-	$(MAKE) BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)" \
-	    INTEGRATION_FLAGS=--daemon-tests-only unit integration
+	$(MAKE) $(SANITIZE_VARS) INTEGRATION_FLAGS=--daemon-tests-only unit integration
+
+sanitize-build:
+	$(MAKE) $(SANITIZE_VARS) unit-build integration-build
 
 # Fuzz targets: clang's libFuzzer with ASan and UBSan (docs/security.md, "Fuzzing").
 # The library is built again by clang with those sanitizers and libFuzzer's
@@ -183,6 +207,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
 # fuzz_cluster runs call_rcu callbacks itself (see there).
 $(BUILD)/fuzz/fuzz_cluster: FUZZ_LDFLAGS := -Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
 
+fuzz-build: $(FUZZ_BIN)
+
 fuzz: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_BIN)
 
@@ -203,10 +229,12 @@ TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
 TSAN_ENV   := TSAN_OPTIONS="halt_on_error=1 history_size=4 \
 	      suppressions=$(abspath tests/tsan/suppressions.txt)"
 
-tsan:
+tsan: tsan-build
+	$(TSAN_ENV) tests/unit/run.sh $(TSAN_BIN)
+
+tsan-build:
 	$(MAKE) BUILD=$(TSAN_BUILD) OPTFLAGS="-O1 -g -Wno-tsan" SANITIZE="-fsanitize=thread" \
 	    $(TSAN_BIN)
-	$(TSAN_ENV) tests/unit/run.sh $(TSAN_BIN)
 
 bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	$(call apt_install,$(DEPS) $(BENCH_DEPS))

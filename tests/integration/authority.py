@@ -179,6 +179,27 @@ class Authority:
             if shutil.which(tool) is None:
                 raise AuthorityError("%s not installed (apt-get install nsd)"
                                      % tool)
+        # As for a daemon (harness.Daemon.PORT_RACE_RETRIES): a port taken
+        # between free_port() and NSD's bind is tried again.
+        for retries in range(harness.Daemon.PORT_RACE_RETRIES, -1, -1):
+            log_start = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+            self._spawn()
+            if not wait:
+                break
+            try:
+                self.wait_ready(timeout)
+                break
+            except AuthorityError:
+                self.stop()
+                if not retries or b"Address already in use" not in self._log_since(log_start):
+                    raise
+                time.sleep(0.2)
+            except BaseException:
+                self.stop()
+                raise
+        return self
+
+    def _spawn(self):
         if os.path.exists(self.ctl_path):   # left by a killed NSD
             os.unlink(self.ctl_path)
         with open(self.out_path, "ab") as out:
@@ -186,13 +207,14 @@ class Authority:
                 harness.netns_argv(self.netns, ["nsd", "-d", "-c", self.conf]),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True))
-        if wait:
-            try:
-                self.wait_ready(timeout)
-            except BaseException:
-                self.stop()
-                raise
-        return self
+
+    def _log_since(self, offset):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError:
+            return b""
 
     def __enter__(self):
         return self if self.alive() else self.start()

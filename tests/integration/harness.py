@@ -18,6 +18,7 @@ import copy
 import ctypes
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -252,15 +253,41 @@ def have_ipv6_loopback():
         return False
 
 
+def _ephemeral_ports():
+    """The kernel's range for sockets bound to port 0 and unbound sockets
+    that connect (net.ipv4.ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_port_rng = random.Random()   # seeded from os.urandom: each process its own sequence
+
+
+def _candidate_ports():
+    """Ports to try for a server: at random below the kernel's ephemeral
+    range when there is room, else whatever bind(0) gives. Between
+    free_port() and the daemon's bind the port is free for anyone to take;
+    below that range no client socket (dig's, a test's, another test run's)
+    is ever given it by the kernel, and a random pick makes two runs at once
+    unlikely to want the same one."""
+    low, _ = _ephemeral_ports()
+    for _ in range(200):
+        yield _port_rng.randrange(10000, low) if low > 11000 else 0
+
+
 def free_port(hosts=("127.0.0.1",)):
-    """A port free for both UDP and TCP on every host (bind 0, then check)."""
-    for _ in range(50):
+    """A port free for both UDP and TCP on every host (bind, then check)."""
+    for candidate in _candidate_ports():
         socks = []
         try:
             fam = dnsmsg.family_of(hosts[0])
             t = socket.socket(fam, socket.SOCK_STREAM)
             socks.append(t)
-            t.bind((hosts[0], 0))
+            t.bind((hosts[0], candidate))
             port = t.getsockname()[1]
             for i, h in enumerate(hosts):
                 fam = dnsmsg.family_of(h)
@@ -456,16 +483,39 @@ class Daemon:
         self.out_path = os.path.join(self.dir, "stdout.log")
         self._log = open(self.log_path, "wb")
         self._out = open(self.out_path, "wb")
+        self._env = dict(os.environ, **(extra_env or {}))
+        self._spawn()
+        if wait:
+            self.wait_ready()
+
+    def _spawn(self):
+        self._log.flush()
+        self._log_start = os.fstat(self._log.fileno()).st_size
         self.proc = subprocess.Popen(
-            netns_argv(netns, [binary, "--config", self.config_path]),
+            netns_argv(self.netns, [self.binary, "--config", self.config_path]),
             stdin=subprocess.DEVNULL,
-            stdout=self._out, stderr=self._log,
-            env=dict(os.environ, **(extra_env or {})),
+            stdout=self._out, stderr=self._log, env=self._env,
             cwd="/")  # not the config's dir: static.files must resolve
                       # against the config file, not the working directory
         _live_procs.add(self.proc)
-        if wait:
-            self.wait_ready()
+
+    # A port picked by free_port() is free for anyone until the daemon binds
+    # it, and libunbound (this run's daemons', or another run's) sends from
+    # random ports across 1024-65535. Its sockets live for one query, so the
+    # same config starts a moment later.
+    PORT_RACE_RETRIES = 3
+
+    def _lost_a_port_race(self):
+        """Whether this start failed on an address in use."""
+        with open(self.log_path, "rb") as f:
+            f.seek(self._log_start)
+            return b"Address already in use" in f.read()
+
+    def last_error(self):
+        """The last error line of the log (or its last line)."""
+        lines = self.stderr().rstrip("\n").split("\n")
+        errors = [l for l in lines if "level=error" in l or '"level":"error"' in l]
+        return (errors or lines)[-1]
 
     # -- lifecycle
     def alive(self):
@@ -488,14 +538,22 @@ class Daemon:
             return self._wait_ready_netns(timeout)
         deadline = time.monotonic() + timeout
         probe = dnsmsg.build_query("db.prod.svc.cluster.local", "A")
+        retries = self.PORT_RACE_RETRIES
         while time.monotonic() < deadline:
             if not self.alive():
+                _live_procs.discard(self.proc)
+                if retries and self._lost_a_port_race():
+                    retries -= 1
+                    time.sleep(0.2)
+                    self._spawn()
+                    deadline = time.monotonic() + timeout
+                    continue
                 raise DaemonError("daemon exited with status %s before "
-                                  "answering; stderr:\n%s"
-                                  % (self.proc.returncode, self.tail()))
-            if dnsmsg.udp_exchange(self.host, self.port, probe,
-                                   timeout=0.1) is not None:
+                                  "answering (%s); stderr:\n%s"
+                                  % (self.proc.returncode, self.last_error(), self.tail()))
+            if self._probe_udp(probe) is not None:
                 break
+            time.sleep(0.01)
         else:
             raise DaemonError("daemon did not answer UDP within %.0fs; "
                               "stderr:\n%s" % (timeout, self.tail()))
@@ -506,6 +564,23 @@ class Daemon:
             except OSError:
                 time.sleep(0.05)
         raise DaemonError("daemon answers UDP but TCP connect fails")
+
+    def _probe_udp(self, probe):
+        """The reply to probe, or None. The socket is connected, so a port
+        nothing has bound yet says so at once (ICMP port unreachable is
+        reported to connected sockets only) instead of costing the whole
+        wait: a daemon is seen ready within 10 ms of binding, not 100."""
+        with socket.socket(dnsmsg.family_of(self.host), socket.SOCK_DGRAM) as s:
+            s.settimeout(0.1)
+            try:
+                s.connect((self.host, self.port))
+                s.send(probe)
+                while True:
+                    data = s.recv(65535)
+                    if data[:2] == probe[:2]:
+                        return data
+            except (socket.timeout, ConnectionRefusedError):
+                return None
 
     SERVING = re.compile(r'(?m)^.*(msg="?serving"?( |$)|"msg":"serving")')
 

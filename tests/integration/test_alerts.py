@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 
 import yaml
@@ -116,9 +117,17 @@ def test_every_metric_the_alerts_and_the_dashboard_use_is_documented_and_scraped
                       metrics={"listen": "127.0.0.1:%d" % mport})
         with harness.MemoryCgroup(64 << 20) as cg:
             cg.add(d.proc.pid)
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
-                scraped |= set(re.findall(r"(?m)^([a-z_]+?)(?:_bucket|_sum|_count)?[{ ]",
-                                          h.read().decode()))
+            # scraped once the first sync is in: some figures exist only from then on
+            deadline = time.monotonic() + 10
+            while True:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport,
+                                            timeout=5) as h:
+                    text = h.read().decode()
+                if re.search(r"(?m)^localdns_kubernetes_synced 1$", text):
+                    break
+                assert time.monotonic() < deadline, "no Kubernetes sync within 10 s"
+                time.sleep(0.05)
+            scraped |= set(re.findall(r"(?m)^([a-z_]+?)(?:_bucket|_sum|_count)?[{ ]", text))
     # Node integration metrics: a daemon on a node of network namespaces.
     n = Node(env)
     cfg = n.config()

@@ -4,6 +4,10 @@ static names outside it, SRV with additional data, PTR, minimal ANY."""
 
 import harness
 
+# Light: a small share of a CPU (they mostly wait on the daemon), so they may
+# run beside a test that runs alone (run.py -j).
+QUIET = True
+
 DB = "db.prod.svc.cluster.local."
 
 

@@ -74,6 +74,9 @@ def test_dnsgen_fixed_rate_is_the_rate_asked(env):
     assert 1800 <= r["qps"] <= 2200, "asked 2000 QPS, reported %.0f: %s" % (r["qps"], summary)
 
 
+test_dnsgen_fixed_rate_is_the_rate_asked.alone = True   # judges a rate: no other test beside it
+
+
 def test_dnsgen_tallies_rcodes_and_empty_answers(env):
     # -n 300 over three lines: each asked exactly 100 times.
     queries = [(DB, "A"), ("nope.prod.svc.cluster.local", "A"), (DB, "TXT")]

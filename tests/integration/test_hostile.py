@@ -35,6 +35,9 @@ import dnsmsg
 import harness
 from test_upstream import SITE, _rss_kib, _sanitized
 
+# Each judges the other client's latency: no other test beside it (run.py -j).
+ALONE = True
+
 FRESH_ZONE = """$TTL 300
 @ IN SOA ns.fresh.example. admin.fresh.example. 1 3600 600 86400 300
 @ IN NS ns.fresh.example.

@@ -13,6 +13,10 @@ import dnsmsg
 import harness
 from dnsmsg import build_query, frame, tcp_read_msg
 
+# Light: a small share of a CPU (they mostly wait on the daemon), so they may
+# run beside a test that runs alone (run.py -j).
+QUIET = True
+
 DB = "db.prod.svc.cluster.local"
 
 

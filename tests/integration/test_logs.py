@@ -21,6 +21,10 @@ import harness
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402
 
+# Light: a small share of a CPU (they mostly wait on the daemon), so they may
+# run beside a test that runs alone (run.py -j).
+QUIET = True
+
 DB = "db.prod.svc.cluster.local"
 
 _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^ ]*)')

@@ -141,7 +141,10 @@ def test_each_thread_holds_what_the_docs_say(env):
         assert names.get("control") == 4, names
         for name in ("MHD-single", "kubernetes", "querylog"):
             assert names.get(name, 0) >= 1, names
-        assert d.alive() and "msg=query" in d.stderr(), d.tail()
+        deadline = time.monotonic() + 5    # the query log thread writes every 100 ms
+        while "msg=query" not in d.stderr():
+            assert d.alive() and time.monotonic() < deadline, "no query logged: " + d.tail()
+            time.sleep(0.05)
         assert 'msg="privileges dropped" kept=net_admin,net_bind_service missing=none ' \
                'bounding_set=reduced no_new_privs=true seccomp="per thread"' in d.stderr(), \
             d.stderr()

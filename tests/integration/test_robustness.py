@@ -12,6 +12,10 @@ import time
 import dnsmsg
 from dnsmsg import build_query, encode_name, frame, header, opt_rr, parse
 
+# Light: a small share of a CPU (they mostly wait on the daemon), so they may
+# run beside a test that runs alone (run.py -j).
+QUIET = True
+
 DB = "db.prod.svc.cluster.local"
 Q = struct.pack("!HH", 1, 1)  # qtype A, class IN
 

@@ -7,6 +7,10 @@ import time
 import dnsmsg
 from dnsmsg import build_query, frame, parse, tcp_read_msg
 
+# Light: a small share of a CPU (they mostly wait on the daemon), so they may
+# run beside a test that runs alone (run.py -j).
+QUIET = True
+
 DB = "db.prod.svc.cluster.local"
 NAMES = [("db.prod.svc.cluster.local", "A", "10.0.0.5"),
          ("web.prod.svc.cluster.local", "A", "10.0.0.6"),
