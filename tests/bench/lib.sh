@@ -477,7 +477,7 @@ bench_ratio() {
 	BR_L="${L[*]}" BR_U="${U[*]}" BR_B="${B[*]}" python3 - <<'EOF'
 import os
 L = os.environ["BR_L"].split()
-for label, env, target in (("unbound", "BR_U", ">= 1.25"), ("bare responder", "BR_B", ">= 0.88")):
+for label, env, target in (("unbound", "BR_U", ">= 1.25"), ("bare responder", "BR_B", ">= 0.90")):
     P = os.environ[env].split()
     if L and P and float(P[0]) > 0 and float(P[3]) > 0:
         print("localdns / %s: max QPS %.2f (target %s), CPU per query %.2f (lower is better)." % (
