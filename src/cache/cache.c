@@ -235,7 +235,7 @@ struct cache {
 
 static uint64_t name_hash(const struct cache *c, const uint8_t *name, size_t len)
 {
-	return dns_siphash24(c->hash_key, name, len);
+	return dns_siphash13(c->hash_key, name, len);
 }
 
 static uint16_t get16(const uint8_t *p)
@@ -1111,7 +1111,8 @@ static void count(_Atomic uint64_t *counter)
 }
 
 /*
- * The lookup behind cache_write_answer and cache_replay. client: a worker
+ * The lookup behind cache_write_answer and cache_replay, the caller in an
+ * RCU read-side section. client: a worker
  * answering a client, which may take the prefetch claim (CACHE_HIT_REFRESH)
  * and marks the entry used for CLOCK. The resolver's replay of an answer it
  * has just stored is not a second use: marking it would make a flood of
@@ -1131,7 +1132,6 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	struct shard *s = shard_of(c, k->name_hash);
 	enum cache_result result = CACHE_MISS;
 
-	urcu_memb_read_lock();
 	struct entry *e = find_locked(s, k->hash, q->qname, q->qname_len, q->qtype,
 				      q->qclass, query_keyflags(q));
 	if (e && live(c, e, now)) {
@@ -1151,6 +1151,16 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	    !atomic_load_explicit(&e->referenced, memory_order_relaxed))
 		atomic_store_explicit(&e->referenced, 1, memory_order_relaxed);
 	TSAN_GRACE_RELEASE();
+	return result;
+}
+
+/* lookup_and_write in a read-side section of its own. */
+static enum cache_result lookup_and_write_alone(struct cache *c, struct dns_writer *w,
+						const struct cache_key *k, uint64_t now,
+						bool allow_stale, bool client)
+{
+	urcu_memb_read_lock();
+	enum cache_result result = lookup_and_write(c, w, k, now, allow_stale, client);
 	urcu_memb_read_unlock();
 	return result;
 }
@@ -1206,15 +1216,12 @@ enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t n
 
 	if (w->q)
 		cache_key_of(c, w->q, &k);
-	return lookup_and_write(c, w, &k, now, allow_stale, false);
+	return lookup_and_write_alone(c, w, &k, now, allow_stale, false);
 }
 
-enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w,
-					   const struct cache_key *k, uint64_t now,
-					   bool allow_stale)
+/* A client's lookup, counted in this thread's stripe. */
+static enum cache_result counted(struct cache *c, enum cache_result result)
 {
-	enum cache_result result = lookup_and_write(c, w, k, now, allow_stale, true);
-
 	if (my_stripe == UINT32_MAX)
 		my_stripe = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) %
 			    STRIPES;
@@ -1236,6 +1243,14 @@ enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w
 	return result;
 }
 
+/* The batch's read-side section covers this one: no nested lock (a TLS call in liburcu). */
+enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w,
+					   const struct cache_key *k, uint64_t now,
+					   bool allow_stale)
+{
+	return counted(c, lookup_and_write(c, w, k, now, allow_stale, true));
+}
+
 enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 				     uint64_t now, bool allow_stale)
 {
@@ -1243,7 +1258,7 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 
 	if (w->q)
 		cache_key_of(c, w->q, &k);
-	return cache_write_answer_keyed(c, w, &k, now, allow_stale);
+	return counted(c, lookup_and_write_alone(c, w, &k, now, allow_stale, true));
 }
 
 uint32_t cache_stale_answer_ms(const struct cache *c)

@@ -309,7 +309,7 @@ struct cluster {
 /* The tables' hash of bytes (a wire name, an address), under c's key. */
 static inline uint64_t cluster_hash(const struct cluster *c, const void *bytes, size_t len)
 {
-	return dns_siphash24(c->hash_key, bytes, len);
+	return dns_siphash13(c->hash_key, bytes, len);
 }
 
 static inline const uint8_t *cluster_named_owner(const struct cluster_named *n)

@@ -1,6 +1,7 @@
 /*
  * dns/cookie.c — DNS server cookies (RFC 7873) in the interoperable format
- * of RFC 9018, and the SipHash-2-4 they are built on.
+ * of RFC 9018, the SipHash-2-4 they are built on, and SipHash-1-3 for the
+ * hash tables (dns.h).
  *
  * A server cookie is Version (1) | Reserved (3 zero bytes) | Timestamp (4,
  * seconds) | Hash (8), where Hash = SipHash-2-4 keyed by the server secret
@@ -33,37 +34,60 @@ static inline uint64_t load64_le(const uint8_t *p)
 	} while (0)
 
 /*
- * SipHash-2-4. Also the keyed hash of the tables that outside input fills
- * (the answer cache, the resolver's questions, the cluster table, the
- * per-client counts), so it is on the hot path: written for registers.
+ * The last block: the 0-7 bytes after the full ones, the message length in
+ * the top byte. Read byte by byte: a memcpy of a variable length is a call.
  */
-uint64_t dns_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len)
+static inline uint64_t last_block(const uint8_t *tail, size_t len)
+{
+	uint64_t b = (uint64_t)len << 56;
+
+	switch (len & 7) {
+	case 7: b |= (uint64_t)tail[6] << 48; /* fall through */
+	case 6: b |= (uint64_t)tail[5] << 40; /* fall through */
+	case 5: b |= (uint64_t)tail[4] << 32; /* fall through */
+	case 4: b |= (uint64_t)tail[3] << 24; /* fall through */
+	case 3: b |= (uint64_t)tail[2] << 16; /* fall through */
+	case 2: b |= (uint64_t)tail[1] << 8;  /* fall through */
+	case 1: b |= (uint64_t)tail[0];       /* fall through */
+	case 0: break;
+	}
+	return b;
+}
+
+/*
+ * SipHash-c-d: c rounds per message block, d to finish. Both callers pass
+ * constants, so each is compiled with its rounds unrolled, for registers.
+ */
+static inline __attribute__((always_inline)) uint64_t siphash(const uint8_t key[16],
+							      const uint8_t *msg, size_t len,
+							      int c, int d)
 {
 	uint64_t k0 = load64_le(key), k1 = load64_le(key + 8);
 	uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
 	uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
-	uint8_t tail[8] = {0};
 	size_t full = len & ~(size_t)7;
 
-	for (size_t i = 0; i < full; i += 8) {
-		uint64_t m = load64_le(msg + i);
+	for (size_t i = 0; i <= full; i += 8) {
+		uint64_t m = i < full ? load64_le(msg + i) : last_block(msg + full, len);
 		v3 ^= m;
-		SIPROUND;
-		SIPROUND;
+		for (int r = 0; r < c; r++)
+			SIPROUND;
 		v0 ^= m;
 	}
-	memcpy(tail, msg + full, len - full);
-	uint64_t m = load64_le(tail) | (uint64_t)len << 56;
-	v3 ^= m;
-	SIPROUND;
-	SIPROUND;
-	v0 ^= m;
 	v2 ^= 0xff;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
-	SIPROUND;
+	for (int r = 0; r < d; r++)
+		SIPROUND;
 	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+uint64_t dns_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len)
+{
+	return siphash(key, msg, len, 2, 4);
+}
+
+uint64_t dns_siphash13(const uint8_t key[16], const uint8_t *msg, size_t len)
+{
+	return siphash(key, msg, len, 1, 3);
 }
 
 void dns_server_cookie(uint8_t out[DNS_SERVER_COOKIE_LEN],

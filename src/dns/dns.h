@@ -405,8 +405,18 @@ size_t dns_message_chase(const uint8_t *msg, size_t len, const struct dns_query 
 			 const uint8_t *chain, size_t chain_len, uint32_t chain_ttl,
 			 bool drop_dnssec, uint8_t *out, size_t cap);
 
-/* SipHash-2-4 (64-bit output) of msg under a 16-byte key. */
+/* SipHash-2-4 (64-bit output) of msg under a 16-byte key: the cookies' (RFC 9018). */
 uint64_t dns_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
+
+/*
+ * SipHash-1-3, the same under fewer rounds: the keyed hash of the tables
+ * that outside input fills (the answer cache, the resolver's questions,
+ * the cluster table, the per-client slots), on the hot path. Fewer rounds
+ * still keep the key from being learnt through collisions (the hash of
+ * Rust's and Python's hash tables); cookies keep SipHash-2-4, which
+ * RFC 9018 names.
+ */
+uint64_t dns_siphash13(const uint8_t key[16], const uint8_t *msg, size_t len);
 
 /*
  * An RFC 9018 server cookie for this client cookie, client address (4 or 16

@@ -57,7 +57,7 @@ enum rrl_verdict rrl_check(struct server *s, const struct sockaddr_storage *peer
 	if (limit == 0 || !slots)
 		return RRL_PASS;
 	size_t n = network_of(s, peer, net);
-	_Atomic uint64_t *slot = &slots[dns_siphash24(s->source_key, net, n) & (RRL_SLOTS - 1)];
+	_Atomic uint64_t *slot = &slots[dns_siphash13(s->source_key, net, n) & (RRL_SLOTS - 1)];
 	word = atomic_load_explicit(slot, memory_order_relaxed);
 	do {
 		count = (word >> 32) == (uint32_t)now_s ? (uint32_t)word + 1 : 1;

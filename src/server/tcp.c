@@ -125,7 +125,7 @@ static uint16_t source_slot(const struct server *s, const struct sockaddr_storag
 	uint8_t prefix[CLIENT_PREFIX_MAX];
 	size_t n = client_prefix(peer, prefix);
 
-	return (uint16_t)(dns_siphash24(s->source_key, prefix, n) & (TCP_SOURCE_SLOTS - 1));
+	return (uint16_t)(dns_siphash13(s->source_key, prefix, n) & (TCP_SOURCE_SLOTS - 1));
 }
 
 /* May this client open one more connection? Counts it when so. */

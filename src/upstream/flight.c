@@ -92,7 +92,7 @@ uint64_t question_hash(const struct flight_table *t, const struct dns_query *q)
 	key[n++] = (uint8_t)q->qclass;
 	key[n++] = q->edns_do;
 	key[n++] = (q->flags & DNS_F_CD) != 0;
-	return dns_siphash24(t->key, key, n);
+	return dns_siphash13(t->key, key, n);
 }
 
 static bool same_question(const struct dns_query *a, const struct dns_query *b)
@@ -191,7 +191,7 @@ static uint16_t client_of(const struct upstream *u, const struct upstream_reques
 	if (r->transport == UPSTREAM_NO_REPLY || r->peer_len == 0)
 		return NO_CLIENT;
 	n = client_prefix(&r->peer, prefix);
-	return (uint16_t)(dns_siphash24(u->client_key, prefix, n) & (CLIENT_SLOTS - 1));
+	return (uint16_t)(dns_siphash13(u->client_key, prefix, n) & (CLIENT_SLOTS - 1));
 }
 
 /* Are the resolver's places getting scarce (libunbound half full, or questions waiting)? */
