@@ -70,10 +70,13 @@ LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
 PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "
 	"(cluster.autopath: a CNAME to the name that exists).");
+PLAIN_COUNTER(udp_busy_wakeups, "localdns_udp_busy_wakeups_total",
+	"Worker wake-ups whose first read of a UDP socket filled a whole batch (64 "
+	"queries): the worker was behind, at or near the queries a core can answer.");
 
 static const struct counter_family *const query_families[] = {
 	&requests, &requests_by_qtype, &responses, &answers, &dropped, &truncated,
-	&not_allowed, &rrl_limited, &autopath};
+	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups};
 
 static const struct counter query_rows[] = {
 	{.stat = "queries", .at = AT(queries.received), .log = "queries"},
@@ -90,6 +93,7 @@ static const struct counter query_rows[] = {
 	{.family = &requests, .n = N(protocols), .at = AT(queries.transport)},
 	{.family = &requests_by_qtype, .n = QUERY_QTYPE_COUNT, .at = AT(queries.qtype)},
 	{.family = &autopath, .at = AT(queries.autopath)},
+	{.stat = "udp_busy_wakeups", .family = &udp_busy_wakeups, .at = AT(queries.udp_busy_wakeups)},
 };
 
 TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);

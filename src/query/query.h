@@ -62,6 +62,7 @@ struct query_stats {
 	uint64_t not_allowed;      /* REFUSED: the client is outside listen.allow */
 	uint64_t rrl_slipped;      /* rrl: sent truncated instead (server/udp.c) */
 	uint64_t rrl_dropped;      /* rrl: not sent (server/udp.c) */
+	uint64_t udp_busy_wakeups; /* a wake-up's first read filled a batch (server/udp.c) */
 };
 
 /* Bytes of the node's search domains autopath keeps (wire names). */

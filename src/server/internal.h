@@ -121,6 +121,15 @@ struct worker {
 	bool release_pending;    /* server_release: steer every listener away */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
+	/*
+	 * A UDP socket out of epfd while the worker drains it under load
+	 * (udp_drain_polled), -1 when none. Under epoll_lock, which the
+	 * reloading thread also takes to take a UDP socket out of epfd: it then
+	 * clears this, so the worker never puts a retired socket back.
+	 */
+	pthread_mutex_t epoll_lock;
+	int detached_udp;
+	bool rewatch_failed;     /* worker only: put detached_udp back at the next turn */
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
 	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
 	struct query_stats stats;
@@ -222,6 +231,29 @@ size_t rrl_truncate(uint8_t *reply, size_t len);
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);
 void udp_drain(struct worker *w, int fd);
+
+/*
+ * udp_drain for a wake-up by epoll: under load (a full first batch) the
+ * socket is out of the epoll set while it is drained, then put back
+ * (worker_rewatch_udp). Every reply's send otherwise runs epoll's wake-up
+ * callback on the socket's wait queue, about 4% of a cached answer's CPU
+ * (docs/performance.md); two epoll_ctl calls per wake-up of up to
+ * UDP_ROUNDS batches cost far less.
+ */
+void udp_drain_polled(struct worker *w, int fd);
+
+/* worker.c: fd out of the epoll set for udp_drain_polled; false when it
+ * was not in it (a reload took it out) or another socket is out already. */
+bool worker_unwatch_udp(struct worker *w, int fd);
+
+/* worker.c: the socket worker_unwatch_udp took out, back in the epoll set
+ * unless a reload retired it meanwhile; false when epoll refused (the
+ * worker tries again every turn, w->rewatch_failed). */
+bool worker_rewatch_udp(struct worker *w);
+
+/* The reloading thread takes fd out of w's epoll set (w->epoll_lock held). */
+void worker_unwatch_udp_locked(struct worker *w, int fd);
+
 
 /* TCP (tcp.c). */
 void tcp_accept(struct worker *w, int listen_fd);

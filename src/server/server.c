@@ -140,6 +140,7 @@ static void free_worker(struct worker *w)
 		close(w->epfd);
 	if (w->retire_fd >= 0)
 		close(w->retire_fd);
+	pthread_mutex_destroy(&w->epoll_lock);
 	free(w->listeners);
 	free(w->retiring);
 	free(w->unhanded);
@@ -196,6 +197,8 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	w->server = s;
 	w->id = id;
 	w->epfd = w->retire_fd = -1;
+	w->detached_udp = -1;
+	pthread_mutex_init(&w->epoll_lock, NULL);
 	udp_batch_init(&w->udp);
 	/* Any one worker may hold every connection: the cap is shared (server.c). */
 	if (alloc_connections(w, s->tcp_max_conns) < 0) {
@@ -295,7 +298,9 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 				w->listeners[kept++] = *l;
 				continue;
 			}
-			epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->udp_fd, NULL);
+			pthread_mutex_lock(&w->epoll_lock);
+			worker_unwatch_udp_locked(w, l->udp_fd);
+			pthread_mutex_unlock(&w->epoll_lock);
 			epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->tcp_fd, NULL);
 			out[n++] = *l;
 		}
@@ -484,10 +489,14 @@ static int reopen_udp(struct worker *w, const struct listener *l, const struct c
 
 	if (fresh < 0)
 		return -1;
-	epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->udp_fd, NULL);
-	int rc = dup3(fresh, l->udp_fd, O_CLOEXEC);
+	pthread_mutex_lock(&w->epoll_lock);
+	worker_unwatch_udp_locked(w, l->udp_fd);
+	int rc = dup3(fresh, l->udp_fd, O_CLOEXEC); /* the fd number, or -1 */
 	close(fresh);
-	if (rc < 0 || watch(w->epfd, l->udp_fd, EV_DATA(EV_UDP, l->udp_fd)) < 0) {
+	if (rc >= 0)
+		rc = watch(w->epfd, l->udp_fd, EV_DATA(EV_UDP, l->udp_fd));
+	pthread_mutex_unlock(&w->epoll_lock);
+	if (rc < 0) {
 		snprintf(err, errlen, "cannot watch the reopened socket: %s", strerror(errno));
 		return -1;
 	}
@@ -618,6 +627,7 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->not_allowed += st->not_allowed;
 		sum->rrl_slipped += st->rrl_slipped;
 		sum->rrl_dropped += st->rrl_dropped;
+		sum->udp_busy_wakeups += st->udp_busy_wakeups;
 		for (size_t k = 0; k < QUERY_SOURCE_COUNT; k++)
 			sum->source[k] += st->source[k];
 		for (size_t t = 0; t < QUERY_QTYPE_COUNT; t++)

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <urcu/urcu-memb.h>
 
+#include "log/log.h"
+
 void udp_batch_init(struct udp_batch *b)
 {
 	for (int i = 0; i < UDP_BATCH; i++) {
@@ -140,17 +142,46 @@ static void send_batch(struct udp_batch *b, int fd, int n)
 	}
 }
 
+static int receive(struct worker *w, int fd)
+{
+	return recvmmsg(fd, w->udp.rx, UDP_BATCH, MSG_DONTWAIT, NULL);
+}
+
+/* n received queries answered and sent; true when the batch was full (more may wait). */
+static bool answer_received(struct worker *w, int fd, int n)
+{
+	worker_read_clock(w);
+	send_batch(&w->udp, fd, answer_batch(w, fd, n));
+	worker_wake_upstream(w);
+	reset_used_slots(&w->udp, n);
+	return n == UDP_BATCH;
+}
+
 void udp_drain(struct worker *w, int fd)
 {
 	for (int round = 0; round < UDP_ROUNDS; round++) {
-		int n = recvmmsg(fd, w->udp.rx, UDP_BATCH, MSG_DONTWAIT, NULL);
-		if (n <= 0)
+		int n = receive(w, fd);
+		if (n <= 0 || !answer_received(w, fd, n))
 			return;
-		worker_read_clock(w);
-		send_batch(&w->udp, fd, answer_batch(w, fd, n));
-		worker_wake_upstream(w);
-		reset_used_slots(&w->udp, n);
-		if (n < UDP_BATCH)
-			return;
+	}
+}
+
+void udp_drain_polled(struct worker *w, int fd)
+{
+	int n = receive(w, fd);
+
+	if (n <= 0)
+		return;
+	if (n == UDP_BATCH)
+		w->stats.udp_busy_wakeups++;
+	bool unwatched = n == UDP_BATCH && worker_unwatch_udp(w, fd);
+	for (int round = 1; answer_received(w, fd, n) && round < UDP_ROUNDS; round++)
+		if ((n = receive(w, fd)) <= 0)
+			break;
+	/* back in the set, which reports it at once if more came meanwhile */
+	if (unwatched && !worker_rewatch_udp(w) && !w->rewatch_failed) {
+		w->rewatch_failed = true;
+		log_warn("a UDP socket could not go back into the worker's epoll set; trying again",
+			 "error", strerror(errno));
 	}
 }

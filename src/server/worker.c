@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
+#include "log/log.h"
 #include "top/top.h"
 
 #define MAX_EVENTS 64
@@ -37,13 +38,55 @@ static int sweep_interval_ms(const struct worker *w)
 }
 
 /* The longest sleep: an idle worker still turns every SERVER_IDLE_TURN_MS. */
+/* How often a UDP socket epoll refused to take back is offered again. */
+#define REWATCH_RETRY_MS 10
+
 static int wait_ms(const struct worker *w)
 {
 	int sweep = sweep_interval_ms(w);
 
 	if (w->n_ready)
 		return 0; /* connections with queries left over: look, but do not sleep */
+	if (w->rewatch_failed)
+		return REWATCH_RETRY_MS;
 	return sweep < SERVER_IDLE_TURN_MS ? sweep : SERVER_IDLE_TURN_MS;
+}
+
+bool worker_unwatch_udp(struct worker *w, int fd)
+{
+	bool out = false;
+
+	pthread_mutex_lock(&w->epoll_lock);
+	if (w->detached_udp < 0 && epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL) == 0) {
+		w->detached_udp = fd;
+		out = true;
+	}
+	pthread_mutex_unlock(&w->epoll_lock);
+	return out;
+}
+
+bool worker_rewatch_udp(struct worker *w)
+{
+	bool back = true;
+
+	pthread_mutex_lock(&w->epoll_lock);
+	int fd = w->detached_udp;
+	if (fd >= 0) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_UDP, fd)};
+		/* EEXIST: a reload reopened the socket under this fd and watched it itself */
+		back = epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) == 0 || errno == EEXIST;
+		if (back)
+			w->detached_udp = -1;
+	}
+	pthread_mutex_unlock(&w->epoll_lock);
+	return back;
+}
+
+void worker_unwatch_udp_locked(struct worker *w, int fd)
+{
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
+	if (w->detached_udp == fd)
+		w->detached_udp = -1; /* retired or reopened: not the worker's to put back */
 }
 
 void worker_read_clock(struct worker *w)
@@ -127,7 +170,7 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 
 	switch (EV_KIND(ev->data.u64)) {
 	case EV_UDP:
-		udp_drain(w, (int)index);
+		udp_drain_polled(w, (int)index);
 		break;
 	case EV_LISTEN:
 		tcp_accept(w, (int)index);
@@ -253,6 +296,10 @@ static void serve(struct worker *w)
 		if (n < 0 && errno != EINTR)
 			break;
 		tcp_new_turn(w);
+		if (w->rewatch_failed && worker_rewatch_udp(w)) {
+			w->rewatch_failed = false;
+			log_info("the UDP socket is back in the worker's epoll set");
+		}
 		for (int i = 0; i < n; i++) {
 			enum event_kind kind = EV_KIND(events[i].data.u64);
 			stopping = stopping || kind == EV_STOP;

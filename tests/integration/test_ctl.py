@@ -32,6 +32,7 @@ STAT_NAMES = [
     "answers_none", "answers_static", "answers_cluster", "answers_cache",
     "answers_stale", "answers_upstream", "control_lookups",
     "queries_not_allowed", "queries_rrl_slipped", "queries_rrl_dropped",
+    "udp_busy_wakeups",
     "cache_entries", "cache_bytes", "cache_max_bytes", "cache_hits",
     "cache_misses", "cache_stale_hits", "cache_prefetches", "cache_inserts",
     "cache_rejected", "cache_evictions",

@@ -12,6 +12,7 @@ import http.client
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -256,6 +257,53 @@ def test_metrics_count_queries_by_protocol_qtype_rcode_and_source(env):
 test_metrics_count_queries_by_protocol_qtype_rcode_and_source.timeout = 40
 
 
+def all_threads_stopped(pid):
+    """SIGSTOP is delivered a moment after kill(): every thread in state T."""
+    states = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return all(s == "T" for s in states)
+
+
+def test_a_backlog_is_counted_and_the_socket_is_watched_again_after_it(env):
+    # A stopped daemon piles up 200 queries in its UDP socket, so the
+    # worker's first read on waking fills a whole batch (64): counted, and
+    # the socket is out of the epoll set while the backlog drains. Every
+    # query is answered, and queries sent after each backlog are answered
+    # too: they need the socket back in the set to wake the worker.
+    d, port, _ = with_http(env, listen={"workers": 1})
+    queries = [dnsmsg.build_query("db.prod.svc.cluster.local", "A", qid=i) for i in range(200)]
+    for round_ in (1, 2):
+        before = scrape(port)
+        client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        client.bind(("127.0.0.1", 0))
+        client.settimeout(5)
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: all_threads_stopped(d.proc.pid), "stop of every thread")
+            for q in queries:
+                client.sendto(q, ("127.0.0.1", d.port))
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        ids = set()
+        try:
+            while len(ids) < len(queries):
+                ids.add(dnsmsg.parse(client.recv(4096)).id)
+        except socket.timeout:
+            pass
+        client.close()
+        assert len(ids) == len(queries), "round %d: %d of %d queries answered" % (
+            round_, len(ids), len(queries))
+        after = scrape(port)
+        assert delta(before, after, "localdns_udp_busy_wakeups_total") >= 1, (
+            "round %d: a 200-query backlog was not counted as a busy wake-up" % round_)
+        for _ in range(3):
+            m = d.udp("db.prod.svc.cluster.local", "A", timeout=2)
+            assert m.rcode_name == "NOERROR", "round %d: %s" % (round_, m.describe())
+
+
 def test_upstream_latency_histogram_is_consistent(env):
     with authority.Authority({"site.example.": SITE}) as up:
         d, port, _ = with_http(env, upstream={"servers": [up.addr], "timeout": "2s"})
@@ -380,6 +428,7 @@ def shared_counters():
         "queries_not_allowed": ("localdns_not_allowed_total", {}),
         "queries_rrl_slipped": ("localdns_rrl_limited_total", {"action": "slipped"}),
         "queries_rrl_dropped": ("localdns_rrl_limited_total", {"action": "dropped"}),
+        "udp_busy_wakeups": ("localdns_udp_busy_wakeups_total", {}),
         "cache_entries": ("localdns_cache_entries", {}),
         "cache_bytes": ("localdns_cache_bytes", {}),
         "cache_max_bytes": ("localdns_cache_max_bytes", {}),
