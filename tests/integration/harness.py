@@ -453,17 +453,21 @@ class Daemon:
 
     def __init__(self, binary, config=None, files=None, host="127.0.0.1",
                  config_text=None, wait=True, tmpdir=None, config_file=None,
-                 port=None, netns=None, extra_env=None):
+                 port=None, netns=None, extra_env=None, movable_port=False):
         """config: a dict written as YAML; or config_text as is; or
         config_file, an existing file used in place (then port= says where
         it listens). files: {relative path: text} written next to it.
         netns: run inside this network namespace (ip netns exec); then
         only dig()/kdig() reach it, not udp()/tcp()/udp_raw().
-        extra_env: variables added to the daemon's environment."""
+        extra_env: variables added to the daemon's environment.
+        movable_port: the port was free_port()'s pick, not the test's: a
+        start that loses it to another process moves to a new one."""
         self.binary = binary
         self.netns = netns
         self.dir = tmpdir or mkdtemp()
         self.config = config
+        self.movable_port = movable_port and config is not None and \
+            config_text is None and config_file is None
         self.host = host
         self.port = port if port is not None else (
             config["listen"]["port"] if config else None)
@@ -505,6 +509,17 @@ class Daemon:
     # same config starts a moment later.
     PORT_RACE_RETRIES = 3
 
+    def _move_to_a_new_port(self):
+        """A port free_port() picked was taken meanwhile (by libunbound,
+        whose queries to a silent upstream hold their random ports for
+        seconds): the config is written again with a new one."""
+        if not self.movable_port:
+            return
+        self.port = free_port(tuple(self.config["listen"]["addresses"]))
+        self.config["listen"]["port"] = self.port
+        with open(self.config_path, "w") as f:
+            f.write(to_yaml(self.config) + "\n")
+
     def _lost_a_port_race(self):
         """Whether this start failed on an address in use."""
         with open(self.log_path, "rb") as f:
@@ -544,6 +559,7 @@ class Daemon:
                 _live_procs.discard(self.proc)
                 if retries and self._lost_a_port_race():
                     retries -= 1
+                    self._move_to_a_new_port()
                     time.sleep(0.2)
                     self._spawn()
                     deadline = time.monotonic() + timeout
@@ -798,15 +814,16 @@ class Env:
     def start(self, config=None, files=None, wait=True, netns=None, **over):
         """Start a daemon of this test's own (inside network namespace
         netns when given). Files for static.files are added unless given."""
-        if config is None:
-            config = self.config(**over)
         if files is None:
             files = {}
         files.setdefault(STANDARD_FILE_NAME,
                          static_file_yaml(STANDARD_FILE_RECORDS))
+        movable = config is None and "port" not in over
+        if config is None:
+            config = self.config(**over)
         d = Daemon(self.binary, config, files=files,
                    host=config["listen"]["addresses"][0], wait=False,
-                   netns=netns)
+                   netns=netns, movable_port=movable)
         self._daemons.append(d)
         if wait:
             d.wait_ready()

@@ -54,6 +54,28 @@ def test_a_daemon_whose_port_is_taken_at_start_is_started_again(env):
     assert m.rcode_name == "NOERROR" and m.answer, m.describe()
 
 
+def test_a_port_free_port_picked_and_lost_for_good_is_traded_for_another(env):
+    # libunbound's queries to a silent upstream hold their random ports for
+    # seconds, longer than the retries wait: a daemon on a port the harness
+    # picked (not the test) moves to a new one when it loses it.
+    real_free_port = harness.free_port
+    port = real_free_port()
+    picks = [port]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", port))
+        harness.free_port = lambda hosts=("127.0.0.1",): (
+            picks.pop() if picks else real_free_port(hosts))
+        try:
+            d = env.start(wait=False)
+            d.wait_ready()
+        finally:
+            harness.free_port = real_free_port
+        assert d.port != port, "still on the taken port %d" % port
+        assert d.stderr().count("Address already in use") == 1, d.stderr()
+        m = d.udp("db.prod.svc.cluster.local", "A")
+        assert m.rcode_name == "NOERROR" and m.answer, m.describe()
+
+
 def test_a_port_taken_for_good_still_fails_the_start(env):
     port = harness.free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
