@@ -254,7 +254,6 @@ bool worker_rewatch_udp(struct worker *w);
 /* The reloading thread takes fd out of w's epoll set (w->epoll_lock held). */
 void worker_unwatch_udp_locked(struct worker *w, int fd);
 
-
 /* TCP (tcp.c). */
 void tcp_accept(struct worker *w, int listen_fd);
 void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events);

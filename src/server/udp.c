@@ -157,27 +157,34 @@ static bool answer_received(struct worker *w, int fd, int n)
 	return n == UDP_BATCH;
 }
 
+/* The n queries read first, then more while batches come full, UDP_ROUNDS batches at most. */
+static void drain_from(struct worker *w, int fd, int n)
+{
+	for (int round = 1; answer_received(w, fd, n) && round < UDP_ROUNDS; round++)
+		if ((n = receive(w, fd)) <= 0)
+			return;
+}
+
 void udp_drain(struct worker *w, int fd)
 {
-	for (int round = 0; round < UDP_ROUNDS; round++) {
-		int n = receive(w, fd);
-		if (n <= 0 || !answer_received(w, fd, n))
-			return;
-	}
+	int n = receive(w, fd);
+
+	if (n > 0)
+		drain_from(w, fd, n);
 }
 
 void udp_drain_polled(struct worker *w, int fd)
 {
 	int n = receive(w, fd);
+	bool unwatched = false;
 
 	if (n <= 0)
 		return;
-	if (n == UDP_BATCH)
+	if (n == UDP_BATCH) {
 		w->stats.udp_busy_wakeups++;
-	bool unwatched = n == UDP_BATCH && worker_unwatch_udp(w, fd);
-	for (int round = 1; answer_received(w, fd, n) && round < UDP_ROUNDS; round++)
-		if ((n = receive(w, fd)) <= 0)
-			break;
+		unwatched = worker_unwatch_udp(w, fd);
+	}
+	drain_from(w, fd, n);
 	/* back in the set, which reports it at once if more came meanwhile */
 	if (unwatched && !worker_rewatch_udp(w) && !w->rewatch_failed) {
 		w->rewatch_failed = true;

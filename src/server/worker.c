@@ -37,10 +37,10 @@ static int sweep_interval_ms(const struct worker *w)
 	return half < 50 ? 50 : half > 500 ? 500 : (int)half;
 }
 
-/* The longest sleep: an idle worker still turns every SERVER_IDLE_TURN_MS. */
 /* How often a UDP socket epoll refused to take back is offered again. */
 #define REWATCH_RETRY_MS 10
 
+/* The longest sleep: an idle worker still turns every SERVER_IDLE_TURN_MS. */
 static int wait_ms(const struct worker *w)
 {
 	int sweep = sweep_interval_ms(w);
