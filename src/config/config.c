@@ -286,11 +286,11 @@ static const struct key cache_keys[] = {
 };
 
 static const struct key health_keys[] = {
-	{"listen", V_LISTEN, CFG(health.listen), .def = "169.254.20.10:8080"},
+	{"listen", V_LISTEN, CFG(health.listen), .def = "127.0.0.1:8080"},
 };
 
 static const struct key metrics_keys[] = {
-	{"listen", V_LISTEN, CFG(metrics.listen), .def = "0.0.0.0:9253"},
+	{"listen", V_LISTEN, CFG(metrics.listen), .def = "127.0.0.1:9253"},
 };
 
 static const struct key log_keys[] = {
@@ -734,13 +734,64 @@ static int set_hostport(const char *text, uint16_t default_port, struct config_h
 	return 0;
 }
 
-/* "" turns a listener off; otherwise an ip:port, kept in normalised form. */
+static bool is_env_name(const char *s, size_t n)
+{
+	if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(s[i] == '_' || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+		      (s[i] >= '0' && s[i] <= '9')))
+			return false;
+	return true;
+}
+
+/*
+ * "${NAME}:port" is the address in environment variable NAME (set at start:
+ * the chart gives POD_IP, the pod's status.podIP, which on the host network
+ * is the node's own address) with that port; anything else is copied.
+ * The result, "ip:port" or "[ipv6]:port" text, is what gets parsed.
+ */
+static int expand_listen(const char *text, char *out, size_t outlen, char *why, size_t len)
+{
+	const char *close = strchr(text, '}'), *value;
+	char name[64];
+
+	if (strncmp(text, "${", 2) != 0) {
+		snprintf(out, outlen, "%s", text);
+		return 0;
+	}
+	if (!close || close[1] != ':' || (size_t)(close - text - 2) >= sizeof name ||
+	    !is_env_name(text + 2, (size_t)(close - text - 2))) {
+		snprintf(why, len, QUOTE_FMT " is not ${NAME}:port", QUOTE(text));
+		return -1;
+	}
+	memcpy(name, text + 2, (size_t)(close - text - 2));
+	name[close - text - 2] = '\0';
+	value = getenv(name);
+	if (!value || !value[0]) {
+		snprintf(why, len, QUOTE_FMT " names $%s, which is not set in localdns's environment",
+			 QUOTE(text), name);
+		return -1;
+	}
+	bool v6 = strchr(value, ':') != NULL;
+	if ((size_t)snprintf(out, outlen, "%s%s%s%s", v6 ? "[" : "", value, v6 ? "]" : "",
+			     close + 1) >= outlen) {
+		snprintf(why, len, "$%s is not an IP address", name);
+		return -1;
+	}
+	return 0;
+}
+
+/* "" turns a listener off; otherwise an ip:port (or "${NAME}:port"), kept
+ * in normalised form. */
 static int set_listen(const struct key *k, const char *text, char **field, char *why,
 		      size_t len)
 {
 	struct config_hostport hp;
+	char expanded[128];
 
-	if (text[0] != '\0' && set_hostport(text, 0, &hp, why, len) < 0)
+	if (text[0] != '\0' && (expand_listen(text, expanded, sizeof expanded, why, len) < 0 ||
+				 set_hostport(expanded, 0, &hp, why, len) < 0))
 		return -1;
 	return set_string(k, text[0] ? hp.text : "", field, why, len);
 }
@@ -827,7 +878,7 @@ static const char *expectation(const struct key *k)
 		[V_ENUM] = "a string",
 		[V_STRING] = "a string",
 		[V_NAME] = "a DNS name",
-		[V_LISTEN] = "\"ip:port\" or \"\"",
+		[V_LISTEN] = "\"ip:port\", \"${NAME}:port\" or \"\"",
 		[V_PATH] = "a file path",
 		[V_OBJECT] = "\"namespace/name\" or \"\"",
 		[V_IP] = "an IP address",

@@ -185,8 +185,8 @@ struct config {
 		bool prefetch;                 /* true */
 	} cache;
 
-	struct { char *listen; } health;   /* "169.254.20.10:8080" ("" = off) */
-	struct { char *listen; } metrics;  /* "0.0.0.0:9253" ("" = off) */
+	struct { char *listen; } health;   /* "127.0.0.1:8080" ("" = off) */
+	struct { char *listen; } metrics;  /* "127.0.0.1:9253" ("" = off) */
 
 	struct {
 		enum config_log_level level;   /* info */

@@ -50,6 +50,7 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 	out->reload_last_ok_ms = rs.last_ok_ms;
 	out->reload_last_success_time = (uint64_t)(rs.last_ok_ms / 1000);
 	out->query_log_dropped = querylog_dropped();
+	http_stats(&out->http);
 }
 
 /* A row's ctl lines: one for a single value or a stat_sum run, else one per

@@ -132,6 +132,27 @@ static const struct counter tcp_rows[] = {
 
 TABLE(counter_tcp, "tcp", tcp_rows, tcp_families, COUNTERS_ALWAYS);
 
+/* ---- the health and metrics endpoints (http/) ------------------------------------ */
+
+static const char *const http_closes[] = {"deadline"};
+
+PLAIN_COUNTER(http_refused, "localdns_http_refused_total",
+	"HTTP connections to the health and metrics endpoints closed at accept: their "
+	"client address already had 8 open, or the endpoint's 64 were taken.");
+LABELLED_COUNTER(http_closed, "localdns_http_closed_total",
+	"HTTP connections localdns closed: deadline (a request not done, its reply sent, "
+	"within 5 s of its connection or of the previous reply).",
+	"reason", http_closes, N(http_closes));
+
+static const struct counter_family *const http_families[] = {&http_refused, &http_closed};
+
+static const struct counter http_rows[] = {
+	{.family = &http_refused, .at = AT(http.refused)},
+	{.family = &http_closed, .n = N(http_closes), .at = AT(http.closed_deadline)},
+};
+
+TABLE(counter_http, "http", http_rows, http_families, COUNTERS_ALWAYS);
+
 /* ---- the answer cache (cache/) --------------------------------------------------- */
 
 PLAIN_GAUGE(cache_entries, "localdns_cache_entries",
@@ -389,5 +410,5 @@ TABLE(counter_query_log, "query_log", query_log_rows, query_log_families, COUNTE
 
 const struct counter_table *const counter_tables[] = {
 	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
-	&counter_cluster, &counter_node, &counter_config, &counter_query_log};
+	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_http};
 const size_t counter_n_tables = N(counter_tables);

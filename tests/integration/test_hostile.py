@@ -13,14 +13,16 @@ things:
   times what it saw in the half second before the attack), and its new
   external names are answered NOERROR.
 
-The attacks: a TCP client that never reads its replies, one that sends a
-byte at a time, new names at a domain whose server is silent, new names at
-a slow one, names chosen to collide in the old unkeyed hash tables, a
-client outside listen.allow, and one past the response rate limit. (A
-forbidden syscall on a worker is test_privileges.py's.)
+The attacks: a pod holding the health endpoint's connections open with
+requests it never finishes, a TCP client that never reads its replies, one
+that sends a byte at a time, new names at a domain whose server is silent,
+new names at a slow one, names chosen to collide in the old unkeyed hash
+tables, a client outside listen.allow, and one past the response rate
+limit. (A forbidden syscall on a worker is test_privileges.py's.)
 """
 
 import heapq
+import http.client
 import multiprocessing
 import os
 import re
@@ -268,6 +270,131 @@ def flood(env, port, names, rate, seconds, timeout=3):
     r, summary = harness.dnsgen(env, port, [(n, "A") for n in names], "-Q", str(rate),
                                 "-l", str(seconds), "-q", "2000", "-t", str(timeout))
     return r, summary
+
+
+# ---- the health and metrics endpoints --------------------------------------------
+
+def probe(port, path="/health", source="127.0.0.1"):
+    """What the kubelet's httpGet probe sees (a new connection, timeoutSeconds
+    2 as the chart sets it): the status, or what went wrong."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=2, source_address=(source, 0))
+    try:
+        c.request("GET", path)
+        return c.getresponse().status
+    except (OSError, http.client.HTTPException) as e:
+        return repr(e)
+    finally:
+        c.close()
+
+
+class Trickle(threading.Thread):
+    """A pod that holds HTTP connections open (issue 22's lockout): each
+    sends a request line and then one header line a second, never ending
+    its request. It keeps `want` connections from `source`, opening a new
+    one in place of each the server closes; `lived` holds how long each
+    closed one lasted, `opened` how many it opened."""
+
+    def __init__(self, port, source, want):
+        super().__init__(daemon=True)
+        self.port, self.source, self.want = port, source, want
+        self.conns, self.lived, self.opened = [], [], 0
+        self.stopping = False
+
+    def _open(self):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((self.source, 0))
+        try:
+            s.connect(("127.0.0.1", self.port))
+            s.send(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            s.close()
+            return
+        s.setblocking(False)
+        self.opened += 1
+        self.conns.append((s, time.monotonic()))
+
+    def _still_open(self, s):
+        try:
+            if s.recv(4096) == b"":
+                return False
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        try:
+            s.send(b"X-Slow: %d\r\n" % self.opened)
+            return True
+        except OSError:
+            return False
+
+    def run(self):
+        while not self.stopping:
+            kept = []
+            for s, since in self.conns:
+                if self._still_open(s):
+                    kept.append((s, since))
+                else:
+                    self.lived.append(time.monotonic() - since)
+                    s.close()
+            self.conns = kept
+            while len(self.conns) < self.want:
+                self._open()
+            time.sleep(1)
+
+    def stop(self):
+        self.stopping = True
+        self.join(5)
+        now = time.monotonic()
+        longest = max([now - since for _, since in self.conns] + self.lived)
+        for s, _ in self.conns:
+            s.close()
+        return longest
+
+
+def http_warnings(d):
+    """Warning lines the HTTP endpoints logged."""
+    return [l for l in d.stderr().splitlines() if "level=warn" in l and "http" in l]
+
+
+def test_a_pod_holding_http_connections_cannot_starve_the_probes(env):
+    # Issue 22, item 1: 40 connections from one pod that never finish their
+    # request took every place the health endpoint had (32, closed only when
+    # idle), so the kubelet's probes failed and it restarted localdns in a
+    # loop. Now one address may hold 8, each request must be done within 5
+    # s of its connection (or of the previous reply), and what the server
+    # closes is logged once, not once a connection.
+    hport = harness.free_port()
+    st = Setting(env, health={"listen": "127.0.0.1:%d" % hport})
+    try:
+        result = {}
+
+        def attack():
+            trickle = Trickle(hport, "127.0.0.5", 40)
+            trickle.start()
+            probes, end = [], time.monotonic() + 9
+            while time.monotonic() < end:
+                probes.append(probe(hport))
+                time.sleep(0.5)
+            result.update(longest=trickle.stop(), probes=probes, opened=trickle.opened)
+
+        _, text = st.under_attack(attack, rss_bound_mib=8)
+        failed = [p for p in result["probes"] if p != 200]
+        assert not failed, "%d of %d probes failed: %s" % (
+            len(failed), len(result["probes"]), failed[:5])
+        # every request was cut at its deadline, sending or not
+        assert result["longest"] < 7, "a connection lasted %.1f s" % result["longest"]
+        closed = metric(text, 'localdns_http_closed_total{reason="deadline"}')
+        refused = metric(text, 'localdns_http_refused_total')
+        assert closed >= 8 and refused >= 32, (closed, refused, result["opened"])
+        # hundreds of requests refused or cut: a line for the first, the
+        # rest counted in a line a minute
+        lines = http_warnings(st.d)
+        assert 1 <= len(lines) <= 3, "%d lines:\n%s" % (len(lines), "\n".join(lines[:10]))
+    finally:
+        st.close()
+
+
+test_a_pod_holding_http_connections_cannot_starve_the_probes.timeout = 60
 
 
 # ---- TCP ------------------------------------------------------------------------

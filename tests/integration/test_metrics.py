@@ -156,6 +156,15 @@ def test_health_and_metrics_on_their_own_addresses(env):
     assert request(mport, "/ready")[0] == 404
 
 
+def test_metrics_on_the_address_the_environment_names(env):
+    # The chart's metrics.listen, "${POD_IP}:9253": the pod's IP, which on
+    # the host network is the node's own address, where Prometheus scrapes.
+    mport = harness.free_port()
+    d = env.start(metrics={"listen": "${POD_IP}:%d" % mport}, extra_env={"POD_IP": "127.0.0.1"})
+    assert "localdns_requests_total" in request(mport, "/metrics")[2]
+    assert 'msg="serving /metrics" address=127.0.0.1:%d' % mport in d.stderr(), d.tail()
+
+
 def test_only_metrics_when_health_is_off(env):
     d, hport, mport = with_http(env, health=False, same=False)
     assert request(mport, "/metrics")[0] == 200

@@ -100,8 +100,8 @@ static void check_defaults(const struct config *c)
 	assert_true(c->cache.serve_stale);
 	assert_int_equal(c->cache.stale_max_age, 86400);
 	assert_true(c->cache.prefetch);
-	assert_string_equal(c->health.listen, "169.254.20.10:8080");
-	assert_string_equal(c->metrics.listen, "0.0.0.0:9253");
+	assert_string_equal(c->health.listen, "127.0.0.1:8080");
+	assert_string_equal(c->metrics.listen, "127.0.0.1:9253");
 	assert_int_equal(c->log.level, CONFIG_LOG_INFO);
 	assert_int_equal(c->log.format, CONFIG_LOG_LOGFMT);
 	assert_int_equal(c->log.queries, 0);
@@ -189,9 +189,9 @@ static const char brief_example[] =
 	"  stale_max_age: 1d\n"
 	"  prefetch: true\n"
 	"health:\n"
-	"  listen: 169.254.20.10:8080\n"
+	"  listen: 127.0.0.1:8080\n"
 	"metrics:\n"
-	"  listen: 0.0.0.0:9253\n"
+	"  listen: 127.0.0.1:9253\n"
 	"log:\n"
 	"  level: info\n"
 	"  format: logfmt\n"
@@ -562,6 +562,36 @@ static void test_error_wildcard_address(void **state)
 	expect_error("nftables:\n  intercept:\n    - \"::\"\n",
 		     "t.yaml:3:7: nftables.intercept[0]: wildcard address not allowed: "
 		     "localdns binds specific addresses");
+}
+
+/* The chart's metrics.listen: the pod's address (the node's, on the host
+ * network) from the environment, IPv4 or IPv6. */
+static void test_listen_address_from_the_environment(void **state)
+{
+	struct config *c;
+
+	(void)state;
+	setenv("LOCALDNS_TEST_IP", "10.1.2.3", 1);
+	c = load_ok("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n"
+		    "health: {listen: \"${LOCALDNS_TEST_IP}:8080\"}\n");
+	assert_string_equal(c->metrics.listen, "10.1.2.3:9253");
+	assert_string_equal(c->health.listen, "10.1.2.3:8080");
+	config_free(c);
+	setenv("LOCALDNS_TEST_IP", "fd00::7", 1);
+	c = load_ok("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n");
+	assert_string_equal(c->metrics.listen, "[fd00::7]:9253");
+	config_free(c);
+	setenv("LOCALDNS_TEST_IP", "not-an-ip", 1);
+	expect_error("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"not-an-ip:9253\" is not an IP address");
+	unsetenv("LOCALDNS_TEST_IP");
+	expect_error("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"${LOCALDNS_TEST_IP}:9253\" names "
+		     "$LOCALDNS_TEST_IP, which is not set in localdns's environment");
+	expect_error("metrics: {listen: \"${LOCALDNS_TEST_IP}\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"${LOCALDNS_TEST_IP}\" is not ${NAME}:port");
+	expect_error("metrics: {listen: \"${A-B}:1\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"${A-B}:1\" is not ${NAME}:port");
 }
 
 static void test_intercept_and_fallback_endpoints(void **state)
@@ -1277,6 +1307,7 @@ int main(void)
 						make_tmpdir, remove_tmpdir),
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
+		cmocka_unit_test(test_listen_address_from_the_environment),
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_fallback_service),
 		cmocka_unit_test(test_cluster_coredns_options),
