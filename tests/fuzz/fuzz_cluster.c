@@ -60,12 +60,13 @@ struct stream {
 /* The resource whose informer would read this input: the first kind it names. */
 static enum kube_resource resource_of(const uint8_t *data, size_t size)
 {
-	static const char *const kinds[KUBE_N_RESOURCES] = {"\"Service", "\"EndpointSlice",
-							    "\"Namespace", "\"Pod"};
+	/* the resources the cluster table reads */
+	static const char *const kinds[] = {"\"Service", "\"EndpointSlice", "\"Namespace", "\"Pod"};
+	const int n = (int)(sizeof kinds / sizeof kinds[0]);
 	const uint8_t *first = NULL;
-	enum kube_resource r = (enum kube_resource)(size / 3 % KUBE_N_RESOURCES);
+	enum kube_resource r = (enum kube_resource)(size / 3 % n);
 
-	for (int k = 0; k < KUBE_N_RESOURCES; k++) {
+	for (int k = 0; k < n; k++) {
 		const uint8_t *at = memmem(data, size, kinds[k], strlen(kinds[k]));
 		if (at && (!first || at < first)) {
 			first = at;
@@ -82,7 +83,7 @@ static void upsert(struct cluster *c, enum kube_resource r, const struct kube_js
 	case KUBE_ENDPOINTSLICES: cluster_slice_upsert(c, obj); break;
 	case KUBE_NAMESPACES: cluster_namespace_upsert(c, obj); break;
 	case KUBE_PODS: cluster_pod_upsert(c, obj); break;
-	case KUBE_N_RESOURCES: break;
+	default: break;
 	}
 }
 
@@ -93,7 +94,7 @@ static void remove_object(struct cluster *c, enum kube_resource r, const char *n
 	case KUBE_ENDPOINTSLICES: cluster_slice_remove(c, ns, name); break;
 	case KUBE_NAMESPACES: cluster_namespace_remove(c, name); break;
 	case KUBE_PODS: cluster_pod_remove(c, ns, name); break;
-	case KUBE_N_RESOURCES: break;
+	default: break;
 	}
 }
 

@@ -195,7 +195,8 @@ static void setup(void)
 	cache = cache_new(&cc);
 	CHECK(cache);
 	fill_cache();
-	struct query_sources *s = query_sources_build(cfg, cluster, cache, err, sizeof err);
+	struct query_sources *s = query_sources_build(cfg, &(struct query_names){.cluster = cluster},
+						      cache, err, sizeof err);
 	if (!s) {
 		fprintf(stderr, "%s\n", err);
 		abort();
