@@ -22,6 +22,7 @@ import time
 
 import authority
 import harness
+import test_metrics
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402
@@ -106,7 +107,8 @@ def test_service_entries_answered_on_the_node(env):
             F.service_entry("prod", "wild", ["*.wild.site.example"], addresses=["192.0.2.20"]),
             # a Service of that name wins
             F.service_entry("prod", "db", ["db.shop.svc.cluster.local"], addresses=["192.0.2.30"]))
-        d = start(env, api, up)
+        mport = harness.free_port()
+        d = start(env, api, up, metrics={"listen": "127.0.0.1:%d" % mport})
         wait_answer(d, "api.example.com", ["192.0.2.10", "192.0.2.11"])
         assert mesh_answer(d, "api2.example.com", "AAAA") == ["2001:db8::10"]
         assert mesh_answer(d, "ext.example.org") == ["240.240.0.5"]
@@ -125,6 +127,11 @@ def test_service_entries_answered_on_the_node(env):
         assert data(m, "A") == ["10.96.0.5"], m.describe()
         r = d.dig("ext.example.org", "A")      # the real tool
         assert r.rdatas("A") == ["240.240.0.5"], r.text
+        # counted as the mesh's answers; its hosts, wildcards once
+        s = test_metrics.scrape(mport)
+        assert s.value("localdns_answers_total", source="mesh") >= 7, s.value("localdns_answers_total", source="mesh")
+        assert s.value("localdns_mesh_hosts") == 7   # an entry that cannot answer has its hosts too
+        assert s.value("localdns_kubernetes_objects", resource="serviceentries") == 5
 
 
 def test_headless_entries_from_selected_pods_and_workload_entries(env):
