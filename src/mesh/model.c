@@ -60,16 +60,18 @@ void mesh_entry_upsert(struct mesh *m, const struct kube_json *se)
 	}
 	change_begin();
 	const struct mesh_entry *old = mesh_find_entry(m, d.key);
+	/* read now: once replaced, old is for readers only (until its grace period) */
+	struct mesh_selector *old_sel = old ? old->selector : NULL;
 	sel = join_selector(m, &d, &failed);
 	if (!failed && sel && mesh_selector_addresses(m, sel, &ips, &n_ips) < 0)
 		failed = true;
 	if (failed || !mesh_entry_publish(m, old, &d, sel, sel ? ips : d.ips,
 					  sel ? n_ips : d.n_ips)) {
 		log_error("out of memory; serviceentry not updated", "serviceentry", d.key);
-		if (sel && sel != (old ? old->selector : NULL))
+		if (sel && sel != old_sel)
 			mesh_selector_leave(m, sel, d.key);
-	} else if (old && old->selector && old->selector != sel) {
-		mesh_selector_leave(m, old->selector, d.key);
+	} else if (old_sel && old_sel != sel) {
+		mesh_selector_leave(m, old_sel, d.key);
 	}
 	change_end(m);
 	free(ips);

@@ -10,8 +10,11 @@
  * binary is linked with --wrap, see the Makefile). Each ServiceEntry is
  * JSON shaped as the API server returns networking.istio.io/v1 objects.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -673,6 +676,144 @@ static void test_changes_and_removals_are_served_at_once(void **state)
 	assert_int_equal(st.hosts, 0);
 }
 
+/* ---- readers beside the writer ------------------------------------------------------------ */
+
+#define READERS 2
+#define WRITER_ROUNDS 300
+
+struct reader {
+	pthread_t thread;
+	atomic_bool *stop;
+	_Atomic unsigned long reads;
+	unsigned long bad;
+};
+
+/* One of the states the writer goes through: {1}, {2}, {1 3}, {2 3}. */
+static bool whole_state(const char *got)
+{
+	static const char *const states[] = {"192.0.2.1", "192.0.2.2", "192.0.2.1 192.0.2.3",
+					     "192.0.2.2 192.0.2.3", "192.0.2.3 192.0.2.1",
+					     "192.0.2.3 192.0.2.2"};
+
+	for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+		if (strcmp(got, states[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * A reader thread's ask: its own buffers (ask() and msg_view.h share
+ * static ones), the reply's A records read by hand into text; returns the
+ * answer's source.
+ */
+static enum query_source reader_ask(const char *name, const char *ip, char *text, size_t cap)
+{
+	uint8_t in[512], out[1232];
+	struct sockaddr_storage ss = {0};
+	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+	struct upstream_request req;
+	struct query_stats st = {0};
+	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &ss, .stats = &st, .now = NOW,
+				.request = &req};
+	size_t inlen = query_packet(in, name, DNS_T_A), len, pos, used = 0;
+
+	v4->sin_family = AF_INET;
+	inet_pton(AF_INET, ip, &v4->sin_addr);
+	urcu_memb_read_lock();
+	len = query_handle(in, inlen, out, sizeof out, &ctx);
+	urcu_memb_read_unlock();
+	text[0] = '\0';
+	pos = inlen;
+	for (unsigned an = len ? rd16(out + 6) : 0; an--;) {
+		pos += (out[pos] & 0xc0) == 0xc0 ? 2 : dns_name_len(out + pos);
+		uint16_t type = rd16(out + pos), rdlen = rd16(out + pos + 8);
+		if (type == DNS_T_A) {
+			used += (size_t)snprintf(text + used, cap - used, "%s", used ? " " : "");
+			inet_ntop(AF_INET, out + pos + 10, text + used, (socklen_t)(cap - used));
+			used += strlen(text + used);
+		}
+		pos += 10u + rdlen;
+	}
+	return ctx.source;
+}
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+	char got[256];
+
+	urcu_memb_register_thread();
+	while (!atomic_load(rd->stop)) {
+		rd->bad += reader_ask("flip.example.com", prod_client, got, sizeof got) !=
+				   QUERY_SOURCE_MESH || !whole_state(got);
+		/* there, or not local */
+		rd->bad += reader_ask("x.wild.example.com", team_client, got, sizeof got) ==
+				   QUERY_SOURCE_MESH && strcmp(got, "192.0.2.9") != 0;
+		rd->bad += reader_ask("db.vms.internal", prod_client, got, sizeof got) ==
+				   QUERY_SOURCE_MESH && strcmp(got, "10.1.2.3") != 0 &&
+			   strcmp(got, "10.1.2.3 10.1.2.4") != 0;
+		atomic_fetch_add(&rd->reads, 1);
+	}
+	urcu_memb_unregister_thread();
+	return NULL;
+}
+
+/*
+ * Readers on two threads ask while the writer changes every host they ask
+ * about, round after round: an entry's addresses, a second entry joining
+ * and leaving its host (one entry inline, two in a list), a wildcard host
+ * coming and going, a headless entry's Pods, and tables growing: every
+ * answer is one the mesh held at some moment. Under `make tsan` this is
+ * the mesh's race test.
+ */
+static void test_readers_beside_the_writer_see_whole_states(void **state)
+{
+	struct reader readers[READERS];
+	atomic_bool stop = false;
+
+	(void)state;
+	entry("prod", "flip", T0, "", SE_HOSTS("\"flip.example.com\"") ",\"addresses\":[\"192.0.2.1\"]",
+	      "");
+	entry("prod", "vms", T0, "",
+	      SE_HOSTS("\"db.vms.internal\"") ",\"resolution\":\"NONE\","
+	      "\"workloadSelector\":{\"labels\":{\"app\":\"pg\"}}", "");
+	selected_pod(0, "pg-0", "10.1.2.3", true, false);
+	for (int i = 0; i < READERS; i++) {
+		readers[i] = (struct reader){.stop = &stop};
+		assert_int_equal(pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]), 0);
+	}
+	for (int i = 0; i < READERS; i++)
+		while (atomic_load(&readers[i].reads) == 0)
+			sched_yield();
+	for (int round = 0; round < WRITER_ROUNDS; round++) {
+		char spec[256], name[32];
+		snprintf(spec, sizeof spec, SE_HOSTS("\"flip.example.com\"") ",\"addresses\":[\"%s\"]",
+			 round % 2 ? "192.0.2.2" : "192.0.2.1");
+		entry("prod", "flip", T0, "", spec, "");
+		if (round % 3 == 0)
+			entry("prod", "flip-b", T1, "",
+			      SE_HOSTS("\"flip.example.com\"") ",\"addresses\":[\"192.0.2.3\"]", "");
+		else if (round % 3 == 2)
+			mesh_entry_remove(mesh, "prod", "flip-b");
+		if (round % 2)
+			entry("team", "wild", T0, "",
+			      SE_HOSTS("\"*.wild.example.com\"") ",\"addresses\":[\"192.0.2.9\"]", "");
+		else
+			mesh_entry_remove(mesh, "team", "wild");
+		selected_pod(0, "pg-1", "10.1.2.4", round % 2, false);
+		snprintf(name, sizeof name, "fill-%d", round);
+		snprintf(spec, sizeof spec, SE_HOSTS("\"%s.example.org\",\"%s.example.net\"")
+			 ",\"addresses\":[\"198.51.100.%d\"]", name, name, round % 250);
+		entry("shop", name, T0, "", spec, "");
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < READERS; i++) {
+		pthread_join(readers[i].thread, NULL);
+		assert_true(atomic_load(&readers[i].reads) > 0);
+		assert_int_equal(readers[i].bad, 0);
+	}
+}
+
 /* ---- the hot-path promise -------------------------------------------------------------- */
 
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
@@ -736,6 +877,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_search_path_alias_for_pods_of_that_namespace, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_autopath_candidates_include_mesh_hosts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_changes_and_removals_are_served_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_readers_beside_the_writer_see_whole_states, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_answering_allocates_nothing_and_takes_no_mutex, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("mesh", tests, NULL, NULL);
