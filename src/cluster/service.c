@@ -110,8 +110,10 @@ static size_t entry_name(const struct cluster_service *s, const struct cluster_e
 		return 0;
 	memcpy(out, label, 1u + label[0]);
 	len = 1u + label[0];
-	memcpy(out + len, e->cluster, cluster_len);
-	len += cluster_len;
+	if (e->cluster) {
+		memcpy(out + len, e->cluster, cluster_len);
+		len += cluster_len;
+	}
 	memcpy(out + len, s->owner, s->h.owner_len);
 	return len + s->h.owner_len;
 }
