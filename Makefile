@@ -201,12 +201,13 @@ $(FUZZ_LIB): FORCE
 	$(MAKE) BUILD=$(FUZZ_LIB_BUILD) CC=clang OPTFLAGS="-O1 -g" \
 	    SANITIZE="$(FUZZ_SANITIZE) -fsanitize=fuzzer-no-link" $@
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/*.h $(FUZZ_LIB)
 	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
 	    $(FUZZ_SANITIZE) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDFLAGS) $(PKG_LIBS)
 
-# fuzz_cluster runs call_rcu callbacks itself (see there).
-$(BUILD)/fuzz/fuzz_cluster: FUZZ_LDFLAGS := -Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
+# fuzz_cluster and fuzz_mesh run call_rcu callbacks themselves (tests/fuzz/deferred_rcu.h).
+$(BUILD)/fuzz/fuzz_cluster $(BUILD)/fuzz/fuzz_mesh: FUZZ_LDFLAGS := \
+	-Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
 
 fuzz-build: $(FUZZ_BIN)
 

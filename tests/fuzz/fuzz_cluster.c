@@ -34,6 +34,7 @@
 #include "cluster/internal.h"
 #include "config/config.h"
 #include "dns/dns.h"
+#include "deferred_rcu.h"
 #include "fuzz.h"
 #include "kube/internal.h"
 #include "kube/kube.h"
@@ -349,38 +350,6 @@ static void read_everything(const struct cluster *c)
 		ask_every_type(c, cluster_named_owner(n), n->owner_len);
 	}
 	urcu_memb_read_unlock();
-}
-
-/*
- * call_rcu, for this target only (linked with -Wl,--wrap for both, see the
- * Makefile): liburcu's call_rcu thread sleeps 10 ms before each batch, and
- * cluster_free waits for it (urcu_memb_barrier), which held this target to
- * 80 inputs a second. Here callbacks wait in a list and run after a grace
- * period at the barrier: what call_rcu promises, without the thread, and
- * every free done before the input ends (so libFuzzer's leak check sees a
- * balanced input).
- */
-static struct rcu_head *deferred;
-
-void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
-void __wrap_urcu_memb_barrier(void);
-
-void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head))
-{
-	head->func = func;
-	head->next.next = deferred ? &deferred->next : NULL;
-	deferred = head;
-}
-
-void __wrap_urcu_memb_barrier(void)
-{
-	urcu_memb_synchronize_rcu();
-	while (deferred) {
-		struct rcu_head *head = deferred;
-		deferred = head->next.next ? caa_container_of(head->next.next, struct rcu_head, next)
-					   : NULL;
-		head->func(head);
-	}
 }
 
 static void on_endpoints(void *ctx, const struct config_ip *ips, size_t n)
