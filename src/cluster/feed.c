@@ -126,7 +126,8 @@ static void log_table_synced(const char *what, const struct cluster *c)
 	log_info(what, "services", services, "endpoints", endpoints, "names", names);
 }
 
-/* The clusterset zone needs the core resources and the ServiceImports. */
+/* The clusterset zone needs the core resources and the ServiceImports.
+ * The mesh answers from its first entry on: its first list is only logged. */
 static void open_clusterset(struct cluster_feed *f)
 {
 	if (!f->clusterset || !f->core_synced || !f->imports_listed)
@@ -142,7 +143,6 @@ static void open_mesh(struct cluster_feed *f)
 
 	if (!f->mesh || !f->entries_listed || !f->workloads_listed)
 		return;
-	mesh_set_synced(f->mesh);
 	mesh_stats(f->mesh, &st);
 	snprintf(entries, sizeof entries, "%zu", st.entries);
 	snprintf(hosts, sizeof hosts, "%zu", st.hosts);

@@ -299,7 +299,6 @@ static void note_list_done(struct informer *inf, bool relist)
 	if (relist)
 		inf->k->status.relists[inf->res]++;
 	inf->k->status.objects[inf->res] = objects;
-	inf->k->status.absent[inf->res] = false;
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
 
@@ -1169,7 +1168,6 @@ static void take_absent(struct informer *inf)
 	inf->next_at_ms = now_ms() + (int64_t)wait;
 	pthread_mutex_lock(&k->status_lock);
 	k->status.objects[inf->res] = 0;
-	k->status.absent[inf->res] = true;
 	pthread_mutex_unlock(&k->status_lock);
 	if (inf->absent)
 		return;

@@ -198,7 +198,6 @@ struct kube_status {
 	uint64_t objects[KUBE_N_RESOURCES];  /* objects known now */
 	int64_t last_list_ms[KUBE_N_RESOURCES]; /* CLOCK_REALTIME ms the last (re)list ended (0 = never) */
 	uint64_t objects_too_large[KUBE_N_RESOURCES]; /* requests failed on an object over object_max_bytes */
-	bool absent[KUBE_N_RESOURCES];       /* an optional resource's API answered 404 last */
 	int64_t heartbeat_ms;        /* CLOCK_MONOTONIC ms of the thread's last loop turn (at least 1/s) */
 };
 

@@ -157,7 +157,6 @@ struct mesh {
 	/* bit n: a host (a wildcard host) of n labels exists, 63 for more:
 	 * a name of a length no host has costs no lookup */
 	_Atomic uint64_t exact_labels, wild_labels;
-	_Atomic bool synced;
 
 	/* writer only */
 	unsigned long buckets[2];      /* of hosts and entries */

@@ -94,17 +94,12 @@ void mesh_workload_remove(struct mesh *m, const char *ns, const char *name);
 void mesh_pod_upsert(struct mesh *m, void *tag, const struct kube_json *pod);
 void mesh_pod_remove(struct mesh *m, void *tag, const char *ns, const char *name);
 
-/* The ServiceEntries and WorkloadEntries have been listed (or found not
- * installed): mesh_stats says so from now on. */
-void mesh_set_synced(struct mesh *m);
-
 struct mesh_stats {
 	size_t entries;    /* ServiceEntries held */
 	size_t hosts;      /* host names answered for (wildcards counted once) */
 	size_t workloads;  /* WorkloadEntries held */
 	size_t selectors;  /* selector watches (one per namespace and selector) */
 	size_t pods;       /* Pods those watches hold */
-	bool synced;
 };
 void mesh_stats(const struct mesh *m, struct mesh_stats *out);
 

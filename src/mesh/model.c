@@ -104,11 +104,6 @@ void mesh_bind(struct mesh *m, const struct mesh_watcher *w)
 			s->handle = w->watch(w->ctx, s->ns, s->selector, s);
 }
 
-void mesh_set_synced(struct mesh *m)
-{
-	atomic_store(&m->synced, true);
-}
-
 void mesh_stats(const struct mesh *m, struct mesh_stats *out)
 {
 	*out = (struct mesh_stats){
@@ -117,7 +112,6 @@ void mesh_stats(const struct mesh *m, struct mesh_stats *out)
 		.workloads = atomic_load(&m->n_workloads),
 		.selectors = atomic_load(&m->n_selectors),
 		.pods = atomic_load(&m->n_pods),
-		.synced = atomic_load(&m->synced),
 	};
 }
 
