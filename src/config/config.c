@@ -221,6 +221,18 @@ static const struct key kubernetes_keys[] = {
 	 * token; etcd's own limit on an object is 1.5 MiB, in protobuf. */
 	{"object_max_bytes", V_SIZE, CFG(kubernetes.object_max_bytes), .min = 65536,
 	 .max = 1u << 30, .def = "16MiB"},
+	{"crd_retry_interval", V_DURATION, CFG(kubernetes.crd_retry_interval_ms), .min = 1000,
+	 .def = "60s"},
+};
+
+static const struct key mesh_keys[] = {
+	{"istio", V_BOOL, CFG(mesh.istio), .def = "false"},
+	{"ttl", V_SECONDS, CFG(mesh.ttl), .max = TTL_MAX, .def = "30s"},
+};
+
+static const struct key multicluster_keys[] = {
+	{"enabled", V_BOOL, CFG(multicluster.enabled), .def = "false"},
+	{"domain", V_NAME, CFG(multicluster.domain), .def = "clusterset.local"},
 };
 
 static const struct key srv_keys[] = {
@@ -333,6 +345,8 @@ static const struct schema interface_schema = SCHEMA(interface_keys, NULL);
 static const struct schema nftables_schema = SCHEMA(nftables_keys, NULL);
 static const struct schema cluster_schema = SCHEMA(cluster_keys, cluster_check);
 static const struct schema kubernetes_schema = SCHEMA(kubernetes_keys, NULL);
+static const struct schema mesh_schema = SCHEMA(mesh_keys, NULL);
+static const struct schema multicluster_schema = SCHEMA(multicluster_keys, NULL);
 static const struct schema static_schema = SCHEMA(static_keys, static_check);
 static const struct schema upstream_schema = SCHEMA(upstream_keys, NULL);
 static const struct schema cache_schema = SCHEMA(cache_keys, cache_check);
@@ -353,7 +367,8 @@ static const struct key top_keys[] = {
 	SECTION("health", health_schema),     SECTION("metrics", metrics_schema),
 	SECTION("log", log_schema),           SECTION("control", control_schema),
 	SECTION("security", security_schema), SECTION("chaos", chaos_schema),
-	SECTION("rrl", rrl_schema),};
+	SECTION("rrl", rrl_schema),
+	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),};
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
 /* ---- messages ---------------------------------------------------------- */
@@ -1245,11 +1260,43 @@ static bool ip_equal(const struct config_ip *a, const struct config_ip *b)
  * An intercepted ClusterIP is served as well as listen.addresses; the same
  * address in both would be bound twice and put in two roles in nftables.
  */
+/* One of two names is the other or lies below it (both normalised). */
+static bool names_nest(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	const char *longer = la >= lb ? a : b, *shorter = la >= lb ? b : a;
+	size_t ll = la >= lb ? la : lb, ls = la >= lb ? lb : la;
+
+	return strcmp(longer + ll - ls, shorter) == 0 && (ll == ls || longer[ll - ls - 1] == '.');
+}
+
+/* The mesh and multicluster names come from the Kubernetes API; the
+ * clusterset zone is a zone of its own beside cluster.domain. */
+static int kube_sources_check(struct loader *ld, const yaml_node_t *map)
+{
+	const struct config *cfg = ld->cfg;
+	const yaml_node_t *at;
+
+	if ((cfg->mesh.istio || cfg->multicluster.enabled) && !cfg->kubernetes.enabled) {
+		at = find_value(ld, map, cfg->mesh.istio ? "mesh" : "multicluster");
+		return fail(ld, at ? at : map, "%s needs kubernetes.enabled: its names come from the "
+			    "Kubernetes API", cfg->mesh.istio ? "mesh.istio" : "multicluster.enabled");
+	}
+	if (cfg->multicluster.enabled && names_nest(cfg->multicluster.domain, cfg->cluster.domain)) {
+		at = find_value(ld, map, "multicluster");
+		return fail(ld, at ? at : map, "multicluster.domain %s and cluster.domain %s overlap: "
+			    "each is a zone of its own", cfg->multicluster.domain, cfg->cluster.domain);
+	}
+	return 0;
+}
+
 static int top_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
 {
 	const struct config *cfg = base;
 
 	(void)path;
+	if (kube_sources_check(ld, map) < 0)
+		return -1;
 	for (size_t i = 0; i < cfg->nftables.n_intercept; i++)
 		for (size_t j = 0; j < cfg->listen.n_addresses; j++) {
 			if (!ip_equal(&cfg->nftables.intercept[i], &cfg->listen.addresses[j]))

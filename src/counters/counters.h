@@ -58,6 +58,7 @@ struct counter_values {
 	uint64_t kube_last_contact_time; /* Unix seconds; 0: never */
 	uint64_t cluster_names;
 	uint64_t cluster_limited[CLUSTER_LIMITS];
+	uint64_t mesh_hosts;        /* 0 without mesh.istio */
 	uint64_t node_enabled;      /* 0 or 1: without it, node is all zeros */
 	struct node_stats node;
 	uint64_t reloads_ok, reloads_failed;

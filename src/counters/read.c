@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
+#include "mesh/mesh.h"
 #include "daemon/daemon.h"
 #include "querylog/querylog.h"
 
@@ -41,6 +42,12 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 		cluster_stats(d->cluster, &cs);
 		out->cluster_names = cs.names;
 		memcpy(out->cluster_limited, cs.limited, sizeof out->cluster_limited);
+	}
+	if (d->mesh) {
+		struct mesh_stats ms;
+
+		mesh_stats(d->mesh, &ms);
+		out->mesh_hosts = ms.hosts;
 	}
 	out->node_enabled = d->node != NULL;
 	node_stats(d->node, &out->node); /* zeros without node integration */

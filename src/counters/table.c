@@ -344,12 +344,16 @@ LABELLED_COUNTER(cluster_limited, "localdns_cluster_limited_total",
 	"cluster.max_endpoints_per_service, names past 255 bytes), by bound.",
 	"limit", cluster_limit_names, CLUSTER_LIMITS);
 
+PLAIN_GAUGE(mesh_hosts, "localdns_mesh_hosts",
+	"Istio ServiceEntry host names the mesh answers for (mesh.istio; a wildcard counts once).");
+
 static const struct counter_family *const cluster_families[] = {&cluster_names,
-								&cluster_limited};
+								&cluster_limited, &mesh_hosts};
 
 static const struct counter cluster_rows[] = {
 	{.family = &cluster_names, .at = AT(cluster_names)},
 	{.family = &cluster_limited, .n = CLUSTER_LIMITS, .at = AT(cluster_limited)},
+	{.family = &mesh_hosts, .at = AT(mesh_hosts)},
 };
 
 TABLE(counter_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enabled));

@@ -176,6 +176,19 @@ def test_chart_rbac_is_list_watch_only(env):
         assert rules == {**want, ("", "pods"): ["list", "watch"]}, (sets, rules)
     for sets in (["config.cluster.pods=disabled"], ["config.cluster.pods=insecure"]):
         assert _rules(chart.render(env, sets=sets)) == want, sets
+    # Istio's and MCS's resources only with the feature that reads them
+    # (mesh.istio reads Pods too: who asks, and what a selector picks).
+    istio = {("networking.istio.io", "serviceentries"): ["list", "watch"],
+             ("networking.istio.io", "workloadentries"): ["list", "watch"]}
+    mcs = {("multicluster.x-k8s.io", "serviceimports"): ["list", "watch"]}
+    pods = {("", "pods"): ["list", "watch"]}
+    for sets, extra in ((["config.mesh.istio=true"], {**istio, **pods}),
+                        (["config.multicluster.enabled=true"], mcs),
+                        (["config.mesh.istio=true", "config.multicluster.enabled=true"],
+                         {**istio, **pods, **mcs}),
+                        (["config.mesh.istio=false", "config.multicluster.enabled=false"], {})):
+        rules = _rules(chart.render(env, sets=sets))
+        assert rules == {**want, **extra}, (sets, rules)
     binding = r.one("ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
                                   "kind": "ClusterRole", "name": "localdns"}, binding

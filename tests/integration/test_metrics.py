@@ -470,7 +470,7 @@ def shared_counters():
     }
     for rcode in ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"):
         pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})
-    for source in ("none", "static", "cluster", "cache", "stale", "upstream"):
+    for source in ("none", "static", "cluster", "cache", "stale", "upstream", "mesh"):
         pairs["answers_" + source] = ("localdns_answers_total", {"source": source})
     reasons = ("queue_full", "table_full")
     for reason in reasons:
@@ -513,7 +513,9 @@ def test_ctl_stats_and_metrics_agree_on_every_counter_they_share(env):
     unshared = set(ctl) - set(shared)
     assert unshared == {"control_lookups", "upstream_answers", "kube_enabled", "kube_synced",
                         "kube_objects_services", "kube_objects_endpointslices",
-                        "kube_objects_namespaces", "kube_objects_pods", "kube_events",
+                        "kube_objects_namespaces", "kube_objects_pods",
+                        "kube_objects_serviceentries", "kube_objects_workloadentries",
+                        "kube_objects_serviceimports", "kube_objects_selectedpods", "kube_events",
                         "kube_relists", "kube_errors", "kube_last_contact_time",
                         "node_link_repairs", "node_table_repairs",
                         "reload_last_success_time"}, unshared

@@ -86,6 +86,11 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->kubernetes.service_account_dir,
 			    "/var/run/secrets/kubernetes.io/serviceaccount");
 	assert_int_equal(c->kubernetes.object_max_bytes, 16 << 20);
+	assert_int_equal(c->kubernetes.crd_retry_interval_ms, 60000);
+	assert_false(c->mesh.istio);
+	assert_int_equal(c->mesh.ttl, 30);
+	assert_false(c->multicluster.enabled);
+	assert_string_equal(c->multicluster.domain, "clusterset.local");
 	assert_int_equal(c->statics.n_records, 0);
 	assert_int_equal(c->statics.n_files, 0);
 	assert_int_equal(c->upstream.n_servers, 0);
@@ -662,6 +667,37 @@ static void test_cluster_coredns_options(void **state)
 	expect_error("cluster:\n  noendpoints: true\n  ignore_empty_service: true\n",
 		     "t.yaml:3:3: cluster: ignore_empty_service needs the endpoints that noendpoints "
 		     "stops watching (every Service with a ClusterIP would get NXDOMAIN)");
+}
+
+/* The mesh and the clusterset zone come from the Kubernetes API; the zone is its own. */
+static void test_mesh_and_multicluster(void **state)
+{
+	(void)state;
+	struct config *c = load_ok("mesh: {istio: true, ttl: 10s}\n"
+				   "multicluster: {enabled: true, domain: ClusterSet.Example.}\n"
+				   "kubernetes: {crd_retry_interval: 5s}\n");
+	assert_true(c->mesh.istio);
+	assert_int_equal(c->mesh.ttl, 10);
+	assert_true(c->multicluster.enabled);
+	assert_string_equal(c->multicluster.domain, "clusterset.example");
+	assert_int_equal(c->kubernetes.crd_retry_interval_ms, 5000);
+	config_free(c);
+	expect_error("kubernetes: {enabled: false}\nmesh: {istio: true}\n",
+		     "t.yaml:2:7: mesh.istio needs kubernetes.enabled: its names come from the "
+		     "Kubernetes API");
+	expect_error("kubernetes: {enabled: false}\nmulticluster: {enabled: true}\n",
+		     "t.yaml:2:15: multicluster.enabled needs kubernetes.enabled: its names come from "
+		     "the Kubernetes API");
+	expect_error("multicluster: {enabled: true, domain: svc.cluster.local}\n",
+		     "t.yaml:1:15: multicluster.domain svc.cluster.local and cluster.domain "
+		     "cluster.local overlap: each is a zone of its own");
+	expect_error("cluster: {domain: local}\nmulticluster: {enabled: true}\n",
+		     "t.yaml:2:15: multicluster.domain clusterset.local and cluster.domain local "
+		     "overlap: each is a zone of its own");
+	c = load_ok("cluster: {domain: xcluster.local}\nmulticluster: {enabled: true, domain: cluster.local}\n");
+	config_free(c); /* labels, not bytes: neither lies below the other */
+	expect_error("kubernetes: {crd_retry_interval: 100ms}\n",
+		     "t.yaml:1:34: kubernetes.crd_retry_interval: \"100ms\" is below the minimum 1s");
 }
 
 static void test_error_duration(void **state)
@@ -1311,6 +1347,7 @@ int main(void)
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_fallback_service),
 		cmocka_unit_test(test_cluster_coredns_options),
+		cmocka_unit_test(test_mesh_and_multicluster),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_uint_bool_ip),
