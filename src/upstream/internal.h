@@ -34,15 +34,6 @@ struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t er
 #define UPSTREAM_ADDR_TEXT RESOLVCONF_ADDR_TEXT
 
 /*
- * A request packed (ring.c): its fields, each variable part only as long
- * as its length says; about 150 bytes for a typical miss instead of
- * sizeof (1.4 KB). unpack leaves the unused ends of the arrays as they were.
- */
-size_t upstream_request_packed_size(const struct upstream_request *r);
-void upstream_request_pack(const struct upstream_request *r, uint8_t *out);
-void upstream_request_unpack(const uint8_t *in, struct upstream_request *r);
-
-/*
  * A worker's request ring (ring.c): single producer (the worker), single
  * consumer (the resolver thread), requests packed into 256 KiB. put is
  * false when the ring has no room (the request is not queued); take is
@@ -153,7 +144,7 @@ struct waiter {
 	uint64_t deadline_ms;
 	unsigned worker;
 	uint16_t client;                      /* its slot in upstream.clients */
-	uint8_t req[];                        /* the client's request, packed (ring.c) */
+	uint8_t req[];                        /* the client's request, packed (request.c) */
 };
 
 /* One question on its way upstream: queued, resolving, or cooling down after a failure. */

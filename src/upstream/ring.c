@@ -1,22 +1,17 @@
 /*
  * upstream/ring.c — the request rings from each worker to the resolver
  * thread: single producer, single consumer, a byte ring of packed
- * requests. The packing also keeps the copy of each waiting client's
- * request small (upstream.c).
+ * requests (request.c).
  *
- * Why packed: a struct upstream_request is about 1.4 KB, nearly all of it
- * room for the largest name, CNAME chain, autopath candidates and client
- * address, while a typical miss uses 150 bytes of it. A ring of whole
- * structs touches every one of its pages as it goes round, so after the
- * first thousand misses it was 1.4 MB resident per worker; packed, the
- * same burst fits in 256 KiB, which is all the ring ever touches. (A burst
- * of 1,000 identical misses must fit while the resolver thread waits for
- * a core: test_identical_misses_share_one_upstream_query. That is about
- * 1,700 typical requests; of the largest possible ones, about 210.)
+ * Why packed: a ring of whole structs (1.4 KB each) touches every one of
+ * its pages as it goes round, so after the first thousand misses it was
+ * 1.4 MB resident per worker; packed, the same burst fits in 256 KiB,
+ * which is all the ring ever touches. (A burst of 1,000 identical misses
+ * must fit while the resolver thread waits for a core:
+ * test_identical_misses_share_one_upstream_query. That is about 1,700
+ * typical requests; of the largest possible ones, about 210.)
  *
- * A record is a 4-byte size, then the request's fields in the order
- * transfer() lists them, each variable part only as long as its length
- * field says, padded to 8 bytes. Records never straddle the ring's end: a
+ * A record is a 4-byte size, then the packed request, padded to 8 bytes. Records never straddle the ring's end: a
  * record that would is put at the start, and a size of 0 where it would
  * have been tells the reader to go there. head and tail are free-running
  * byte counts on cache lines of their own: the worker publishes a record
@@ -39,86 +34,6 @@ struct request_ring {
 	_Alignas(64) _Atomic uint32_t tail; /* next byte the worker writes */
 	_Alignas(64) uint8_t bytes[RING_BYTES];
 };
-
-/*
- * Move one request between r and the record body at p: into p when pack,
- * out of it otherwise; with p NULL (pack only) just count. Every field of
- * struct upstream_request is listed here once, lengths before the parts
- * they measure, so packing and unpacking cannot disagree. Returns the
- * body's size.
- */
-static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
-{
-	size_t n = 0;
-
-#define MOVE(field, len)                                                  \
-	do {                                                              \
-		if (p && pack)                                            \
-			memcpy(p + n, &r->field, len);                    \
-		else if (p)                                               \
-			memcpy(&r->field, p + n, len);                    \
-		n += len;                                                 \
-	} while (0)
-#define FIELD(field) MOVE(field, sizeof r->field)
-	FIELD(q.id);
-	FIELD(q.flags);
-	FIELD(q.question_ok);
-	FIELD(q.qtype);
-	FIELD(q.qclass);
-	FIELD(q.qname_len);
-	FIELD(q.qname_labels);
-	FIELD(q.has_edns);
-	FIELD(q.edns_version);
-	FIELD(q.edns_do);
-	FIELD(q.edns_udp_size);
-	FIELD(q.cookie_len);
-	FIELD(chain_len);
-	FIELD(chain_ttl);
-	FIELD(search);
-	FIELD(nxdomain_len);
-	FIELD(reply_limit);
-	FIELD(udp_payload);
-	FIELD(has_cookie);
-	FIELD(cookie);
-	FIELD(transport);
-	FIELD(fd);
-	FIELD(peer_len);
-	FIELD(conn);
-	FIELD(conn_gen);
-	FIELD(log_reply);
-	MOVE(q.qname, r->q.qname_len);
-	MOVE(q.qname_orig, r->q.qname_len);
-	MOVE(q.cookie, r->q.cookie_len);
-	MOVE(chain, r->chain_len);
-	MOVE(nxdomain, r->nxdomain_len);
-	MOVE(peer, r->peer_len);
-#undef FIELD
-#undef MOVE
-	return n;
-}
-
-size_t upstream_request_packed_size(const struct upstream_request *r)
-{
-	return transfer((struct upstream_request *)r, NULL, true); /* only reads it */
-}
-
-void upstream_request_pack(const struct upstream_request *r, uint8_t *out)
-{
-	transfer((struct upstream_request *)r, out, true); /* only reads it */
-}
-
-void upstream_request_unpack(const uint8_t *in, struct upstream_request *r)
-{
-	transfer(r, (uint8_t *)in, false); /* only reads in */
-}
-
-/* The lengths index fixed arrays on the reader's side: a writer's bug must not overrun them. */
-static bool lengths_fit(const struct upstream_request *r)
-{
-	return r->q.qname_len <= sizeof r->q.qname && r->q.cookie_len <= sizeof r->q.cookie &&
-	       r->chain_len <= sizeof r->chain && r->nxdomain_len <= sizeof r->nxdomain &&
-	       r->peer_len <= sizeof r->peer;
-}
 
 static uint32_t record_size(size_t body)
 {
@@ -150,7 +65,7 @@ bool request_ring_put(struct request_ring *ring, const struct upstream_request *
 	uint32_t size = record_size(upstream_request_packed_size(r));
 	uint32_t skip = size > RING_BYTES - at ? RING_BYTES - at : 0;
 
-	if (!lengths_fit(r) || RING_BYTES - (tail - head) < skip + size)
+	if (!upstream_request_fits(r) || RING_BYTES - (tail - head) < skip + size)
 		return false;
 	if (skip) {
 		uint32_t wrap = WRAP;
