@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "querylog/querylog.h"
 #include "top/top.h"
@@ -35,22 +34,18 @@ static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstre
 			size_t len)
 {
 	struct completion_ring *ring = u->completions[worker];
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
 	uint8_t *framed;
 
-	if (tail - head == COMPLETION_SLOTS || !(framed = malloc(len + 2))) {
+	if (!completion_ring_has_room(ring) || !(framed = malloc(len + 2))) {
 		upstream_bump(&u->n.dropped);
 		return;
 	}
 	framed[0] = (uint8_t)(len >> 8);
 	framed[1] = (uint8_t)len;
 	memcpy(framed + 2, u->buf, len);
-	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
-		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
 	count_reply(u);
-	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
-	ring->signal_pending = true;
+	completion_ring_put(ring, &(struct upstream_completion){
+		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2});
 }
 
 void deliver(struct upstream *u, unsigned worker, const struct upstream_request *r, size_t len)
@@ -74,16 +69,8 @@ void deliver(struct upstream *u, unsigned worker, const struct upstream_request 
 
 void signal_completions(struct upstream *u)
 {
-	uint64_t one = 1;
-
-	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct completion_ring *ring = u->completions[i];
-		if (ring->signal_pending) {
-			ring->signal_pending = false;
-			ssize_t ignored = write(ring->efd, &one, sizeof one);
-			(void)ignored; /* EAGAIN: the counter is already non-zero */
-		}
-	}
+	for (unsigned i = 0; i < u->n_workers; i++)
+		completion_ring_signal(u->completions[i]);
 }
 
 static void begin_reply(struct dns_writer *w, struct upstream *u, const struct upstream_request *r)

@@ -46,6 +46,24 @@ void request_ring_free(struct request_ring *ring);
 bool request_ring_put(struct request_ring *ring, const struct upstream_request *r);
 bool request_ring_take(struct request_ring *ring, struct upstream_request *out);
 
+/*
+ * A worker's completion ring (ring.c): TCP replies from the resolver
+ * thread (single producer) to the worker (single consumer), with the
+ * eventfd the worker watches. new is NULL without memory or an eventfd;
+ * free frees the replies still in it. Resolver side: has_room, then put
+ * (which cannot fail after has_room said yes); signal writes the eventfd
+ * once for everything put since the last signal. Worker side: take is
+ * false when the ring is empty (having read the eventfd clean).
+ */
+struct completion_ring;
+struct completion_ring *completion_ring_new(void);
+void completion_ring_free(struct completion_ring *ring);
+int completion_ring_fd(const struct completion_ring *ring);
+bool completion_ring_has_room(const struct completion_ring *ring);
+void completion_ring_put(struct completion_ring *ring, const struct upstream_completion *c);
+void completion_ring_signal(struct completion_ring *ring);
+bool completion_ring_take(struct completion_ring *ring, struct upstream_completion *out);
+
 /* ---- pacing (pace.c) ------------------------------------------------------- */
 
 /*
@@ -74,7 +92,6 @@ uint64_t pace_wait_ms(const struct pace *p, uint64_t now_ms);
 #define MAX_FLIGHTS 8192         /* questions known at once: running, queued, cooling */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
 #define MAX_WAITERS_PER_CLIENT (MAX_WAITERS / 4)
-#define COMPLETION_SLOTS 1024    /* TCP replies per worker ring; a power of two */
 #define FAILURE_HOLD_MS 5000     /* cool-down after a failed resolution */
 #define CLIENT_SLOTS 4096        /* per-client counts (a power of two) */
 #define NO_CLIENT UINT16_MAX     /* a question nobody in particular asked (a refresh) */
@@ -90,15 +107,6 @@ uint64_t pace_wait_ms(const struct pace *p, uint64_t now_ms);
  * first member of a struct upstream_context for libunbound's descriptors.
  */
 enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
-
-/* TCP replies for one worker: single producer (resolver), single consumer. */
-struct completion_ring {
-	_Alignas(64) _Atomic uint32_t head; /* next slot the worker reads */
-	_Alignas(64) _Atomic uint32_t tail; /* next slot the resolver writes */
-	int efd;
-	bool signal_pending;                 /* resolver only: efd write owed */
-	struct upstream_completion slots[COMPLETION_SLOTS];
-};
 
 /* A libunbound context and the queries still running on it. */
 struct upstream_context {

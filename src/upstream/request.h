@@ -2,7 +2,8 @@
  * upstream/request.h — a question for the resolver, as a worker (or a
  * control thread) hands it over: the parsed question, what the reply may
  * hold, and where it goes; packed (request.c) for the rings and for the
- * clients that wait. A header of its own so that the query pipeline, which fills it, need not include the
+ * clients that wait; and the TCP reply that comes back. A header of its
+ * own so that the query pipeline, which fills it, need not include the
  * resolver's interface.
  */
 #ifndef LOCALDNS_UPSTREAM_REQUEST_H
@@ -72,5 +73,13 @@ size_t upstream_request_packed_size(const struct upstream_request *r);
 void upstream_request_pack(const struct upstream_request *r, uint8_t *out);
 void upstream_request_unpack(const uint8_t *in, struct upstream_request *r);
 bool upstream_request_fits(const struct upstream_request *r);
+
+/* A TCP reply for a worker: the DNS message with its 2-byte length prefix. */
+struct upstream_completion {
+	uint32_t conn;
+	uint32_t conn_gen;
+	uint8_t *framed;       /* malloc'd; the taker frees it */
+	size_t len;
+};
 
 #endif

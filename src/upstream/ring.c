@@ -1,7 +1,11 @@
 /*
- * upstream/ring.c — the request rings from each worker to the resolver
- * thread: single producer, single consumer, a byte ring of packed
- * requests (request.c).
+ * upstream/ring.c — the rings between the workers and the resolver
+ * thread, each with one producer and one consumer: a worker's requests
+ * to the resolver, and the resolver's TCP replies back to that worker.
+ * Neither side allocates, locks or waits; the only syscalls are the
+ * eventfd writes and reads that wake the other side.
+ *
+ * Requests: a byte ring of packed requests (request.c).
  *
  * Why packed: a ring of whole structs (1.4 KB each) touches every one of
  * its pages as it goes round, so after the first thousand misses it was
@@ -24,8 +28,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #define RING_BYTES (256u * 1024) /* a power of two */
+#define COMPLETION_SLOTS 1024    /* TCP replies per worker ring; a power of two */
 #define RECORD_ALIGN 8u
 #define WRAP 0u                  /* record size meaning "continue at the start" */
 
@@ -94,5 +101,106 @@ bool request_ring_take(struct request_ring *ring, struct upstream_request *out)
 	upstream_request_unpack(ring->bytes + (head & (RING_BYTES - 1)) + sizeof size, out);
 	/* given back at once: the worker may fill these bytes while we handle the request */
 	atomic_store_explicit(&ring->head, head + size, memory_order_release);
+	return true;
+}
+
+/* ---- completions ------------------------------------------------------------ */
+
+/*
+ * Replies: a ring of COMPLETION_SLOTS slots, head and tail free-running
+ * slot counts on cache lines of their own. The resolver writes a slot and
+ * publishes it with a release store of tail; the worker copies it out and
+ * gives it back with a release store of head. The eventfd is written once
+ * per resolver loop turn for all the replies of that turn (signal), not
+ * once per reply.
+ */
+struct completion_ring {
+	_Alignas(64) _Atomic uint32_t head; /* next slot the worker reads */
+	_Alignas(64) _Atomic uint32_t tail; /* next slot the resolver writes */
+	int efd;
+	bool signal_pending;                 /* resolver only: an efd write is owed */
+	struct upstream_completion slots[COMPLETION_SLOTS];
+};
+
+struct completion_ring *completion_ring_new(void)
+{
+	struct completion_ring *ring = aligned_alloc(64, sizeof *ring);
+
+	if (!ring)
+		return NULL;
+	/* slots are written before they are read: not cleared, so a worker
+	 * that never sees a TCP miss never touches them */
+	atomic_init(&ring->head, 0);
+	atomic_init(&ring->tail, 0);
+	ring->signal_pending = false;
+	ring->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ring->efd < 0) {
+		free(ring);
+		return NULL;
+	}
+	return ring;
+}
+
+void completion_ring_free(struct completion_ring *ring)
+{
+	if (!ring)
+		return;
+	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
+
+	for (; head != tail; head++)
+		free(ring->slots[head & (COMPLETION_SLOTS - 1)].framed);
+	close(ring->efd);
+	free(ring);
+}
+
+int completion_ring_fd(const struct completion_ring *ring)
+{
+	return ring->efd;
+}
+
+bool completion_ring_has_room(const struct completion_ring *ring)
+{
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+
+	return tail - head < COMPLETION_SLOTS;
+}
+
+void completion_ring_put(struct completion_ring *ring, const struct upstream_completion *c)
+{
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+
+	ring->slots[tail & (COMPLETION_SLOTS - 1)] = *c;
+	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
+	ring->signal_pending = true;
+}
+
+void completion_ring_signal(struct completion_ring *ring)
+{
+	uint64_t one = 1;
+
+	if (!ring->signal_pending)
+		return;
+	ring->signal_pending = false;
+	ssize_t ignored = write(ring->efd, &one, sizeof one);
+	(void)ignored; /* EAGAIN: the counter is already non-zero */
+}
+
+bool completion_ring_take(struct completion_ring *ring, struct upstream_completion *out)
+{
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+
+	if (head == tail) {
+		uint64_t value;
+		ssize_t ignored = read(ring->efd, &value, sizeof value);
+		(void)ignored;
+		/* a completion may have landed between the check and the read */
+		tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+		if (head == tail)
+			return false;
+	}
+	*out = ring->slots[head & (COMPLETION_SLOTS - 1)];
+	atomic_store_explicit(&ring->head, head + 1, memory_order_release);
 	return true;
 }

@@ -129,26 +129,13 @@ bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
 
 int upstream_completion_fd(struct upstream *u, unsigned worker)
 {
-	return u->completions[worker]->efd;
+	return completion_ring_fd(u->completions[worker]);
 }
 
 bool upstream_take_completion(struct upstream *u, unsigned worker,
 			      struct upstream_completion *out)
 {
-	struct completion_ring *ring = u->completions[worker];
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-
-	if (head == tail) {
-		drain_fd(ring->efd);
-		/* a completion may have landed between the check and the read */
-		tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-		if (head == tail)
-			return false;
-	}
-	*out = ring->slots[head & (COMPLETION_SLOTS - 1)];
-	atomic_store_explicit(&ring->head, head + 1, memory_order_release);
-	return true;
+	return completion_ring_take(u->completions[worker], out);
 }
 
 bool upstream_failing(const struct upstream *u)
@@ -503,22 +490,9 @@ static int make_rings(struct upstream *u)
 	if (!u->requests || !u->completions)
 		return -1;
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct request_ring *requests = request_ring_new();
-		struct completion_ring *completions = aligned_alloc(64, sizeof *completions);
-		if (completions) {
-			/* slots are written before they are read: not cleared, so a
-			 * worker that never sees a TCP miss never touches them */
-			atomic_init(&completions->head, 0);
-			atomic_init(&completions->tail, 0);
-			completions->signal_pending = false;
-			completions->efd = -1;
-		}
-		u->requests[i] = requests;
-		u->completions[i] = completions;
-		if (!requests || !completions)
-			return -1;
-		completions->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (completions->efd < 0)
+		u->requests[i] = request_ring_new();
+		u->completions[i] = completion_ring_new();
+		if (!u->requests[i] || !u->completions[i])
 			return -1;
 	}
 	return 0;
@@ -713,17 +687,6 @@ void upstream_stop(struct upstream *u)
 	drop_everything(u);
 }
 
-static void free_completions(struct completion_ring *ring)
-{
-	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
-
-	for (; head != tail; head++)
-		free(ring->slots[head & (COMPLETION_SLOTS - 1)].framed);
-	if (ring->efd >= 0)
-		close(ring->efd);
-	free(ring);
-}
-
 /* Sockets handed over after the resolver stopped are closed here. */
 static void free_requests(struct upstream *u, struct request_ring *ring)
 {
@@ -743,8 +706,7 @@ void upstream_free(struct upstream *u)
 		if (u->requests[i])
 			free_requests(u, u->requests[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
-		if (u->completions[i])
-			free_completions(u->completions[i]);
+		completion_ring_free(u->completions[i]);
 	free(u->requests);
 	free(u->completions);
 	flight_table_free(&u->flights);

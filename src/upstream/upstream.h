@@ -40,14 +40,6 @@
 #include "dns/dns.h"
 #include "upstream/request.h"
 
-/* A TCP reply for a worker: the DNS message with its 2-byte length prefix. */
-struct upstream_completion {
-	uint32_t conn;
-	uint32_t conn_gen;
-	uint8_t *framed;       /* malloc'd; the taker frees it */
-	size_t len;
-};
-
 /* Upper bounds (seconds) of the libunbound latency histogram's buckets. */
 #define UPSTREAM_LATENCY_BUCKETS 14
 extern const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS];
