@@ -64,6 +64,20 @@ void completion_ring_put(struct completion_ring *ring, const struct upstream_com
 void completion_ring_signal(struct completion_ring *ring);
 bool completion_ring_take(struct completion_ring *ring, struct upstream_completion *out);
 
+/*
+ * A worker's socket ring (ring.c): the UDP sockets it no longer reads,
+ * handed to the resolver thread (upstream_retire_socket). put is false
+ * when the ring is full (try again later); take is false when it is
+ * empty. A socket taken was put after every request that carries it, so
+ * those requests are in the request ring by then: the resolver takes the
+ * sockets first, then drains the requests.
+ */
+struct socket_ring;
+struct socket_ring *socket_ring_new(void);
+void socket_ring_free(struct socket_ring *ring);
+bool socket_ring_put(struct socket_ring *ring, int fd);
+bool socket_ring_take(struct socket_ring *ring, int *fd);
+
 /* ---- pacing (pace.c) ------------------------------------------------------- */
 
 /*
@@ -216,6 +230,7 @@ struct upstream {
 	unsigned n_workers;
 	struct request_ring **requests;
 	struct completion_ring **completions;
+	struct socket_ring **sockets;
 	int request_efd;
 	int stop_efd;
 	int control_efd;             /* upstream_switch has a context waiting */

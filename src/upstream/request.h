@@ -21,7 +21,6 @@ enum upstream_transport {
 	UPSTREAM_NO_REPLY, /* a background refresh (prefetch, stale): nobody waits */
 	UPSTREAM_UDP,
 	UPSTREAM_TCP,
-	UPSTREAM_RETIRED_SOCKET, /* not a query: see upstream_retire_socket */
 };
 
 /* A local CNAME chain leaving local data, or autopath's candidates: concatenated wire names. */

@@ -1,7 +1,8 @@
 /*
  * upstream/ring.c — the rings between the workers and the resolver
  * thread, each with one producer and one consumer: a worker's requests
- * to the resolver, and the resolver's TCP replies back to that worker.
+ * to the resolver, the resolver's TCP replies back to that worker, and
+ * the UDP sockets a worker no longer reads, handed to the resolver.
  * Neither side allocates, locks or waits; the only syscalls are the
  * eventfd writes and reads that wake the other side.
  *
@@ -33,6 +34,7 @@
 
 #define RING_BYTES (256u * 1024) /* a power of two */
 #define COMPLETION_SLOTS 1024    /* TCP replies per worker ring; a power of two */
+#define SOCKET_SLOTS 64          /* sockets handed over per worker; a power of two */
 #define RECORD_ALIGN 8u
 #define WRAP 0u                  /* record size meaning "continue at the start" */
 
@@ -201,6 +203,61 @@ bool completion_ring_take(struct completion_ring *ring, struct upstream_completi
 			return false;
 	}
 	*out = ring->slots[head & (COMPLETION_SLOTS - 1)];
+	atomic_store_explicit(&ring->head, head + 1, memory_order_release);
+	return true;
+}
+
+/* ---- sockets handed over ------------------------------------------------------ */
+
+/*
+ * A worker hands a socket over only when a listen address goes (a reload),
+ * and keeps the ones a full ring refuses for its next turn: a few slots do.
+ * The release store of tail that publishes a socket comes after the worker
+ * put every request carrying it into its request ring, so a resolver that
+ * has seen the socket (acquire) then sees those requests too.
+ */
+struct socket_ring {
+	_Alignas(64) _Atomic uint32_t head; /* next slot the resolver reads */
+	_Alignas(64) _Atomic uint32_t tail; /* next slot the worker writes */
+	int fds[SOCKET_SLOTS];
+};
+
+struct socket_ring *socket_ring_new(void)
+{
+	struct socket_ring *ring = aligned_alloc(64, sizeof *ring);
+
+	if (ring) {
+		atomic_init(&ring->head, 0);
+		atomic_init(&ring->tail, 0);
+	}
+	return ring;
+}
+
+void socket_ring_free(struct socket_ring *ring)
+{
+	free(ring);
+}
+
+bool socket_ring_put(struct socket_ring *ring, int fd)
+{
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+
+	if (tail - head == SOCKET_SLOTS)
+		return false;
+	ring->fds[tail & (SOCKET_SLOTS - 1)] = fd;
+	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
+	return true;
+}
+
+bool socket_ring_take(struct socket_ring *ring, int *fd)
+{
+	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+
+	if (head == tail)
+		return false;
+	*fd = ring->fds[head & (SOCKET_SLOTS - 1)];
 	atomic_store_explicit(&ring->head, head + 1, memory_order_release);
 	return true;
 }

@@ -31,11 +31,13 @@
  * cleared at the switch.
  *
  * Retired sockets. When a listen address is removed, each worker stops
- * reading its UDP socket and hands it here through its ring: every request
- * carrying that socket came before, so once the last waiter now queued has
- * reached its deadline (the list's tail), nobody can be answered on it any
- * more, and the resolver closes it. Closing it in the worker would let a
- * late sendto reach a reused descriptor number.
+ * reading its UDP socket and hands it here through its socket ring
+ * (ring.c). Every request carrying that socket was put in the worker's
+ * request ring before, so the resolver takes the sockets first and then
+ * the requests: once the last waiter then known has reached its deadline
+ * (the list's tail), nobody can be answered on the socket any more, and
+ * the resolver closes it. Closing it in the worker would let a late sendto
+ * reach a reused descriptor number.
  *
  * Capacity. A context runs at most MAX_RESOLVING queries (Unbound's
  * num-queries-per-thread); more wait in flight.c's queue, so a slow or
@@ -119,9 +121,7 @@ void upstream_wake(struct upstream *u)
 
 bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
 {
-	struct upstream_request r = {.transport = UPSTREAM_RETIRED_SOCKET, .fd = fd};
-
-	if (!upstream_submit(u, worker, &r))
+	if (!socket_ring_put(u->sockets[worker], fd))
 		return false;
 	upstream_wake(u);
 	return true;
@@ -195,20 +195,41 @@ uint64_t upstream_heartbeat_ms(const struct upstream *u)
 	return atomic_load_explicit(&u->heartbeat_ms, memory_order_relaxed);
 }
 
-/* Every request carrying fd came before this one: close it once their waiters are gone. */
-static void retire_socket(struct upstream *u, int fd)
+/*
+ * The sockets the workers handed over, not yet closable: taken before the
+ * requests (see "Retired sockets" above), their closing time set after.
+ */
+static struct retired_socket *take_sockets(struct upstream *u)
 {
-	struct retired_socket *rs = malloc(sizeof *rs);
+	struct retired_socket *taken = NULL;
+	int fd;
 
-	if (!rs) {
-		/* Waiting on is then impossible: better a reply lost than the descriptor leaked. */
-		close(fd);
-		return;
+	for (unsigned i = 0; i < u->n_workers; i++) {
+		while (socket_ring_take(u->sockets[i], &fd)) {
+			struct retired_socket *rs = malloc(sizeof *rs);
+			if (!rs) {
+				/* Waiting on is then impossible: better a reply lost than the descriptor leaked. */
+				close(fd);
+				continue;
+			}
+			rs->fd = fd;
+			rs->next = taken;
+			taken = rs;
+		}
 	}
-	rs->fd = fd;
-	rs->close_at_ms = last_deadline_ms(u);
-	rs->next = u->retired_sockets;
-	u->retired_sockets = rs;
+	return taken;
+}
+
+/* The requests that carried them are in: close them once their waiters are gone. */
+static void retire_sockets(struct upstream *u, struct retired_socket *taken)
+{
+	while (taken) {
+		struct retired_socket *rs = taken;
+		taken = rs->next;
+		rs->close_at_ms = last_deadline_ms(u);
+		rs->next = u->retired_sockets;
+		u->retired_sockets = rs;
+	}
 }
 
 static void close_retired_sockets(struct upstream *u, bool all)
@@ -228,6 +249,7 @@ static void close_retired_sockets(struct upstream *u, bool all)
 static void take_requests(struct upstream *u)
 {
 	struct upstream_request *r = &u->taken;
+	struct retired_socket *sockets = take_sockets(u);
 
 	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
@@ -235,14 +257,13 @@ static void take_requests(struct upstream *u)
 			/* read after the request arrived: TTLs aged by an older
 			 * clock could go up between two replies (see worker_read_clock) */
 			u->now_ms = (uint64_t)coarse_ms();
-			if (r->transport == UPSTREAM_RETIRED_SOCKET)
-				retire_socket(u, r->fd);
-			else if (r->transport == UPSTREAM_NO_REPLY)
+			if (r->transport == UPSTREAM_NO_REPLY)
 				handle_refresh(u, r);
 			else
 				handle_client(u, i, r);
 		}
 	}
+	retire_sockets(u, sockets);
 }
 
 static int wait_ms(const struct upstream *u)
@@ -487,12 +508,14 @@ static int make_rings(struct upstream *u)
 {
 	u->requests = calloc(u->n_workers, sizeof *u->requests);
 	u->completions = calloc(u->n_workers, sizeof *u->completions);
-	if (!u->requests || !u->completions)
+	u->sockets = calloc(u->n_workers, sizeof *u->sockets);
+	if (!u->requests || !u->completions || !u->sockets)
 		return -1;
 	for (unsigned i = 0; i < u->n_workers; i++) {
 		u->requests[i] = request_ring_new();
 		u->completions[i] = completion_ring_new();
-		if (!u->requests[i] || !u->completions[i])
+		u->sockets[i] = socket_ring_new();
+		if (!u->requests[i] || !u->completions[i] || !u->sockets[i])
 			return -1;
 	}
 	return 0;
@@ -688,12 +711,13 @@ void upstream_stop(struct upstream *u)
 }
 
 /* Sockets handed over after the resolver stopped are closed here. */
-static void free_requests(struct upstream *u, struct request_ring *ring)
+static void free_sockets(struct socket_ring *ring)
 {
-	while (request_ring_take(ring, &u->taken))
-		if (u->taken.transport == UPSTREAM_RETIRED_SOCKET)
-			close(u->taken.fd);
-	request_ring_free(ring);
+	int fd;
+
+	while (socket_ring_take(ring, &fd))
+		close(fd);
+	socket_ring_free(ring);
 }
 
 void upstream_free(struct upstream *u)
@@ -703,12 +727,15 @@ void upstream_free(struct upstream *u)
 	upstream_stop(u);
 	upstream_discard(u->ctx);
 	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
-		if (u->requests[i])
-			free_requests(u, u->requests[i]);
+		request_ring_free(u->requests[i]);
+	for (unsigned i = 0; u->sockets && i < u->n_workers; i++)
+		if (u->sockets[i])
+			free_sockets(u->sockets[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
 		completion_ring_free(u->completions[i]);
 	free(u->requests);
 	free(u->completions);
+	free(u->sockets);
 	flight_table_free(&u->flights);
 	if (u->request_efd >= 0)
 		close(u->request_efd);

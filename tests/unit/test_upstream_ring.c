@@ -5,7 +5,7 @@
  * come out in order across many wraps of the ring, a full ring refuses
  * rather than overwrites, the burst a coalescing test sends (1,000 misses)
  * fits, and a worker and a resolver thread running at once agree on every
- * byte.
+ * byte; and the ring of sockets a worker hands over.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,7 +56,7 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 	r->has_cookie = seq & 8;
 	for (size_t i = 0; i < sizeof r->cookie; i++)
 		r->cookie[i] = (uint8_t)(seq ^ i);
-	r->transport = (enum upstream_transport)(seq % 4);
+	r->transport = (enum upstream_transport)(seq % 3);
 	r->fd = (int)(seq % 1000);
 	if (v6) {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&r->peer;
@@ -248,6 +248,28 @@ static void test_a_worker_and_the_resolver_at_once(void **state)
 	request_ring_free(ring);
 }
 
+/* The sockets a worker hands over: in order, a full ring refuses, and room comes back. */
+static void test_sockets_handed_over_in_order_and_a_full_ring_refuses(void **state)
+{
+	(void)state;
+	struct socket_ring *ring = socket_ring_new();
+	int fd, put = 0, taken = 0;
+
+	assert_non_null(ring);
+	assert_false(socket_ring_take(ring, &fd));
+	while (socket_ring_put(ring, 100 + put))
+		put++;
+	assert_int_equal(put, 64);
+	assert_true(socket_ring_take(ring, &fd));
+	assert_int_equal(fd, 100 + taken++);
+	assert_true(socket_ring_put(ring, 100 + put++));
+	assert_false(socket_ring_put(ring, 0));
+	while (socket_ring_take(ring, &fd))
+		assert_int_equal(fd, 100 + taken++);
+	assert_int_equal(taken, put);
+	socket_ring_free(ring);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -255,6 +277,7 @@ int main(void)
 		cmocka_unit_test(test_a_burst_of_misses_fits_and_a_full_ring_refuses),
 		cmocka_unit_test(test_order_and_bytes_hold_across_many_wraps),
 		cmocka_unit_test(test_a_worker_and_the_resolver_at_once),
+		cmocka_unit_test(test_sockets_handed_over_in_order_and_a_full_ring_refuses),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
