@@ -14,89 +14,11 @@
 #include "top/top.h"
 
 #include "config/config.h"
-#include "resolvconf/resolvconf.h"
+#include "upstream/context.h"
+#include "upstream/pace.h"
+#include "upstream/ring.h"
+#include "upstream/stats.h"
 #include "upstream/upstream.h"
-
-/*
- * The libunbound configuration for cfg (context.c) as unbound.conf text,
- * malloc'd: forwarders or recursion, forward zones, DNSSEC. Every decision
- * an operator would want to know about (which resolv.conf servers were used
- * or skipped, and why) is logged. It may probe resolv.conf servers (up to a
- * few hundred ms), so it never runs on the resolver thread. NULL with err set.
- */
-char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen);
-
-/* A libunbound context (threads, not a forked process) configured by text;
- * reads no file but those text names. NULL with err set. */
-struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t errlen);
-
-/* Largest text form of a forwarder ("ip@port"): resolv.conf's nameservers come in it too. */
-#define UPSTREAM_ADDR_TEXT RESOLVCONF_ADDR_TEXT
-
-/*
- * A worker's request ring (ring.c): single producer (the worker), single
- * consumer (the resolver thread), requests packed into 256 KiB. put is
- * false when the ring has no room (the request is not queued); take is
- * false when it is empty, else *out holds the oldest request. Neither
- * allocates, locks or makes a syscall.
- */
-struct request_ring;
-struct request_ring *request_ring_new(void);
-void request_ring_free(struct request_ring *ring);
-bool request_ring_put(struct request_ring *ring, const struct upstream_request *r);
-bool request_ring_take(struct request_ring *ring, struct upstream_request *out);
-
-/*
- * A worker's completion ring (ring.c): TCP replies from the resolver
- * thread (single producer) to the worker (single consumer), with the
- * eventfd the worker watches. new is NULL without memory or an eventfd;
- * free frees the replies still in it. Resolver side: has_room, then put
- * (which cannot fail after has_room said yes); signal writes the eventfd
- * once for everything put since the last signal. Worker side: take is
- * false when the ring is empty (having read the eventfd clean).
- */
-struct completion_ring;
-struct completion_ring *completion_ring_new(void);
-void completion_ring_free(struct completion_ring *ring);
-int completion_ring_fd(const struct completion_ring *ring);
-bool completion_ring_has_room(const struct completion_ring *ring);
-void completion_ring_put(struct completion_ring *ring, const struct upstream_completion *c);
-void completion_ring_signal(struct completion_ring *ring);
-bool completion_ring_take(struct completion_ring *ring, struct upstream_completion *out);
-
-/*
- * A worker's socket ring (ring.c): the UDP sockets it no longer reads,
- * handed to the resolver thread (upstream_retire_socket). put is false
- * when the ring is full (try again later); take is false when it is
- * empty. A socket taken was put after every request that carries it, so
- * those requests are in the request ring by then: the resolver takes the
- * sockets first, then drains the requests.
- */
-struct socket_ring;
-struct socket_ring *socket_ring_new(void);
-void socket_ring_free(struct socket_ring *ring);
-bool socket_ring_put(struct socket_ring *ring, int fd);
-bool socket_ring_take(struct socket_ring *ring, int *fd);
-
-/* ---- pacing (pace.c) ------------------------------------------------------- */
-
-/*
- * A token bucket: at most rate questions a second, in bursts of at most a
- * tenth of a second's worth (at least one). rate 0 means no limit. Pure:
- * the caller passes the clock; no allocation, no lock.
- */
-struct pace {
-	uint64_t rate;         /* questions per second; 0 = unlimited */
-	uint64_t burst_milli;  /* bucket size, in thousandths of a question */
-	uint64_t tokens_milli;
-	uint64_t at_ms;        /* when tokens_milli was last brought up to date */
-};
-
-void pace_init(struct pace *p, uint64_t rate, uint64_t now_ms);
-/* Take one token: true when a question may go now. */
-bool pace_take(struct pace *p, uint64_t now_ms);
-/* Milliseconds until pace_take can succeed (0: now). */
-uint64_t pace_wait_ms(const struct pace *p, uint64_t now_ms);
 
 /* ---- the resolver thread's state (upstream.c, flight.c, result.c, deliver.c) ---- */
 
@@ -211,19 +133,6 @@ struct flight_table {
 	uint8_t key[16];
 };
 
-struct counters {
-	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus, renewals, paced, retries, client_limited;
-	_Atomic uint64_t shed[UPSTREAM_SHEDS];
-	_Atomic uint64_t results[UPSTREAM_RESULTS];
-	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */
-	_Atomic uint64_t queued;     /* gauge: questions in the queue */
-	_Atomic uint64_t flights;    /* gauge: questions in the flight table */
-	_Atomic uint64_t rcode[DNS_RCODE_SLOTS], truncated;
-	_Atomic uint64_t latency[UPSTREAM_LATENCY_BUCKETS + 1]; /* per bucket, last: above all */
-	_Atomic uint64_t latency_ns;
-};
-
 struct upstream {
 	struct upstream_context *ctx; /* where new queries start */
 	struct cache *cache;
@@ -272,13 +181,8 @@ struct upstream {
 	struct upstream_request taken; /* the request take_requests unpacked last */
 	struct upstream_request waiting; /* the waiter's request waiter_request unpacked last */
 
-	struct counters n;
+	struct upstream_counters n;
 };
-
-static inline void upstream_bump(_Atomic uint64_t *counter)
-{
-	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
-}
 
 /* deliver.c: replies to the clients. */
 void deliver(struct upstream *u, unsigned worker, const struct upstream_request *r, size_t len);

@@ -33,9 +33,6 @@
 #include "log/log.h"
 #include "util/clock.h"
 
-const char *const upstream_result_names[UPSTREAM_RESULTS] = {
-	"NOERROR", "NXDOMAIN", "SERVFAIL", "other", "error", "bogus"};
-
 /* A SERVFAIL reply to f's question, for the cache (header + question only). */
 static size_t servfail_message(const struct flight *f, uint8_t *out, size_t cap)
 {
@@ -179,17 +176,6 @@ static void resolution_bogus(struct upstream *u, struct flight *f, const char *w
 	}
 }
 
-static void observe_latency(struct upstream *u, uint64_t took_ns)
-{
-	double seconds = (double)took_ns / 1e9;
-	size_t i = 0;
-
-	while (i < UPSTREAM_LATENCY_BUCKETS && seconds > upstream_latency_bounds[i])
-		i++;
-	upstream_bump(&u->n.latency[i]);
-	atomic_fetch_add_explicit(&u->n.latency_ns, took_ns, memory_order_relaxed);
-}
-
 void stop_counting(struct upstream *u, struct flight *f)
 {
 	f->resolving = false;
@@ -242,7 +228,7 @@ void on_result(void *arg, int err, struct ub_result *result)
 	bool current = f->ctx == u->ctx;
 	enum upstream_result kind = result_kind(err, result);
 
-	observe_latency(u, monotonic_ns() - f->asked_ns);
+	upstream_observe_latency(&u->n, monotonic_ns() - f->asked_ns);
 	upstream_bump(&u->n.results[kind]);
 	u->now_ms = (uint64_t)coarse_ms();
 	f->ctx->last_result_ms = u->now_ms;

@@ -23,7 +23,7 @@
  * with a release store of tail, the resolver gives its bytes back with a
  * release store of head as soon as it has unpacked it.
  */
-#include "upstream/internal.h"
+#include "upstream/ring.h"
 
 #include <stdalign.h>
 #include <stdatomic.h>

@@ -55,6 +55,7 @@
 #include "upstream/upstream.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -62,6 +63,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,16 +79,9 @@
 #define TURN_MS 500              /* the longest sleep: idle, it still turns twice a second */
 #define RENEWAL_LOG_MS 60000
 
-const char *const upstream_shed_names[UPSTREAM_SHEDS] = {"queue_full", "table_full"};
-
 static const enum source requests_source = SRC_REQUESTS;
 static const enum source stop_source = SRC_STOP;
 static const enum source control_source = SRC_CONTROL;
-
-/* Prometheus's default buckets and two below them: a forwarder on the node
- * or in the cluster answers in well under 5 ms. */
-const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS] = {
-	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 static void signal_fd(int fd)
 {
@@ -143,51 +138,9 @@ bool upstream_failing(const struct upstream *u)
 	return atomic_load_explicit(&u->failing, memory_order_relaxed);
 }
 
-/* Cumulative counts from the per-bucket ones; the total is their sum, so
- * the +Inf bucket always equals the count. */
-static void latency_stats(const struct counters *n, struct upstream_stats *out)
-{
-	uint64_t below = 0;
-
-	for (size_t i = 0; i < UPSTREAM_LATENCY_BUCKETS; i++) {
-		below += atomic_load_explicit(&n->latency[i], memory_order_relaxed);
-		out->latency_le[i] = below;
-	}
-	out->latency_count =
-		below + atomic_load_explicit(&n->latency[UPSTREAM_LATENCY_BUCKETS], memory_order_relaxed);
-	out->latency_sum = (double)atomic_load_explicit(&n->latency_ns, memory_order_relaxed) / 1e9;
-}
-
 void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 {
-	const struct counters *n = &u->n;
-
-	*out = (struct upstream_stats){
-		.queries = atomic_load(&n->queries),
-		.coalesced = atomic_load(&n->coalesced),
-		.answers = atomic_load(&n->answers),
-		.failures = atomic_load(&n->failures),
-		.timeouts = atomic_load(&n->timeouts),
-		.stale = atomic_load(&n->stale),
-		.servfail = atomic_load(&n->servfail),
-		.dropped = atomic_load(&n->dropped),
-		.bogus = atomic_load(&n->bogus),
-		.renewals = atomic_load(&n->renewals),
-		.paced = atomic_load(&n->paced),
-		.retries = atomic_load(&n->retries),
-		.client_limited = atomic_load(&n->client_limited),
-		.resolving = atomic_load(&n->resolving),
-		.queued = atomic_load(&n->queued),
-		.flights = atomic_load(&n->flights),
-		.truncated = atomic_load(&n->truncated),
-	};
-	for (size_t r = 0; r < DNS_RCODE_SLOTS; r++)
-		out->rcode[r] = atomic_load(&n->rcode[r]);
-	for (size_t i = 0; i < UPSTREAM_SHEDS; i++)
-		out->shed[i] = atomic_load(&n->shed[i]);
-	for (size_t i = 0; i < UPSTREAM_RESULTS; i++)
-		out->results[i] = atomic_load(&n->results[i]);
-	latency_stats(n, out);
+	upstream_counters_read(&u->n, out);
 }
 
 uint64_t upstream_heartbeat_ms(const struct upstream *u)
@@ -537,6 +490,60 @@ static int make_loop(struct upstream *u)
 	return 0;
 }
 
+void upstream_prepare_process(void)
+{
+	mallopt(M_ARENA_MAX, 1);
+}
+
+/* ub_ctx_config reads a file: the text goes through a memfd, never to disk. */
+static int apply_conf_text(struct ub_ctx *ctx, const char *text, char *err, size_t errlen)
+{
+	char path[64];
+	size_t len = strlen(text);
+	int fd = memfd_create("localdns-unbound.conf", MFD_CLOEXEC);
+
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
+		snprintf(err, errlen, "cannot make the resolver configuration: %s",
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	int ub = ub_ctx_config(ctx, path);
+	close(fd);
+	if (ub != 0) {
+		snprintf(err, errlen, "resolver configuration rejected: %s", ub_strerror(ub));
+		return -1;
+	}
+	return 0;
+}
+
+/* A libunbound context (threads, not a forked process, so results come back
+ * through ub_fd into this thread) configured by text; it reads no file but
+ * those text names. NULL with err set. */
+static struct ub_ctx *ub_from_text(const char *text, char *err, size_t errlen)
+{
+	struct ub_ctx *ctx = ub_ctx_create();
+	int rc;
+
+	if (!ctx) {
+		snprintf(err, errlen, "cannot create the libunbound context");
+		return NULL;
+	}
+	rc = ub_ctx_async(ctx, 1);
+	if (rc != 0) {
+		snprintf(err, errlen, "libunbound: %s", ub_strerror(rc));
+		ub_ctx_delete(ctx);
+		return NULL;
+	}
+	if (apply_conf_text(ctx, text, err, errlen) < 0) {
+		ub_ctx_delete(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
 /* A context of conf (copied) with these settings. NULL with err set. */
 static struct upstream_context *context_from_text(const char *conf, uint64_t timeout_ms,
 						  uint64_t max_rate, unsigned max_per_client,
@@ -553,7 +560,7 @@ static struct upstream_context *context_from_text(const char *conf, uint64_t tim
 	c->timeout_ms = timeout_ms;
 	c->max_rate = max_rate;
 	c->max_per_client = max_per_client;
-	c->ub = upstream_context_from_text(conf, err, errlen);
+	c->ub = ub_from_text(conf, err, errlen);
 	if (!c->ub) {
 		free(c->conf);
 		free(c);

@@ -18,7 +18,7 @@
 #include <netinet/in.h>
 #include <cmocka.h>
 
-#include "upstream/internal.h"
+#include "upstream/ring.h"
 
 /* A request whose variable parts have the given lengths, every byte derived from seq. */
 static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_len,
