@@ -1,9 +1,12 @@
 /*
  * upstream/upstream.c — the resolver thread: requests in, libunbound
  * queries out, answers into the cache and back to the clients. This file
- * has the loop, the contexts and the life cycle; the questions and their
- * waiters are flight.c, libunbound's results result.c, the replies
- * deliver.c, the request rings ring.c.
+ * has the loop, the contexts, the life cycle and every call to libunbound.
+ * The rest is below it and never calls back up: the questions and their
+ * waiters are flight.c's, pure logic that takes the time from here, asks
+ * through ask_libunbound and answers through deliver.c (the only file that
+ * sends); libunbound's results go through result.c into the cache and on
+ * to flight.c; the rings to and from the workers are ring.c's.
  *
  * Flow. A worker that cannot answer from local data or the cache packs an
  * upstream_request into its ring (single producer, single consumer, see
@@ -46,9 +49,10 @@
  * need TCP, EDNS). One case needs more: libunbound keeps a query to a
  * forwarder that has stopped answering for minutes (about 12 KB each; 60,000
  * names were 700 MiB) and ub_cancel frees nothing in threaded mode, so a
- * full context from which nothing has come back for its whole timeout is
- * renewed: a fresh one built from the same unbound.conf text takes the new
- * queries and the silent one is retired as after a switch. Silence means
+ * full context from which nothing has come back for its whole timeout,
+ * while questions wait for room (flights_stalled), is renewed: a fresh one
+ * built from the same unbound.conf text takes the new queries and the
+ * silent one is retired as after a switch. Silence means
  * there was nothing worth keeping; at most one renewal per timeout, so at
  * most about two contexts' worth of queries are ever held.
  */
@@ -64,20 +68,92 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
+#include <unbound.h>
+
 #include "log/log.h"
 #include "privs/privs.h"
-#include "upstream/internal.h"
+#include "upstream/context.h"
+#include "upstream/deliver.h"
+#include "upstream/flight.h"
+#include "upstream/result.h"
+#include "upstream/ring.h"
 #include "util/clock.h"
 
 #define NEGATIVE_MAX_TTL 3600    /* RFC 2308 section 5: cap negative answers */
-#define SWEEP_MS 1000
+#define SERVFAIL_TTL 5           /* seconds the cache keeps a SERVFAIL */
+#define MAX_RESOLVING 1024       /* libunbound queries on one context (Unbound's
+				    num-queries-per-thread default) */
 #define TURN_MS 500              /* the longest sleep: idle, it still turns twice a second */
 #define RENEWAL_LOG_MS 60000
+
+/*
+ * What an epoll event is about: its data.ptr points at one of these, the
+ * first member of a struct upstream_context for libunbound's descriptors.
+ */
+enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
+
+/* A libunbound context and the queries still running on it. */
+struct upstream_context {
+	enum source source;          /* SRC_UNBOUND: epoll data points here */
+	struct ub_ctx *ub;
+	char *conf;                  /* its unbound.conf text, to build a fresh one */
+	uint64_t timeout_ms;         /* upstream.timeout of the config it came from */
+	uint64_t max_rate;           /* upstream.max_rate of that config */
+	unsigned max_per_client;     /* upstream.max_pending_per_client of that config */
+	uint32_t number;             /* the flight table's number for it (flights_upstream) */
+	unsigned outstanding;        /* queries running on it */
+	uint64_t delete_by_ms;       /* retired: at the latest then */
+	struct upstream_context *next; /* retired list */
+};
+
+/* A UDP socket no worker reads any more, closed once nobody can be answered on it. */
+struct retired_socket {
+	int fd;
+	uint64_t close_at_ms;
+	struct retired_socket *next;
+};
+
+struct upstream {
+	struct upstream_context *ctx; /* where new queries start */
+	struct cache *cache;
+	unsigned n_workers;
+	struct request_ring **requests;
+	struct completion_ring **completions;
+	struct socket_ring **sockets;
+	_Atomic uint32_t sockets_handed; /* bumped after each socket put in a socket ring */
+	int request_efd;
+	int stop_efd;
+	int control_efd;             /* upstream_switch has a context waiting */
+	int epfd;
+	pthread_t thread;
+	bool running;
+
+	/* The hand-over of a new context (upstream_switch). */
+	pthread_mutex_t control_lock;
+	pthread_cond_t control_done;
+	struct upstream_context *incoming; /* control_lock */
+	bool accepting;              /* control_lock: the resolver thread takes them */
+	atomic_bool settle_asked;    /* upstream_settle waits for settled */
+	bool settled;                /* control_lock: no client was waiting after that */
+	bool settle_taken;           /* resolver thread: requests taken since settle_asked */
+
+	/* resolver thread only */
+	struct upstream_context *retired; /* contexts whose queries are finishing */
+	struct retired_socket *retired_sockets;
+	uint64_t now_ms;
+	uint64_t renewal_logged_ms;
+	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
+	uint32_t sockets_seen;       /* sockets_handed when the socket rings were last read */
+	struct upstream_request taken; /* the request take_requests unpacked last */
+	struct upstream_counters n;
+	struct flights flights;      /* the questions and their clients (flight.c) */
+	struct results results;      /* libunbound's results into the cache (result.c) */
+	struct deliver deliver;      /* the replies (deliver.c) */
+};
 
 static const enum source requests_source = SRC_REQUESTS;
 static const enum source stop_source = SRC_STOP;
@@ -118,6 +194,7 @@ bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
 {
 	if (!socket_ring_put(u->sockets[worker], fd))
 		return false;
+	atomic_fetch_add_explicit(&u->sockets_handed, 1, memory_order_release);
 	upstream_wake(u);
 	return true;
 }
@@ -135,7 +212,7 @@ bool upstream_take_completion(struct upstream *u, unsigned worker,
 
 bool upstream_failing(const struct upstream *u)
 {
-	return atomic_load_explicit(&u->failing, memory_order_relaxed);
+	return flights_failing(&u->flights);
 }
 
 void upstream_stats(const struct upstream *u, struct upstream_stats *out)
@@ -151,12 +228,18 @@ uint64_t upstream_heartbeat_ms(const struct upstream *u)
 /*
  * The sockets the workers handed over, not yet closable: taken before the
  * requests (see "Retired sockets" above), their closing time set after.
+ * The rings are read only when sockets_handed says one came (a socket put
+ * before the count went up is read then or at the next call).
  */
 static struct retired_socket *take_sockets(struct upstream *u)
 {
+	uint32_t handed = atomic_load_explicit(&u->sockets_handed, memory_order_acquire);
 	struct retired_socket *taken = NULL;
 	int fd;
 
+	if (handed == u->sockets_seen)
+		return NULL;
+	u->sockets_seen = handed;
 	for (unsigned i = 0; i < u->n_workers; i++) {
 		while (socket_ring_take(u->sockets[i], &fd)) {
 			struct retired_socket *rs = malloc(sizeof *rs);
@@ -179,7 +262,7 @@ static void retire_sockets(struct upstream *u, struct retired_socket *taken)
 	while (taken) {
 		struct retired_socket *rs = taken;
 		taken = rs->next;
-		rs->close_at_ms = last_deadline_ms(u);
+		rs->close_at_ms = flights_last_deadline_ms(&u->flights, u->now_ms);
 		rs->next = u->retired_sockets;
 		u->retired_sockets = rs;
 	}
@@ -211,9 +294,9 @@ static void take_requests(struct upstream *u)
 			 * clock could go up between two replies (see worker_read_clock) */
 			u->now_ms = (uint64_t)coarse_ms();
 			if (r->transport == UPSTREAM_NO_REPLY)
-				handle_refresh(u, r);
+				flights_refresh(&u->flights, r, u->now_ms);
 			else
-				handle_client(u, i, r);
+				flights_client(&u->flights, i, r, u->now_ms);
 		}
 	}
 	retire_sockets(u, sockets);
@@ -221,18 +304,29 @@ static void take_requests(struct upstream *u)
 
 static int wait_ms(const struct upstream *u)
 {
-	uint64_t wait = queue_wait_ms(u, TURN_MS);
-
-	uint64_t first;
-
-	if (first_deadline_ms(u, &first)) {
-		uint64_t deadline = first > u->now_ms ? first - u->now_ms : 0;
-		wait = deadline < wait ? deadline : wait;
-	}
-	return (int)wait;
+	return (int)flights_wait_ms(&u->flights, u->now_ms, TURN_MS);
 }
 
 /* ---- contexts ------------------------------------------------------------------------ */
+
+/* What the flight table is to do with the upstream c. */
+static struct flight_settings settings_of(const struct upstream_context *c)
+{
+	return (struct flight_settings){.timeout_ms = c->timeout_ms, .max_rate = c->max_rate,
+					.max_per_client = c->max_per_client,
+					.max_asked = MAX_RESOLVING};
+}
+
+/* The context the flight table numbers so: the current one, or a retired one. */
+static struct upstream_context *context_numbered(struct upstream *u, uint32_t number)
+{
+	if (u->ctx->number == number)
+		return u->ctx;
+	for (struct upstream_context *c = u->retired; c; c = c->next)
+		if (c->number == number)
+			return c;
+	return NULL;
+}
 
 static void delete_context(struct upstream *u, struct upstream_context *c)
 {
@@ -250,19 +344,22 @@ static void delete_finished_contexts(struct upstream *u)
 			continue;
 		}
 		if (c->outstanding > 0)
-			drop_flights_on(u, c);
+			flights_drop_upstream(&u->flights, c->number);
 		*p = c->next;
 		delete_context(u, c);
 	}
 }
 
-/* New queries start on c from now on; the current one finishes what it runs. */
-static void replace_context(struct upstream *u, struct upstream_context *c)
+/* New queries start on c from now on; the current one finishes what it runs.
+ * forget: the failing mark and the cool-downs were about the old one. */
+static void replace_context(struct upstream *u, struct upstream_context *c, bool forget)
 {
 	struct upstream_context *old = u->ctx;
+	struct flight_settings s = settings_of(c);
 
+	flights_new_upstream(&u->flights, &s, forget, u->now_ms);
+	c->number = flights_upstream(&u->flights);
 	u->ctx = c;
-	c->installed_ms = c->last_result_ms = u->now_ms;
 	old->delete_by_ms = u->now_ms + old->timeout_ms;
 	old->next = u->retired;
 	u->retired = old;
@@ -278,11 +375,7 @@ static void install_context(struct upstream *u, struct upstream_context *c)
 {
 	bool resolves_differently = strcmp(u->ctx->conf, c->conf) != 0;
 
-	if (c->max_rate != u->ctx->max_rate)
-		pace_init(&u->pace, c->max_rate, u->now_ms);
-	u->max_per_client = c->max_per_client;
-	replace_context(u, c);
-	forget_failures(u);
+	replace_context(u, c, true);
 	if (resolves_differently)
 		cache_make_all_stale(u->cache, u->now_ms / 1000);
 }
@@ -291,14 +384,8 @@ static int watch(int epfd, int fd, const enum source *source);
 static struct upstream_context *context_like(const struct upstream_context *model,
 					     char *err, size_t errlen);
 
-/* Full, and nothing has come back from it for its whole timeout. */
-static bool silent(const struct upstream_context *c, uint64_t now_ms)
-{
-	return now_ms >= c->last_result_ms + c->timeout_ms;
-}
-
 /* The same settings, a fresh context: see "Capacity" above. */
-static bool renew_context(struct upstream *u)
+static void renew_context(struct upstream *u)
 {
 	struct upstream_context *clogged = u->ctx, *fresh;
 	char err[CONFIG_ERR_MAX], running[16];
@@ -308,9 +395,9 @@ static bool renew_context(struct upstream *u)
 		log_error("cannot renew the libunbound context", "error",
 			  fresh ? strerror(errno) : err);
 		upstream_discard(fresh);
-		return false;
+		return;
 	}
-	replace_context(u, fresh);
+	replace_context(u, fresh, false);
 	upstream_bump(&u->n.renewals);
 	if (u->now_ms >= u->renewal_logged_ms + RENEWAL_LOG_MS) {
 		u->renewal_logged_ms = u->now_ms;
@@ -320,13 +407,62 @@ static bool renew_context(struct upstream *u)
 			 "context, the old one is dropped after upstream.timeout (said at most "
 			 "once a minute)", "running", running);
 	}
-	return true;
 }
 
-bool room_to_resolve(struct upstream *u)
+/* ---- asking libunbound ------------------------------------------------------------------ */
+
+static enum upstream_result result_kind(int err, const struct ub_result *result)
 {
-	return u->ctx->outstanding < MAX_RESOLVING ||
-	       (silent(u->ctx, u->now_ms) && renew_context(u));
+	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
+		return UPSTREAM_RESULT_ERROR;
+	if (result->bogus)
+		return UPSTREAM_RESULT_BOGUS;
+	switch (result->rcode) {
+	case DNS_R_NOERROR: return UPSTREAM_RESULT_NOERROR;
+	case DNS_R_NXDOMAIN: return UPSTREAM_RESULT_NXDOMAIN;
+	case DNS_R_SERVFAIL: return UPSTREAM_RESULT_SERVFAIL;
+	default: return UPSTREAM_RESULT_OTHER;
+	}
+}
+
+/* libunbound's callback (inside ub_process, on this thread): a flight's result. */
+static void on_result(void *arg, int err, struct ub_result *result)
+{
+	struct flight *f = arg;
+	struct upstream *u = (struct upstream *)((char *)f->table - offsetof(struct upstream, flights));
+	struct upstream_context *c = context_numbered(u, f->upstream);
+	struct upstream_answer a = {.kind = result_kind(err, result)};
+
+	upstream_observe_latency(&u->n, monotonic_ns() - f->asked_ns);
+	upstream_bump(&u->n.results[a.kind]);
+	u->now_ms = (uint64_t)coarse_ms();
+	if (c)
+		c->outstanding--;
+	if (a.kind != UPSTREAM_RESULT_ERROR) {
+		a.msg = result->answer_packet;
+		a.len = (size_t)result->answer_len;
+		a.secure = result->secure;
+		a.why_bogus = result->why_bogus;
+	}
+	result_take(&u->results, f, &a, u->now_ms);
+	if (result)
+		ub_resolve_free(result);
+}
+
+/* flight_io.ask: f's question to the current context. */
+static bool ask_libunbound(void *env, struct flight *f)
+{
+	struct upstream *u = env;
+	char name[1024];
+	int id;
+
+	if (dns_name_to_text(flight_name(f), name, sizeof name) < 0)
+		return false;
+	f->asked_ns = monotonic_ns();
+	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
+		return false;
+	u->ctx->outstanding++;
+	return true;
 }
 
 /* upstream_switch's hand-over, on the resolver thread. */
@@ -352,7 +488,7 @@ static void report_settled(struct upstream *u, bool took_requests)
 	if (!atomic_load_explicit(&u->settle_asked, memory_order_acquire))
 		return;
 	u->settle_taken = u->settle_taken || took_requests;
-	if (!u->settle_taken || u->n_waiters > 0)
+	if (!u->settle_taken || flights_waiting(&u->flights) > 0)
 		return;
 	pthread_mutex_lock(&u->control_lock);
 	if (!u->settled) {
@@ -376,7 +512,6 @@ static void *resolver_main(void *arg)
 {
 	struct upstream *u = arg;
 	struct epoll_event events[8];
-	uint64_t last_sweep = (uint64_t)coarse_ms();
 	bool stop = false;
 
 	urcu_memb_register_thread();
@@ -406,15 +541,13 @@ static void *resolver_main(void *arg)
 		if (stop)
 			break;
 		u->now_ms = (uint64_t)coarse_ms();
-		expire_waiters(u);
-		start_queued(u);
+		flights_expire(&u->flights, u->now_ms);
+		if (flights_stalled(&u->flights, u->now_ms))
+			renew_context(u);
+		flights_start_queued(&u->flights, u->now_ms);
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
-		if (u->now_ms - last_sweep >= SWEEP_MS) {
-			sweep_cooled_flights(u);
-			last_sweep = u->now_ms;
-		}
-		signal_completions(u);
+		deliver_signal(&u->deliver);
 		report_settled(u, took_requests);
 	}
 	stop_accepting(u);
@@ -647,19 +780,21 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	u->ctx = upstream_prepare(cfg, err, errlen);
 	if (!u->ctx)
 		goto fail;
-	u->now_ms = u->ctx->installed_ms = u->ctx->last_result_ms = (uint64_t)coarse_ms();
-	pace_init(&u->pace, u->ctx->max_rate, u->now_ms);
-	u->max_per_client = u->ctx->max_per_client;
-	u->retry_tokens = RETRY_TOKENS_MAX;
-	if (flight_table_init(&u->flights) < 0 ||
-	    getrandom(u->client_key, sizeof u->client_key, 0) != (ssize_t)sizeof u->client_key) {
-		snprintf(err, errlen, "cannot set up the resolver: out of memory or randomness");
-		goto fail;
-	}
+	u->now_ms = (uint64_t)coarse_ms();
 	if (make_rings(u) < 0 || make_loop(u) < 0) {
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;
 	}
+	struct flight_settings s = settings_of(u->ctx);
+	const struct flight_io io = {.ask = ask_libunbound, .ask_env = u,
+				     .reply = deliver_reply, .reply_env = &u->deliver};
+	if (flights_init(&u->flights, &io, cache, &u->n, &s, u->now_ms) < 0) {
+		snprintf(err, errlen, "cannot set up the resolver: out of memory or randomness");
+		goto fail;
+	}
+	u->ctx->number = flights_upstream(&u->flights);
+	results_init(&u->results, &u->flights, cache);
+	deliver_init(&u->deliver, cache, &u->n, u->completions, n_workers);
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
 	u->accepting = true;
 	/* libunbound's own thread starts from this one, at its first query: same limits. */
@@ -714,7 +849,7 @@ void upstream_stop(struct upstream *u)
 		delete_context(u, c);
 	}
 	close_retired_sockets(u, true);
-	drop_everything(u);
+	flights_free(&u->flights); /* the clients still waiting get no reply */
 }
 
 /* Sockets handed over after the resolver stopped are closed here. */
@@ -743,7 +878,7 @@ void upstream_free(struct upstream *u)
 	free(u->requests);
 	free(u->completions);
 	free(u->sockets);
-	flight_table_free(&u->flights);
+	flights_free(&u->flights);
 	if (u->request_efd >= 0)
 		close(u->request_efd);
 	if (u->stop_efd >= 0)
