@@ -6,8 +6,14 @@
  * stream belongs to its worker, so a TCP reply is framed into a malloc'd
  * buffer and put on that worker's completion ring (ring.c; single
  * producer: this thread; single consumer: the worker), whose eventfd is
- * written once per loop turn (deliver_signal). A full ring drops the
- * reply, counted.
+ * written once per loop turn (deliver_flush). A full ring does not drop
+ * the reply: the worker counts every TCP query it handed over until its
+ * reply comes back, and at its cap stops reading the connection, so a
+ * lost reply would leave the connection unread until its idle timeout.
+ * The reply is held in a list per worker and moved to the ring as the
+ * worker makes room. At most one reply is held per TCP query a worker has
+ * waiting (listen.tcp_max_pending_queries per connection); only a reply
+ * with no memory to frame it is lost (counted as dropped).
  *
  * Every reply is built in d->buf with the client's own ID, question case,
  * EDNS and cookie, from the cache (TTLs aged to now) or from the message
@@ -30,23 +36,46 @@ static void count_reply(struct deliver *d)
 		upstream_bump(&d->n->truncated);
 }
 
+/* c for worker goes behind what is held for it already; false without memory. */
+static bool hold(struct deliver *d, unsigned worker, const struct upstream_completion *c)
+{
+	struct held_replies *list = &d->held[worker];
+	struct held_reply *h = malloc(sizeof *h);
+
+	if (!h)
+		return false;
+	h->c = *c;
+	h->next = NULL;
+	if (list->tail)
+		list->tail->next = h;
+	else
+		list->head = h;
+	list->tail = h;
+	d->n_held++;
+	return true;
+}
+
 static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstream_request *r,
 			size_t len)
 {
 	struct completion_ring *ring = d->completions[worker];
-	uint8_t *framed;
+	struct upstream_completion c = {.conn = r->conn, .conn_gen = r->conn_gen, .len = len + 2};
 
-	if (!completion_ring_has_room(ring) || !(framed = malloc(len + 2))) {
+	if (!(c.framed = malloc(len + 2))) {
 		upstream_bump(&d->n->dropped);
 		return;
 	}
-	framed[0] = (uint8_t)(len >> 8);
-	framed[1] = (uint8_t)len;
-	memcpy(framed + 2, d->buf, len);
+	c.framed[0] = (uint8_t)(len >> 8);
+	c.framed[1] = (uint8_t)len;
+	memcpy(c.framed + 2, d->buf, len);
 	count_reply(d);
-	completion_ring_put(ring, &(struct upstream_completion){
-		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2});
-	d->signal_owed = true;
+	if (!d->held[worker].head && completion_ring_has_room(ring)) {
+		completion_ring_put(ring, &c);
+		d->signal_owed = true;
+	} else if (!hold(d, worker, &c)) {
+		free(c.framed);
+		upstream_bump(&d->n->dropped);
+	}
 }
 
 /* The reply built in d->buf (len bytes; none when 0) goes to r's client. */
@@ -70,13 +99,38 @@ static void send_reply(struct deliver *d, unsigned worker, const struct upstream
 			     QUERY_SOURCE_UPSTREAM, d->buf, len);
 }
 
-void deliver_signal(struct deliver *d)
+/* Held replies for worker into its ring, as far as it has room. */
+static void put_held(struct deliver *d, unsigned worker)
 {
+	struct held_replies *list = &d->held[worker];
+	struct completion_ring *ring = d->completions[worker];
+
+	while (list->head && completion_ring_has_room(ring)) {
+		struct held_reply *h = list->head;
+		list->head = h->next;
+		if (!list->head)
+			list->tail = NULL;
+		completion_ring_put(ring, &h->c);
+		free(h);
+		d->n_held--;
+		d->signal_owed = true;
+	}
+}
+
+void deliver_flush(struct deliver *d)
+{
+	for (unsigned i = 0; d->n_held && i < d->n_workers; i++)
+		put_held(d, i);
 	if (!d->signal_owed)
 		return;
 	d->signal_owed = false;
 	for (unsigned i = 0; i < d->n_workers; i++)
 		completion_ring_signal(d->completions[i]);
+}
+
+bool deliver_holding(const struct deliver *d)
+{
+	return d->n_held > 0;
 }
 
 static void begin_reply(struct dns_writer *w, struct deliver *d, const struct upstream_request *r)
@@ -185,13 +239,31 @@ void deliver_reply(void *env, unsigned worker, const struct upstream_request *r,
 	send_reply(d, worker, r, build_reply(d, r, a, now_ms));
 }
 
-void deliver_init(struct deliver *d, struct cache *cache, struct upstream_counters *n,
-		  struct completion_ring **completions, unsigned n_workers)
+int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counters *n,
+		 struct completion_ring **completions, unsigned n_workers)
 {
 	d->cache = cache;
 	d->n = n;
 	d->completions = completions;
 	d->n_workers = n_workers;
+	d->n_held = 0;
 	d->signal_owed = false;
 	d->top_sampler = (struct top_sampler){0, 0};
+	d->held = calloc(n_workers, sizeof *d->held);
+	return d->held ? 0 : -1;
+}
+
+void deliver_free(struct deliver *d)
+{
+	for (unsigned i = 0; d->held && i < d->n_workers; i++) {
+		while (d->held[i].head) {
+			struct held_reply *h = d->held[i].head;
+			d->held[i].head = h->next;
+			free(h->c.framed);
+			free(h);
+		}
+	}
+	free(d->held);
+	d->held = NULL;
+	d->n_held = 0;
 }

@@ -88,6 +88,7 @@
 #define MAX_RESOLVING 1024       /* libunbound queries on one context (Unbound's
 				    num-queries-per-thread default) */
 #define TURN_MS 500              /* the longest sleep: idle, it still turns twice a second */
+#define HELD_TURN_MS 1           /* the longest while TCP replies wait for a completion ring */
 #define RENEWAL_LOG_MS 60000
 
 /*
@@ -304,7 +305,9 @@ static void take_requests(struct upstream *u)
 
 static int wait_ms(const struct upstream *u)
 {
-	return (int)flights_wait_ms(&u->flights, u->now_ms, TURN_MS);
+	/* TCP replies held for a full completion ring: back as its worker takes replies out */
+	return (int)flights_wait_ms(&u->flights, u->now_ms,
+				    deliver_holding(&u->deliver) ? HELD_TURN_MS : TURN_MS);
 }
 
 /* ---- contexts ------------------------------------------------------------------------ */
@@ -547,7 +550,7 @@ static void *resolver_main(void *arg)
 		flights_start_queued(&u->flights, u->now_ms);
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
-		deliver_signal(&u->deliver);
+		deliver_flush(&u->deliver);
 		report_settled(u, took_requests);
 	}
 	stop_accepting(u);
@@ -794,7 +797,10 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	}
 	u->ctx->number = flights_upstream(&u->flights);
 	results_init(&u->results, &u->flights, cache);
-	deliver_init(&u->deliver, cache, &u->n, u->completions, n_workers);
+	if (deliver_init(&u->deliver, cache, &u->n, u->completions, n_workers) < 0) {
+		snprintf(err, errlen, "cannot set up the resolver: out of memory");
+		goto fail;
+	}
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
 	u->accepting = true;
 	/* libunbound's own thread starts from this one, at its first query: same limits. */
@@ -879,6 +885,7 @@ void upstream_free(struct upstream *u)
 	free(u->completions);
 	free(u->sockets);
 	flights_free(&u->flights);
+	deliver_free(&u->deliver);
 	if (u->request_efd >= 0)
 		close(u->request_efd);
 	if (u->stop_efd >= 0)

@@ -18,6 +18,8 @@
 #include <netinet/in.h>
 #include <cmocka.h>
 
+#include "cache/cache.h"
+#include "upstream/deliver.h"
 #include "upstream/ring.h"
 
 /* A request whose variable parts have the given lengths, every byte derived from seq. */
@@ -270,6 +272,53 @@ static void test_sockets_handed_over_in_order_and_a_full_ring_refuses(void **sta
 	socket_ring_free(ring);
 }
 
+/*
+ * TCP replies for one worker that does not take them while the resolver
+ * makes more than its completion ring holds (thousands of TCP clients
+ * waiting on one name): none is lost, so no connection's count of queries
+ * waiting for the upstream is left too high.
+ */
+static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
+{
+	(void)state;
+	enum { REPLIES = 3000 };
+	static struct deliver d;
+	static struct upstream_counters n;
+	struct cache_config cc = {.max_bytes = 1 << 20};
+	struct cache *cache = cache_new(&cc);
+	struct completion_ring *rings[1] = {completion_ring_new()};
+	const struct flight_reply servfail = {.kind = FLIGHT_REPLY_SERVFAIL};
+	struct upstream_completion c;
+	uint32_t taken = 0;
+
+	assert_non_null(cache);
+	assert_non_null(rings[0]);
+	assert_int_equal(deliver_init(&d, cache, &n, rings, 1), 0);
+	for (uint32_t i = 0; i < REPLIES; i++) {
+		make_request(&in, i, 12, 0, 0, 0, false);
+		in.transport = UPSTREAM_TCP;
+		in.conn = i;
+		deliver_reply(&d, 0, &in, &servfail, 1000);
+	}
+	deliver_flush(&d);
+	/* the worker takes what is there; the resolver's next turns bring the rest */
+	for (int turn = 0; turn < 10 && taken < REPLIES; turn++) {
+		while (completion_ring_take(rings[0], &c)) {
+			assert_int_equal(c.conn, taken);
+			assert_true(c.len > 2 + DNS_HEADER_LEN);
+			free(c.framed);
+			taken++;
+		}
+		deliver_flush(&d);
+	}
+	assert_int_equal(taken, REPLIES);
+	assert_int_equal(atomic_load(&n.dropped), 0);
+	assert_false(deliver_holding(&d));
+	deliver_free(&d);
+	completion_ring_free(rings[0]);
+	cache_free(cache);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -278,6 +327,7 @@ int main(void)
 		cmocka_unit_test(test_order_and_bytes_hold_across_many_wraps),
 		cmocka_unit_test(test_a_worker_and_the_resolver_at_once),
 		cmocka_unit_test(test_sockets_handed_over_in_order_and_a_full_ring_refuses),
+		cmocka_unit_test(test_no_tcp_reply_is_lost_to_a_full_completion_ring),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
