@@ -52,6 +52,16 @@
  * and its result answers its own waiters only: the cache, the failing
  * mark and the cool-downs are about the new upstream.
  *
+ * Shares. Outside input decides how much of the table one client takes, so
+ * each client (an IPv4 address, an IPv6 /64; UDP sources can be forged)
+ * has a share: of questions started (upstream.max_pending_per_client, a
+ * quarter of it while places are scarce), and of queries joining
+ * questions already asked (MAX_WAITERS_PER_CLIENT, a sixteenth of the
+ * waiters' places). Past a share a request is answered at once (stale or
+ * SERVFAIL). Should the waiters' table fill all the same (sixteen sources),
+ * a newcomer is never the one turned away: a client holding the most
+ * waiters gives up its oldest, which is answered now.
+ *
  * Costs: O(1) per request but for the table's doubling (O(flights), once
  * per doubling) and the once-a-second cool-down sweep (O(buckets)).
  */
@@ -73,6 +83,7 @@
 struct waiter {
 	struct waiter *prev, *next;           /* the flight's waiters */
 	struct waiter *fifo_prev, *fifo_next; /* its list, by deadline */
+	struct waiter *cprev, *cnext;         /* its client slot's, oldest first */
 	struct waiter_list *list;
 	struct flight *flight;
 	uint64_t deadline_ms;
@@ -303,6 +314,72 @@ static bool client_full(const struct flights *t, uint16_t client, bool questions
 	return n >= t->set.max_per_client || (n >= t->set.max_per_client / 4 + 1 && contended(t));
 }
 
+/* ---- each slot's waiters, and the heaviest --------------------------------------- */
+
+static void bucket_unlink(struct flights *t, uint16_t slot)
+{
+	struct client_slot *c = &t->clients[slot];
+
+	if (c->bprev != NO_CLIENT)
+		t->clients[c->bprev].bnext = c->bnext;
+	else
+		t->by_waiters[c->waiters] = c->bnext;
+	if (c->bnext != NO_CLIENT)
+		t->clients[c->bnext].bprev = c->bprev;
+}
+
+static void bucket_link(struct flights *t, uint16_t slot)
+{
+	struct client_slot *c = &t->clients[slot];
+
+	c->bprev = NO_CLIENT;
+	c->bnext = t->by_waiters[c->waiters];
+	if (c->bnext != NO_CLIENT)
+		t->clients[c->bnext].bprev = slot;
+	t->by_waiters[c->waiters] = slot;
+}
+
+/* w (new) joins its slot's waiters, as the newest. */
+static void slot_add(struct flights *t, struct waiter *w)
+{
+	struct client_slot *c = &t->clients[w->client];
+
+	w->cnext = NULL;
+	w->cprev = c->newest;
+	if (c->newest)
+		c->newest->cnext = w;
+	else
+		c->oldest = w;
+	c->newest = w;
+	if (c->waiters)
+		bucket_unlink(t, w->client);
+	c->waiters++;
+	bucket_link(t, w->client);
+	if (c->waiters > t->heaviest)
+		t->heaviest = c->waiters;
+}
+
+static void slot_remove(struct flights *t, struct waiter *w)
+{
+	struct client_slot *c = &t->clients[w->client];
+
+	if (w->cprev)
+		w->cprev->cnext = w->cnext;
+	else
+		c->oldest = w->cnext;
+	if (w->cnext)
+		w->cnext->cprev = w->cprev;
+	else
+		c->newest = w->cprev;
+	bucket_unlink(t, w->client);
+	c->waiters--;
+	if (c->waiters)
+		bucket_link(t, w->client);
+	/* counts move by one: if the heaviest list emptied, the next holds this slot */
+	if (t->heaviest && t->by_waiters[t->heaviest] == NO_CLIENT)
+		t->heaviest--;
+}
+
 static void reply(struct flights *t, unsigned worker, const struct upstream_request *r,
 		  enum flight_reply_kind kind)
 {
@@ -367,7 +444,7 @@ static bool stale_soon(struct flights *t, const struct upstream_request *r, uint
 	return true;
 }
 
-/* false when the waiter cap or memory says no (the request is then dropped). */
+/* false when the table or memory has no room (the caller answers r at once). */
 static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
 		       const struct upstream_request *r, uint16_t client)
 {
@@ -376,14 +453,12 @@ static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
 	bool soon = stale_soon(t, r, &wait);
 
 	if (t->n_waiters >= MAX_WAITERS ||
-	    !(w = malloc(sizeof *w + upstream_request_packed_size(r)))) {
-		upstream_bump(&t->n->dropped);
+	    !(w = malloc(sizeof *w + upstream_request_packed_size(r))))
 		return false;
-	}
 	upstream_request_pack(r, w->req);
 	w->client = client;
 	if (client != NO_CLIENT)
-		t->clients[client].waiters++;
+		slot_add(t, w);
 	w->worker = worker;
 	w->flight = f;
 	w->deadline_ms = t->now_ms + wait;
@@ -407,7 +482,7 @@ static void remove_waiter(struct flights *t, struct waiter *w)
 		w->next->prev = w->prev;
 	list_remove(w);
 	if (w->client != NO_CLIENT)
-		t->clients[w->client].waiters--;
+		slot_remove(t, w);
 	t->n_waiters--;
 	free(w);
 }
@@ -683,6 +758,8 @@ const uint8_t *flight_name(const struct flight *f)
 
 /* ---- requests ------------------------------------------------------------------------ */
 
+static void waiter_done(struct flights *t, struct waiter *w);
+
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms)
 {
 	uint64_t h = flight_table_hash(&t->table, &r->q);
@@ -700,6 +777,25 @@ void flights_refresh(struct flights *t, const struct upstream_request *r, uint64
 	maybe_free_flight(t, f);
 }
 
+/*
+ * The waiters' table is full: a client holding the most waiters gives up
+ * its oldest, answered now, unless client holds as many itself. false
+ * when client is to be refused.
+ */
+static bool make_room(struct flights *t, uint16_t client)
+{
+	unsigned mine = client == NO_CLIENT ? 0 : t->clients[client].waiters;
+	struct waiter *w;
+
+	if (t->heaviest == 0 || mine >= t->heaviest)
+		return false;
+	w = t->clients[t->by_waiters[t->heaviest]].oldest;
+	upstream_bump(&t->n->evicted);
+	reply_waiter(t, w, &failed_reply);
+	waiter_done(t, w);
+	return true;
+}
+
 void flights_client(struct flights *t, unsigned worker, const struct upstream_request *r,
 		    uint64_t now_ms)
 {
@@ -708,6 +804,11 @@ void flights_client(struct flights *t, unsigned worker, const struct upstream_re
 	struct flight *f;
 
 	t->now_ms = now_ms;
+	/* before any flight is looked up: making room may let one go */
+	if (t->n_waiters >= MAX_WAITERS && !make_room(t, client)) {
+		limit_client(t, worker, r);
+		return;
+	}
 	f = find_flight(t, &r->q, h);
 	if (f && (f->asked || f->queued)) {
 		if (client_full(t, client, false)) {
@@ -715,7 +816,8 @@ void flights_client(struct flights *t, unsigned worker, const struct upstream_re
 			return;
 		}
 		upstream_bump(&t->n->coalesced);
-		add_waiter(t, f, worker, r, client);
+		if (!add_waiter(t, f, worker, r, client))
+			reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
 	/* Answered since the worker looked? */
@@ -738,6 +840,7 @@ void flights_client(struct flights *t, unsigned worker, const struct upstream_re
 	}
 	if (!add_waiter(t, f, worker, r, client)) {
 		maybe_free_flight(t, f);
+		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
 	start_flight(t, f);
@@ -916,6 +1019,7 @@ int flights_init(struct flights *t, const struct flight_io *io, struct cache *ca
 		 struct upstream_counters *n, const struct flight_settings *s, uint64_t now_ms)
 {
 	memset(t, 0, offsetof(struct flights, probe));
+	memset(t->by_waiters, 0xff, sizeof t->by_waiters); /* NO_CLIENT: no slot */
 	t->io = *io;
 	t->cache = cache;
 	t->n = n;

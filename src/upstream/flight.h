@@ -40,7 +40,10 @@
 #define MAX_QUEUED 2048          /* questions waiting for room or pace */
 #define MAX_FLIGHTS 8192         /* questions known at once: running, queued, cooling */
 #define MAX_WAITERS 16384        /* clients waiting at once, all workers */
-#define MAX_WAITERS_PER_CLIENT (MAX_WAITERS / 4)
+/* Queries one client may add to questions already asked: a sixteenth of
+ * the places (a burst of 1,000 identical misses from one pod still joins
+ * one question), so that it takes 16 sources to fill them. */
+#define MAX_WAITERS_PER_CLIENT (MAX_WAITERS / 16)
 #define FAILURE_HOLD_MS 5000     /* cool-down after a failed resolution */
 #define CLIENT_SLOTS 4096        /* per-client counts (a power of two) */
 #define NO_CLIENT UINT16_MAX     /* a question nobody in particular asked (a refresh) */
@@ -122,13 +125,17 @@ struct waiter_list {
 
 /*
  * What one client (an IPv4 address, an IPv6 /64) has pending upstream: the
- * clients waiting and the questions it started that are not over. Slots are
- * picked by a keyed hash, so two clients may share one (and its limits),
- * but nobody can aim at another's.
+ * clients waiting and the questions it started that are not over. Slots are picked by a keyed hash, so two
+ * clients may share one (and its limits), but nobody can aim at another's.
+ * A slot with waiters is in the list of slots with as many (flights.
+ * by_waiters), so the heaviest is found in O(1) when the waiters' table is
+ * full, and its waiters are in a list of their own, oldest first.
  */
 struct client_slot {
 	uint16_t waiters;
 	uint16_t flights;
+	uint16_t bprev, bnext;       /* the slots with as many waiters (NO_CLIENT: none) */
+	struct waiter *oldest, *newest;
 };
 
 /* The flights by question: keyed hash (SipHash, a random key per table), growing buckets. */
@@ -160,6 +167,8 @@ struct flights {
 	struct waiter_list stale_soon; /* with a stale entry: until cache.stale_answer_timeout */
 	unsigned n_waiters;
 	struct client_slot clients[CLIENT_SLOTS];
+	uint16_t by_waiters[MAX_WAITERS + 1]; /* the first slot with that many waiters */
+	unsigned heaviest;           /* the most waiters any slot has */
 	uint8_t client_key[16];
 	/* time */
 	uint64_t now_ms;             /* the clock of the entry point running */
@@ -197,7 +206,14 @@ uint32_t flights_upstream(const struct flights *t);
 /* An upstream given up with questions still running: they go, with no result. */
 void flights_drop_upstream(struct flights *t, uint32_t upstream);
 
-/* A client's request, and a background refresh (nobody waits: r->transport UPSTREAM_NO_REPLY). */
+/*
+ * A client's request, and a background refresh (nobody waits:
+ * r->transport UPSTREAM_NO_REPLY). Every client request is
+ * answered, at once or at its deadline at the latest: when the waiters'
+ * table is full, a client holding the most waiters gives up its oldest
+ * (answered now) for a client holding fewer; a client holding the most is
+ * itself answered at once.
+ */
 void flights_client(struct flights *t, unsigned worker, const struct upstream_request *r,
 		    uint64_t now_ms);
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms);

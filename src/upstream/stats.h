@@ -56,6 +56,7 @@ struct upstream_stats {
 	uint64_t paced;        /* questions that waited for upstream.max_rate */
 	uint64_t retries;      /* failed questions asked once more for waiting clients */
 	uint64_t client_limited; /* requests answered at once: their client had too many pending */
+	uint64_t evicted;      /* waiting clients answered early to make room for another's */
 	uint64_t results[UPSTREAM_RESULTS]; /* libunbound's results */
 	uint64_t resolving;    /* gauge: libunbound queries running now */
 	uint64_t queued;       /* gauge: questions waiting for room or pace */
@@ -72,7 +73,7 @@ struct upstream_stats {
 /* The resolver's counters: the same figures, as the resolver thread keeps them. */
 struct upstream_counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus, renewals, paced, retries, client_limited;
+		servfail, dropped, bogus, renewals, paced, retries, client_limited, evicted;
 	_Atomic uint64_t shed[UPSTREAM_SHEDS];
 	_Atomic uint64_t results[UPSTREAM_RESULTS];
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */

@@ -413,6 +413,74 @@ def test_one_client_flooding_slow_misses(env):
 test_one_client_flooding_slow_misses.timeout = 60
 
 
+def _tcp_replies(sock, n, within):
+    """Read n framed replies from sock within `within` seconds: {id: message}."""
+    sock.settimeout(within)
+    replies = {}
+    deadline = time.monotonic() + within
+    while len(replies) < n and time.monotonic() < deadline:
+        try:
+            m = dnsmsg.parse(dnsmsg.tcp_read_msg(sock))
+        except OSError:
+            break
+        replies[m.id] = m
+    return replies
+
+
+def test_a_few_sources_holding_waiters_on_a_slow_name(env):
+    # Five sources each send 5,000 queries for one name whose server never
+    # answers: more than the 16,384 places for waiting clients together.
+    # Each source may hold only its share of them (1,024), so a handful of
+    # sources, forged or not, cannot fill the table; what a source asks past
+    # its share is answered at once. Every query is answered (SERVFAIL at
+    # the deadline when nothing better exists), none dropped; a TCP client's
+    # 64 new names at the same time are all answered too, so its connection
+    # is read again (a lost reply used to keep its count of waiting queries
+    # at the cap), and the other client's new names go out and come back.
+    proxy = SlowAuthority(None)
+    st = Setting(env, forward_zones={"silent.example": ["127.0.0.1:%d" % proxy.port]})
+    sources = ["127.0.0.%d" % (10 + i) for i in range(5)]
+    try:
+        results, tcp = {}, {}
+
+        def source(addr):
+            results[addr] = harness.dnsgen(env, st.d.port, [("hold.silent.example", "A")],
+                                           "-S", addr, "-n", "5000", "-Q", "5000", "-l", "3",
+                                           "-q", "5000", "-t", "4")
+
+        def attack():
+            threads = [threading.Thread(target=source, args=(a,)) for a in sources]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)  # the sources' queries wait for their 2 s deadline
+            with dnsmsg.tcp_connect("127.0.0.1", st.d.port, timeout=5) as s:
+                s.sendall(b"".join(dnsmsg.frame(dnsmsg.build_query(
+                    "t%02d.silent.example" % i, "A", qid=i)) for i in range(64)) +
+                    dnsmsg.frame(dnsmsg.build_query(LOCAL_NAME, "A", qid=64)))
+                tcp.update(_tcp_replies(s, 65, 6))
+            for t in threads:
+                t.join()
+
+        _, text = st.under_attack(attack, rss_bound_mib=48)
+        for addr in sources:
+            r, summary = results[addr]
+            assert r["sent"] == 5000 and r["received"] == 5000 and r["lost"] == 0, summary
+            assert r["servfail"] == 5000, summary
+        assert len(tcp) == 65, "TCP: %d of 65 replies" % len(tcp)
+        assert tcp[64].rcode_name == "NOERROR" and tcp[64].answer, tcp[64].describe()
+        assert all(tcp[i].rcode_name == "SERVFAIL" for i in range(64))
+        # past its share, each source was answered at once
+        limited = metric(text, "localdns_upstream_client_limited_total")
+        assert limited >= 5 * (5000 - 1024), text
+        assert metric(text, "localdns_upstream_dropped_total") == 0, text
+    finally:
+        st.close()
+        proxy.close()
+
+
+test_a_few_sources_holding_waiters_on_a_slow_name.timeout = 60
+
+
 def _fnv1a(data, h=0xcbf29ce484222325):
     for b in data:
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF

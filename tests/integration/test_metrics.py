@@ -454,6 +454,7 @@ def shared_counters():
         "upstream_paced": ("localdns_upstream_paced_total", {}),
         "upstream_retries": ("localdns_upstream_retries_total", {}),
         "upstream_client_limited": ("localdns_upstream_client_limited_total", {}),
+        "upstream_evicted": ("localdns_upstream_evicted_total", {}),
         "upstream_context_renewals": ("localdns_upstream_context_renewals_total", {}),
         "upstream_failing": ("localdns_upstream_failing", {}),
         "reloads_ok": ("localdns_config_reloads_total", {"result": "success"}),

@@ -150,13 +150,20 @@ static void ask(uint32_t client, const char *name, uint16_t id)
 	flights_client(&fk.t, client % 4, request(client, name, DNS_T_A, id), fk.now);
 }
 
-static void refresh(const char *name)
+/* A background refresh, from a hit of client's (0: nobody in particular, as ctl's). */
+static void refresh_from(uint32_t client, const char *name)
 {
-	struct upstream_request *r = (struct upstream_request *)request(0, name, DNS_T_A, 0);
+	struct upstream_request *r = (struct upstream_request *)request(client, name, DNS_T_A, 0);
 
 	r->transport = UPSTREAM_NO_REPLY;
-	r->peer_len = 0;
+	if (!client)
+		r->peer_len = 0;
 	flights_refresh(&fk.t, r, fk.now);
+}
+
+static void refresh(const char *name)
+{
+	refresh_from(0, name);
 }
 
 /* Time passes: the loop's turn at now + ms. */
@@ -741,6 +748,94 @@ static void test_a_question_the_upstream_refuses_fails_at_once(void **state)
 	assert_int_equal(count(&fk.n.flights), 0);
 }
 
+/* ---- a full waiter table (issue 22, item 2) -------------------------------------------------- */
+
+static void test_a_handful_of_sources_cannot_fill_the_waiter_table(void **state)
+{
+	(void)state;
+	unsigned sent = 0;
+
+	/* five sources (UDP ones may be forged), each joining one slow question all it can */
+	for (uint32_t source = 1; source <= 5; source++)
+		for (unsigned i = 0; i < 5000; i++, sent++)
+			ask(source, "slow.example.com", (uint16_t)i);
+	/* every request waits or was answered at once: none is dropped */
+	assert_int_equal(flights_waiting(&fk.t) + fk.n_replies, sent);
+	assert_true(flights_waiting(&fk.t) <= MAX_WAITERS / 2);
+	/* so a sixth client's new name goes upstream, and comes back to it */
+	ask(6, "new.example.com", 1);
+	assert_int_equal(fk.n_asked, 2);
+	upstream_answers(1, DNS_R_NOERROR);
+	assert_int_equal(replies_of(FLIGHT_REPLY_ANSWER, 0x0a000006), 1);
+	upstream_answers(0, DNS_R_NOERROR);
+	assert_int_equal(fk.n_replies, sent + 1);
+	assert_int_equal(flights_waiting(&fk.t), 0);
+}
+
+/* Sources 1, 2, ... each hold waiters on a name of their own until the table is full. */
+static uint32_t fill_the_waiter_table(void)
+{
+	char name[64];
+	uint32_t source = 0;
+
+	while (flights_waiting(&fk.t) < MAX_WAITERS) {
+		source++;
+		snprintf(name, sizeof name, "held%u.example.com", source);
+		for (unsigned i = 0; i < MAX_WAITERS && flights_waiting(&fk.t) < MAX_WAITERS; i++) {
+			unsigned before = fk.n_replies;
+			ask(source, name, (uint16_t)i);
+			if (fk.n_replies > before)
+				break; /* its share is full: the next source */
+		}
+	}
+	fk.n_replies = 0;
+	return source;
+}
+
+static void test_a_full_waiter_table_makes_room_from_its_heaviest_client(void **state)
+{
+	(void)state;
+	const struct flight_settings wide = {.timeout_ms = TIMEOUT_MS, .max_per_client = 65535,
+					     .max_asked = 65535};
+
+	teardown(state);
+	start(&wide, false);
+	uint32_t sources = fill_the_waiter_table();
+	unsigned asked = fk.n_asked;
+
+	assert_true(sources >= 16);
+	/* a newcomer is never the one refused: the oldest waiter of a heaviest client goes */
+	ask(10000, "victim.example.com", 1);
+	assert_int_equal(fk.n_asked, asked + 1);
+	assert_int_equal(flights_waiting(&fk.t), MAX_WAITERS);
+	assert_int_equal(fk.n_replies, 1);
+	assert_int_equal(fk.replies[0].kind, FLIGHT_REPLY_FAILED);
+	assert_true(fk.replies[0].client != 0x0a000000u + 10000);
+	assert_int_equal(fk.replies[0].id, 0);
+	/* the newcomer gets its answer */
+	upstream_answers(asked, DNS_R_NOERROR);
+	assert_int_equal(replies_of(FLIGHT_REPLY_ANSWER, 0x0a000000u + 10000), 1);
+}
+
+static void test_a_full_waiter_table_refuses_its_heaviest_client(void **state)
+{
+	(void)state;
+	const struct flight_settings wide = {.timeout_ms = TIMEOUT_MS, .max_per_client = 65535,
+					     .max_asked = 65535};
+
+	teardown(state);
+	start(&wide, false);
+	fill_the_waiter_table();
+	/* source 1 holds as many as anyone: its own next query is answered at once */
+	uint64_t limited = count(&fk.n.client_limited);
+	ask(1, "more.example.com", 9);
+	assert_int_equal(fk.n_replies, 1);
+	assert_int_equal(fk.replies[0].client, 0x0a000001);
+	assert_int_equal(fk.replies[0].id, 9);
+	assert_int_equal(count(&fk.n.client_limited), limited + 1);
+	assert_int_equal(flights_waiting(&fk.t), MAX_WAITERS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -763,6 +858,9 @@ int main(void)
 		T(test_a_full_silent_upstream_is_stalled_and_its_questions_can_be_dropped),
 		T(test_autopath_asks_each_candidate_in_turn),
 		T(test_a_question_the_upstream_refuses_fails_at_once),
+		T(test_a_handful_of_sources_cannot_fill_the_waiter_table),
+		T(test_a_full_waiter_table_makes_room_from_its_heaviest_client),
+		T(test_a_full_waiter_table_refuses_its_heaviest_client),
 #undef T
 	};
 	int failed;
