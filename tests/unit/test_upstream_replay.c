@@ -104,7 +104,11 @@ static void start(const struct flight_settings *s, bool serve_stale)
 	fk.cache = cache_new(&cc);
 	assert_non_null(fk.cache);
 	assert_int_equal(flights_init(&fk.t, &io, fk.cache, &fk.n, s, fk.now), 0);
+	/* a fixed key for the client slots: which clients share one (and its
+	 * limits) is then the same in every run */
+	memcpy(fk.t.client_key, "replay-test-key!", sizeof fk.t.client_key);
 	results_init(&fk.rs, &fk.t, fk.cache);
+
 }
 
 static const struct flight_settings defaults = {
@@ -772,22 +776,27 @@ static void test_a_handful_of_sources_cannot_fill_the_waiter_table(void **state)
 	assert_int_equal(flights_waiting(&fk.t), 0);
 }
 
-/* Sources 1, 2, ... each hold waiters on a name of their own until the table is full. */
-static uint32_t fill_the_waiter_table(void)
+/* source holds as many waiters as it may (or as there is room for) on a name of its own. */
+static void hold_share(uint32_t source)
 {
 	char name[64];
-	uint32_t source = 0;
 
-	while (flights_waiting(&fk.t) < MAX_WAITERS) {
-		source++;
-		snprintf(name, sizeof name, "held%u.example.com", source);
-		for (unsigned i = 0; i < MAX_WAITERS && flights_waiting(&fk.t) < MAX_WAITERS; i++) {
-			unsigned before = fk.n_replies;
-			ask(source, name, (uint16_t)i);
-			if (fk.n_replies > before)
-				break; /* its share is full: the next source */
-		}
+	snprintf(name, sizeof name, "held%u.example.com", source);
+	for (unsigned i = 0; i < MAX_WAITERS && flights_waiting(&fk.t) < MAX_WAITERS; i++) {
+		unsigned before = fk.n_replies;
+		ask(source, name, (uint16_t)i);
+		if (fk.n_replies > before)
+			return; /* its share is full */
 	}
+}
+
+/* Sources after `after` each hold their share until the table is full; the last one. */
+static uint32_t fill_the_waiter_table(uint32_t after)
+{
+	uint32_t source = after;
+
+	while (flights_waiting(&fk.t) < MAX_WAITERS)
+		hold_share(++source);
 	fk.n_replies = 0;
 	return source;
 }
@@ -800,7 +809,7 @@ static void test_a_full_waiter_table_makes_room_from_its_heaviest_client(void **
 
 	teardown(state);
 	start(&wide, false);
-	uint32_t sources = fill_the_waiter_table();
+	uint32_t sources = fill_the_waiter_table(0);
 	unsigned asked = fk.n_asked;
 
 	assert_true(sources >= 16);
@@ -825,8 +834,15 @@ static void test_a_full_waiter_table_refuses_its_heaviest_client(void **state)
 
 	teardown(state);
 	start(&wide, false);
-	fill_the_waiter_table();
-	/* source 1 holds as many as anyone: its own next query is answered at once */
+	/* source 1 holds its share of joins and 100 questions of its own: the most */
+	hold_share(1);
+	for (unsigned i = 0; i < 100; i++) {
+		char name[64];
+		snprintf(name, sizeof name, "own%u.example.com", i);
+		ask(1, name, (uint16_t)(2000 + i));
+	}
+	fill_the_waiter_table(1);
+	/* its own next query is answered at once */
 	uint64_t limited = count(&fk.n.client_limited);
 	ask(1, "more.example.com", 9);
 	assert_int_equal(fk.n_replies, 1);
