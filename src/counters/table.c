@@ -207,9 +207,10 @@ PLAIN_GAUGE(upstream_flights, "localdns_upstream_flights",
 PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
 	"Questions that had to wait because upstream.max_rate was reached.");
 PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
-	"Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
-	"address, an IPv6 /64) already had its share: upstream.max_pending_per_client "
-	"questions, 1,024 queries joining questions asked, or, with every waiting "
+	"Requests answered at once (stale or SERVFAIL), and background refreshes not "
+	"sent, because their client (an IPv4 address, an IPv6 /64) already had its "
+	"share: upstream.max_pending_per_client questions (refreshes of its hits "
+	"included), 1,024 queries joining questions asked, or, with every waiting "
 	"place taken, the most waiting queries of any client.");
 PLAIN_COUNTER(upstream_evicted, "localdns_upstream_evicted_total",
 	"Waiting queries answered before their deadline (stale or SERVFAIL) to make "
@@ -227,7 +228,9 @@ PLAIN_COUNTER(upstream_renewals, "localdns_upstream_context_renewals_total",
 LABELLED_COUNTER(upstream_shed, "localdns_upstream_shed_total",
 	"Questions given up without asking the upstream, their clients answered from a "
 	"stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
-	"made room for a new one), table_full (too many questions known at once).",
+	"made room for a new one), table_full (too many questions known at once), "
+	"refresh_limit (a background refresh, while refreshes held a quarter of the "
+	"upstream's places).",
 	"reason", upstream_shed_names, UPSTREAM_SHEDS);
 PLAIN_GAUGE(upstream_failing_now, "localdns_upstream_failing",
 	"1 while the upstream looks down (its last resolution failed or timed out).");

@@ -55,10 +55,12 @@
  * Shares. Outside input decides how much of the table one client takes, so
  * each client (an IPv4 address, an IPv6 /64; UDP sources can be forged)
  * has a share: of questions started (upstream.max_pending_per_client, a
- * quarter of it while places are scarce), and of queries joining
- * questions already asked (MAX_WAITERS_PER_CLIENT, a sixteenth of the
- * waiters' places). Past a share a request is answered at once (stale or
- * SERVFAIL). Should the waiters' table fill all the same (sixteen sources),
+ * quarter of it while places are scarce), its hits' background refreshes
+ * counting as its own; and of queries joining questions already asked
+ * (MAX_WAITERS_PER_CLIENT, a sixteenth of the waiters' places). Past a
+ * share a request is answered at once (stale or SERVFAIL) and a refresh
+ * is not sent. Refreshes together hold at most a quarter of the upstream's
+ * places. Should the waiters' table fill all the same (sixteen sources),
  * a newcomer is never the one turned away: a client holding the most
  * waiters gives up its oldest, which is answered now.
  *
@@ -217,6 +219,8 @@ static void free_flight(struct flights *t, struct flight *f)
 	*p = f->hnext;
 	if (f->owner != NO_CLIENT)
 		t->clients[f->owner].flights--;
+	if (f->refresh)
+		t->refreshes--;
 	table->count--;
 	upstream_gauge(&t->n->flights, table->count);
 	free(f);
@@ -277,13 +281,14 @@ static bool cache_servfail(struct flights *t, const struct flight *f)
 
 /* ---- waiters ------------------------------------------------------------------ */
 
-/* The client slot of r's sender; NO_CLIENT for a refresh nobody waits for. */
+/* The client slot of r's sender (for a refresh, the client whose hit
+ * triggered it); NO_CLIENT when r names none (a control lookup). */
 static uint16_t client_of(const struct flights *t, const struct upstream_request *r)
 {
 	uint8_t prefix[CLIENT_PREFIX_MAX];
 	size_t n;
 
-	if (r->transport == UPSTREAM_NO_REPLY || r->peer_len == 0)
+	if (r->peer_len == 0)
 		return NO_CLIENT;
 	n = client_prefix(&r->peer, prefix);
 	return (uint16_t)(dns_siphash13(t->client_key, prefix, n) & (CLIENT_SLOTS - 1));
@@ -760,18 +765,37 @@ const uint8_t *flight_name(const struct flight *f)
 
 static void waiter_done(struct flights *t, struct waiter *w);
 
+/* How many refreshes may be in the table at once: a quarter of the upstream's places. */
+static unsigned refresh_limit(const struct flights *t)
+{
+	return t->set.max_asked / 4 ? t->set.max_asked / 4 : 1;
+}
+
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms)
 {
 	uint64_t h = flight_table_hash(&t->table, &r->q);
+	uint16_t client = client_of(t, r);
 	struct flight *f;
 
 	t->now_ms = now_ms;
 	f = find_flight(t, &r->q, h);
 	if (f && (f->asked || f->queued || f->failed_until_ms > t->now_ms))
 		return;
-	if (!f && !(f = new_flight(t, r, h, NO_CLIENT))) {
+	if (client_full(t, client, true)) {
+		upstream_bump(&t->n->client_limited);
+		return;
+	}
+	if (t->refreshes >= refresh_limit(t)) {
+		upstream_bump(&t->n->shed[UPSTREAM_SHED_REFRESH_LIMIT]);
+		return;
+	}
+	if (!f && !(f = new_flight(t, r, h, client))) {
 		upstream_bump(&t->n->shed[UPSTREAM_SHED_TABLE_FULL]);
 		return;
+	}
+	if (!f->refresh) {
+		f->refresh = true;
+		t->refreshes++;
 	}
 	start_flight(t, f);
 	maybe_free_flight(t, f);

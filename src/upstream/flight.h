@@ -74,6 +74,7 @@ struct flight {
 	uint64_t queued_until_ms;    /* ... and worth asking until then even unwaited */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	bool retried;                /* a failure was asked again once already */
+	bool refresh;                /* started by a refresh (counted in flights.refreshes) */
 	uint16_t owner;              /* the client slot it counts against, or NO_CLIENT */
 	uint64_t asked_ns;           /* the asker's own: when it asked (for its latency figures) */
 	uint8_t chain[];             /* chain_len bytes: a local CNAME chain to chase (see request.h) */
@@ -125,7 +126,8 @@ struct waiter_list {
 
 /*
  * What one client (an IPv4 address, an IPv6 /64) has pending upstream: the
- * clients waiting and the questions it started that are not over. Slots are picked by a keyed hash, so two
+ * clients waiting and the questions it started (or its hits' refreshes
+ * started) that are not over. Slots are picked by a keyed hash, so two
  * clients may share one (and its limits), but nobody can aim at another's.
  * A slot with waiters is in the list of slots with as many (flights.
  * by_waiters), so the heaviest is found in O(1) when the waiters' table is
@@ -169,6 +171,7 @@ struct flights {
 	struct client_slot clients[CLIENT_SLOTS];
 	uint16_t by_waiters[MAX_WAITERS + 1]; /* the first slot with that many waiters */
 	unsigned heaviest;           /* the most waiters any slot has */
+	unsigned refreshes;          /* flights started by refreshes, in the table */
 	uint8_t client_key[16];
 	/* time */
 	uint64_t now_ms;             /* the clock of the entry point running */
@@ -208,7 +211,8 @@ void flights_drop_upstream(struct flights *t, uint32_t upstream);
 
 /*
  * A client's request, and a background refresh (nobody waits:
- * r->transport UPSTREAM_NO_REPLY). Every client request is
+ * r->transport UPSTREAM_NO_REPLY; r->peer is the client whose hit
+ * triggered it, whose share it is charged to). Every client request is
  * answered, at once or at its deadline at the latest: when the waiters'
  * table is full, a client holding the most waiters gives up its oldest
  * (answered now) for a client holding fewer; a client holding the most is

@@ -7,7 +7,8 @@
 const char *const upstream_result_names[UPSTREAM_RESULTS] = {
 	"NOERROR", "NXDOMAIN", "SERVFAIL", "other", "error", "bogus"};
 
-const char *const upstream_shed_names[UPSTREAM_SHEDS] = {"queue_full", "table_full"};
+const char *const upstream_shed_names[UPSTREAM_SHEDS] = {"queue_full", "table_full",
+							   "refresh_limit"};
 
 /* Prometheus's default buckets and two below them: a forwarder on the node
  * or in the cluster answers in well under 5 ms. */

@@ -37,6 +37,7 @@ extern const char *const upstream_result_names[UPSTREAM_RESULTS];
 enum upstream_shed {
 	UPSTREAM_SHED_QUEUE_FULL, /* the queue was full: its longest-waiting question made room */
 	UPSTREAM_SHED_TABLE_FULL, /* MAX_FLIGHTS questions were known already */
+	UPSTREAM_SHED_REFRESH_LIMIT, /* a refresh, when refreshes held their share of places */
 	UPSTREAM_SHEDS
 };
 extern const char *const upstream_shed_names[UPSTREAM_SHEDS];
@@ -55,7 +56,8 @@ struct upstream_stats {
 	uint64_t renewals;     /* fresh libunbound contexts for a full, silent one */
 	uint64_t paced;        /* questions that waited for upstream.max_rate */
 	uint64_t retries;      /* failed questions asked once more for waiting clients */
-	uint64_t client_limited; /* requests answered at once: their client had too many pending */
+	uint64_t client_limited; /* requests answered at once (refreshes not sent): their
+				    client had too many pending */
 	uint64_t evicted;      /* waiting clients answered early to make room for another's */
 	uint64_t results[UPSTREAM_RESULTS]; /* libunbound's results */
 	uint64_t resolving;    /* gauge: libunbound queries running now */

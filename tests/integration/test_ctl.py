@@ -42,7 +42,7 @@ STAT_NAMES = [
     "upstream_context_renewals", "upstream_shed", "upstream_failing",
     "upstream_queued", "upstream_flights", "upstream_paced", "upstream_retries",
     "upstream_client_limited", "upstream_evicted", "upstream_shed_queue_full",
-    "upstream_shed_table_full",
+    "upstream_shed_table_full", "upstream_shed_refresh_limit",
     "upstream_results_NOERROR", "upstream_results_NXDOMAIN", "upstream_results_SERVFAIL",
     "upstream_results_other", "upstream_results_error", "upstream_results_bogus",
     "kube_enabled", "kube_synced", "kube_objects_services",

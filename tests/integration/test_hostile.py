@@ -118,11 +118,12 @@ def p99(values):
 
 class SlowAuthority:
     """An authority for one zone that answers every A question with
-    192.0.2.88 after `delay` seconds, or never when delay is None: one
-    thread, replies held in a heap (thousands a second)."""
+    192.0.2.88 (TTL `ttl`) after `delay` seconds, or never when delay is
+    None: one thread, replies held in a heap (thousands a second)."""
 
-    def __init__(self, delay):
+    def __init__(self, delay, ttl=300):
         self.delay = delay
+        self.ttl = ttl
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -134,7 +135,7 @@ class SlowAuthority:
     def _reply(self, data):
         q = dnsmsg.parse(data)
         qend = 12 + len(dnsmsg.encode_name(q.question[0][0])) + 4
-        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 300, 4) + bytes([192, 0, 2, 88])
+        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, self.ttl, 4) + bytes([192, 0, 2, 88])
         return dnsmsg.header(struct.unpack("!H", data[:2])[0], 0x8580, qd=1, an=1) + \
             data[12:qend] + ans
 
@@ -479,6 +480,62 @@ def test_a_few_sources_holding_waiters_on_a_slow_name(env):
 
 
 test_a_few_sources_holding_waiters_on_a_slow_name.timeout = 60
+
+
+def test_one_client_triggering_refreshes_of_many_names(env):
+    # 300 names cached with a 20 s TTL, all hit by one client in their last
+    # two seconds, so that each hit hands out a background refresh
+    # (prefetch). A refresh is charged to the client whose hit triggered
+    # it: with max_pending_per_client 10 at most 10 go upstream at once
+    # (each takes the upstream 0.3 s, below libunbound's first retransmit,
+    # and the 300 hits come within 0.1 s), the others are counted as
+    # client_limited, and the other client is not disturbed.
+    proxy = SlowAuthority(0.3, ttl=20)
+    st = Setting(env, forward_zones={"slow.example": ["127.0.0.1:%d" % proxy.port]},
+                 upstream={"max_pending_per_client": 10})
+    names = [("p%03d.slow.example" % i, "A") for i in range(300)]
+    try:
+        # cached from 30 sources, 10 names each (a client's share of questions)
+        warm = {}
+
+        def cache_names(k):
+            warm[k] = harness.dnsgen(env, st.d.port, names[10 * k:10 * k + 10],
+                                     "-S", "127.0.0.%d" % (100 + k), "-n", "10", "-q", "10",
+                                     "-t", "3")
+        threads = [threading.Thread(target=cache_names, args=(k,)) for k in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r, summary in warm.values():
+            assert r["noerror"] == 10, summary
+        cached_at = time.monotonic()
+        counts = {}
+
+        def attack():
+            time.sleep(max(0.0, cached_at + 18.4 - time.monotonic()))
+            counts["before"] = metrics(st.mport)
+            r, summary = harness.dnsgen(env, st.d.port, names, "-n", "300", "-Q", "3000",
+                                        "-q", "300", "-t", "2")
+            assert r["noerror"] == 300, summary  # hits: answered from the cache
+            counts["after"] = metrics(st.mport)
+
+        st.under_attack(attack, rss_bound_mib=16)
+        delta = {k: metric(counts["after"], k) - metric(counts["before"], k)
+                 for k in ("localdns_upstream_queries_total",
+                           "localdns_upstream_client_limited_total",
+                           "localdns_cache_prefetches_total")}
+        assert delta["localdns_cache_prefetches_total"] >= 250, delta
+        # the refreshes that went: its 10, and the other client's few new names
+        assert delta["localdns_upstream_queries_total"] <= 10 + 10, delta
+        assert delta["localdns_upstream_client_limited_total"] >= \
+            delta["localdns_cache_prefetches_total"] - 10, delta
+    finally:
+        st.close()
+        proxy.close()
+
+
+test_one_client_triggering_refreshes_of_many_names.timeout = 60
 
 
 def _fnv1a(data, h=0xcbf29ce484222325):

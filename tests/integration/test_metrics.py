@@ -464,7 +464,7 @@ def shared_counters():
         pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})
     for source in ("none", "static", "cluster", "cache", "stale", "upstream"):
         pairs["answers_" + source] = ("localdns_answers_total", {"source": source})
-    reasons = ("queue_full", "table_full")
+    reasons = ("queue_full", "table_full", "refresh_limit")
     for reason in reasons:
         pairs["upstream_shed_" + reason] = ("localdns_upstream_shed_total", {"reason": reason})
     pairs["upstream_shed"] = [("localdns_upstream_shed_total", {"reason": r}) for r in reasons]

@@ -108,7 +108,6 @@ static void start(const struct flight_settings *s, bool serve_stale)
 	 * limits) is then the same in every run */
 	memcpy(fk.t.client_key, "replay-test-key!", sizeof fk.t.client_key);
 	results_init(&fk.rs, &fk.t, fk.cache);
-
 }
 
 static const struct flight_settings defaults = {
@@ -852,6 +851,58 @@ static void test_a_full_waiter_table_refuses_its_heaviest_client(void **state)
 	assert_int_equal(flights_waiting(&fk.t), MAX_WAITERS);
 }
 
+/* ---- refreshes (issue 22, item 3) ----------------------------------------------------------------- */
+
+static void test_a_refresh_counts_against_the_client_whose_hit_triggered_it(void **state)
+{
+	(void)state;
+	const struct flight_settings ten = {.timeout_ms = TIMEOUT_MS, .max_per_client = 10,
+					    .max_asked = 1024};
+	char name[64];
+
+	teardown(state);
+	start(&ten, false);
+	/* 300 names hit near expiry by one client: its share of questions, no more */
+	for (unsigned i = 0; i < 300; i++) {
+		snprintf(name, sizeof name, "r%u.example.com", i);
+		refresh_from(1, name);
+	}
+	assert_int_equal(fk.n_asked, 10);
+	assert_int_equal(count(&fk.n.client_limited), 290);
+	assert_int_equal(fk.n_replies, 0);
+	/* they are its questions: its own new name waits for one to come back */
+	ask(1, "mine.example.com", 1);
+	assert_int_equal(fk.n_asked, 10);
+	assert_int_equal(replies_of(FLIGHT_REPLY_FAILED, 0x0a000001), 1);
+	/* another client's refresh is not held back */
+	refresh_from(2, "theirs.example.com");
+	assert_int_equal(fk.n_asked, 11);
+	upstream_answers(0, DNS_R_NOERROR);
+	ask(1, "mine.example.com", 2);
+	assert_int_equal(fk.n_asked, 12);
+}
+
+static void test_refreshes_are_bounded_globally(void **state)
+{
+	(void)state;
+	char name[64];
+
+	/* many clients (forged sources, say), each triggering one refresh */
+	for (unsigned i = 0; i < 400; i++) {
+		snprintf(name, sizeof name, "g%u.example.com", i);
+		refresh_from(100 + i, name);
+	}
+	/* refreshes take at most a quarter of the upstream's places */
+	assert_int_equal(fk.n_asked, defaults.max_asked / 4);
+	/* a client's own question still goes */
+	ask(1, "wanted.example.com", 1);
+	assert_int_equal(fk.n_asked, defaults.max_asked / 4 + 1);
+	/* and as refreshes come back, others may go */
+	upstream_answers(0, DNS_R_NOERROR);
+	refresh_from(99, "later.example.com");
+	assert_int_equal(fk.n_asked, defaults.max_asked / 4 + 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -877,6 +928,8 @@ int main(void)
 		T(test_a_handful_of_sources_cannot_fill_the_waiter_table),
 		T(test_a_full_waiter_table_makes_room_from_its_heaviest_client),
 		T(test_a_full_waiter_table_refuses_its_heaviest_client),
+		T(test_a_refresh_counts_against_the_client_whose_hit_triggered_it),
+		T(test_refreshes_are_bounded_globally),
 #undef T
 	};
 	int failed;
