@@ -216,7 +216,8 @@ LABELLED_COUNTER(upstream_fallbacks, "localdns_upstream_fallback_replies_total",
 	"entry, or SERVFAIL.",
 	"reply", fallbacks, N(fallbacks));
 PLAIN_COUNTER(upstream_dropped, "localdns_upstream_dropped_total",
-	"Upstream requests lost to a full request or reply ring or the waiting-client cap.");
+	"Upstream requests lost: a full request ring (the worker could not hand the "
+	"query over), or no memory for a TCP reply.");
 PLAIN_GAUGE(upstream_resolving, "localdns_upstream_resolving",
 	"libunbound queries running now, on the current and on retired contexts.");
 PLAIN_GAUGE(upstream_queued, "localdns_upstream_queued",
@@ -227,9 +228,15 @@ PLAIN_GAUGE(upstream_flights, "localdns_upstream_flights",
 PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
 	"Questions that had to wait because upstream.max_rate was reached.");
 PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
-	"Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
-	"address, an IPv6 /64) already had upstream.max_pending_per_client questions "
-	"or waiting queries.");
+	"Requests answered at once (stale or SERVFAIL), and background refreshes not "
+	"sent, because their client (an IPv4 address, an IPv6 /64) already had its "
+	"share: upstream.max_pending_per_client questions (refreshes of its hits "
+	"included), 1,024 queries joining questions asked, or, with every waiting "
+	"place taken, the most waiting queries of any client.");
+PLAIN_COUNTER(upstream_evicted, "localdns_upstream_evicted_total",
+	"Waiting queries answered before their deadline (stale or SERVFAIL) to make "
+	"room for another client's: every waiting place was taken, and theirs held "
+	"the most.");
 PLAIN_COUNTER(upstream_retries, "localdns_upstream_retries_total",
 	"Failed questions asked once more because clients still waited for them.");
 LABELLED_COUNTER(upstream_results, "localdns_upstream_results_total",
@@ -242,7 +249,9 @@ PLAIN_COUNTER(upstream_renewals, "localdns_upstream_context_renewals_total",
 LABELLED_COUNTER(upstream_shed, "localdns_upstream_shed_total",
 	"Questions given up without asking the upstream, their clients answered from a "
 	"stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
-	"made room for a new one), table_full (too many questions known at once).",
+	"made room for a new one), table_full (too many questions known at once), "
+	"refresh_limit (a background refresh, while refreshes held a quarter of the "
+	"upstream's places).",
 	"reason", upstream_shed_names, UPSTREAM_SHEDS);
 PLAIN_GAUGE(upstream_failing_now, "localdns_upstream_failing",
 	"1 while the upstream looks down (its last resolution failed or timed out).");
@@ -251,7 +260,8 @@ PLAIN_GAUGE(upstream_failing_now, "localdns_upstream_failing",
 static const struct counter_family *const upstream_families[] = {
 	&upstream_queries, &upstream_coalesced, &upstream_errors, &upstream_fallbacks,
 	&upstream_dropped, &upstream_resolving, &upstream_queued, &upstream_flights,
-	&upstream_paced, &upstream_client_limited, &upstream_retries, &upstream_results,
+	&upstream_paced, &upstream_client_limited, &upstream_evicted, &upstream_retries,
+	&upstream_results,
 	&upstream_renewals, &upstream_shed, &upstream_failing_now};
 
 static const struct counter upstream_rows[] = {
@@ -284,6 +294,7 @@ static const struct counter upstream_rows[] = {
 	{.stat = "upstream_retries", .family = &upstream_retries, .at = AT(upstream.retries)},
 	{.stat = "upstream_client_limited", .family = &upstream_client_limited,
 	 .at = AT(upstream.client_limited)},
+	{.stat = "upstream_evicted", .family = &upstream_evicted, .at = AT(upstream.evicted)},
 	{.stat = "upstream_shed_", .family = &upstream_shed, .n = UPSTREAM_SHEDS,
 	 .at = AT(upstream.shed)},
 	{.stat = "upstream_results_", .family = &upstream_results, .n = UPSTREAM_RESULTS,

@@ -1,15 +1,15 @@
 /*
  * upstream/context.c — turning the upstream and cache sections of our
- * config into a configured libunbound context.
+ * config into the unbound.conf text of a libunbound context.
  *
- * The context is configured through an unbound.conf text, written to a
- * memfd and read back with ub_ctx_config: forward-zone clauses have no
- * ub_ctx_set_option form, and one text is easy to log and reason about.
- * Nothing is written to disk.
+ * A context is configured through such a text (upstream.c writes it to a
+ * memfd and reads it back with ub_ctx_config): forward-zone clauses have
+ * no ub_ctx_set_option form, and one text is easy to log and reason
+ * about. Nothing is written to disk. This file never calls libunbound.
  *
- * Choices that are not the operator's to make, and why:
- * - threads, not a forked process (ub_ctx_async), so results come back
- *   through ub_fd into our resolver thread;
+ * Choices that are not the operator's to make, and why (and, in
+ * upstream.c, threads rather than a forked process, so results come back
+ * through ub_fd into the resolver thread):
  * - do-not-query-localhost: no, since a node's resolver (or a test's) may
  *   live on a loopback address;
  * - no message cache to speak of (one slab of size 0 keeps only the last
@@ -49,18 +49,14 @@
  *   answers, except in a zone the operator forwards (upstream.forward_zones,
  *   and the fallback zones): there the listed servers answer.
  */
-#include "upstream/internal.h"
-#include "upstream/upstream.h"
+#include "upstream/context.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "log/log.h"
@@ -316,55 +312,4 @@ char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	return text;
-}
-
-void upstream_prepare_process(void)
-{
-	mallopt(M_ARENA_MAX, 1);
-}
-
-/* ub_ctx_config reads a file: the text goes through a memfd, never to disk. */
-static int apply_conf_text(struct ub_ctx *ctx, const char *text, char *err, size_t errlen)
-{
-	char path[64];
-	size_t len = strlen(text);
-	int fd = memfd_create("localdns-unbound.conf", MFD_CLOEXEC);
-
-	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
-		snprintf(err, errlen, "cannot make the resolver configuration: %s",
-			 strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-	int ub = ub_ctx_config(ctx, path);
-	close(fd);
-	if (ub != 0) {
-		snprintf(err, errlen, "resolver configuration rejected: %s", ub_strerror(ub));
-		return -1;
-	}
-	return 0;
-}
-
-struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t errlen)
-{
-	struct ub_ctx *ctx = ub_ctx_create();
-	int rc;
-
-	if (!ctx) {
-		snprintf(err, errlen, "cannot create the libunbound context");
-		return NULL;
-	}
-	rc = ub_ctx_async(ctx, 1);
-	if (rc != 0) {
-		snprintf(err, errlen, "libunbound: %s", ub_strerror(rc));
-		ub_ctx_delete(ctx);
-		return NULL;
-	}
-	if (apply_conf_text(ctx, text, err, errlen) < 0) {
-		ub_ctx_delete(ctx);
-		return NULL;
-	}
-	return ctx;
 }

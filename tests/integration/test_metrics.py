@@ -463,6 +463,7 @@ def shared_counters():
         "upstream_paced": ("localdns_upstream_paced_total", {}),
         "upstream_retries": ("localdns_upstream_retries_total", {}),
         "upstream_client_limited": ("localdns_upstream_client_limited_total", {}),
+        "upstream_evicted": ("localdns_upstream_evicted_total", {}),
         "upstream_context_renewals": ("localdns_upstream_context_renewals_total", {}),
         "upstream_failing": ("localdns_upstream_failing", {}),
         "reloads_ok": ("localdns_config_reloads_total", {"result": "success"}),
@@ -472,7 +473,7 @@ def shared_counters():
         pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})
     for source in ("none", "static", "cluster", "cache", "stale", "upstream", "mesh"):
         pairs["answers_" + source] = ("localdns_answers_total", {"source": source})
-    reasons = ("queue_full", "table_full")
+    reasons = ("queue_full", "table_full", "refresh_limit")
     for reason in reasons:
         pairs["upstream_shed_" + reason] = ("localdns_upstream_shed_total", {"reason": reason})
     pairs["upstream_shed"] = [("localdns_upstream_shed_total", {"reason": r}) for r in reasons]
