@@ -206,6 +206,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
 
 # fuzz_cluster runs call_rcu callbacks itself (see there).
 $(BUILD)/fuzz/fuzz_cluster: FUZZ_LDFLAGS := -Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
+# fuzz_http answers for the daemon's state itself (see there).
+$(BUILD)/fuzz/fuzz_http: FUZZ_LDFLAGS := -Wl,--wrap=daemon_alive,--wrap=daemon_ready,--wrap=metrics_collect
 
 fuzz-build: $(FUZZ_BIN)
 

@@ -3,7 +3,7 @@
 sources, so every seed is an input some real peer sends or some real file
 holds. Run as root from the repository (NSD is started on loopback):
 
-    tests/fuzz/make_seeds.py [cache|handle|cluster|config]...   (default: all)
+    tests/fuzz/make_seeds.py [cache|handle|cluster|config|http]...   (default: all)
 
   seeds/cache/     replies of NSD (the integration tests' authority) serving
                    the committed zones, secure.example. signed: answers,
@@ -23,6 +23,10 @@ holds. Run as root from the repository (NSD is started on loopback):
   seeds/config/    the shipped configs (deploy/examples, deploy/vm, the
                    chart's ConfigMap in deploy/kubernetes/localdns.yaml) and
                    the integration tests' standard config.
+  seeds/http/      requests to the health and metrics endpoints: curl's and
+                   wget's as they send them (captured on a loopback socket),
+                   and the kubelet's probe and Prometheus's scrape as their
+                   sources write them.
 
 Files are named by what they hold; re-running rewrites them all, except
 the regress-* files: inputs that once found a bug, kept by hand.
@@ -307,9 +311,62 @@ def config_seeds():
     print("config: %d files" % len(os.listdir(d)))
 
 
+def captured_request(argv_for_url):
+    """The bytes a client tool sends for one request, up to the end of its
+    headers (and the body its Content-Length announces), caught on a
+    loopback socket that then closes."""
+    import subprocess
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        url = "http://127.0.0.1:%d" % srv.getsockname()[1]
+        tool = subprocess.Popen(argv_for_url(url), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        conn, _ = srv.accept()
+        data = b""
+        with conn:
+            conn.settimeout(5)
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            m = re.search(rb"(?im)^content-length: *(\d+)", head)
+            while m and len(body) < int(m.group(1)):
+                body += conn.recv(65536)
+        tool.kill()
+        tool.wait()
+        return head + b"\r\n\r\n" + body
+
+
+def http_seeds():
+    d = fresh_dir("http")
+    tools = {
+        "curl-metrics": lambda u: ["curl", "-s", u + "/metrics"],
+        "curl-head-health": lambda u: ["curl", "-sI", u + "/health"],
+        "curl-post-ready": lambda u: ["curl", "-s", "-d", "probe=1", u + "/ready"],
+        "wget-health": lambda u: ["wget", "-q", "-O-", u + "/health"],
+    }
+    for name, argv in tools.items():
+        write(d, name, captured_request(argv))
+    # The kubelet's httpGet probe (pkg/probe/http: Go's net/http, keep-alive
+    # off) and Prometheus's scrape (scrape/scrape.go), as they write them.
+    write(d, "kubelet-probe",
+          b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: kube-probe/1.29\r\n"
+          b"Accept: */*\r\nConnection: close\r\nAccept-Encoding: gzip\r\n\r\n")
+    write(d, "prometheus-scrape",
+          b"GET /metrics HTTP/1.1\r\nHost: 10.0.0.7:9253\r\nUser-Agent: Prometheus/2.42.0\r\n"
+          b"Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+          b"version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n"
+          b"Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n")
+    # a kept-alive connection: a scrape, then a probe on the same connection
+    with open(os.path.join(d, "prometheus-scrape"), "rb") as a, \
+            open(os.path.join(d, "kubelet-probe"), "rb") as b:
+        write(d, "pipelined-scrape-then-probe", a.read() + b.read())
+    print("http: %d files" % len(os.listdir(d)))
+
+
 def main():
     makers = {"cache": cache_seeds, "handle": handle_seeds, "cluster": cluster_seeds,
-              "config": config_seeds}
+              "config": config_seeds, "http": http_seeds}
     for name in sys.argv[1:] or makers:
         if name not in makers:
             raise SystemExit("usage: make_seeds.py [%s]..." % "|".join(makers))
