@@ -100,8 +100,8 @@ TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
 
 /* ---- TCP: the workers' connections (server/tcp.c) -------------------------------- */
 
-static const char *const tcp_refusals[] = {"max_connections", "per_client"};
-static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget"};
+static const char *const tcp_refusals[] = {"max_connections", "per_client", "not_allowed"};
+static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget", "first_query"};
 
 PLAIN_GAUGE(tcp_connections, "localdns_tcp_connections",
 	"TCP connections open now.");
@@ -109,14 +109,16 @@ PLAIN_GAUGE_IN(tcp_output_bytes, "localdns_tcp_output_bytes", "bytes",
 	"TCP reply bytes the clients' sockets have not taken yet, all connections "
 	"(listen.tcp_output_budget caps it).");
 LABELLED_COUNTER(tcp_refused, "localdns_tcp_refused_total",
-	"TCP connections closed at accept: listen.tcp_max_connections reached, or "
-	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
+	"TCP connections closed at accept: listen.tcp_max_connections reached, "
+	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64), or "
+	"the client outside listen.allow.",
 	"reason", tcp_refusals, N(tcp_refusals));
 LABELLED_COUNTER(tcp_closed, "localdns_tcp_closed_total",
 	"TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
 	"query not complete within listen.tcp_query_timeout of its first byte), "
 	"output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
-	"exceeded).",
+	"exceeded), first_query (no whole query within listen.tcp_query_timeout of the "
+	"connection).",
 	"reason", tcp_closes, N(tcp_closes));
 
 static const struct counter_family *const tcp_families[] = {

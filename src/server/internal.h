@@ -60,7 +60,9 @@ struct tcp_conn {
 	bool ready;             /* in worker.ready: complete queries left for a later turn */
 	struct sockaddr_storage peer; /* keys the client's DNS cookies */
 	uint64_t last_active_ms;
-	uint64_t partial_since_ms; /* an incomplete query's first bytes came then; 0: none */
+	uint64_t partial_since_ms; /* an incomplete query's first bytes came then (the
+				    * first query's clock starts at accept); 0: none */
+	bool asked;             /* a whole query has come on it */
 	size_t in_len;
 	struct out_chunk *out_head, *out_tail;
 	size_t out_bytes;       /* unsent bytes in the list */
@@ -71,9 +73,11 @@ struct tcp_conn {
 enum tcp_event {
 	TCP_REFUSED_MAX_CONNECTIONS = SERVER_TCP_REFUSED_MAX_CONNECTIONS,
 	TCP_REFUSED_PER_CLIENT = SERVER_TCP_REFUSED_PER_CLIENT,
+	TCP_REFUSED_NOT_ALLOWED = SERVER_TCP_REFUSED_NOT_ALLOWED,
 	TCP_CLOSED_IDLE = SERVER_TCP_CLOSED_IDLE,
 	TCP_CLOSED_SLOW_QUERY = SERVER_TCP_CLOSED_SLOW_QUERY,
 	TCP_CLOSED_OUTPUT_BUDGET = SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	TCP_CLOSED_FIRST_QUERY = SERVER_TCP_CLOSED_FIRST_QUERY,
 	TCP_EVENTS = SERVER_TCP_EVENTS
 };
 

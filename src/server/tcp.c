@@ -11,7 +11,9 @@
  * stops reading until the list drains.
  *
  * What one client can cost (docs/security.md):
- * - connections: listen.tcp_max_connections in all, and
+ * - connections: none from outside listen.allow (checked at accept, so an
+ *   outsider cannot hold a place an allowed client needs);
+ *   listen.tcp_max_connections in all, and
  *   listen.tcp_max_connections_per_client from one address (an IPv6 /64);
  *   past either, a new connection is closed at accept;
  * - queries waiting for the upstream on one connection: at most
@@ -23,7 +25,8 @@
  *   addition takes the total past it, this worker closes its connections
  *   that hold the most until the total is back under it, or it has none;
  * - time: a query must be complete within listen.tcp_query_timeout of its
- *   first byte (a byte-at-a-time client is closed), and a connection with
+ *   first byte (a byte-at-a-time client is closed), the first one within
+ *   that of the connection (a silent one is closed), and a connection with
  *   nothing to do is closed after listen.tcp_idle_timeout.
  */
 #include "server/internal.h"
@@ -128,11 +131,23 @@ static uint16_t source_slot(const struct server *s, const struct sockaddr_storag
 	return (uint16_t)(dns_siphash13(s->source_key, prefix, n) & (TCP_SOURCE_SLOTS - 1));
 }
 
+static bool allowed(const struct sockaddr_storage *peer)
+{
+	urcu_memb_read_lock();
+	bool ok = query_client_may_ask(peer);
+	urcu_memb_read_unlock();
+	return ok;
+}
+
 /* May this client open one more connection? Counts it when so. */
 static bool admit(struct worker *w, const struct sockaddr_storage *peer, uint16_t *slot)
 {
 	struct server *s = w->server;
 
+	if (!allowed(peer)) {
+		w->tcp_events[TCP_REFUSED_NOT_ALLOWED]++;
+		return false;
+	}
 	if (w->n_free == 0 || !reserve(&s->tcp_conns, s->tcp_max_conns)) {
 		w->tcp_events[TCP_REFUSED_MAX_CONNECTIONS]++;
 		return false;
@@ -167,9 +182,11 @@ void tcp_accept(struct worker *w, int listen_fd)
 		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){TCP_SNDBUF}, sizeof(int));
 		uint32_t index = w->free_slots[--w->n_free];
 		struct tcp_conn *c = &w->conns[index];
+		/* its first query is due within tcp_query_timeout, as a query's last byte is */
 		*c = (struct tcp_conn){.open = true, .fd = fd, .last_active_ms = w->now_ms,
-				       .active_pos = w->n_active, .peer = peer, .source_slot = slot,
-				       .interest = EPOLLIN, .gen = ++w->next_gen};
+				       .partial_since_ms = w->now_ms, .active_pos = w->n_active,
+				       .peer = peer, .source_slot = slot, .interest = EPOLLIN,
+				       .gen = ++w->next_gen};
 		w->active[w->n_active++] = index;
 		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_CONN, index)};
 		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
@@ -363,6 +380,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;
+		c->asked = true;
 		w->tcp_turn_left--;
 		if (len) {
 			w->tcp_out[out] = (uint8_t)(len >> 8);
@@ -479,7 +497,7 @@ void tcp_sweep_idle(struct worker *w)
 		uint32_t index = w->active[i];
 		const struct tcp_conn *c = &w->conns[index];
 		if (c->partial_since_ms && w->now_ms - c->partial_since_ms >= query)
-			close_for(w, index, TCP_CLOSED_SLOW_QUERY);
+			close_for(w, index, c->asked ? TCP_CLOSED_SLOW_QUERY : TCP_CLOSED_FIRST_QUERY);
 		else if (w->now_ms - c->last_active_ms >= idle)
 			close_for(w, index, TCP_CLOSED_IDLE);
 	}

@@ -495,6 +495,101 @@ def test_tcp_client_that_sends_a_byte_at_a_time(env):
 test_tcp_client_that_sends_a_byte_at_a_time.timeout = 40
 
 
+def tcp_answered(port, source, name=LOCAL_NAME):
+    """One query over a new TCP connection from source: the reply, or what went wrong."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.bind((source, 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(dnsmsg.frame(dnsmsg.build_query(name, "A", qid=77)))
+            head = b""
+            while len(head) < 2:
+                chunk = s.recv(2 - len(head))
+                if not chunk:
+                    return "closed without a reply"
+                head += chunk
+            body = b""
+            while len(body) < struct.unpack("!H", head)[0]:
+                chunk = s.recv(65535)
+                if not chunk:
+                    return "closed mid-reply"
+                body += chunk
+            return dnsmsg.parse(body)
+    except OSError as e:
+        return repr(e)
+
+
+def silent_connections(port, source, n):
+    """n connections from source that never send a byte."""
+    conns = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+        conns.append(s)
+    return conns
+
+
+def closed_by_peer(s, wait):
+    """Whether the other end closed s within wait seconds."""
+    s.settimeout(wait)
+    try:
+        return s.recv(1) == b""
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+
+
+def test_silent_tcp_connections_cannot_lock_out_an_allowed_client(env):
+    # Issue 22, item 5: listen.allow was checked per query, not at accept,
+    # and a connection that never sends lived for the idle timeout (10 s):
+    # 42 silent connections from outside the list took every place (32
+    # here) and the allowed client's TCP queries were refused at accept. Now
+    # an outsider is closed at accept, and a connection must bring its first
+    # query within listen.tcp_query_timeout, as any query must.
+    st = Setting(env, listen={"allow": ["127.0.0.2", "127.0.0.3"], "tcp_max_connections": 32,
+                              "tcp_max_connections_per_client": 16, "tcp_query_timeout": "1s"})
+    conns = []
+    try:
+        result = {}
+
+        def attack():
+            # three outside addresses (each within the per-client cap), then
+            # an allowed one that never asks
+            result["refused_before"] = metric(
+                metrics(st.mport), 'localdns_tcp_refused_total{reason="not_allowed"}')
+            outsiders = [s for a in ("127.0.1.1", "127.0.1.2", "127.0.1.3")
+                         for s in silent_connections(st.d.port, a, 14)]
+            insiders = silent_connections(st.d.port, "127.0.0.3", 8)
+            opened = time.monotonic()
+            conns.extend(outsiders + insiders)
+            answers = [tcp_answered(st.d.port, VICTIM) for _ in range(10)]
+            result["answers"] = answers
+            # within the 1 s deadline and a sweep, long before the 10 s idle timeout
+            result["insiders_closed"] = sum(
+                closed_by_peer(s, max(0.01, opened + 3 - time.monotonic())) for s in insiders)
+            result["outsiders_closed"] = sum(closed_by_peer(s, 0.01) for s in outsiders)
+
+        _, text = st.under_attack(attack, rss_bound_mib=8)
+        bad = [a for a in result["answers"] if isinstance(a, str) or a.rcode_name != "NOERROR"]
+        assert not bad, "the allowed client's TCP queries: %s" % [
+            a if isinstance(a, str) else a.describe() for a in bad]
+        assert result["outsiders_closed"] == 42 and result["insiders_closed"] == 8, result
+        tcp = " ".join(l for l in text.splitlines() if l.startswith("localdns_tcp"))
+        refused = metric(text, 'localdns_tcp_refused_total{reason="not_allowed"}')
+        assert refused - result["refused_before"] == 42, tcp
+        assert metric(text, 'localdns_tcp_closed_total{reason="first_query"}') == 8, tcp
+    finally:
+        for s in conns:
+            s.close()
+        st.close()
+
+
+test_silent_tcp_connections_cannot_lock_out_an_allowed_client.timeout = 40
+
+
 # ---- the resolver ---------------------------------------------------------------
 
 def test_new_names_at_a_silent_domain(env):
