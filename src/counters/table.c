@@ -101,7 +101,7 @@ TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
 /* ---- TCP: the workers' connections (server/tcp.c) -------------------------------- */
 
 static const char *const tcp_refusals[] = {"max_connections", "per_client", "not_allowed"};
-static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget", "first_query"};
+static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget", "silent"};
 
 PLAIN_GAUGE(tcp_connections, "localdns_tcp_connections",
 	"TCP connections open now.");
@@ -117,8 +117,7 @@ LABELLED_COUNTER(tcp_closed, "localdns_tcp_closed_total",
 	"TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
 	"query not complete within listen.tcp_query_timeout of its first byte), "
 	"output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
-	"exceeded), first_query (no whole query within listen.tcp_query_timeout of the "
-	"connection).",
+	"exceeded), silent (not a byte within listen.tcp_query_timeout of the connection).",
 	"reason", tcp_closes, N(tcp_closes));
 
 static const struct counter_family *const tcp_families[] = {

@@ -62,7 +62,8 @@ struct tcp_conn {
 	uint64_t last_active_ms;
 	uint64_t partial_since_ms; /* an incomplete query's first bytes came then (the
 				    * first query's clock starts at accept); 0: none */
-	bool asked;             /* a whole query has come on it */
+	bool asked;             /* a whole query has come on it (else, with nothing in
+				 * in[], it has been silent since accept) */
 	size_t in_len;
 	struct out_chunk *out_head, *out_tail;
 	size_t out_bytes;       /* unsent bytes in the list */
@@ -77,7 +78,7 @@ enum tcp_event {
 	TCP_CLOSED_IDLE = SERVER_TCP_CLOSED_IDLE,
 	TCP_CLOSED_SLOW_QUERY = SERVER_TCP_CLOSED_SLOW_QUERY,
 	TCP_CLOSED_OUTPUT_BUDGET = SERVER_TCP_CLOSED_OUTPUT_BUDGET,
-	TCP_CLOSED_FIRST_QUERY = SERVER_TCP_CLOSED_FIRST_QUERY,
+	TCP_CLOSED_SILENT = SERVER_TCP_CLOSED_SILENT,
 	TCP_EVENTS = SERVER_TCP_EVENTS
 };
 

@@ -497,7 +497,8 @@ void tcp_sweep_idle(struct worker *w)
 		uint32_t index = w->active[i];
 		const struct tcp_conn *c = &w->conns[index];
 		if (c->partial_since_ms && w->now_ms - c->partial_since_ms >= query)
-			close_for(w, index, c->asked ? TCP_CLOSED_SLOW_QUERY : TCP_CLOSED_FIRST_QUERY);
+			close_for(w, index, c->asked || c->in_len ? TCP_CLOSED_SLOW_QUERY
+								   : TCP_CLOSED_SILENT);
 		else if (w->now_ms - c->last_active_ms >= idle)
 			close_for(w, index, TCP_CLOSED_IDLE);
 	}

@@ -580,7 +580,7 @@ def test_silent_tcp_connections_cannot_lock_out_an_allowed_client(env):
         tcp = " ".join(l for l in text.splitlines() if l.startswith("localdns_tcp"))
         refused = metric(text, 'localdns_tcp_refused_total{reason="not_allowed"}')
         assert refused - result["refused_before"] == 42, tcp
-        assert metric(text, 'localdns_tcp_closed_total{reason="first_query"}') == 8, tcp
+        assert metric(text, 'localdns_tcp_closed_total{reason="silent"}') == 8, tcp
     finally:
         for s in conns:
             s.close()
