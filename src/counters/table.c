@@ -106,8 +106,8 @@ static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget", 
 PLAIN_GAUGE(tcp_connections, "localdns_tcp_connections",
 	"TCP connections open now.");
 PLAIN_GAUGE_IN(tcp_output_bytes, "localdns_tcp_output_bytes", "bytes",
-	"TCP reply bytes the clients' sockets have not taken yet, all connections "
-	"(listen.tcp_output_budget caps it).");
+	"TCP reply bytes the clients have not taken yet, all connections: held by localdns "
+	"and in the kernel's send queues once full (listen.tcp_output_budget caps it).");
 LABELLED_COUNTER(tcp_refused, "localdns_tcp_refused_total",
 	"TCP connections closed at accept: listen.tcp_max_connections reached, "
 	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64), or "

@@ -25,7 +25,8 @@
 #define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
 #define TCP_SOURCE_SLOTS 4096 /* a power of two */
-#define TCP_SNDBUF 65536      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_SNDBUF 16384      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_RCVBUF 8192       /* SO_RCVBUF of one: a few queries (the kernel doubles it) */
 #define TCP_TURN_QUERIES 128  /* TCP queries a worker answers per loop turn, all connections */
 #define TCP_CONN_QUERIES 16   /* of those, from one connection before the others' turn */
 #define RRL_SLOTS 65536       /* a power of two: 512 KiB, touched only with rrl on */
@@ -35,7 +36,7 @@
  * socket (EV_UDP, EV_LISTEN: listeners come and go at reloads, so events
  * name the descriptor, not a slot) or the connection slot (EV_CONN).
  */
-enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE };
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE, EV_SHED };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -67,6 +68,7 @@ struct tcp_conn {
 	size_t in_len;
 	struct out_chunk *out_head, *out_tail;
 	size_t out_bytes;       /* unsent bytes in the list */
+	size_t kernel_bytes;    /* in the kernel's send queue, when last asked (SIOCOUTQ) */
 	uint8_t in[2 + TCP_QUERY_MAX];
 };
 
@@ -123,6 +125,12 @@ struct worker {
 	struct listener *retiring;
 	size_t n_retiring;
 	int retire_fd;           /* eventfd: retiring has entries, or release_pending */
+	/* The output budget across workers (tcp.c): what this worker's heaviest
+	 * connection holds, as last counted, and another worker's request that
+	 * it close that one (shed_fd, an eventfd, wakes it). */
+	_Atomic uint64_t heaviest;
+	atomic_bool shed_asked;
+	int shed_fd;
 	bool release_pending;    /* server_release: steer every listener away */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
@@ -169,7 +177,8 @@ struct server {
 	_Atomic uint64_t tcp_idle_timeout_ms;
 	_Atomic uint64_t tcp_query_timeout_ms;
 	_Atomic uint64_t tcp_output_budget;
-	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections */
+	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections: ours
+					    * and the kernel's send queues (tcp_conn.kernel_bytes) */
 	_Atomic unsigned tcp_max_waiting;  /* listen.tcp_max_pending_queries */
 	_Atomic unsigned tcp_max_per_source;
 	/* Open connections per client (IPv4 address, IPv6 /64), counted in
@@ -269,6 +278,8 @@ void tcp_new_turn(struct worker *w);
 void tcp_close_all(struct worker *w);
 /* An upstream reply (framed, malloc'd) for connection slot index, gen. */
 void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);
+/* Another worker asked this one (shed_fd) to keep to the output budget. */
+void tcp_shed(struct worker *w);
 
 uint64_t server_now_ms(void);
 /*

@@ -71,6 +71,13 @@ static int open_socket(const struct sockaddr_storage *ss, int type, const struct
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
 	if (type == SOCK_DGRAM)
 		set_receive_buffer(fd, cfg->listen.udp_rcvbuf);
+	/* Accepted connections inherit these: fixed, small kernel buffers for
+	 * clients that do not read (or stop being read), instead of ones that
+	 * grow to megabytes of node memory. tcp.c counts the send queue. */
+	if (type == SOCK_STREAM &&
+	    (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){TCP_SNDBUF}, sizeof(int)) < 0 ||
+	     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){TCP_RCVBUF}, sizeof(int)) < 0))
+		goto fail;
 	if (bind(fd, (const struct sockaddr *)ss, len) < 0)
 		goto fail;
 	if (held && type == SOCK_DGRAM && server_udp_steer_away(fd, ss) < 0)
@@ -140,6 +147,8 @@ static void free_worker(struct worker *w)
 		close(w->epfd);
 	if (w->retire_fd >= 0)
 		close(w->retire_fd);
+	if (w->shed_fd >= 0)
+		close(w->shed_fd);
 	pthread_mutex_destroy(&w->epoll_lock);
 	free(w->listeners);
 	free(w->retiring);
@@ -196,7 +205,7 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->server = s;
 	w->id = id;
-	w->epfd = w->retire_fd = -1;
+	w->epfd = w->retire_fd = w->shed_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
 	udp_batch_init(&w->udp);
@@ -207,9 +216,11 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	w->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (w->epfd < 0 || w->retire_fd < 0 ||
+	w->shed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->epfd < 0 || w->retire_fd < 0 || w->shed_fd < 0 ||
 	    watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
 	    watch(w->epfd, w->retire_fd, EV_DATA(EV_RETIRE, 0)) < 0 ||
+	    watch(w->epfd, w->shed_fd, EV_DATA(EV_SHED, 0)) < 0 ||
 	    watch(w->epfd, upstream_completion_fd(s->upstream, id), EV_DATA(EV_UPSTREAM, 0)) < 0) {
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;

@@ -28,6 +28,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import threading
 import time
 import urllib.request
@@ -452,6 +453,118 @@ def test_tcp_client_that_never_reads_its_replies(env):
 
 
 test_tcp_client_that_never_reads_its_replies.timeout = 40
+
+
+def kernel_tcp_bytes(port):
+    """Bytes the kernel holds for localdns's TCP connections on port, in
+    their receive and send queues (ss's skmem: rmem_alloc + wmem_queued)."""
+    out = subprocess.run(["ss", "-tmnH", "state", "established", "( sport = :%d )" % port],
+                         capture_output=True, text=True, timeout=5).stdout
+    return sum(int(r) + int(w) for r, w in
+               re.findall(r"skmem:\(r(\d+),rb\d+,t\d+,tb\d+,f\d+,w(\d+)", out))
+
+
+def connections_on_worker_0(d, port, source, want, tries=200):
+    """want connections from source that worker 0 serves (and one more that
+    worker 1 serves, or None): worker 1 is held stopped while each
+    connection asks once, so those that get an answer are worker 0's."""
+    query = dnsmsg.frame(dnsmsg.build_query(LOCAL_NAME, "A"))
+    mine, other = [], None
+    with harness.StoppedThread(harness.thread_id(d.proc.pid, "worker/1")):
+        for _ in range(tries):
+            if len(mine) == want and other:
+                break
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.bind((source, 0))
+            s.connect(("127.0.0.1", port))
+            s.sendall(query)
+            s.settimeout(0.3)
+            try:
+                answered = len(s.recv(4096)) > 0
+            except socket.timeout:
+                answered = False
+            if answered and len(mine) < want:
+                mine.append(s)
+            elif not answered and other is None:
+                other = s
+            else:
+                s.close()
+    assert len(mine) == want and other, (len(mine), other)
+    return mine, other
+
+
+def test_tcp_budget_counts_the_kernel_and_closes_the_heaviest_of_any_worker(env):
+    # Issue 22, item 6: connections that never read held about 217 KiB each
+    # in the kernel's queues, outside localdns_tcp_output_bytes; and a
+    # worker past the budget closed its own heaviest connection, however
+    # light, while another worker held the heavy ones. Here 12 connections
+    # on worker 0 never read (each ends up holding a turn's 16 answers of 6
+    # KB, the budget closing the heaviest); then a reader on worker 1 asks
+    # for just enough large answers to go past the budget, fewer than 16,
+    # reading them a moment later. The kernel's send queues now count
+    # (SIOCOUTQ), accepted sockets get small buffers, and worker 1 has
+    # worker 0 close its heaviest instead of closing its own lighter one.
+    budget, answer = 1024 * 1024, 6 * 1024
+    st = Setting(env, listen={"tcp_max_connections": 256, "tcp_max_connections_per_client": 64,
+                              "tcp_output_budget": "1MiB"})
+    flooders, reader = connections_on_worker_0(st.d, st.d.port, "127.0.0.1", 12)
+    conns = flooders + [reader]
+    closes = 'localdns_tcp_closed_total{reason="output_budget"}'
+    try:
+        result = {"kernel": 0}
+        big = dnsmsg.frame(dnsmsg.build_query("bigtxt.prod.svc.cluster.local", "TXT", qid=9))
+
+        def attack():
+            for s in flooders:
+                s.setblocking(False)
+                try:
+                    s.send(big * 300)
+                except OSError:
+                    pass
+            time.sleep(1)
+            text = metrics(st.mport)
+            margin = budget - metric(text, "localdns_tcp_output_bytes")
+            result.update(margin=margin, closes_before=metric(text, closes))
+            result["kernel"] = max(result["kernel"], kernel_tcp_bytes(st.d.port))
+            # its socket's and its own buffers take about 4 KB less than asked
+            asked = int((margin + 10 * 1024) // answer) + 1
+            reader.sendall(big * asked)
+            time.sleep(0.5)
+            result["kernel"] = max(result["kernel"], kernel_tcp_bytes(st.d.port))
+            reader.settimeout(5)
+            got, deadline = b"", time.monotonic() + 10
+            while got.count(b"\x00\x09\x85") < asked and time.monotonic() < deadline:
+                try:
+                    chunk = reader.recv(65536)
+                except OSError as e:
+                    result["reader"] = repr(e)
+                    break
+                if not chunk:
+                    result["reader"] = "closed after %d bytes" % len(got)
+                    break
+                got += chunk
+            result.update(asked=asked, answers=got.count(b"\x00\x09\x85"))
+
+        watch, text = st.under_attack(attack, rss_bound_mib=8,
+                                      gauges=("localdns_tcp_output_bytes",))
+        tcp = " ".join(l for l in text.splitlines() if l.startswith("localdns_tcp"))
+        # fewer than a flooder's 16: the reader holds less than any of them
+        assert result["asked"] < 16, (result, tcp)
+        assert result["answers"] == result["asked"], (result, tcp)
+        # the reader went past the budget: a connection of worker 0 paid
+        assert metric(text, closes) > result["closes_before"], (result, tcp)
+        # in localdns and in the kernel's send queues: the budget, past it by
+        # one turn's replies at most; the receive queues are 16 KiB each
+        assert watch.max_gauge["localdns_tcp_output_bytes"] <= budget + 100 * 1024, watch.max_gauge
+        assert result["kernel"] <= budget + len(conns) * 16 * 1024, result["kernel"]
+    finally:
+        for s in conns:
+            s.close()
+        st.close()
+
+
+test_tcp_budget_counts_the_kernel_and_closes_the_heaviest_of_any_worker.timeout = 60
 
 
 def test_tcp_client_that_sends_a_byte_at_a_time(env):
