@@ -64,8 +64,9 @@ PLAIN_COUNTER(not_allowed, "localdns_not_allowed_total",
 	"DNS queries answered REFUSED because the client's address is outside "
 	"listen.allow.");
 LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
-	"UDP responses over rrl.responses_per_second for their client network: sent "
-	"truncated (slipped, so the client retries over TCP) or not sent (dropped).",
+	"UDP responses over rrl.responses_per_second for their client network and answer, "
+	"by the workers and the resolver thread: sent truncated (slipped, so the client "
+	"retries over TCP) or not sent (dropped).",
 	"action", rrl_actions, N(rrl_actions));
 PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "

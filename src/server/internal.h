@@ -29,7 +29,6 @@
 #define TCP_RCVBUF 8192       /* SO_RCVBUF of one: a few queries (the kernel doubles it) */
 #define TCP_TURN_QUERIES 128  /* TCP queries a worker answers per loop turn, all connections */
 #define TCP_CONN_QUERIES 16   /* of those, from one connection before the others' turn */
-#define RRL_SLOTS 65536       /* a power of two: 512 KiB, touched only with rrl on */
 
 /*
  * What an epoll event is about: kind in the high half, in the low half the
@@ -186,11 +185,6 @@ struct server {
 	 * limit), but nobody can aim at another's. */
 	_Atomic uint16_t tcp_per_source[TCP_SOURCE_SLOTS];
 	uint8_t source_key[16];      /* keys every per-client table of the server */
-	_Atomic unsigned rrl_rate;   /* rrl.responses_per_second; 0 = off */
-	_Atomic unsigned rrl_slip;
-	_Atomic unsigned rrl_v4_prefix, rrl_v6_prefix;
-	_Atomic(_Atomic uint64_t *) rrl_slots; /* RRL_SLOTS of (second << 32 | count);
-					   made by the first config that turns rrl on */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
 	bool held;                    /* bound, taking no traffic yet (server_open) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
@@ -234,13 +228,6 @@ void worker_wake_upstream(struct worker *w);
 /* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,
 		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
-
-/* Response rate limiting (rrl.c). */
-enum rrl_verdict { RRL_PASS, RRL_SLIP, RRL_DROP };
-/* Count one UDP response to peer in second now_s; what to do with it. */
-enum rrl_verdict rrl_check(struct server *s, const struct sockaddr_storage *peer, uint64_t now_s);
-/* Cut a reply to header and question with TC set (a slip); its new length, 0 if it cannot be. */
-size_t rrl_truncate(uint8_t *reply, size_t len);
 
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);

@@ -24,6 +24,7 @@
 
 #include "log/log.h"
 #include "privs/privs.h"
+#include "rrl/rrl.h"
 #include "util/clock.h"
 
 #define TCP_BACKLOG 1024
@@ -176,7 +177,7 @@ static int alloc_connections(struct worker *w, uint32_t max_conns)
 	return 0;
 }
 
-/* The per-client limits a reload may change (tcp.c, rrl.c). */
+/* The per-client limits a reload may change (tcp.c, rrl/). */
 static void tune_limits(struct server *s, const struct config *cfg)
 {
 	atomic_store(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
@@ -184,15 +185,7 @@ static void tune_limits(struct server *s, const struct config *cfg)
 	atomic_store(&s->tcp_output_budget, cfg->listen.tcp_output_budget);
 	atomic_store(&s->tcp_max_waiting, cfg->listen.tcp_max_pending_queries);
 	atomic_store(&s->tcp_max_per_source, cfg->listen.tcp_max_connections_per_client);
-	atomic_store(&s->rrl_slip, cfg->rrl.slip);
-	atomic_store(&s->rrl_v4_prefix, cfg->rrl.ipv4_prefix_length);
-	atomic_store(&s->rrl_v6_prefix, cfg->rrl.ipv6_prefix_length);
-	/* the table only when it is used; kept once made (a reload may turn it on again) */
-	if (cfg->rrl.responses_per_second && !atomic_load(&s->rrl_slots))
-		atomic_store_explicit(&s->rrl_slots, calloc(RRL_SLOTS, sizeof(uint64_t)),
-				      memory_order_release);
-	atomic_store(&s->rrl_rate,
-		     atomic_load(&s->rrl_slots) ? cfg->rrl.responses_per_second : 0);
+	rrl_configure(cfg);
 }
 
 static struct worker *new_worker(struct server *s, unsigned id, char *err, size_t errlen)
@@ -419,7 +412,7 @@ static void free_server(struct server *s)
 	for (unsigned i = 0; i < s->n_workers; i++)
 		free_worker(s->workers[i]);
 	free(s->workers);
-	free((void *)atomic_load(&s->rrl_slots));
+	rrl_free(); /* the resolver thread, which also sends UDP replies, has stopped */
 	if (s->stop_fd >= 0)
 		close(s->stop_fd);
 	pthread_cond_destroy(&s->retired);

@@ -2,7 +2,8 @@
  * upstream/deliver.c — the resolver thread's replies to waiting clients.
  *
  * UDP replies go straight out on the socket the query came in on (sendto
- * from this thread; the worker keeps reading it). A TCP connection's byte
+ * from this thread; the worker keeps reading it), within rrl.* as the
+ * workers' own (src/rrl/). A TCP connection's byte
  * stream belongs to its worker, so a TCP reply is framed into a malloc'd
  * buffer and put on that worker's completion ring (single producer: this
  * thread; single consumer: the worker), whose eventfd is written once per
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "querylog/querylog.h"
+#include "rrl/rrl.h"
 #include "top/top.h"
 
 /* The workers count the replies they send; these are the resolver's,
@@ -53,14 +55,32 @@ static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstre
 	ring->signal_pending = true;
 }
 
+/* rrl.*: the reply as it may go out (whole, or cut to a TC slip), or 0 when dropped. */
+static size_t rate_limited(struct upstream *u, const struct upstream_request *r, size_t len)
+{
+	switch (rrl_apply(&r->peer, u->buf, &len, u->now_ms / 1000)) {
+	case RRL_PASS:
+		break;
+	case RRL_SLIP:
+		upstream_bump(&u->n.rrl_slipped);
+		break;
+	case RRL_DROP:
+		upstream_bump(&u->n.rrl_dropped);
+		break;
+	}
+	return len;
+}
+
 void deliver(struct upstream *u, unsigned worker, const struct upstream_request *r, size_t len)
 {
 	if (len == 0)
 		return;
 	if (r->transport == UPSTREAM_UDP) {
 		count_reply(u);
-		sendto(r->fd, u->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
-		       (const struct sockaddr *)&r->peer, r->peer_len);
+		size_t sent = rate_limited(u, r, len);
+		if (sent)
+			sendto(r->fd, u->buf, sent, MSG_DONTWAIT | MSG_NOSIGNAL,
+			       (const struct sockaddr *)&r->peer, r->peer_len);
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(u, worker, r, len);
 	}

@@ -207,6 +207,7 @@ struct counters {
 	_Atomic uint64_t queued;     /* gauge: questions in the queue */
 	_Atomic uint64_t flights;    /* gauge: questions in the flight table */
 	_Atomic uint64_t rcode[DNS_RCODE_SLOTS], truncated;
+	_Atomic uint64_t rrl_slipped, rrl_dropped; /* UDP replies past rrl.* (deliver.c) */
 	_Atomic uint64_t latency[UPSTREAM_LATENCY_BUCKETS + 1]; /* per bucket, last: above all */
 	_Atomic uint64_t latency_ns;
 };

@@ -189,6 +189,8 @@ void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 		.paced = atomic_load(&n->paced),
 		.retries = atomic_load(&n->retries),
 		.client_limited = atomic_load(&n->client_limited),
+		.rrl_slipped = atomic_load(&n->rrl_slipped),
+		.rrl_dropped = atomic_load(&n->rrl_dropped),
 		.resolving = atomic_load(&n->resolving),
 		.queued = atomic_load(&n->queued),
 		.flights = atomic_load(&n->flights),

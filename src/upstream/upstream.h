@@ -91,6 +91,7 @@ struct upstream_stats {
 	uint64_t flights;      /* gauge: questions known (running, queued, cooling down) */
 	uint64_t rcode[DNS_RCODE_SLOTS]; /* replies the resolver sent (dns_reply_rcode_slot) */
 	uint64_t truncated;    /* of those, with TC=1 */
+	uint64_t rrl_slipped, rrl_dropped; /* of the UDP ones, past rrl.*: truncated / not sent */
 	/* From asking libunbound to its result (any result): how many took at
 	 * most each bound (cumulative), all of them, and their total time. */
 	uint64_t latency_le[UPSTREAM_LATENCY_BUCKETS];
