@@ -1846,6 +1846,16 @@ static void test_apex_rr_writes_what_add_rr_writes(void **state)
 	}
 }
 
+/* A record's owner (a pointer to offset), type, class IN, TTL 60 and rdata length. */
+static void put_record_head(struct pkt *p, size_t offset, uint16_t type, uint16_t rdlen)
+{
+	put_u16(p, (uint16_t)(0xc000 | offset));
+	put_u16(p, type);
+	put_u16(p, 1);
+	put_u32(p, 60);
+	put_u16(p, rdlen);
+}
+
 /* A reply for name/type with rcode: an answer record, or the zone's SOA in
  * authority (its owner a pointer into the question, as our writer puts it). */
 static void reply_with(struct pkt *p, const char *name, uint16_t type, uint16_t rcode,
@@ -1857,19 +1867,11 @@ static void reply_with(struct pkt *p, const char *name, uint16_t type, uint16_t 
 	put_u16(p, type);
 	put_u16(p, 1);
 	if (answer) {
-		put_u16(p, 0xc00c);
-		put_u16(p, DNS_T_A);
-		put_u16(p, 1);
-		put_u32(p, 60);
-		put_u16(p, 4);
+		put_record_head(p, 12, DNS_T_A, 4);
 		put_u32(p, 0x0a000001);
 	}
 	if (zone_offset) {
-		put_u16(p, (uint16_t)(0xc000 | zone_offset));
-		put_u16(p, DNS_T_SOA);
-		put_u16(p, 1);
-		put_u32(p, 60);
-		put_u16(p, 2 + 2 + 20);
+		put_record_head(p, zone_offset, DNS_T_SOA, 2 + 2 + 20);
 		put_u16(p, 0xc00c);
 		put_u16(p, 0xc00c);
 		for (int i = 0; i < 5; i++)
