@@ -157,6 +157,8 @@ static const struct key listen_keys[] = {
 	 .def = "10s"},
 	{"tcp_max_connections_per_client", V_UINT, CFG(listen.tcp_max_connections_per_client),
 	 .min = 1, .max = 65535, .def = "64"},
+	{"ipv6_client_prefix_length", V_UINT, CFG(listen.ipv6_client_prefix_length), .min = 32,
+	 .max = 128, .def = "128"},
 	{"tcp_max_pending_queries", V_UINT, CFG(listen.tcp_max_pending_queries), .min = 1,
 	 .max = 65535, .def = "64"},
 	{"tcp_output_budget", V_SIZE, CFG(listen.tcp_output_budget), .min = 65536,

@@ -111,7 +111,8 @@ PLAIN_GAUGE_IN(tcp_output_bytes, "localdns_tcp_output_bytes", "bytes",
 	"and in the kernel's send queues once full (listen.tcp_output_budget caps it).");
 LABELLED_COUNTER(tcp_refused, "localdns_tcp_refused_total",
 	"TCP connections closed at accept: listen.tcp_max_connections reached, "
-	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64), or "
+	"listen.tcp_max_connections_per_client for the client (IPv6: its address cut to "
+	"listen.ipv6_client_prefix_length), or "
 	"the client outside listen.allow.",
 	"reason", tcp_refusals, N(tcp_refusals));
 LABELLED_COUNTER(tcp_closed, "localdns_tcp_closed_total",
@@ -230,8 +231,8 @@ PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
 	"Questions that had to wait because upstream.max_rate was reached.");
 PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
 	"Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
-	"address, an IPv6 /64) already had upstream.max_pending_per_client questions "
-	"or waiting queries.");
+	"address, an IPv6 address cut to listen.ipv6_client_prefix_length) already had "
+	"upstream.max_pending_per_client questions or waiting queries.");
 PLAIN_COUNTER(upstream_retries, "localdns_upstream_retries_total",
 	"Failed questions asked once more because clients still waited for them.");
 LABELLED_COUNTER(upstream_results, "localdns_upstream_results_total",

@@ -180,11 +180,12 @@ struct server {
 					    * and the kernel's send queues (tcp_conn.kernel_bytes) */
 	_Atomic unsigned tcp_max_waiting;  /* listen.tcp_max_pending_queries */
 	_Atomic unsigned tcp_max_per_source;
-	/* Open connections per client (IPv4 address, IPv6 /64), counted in
+	/* Open connections per client (util/client.h), counted in
 	 * slots picked by a keyed hash: two clients may share a slot (and a
 	 * limit), but nobody can aim at another's. */
 	_Atomic uint16_t tcp_per_source[TCP_SOURCE_SLOTS];
 	uint8_t source_key[16];      /* keys every per-client table of the server */
+	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
 	bool held;                    /* bound, taking no traffic yet (server_open) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */

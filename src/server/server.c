@@ -434,6 +434,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	s->held = held;
 	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
+	s->client_ipv6_bits = cfg->listen.ipv6_client_prefix_length;
 	tune_limits(s, cfg);
 	pthread_mutex_init(&s->reconf_lock, NULL);
 	pthread_cond_init(&s->retired, NULL);

@@ -14,7 +14,7 @@
  * - connections: none from outside listen.allow (checked at accept, so an
  *   outsider cannot hold a place an allowed client needs);
  *   listen.tcp_max_connections in all, and
- *   listen.tcp_max_connections_per_client from one address (an IPv6 /64);
+ *   listen.tcp_max_connections_per_client from one client (util/client.h);
  *   past either, a new connection is closed at accept;
  * - queries waiting for the upstream on one connection: at most
  *   listen.tcp_max_pending_queries; at the cap the connection is not read
@@ -133,11 +133,11 @@ static bool reserve_source(_Atomic uint16_t *count, unsigned cap)
 	return true;
 }
 
-/* The client's slot: its IPv4 address or IPv6 /64, through the server's key. */
+/* The client's slot: who it is (util/client.h), through the server's key. */
 static uint16_t source_slot(const struct server *s, const struct sockaddr_storage *peer)
 {
 	uint8_t prefix[CLIENT_PREFIX_MAX];
-	size_t n = client_prefix(peer, prefix);
+	size_t n = client_prefix(peer, s->client_ipv6_bits, prefix);
 
 	return (uint16_t)(dns_siphash13(s->source_key, prefix, n) & (TCP_SOURCE_SLOTS - 1));
 }

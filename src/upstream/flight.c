@@ -190,7 +190,7 @@ static uint16_t client_of(const struct upstream *u, const struct upstream_reques
 
 	if (r->transport == UPSTREAM_NO_REPLY || r->peer_len == 0)
 		return NO_CLIENT;
-	n = client_prefix(&r->peer, prefix);
+	n = client_prefix(&r->peer, u->client_ipv6_bits, prefix);
 	return (uint16_t)(dns_siphash13(u->client_key, prefix, n) & (CLIENT_SLOTS - 1));
 }
 

@@ -180,7 +180,7 @@ struct flight {
 };
 
 /*
- * What one client (an IPv4 address, an IPv6 /64) has pending upstream: the
+ * What one client (util/client.h) has pending upstream: the
  * clients waiting and the questions it started that are not over. Slots are
  * picked by a keyed hash, so two clients may share one (and its limits),
  * but nobody can aim at another's.
@@ -243,6 +243,7 @@ struct upstream {
 	unsigned n_queued;
 	struct pace pace;
 	unsigned max_per_client;     /* upstream.max_pending_per_client */
+	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	unsigned retry_tokens;       /* the retry budget (RETRY_COST) */
 	struct client_slot clients[CLIENT_SLOTS];
 	uint8_t client_key[16];

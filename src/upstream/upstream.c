@@ -648,6 +648,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	u->now_ms = u->ctx->installed_ms = u->ctx->last_result_ms = (uint64_t)coarse_ms();
 	pace_init(&u->pace, u->ctx->max_rate, u->now_ms);
 	u->max_per_client = u->ctx->max_per_client;
+	u->client_ipv6_bits = cfg->listen.ipv6_client_prefix_length;
 	u->retry_tokens = RETRY_TOKENS_MAX;
 	if (flight_table_init(&u->flights) < 0 ||
 	    getrandom(u->client_key, sizeof u->client_key, 0) != (ssize_t)sizeof u->client_key) {

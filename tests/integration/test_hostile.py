@@ -21,6 +21,7 @@ tables, a client outside listen.allow, and one past the response rate
 limit. (A forbidden syscall on a worker is test_privileges.py's.)
 """
 
+import ctypes
 import heapq
 import http.client
 import multiprocessing
@@ -608,13 +609,13 @@ def test_tcp_client_that_sends_a_byte_at_a_time(env):
 test_tcp_client_that_sends_a_byte_at_a_time.timeout = 40
 
 
-def tcp_answered(port, source, name=LOCAL_NAME):
+def tcp_answered(port, source, name=LOCAL_NAME, host="127.0.0.1"):
     """One query over a new TCP connection from source: the reply, or what went wrong."""
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        with socket.socket(dnsmsg.family_of(host), socket.SOCK_STREAM) as s:
             s.settimeout(2)
             s.bind((source, 0))
-            s.connect(("127.0.0.1", port))
+            s.connect((host, port))
             s.sendall(dnsmsg.frame(dnsmsg.build_query(name, "A", qid=77)))
             head = b""
             while len(head) < 2:
@@ -701,6 +702,84 @@ def test_silent_tcp_connections_cannot_lock_out_an_allowed_client(env):
 
 
 test_silent_tcp_connections_cannot_lock_out_an_allowed_client.timeout = 40
+
+
+class InNetns:
+    """The calling thread, and the processes and threads it starts
+    meanwhile, in a network namespace of its own with lo up and these
+    addresses on it (IPv6 pods of one /64, which the root namespace's lo
+    cannot hold)."""
+
+    CLONE_NEWNET = 0x40000000
+
+    def __init__(self, addresses):
+        self.name, self.addresses = harness.netns_name("hostile"), addresses
+        self.libc = ctypes.CDLL(None, use_errno=True)
+
+    def _setns(self, fd):
+        if self.libc.setns(fd, self.CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+
+    def __enter__(self):
+        subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True,
+                       timeout=10)
+        harness.track_netns(self.name)
+        subprocess.run(["ip", "-n", self.name, "link", "set", "lo", "up"], check=True,
+                       capture_output=True, timeout=10)
+        for a in self.addresses:
+            subprocess.run(["ip", "-n", self.name, "addr", "add", a + "/128", "dev", "lo",
+                            "nodad"], check=True, capture_output=True, timeout=10)
+        self.home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        fd = os.open("/var/run/netns/" + self.name, os.O_RDONLY)
+        try:
+            self._setns(fd)
+        finally:
+            os.close(fd)
+        return self
+
+    def __exit__(self, *exc):
+        self._setns(self.home)
+        os.close(self.home)
+        harness.delete_netns(self.name)
+
+
+def test_ipv6_pods_of_one_64_are_different_clients(env):
+    # Issue 22, item 4: clients were keyed by IPv6 /64, but Kubernetes gives
+    # a node's pods one /64 (some CNIs put several nodes' pods in one): one
+    # IPv6 pod used up the per-client TCP and upstream shares of every IPv6
+    # pod of its node. Pods are now told apart by address
+    # (listen.ipv6_client_prefix_length, 128 by default).
+    server, attacker, victim = "fd00:53::1", "fd00:53::2", "fd00:53::3"
+    with InNetns([server, attacker, victim]):
+        st = Setting(env, listen={"addresses": ["127.0.0.1", server],
+                                  "tcp_max_connections_per_client": 4})
+        conns = []
+        try:
+            result = {}
+
+            def attack():
+                # the attacker takes its 4 places (and is refused 2 more)
+                for _ in range(6):
+                    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+                    s.bind((attacker, 0))
+                    s.connect((server, st.d.port))
+                    conns.append(s)
+                time.sleep(0.3)
+                result["answers"] = [tcp_answered(st.d.port, victim, host=server)
+                                     for _ in range(5)]
+
+            _, text = st.under_attack(attack, rss_bound_mib=8)
+            bad = [a for a in result["answers"] if isinstance(a, str) or a.rcode_name != "NOERROR"]
+            assert not bad, "the other IPv6 pod's TCP queries: %s" % [
+                a if isinstance(a, str) else a.describe() for a in bad]
+            assert metric(text, 'localdns_tcp_refused_total{reason="per_client"}') == 2, text
+        finally:
+            for s in conns:
+                s.close()
+            st.close()
+
+
+test_ipv6_pods_of_one_64_are_different_clients.timeout = 40
 
 
 # ---- the resolver ---------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "util/client.h"
 #include "util/hash.h"
 
 static struct config *load_ok(const char *yaml)
@@ -116,6 +117,7 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->chaos.id, "");
 	assert_int_equal(c->listen.n_allow, 0); /* config_default_allow applies */
 	assert_int_equal(c->listen.tcp_max_connections_per_client, 64);
+	assert_int_equal(c->listen.ipv6_client_prefix_length, 128);
 	assert_int_equal(c->listen.tcp_max_pending_queries, 64);
 	assert_int_equal(c->listen.tcp_output_budget, 4 << 20);
 	assert_int_equal(c->listen.tcp_query_timeout_ms, 2000);
@@ -562,6 +564,51 @@ static void test_error_wildcard_address(void **state)
 	expect_error("nftables:\n  intercept:\n    - \"::\"\n",
 		     "t.yaml:3:7: nftables.intercept[0]: wildcard address not allowed: "
 		     "localdns binds specific addresses");
+}
+
+/* listen.ipv6_client_prefix_length as util/client.h applies it: IPv6
+ * clients equal when their first bits are; IPv4 clients by address. */
+static size_t client_of(const char *ip, unsigned bits, uint8_t out[CLIENT_PREFIX_MAX])
+{
+	struct sockaddr_storage ss = {0};
+
+	if (strchr(ip, ':')) {
+		ss.ss_family = AF_INET6;
+		assert_int_equal(inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr), 1);
+	} else {
+		ss.ss_family = AF_INET;
+		assert_int_equal(inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr), 1);
+	}
+	return client_prefix(&ss, bits, out);
+}
+
+static bool same_client(const char *a, const char *b, unsigned bits)
+{
+	uint8_t ka[CLIENT_PREFIX_MAX], kb[CLIENT_PREFIX_MAX];
+	size_t na = client_of(a, bits, ka), nb = client_of(b, bits, kb);
+
+	return na == nb && memcmp(ka, kb, na) == 0;
+}
+
+static void test_ipv6_clients_cut_at_the_configured_length(void **state)
+{
+	(void)state;
+	assert_false(same_client("fd00::2", "fd00::3", 128));
+	assert_true(same_client("fd00::2", "fd00::2", 128));
+	assert_true(same_client("fd00::2", "fd00::3", 64));
+	assert_false(same_client("fd00:0:0:1::2", "fd00::2", 64));
+	assert_true(same_client("fd00:0:0:1::2", "fd00::2", 56));
+	/* a length inside a byte: fd00:: and fd01:: agree in their first 15 bits */
+	assert_true(same_client("fd00::1", "fd01::1", 15));
+	assert_false(same_client("fd00::1", "fd01::1", 16));
+	/* IPv4: the address, whatever the IPv6 length */
+	assert_false(same_client("10.0.0.1", "10.0.0.2", 32));
+	assert_true(same_client("10.0.0.1", "10.0.0.1", 32));
+	struct config *c = load_ok("listen: {ipv6_client_prefix_length: 64}\n");
+	assert_int_equal(c->listen.ipv6_client_prefix_length, 64);
+	config_free(c);
+	expect_error("listen: {ipv6_client_prefix_length: 129}\n",
+		     "t.yaml:1:37: listen.ipv6_client_prefix_length: \"129\" is above the maximum 128");
 }
 
 /* The chart's metrics.listen: the pod's address (the node's, on the host
@@ -1308,6 +1355,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
 		cmocka_unit_test(test_listen_address_from_the_environment),
+		cmocka_unit_test(test_ipv6_clients_cut_at_the_configured_length),
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_fallback_service),
 		cmocka_unit_test(test_cluster_coredns_options),
