@@ -634,6 +634,13 @@ def tcp_answered(port, source, name=LOCAL_NAME, host="127.0.0.1"):
         return repr(e)
 
 
+def all_answered(answers, who):
+    """Every one of tcp_answered's results a NOERROR reply."""
+    bad = [a if isinstance(a, str) else a.describe() for a in answers
+           if isinstance(a, str) or a.rcode_name != "NOERROR"]
+    assert not bad, "%s: %s" % (who, bad)
+
+
 def silent_connections(port, source, n):
     """n connections from source that never send a byte."""
     conns = []
@@ -687,9 +694,7 @@ def test_silent_tcp_connections_cannot_lock_out_an_allowed_client(env):
             result["outsiders_closed"] = sum(closed_by_peer(s, 0.01) for s in outsiders)
 
         _, text = st.under_attack(attack, rss_bound_mib=8)
-        bad = [a for a in result["answers"] if isinstance(a, str) or a.rcode_name != "NOERROR"]
-        assert not bad, "the allowed client's TCP queries: %s" % [
-            a if isinstance(a, str) else a.describe() for a in bad]
+        all_answered(result["answers"], "the allowed client's TCP queries")
         assert result["outsiders_closed"] == 42 and result["insiders_closed"] == 8, result
         tcp = " ".join(l for l in text.splitlines() if l.startswith("localdns_tcp"))
         refused = metric(text, 'localdns_tcp_refused_total{reason="not_allowed"}')
@@ -769,9 +774,7 @@ def test_ipv6_pods_of_one_64_are_different_clients(env):
                                      for _ in range(5)]
 
             _, text = st.under_attack(attack, rss_bound_mib=8)
-            bad = [a for a in result["answers"] if isinstance(a, str) or a.rcode_name != "NOERROR"]
-            assert not bad, "the other IPv6 pod's TCP queries: %s" % [
-                a if isinstance(a, str) else a.describe() for a in bad]
+            all_answered(result["answers"], "the other IPv6 pod's TCP queries")
             assert metric(text, 'localdns_tcp_refused_total{reason="per_client"}') == 2, text
         finally:
             for s in conns:
