@@ -224,7 +224,7 @@ FORCE:
 # inside liburcu's own hand-offs (-Wno-tsan: TSan does not model the
 # cache's two atomic_thread_fence calls, which order atomics only).
 TSAN_BUILD := $(BUILD)/tsan
-TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster
+TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster test_control
 TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
 # history_size=4: TSan keeps enough history to restore the stack of an old
 # access (a suppression can only match a stack it has).
