@@ -21,6 +21,7 @@
 
 #include "alloc_count.h"
 #include "kube/internal.h"
+#include "util/hash.h"
 
 /* ---- the streaming decoder ------------------------------------------------------ */
 
@@ -980,6 +981,47 @@ static void test_keys_relist_sweep(void **state)
 	kube_keys_free(&k);
 }
 
+/* The longest chain of k's buckets. */
+static size_t longest_chain(const struct kube_keys *k)
+{
+	size_t longest = 0;
+
+	for (size_t i = 0; i < k->n_buckets; i++) {
+		size_t n = 0;
+		for (const struct kube_key *e = k->buckets[i]; e; e = e->next)
+			n++;
+		longest = n > longest ? n : longest;
+	}
+	return longest;
+}
+
+/*
+ * Tenants choose namespace/name: 1,000 names whose unkeyed FNV-1a (what the
+ * set used before) agrees in its low 10 bits, all of one bucket of the
+ * 1,024 they end in. Keyed, they spread like any others.
+ */
+static void test_keys_chosen_to_collide_spread(void **state)
+{
+	(void)state;
+	struct kube_keys k;
+	char name[32];
+	int found = 0;
+
+	kube_keys_init(&k);
+	for (unsigned i = 0; found < 1000; i++) {
+		snprintf(name, sizeof name, "svc-%u", i);
+		uint64_t h = fnv1a(fnv1a_byte(fnv1a(FNV1A_SEED, "ns", 2), '/'), name, strlen(name));
+		if ((h & 1023) != 0)
+			continue;
+		assert_int_equal(kube_keys_mark(&k, "ns", name), 0);
+		found++;
+	}
+	assert_int_equal(k.n_buckets, 1024);
+	size_t longest = longest_chain(&k);
+	kube_keys_free(&k);
+	assert_true(longest <= 8);
+}
+
 static void test_keys_many(void **state)
 {
 	(void)state;
@@ -1033,6 +1075,7 @@ int main(void)
 		cmocka_unit_test(test_token_rotation),
 		cmocka_unit_test(test_keys_relist_sweep),
 		cmocka_unit_test(test_keys_many),
+		cmocka_unit_test(test_keys_chosen_to_collide_spread),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
