@@ -10,7 +10,8 @@
  * certificate and key, token, tokenFile). Credentials we cannot use (exec
  * plugins, auth-provider, basic auth) stop start-up with a message rather
  * than produce a client that can only get 401s, and so does a token that
- * would go to a plain http:// server.
+ * would go to a plain http:// server or to one whose certificate is not
+ * checked (insecure-skip-tls-verify).
  */
 #include "kube/internal.h"
 
@@ -366,18 +367,27 @@ static int take_user(struct kc *kc, const yaml_node_t *root, const char *name, s
 /*
  * A bearer token is a password for the whole service account: over plain
  * http:// anyone on the path (the node's network, a proxy) could read it
- * and use it. A client certificate is different (its key never leaves us,
- * and curl does not offer it without TLS); an anonymous client has nothing
- * to hide.
+ * and use it, and with insecure-skip-tls-verify anyone on the path could
+ * answer in the server's place and be handed it. A client certificate is
+ * different (its key never leaves us: TLS proves possession of it without
+ * sending it, and curl does not offer it without TLS); an anonymous client
+ * has nothing to hide.
  */
 static int refuse_token_in_clear(struct kc *kc, const struct kube_conn *c, const char *cluster,
 				 const char *user)
 {
-	if (strncmp(c->server, "http://", 7) != 0 || !(c->token || c->token_file))
+	if (!(c->token || c->token_file))
 		return 0;
-	return kc_fail(kc, "cluster \"%s\": server \"%s\" is plain http://, and user \"%s\" has a "
-		       "bearer token, which would cross the network unencrypted; use https:// (or a "
-		       "user without a token)", cluster, c->server, user);
+	if (strncmp(c->server, "http://", 7) == 0)
+		return kc_fail(kc, "cluster \"%s\": server \"%s\" is plain http://, and user \"%s\" "
+			       "has a bearer token, which would cross the network unencrypted; use "
+			       "https:// (or a user without a token)", cluster, c->server, user);
+	if (c->insecure)
+		return kc_fail(kc, "cluster \"%s\" has insecure-skip-tls-verify, and user \"%s\" has "
+			       "a bearer token, which would go to whoever answers in the server's "
+			       "place; give the cluster its certificate-authority (or use a user "
+			       "without a token)", cluster, user);
+	return 0;
 }
 
 static int take_current_context(struct kc *kc, struct kube_conn *c)

@@ -753,20 +753,33 @@ static void test_kubeconfig_files_token_insecure(void **state)
 		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
 		"clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443', "
 		"insecure-skip-tls-verify: true, certificate-authority-data: QUJD}}]\n"
+		"users: [{name: u, user: {client-certificate: c.crt, client-key: /k/c.key}}]\n";
+	static const char with_token[] =
+		"current-context: c\n"
+		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+		"clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443', "
+		"certificate-authority-data: QUJD}}]\n"
 		"users: [{name: u, user: {token: abc.def, client-certificate: c.crt, "
 		"client-key: /k/c.key}}]\n";
 	struct kube_conn c;
 	char err[256] = "";
 
-	/* No directory part: relative paths stay relative to the working directory. */
+	/* No directory part: relative paths stay relative to the working directory.
+	 * A client certificate may go to an unchecked server (its key never leaves us). */
 	assert_int_equal(kube_conn_from_kubeconfig("kc", text, strlen(text), &c, err, sizeof err), 0);
 	assert_string_equal(c.server, "https://127.0.0.1:6443");
 	assert_true(c.insecure);
 	assert_memory_equal(c.ca_data.data, "ABC", 3);
-	assert_string_equal(c.token, "abc.def");
+	assert_null(c.token);
 	assert_null(c.token_file);
 	assert_string_equal(c.cert_file, "c.crt");
 	assert_string_equal(c.key_file, "/k/c.key");
+	kube_conn_free(&c);
+	assert_int_equal(kube_conn_from_kubeconfig("kc", with_token, strlen(with_token), &c, err,
+						   sizeof err), 0);
+	assert_false(c.insecure);
+	assert_string_equal(c.token, "abc.def");
+	assert_string_equal(c.cert_file, "c.crt");
 	kube_conn_free(&c);
 }
 
@@ -830,6 +843,21 @@ static void test_kubeconfig_errors(void **state)
 					      "\"http://10.0.0.1:8080\" is plain http://, and user "
 					      "\"u\" has a bearer token, which would cross the network "
 					      "unencrypted; use https:// (or a user without a token)");
+	}
+	/* ...nor to a server whose certificate goes unchecked (anyone on the path can
+	 * pose as it), while a client certificate or no user at all may go there. */
+	static const char unchecked[] =
+		"current-context: x\n"
+		"contexts: [{name: x, context: {cluster: k, user: u}}]\n"
+		"clusters: [{name: k, cluster: {server: 'https://10.0.0.1:6443', "
+		"insecure-skip-tls-verify: true}}]\n";
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(text, sizeof text, "%susers: [{name: u, user: %s}]\n", unchecked, tokens[i]);
+		expect_kubeconfig_error(text, "kubeconfig /k/config: cluster \"k\" has "
+					      "insecure-skip-tls-verify, and user \"u\" has a bearer "
+					      "token, which would go to whoever answers in the server's "
+					      "place; give the cluster its certificate-authority (or use "
+					      "a user without a token)");
 	}
 	expect_kubeconfig_error("a: [\n", "kubeconfig /k/config: 2:1: did not find expected node "
 					  "content");
