@@ -225,6 +225,19 @@ struct config {
 int config_load(const char *path, struct config **out, char *err, size_t errlen);
 
 /*
+ * Whether YAML text nests its collections at most CONFIG_YAML_DEPTH_MAX
+ * deep; if not, where the first one too deep opens (from 1). libyaml's
+ * scanner costs the current depth for each token, so a document of deeply
+ * nested flow sequences takes time quadratic in its size (400 KB: 98 s)
+ * before it is even built; this walks the parser's events and stops at the
+ * first level too deep, in time linear in what it read. Every YAML input
+ * the daemon parses (the config, static files, kubeconfigs) passes here
+ * first. Files are read whole only when regular and at most 16 MiB.
+ */
+#define CONFIG_YAML_DEPTH_MAX 64
+bool config_yaml_shallow(const char *text, size_t len, unsigned *line, unsigned *col);
+
+/*
  * The same from a string; `name` stands in for the file name in messages,
  * and its directory part (none: the current directory) is where relative
  * paths in the document (static.files, ...) are resolved.

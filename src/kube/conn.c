@@ -14,6 +14,7 @@
  * checked (insecure-skip-tls-verify).
  */
 #include "kube/internal.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,17 +31,18 @@
 
 /* ---- reading files ---------------------------------------------------------- */
 
-/* The whole file, NUL-terminated, in *out; -1 with errno set on failure. */
-static int read_small_file(const char *path, char **out, size_t *out_len, struct stat *st)
+/* The whole file, NUL-terminated, in *out; -1 with why set on failure.
+ * Only a regular file (util/file.h): a FIFO would block the thread. */
+static int read_small_file(const char *path, char **out, size_t *out_len, struct stat *st,
+			   const char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat sb;
+	int fd = file_open_regular(path, &sb, why);
 	if (fd < 0)
 		return -1;
-	struct stat sb;
-	int e = fstat(fd, &sb) < 0 ? errno : (size_t)sb.st_size > FILE_MAX ? EFBIG : 0;
-	if (e) {
+	if ((size_t)sb.st_size > FILE_MAX) {
 		close(fd);
-		errno = e;
+		*why = strerror(EFBIG);
 		return -1;
 	}
 	char *buf = malloc((size_t)sb.st_size + 1);
@@ -48,11 +50,11 @@ static int read_small_file(const char *path, char **out, size_t *out_len, struct
 	ssize_t n = 1;
 	while (buf && len < (size_t)sb.st_size && (n = read(fd, buf + len, (size_t)sb.st_size - len)) > 0)
 		len += (size_t)n;
-	e = errno;
+	int e = errno;
 	close(fd);
 	if (!buf || n < 0) {
 		free(buf);
-		errno = buf ? e : ENOMEM;
+		*why = strerror(buf ? e : ENOMEM);
 		return -1;
 	}
 	buf[len] = '\0';
@@ -157,9 +159,10 @@ int kube_token_refresh(struct kube_token *t, const char *path, bool force)
 	if (!force && t->value && st.st_dev == t->dev && st.st_ino == t->ino &&
 	    st.st_size == t->size && mtime_of(&st) == t->mtime_ns)
 		return 0;
+	const char *why;
 	char *text;
 	size_t len;
-	if (read_small_file(path, &text, &len, &st) < 0)
+	if (read_small_file(path, &text, &len, &st, &why) < 0)
 		return -1;
 	/* A NUL would cut the token short without anyone noticing. */
 	const char *tok = memchr(text, '\0', len) ? "" : trim(text);
@@ -431,6 +434,13 @@ int kube_conn_from_kubeconfig(const char *path, const char *yaml, size_t len,
 		return kc_fail(&kc, "out of memory");
 	}
 	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+	unsigned line, col;
+	if (!config_yaml_shallow(yaml, len, &line, &col)) {
+		kc_fail(&kc, "%u:%u: nested deeper than %d levels", line, col, CONFIG_YAML_DEPTH_MAX);
+		yaml_parser_delete(&parser);
+		free(kc.dir);
+		return -1;
+	}
 	if (!yaml_parser_load(&parser, &kc.doc)) {
 		kc_fail(&kc, "%zu:%zu: %s", parser.problem_mark.line + 1,
 			parser.problem_mark.column + 1, parser.problem ? parser.problem : "YAML error");
@@ -452,11 +462,12 @@ int kube_conn_from_kubeconfig(const char *path, const char *yaml, size_t len,
 
 int kube_conn_load_kubeconfig(const char *path, struct kube_conn *out, char *err, size_t errlen)
 {
+	const char *why;
 	char *text;
 	size_t len;
 
-	if (read_small_file(path, &text, &len, NULL) < 0) {
-		snprintf(err, errlen, "kubeconfig %s: %s", path, strerror(errno));
+	if (read_small_file(path, &text, &len, NULL, &why) < 0) {
+		snprintf(err, errlen, "kubeconfig %s: %s", path, why);
 		return -1;
 	}
 	int rc = kube_conn_from_kubeconfig(path, text, len, out, err, errlen);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <cmocka.h>
@@ -1048,6 +1049,55 @@ static void test_static_file_errors_name_that_file(void **state)
 	assert_null(c);
 }
 
+/* A FIFO (or a device) named as a file would block the load, on the main
+ * thread, until someone writes it: only regular files are read. */
+static void test_only_regular_files_are_read(void **state)
+{
+	struct tmpdir *t = *state;
+	char main_path[128], fifo[128], want[CONFIG_ERR_MAX], err[CONFIG_ERR_MAX] = "";
+	struct config *c = NULL;
+
+	snprintf(main_path, sizeof main_path, "%s/main.yaml", t->path);
+	snprintf(fifo, sizeof fifo, "%s/records.fifo", t->path);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	write_file(t->path, "main.yaml", "static:\n  files: [records.fifo]\n");
+	snprintf(want, sizeof want, "%s:2:11: static.files: cannot read %s: not a regular file",
+		 main_path, fifo);
+	assert_int_equal(config_load(main_path, &c, err, sizeof err), -1);
+	assert_string_equal(err, want);
+	snprintf(want, sizeof want, "%s: cannot read: not a regular file", fifo);
+	assert_int_equal(config_load(fifo, &c, err, sizeof err), -1);
+	assert_string_equal(err, want);
+	write_file(t->path, "main.yaml", "static:\n  files: [/dev/zero]\n");
+	snprintf(want, sizeof want, "%s:2:11: static.files: cannot read /dev/zero: not a regular "
+		 "file", main_path);
+	assert_int_equal(config_load(main_path, &c, err, sizeof err), -1);
+	assert_string_equal(err, want);
+	assert_null(c);
+}
+
+/* libyaml's scanner costs the nesting depth per token: 400 KB of nested
+ * flow sequences took 98 s to reject. The depth is bounded before the
+ * document is built, where the 65th level opens. */
+static void test_nesting_is_bounded(void **state)
+{
+	size_t n = 20000;
+	char *text = malloc(2 * n + 2);
+
+	(void)state;
+	assert_non_null(text);
+	memset(text, '[', n);
+	memset(text + n, ']', n);
+	memcpy(text + 2 * n, "\n", 2);
+	struct config *c = NULL;
+	char err[CONFIG_ERR_MAX] = "";
+	assert_int_equal(config_load_string("t.yaml", text, 2 * n + 1, &c, err, sizeof err), -1);
+	free(text);
+	assert_string_equal(err, "t.yaml:1:65: nested deeper than 64 levels");
+	expect_error("listen:\n  allow: [[[[[10.0.0.0/8]]]]]\n",
+		     "t.yaml:2:11: listen.allow[0]: expected an IP network, got a sequence");
+}
+
 static void test_unreadable_config_file(void **state)
 {
 	struct tmpdir *t = *state;
@@ -1352,6 +1402,9 @@ int main(void)
 						remove_tmpdir),
 		cmocka_unit_test_setup_teardown(test_static_file_errors_name_that_file,
 						make_tmpdir, remove_tmpdir),
+		cmocka_unit_test_setup_teardown(test_only_regular_files_are_read, make_tmpdir,
+						remove_tmpdir),
+		cmocka_unit_test(test_nesting_is_bounded),
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
 		cmocka_unit_test(test_listen_address_from_the_environment),

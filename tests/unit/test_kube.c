@@ -891,6 +891,28 @@ static void test_kubeconfig_unreadable(void **state)
 
 	assert_int_equal(kube_conn_load_kubeconfig("/nonexistent/kc", &c, err, sizeof err), -1);
 	assert_string_equal(err, "kubeconfig /nonexistent/kc: No such file or directory");
+	/* a FIFO would block the open until someone writes it */
+	char dir[] = "/tmp/localdns-kc-XXXXXX", fifo[64], want[128];
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof fifo, "%s/kc", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(kube_conn_load_kubeconfig(fifo, &c, err, sizeof err), -1);
+	snprintf(want, sizeof want, "kubeconfig %s: not a regular file", fifo);
+	assert_string_equal(err, want);
+	unlink(fifo);
+	rmdir(dir);
+}
+
+/* Nested deeper than any kubeconfig is: refused before libyaml builds it. */
+static void test_kubeconfig_nesting_is_bounded(void **state)
+{
+	(void)state;
+	char text[2 * 5000 + 2];
+
+	memset(text, '[', 5000);
+	memset(text + 5000, ']', 5000);
+	memcpy(text + 10000, "\n", 2);
+	expect_kubeconfig_error(text, "kubeconfig /k/config: 1:65: nested deeper than 64 levels");
 }
 
 static void test_in_cluster(void **state)
@@ -1099,6 +1121,7 @@ int main(void)
 		cmocka_unit_test(test_kubeconfig_errors),
 		cmocka_unit_test(test_kubeconfig_plain_http_without_token),
 		cmocka_unit_test(test_kubeconfig_unreadable),
+		cmocka_unit_test(test_kubeconfig_nesting_is_bounded),
 		cmocka_unit_test(test_in_cluster),
 		cmocka_unit_test(test_token_rotation),
 		cmocka_unit_test(test_keys_relist_sweep),
