@@ -324,6 +324,10 @@ static int take_cluster(struct kc *kc, const yaml_node_t *root, const char *name
 		return kc_fail(kc, "cluster \"%s\" has no server", name);
 	if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0)
 		return kc_fail(kc, "cluster \"%s\": server \"%s\" is not an http(s) URL", name, server);
+	/* "https://" alone would be trimmed to "https:/" below, a URL no check knows */
+	const char *host = server + (server[4] == 's' ? 8 : 7);
+	if (*host == '\0' || *host == '/')
+		return kc_fail(kc, "cluster \"%s\": server \"%s\" names no host", name, server);
 	if (has_userinfo(server))
 		return kc_fail(kc, "cluster \"%s\": the server URL holds credentials (user@); "
 			       "put them in the user entry", name);

@@ -123,28 +123,6 @@ static int connect_endpoint(void)
 	return fd;
 }
 
-/* Whether fd turns readable within CLOSE_WAIT_MS (libFuzzer's -timeout
- * alarm interrupts poll every few seconds). */
-static bool readable_in_time(int fd)
-{
-	struct timespec start, now;
-
-	clock_gettime(CLOCK_MONOTONIC, &start);
-	for (;;) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		long spent = (now.tv_sec - start.tv_sec) * 1000 +
-			     (now.tv_nsec - start.tv_nsec) / 1000000;
-		if (spent >= CLOSE_WAIT_MS)
-			return false;
-		int rc = poll(&p, 1, (int)(CLOSE_WAIT_MS - spent));
-		if (rc == 1)
-			return true;
-		if (rc < 0 && errno != EINTR)
-			return false;
-	}
-}
-
 /* Send all of data (or what the endpoint takes before it closes), half-close
  * (after a pause, when asked), and read until the endpoint closes; what it
  * sent, in reply (len in *n). */
@@ -168,7 +146,7 @@ static void exchange(const uint8_t *data, size_t size, bool pause, char *reply, 
 	shutdown(fd, SHUT_WR);
 	*n = 0;
 	for (;;) {
-		CHECK(readable_in_time(fd)); /* never left hanging */
+		CHECK(fuzz_readable_in_time(fd, CLOSE_WAIT_MS)); /* never left hanging */
 		ssize_t k = recv(fd, reply + *n, REPLY_MAX - 1 - *n, 0);
 		if (k < 0 && errno == ECONNRESET)
 			break;

@@ -3,7 +3,8 @@
 sources, so every seed is an input some real peer sends or some real file
 holds. Run as root from the repository (NSD is started on loopback):
 
-    tests/fuzz/make_seeds.py [cache|handle|cluster|config|http]...   (default: all)
+    tests/fuzz/make_seeds.py [cache|handle|cluster|config|http|kubeconfig|control]...
+                                                                    (default: all)
 
   seeds/cache/     replies of NSD (the integration tests' authority) serving
                    the committed zones, secure.example. signed: answers,
@@ -23,6 +24,12 @@ holds. Run as root from the repository (NSD is started on loopback):
   seeds/config/    the shipped configs (deploy/examples, deploy/vm, the
                    chart's ConfigMap in deploy/kubernetes/localdns.yaml) and
                    the integration tests' standard config.
+  seeds/kubeconfig/ kubeconfigs as the fake API server writes them for the
+                   integration tests (token, tokenFile, client certificates
+                   as files and inline, a CA, insecure-skip-tls-verify with
+                   a certificate), and kind's shape with several contexts.
+  seeds/control/   every `localdns ctl` request, as ctl.c writes it: the
+                   words joined by single spaces, then a newline.
   seeds/http/      requests to the health and metrics endpoints: curl's and
                    wget's as they send them (captured on a loopback socket),
                    and the kubelet's probe and Prometheus's scrape as their
@@ -364,9 +371,76 @@ def http_seeds():
     print("http: %d files" % len(os.listdir(d)))
 
 
+def kubeconfig_seeds():
+    import tempfile
+    import types
+    d = fresh_dir("kubeconfig")
+    api = types.SimpleNamespace(url="https://10.0.0.1:6443")
+    variants = {
+        "token": {"token": "abc.def"},
+        "token-file": {"token_file": "/var/run/secrets/token"},
+        "ca-and-token": {"ca": "ca.crt", "token": "abc.def"},
+        "client-cert-files": {"client_cert": "client.crt", "client_key": "client.key"},
+        "insecure-client-cert": {"insecure": True, "client_cert": "/etc/k/c.crt",
+                                 "client_key": "/etc/k/c.key"},
+        "anonymous": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in ("ca.crt", "client.crt", "client.key"):
+            with open(os.path.join(tmp, f), "w") as out:
+                out.write("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        variants["embedded"] = {"ca": os.path.join(tmp, "ca.crt"),
+                                "client_cert": os.path.join(tmp, "client.crt"),
+                                "client_key": os.path.join(tmp, "client.key"), "embed": True}
+        for name, kw in variants.items():
+            path = os.path.join(tmp, name)
+            fakeapi.FakeAPI.kubeconfig(api, path, **kw)
+            with open(path) as f:
+                write(d, name, f.read())
+    # kind's shape: several clusters, users and contexts, the current one last
+    write(d, "kind-several-contexts", """apiVersion: v1
+kind: Config
+preferences: {}
+current-context: kind-b
+clusters:
+- cluster:
+    certificate-authority-data: QUJD
+    server: https://127.0.0.1:37001
+  name: kind-a
+- cluster:
+    certificate-authority-data: REVG
+    server: https://[::1]:37002/prefix/
+  name: kind-b
+contexts:
+- context: {cluster: kind-a, user: kind-a}
+  name: kind-a
+- context: {cluster: kind-b, user: kind-b, namespace: dns}
+  name: kind-b
+users:
+- name: kind-a
+  user: {client-certificate-data: Q0VSVA==, client-key-data: S0VZ}
+- name: kind-b
+  user: {token: kind-b-token}
+""")
+    print("kubeconfig: %d files" % len(os.listdir(d)))
+
+
+def control_seeds():
+    d = fresh_dir("control")
+    requests = ["stats", "stats --json", "lookup db.prod.svc.cluster.local",
+                "lookup n3.prod.svc.cluster.local AAAA", "lookup --json www.example.com MX",
+                "flush", "flush www.example.com", "dump-cache", "dump-cache --json",
+                "dump-cache --records", "reload", "top clients", "top names --since 5m -n 20",
+                "top --json nxdomain", "top servfail -n 100", "node", "help"]
+    for r in requests:
+        write(d, re.sub(r"[^a-z0-9]+", "-", r).strip("-"), r + "\n")
+    print("control: %d files" % len(os.listdir(d)))
+
+
 def main():
     makers = {"cache": cache_seeds, "handle": handle_seeds, "cluster": cluster_seeds,
-              "config": config_seeds, "http": http_seeds}
+              "config": config_seeds, "http": http_seeds, "kubeconfig": kubeconfig_seeds,
+              "control": control_seeds}
     for name in sys.argv[1:] or makers:
         if name not in makers:
             raise SystemExit("usage: make_seeds.py [%s]..." % "|".join(makers))

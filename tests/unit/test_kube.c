@@ -859,6 +859,14 @@ static void test_kubeconfig_errors(void **state)
 					      "place; give the cluster its certificate-authority (or use "
 					      "a user without a token)");
 	}
+	/* fuzz_kubeconfig: "http://" alone was trimmed to "http:/", which the
+	 * plain-http check did not know, and its token went through */
+	snprintf(text, sizeof text, "current-context: x\n"
+		 "contexts: [{name: x, context: {cluster: k, user: u}}]\n"
+		 "clusters: [{name: k, cluster: {server: 'http://'}}]\n"
+		 "users: [{name: u, user: {token: abc}}]\n");
+	expect_kubeconfig_error(text, "kubeconfig /k/config: cluster \"k\": server \"http://\" names "
+				      "no host");
 	expect_kubeconfig_error("a: [\n", "kubeconfig /k/config: 2:1: did not find expected node "
 					  "content");
 	expect_kubeconfig_error("- 1\n", "kubeconfig /k/config: not a YAML mapping");
