@@ -830,11 +830,12 @@ class Env:
             d.wait_ready()
         return d
 
-    def start_file(self, path, port, wait=True, host="127.0.0.1", netns=None):
+    def start_file(self, path, port, wait=True, host="127.0.0.1", netns=None, extra_env=None):
         """Start a daemon on an existing config file that listens on
-        host:port (inside network namespace netns when given)."""
+        host:port (inside network namespace netns when given, with
+        extra_env added to its environment)."""
         d = Daemon(self.binary, None, config_file=path, port=port, host=host,
-                   wait=False, tmpdir=mkdtemp(), netns=netns)
+                   wait=False, tmpdir=mkdtemp(), netns=netns, extra_env=extra_env)
         self._daemons.append(d)
         if wait:
             d.wait_ready()
