@@ -769,9 +769,10 @@ def test_ipv6_pods_of_one_64_are_different_clients(env):
                     s.bind((attacker, 0))
                     s.connect((server, st.d.port))
                     conns.append(s)
-                time.sleep(0.3)
-                result["answers"] = [tcp_answered(st.d.port, victim, host=server)
-                                     for _ in range(5)]
+                result["answers"] = []
+                for _ in range(10):   # over a second or so: enough of the victim's queries
+                    time.sleep(0.1)
+                    result["answers"].append(tcp_answered(st.d.port, victim, host=server))
 
             _, text = st.under_attack(attack, rss_bound_mib=8)
             all_answered(result["answers"], "the other IPv6 pod's TCP queries")
