@@ -51,7 +51,6 @@ from test_node import CLUSTER_IP, COREDNS, LINK, STANDIN, F
 ALONE = True
 
 COREDNS_B = "10.200.2.3"          # the kube-dns endpoint after the change
-NODE_IP = "10.200.2.1"            # the node's own address (test_node's topology)
 UPSTREAM = "10.200.2.4"           # the forwarder for external names
 STANDIN_A, STANDIN_B = "192.0.2.99", "192.0.2.98"
 WEB_IP = "10.96.5.5"
@@ -413,11 +412,8 @@ class Node(test_node.Node):
             yaml.safe_dump(config, f)
 
     def localdns(self):
-        """A new instance (a new pod's container), not waited for; POD_IP
-        is the node's address, as the kubelet gives a host-network pod
-        (the chart's metrics.listen is "${POD_IP}:9253")."""
-        return self.env.start_file(self.config_path, 53, wait=False, host=LINK, netns=self.node,
-                                   extra_env={"POD_IP": NODE_IP})
+        """A new instance (a new pod's container), not waited for."""
+        return self.env.start_file(self.config_path, 53, wait=False, host=LINK, netns=self.node)
 
     def wait_capturing(self, d):
         """Until d takes DNS (its monitor logs the first heartbeat)."""
