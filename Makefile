@@ -208,6 +208,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/*.h $(FUZZ_LIB)
 # fuzz_cluster and fuzz_mesh run call_rcu callbacks themselves (tests/fuzz/deferred_rcu.h).
 $(BUILD)/fuzz/fuzz_cluster $(BUILD)/fuzz/fuzz_mesh: FUZZ_LDFLAGS := \
 	-Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
+# fuzz_http answers for the daemon's state itself (see there).
+$(BUILD)/fuzz/fuzz_http: FUZZ_LDFLAGS := -Wl,--wrap=daemon_alive,--wrap=daemon_ready,--wrap=metrics_collect
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -224,7 +226,7 @@ FORCE:
 # inside liburcu's own hand-offs (-Wno-tsan: TSan does not model the
 # cache's two atomic_thread_fence calls, which order atomics only).
 TSAN_BUILD := $(BUILD)/tsan
-TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster test_mesh
+TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster test_mesh test_control
 TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
 # history_size=4: TSan keeps enough history to restore the stack of an old
 # access (a suppression can only match a stack it has).

@@ -20,9 +20,11 @@
  */
 #include "cluster/internal.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -55,6 +57,41 @@ static bool object_key(const struct kube_json *obj, bool namespaced, char key[51
 	const char *name = text(meta, "name");
 
 	return ns && name && *name && make_key(key, ns, name);
+}
+
+/*
+ * The string tables (namespaces, this node's pods, pod references) hold
+ * names tenants choose, so they are keyed like every other table outside
+ * input fills: SipHash-1-3 under a key drawn once. json-c's own string hash
+ * is lookup3 under a 32-bit seed, or no seed at all when a program sets
+ * JSON_C_STR_HASH_PERLLIKE for the process, and its tables probe linearly:
+ * names chosen to collide would make every lookup walk them all. One key
+ * for the process, since json-c's hash function takes no argument.
+ */
+static uint8_t string_key[16];
+static bool string_keyed;
+static pthread_once_t string_key_once = PTHREAD_ONCE_INIT;
+
+static void draw_string_key(void)
+{
+	string_keyed = getrandom(string_key, sizeof string_key, 0) == (ssize_t)sizeof string_key;
+}
+
+static unsigned long string_hash(const void *k)
+{
+	return (unsigned long)dns_siphash13(string_key, k, strlen(k));
+}
+
+static int string_equal(const void *a, const void *b)
+{
+	return strcmp(a, b) == 0;
+}
+
+/* NULL when out of memory or without a key. */
+static struct lh_table *string_table(void)
+{
+	pthread_once(&string_key_once, draw_string_key);
+	return string_keyed ? lh_table_new(64, NULL, string_hash, string_equal) : NULL;
 }
 
 static void *lookup_entry(struct lh_table *t, const char *key)
@@ -755,9 +792,9 @@ static struct cluster *make_table(const struct config *cfg, bool clusterset, cha
 	/* this node's pods: few, and written rarely; liburcu sizes it */
 	c->clients = cds_lfht_new_flavor(64, 64, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 					 &urcu_memb_flavor, NULL);
-	c->namespaces = lh_kchar_table_new(64, NULL);
-	c->local_pods = lh_kchar_table_new(64, NULL);
-	c->pod_refs = lh_kchar_table_new(64, NULL);
+	c->namespaces = string_table();
+	c->local_pods = string_table();
+	c->pod_refs = string_table();
 	if (!c->ht || !c->endpoints || !c->vips || !c->slices || !c->clients || !c->namespaces ||
 	    !c->local_pods || !c->pod_refs || publish_fixed_names(c) < 0) {
 		cluster_free(c);

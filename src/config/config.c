@@ -21,6 +21,7 @@
  * freed, so a bad reload leaves the running configuration alone.
  */
 #include "config/config.h"
+#include "util/file.h"
 #include "util/hash.h"
 
 #include <errno.h>
@@ -157,6 +158,8 @@ static const struct key listen_keys[] = {
 	 .def = "10s"},
 	{"tcp_max_connections_per_client", V_UINT, CFG(listen.tcp_max_connections_per_client),
 	 .min = 1, .max = 65535, .def = "64"},
+	{"ipv6_client_prefix_length", V_UINT, CFG(listen.ipv6_client_prefix_length), .min = 32,
+	 .max = 128, .def = "128"},
 	{"tcp_max_pending_queries", V_UINT, CFG(listen.tcp_max_pending_queries), .min = 1,
 	 .max = 65535, .def = "64"},
 	{"tcp_output_budget", V_SIZE, CFG(listen.tcp_output_budget), .min = 65536,
@@ -1342,10 +1345,12 @@ static int record_check(struct loader *ld, const yaml_node_t *map, const char *p
 
 /* ---- files ------------------------------------------------------------------ */
 
-/* The whole file in a NUL-terminated buffer; errno set on failure. */
-static int read_file(const char *path, char **out, size_t *len)
+/* The whole file in a NUL-terminated buffer; -1 with why set on failure.
+ * Only a regular file (util/file.h), at most FILE_MAX bytes. */
+static int read_file(const char *path, char **out, size_t *len, const char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = file_open_regular(path, &st, why);
 	size_t cap = 0, n = 0;
 	char *buf = NULL;
 	int e;
@@ -1383,7 +1388,7 @@ static int read_file(const char *path, char **out, size_t *len)
 	}
 	close(fd);
 	free(buf);
-	errno = e;
+	*why = strerror(e);
 	return -1;
 }
 
@@ -1440,16 +1445,52 @@ static int yaml_failure(struct loader *ld, const yaml_parser_t *p, const char *t
 	return fail_mark(ld, &mark, "%s", p->problem ? p->problem : "invalid YAML");
 }
 
+bool config_yaml_shallow(const char *text, size_t len, unsigned *line, unsigned *col)
+{
+	yaml_parser_t p;
+	yaml_event_t ev;
+	unsigned depth = 0;
+	bool shallow = true;
+
+	if (!yaml_parser_initialize(&p))
+		return true; /* out of memory: the load itself says so */
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	/* A syntax error ends the walk: the load reports it, having gone no deeper. */
+	while (yaml_parser_parse(&p, &ev)) {
+		yaml_event_type_t type = ev.type;
+		if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+			if (++depth > CONFIG_YAML_DEPTH_MAX) {
+				*line = (unsigned)ev.start_mark.line + 1;
+				*col = (unsigned)ev.start_mark.column + 1;
+				shallow = false;
+			}
+		} else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+			depth--;
+		}
+		yaml_event_delete(&ev);
+		if (!shallow || type == YAML_STREAM_END_EVENT)
+			break;
+	}
+	yaml_parser_delete(&p);
+	return shallow;
+}
+
 /*
  * Parse text into doc (ld->doc points at it). Exactly one document: a
- * second one would be silently ignored, so it is an error.
+ * second one would be silently ignored, so it is an error. Nesting is
+ * bounded first (config_yaml_shallow).
  */
 static int parse_document(struct loader *ld, const char *text, size_t len, yaml_document_t *doc)
 {
 	yaml_parser_t p;
 	yaml_document_t extra;
+	unsigned line, col;
 	int rc = 0;
 
+	if (!config_yaml_shallow(text, len, &line, &col)) {
+		yaml_mark_t at = {.line = line - 1, .column = col - 1};
+		return fail_mark(ld, &at, "nested deeper than %d levels", CONFIG_YAML_DEPTH_MAX);
+	}
 	if (!yaml_parser_initialize(&p))
 		return fail_nopos(ld, "out of memory");
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -1504,12 +1545,13 @@ static int load_static_file(struct loader *ld, const char *file, const yaml_node
 {
 	yaml_document_t *main_doc = ld->doc, doc;
 	const char *main_file = ld->file;
+	const char *why;
 	char *text;
 	size_t len;
 	int rc;
 
-	if (read_file(file, &text, &len) < 0)
-		return fail(ld, at, "static.files: cannot read %s: %s", file, strerror(errno));
+	if (read_file(file, &text, &len, &why) < 0)
+		return fail(ld, at, "static.files: cannot read %s: %s", file, why);
 	ld->file = add_file(ld, file, text, len);
 	rc = ld->file ? parse_document(ld, text, len, &doc) : -1;
 	if (rc == 0) {
@@ -1646,11 +1688,12 @@ int config_load_string(const char *name, const char *yaml, size_t len, struct co
 
 int config_load(const char *path, struct config **out, char *err, size_t errlen)
 {
+	const char *why;
 	char *text;
 	size_t len;
 
-	if (read_file(path, &text, &len) < 0) {
-		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+	if (read_file(path, &text, &len, &why) < 0) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, why);
 		return -1;
 	}
 	int rc = config_load_string(path, text, len, out, err, errlen);

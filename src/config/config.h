@@ -101,7 +101,8 @@ struct config {
 		unsigned workers;              /* 0 = one per CPU we may run on */
 		unsigned tcp_max_connections;  /* 1024, across all workers */
 		uint64_t tcp_idle_timeout_ms;  /* 10s */
-		unsigned tcp_max_connections_per_client; /* 64: per IPv4 address or IPv6 /64 */
+		unsigned tcp_max_connections_per_client; /* 64: per client (util/client.h) */
+		unsigned ipv6_client_prefix_length; /* 128: IPv6 clients told apart at this length */
 		unsigned tcp_max_pending_queries; /* 64: per connection, waiting for the upstream */
 		uint64_t tcp_output_budget;    /* 4MiB: unsent TCP replies, all connections */
 		uint64_t tcp_query_timeout_ms; /* 2s: from a query's first byte to its last */
@@ -180,7 +181,7 @@ struct config {
 		bool dnssec;                   /* false */
 		uint64_t timeout_ms;           /* 2s */
 		uint64_t max_rate;             /* 5000: new questions a second; 0 = no limit */
-		unsigned max_pending_per_client; /* 1000: per IPv4 address or IPv6 /64 */
+		unsigned max_pending_per_client; /* 1000: per client (util/client.h) */
 		char *trust_anchor;            /* "/usr/share/dns/root.key" (dnssec) */
 		char *root_hints;              /* "" = libunbound's built-in (recursive) */
 		struct config_forward_zone *forward_zones; size_t n_forward_zones;
@@ -233,6 +234,19 @@ struct config {
  * err, and *out untouched.
  */
 int config_load(const char *path, struct config **out, char *err, size_t errlen);
+
+/*
+ * Whether YAML text nests its collections at most CONFIG_YAML_DEPTH_MAX
+ * deep; if not, where the first one too deep opens (from 1). libyaml's
+ * scanner costs the current depth for each token, so a document of deeply
+ * nested flow sequences takes time quadratic in its size (400 KB: 98 s)
+ * before it is even built; this walks the parser's events and stops at the
+ * first level too deep, in time linear in what it read. Every YAML input
+ * the daemon parses (the config, static files, kubeconfigs) passes here
+ * first. Files are read whole only when regular and at most 16 MiB.
+ */
+#define CONFIG_YAML_DEPTH_MAX 64
+bool config_yaml_shallow(const char *text, size_t len, unsigned *line, unsigned *col);
 
 /*
  * The same from a string; `name` stands in for the file name in messages,

@@ -64,8 +64,9 @@ PLAIN_COUNTER(not_allowed, "localdns_not_allowed_total",
 	"DNS queries answered REFUSED because the client's address is outside "
 	"listen.allow.");
 LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
-	"UDP responses over rrl.responses_per_second for their client network: sent "
-	"truncated (slipped, so the client retries over TCP) or not sent (dropped).",
+	"UDP responses over rrl.responses_per_second for their client network and answer, "
+	"by the workers and the resolver thread: sent truncated (slipped, so the client "
+	"retries over TCP) or not sent (dropped).",
 	"action", rrl_actions, N(rrl_actions));
 PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "
@@ -100,23 +101,25 @@ TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
 
 /* ---- TCP: the workers' connections (server/tcp.c) -------------------------------- */
 
-static const char *const tcp_refusals[] = {"max_connections", "per_client"};
-static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget"};
+static const char *const tcp_refusals[] = {"max_connections", "per_client", "not_allowed"};
+static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget", "silent"};
 
 PLAIN_GAUGE(tcp_connections, "localdns_tcp_connections",
 	"TCP connections open now.");
 PLAIN_GAUGE_IN(tcp_output_bytes, "localdns_tcp_output_bytes", "bytes",
-	"TCP reply bytes the clients' sockets have not taken yet, all connections "
-	"(listen.tcp_output_budget caps it).");
+	"TCP reply bytes the clients have not taken yet, all connections: held by localdns "
+	"and in the kernel's send queues once full (listen.tcp_output_budget caps it).");
 LABELLED_COUNTER(tcp_refused, "localdns_tcp_refused_total",
-	"TCP connections closed at accept: listen.tcp_max_connections reached, or "
-	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
+	"TCP connections closed at accept: listen.tcp_max_connections reached, "
+	"listen.tcp_max_connections_per_client for the client (IPv6: its address cut to "
+	"listen.ipv6_client_prefix_length), or "
+	"the client outside listen.allow.",
 	"reason", tcp_refusals, N(tcp_refusals));
 LABELLED_COUNTER(tcp_closed, "localdns_tcp_closed_total",
 	"TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
 	"query not complete within listen.tcp_query_timeout of its first byte), "
 	"output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
-	"exceeded).",
+	"exceeded), silent (not a byte within listen.tcp_query_timeout of the connection).",
 	"reason", tcp_closes, N(tcp_closes));
 
 static const struct counter_family *const tcp_families[] = {
@@ -229,8 +232,8 @@ PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
 	"Questions that had to wait because upstream.max_rate was reached.");
 PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
 	"Requests answered at once (stale or SERVFAIL), and background refreshes not "
-	"sent, because their client (an IPv4 address, an IPv6 /64) already had its "
-	"share: upstream.max_pending_per_client questions (refreshes of its hits "
+	"sent, because their client (an IPv4 address, an IPv6 address cut to "
+	"listen.ipv6_client_prefix_length) already had its share: upstream.max_pending_per_client questions (refreshes of its hits "
 	"included), 1,024 queries joining questions asked, or, with every waiting "
 	"place taken, the most waiting queries of any client.");
 PLAIN_COUNTER(upstream_evicted, "localdns_upstream_evicted_total",

@@ -18,6 +18,7 @@
 #include "server/server.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
+#include "util/file.h"
 #include "util/hash.h"
 
 #define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
@@ -254,11 +255,13 @@ static uint64_t hash_file(uint64_t h, const char *path)
 {
 	char buf[8192];
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	const char *why;
+	int fd = file_open_regular(path, &st, &why); /* a FIFO would block the main thread */
 
 	h = config_file_hash(h, path, "", 0);
 	if (fd < 0)
-		return fnv1a(h, &errno, sizeof errno);
+		return fnv1a(h, why, strlen(why));
 	while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
 		if (n > 0)
 			h = fnv1a(h, buf, (size_t)n);

@@ -104,6 +104,26 @@ static inline bool dns_reply_truncated(const uint8_t *reply)
 	return (reply[2] & (DNS_F_TC >> 8)) != 0;
 }
 
+/*
+ * What response rate limiting (src/rrl/) counts a reply under, as BIND's
+ * and Knot's RRL do: the kind of answer and the name and type it is about.
+ * An answer and a no-data reply: the question's name and type. NXDOMAIN:
+ * the zone, the owner of the SOA record in the authority section (the
+ * question's name when there is none), and no type, so random names in one
+ * zone count together. Any other rcode (an error): no name and no type.
+ */
+enum dns_reply_kind { DNS_REPLY_ANSWER, DNS_REPLY_NODATA, DNS_REPLY_NXDOMAIN, DNS_REPLY_ERROR };
+struct dns_reply_key {
+	uint8_t kind;            /* enum dns_reply_kind */
+	uint16_t type;
+	size_t name_len;         /* 0: none */
+	uint8_t name[DNS_MAX_NAME]; /* lower-cased wire form */
+};
+
+/* The key of reply[0..len) (one we wrote: a header and one question); a
+ * reply without a readable question is an error without a name. */
+void dns_reply_key(const uint8_t *reply, size_t len, struct dns_reply_key *out);
+
 /* EDNS0 option codes we understand; every other option is ignored. */
 #define DNS_EDNS_OPT_COOKIE 10
 #define DNS_EDNS_DO 0x8000 /* in the OPT record's TTL field, low 16 bits */

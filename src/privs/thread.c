@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -189,6 +190,8 @@ static const struct rule rules[] = {
 	ALLOW(KUBE, uname),                     /* glibc's getaddrinfo: the host's name */
 	ALLOW(RESOLVER | HTTP | KUBE, fcntl),
 	ALLOW_IF(KUBE, ioctl, 1, INT_ARG, FIONREAD),
+	/* A worker asks how much of a connection's output the kernel holds (tcp.c). */
+	ALLOW_IF(WORKER, ioctl, 1, INT_ARG, SIOCOUTQ),
 	/* A worker connects a retired UDP socket to itself (server/worker.c). */
 	ALLOW(WORKER | RESOLVER | KUBE, connect),
 	ALLOW(RESOLVER, bind),             /* libunbound's random source ports */

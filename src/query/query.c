@@ -493,6 +493,18 @@ static bool asks_tables(const struct query_prepared *p)
 	       p->q.qtype != DNS_T_AXFR && p->q.qtype != DNS_T_IXFR;
 }
 
+bool query_client_may_ask(const struct sockaddr_storage *peer)
+{
+	const struct query_sources *s = rcu_dereference(current_sources);
+
+	if (!s) /* only between start-up steps: sources are published first */
+		return true;
+	TSAN_SUBSCRIBE(s);
+	bool allowed = query_client_allowed(s, peer);
+	TSAN_GRACE_RELEASE(); /* done with the sources */
+	return allowed;
+}
+
 void query_prepare(const uint8_t *in, size_t inlen, struct query_prepared *p)
 {
 	const struct query_sources *s = rcu_dereference(current_sources);

@@ -136,6 +136,12 @@ void query_sources_publish(struct query_sources *s);
 /* Free the current set at shutdown, after every worker has stopped. */
 void query_sources_retire(void);
 
+/*
+ * May peer query at all (listen.allow of the current sources)? For a
+ * connection, before it costs anything. The caller holds the RCU read lock.
+ */
+bool query_client_may_ask(const struct sockaddr_storage *peer);
+
 /* What the upstream should do after query_handle. */
 enum query_upstream {
 	QUERY_UPSTREAM_NONE,    /* nothing */

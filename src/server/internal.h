@@ -25,17 +25,17 @@
 #define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
 #define TCP_SOURCE_SLOTS 4096 /* a power of two */
-#define TCP_SNDBUF 65536      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_SNDBUF 16384      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_RCVBUF 8192       /* SO_RCVBUF of one: a few queries (the kernel doubles it) */
 #define TCP_TURN_QUERIES 128  /* TCP queries a worker answers per loop turn, all connections */
 #define TCP_CONN_QUERIES 16   /* of those, from one connection before the others' turn */
-#define RRL_SLOTS 65536       /* a power of two: 512 KiB, touched only with rrl on */
 
 /*
  * What an epoll event is about: kind in the high half, in the low half the
  * socket (EV_UDP, EV_LISTEN: listeners come and go at reloads, so events
  * name the descriptor, not a slot) or the connection slot (EV_CONN).
  */
-enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE };
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE, EV_SHED };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -60,10 +60,14 @@ struct tcp_conn {
 	bool ready;             /* in worker.ready: complete queries left for a later turn */
 	struct sockaddr_storage peer; /* keys the client's DNS cookies */
 	uint64_t last_active_ms;
-	uint64_t partial_since_ms; /* an incomplete query's first bytes came then; 0: none */
+	uint64_t partial_since_ms; /* an incomplete query's first bytes came then (the
+				    * first query's clock starts at accept); 0: none */
+	bool asked;             /* a whole query has come on it (else, with nothing in
+				 * in[], it has been silent since accept) */
 	size_t in_len;
 	struct out_chunk *out_head, *out_tail;
 	size_t out_bytes;       /* unsent bytes in the list */
+	size_t kernel_bytes;    /* in the kernel's send queue, when last asked (SIOCOUTQ) */
 	uint8_t in[2 + TCP_QUERY_MAX];
 };
 
@@ -71,9 +75,11 @@ struct tcp_conn {
 enum tcp_event {
 	TCP_REFUSED_MAX_CONNECTIONS = SERVER_TCP_REFUSED_MAX_CONNECTIONS,
 	TCP_REFUSED_PER_CLIENT = SERVER_TCP_REFUSED_PER_CLIENT,
+	TCP_REFUSED_NOT_ALLOWED = SERVER_TCP_REFUSED_NOT_ALLOWED,
 	TCP_CLOSED_IDLE = SERVER_TCP_CLOSED_IDLE,
 	TCP_CLOSED_SLOW_QUERY = SERVER_TCP_CLOSED_SLOW_QUERY,
 	TCP_CLOSED_OUTPUT_BUDGET = SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	TCP_CLOSED_SILENT = SERVER_TCP_CLOSED_SILENT,
 	TCP_EVENTS = SERVER_TCP_EVENTS
 };
 
@@ -118,6 +124,12 @@ struct worker {
 	struct listener *retiring;
 	size_t n_retiring;
 	int retire_fd;           /* eventfd: retiring has entries, or release_pending */
+	/* The output budget across workers (tcp.c): what this worker's heaviest
+	 * connection holds, as last counted, and another worker's request that
+	 * it close that one (shed_fd, an eventfd, wakes it). */
+	_Atomic uint64_t heaviest;
+	atomic_bool shed_asked;
+	int shed_fd;
 	bool release_pending;    /* server_release: steer every listener away */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
@@ -164,19 +176,16 @@ struct server {
 	_Atomic uint64_t tcp_idle_timeout_ms;
 	_Atomic uint64_t tcp_query_timeout_ms;
 	_Atomic uint64_t tcp_output_budget;
-	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections */
+	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections: ours
+					    * and the kernel's send queues (tcp_conn.kernel_bytes) */
 	_Atomic unsigned tcp_max_waiting;  /* listen.tcp_max_pending_queries */
 	_Atomic unsigned tcp_max_per_source;
-	/* Open connections per client (IPv4 address, IPv6 /64), counted in
+	/* Open connections per client (util/client.h), counted in
 	 * slots picked by a keyed hash: two clients may share a slot (and a
 	 * limit), but nobody can aim at another's. */
 	_Atomic uint16_t tcp_per_source[TCP_SOURCE_SLOTS];
 	uint8_t source_key[16];      /* keys every per-client table of the server */
-	_Atomic unsigned rrl_rate;   /* rrl.responses_per_second; 0 = off */
-	_Atomic unsigned rrl_slip;
-	_Atomic unsigned rrl_v4_prefix, rrl_v6_prefix;
-	_Atomic(_Atomic uint64_t *) rrl_slots; /* RRL_SLOTS of (second << 32 | count);
-					   made by the first config that turns rrl on */
+	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
 	bool held;                    /* bound, taking no traffic yet (server_open) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
@@ -221,13 +230,6 @@ void worker_wake_upstream(struct worker *w);
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,
 		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 
-/* Response rate limiting (rrl.c). */
-enum rrl_verdict { RRL_PASS, RRL_SLIP, RRL_DROP };
-/* Count one UDP response to peer in second now_s; what to do with it. */
-enum rrl_verdict rrl_check(struct server *s, const struct sockaddr_storage *peer, uint64_t now_s);
-/* Cut a reply to header and question with TC set (a slip); its new length, 0 if it cannot be. */
-size_t rrl_truncate(uint8_t *reply, size_t len);
-
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);
 void udp_drain(struct worker *w, int fd);
@@ -264,6 +266,8 @@ void tcp_new_turn(struct worker *w);
 void tcp_close_all(struct worker *w);
 /* An upstream reply (framed, malloc'd) for connection slot index, gen. */
 void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);
+/* Another worker asked this one (shed_fd) to keep to the output budget. */
+void tcp_shed(struct worker *w);
 
 uint64_t server_now_ms(void);
 /*

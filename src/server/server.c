@@ -24,6 +24,7 @@
 
 #include "log/log.h"
 #include "privs/privs.h"
+#include "rrl/rrl.h"
 #include "util/clock.h"
 
 #define TCP_BACKLOG 1024
@@ -71,6 +72,13 @@ static int open_socket(const struct sockaddr_storage *ss, int type, const struct
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
 	if (type == SOCK_DGRAM)
 		set_receive_buffer(fd, cfg->listen.udp_rcvbuf);
+	/* Accepted connections inherit these: fixed, small kernel buffers for
+	 * clients that do not read (or stop being read), instead of ones that
+	 * grow to megabytes of node memory. tcp.c counts the send queue. */
+	if (type == SOCK_STREAM &&
+	    (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){TCP_SNDBUF}, sizeof(int)) < 0 ||
+	     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){TCP_RCVBUF}, sizeof(int)) < 0))
+		goto fail;
 	if (bind(fd, (const struct sockaddr *)ss, len) < 0)
 		goto fail;
 	if (held && type == SOCK_DGRAM && server_udp_steer_away(fd, ss) < 0)
@@ -140,6 +148,8 @@ static void free_worker(struct worker *w)
 		close(w->epfd);
 	if (w->retire_fd >= 0)
 		close(w->retire_fd);
+	if (w->shed_fd >= 0)
+		close(w->shed_fd);
 	pthread_mutex_destroy(&w->epoll_lock);
 	free(w->listeners);
 	free(w->retiring);
@@ -167,7 +177,7 @@ static int alloc_connections(struct worker *w, uint32_t max_conns)
 	return 0;
 }
 
-/* The per-client limits a reload may change (tcp.c, rrl.c). */
+/* The per-client limits a reload may change (tcp.c, rrl/). */
 static void tune_limits(struct server *s, const struct config *cfg)
 {
 	atomic_store(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
@@ -175,15 +185,7 @@ static void tune_limits(struct server *s, const struct config *cfg)
 	atomic_store(&s->tcp_output_budget, cfg->listen.tcp_output_budget);
 	atomic_store(&s->tcp_max_waiting, cfg->listen.tcp_max_pending_queries);
 	atomic_store(&s->tcp_max_per_source, cfg->listen.tcp_max_connections_per_client);
-	atomic_store(&s->rrl_slip, cfg->rrl.slip);
-	atomic_store(&s->rrl_v4_prefix, cfg->rrl.ipv4_prefix_length);
-	atomic_store(&s->rrl_v6_prefix, cfg->rrl.ipv6_prefix_length);
-	/* the table only when it is used; kept once made (a reload may turn it on again) */
-	if (cfg->rrl.responses_per_second && !atomic_load(&s->rrl_slots))
-		atomic_store_explicit(&s->rrl_slots, calloc(RRL_SLOTS, sizeof(uint64_t)),
-				      memory_order_release);
-	atomic_store(&s->rrl_rate,
-		     atomic_load(&s->rrl_slots) ? cfg->rrl.responses_per_second : 0);
+	rrl_configure(cfg);
 }
 
 static struct worker *new_worker(struct server *s, unsigned id, char *err, size_t errlen)
@@ -196,7 +198,7 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->server = s;
 	w->id = id;
-	w->epfd = w->retire_fd = -1;
+	w->epfd = w->retire_fd = w->shed_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
 	udp_batch_init(&w->udp);
@@ -207,9 +209,11 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	w->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (w->epfd < 0 || w->retire_fd < 0 ||
+	w->shed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->epfd < 0 || w->retire_fd < 0 || w->shed_fd < 0 ||
 	    watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
 	    watch(w->epfd, w->retire_fd, EV_DATA(EV_RETIRE, 0)) < 0 ||
+	    watch(w->epfd, w->shed_fd, EV_DATA(EV_SHED, 0)) < 0 ||
 	    watch(w->epfd, upstream_completion_fd(s->upstream, id), EV_DATA(EV_UPSTREAM, 0)) < 0) {
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
@@ -408,7 +412,7 @@ static void free_server(struct server *s)
 	for (unsigned i = 0; i < s->n_workers; i++)
 		free_worker(s->workers[i]);
 	free(s->workers);
-	free((void *)atomic_load(&s->rrl_slots));
+	rrl_free(); /* the resolver thread, which also sends UDP replies, has stopped */
 	if (s->stop_fd >= 0)
 		close(s->stop_fd);
 	pthread_cond_destroy(&s->retired);
@@ -430,6 +434,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	s->held = held;
 	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
+	s->client_ipv6_bits = cfg->listen.ipv6_client_prefix_length;
 	tune_limits(s, cfg);
 	pthread_mutex_init(&s->reconf_lock, NULL);
 	pthread_cond_init(&s->retired, NULL);

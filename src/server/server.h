@@ -101,7 +101,9 @@ void server_stats(const struct server *s, struct query_stats *sum);
 /* TCP: connections open now, unsent reply bytes, refusals and closes by reason. */
 enum server_tcp_event {
 	SERVER_TCP_REFUSED_MAX_CONNECTIONS, SERVER_TCP_REFUSED_PER_CLIENT,
+	SERVER_TCP_REFUSED_NOT_ALLOWED,
 	SERVER_TCP_CLOSED_IDLE, SERVER_TCP_CLOSED_SLOW_QUERY, SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	SERVER_TCP_CLOSED_SILENT,
 	SERVER_TCP_EVENTS
 };
 struct server_tcp_stats {

@@ -11,6 +11,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
+#include "rrl/rrl.h"
 
 void udp_batch_init(struct udp_batch *b)
 {
@@ -64,20 +65,17 @@ static void defer(struct worker *w, const struct query_ctx *ctx, int fd, int i)
 static size_t rate_limited(struct worker *w, const struct sockaddr_storage *peer,
 			   uint8_t *reply, size_t len)
 {
-	switch (rrl_check(w->server, peer, w->now_ms / 1000)) {
+	switch (rrl_apply(peer, reply, &len, w->now_ms / 1000)) {
 	case RRL_PASS:
-		return len;
+		break;
 	case RRL_SLIP:
-		if ((len = rrl_truncate(reply, len)) > 0) {
-			w->stats.rrl_slipped++;
-			return len;
-		}
+		w->stats.rrl_slipped++;
 		break;
 	case RRL_DROP:
+		w->stats.rrl_dropped++;
 		break;
 	}
-	w->stats.rrl_dropped++;
-	return 0;
+	return len;
 }
 
 /* Answer rx[0..n) into tx; returns how many replies there are to send. */

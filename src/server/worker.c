@@ -181,6 +181,9 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 	case EV_UPSTREAM:
 		take_completions(w);
 		break;
+	case EV_SHED:
+		tcp_shed(w);
+		break;
 	case EV_STOP:
 	case EV_RETIRE:
 		break; /* handled after the batch */

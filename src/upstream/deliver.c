@@ -2,7 +2,8 @@
  * upstream/deliver.c — the resolver thread's replies to waiting clients.
  *
  * UDP replies go straight out on the socket the query came in on (sendto
- * from this thread; the worker keeps reading it). A TCP connection's byte
+ * from this thread; the worker keeps reading it), within rrl.* as the
+ * workers' own (src/rrl/). A TCP connection's byte
  * stream belongs to its worker, so a TCP reply is framed into a malloc'd
  * buffer and put on that worker's completion ring (ring.c; single
  * producer: this thread; single consumer: the worker), whose eventfd is
@@ -26,6 +27,7 @@
 #include <sys/socket.h>
 
 #include "querylog/querylog.h"
+#include "rrl/rrl.h"
 
 /* The workers count the replies they send; these are the resolver's,
  * counted before the client can see the reply (a scrape after it includes it). */
@@ -78,16 +80,36 @@ static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstrea
 	}
 }
 
+/* rrl.*: the UDP reply in d->buf as it may go out (whole, or cut to a TC
+ * slip), or 0 when dropped. */
+static size_t rate_limited(struct deliver *d, const struct upstream_request *r, size_t len,
+			   uint64_t now_ms)
+{
+	switch (rrl_apply(&r->peer, d->buf, &len, now_ms / 1000)) {
+	case RRL_PASS:
+		break;
+	case RRL_SLIP:
+		upstream_bump(&d->n->rrl_slipped);
+		break;
+	case RRL_DROP:
+		upstream_bump(&d->n->rrl_dropped);
+		break;
+	}
+	return len;
+}
+
 /* The reply built in d->buf (len bytes; none when 0) goes to r's client. */
 static void send_reply(struct deliver *d, unsigned worker, const struct upstream_request *r,
-		       size_t len)
+		       size_t len, uint64_t now_ms)
 {
 	if (len == 0)
 		return;
 	if (r->transport == UPSTREAM_UDP) {
 		count_reply(d);
-		sendto(r->fd, d->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
-		       (const struct sockaddr *)&r->peer, r->peer_len);
+		size_t sent = rate_limited(d, r, len, now_ms);
+		if (sent)
+			sendto(r->fd, d->buf, sent, MSG_DONTWAIT | MSG_NOSIGNAL,
+			       (const struct sockaddr *)&r->peer, r->peer_len);
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(d, worker, r, len);
 	}
@@ -236,7 +258,7 @@ void deliver_reply(void *env, unsigned worker, const struct upstream_request *r,
 {
 	struct deliver *d = env;
 
-	send_reply(d, worker, r, build_reply(d, r, a, now_ms));
+	send_reply(d, worker, r, build_reply(d, r, a, now_ms), now_ms);
 }
 
 int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counters *n,

@@ -53,7 +53,7 @@
  * mark and the cool-downs are about the new upstream.
  *
  * Shares. Outside input decides how much of the table one client takes, so
- * each client (an IPv4 address, an IPv6 /64; UDP sources can be forged)
+ * each client (an IPv4 address, an IPv6 address cut to listen.ipv6_client_prefix_length; UDP sources can be forged)
  * has a share: of questions started (upstream.max_pending_per_client, a
  * quarter of it while places are scarce), its hits' background refreshes
  * counting as its own; and of queries joining questions already asked
@@ -290,7 +290,7 @@ static uint16_t client_of(const struct flights *t, const struct upstream_request
 
 	if (r->peer_len == 0)
 		return NO_CLIENT;
-	n = client_prefix(&r->peer, prefix);
+	n = client_prefix(&r->peer, t->set.client_ipv6_bits, prefix);
 	return (uint16_t)(dns_siphash13(t->client_key, prefix, n) & (CLIENT_SLOTS - 1));
 }
 

@@ -65,6 +65,7 @@ struct upstream_stats {
 	uint64_t flights;      /* gauge: questions known (running, queued, cooling down) */
 	uint64_t rcode[DNS_RCODE_SLOTS]; /* replies the resolver sent (dns_reply_rcode_slot) */
 	uint64_t truncated;    /* of those, with TC=1 */
+	uint64_t rrl_slipped, rrl_dropped; /* of the UDP ones, past rrl.*: truncated / not sent */
 	/* From asking libunbound to its result (any result): how many took at
 	 * most each bound (cumulative), all of them, and their total time. */
 	uint64_t latency_le[UPSTREAM_LATENCY_BUCKETS];
@@ -75,7 +76,8 @@ struct upstream_stats {
 /* The resolver's counters: the same figures, as the resolver thread keeps them. */
 struct upstream_counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus, renewals, paced, retries, client_limited, evicted;
+		servfail, dropped, bogus, renewals, paced, retries, client_limited, evicted,
+		rrl_slipped, rrl_dropped; /* UDP replies past rrl.* (deliver.c) */
 	_Atomic uint64_t shed[UPSTREAM_SHEDS];
 	_Atomic uint64_t results[UPSTREAM_RESULTS];
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */

@@ -147,6 +147,7 @@ struct upstream {
 	struct retired_socket *retired_sockets;
 	uint64_t now_ms;
 	uint64_t renewal_logged_ms;
+	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint32_t sockets_seen;       /* sockets_handed when the socket rings were last read */
 	struct upstream_request taken; /* the request take_requests unpacked last */
@@ -313,11 +314,13 @@ static int wait_ms(const struct upstream *u)
 /* ---- contexts ------------------------------------------------------------------------ */
 
 /* What the flight table is to do with the upstream c. */
-static struct flight_settings settings_of(const struct upstream_context *c)
+static struct flight_settings settings_of(const struct upstream *u,
+					       const struct upstream_context *c)
 {
 	return (struct flight_settings){.timeout_ms = c->timeout_ms, .max_rate = c->max_rate,
 					.max_per_client = c->max_per_client,
-					.max_asked = MAX_RESOLVING};
+					.max_asked = MAX_RESOLVING,
+					.client_ipv6_bits = u->client_ipv6_bits};
 }
 
 /* The context the flight table numbers so: the current one, or a retired one. */
@@ -358,7 +361,7 @@ static void delete_finished_contexts(struct upstream *u)
 static void replace_context(struct upstream *u, struct upstream_context *c, bool forget)
 {
 	struct upstream_context *old = u->ctx;
-	struct flight_settings s = settings_of(c);
+	struct flight_settings s = settings_of(u, c);
 
 	flights_new_upstream(&u->flights, &s, forget, u->now_ms);
 	c->number = flights_upstream(&u->flights);
@@ -784,11 +787,12 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	if (!u->ctx)
 		goto fail;
 	u->now_ms = (uint64_t)coarse_ms();
+	u->client_ipv6_bits = cfg->listen.ipv6_client_prefix_length;
 	if (make_rings(u) < 0 || make_loop(u) < 0) {
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;
 	}
-	struct flight_settings s = settings_of(u->ctx);
+	struct flight_settings s = settings_of(u, u->ctx);
 	const struct flight_io io = {.ask = ask_libunbound, .ask_env = u,
 				     .reply = deliver_reply, .reply_env = &u->deliver};
 	if (flights_init(&u->flights, &io, cache, &u->n, &s, u->now_ms) < 0) {

@@ -1846,6 +1846,93 @@ static void test_apex_rr_writes_what_add_rr_writes(void **state)
 	}
 }
 
+/* A record's owner (a pointer to offset), type, class IN, TTL 60 and rdata length. */
+static void put_record_head(struct pkt *p, size_t offset, uint16_t type, uint16_t rdlen)
+{
+	put_u16(p, (uint16_t)(0xc000 | offset));
+	put_u16(p, type);
+	put_u16(p, 1);
+	put_u32(p, 60);
+	put_u16(p, rdlen);
+}
+
+/* A reply for name/type with rcode: an answer record, or the zone's SOA in
+ * authority (its owner a pointer into the question, as our writer puts it). */
+static void reply_with(struct pkt *p, const char *name, uint16_t type, uint16_t rcode,
+		       bool answer, size_t zone_offset)
+{
+	p->len = 0;
+	put_header(p, 7, 0x8180 | rcode, 1, answer ? 1 : 0, zone_offset ? 1 : 0, 0);
+	put_name(p, name);
+	put_u16(p, type);
+	put_u16(p, 1);
+	if (answer) {
+		put_record_head(p, 12, DNS_T_A, 4);
+		put_u32(p, 0x0a000001);
+	}
+	if (zone_offset) {
+		put_record_head(p, zone_offset, DNS_T_SOA, 2 + 2 + 20);
+		put_u16(p, 0xc00c);
+		put_u16(p, 0xc00c);
+		for (int i = 0; i < 5; i++)
+			put_u32(p, 1);
+	}
+}
+
+static void test_reply_key_for_rate_limiting(void **state)
+{
+	struct dns_reply_key k;
+	struct pkt p;
+	uint8_t zone[DNS_MAX_NAME], qname[DNS_MAX_NAME];
+
+	(void)state;
+	text_to_wire("site.example", zone);
+	text_to_wire("www.site.example", qname);
+	/* an answer: the question's name (lower-cased) and type */
+	reply_with(&p, "WWW.Site.Example", DNS_T_A, DNS_R_NOERROR, true, 0);
+	dns_reply_key(p.b, p.len, &k);
+	assert_int_equal(k.kind, DNS_REPLY_ANSWER);
+	assert_int_equal(k.type, DNS_T_A);
+	assert_int_equal(k.name_len, dns_name_len(qname));
+	assert_memory_equal(k.name, qname, k.name_len);
+	/* no data: the same name and type, another kind */
+	reply_with(&p, "www.site.example", DNS_T_AAAA, DNS_R_NOERROR, false, 16);
+	dns_reply_key(p.b, p.len, &k);
+	assert_int_equal(k.kind, DNS_REPLY_NODATA);
+	assert_int_equal(k.type, DNS_T_AAAA);
+	assert_memory_equal(k.name, qname, k.name_len);
+	/* NXDOMAIN: the zone of the SOA (at offset 16: "site.example" in the
+	 * question), whatever the name and type asked */
+	reply_with(&p, "r00042.site.example", DNS_T_TXT, DNS_R_NXDOMAIN, false, 19);
+	dns_reply_key(p.b, p.len, &k);
+	assert_int_equal(k.kind, DNS_REPLY_NXDOMAIN);
+	assert_int_equal(k.type, 0);
+	assert_int_equal(k.name_len, dns_name_len(zone));
+	assert_memory_equal(k.name, zone, k.name_len);
+	/* NXDOMAIN without a SOA: the question's name */
+	reply_with(&p, "www.site.example", DNS_T_A, DNS_R_NXDOMAIN, false, 0);
+	dns_reply_key(p.b, p.len, &k);
+	assert_int_equal(k.kind, DNS_REPLY_NXDOMAIN);
+	assert_memory_equal(k.name, qname, k.name_len);
+	/* an error: no name, no type */
+	reply_with(&p, "www.site.example", DNS_T_A, DNS_R_SERVFAIL, false, 0);
+	dns_reply_key(p.b, p.len, &k);
+	assert_int_equal(k.kind, DNS_REPLY_ERROR);
+	assert_int_equal(k.name_len, 0);
+	assert_int_equal(k.type, 0);
+	/* a record that runs past the end: the question still names it */
+	reply_with(&p, "r1.site.example", DNS_T_A, DNS_R_NXDOMAIN, false, 15);
+	dns_reply_key(p.b, p.len - 3, &k);
+	text_to_wire("r1.site.example", qname);
+	assert_int_equal(k.kind, DNS_REPLY_NXDOMAIN);
+	assert_int_equal(k.name_len, dns_name_len(qname));
+	assert_memory_equal(k.name, qname, k.name_len);
+	/* no question at all */
+	dns_reply_key(p.b, 11, &k);
+	assert_int_equal(k.kind, DNS_REPLY_ERROR);
+	assert_int_equal(k.name_len, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1919,6 +2006,7 @@ int main(void)
 		cmocka_unit_test(test_response_append_raw_needs_fresh_writer),
 		cmocka_unit_test(test_reply_rcode_slot_and_truncation),
 		cmocka_unit_test(test_apex_rr_writes_what_add_rr_writes),
+		cmocka_unit_test(test_reply_key_for_rate_limiting),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

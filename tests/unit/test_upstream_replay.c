@@ -111,7 +111,8 @@ static void start(const struct flight_settings *s, bool serve_stale)
 }
 
 static const struct flight_settings defaults = {
-	.timeout_ms = TIMEOUT_MS, .max_rate = 0, .max_per_client = 1000, .max_asked = 1024};
+	.timeout_ms = TIMEOUT_MS, .max_rate = 0, .max_per_client = 1000, .max_asked = 1024,
+	.client_ipv6_bits = 128};
 
 static int setup(void **state)
 {
@@ -435,7 +436,7 @@ static void test_the_queue_starts_newest_first_and_drops_the_unwaited(void **sta
 {
 	(void)state;
 	const struct flight_settings two = {.timeout_ms = TIMEOUT_MS, .max_per_client = 1000,
-					    .max_asked = 2};
+					    .max_asked = 2, .client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&two, false);
@@ -465,7 +466,7 @@ static void test_a_question_that_waited_in_the_queue_says_nothing_of_the_upstrea
 {
 	(void)state;
 	const struct flight_settings one = {.timeout_ms = TIMEOUT_MS, .max_per_client = 1000,
-					    .max_asked = 1};
+					    .max_asked = 1, .client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&one, false);
@@ -492,7 +493,7 @@ static void test_a_full_queue_gives_up_its_oldest_question(void **state)
 {
 	(void)state;
 	const struct flight_settings one = {.timeout_ms = TIMEOUT_MS, .max_per_client = 65535,
-					    .max_asked = 1};
+					    .max_asked = 1, .client_ipv6_bits = 128};
 	char name[64];
 
 	teardown(state);
@@ -544,7 +545,8 @@ static void test_max_rate_paces_new_questions(void **state)
 {
 	(void)state;
 	const struct flight_settings paced = {.timeout_ms = TIMEOUT_MS, .max_rate = 10,
-					      .max_per_client = 1000, .max_asked = 1024};
+					      .max_per_client = 1000, .max_asked = 1024,
+	.client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&paced, false);
@@ -679,7 +681,7 @@ static void test_a_full_silent_upstream_is_stalled_and_its_questions_can_be_drop
 {
 	(void)state;
 	const struct flight_settings two = {.timeout_ms = TIMEOUT_MS, .max_per_client = 1000,
-					    .max_asked = 2};
+					    .max_asked = 2, .client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&two, false);
