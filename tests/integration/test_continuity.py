@@ -1,6 +1,6 @@
-"""Continuity: what steady clients see while localdns crashes, is wedged,
-upgraded, reloaded, loses its upstream or its API server, and is replaced
-the way the chart's DaemonSet replaces it.
+"""Continuity: what applications see through a real stub resolver while
+localdns crashes, is wedged, upgraded, reloaded, loses its upstream or its
+API server, and is replaced the way the chart's DaemonSet replaces it.
 
 The node is test_node's (network namespaces pod, node and coredns, a
 stand-in CoreDNS behind an emulated kube-proxy DNAT of the ClusterIP), with
@@ -14,23 +14,28 @@ Clients, one process in the pod namespace and one on the host network (the
 node namespace), each send UDP queries every 10 ms and TCP queries every
 100 ms to the link-local address and to the intercepted ClusterIP, cycling
 through a cluster Service name, the kube-dns name and an external name.
-Each query has a deadline of 1 s from its first send, within which the
-client behaves like a stub resolver: it sends again after 200 ms (TCP: a
-new connection after 300 ms) without an answer, and 10 ms after "port
-unreachable" or a reset. A query fails when no right answer (localdns's, or
-the stand-in CoreDNS's when DNS fails open) arrives by its deadline, or a
-wrong one (SERVFAIL, another address) arrives first.
+
+Each query is sent once, as glibc, musl and Go's resolvers send it (they
+wait 5 s, 2.5 s and 5 s before they ask again: longer than any application
+waits for one name), and has 1 s for its answer. It fails when no right
+answer (localdns's, or the stand-in CoreDNS's when DNS fails open) arrives
+within that second, when a wrong one (SERVFAIL, another address) arrives
+first, or at once on "port unreachable" or a reset, on which glibc gives
+up (a pod's resolv.conf has one nameserver). For information only, a failed
+query is sent a second time as a stub with `options timeout:1 attempts:2`
+would (at once after "port unreachable", a reset or SERVFAIL, after the
+second of silence otherwise): the table counts those it would rescue.
 
 Why a client's own delays cannot fail a query: the clients are separate
 processes running SCHED_FIFO (the machine's other work cannot delay their
-sends and retries), and a reply's arrival time is the kernel's receive
-timestamp (SO_TIMESTAMPNS), compared with the send time, so a client that
-reads a reply late does not make it late. What is judged is a count:
-failed queries per event and kind of client, which must be zero.
+sends), and a reply's arrival time is the kernel's receive timestamp
+(SO_TIMESTAMPNS), compared with the send time, so a client that reads a
+reply late does not make it late. What is judged is a count: failed queries
+per event and kind of client, which must be zero.
 
 Each event's window runs from its first action to the next event's; every
-query belongs to the window in which it was first sent. The table is
-printed; docs/node-integration.md has the figures.
+query belongs to the window in which it was sent. The table is printed;
+docs/node-integration.md has the figures.
 """
 
 import json
@@ -122,8 +127,8 @@ CLIENT = r'''
 import errno, gc, heapq, itertools, json, os, random, selectors, socket, struct, sys, time
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-DEADLINE = 1.0
-UDP_RETRY, TCP_RETRY, ERROR_RETRY = 0.2, 0.3, 0.01
+DEADLINE = 1.0      # what an application waits for one send (options timeout:1)
+LATE_READ = 0.2     # a reply that arrived in time may be read this much later
 
 cfg = json.loads(sys.argv[1])
 out = open(cfg["out"], "w")
@@ -171,125 +176,110 @@ def arrival(ancdata):
     return time.time()
 
 
-def record(q, ok, src):
-    out.write(json.dumps({"kind": cfg["kind"], "proto": "tcp" if q.tcp else "udp",
-                          "server": q.server, "name": q.name, "t0": q.t0_mono, "ok": ok,
-                          "tries": q.tries, "src": src, "why": None if ok else q.why}) + "\n")
+class Send:
+    """One send of a query, as a stub makes it: one datagram (or one TCP
+    connection) and DEADLINE seconds for its answer. done(outcome, src,
+    retry) is called once: outcome None for a right answer in time, else
+    why not; retry says whether glibc would try again (no answer, refused,
+    reset, SERVFAIL/REFUSED) or take the answer as final (other data)."""
+
+    def __init__(self, q, done):
+        self.q, self.done_fn, self.finished = q, done, False
+        self.qid = random.randrange(65536)
+        self.t0 = time.time()             # CLOCK_REALTIME, as the kernel's stamps
+        self.s, self.buf = None, b""
+        msg = build(q.name, self.qid)
+        try:
+            kind = socket.SOCK_STREAM if q.tcp else socket.SOCK_DGRAM
+            self.s = socket.socket(socket.AF_INET, kind | socket.SOCK_NONBLOCK)
+            self.s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            if q.tcp:
+                self.s.connect_ex((q.server, 53))
+                self.out = struct.pack("!H", len(msg)) + msg
+                sel.register(self.s, selectors.EVENT_WRITE, self)
+            else:
+                self.s.connect((q.server, 53))
+                self.s.send(msg)
+                sel.register(self.s, selectors.EVENT_READ, self)
+        except OSError as e:
+            self.end(errno.errorcode.get(e.errno, str(e)), None, True)
+            return
+        at(time.monotonic() + DEADLINE + LATE_READ, lambda: self.end("no answer", None, True))
+
+    def end(self, outcome, src, retry):
+        if self.finished:
+            return
+        self.finished = True
+        if self.s is not None:
+            try:
+                sel.unregister(self.s)
+            except (KeyError, ValueError):
+                pass
+            self.s.close()
+        self.done_fn(outcome, src, retry)
+
+    def event(self, mask):
+        try:
+            if mask & selectors.EVENT_WRITE:
+                err = self.s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if err:
+                    raise OSError(err, os.strerror(err))
+                self.s.send(self.out)
+                sel.modify(self.s, selectors.EVENT_READ, self)
+                return
+            data, anc, _, _ = self.s.recvmsg(4096, socket.CMSG_SPACE(16))
+            if self.q.tcp:
+                if not data:
+                    raise OSError(errno.ECONNRESET, "closed")
+                self.buf += data
+                if len(self.buf) < 2 or len(self.buf) < 2 + struct.unpack("!H", self.buf[:2])[0]:
+                    return
+                data = self.buf[2:2 + struct.unpack("!H", self.buf[:2])[0]]
+            if struct.unpack("!H", data[:2])[0] != self.qid:
+                return
+            self.answered(data, arrival(anc))
+        except OSError as e:
+            # "port unreachable" (ECONNREFUSED), a reset: glibc gives up on
+            # this send at once.
+            self.end(errno.errorcode.get(e.errno, str(e)), None, True)
+
+    def answered(self, m, t_rx):
+        _, rcode, addrs = parse(m)
+        q = self.q
+        if rcode != 0 or not addrs or not set(addrs) <= set(q.right):
+            self.end("rcode %d %s" % (rcode, ",".join(addrs)), None, rcode in (2, 5))
+        elif t_rx > self.t0 + DEADLINE:
+            self.end("late %.3fs" % (t_rx - self.t0), None, True)
+        else:
+            self.end(None, "localdns" if addrs == [q.local] else "coredns", False)
 
 
 class Query:
+    """One question as an application asks it through a stub: one send.
+    When that send fails, a second one (what `options timeout:1 attempts:2`
+    would send: at once after "port unreachable", a reset or SERVFAIL, at
+    the deadline after silence) is made for information only: rescued."""
+
     def __init__(self, server, tcp, name, right, local):
         self.server, self.tcp, self.name, self.right, self.local = server, tcp, name, right, local
         self.t0_mono = time.monotonic()
-        self.t0 = None              # CLOCK_REALTIME of the first send
-        self.tries, self.socks, self.done = 0, [], False
-        self.why, self.retry_due = "no answer", None
+        self.why, self.src = None, None
+        Send(self, self.first_done)
 
-    def start_clock(self):
-        if self.t0 is None:
-            self.t0 = time.time()
-            at(time.monotonic() + DEADLINE + 0.2, self.fail)
-
-    def attempt(self):
-        if self.done or (self.t0 is not None and time.time() > self.t0 + DEADLINE):
-            return
-        self.tries += 1
-        qid = random.randrange(65536)
-        msg = build(self.name, qid)
-        self.start_clock()
-        try:
-            kind = socket.SOCK_STREAM if self.tcp else socket.SOCK_DGRAM
-            s = socket.socket(socket.AF_INET, kind | socket.SOCK_NONBLOCK)
-            self.socks.append(s)
-            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            state = {"q": self, "s": s, "qid": qid, "buf": b""}
-            if self.tcp:
-                s.connect_ex((self.server, 53))
-                state["out"] = struct.pack("!H", len(msg)) + msg
-                sel.register(s, selectors.EVENT_WRITE, state)
-            else:
-                s.connect((self.server, 53))
-                s.send(msg)
-                sel.register(s, selectors.EVENT_READ, state)
-        except OSError as e:
-            self.attempt_failed(e)
-            return
-        self.retry_in(TCP_RETRY if self.tcp else UDP_RETRY)
-
-    def retry_in(self, delay):
-        due = time.monotonic() + delay
-        if self.retry_due is not None and self.retry_due <= due:
-            return
-        self.retry_due = due
-
-        def fire():
-            if self.retry_due == due:
-                self.retry_due = None
-                self.attempt()
-        at(due, fire)
-
-    def attempt_failed(self, e):
-        self.why = errno.errorcode.get(e.errno, str(e))
-        self.retry_in(ERROR_RETRY)
-
-    def answered(self, m, t_rx):
-        qid, rcode, addrs = parse(m)
-        if rcode != 0 or not addrs or not set(addrs) <= set(self.right):
-            self.why = "rcode %d %s" % (rcode, ",".join(addrs))
-            self.fail()           # a wrong answer is the answer: a stub does not retry
-        elif t_rx > self.t0 + DEADLINE:
-            self.why = "late %.3fs" % (t_rx - self.t0)
+    def first_done(self, why, src, retry):
+        self.why, self.src = why, src
+        if why is None:
+            self.record(None)
+        elif retry:
+            Send(self, lambda why2, src2, _: self.record(why2 is None))
         else:
-            self.finish(True, "localdns" if addrs == [self.local] else "coredns")
+            self.record(False)
 
-    def fail(self):
-        self.finish(False, None)
-
-    def finish(self, ok, src):
-        if self.done:
-            return
-        self.done = True
-        for s in self.socks:
-            forget(s)
-            s.close()
-        record(self, ok, src)
-
-
-def forget(s):
-    try:
-        sel.unregister(s)
-    except (KeyError, ValueError):
-        pass
-
-
-def on_event(key, mask):
-    st = key.data
-    q, s = st["q"], st["s"]
-    if q.done:
-        return                    # answered on another socket in this batch: closed
-    try:
-        if mask & selectors.EVENT_WRITE:
-            err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                raise OSError(err, os.strerror(err))
-            s.send(st["out"])
-            sel.modify(s, selectors.EVENT_READ, st)
-            return
-        data, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(16))
-        if q.tcp:
-            if not data:
-                raise OSError(errno.ECONNRESET, "closed")
-            st["buf"] += data
-            buf = st["buf"]
-            if len(buf) < 2 or len(buf) < 2 + struct.unpack("!H", buf[:2])[0]:
-                return
-            data = buf[2:2 + struct.unpack("!H", buf[:2])[0]]
-        if struct.unpack("!H", data[:2])[0] == st["qid"]:
-            forget(s)
-            q.answered(data, arrival(anc))
-    except OSError as e:
-        forget(s)
-        q.attempt_failed(e)
+    def record(self, rescued):
+        out.write(json.dumps({"kind": cfg["kind"], "proto": "tcp" if self.tcp else "udp",
+                              "server": self.server, "name": self.name, "t0": self.t0_mono,
+                              "ok": self.why is None, "why": self.why, "src": self.src,
+                              "rescued": rescued}) + "\n")
 
 
 def stream(server, tcp, every):
@@ -298,7 +288,7 @@ def stream(server, tcp, every):
     def send():
         name, right, local = cfg["names"][state["i"] % len(cfg["names"])]
         state["i"] += 1
-        Query(server, tcp, name, right, local).attempt()
+        Query(server, tcp, name, right, local)
         state["next"] = max(state["next"] + every, time.monotonic())
         if not stopping:
             at(state["next"], send)
@@ -327,9 +317,9 @@ while stop_at is None or time.monotonic() < stop_at:
         if key.data is None:
             sys.stdin.readline()
             sel.unregister(sys.stdin)
-            stopping, stop_at = True, time.monotonic() + DEADLINE + 0.5
+            stopping, stop_at = True, time.monotonic() + 2 * (DEADLINE + LATE_READ) + 0.5
         else:
-            on_event(key, mask)
+            key.data.event(mask)
 out.close()
 '''
 
@@ -584,32 +574,68 @@ SETTLE = 1.0                          # after each event, before the next begins
 
 
 def table(windows, queries):
-    """Per window and kind of client: queries, failed, sent more than once,
-    answered by CoreDNS (DNS failed open)."""
+    """Per window and kind of client: queries, failed (by protocol), what a
+    second send would rescue, answered by CoreDNS (DNS failed open)."""
     rows = []
     for i, (label, start) in enumerate(windows):
         end = windows[i + 1][1] if i + 1 < len(windows) else float("inf")
         row = [label]
         for kind in ("pod", "host"):
             qs = [q for q in queries if q["kind"] == kind and start <= q["t0"] < end]
+            failed = [q for q in qs if not q["ok"]]
             row.append({"queries": len(qs),
-                        "failed": sum(not q["ok"] for q in qs),
-                        "retried": sum(q["ok"] and q["tries"] > 1 for q in qs),
+                        "failed": len(failed),
+                        "udp": sum(q["proto"] == "udp" for q in failed),
+                        "tcp": sum(q["proto"] == "tcp" for q in failed),
+                        "rescued": sum(bool(q["rescued"]) for q in failed),
                         "coredns": sum(q["src"] == "coredns" for q in qs),
-                        "failures": [q for q in qs if not q["ok"]]})
+                        "failures": failed})
         rows.append(row)
     return rows
 
 
 def print_table(rows, realtime):
-    head = "| event | pod clients: failed / queries (retried, via CoreDNS) | " \
-           "host-network clients: failed / queries (retried, via CoreDNS) |"
+    head = "| event | pod clients: failed / queries (UDP, TCP; a 2nd try rescues; " \
+           "via CoreDNS) | host-network clients: the same |"
     lines = [head, "| --- | --- | --- |"]
     for label, pod, host in rows:
-        lines.append("| %s | %s | %s |" % (label, *("%d / %d (%d, %d)" % (
-            c["failed"], c["queries"], c["retried"], c["coredns"]) for c in (pod, host))))
+        lines.append("| %s | %s | %s |" % (label, *("%d / %d (%d, %d; %d; %d)" % (
+            c["failed"], c["queries"], c["udp"], c["tcp"], c["rescued"], c["coredns"])
+            for c in (pod, host))))
     print("\ncontinuity (clients %s):\n%s" % (
         "SCHED_FIFO" if realtime else "NOT real-time", "\n".join(lines)), flush=True)
+
+
+# Rows that fail today, as issue 24 measured them: marked in the report of
+# failures, and still failures (the test fails until they are fixed).
+FAILING_TODAY = {
+    "kill -9, restart 2 s later":
+        "issue 24: host-network clients refused until the heartbeat expires; "
+        "datagrams queued in the killed process's sockets lost",
+    "wedged 3 s (SIGSTOP, SIGCONT)":
+        "issue 24: black-holed until capture moves (250 ms + 300 ms); the stopped "
+        "process's queue lost",
+    "kube-dns endpoint moves while localdns is down":
+        "issue 24: the same kill -9 as above",
+}
+
+
+def failure_report(rows):
+    lines = []
+    for label, pod, host in rows:
+        failed = [q for c in (pod, host) for q in c["failures"]]
+        if not failed:
+            continue
+        why = {}
+        for q in failed:
+            key = "%s %s to %s: %s" % (q["kind"], q["proto"], q["server"],
+                                       q["why"].split(" ")[0] if q["why"].startswith("late")
+                                       else q["why"])
+            why[key] = why.get(key, 0) + 1
+        lines.append("%s: %d failed%s" % (label, len(failed), " [known: %s]" % FAILING_TODAY[label]
+                                           if label in FAILING_TODAY else " [NEW]"))
+        lines += ["    %4d  %s" % (n, k) for k, n in sorted(why.items(), key=lambda kv: -kv[1])]
+    return lines
 
 
 def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages(env):
@@ -653,11 +679,9 @@ def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outag
     stale = [q for q in queries if q["name"] == "ext.example" and q["src"] == "localdns"
              and silent + EXT_TTL + 0.5 < q["t0"] < silent + EXT_TTL + 1.5]
     assert len(stale) > 10, "the expired external name was not served stale"
-    failures = ["%s: %s %s %s to %s: %s after %d tries" % (
-        label, q["kind"], q["proto"], q["name"], q["server"], q["why"], q["tries"])
-        for label, pod, host in rows for c in (pod, host) for q in c["failures"]]
-    assert not failures, "%d failed queries:\n%s\n%s" % (
-        len(failures), "\n".join(failures[:40]), env.daemon_logs())
+    report = failure_report(rows)
+    assert not report, "failed queries (one send, 1 s deadline):\n%s\n%s" % (
+        "\n".join(report), env.daemon_logs())
 
 
 test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages.timeout = 240
