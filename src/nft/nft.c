@@ -889,14 +889,13 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 	return rc;
 }
 
-int nft_leave(struct nft *n, char *err, size_t errlen)
+/* nft_leave for whichever process n->token names; n->lock held. */
+static int leave(struct nft *n, char *err, size_t errlen)
 {
 	struct kept *others;
 	struct batch *bt = NULL;
 	int rc = -1;
 
-	pthread_mutex_lock(&n->lock);
-	n->beating = false;
 	if (!(others = find_kept(n, true))) {
 		snprintf(err, errlen, "nftables: cannot read set instances: %s", strerror(errno));
 	} else if (!others->own_seen && others->n > 0) {
@@ -914,8 +913,41 @@ int nft_leave(struct nft *n, char *err, size_t errlen)
 	}
 	batch_free(bt);
 	free(others);
+	return rc;
+}
+
+int nft_leave(struct nft *n, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&n->lock);
+	n->beating = false;
+	int rc = leave(n, err, errlen);
 	pthread_mutex_unlock(&n->lock);
 	return rc;
+}
+
+int nft_leave_for(struct nft *n, uint32_t token, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&n->lock);
+	uint32_t own = n->token;
+	n->token = token;
+	int rc = leave(n, err, errlen);
+	n->token = own;
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+uint32_t nft_token(struct nft *n)
+{
+	return n->token; /* set once, by nft_open */
+}
+
+void nft_mute(struct nft *n)
+{
+	pthread_mutex_lock(&n->lock);
+	if (n->events)
+		mnl_socket_close(n->events);
+	n->events = NULL;
+	pthread_mutex_unlock(&n->lock);
 }
 
 int nft_remove(struct nft *n, char *err, size_t errlen)
@@ -1464,7 +1496,7 @@ static int table_owner(struct nft *n, uint64_t *handle, char *err, size_t errlen
 
 int nft_event_fd(const struct nft *n)
 {
-	return mnl_socket_get_fd(n->events);
+	return n->events ? mnl_socket_get_fd(n->events) : -1;
 }
 
 /* Someone else's change to an object of our table? */

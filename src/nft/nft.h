@@ -104,6 +104,18 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen);
  */
 int nft_leave(struct nft *n, char *err, size_t errlen);
 
+/* This process's token in set instances (nft_open draws it). */
+uint32_t nft_token(struct nft *n);
+
+/*
+ * nft_leave on behalf of the process whose token this is (the keeper,
+ * src/keeper/, for a serving process that died or stopped): same outcome.
+ */
+int nft_leave_for(struct nft *n, uint32_t token, char *err, size_t errlen);
+
+/* No events wanted (the keeper): the event socket is closed; nft_event_fd is -1 after. */
+void nft_mute(struct nft *n);
+
 /*
  * Compare the kernel's table with the plan (table, sets, element counts,
  * every rule carrying the current fingerprint). 1: as planned, 0: drifted

@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "keeper/keeper.h"
 #include "log/log.h"
 #include "netlink/iface.h"
 #include "nft/plan.h"
@@ -65,6 +66,7 @@ struct node {
 	node_capture_fn *capture; /* lock: NULL until node_capture, after node_release */
 	void *capture_arg;
 	bool capturing;           /* the last heartbeat was renewed (monitor thread) */
+	_Atomic(struct keeper_link *) keeper; /* node_keep; driven by the monitor */
 	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
@@ -306,6 +308,8 @@ static void *monitor(void *arg)
 			break;
 		now = (uint64_t)monotonic_ms();
 		atomic_store(&node->heartbeat_ms, now);
+		/* Before the heartbeat: the keeper has the sockets it opens. */
+		keeper_link_turn(atomic_load(&node->keeper), now);
 		pthread_mutex_lock(&node->lock);
 		if (ready > 0)
 			on_events(node, fds, &s, now);
@@ -542,6 +546,12 @@ void node_drop_addresses(struct node *node, const struct config *prev)
 	if (node->iface && iface_drop(node->iface, prev, err, sizeof err) < 0)
 		log_error("cannot remove an address that is no longer served", "error", err);
 	pthread_mutex_unlock(&node->lock);
+}
+
+void node_keep(struct node *node, struct keeper_link *link)
+{
+	if (node)
+		atomic_store(&node->keeper, link);
 }
 
 void node_capture(struct node *node, node_capture_fn *fn, void *arg)

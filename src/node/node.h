@@ -131,6 +131,15 @@ typedef bool node_capture_fn(void *arg, char *why, size_t whylen);
 void node_capture(struct node *node, node_capture_fn *fn, void *arg);
 
 /*
+ * The monitor drives the link to the keeper (src/keeper/) from now on,
+ * each turn before the heartbeat, so the keeper holds every socket before
+ * the heartbeat opens it to traffic. link must outlive node_stop. NULL
+ * node or link: nothing.
+ */
+struct keeper_link;
+void node_keep(struct node *node, struct keeper_link *link);
+
+/*
  * SIGTERM, before the server's sockets stop: no more renewals, and this
  * process's heartbeat taken out in one transaction (nft_leave), so new DNS
  * flows fail open at once unless another localdns on the node keeps taking

@@ -58,7 +58,8 @@ static int drop_capabilities(enum privs_thread kind, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read capabilities: %s", strerror(errno));
 		goto out;
 	}
-	if (kind == PRIVS_NODE && cap_get_flag(now, admin, CAP_PERMITTED, &has) == 0 &&
+	if ((kind == PRIVS_NODE || kind == PRIVS_KEEPER) &&
+	    cap_get_flag(now, admin, CAP_PERMITTED, &has) == 0 &&
 	    has == CAP_SET &&
 	    (cap_set_flag(want, CAP_EFFECTIVE, 1, &admin, CAP_SET) < 0 ||
 	     cap_set_flag(want, CAP_PERMITTED, 1, &admin, CAP_SET) < 0)) {
@@ -85,7 +86,8 @@ out:
 #define HTTP K(PRIVS_HTTP)
 #define KUBE K(PRIVS_KUBERNETES)
 #define QUERYLOG K(PRIVS_QUERYLOG)
-#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG)
+#define KEEPER K(PRIVS_KEEPER)
+#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG | KEEPER)
 /* Who reads files: trust anchors and unbound.conf, tokens and CA files,
  * /proc for /metrics, openssl.cnf (OpenSSL's first use, ldns's random ID). */
 #define READERS (RESOLVER | CONTROL | HTTP | KUBE)
@@ -158,7 +160,7 @@ static const struct rule rules[] = {
 	ALLOW(HTTP, getdents64),           /* /proc/self/fd */
 	ALLOW(HTTP, prlimit64),            /* process_max_fds */
 	ALLOW_IF(READERS, ioctl, 1, INT_ARG, TCGETS), /* stdio's isatty */
-	ALLOW(RESOLVER | KUBE | CONTROL, getuid),     /* OpenSSL, libunbound */
+	ALLOW(RESOLVER | KUBE | CONTROL | KEEPER, getuid), /* OpenSSL, libunbound; the keeper's peers */
 	ALLOW(RESOLVER | KUBE | CONTROL, geteuid),
 	ALLOW(RESOLVER | KUBE | CONTROL, getgid),
 	ALLOW(RESOLVER | KUBE | CONTROL, getegid),
@@ -171,15 +173,21 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER, pipe2),            /* libunbound's pipes to its thread */
 	ALLOW(RESOLVER | KUBE, socketpair),
 	/* Sockets: traffic on those the thread has or accepts. */
-	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE, recvfrom),
-	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE, sendto),
-	ALLOW(RESOLVER | HTTP | KUBE, recvmsg),
-	ALLOW(RESOLVER | HTTP | KUBE, sendmsg),
+	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER, recvfrom),
+	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER, sendto),
+	ALLOW(RESOLVER | HTTP | KUBE | KEEPER, recvmsg),
+	ALLOW(RESOLVER | HTTP | KUBE | KEEPER, sendmsg),
+	/* The keeper: the links and rescued listeners it accepts on, what it is sent. */
+	ALLOW(KEEPER, accept4),
+	ALLOW(KEEPER, getsockopt),
+	ALLOW(KEEPER, fstat),
+	ALLOW(KEEPER, newfstatat),
 	ALLOW(WORKER, recvmmsg),
 	ALLOW(WORKER | KUBE, sendmmsg),    /* glibc's resolver asks A and AAAA at once */
 	ALLOW(RESOLVER, writev),
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
-	ALLOW(HTTP, shutdown),
+	/* A worker shuts a retired listener down: the keeper holds a copy (server/worker.c). */
+	ALLOW(WORKER | HTTP, shutdown),
 	ALLOW(RESOLVER | HTTP | KUBE, getsockopt),
 	ALLOW(RESOLVER | HTTP | KUBE, setsockopt),
 	/* A worker fixes an accepted connection's send buffer (server/tcp.c). */
@@ -267,6 +275,11 @@ static int restrict_self(enum privs_thread kind, char *err, size_t errlen)
 	if (kind == PRIVS_NODE || !atomic_load(&seccomp_on))
 		return 0;
 	return install_filter(kind, err, errlen);
+}
+
+int privs_restrict_self(enum privs_thread kind, char *err, size_t errlen)
+{
+	return restrict_self(kind, err, errlen);
 }
 
 /* ---- starting threads ----------------------------------------------------------------- */

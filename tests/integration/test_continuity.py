@@ -38,6 +38,8 @@ query belongs to the window in which it was sent. The table is printed;
 docs/node-integration.md has the figures.
 """
 
+import copy
+import itertools
 import json
 import os
 import signal
@@ -393,21 +395,17 @@ class Node(test_node.Node):
             "control": {"socket": os.path.join(tmp, "run", "control.sock")},
         }}
         self.rendered = chart.render(self.env, values)
-        self.config_path = os.path.join(tmp, "config.yaml")
-        self.write_config(self.rendered.config)
         return self.rendered
 
-    def write_config(self, config):
-        with open(self.config_path, "w") as f:
-            yaml.safe_dump(config, f)
-
     def localdns(self):
-        """A new instance (a new pod's container), not waited for."""
-        return self.env.start_file(self.config_path, 53, wait=False, host=LINK, netns=self.node)
+        """A new pod (its keeper and its localdns), not waited for."""
+        return Pod(self)
 
-    def wait_capturing(self, d):
-        """Until d takes DNS (its monitor logs the first heartbeat)."""
-        self.until(lambda: CAPTURING in d.stderr(), True, 15.0)
+    def wait_capturing(self, pod):
+        """Until the pod's localdns takes DNS (its monitor logs the first
+        heartbeat) and its keeper holds the sockets."""
+        self.until(lambda: CAPTURING in pod.server.stderr(), True, 15.0)
+        pod.wait_kept()
 
     def silence_upstream(self, silent):
         self.upstream.stdin.write("silent\n" if silent else "answer\n")
@@ -447,6 +445,77 @@ class Node(test_node.Node):
         return p.stdout.strip() == "200"
 
 
+class Keeper:
+    """The keeper container of a pod: `localdns keeper`, its log in the pod's directory."""
+
+    def __init__(self, env, netns, config_path, directory):
+        self.log_path = os.path.join(directory, "keeper.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = harness.track_process(subprocess.Popen(
+            harness.netns_argv(netns, [env.binary, "keeper", "--config", config_path]),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd="/"))
+
+    def stderr(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def tail(self, n=15):
+        return "\n".join(self.stderr().rstrip("\n").split("\n")[-n:])
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(5)
+        harness.untrack_process(self.proc)
+        self._log.close()
+        return rc
+
+
+class Pod:
+    """One pod of the DaemonSet on the node: the keeper container and the
+    localdns container, both on the ConfigMap's config, with the pod's own
+    emptyDir for keeper.socket (here a directory of its own, the config
+    written there with that one path changed)."""
+
+    numbers = itertools.count()
+
+    def __init__(self, n):
+        self.n = n
+        self.dir = os.path.join(n.env.tmp, "pod-%d" % next(Pod.numbers))
+        os.makedirs(self.dir)
+        self.config_path = os.path.join(self.dir, "config.yaml")
+        self.write_config(n.rendered.config)
+        self.keeper = Keeper(n.env, n.node, self.config_path, self.dir)
+        n.until(lambda: "waiting for localdns" in self.keeper.stderr(), True, 10.0)
+        self.server = None
+        self.start_server()
+
+    def write_config(self, config):
+        config = copy.deepcopy(config)
+        config["keeper"] = {"socket": os.path.join(self.dir, "keeper.sock")}
+        with open(self.config_path, "w") as f:
+            yaml.safe_dump(config, f)
+
+    def start_server(self):
+        """The localdns container (again, as the kubelet restarts it)."""
+        self.kept = self.keeper.stderr().count("holding the serving process's sockets")
+        self.server = self.n.env.start_file(self.config_path, 53, wait=False, host=LINK,
+                                            netns=self.n.node)
+        return self.server
+
+    def wait_kept(self):
+        """Until the keeper holds the sockets of the latest localdns."""
+        self.n.until(lambda: self.keeper.stderr().count(
+            "holding the serving process's sockets") > self.kept, True, 10.0)
+
+    def logs(self):
+        return "--- keeper of %s:\n%s" % (self.dir, self.keeper.tail(25))
+
+
 READY_PROBE = """
 import sys, urllib.request
 try:
@@ -456,96 +525,115 @@ except Exception as e:
 """
 
 
-def stop(d, sig=signal.SIGTERM, grace=10.0):
-    """As the kubelet stops a container: the signal, then SIGKILL after the grace period."""
-    rc, _ = d.stop(sig, timeout=grace)
-    assert rc == 0, "exit %s after %s\n%s" % (rc, sig, d.tail())
+def stop(pod, sig=signal.SIGTERM, grace=10.0):
+    """As the kubelet stops a pod: the signal to both containers at once,
+    then SIGKILL after the grace period."""
+    pod.keeper.proc.send_signal(sig)
+    rc, _ = pod.server.stop(sig, timeout=grace)
+    assert rc == 0, "exit %s after %s\n%s" % (rc, sig, pod.server.tail())
+    rc = pod.keeper.stop(sig, timeout=grace)
+    assert rc == 0, "keeper: exit %s after %s\n%s" % (rc, sig, pod.keeper.tail())
 
 
 # ------------------------------------------------------------------ the events
 #
 # Each takes the node and the running localdns and returns the running one.
 
-def kill9_and_restart(n, d):
-    d.proc.kill()
-    d.proc.wait(5)
+def kill9_and_restart(n, pod):
+    # The localdns container's process killed (an OOM kill, a crash): the
+    # kubelet restarts the container; the pod and its keeper stay.
+    pod.server.proc.kill()
+    pod.server.proc.wait(5)
     time.sleep(2)
-    d = n.localdns()
-    n.wait_capturing(d)
-    return d
+    pod.start_server()
+    n.wait_capturing(pod)
+    return pod
 
 
-def overlapping_upgrade(n, d):
-    # A second instance, and the first one stopped as soon as the second has
-    # bound its sockets, whether or not it is ready yet.
+def keeper_killed(n, pod):
+    # The keeper container's process killed and restarted 2 s later: localdns
+    # serves on and hands the new keeper its sockets.
+    pod.keeper.proc.kill()
+    pod.keeper.stop()
+    time.sleep(2)
+    pod.kept = 0
+    pod.keeper = Keeper(n.env, n.node, pod.config_path, pod.dir)
+    pod.wait_kept()
+    return pod
+
+
+def overlapping_upgrade(n, pod):
+    # A second pod, and the first one stopped as soon as the second's
+    # localdns has bound its sockets, whether or not it is ready yet.
     new = n.localdns()
-    n.until(lambda: "msg=listening" in new.stderr(), True, 10.0)
-    stop(d)
+    n.until(lambda: "msg=listening" in new.server.stderr(), True, 10.0)
+    stop(pod)
     n.wait_capturing(new)
     return new
 
 
-def reload(n, d):
+def reload(n, pod):
     config = n.rendered.config
     config["static"]["records"] = [{"name": "reloaded.test", "a": ["10.9.9.9"]}]
-    n.write_config(config)
+    pod.write_config(config)
+    d = pod.server
     mark = d.stderr().count("reloaded")
     d.proc.send_signal(signal.SIGHUP)
     n.until(lambda: d.stderr().count("reloaded") > mark, True, 10.0)
-    return d
+    return pod
 
 
-def upstream_silent_while_a_name_expires(n, d):
+def upstream_silent_while_a_name_expires(n, pod):
     n.silence_upstream(True)
     time.sleep(EXT_TTL + 1.5)         # ext.example's TTL runs out meanwhile
     n.silence_upstream(False)
-    return d
+    return pod
 
 
-def wedged_3s(n, d):
-    os.kill(d.proc.pid, signal.SIGSTOP)
+def wedged_3s(n, pod):
+    os.kill(pod.server.proc.pid, signal.SIGSTOP)
     time.sleep(3)
-    os.kill(d.proc.pid, signal.SIGCONT)   # capture comes back at the next heartbeat
-    return d
+    os.kill(pod.server.proc.pid, signal.SIGCONT)   # capture comes back at the next heartbeat
+    return pod
 
 
-def sigterm_without_replacement(n, d):
-    stop(d)
+def sigterm_without_replacement(n, pod):
+    stop(pod)
     time.sleep(1.5)
-    d = n.localdns()
-    n.wait_capturing(d)
-    return d
+    pod = n.localdns()
+    n.wait_capturing(pod)
+    return pod
 
 
-def api_outage(n, d):
+def api_outage(n, pod):
     n.api_reachable(False)
     time.sleep(3)
     n.api_reachable(True)
-    return d
+    return pod
 
 
-def kube_dns_moves_while_down(n, d):
+def kube_dns_moves_while_down(n, pod):
     # kube-dns's endpoint moves from COREDNS to COREDNS_B while localdns is
     # down, kube-proxy following; the old CoreDNS pod still answers until it
     # is gone. The restarted localdns points its fallback at the new one.
-    d.proc.kill()
-    d.proc.wait(5)
+    pod.server.proc.kill()
+    pod.server.proc.wait(5)
     n.api.apply(*test_node.kube_dns((COREDNS, False), (COREDNS_B, True)))
     n.kube_proxy_to(COREDNS_B)
     time.sleep(1)
-    d = n.localdns()
-    n.wait_capturing(d)
+    pod.start_server()
+    n.wait_capturing(pod)
     n.until(n.fallback_map, [COREDNS_B], 5.0)
     n.standin.kill()                  # the old CoreDNS pod is gone
     n.standin.wait(5)
-    stop(d)                           # and DNS fails open to the new one
+    stop(pod)                         # and DNS fails open to the new one
     time.sleep(1.5)
-    d = n.localdns()
-    n.wait_capturing(d)
-    return d
+    pod = n.localdns()
+    n.wait_capturing(pod)
+    return pod
 
 
-def rolling_upgrade_as_the_chart_does(n, d):
+def rolling_upgrade_as_the_chart_does(n, pod):
     strategy = n.rendered.one("DaemonSet")["spec"]["updateStrategy"]
     assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}, strategy
     grace = n.rendered.pod["spec"]["terminationGracePeriodSeconds"]
@@ -555,12 +643,13 @@ def rolling_upgrade_as_the_chart_does(n, d):
     new = n.localdns()
     n.wait_capturing(new)
     n.until(n.http_ready, True, 10.0)
-    stop(d, grace=grace)              # then deletes the old pod
+    stop(pod, grace=grace)            # then deletes the old pod
     return new
 
 
 EVENTS = [
     ("kill -9, restart 2 s later", kill9_and_restart),
+    ("keeper killed, restarted 2 s later", keeper_killed),
     ("second instance, then SIGTERM to the first", overlapping_upgrade),
     ("config reload (SIGHUP)", reload),
     ("upstream silent while a cached name expires", upstream_silent_while_a_name_expires),
@@ -620,8 +709,11 @@ FAILING_TODAY = {
 }
 
 
-def failure_report(rows):
+def failure_report(windows, rows):
+    """Per window: the failures by client, protocol, server and reason,
+    with when they were sent (seconds into the window)."""
     lines = []
+    began = dict(windows)
     for label, pod, host in rows:
         failed = [q for c in (pod, host) for q in c["failures"]]
         if not failed:
@@ -631,28 +723,33 @@ def failure_report(rows):
             key = "%s %s to %s: %s" % (q["kind"], q["proto"], q["server"],
                                        q["why"].split(" ")[0] if q["why"].startswith("late")
                                        else q["why"])
-            why[key] = why.get(key, 0) + 1
+            why.setdefault(key, []).append(q["t0"] - began[label])
         lines.append("%s: %d failed%s" % (label, len(failed), " [known: %s]" % FAILING_TODAY[label]
                                            if label in FAILING_TODAY else " [NEW]"))
-        lines += ["    %4d  %s" % (n, k) for k, n in sorted(why.items(), key=lambda kv: -kv[1])]
+        lines += ["    %4d  %s (sent %.2f-%.2f s in)" % (len(t), k, min(t), max(t))
+                  for k, t in sorted(why.items(), key=lambda kv: -len(kv[1]))]
     return lines
 
 
 def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages(env):
     n = Node(env)
+    pods = []
     try:
         n.render()
-        d = n.localdns()
-        n.wait_capturing(d)
+        pod = n.localdns()
+        pods.append(pod)
+        n.wait_capturing(pod)
         clients = Clients(env, n)
         windows = [("steady", time.monotonic())]
         time.sleep(1.5)
         for label, event in EVENTS:
             windows.append((label, time.monotonic()))
-            d = event(n, d)
+            pod = event(n, pod)
+            if pod not in pods:
+                pods.append(pod)
             time.sleep(SETTLE)
         queries = clients.stop()
-        stop(d)
+        stop(pod)
     finally:
         n.api.stop()
     rows = table(windows, queries)
@@ -679,9 +776,9 @@ def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outag
     stale = [q for q in queries if q["name"] == "ext.example" and q["src"] == "localdns"
              and silent + EXT_TTL + 0.5 < q["t0"] < silent + EXT_TTL + 1.5]
     assert len(stale) > 10, "the expired external name was not served stale"
-    report = failure_report(rows)
-    assert not report, "failed queries (one send, 1 s deadline):\n%s\n%s" % (
-        "\n".join(report), env.daemon_logs())
+    report = failure_report(windows, rows)
+    assert not report, "failed queries (one send, 1 s deadline):\n%s\n%s\n%s" % (
+        "\n".join(report), env.daemon_logs(), "\n".join(p.logs() for p in pods))
 
 
 test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages.timeout = 240
