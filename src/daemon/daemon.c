@@ -20,6 +20,7 @@
 #include "util/clock.h"
 #include "util/hash.h"
 #include "util/stall.h"
+#include "util/task.h"
 
 #define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
 #define KUBE_STUCK_MS 30000  /* the Kubernetes thread may parse and apply a big page in one turn */
@@ -229,8 +230,15 @@ static bool workers_turning(struct daemon *d, char *why, size_t whylen)
 	if (!d->capture_judges && !(d->capture_judges = calloc(n, sizeof *d->capture_judges)))
 		return server_turning(d->server, DAEMON_WORKER_STALL_MS, why, whylen);
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t still = stall_judge_look(&d->capture_judges[i], server_heartbeat_ms(d->server, i),
-						  now, DAEMON_LOOK_ON_TIME_MS);
+		struct stall_judge *j = &d->capture_judges[i];
+		uint64_t beat = server_heartbeat_ms(d->server, i);
+		struct stall_task task, *t = NULL;
+		/* Standing still: is it waiting for a CPU (util/stall.h)? */
+		if (j->seen && beat == j->beat) {
+			task_sched(getpid(), server_worker_tid(d->server, i), &task);
+			t = &task;
+		}
+		uint64_t still = stall_judge_look(j, beat, now, DAEMON_LOOK_ON_TIME_MS, t);
 		if (still >= DAEMON_WORKER_STALL_MS) {
 			snprintf(why, whylen, "worker %u has not gone round its loop for %llu ms", i,
 				 (unsigned long long)still);

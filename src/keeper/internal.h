@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 
 #include "config/config.h"
+#include "server/server.h"
 
 #define KEEPER_MAGIC 0x6b656570u /* "keep", and the protocol's version */
 
@@ -34,12 +35,12 @@
 struct keeper_beats {
 	uint32_t magic;
 	uint32_t n_workers;
-	_Atomic uint64_t beat_ms[]; /* each worker's loop turn (CLOCK_MONOTONIC_COARSE ms) */
+	struct server_beat worker[]; /* each worker's loop turn and thread id */
 };
 
 static inline size_t keeper_beats_size(unsigned n_workers)
 {
-	return sizeof(struct keeper_beats) + (size_t)n_workers * sizeof(uint64_t);
+	return sizeof(struct keeper_beats) + (size_t)n_workers * sizeof(struct server_beat);
 }
 
 enum keeper_msg_type { KEEPER_HELLO = 1, KEEPER_SOCKET, KEEPER_LEAVING };

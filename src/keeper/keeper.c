@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -46,6 +47,7 @@
 #include "privs/privs.h"
 #include "util/clock.h"
 #include "util/stall.h"
+#include "util/task.h"
 
 #define MAX_SERVED 4
 #define MAX_COPIES 4096           /* as the link sends at most */
@@ -72,13 +74,15 @@ struct served {
 	enum served_state state;
 	int fd;                       /* the link; -1 once it hung up */
 	bool hello;
-	int32_t pid;
+	int32_t pid;                  /* as the process says (its PID namespace) */
+	pid_t visible_pid;            /* as the kernel shows it to us; 0: not in our namespace */
 	uint32_t token;
 	const struct keeper_beats *beats;
 	size_t beats_len;
 	unsigned n_workers;
 	struct stall_judge *judges;   /* per worker */
 	bool *rescuing;               /* per worker: its copies are read */
+	uint64_t *changed_ms;         /* per worker: when a look last saw its heartbeat move */
 	struct copy *copies;
 	size_t n_copies;
 	struct copy *incoming;        /* a set being received */
@@ -110,7 +114,8 @@ struct keeper {
 	size_t n_conns;
 	uint64_t next_look_ms;
 	uint64_t endpoints_ms;        /* when the fallback maps were read; 0: never */
-	uint64_t max_still_ms;        /* the longest a worker stood still, for the exit line */
+	uint64_t max_still_ms;        /* the longest a worker stood still (counted), for the exit line */
+	uint64_t max_gap_ms;          /* the longest between two turns a look saw, counted or not */
 	uint64_t rescues;             /* times a worker was rescued or a process died */
 };
 
@@ -142,6 +147,7 @@ static void forget_served(struct keeper *k, struct served *s)
 	free(s->incoming);
 	free(s->judges);
 	free(s->rescuing);
+	free(s->changed_ms);
 	*s = (struct served){.fd = -1};
 }
 
@@ -303,11 +309,14 @@ static bool take_hello(struct served *s, const struct keeper_msg *m, int fd)
 	s->beats_len = len;
 	s->judges = calloc(n, sizeof *s->judges);
 	s->rescuing = calloc(n, sizeof *s->rescuing);
+	s->changed_ms = calloc(n, sizeof *s->changed_ms);
 	if (s->beats->magic != KEEPER_MAGIC || s->beats->n_workers != n || !s->judges ||
-	    !s->rescuing)
+	    !s->rescuing || !s->changed_ms)
 		return false;
 	s->n_workers = n;
 	s->pid = m->hello.pid;
+	if (s->visible_pid != s->pid)
+		s->visible_pid = 0; /* its thread ids are not ours to look up */
 	s->token = m->hello.token;
 	s->hello = true;
 	return true;
@@ -446,7 +455,9 @@ static void accept_link(struct keeper *k)
 		struct served *s = &k->served[i];
 		if (s->used)
 			continue;
-		*s = (struct served){.used = true, .state = SERVING, .fd = fd};
+		/* The kernel translates the pid into our namespace (0: not in it). */
+		*s = (struct served){.used = true, .state = SERVING, .fd = fd,
+				     .visible_pid = cred.pid};
 		return;
 	}
 	log_warn("keeper: too many serving processes at once; refusing one");
@@ -455,14 +466,37 @@ static void accept_link(struct keeper *k)
 
 /* ---- looking at the workers ------------------------------------------------------- */
 
+/*
+ * What the kernel says of worker w's thread, when its heartbeat stood still
+ * since the last look (the only time it matters) and the process is in our
+ * PID namespace (the pod shares one: shareProcessNamespace).
+ */
+static const struct stall_task *worker_task(const struct served *s, unsigned w, uint64_t beat,
+					    struct stall_task *t)
+{
+	struct server_beat *b = &((struct keeper_beats *)s->beats)->worker[w];
+
+	if (s->visible_pid <= 0 || !s->judges[w].seen || beat != s->judges[w].beat)
+		return NULL;
+	task_sched(s->visible_pid, atomic_load_explicit(&b->tid, memory_order_relaxed), t);
+	return t;
+}
+
 static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 {
-	char pid[24], worker[16], still_text[24], count[24];
+	char pid[24], worker[24], still_text[24], count[24];
+	struct stall_task task;
 
 	for (unsigned w = 0; w < s->n_workers; w++) {
-		uint64_t beat = atomic_load_explicit(&((struct keeper_beats *)s->beats)->beat_ms[w],
+		uint64_t beat = atomic_load_explicit(&((struct keeper_beats *)s->beats)->worker[w].ms,
 						     memory_order_relaxed);
-		uint64_t still = stall_judge_look(&s->judges[w], beat, now, LOOK_ON_TIME_MS);
+		bool moved = !s->judges[w].seen || beat != s->judges[w].beat;
+		uint64_t still = stall_judge_look(&s->judges[w], beat, now, LOOK_ON_TIME_MS,
+						  worker_task(s, w, beat, &task));
+		if (moved)
+			s->changed_ms[w] = now;
+		else if (now - s->changed_ms[w] > k->max_gap_ms)
+			k->max_gap_ms = now - s->changed_ms[w];
 		bool stuck = still >= KEEPER_RESCUE_MS;
 		if (still > k->max_still_ms)
 			k->max_still_ms = still;
@@ -473,11 +507,15 @@ static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 		snprintf(still_text, sizeof still_text, "%" PRIu64 "ms", still);
 		snprintf(count, sizeof count, "%" PRIu64, s->rescued);
 		if (stuck) {
+			char err[CONFIG_ERR_MAX];
 			k->rescues++;
 			read_endpoints(k, now);
-			log_warn("keeper: a worker stands still; what queues in its sockets goes to the "
-				 "cluster DNS", "pid", pid_text(s, pid, sizeof pid), "worker", worker,
-				 "still_for", still_text);
+			/* New flows fail open now; its monitor renews once all turn again. */
+			int rc = nft_leave_for(k->nft, s->token, err, sizeof err);
+			log_warn("keeper: a worker stands still; its heartbeat is out and what queues in "
+				 "its sockets goes to the cluster DNS", "pid", pid_text(s, pid, sizeof pid),
+				 "worker", worker, "still_for", still_text, "heartbeat",
+				 rc < 0 ? err : rc == 1 ? "kept by another localdns" : "out");
 		} else {
 			log_info("keeper: the worker turns again and answers its own queries", "pid",
 				 pid_text(s, pid, sizeof pid), "worker", worker, "queries_relayed",
@@ -729,6 +767,9 @@ static int set_up(struct keeper *k, char *err, size_t errlen)
 	    (k->listen_fd = listen_on(k->cfg->keeper.socket, err, errlen)) < 0)
 		return -1;
 	nft_mute(k->nft);
+	/* Not dumpable: the localdns beside it (same uid, and with the pod's
+	 * shared PID namespace in sight) cannot ptrace it or read its memory. */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	return privs_restrict_self(PRIVS_KEEPER, err, errlen);
 }
 
@@ -753,15 +794,16 @@ int keeper_main(const char *config_path)
 		log_info("keeper: waiting for localdns", "socket", cfg->keeper.socket);
 		run(&k);
 		struct relay_stats st;
-		char asked[24], answered[24], dropped[24], rescues[24], still[24];
+		char asked[24], answered[24], dropped[24], rescues[24], still[24], gap[24];
 		relay_stats(k.relay, &st);
 		snprintf(asked, sizeof asked, "%" PRIu64, st.asked);
 		snprintf(answered, sizeof answered, "%" PRIu64, st.answered);
 		snprintf(dropped, sizeof dropped, "%" PRIu64, st.dropped);
 		snprintf(rescues, sizeof rescues, "%" PRIu64, k.rescues);
 		snprintf(still, sizeof still, "%" PRIu64 "ms", k.max_still_ms);
+		snprintf(gap, sizeof gap, "%" PRIu64 "ms", k.max_gap_ms);
 		log_info("keeper: stopped", "rescues", rescues, "relayed", asked, "answered", answered,
-			 "dropped", dropped, "longest_stand_still", still);
+			 "dropped", dropped, "longest_stand_still", still, "longest_between_turns", gap);
 		rc = 0;
 	}
 	for (size_t i = 0; i < MAX_SERVED; i++)

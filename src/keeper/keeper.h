@@ -60,7 +60,7 @@ struct keeper_link *keeper_link_new(const struct config *cfg, unsigned n_workers
 void keeper_link_free(struct keeper_link *l);
 
 /* Where worker i stores its heartbeat (n_workers slots the keeper reads); NULL link: NULL. */
-_Atomic uint64_t *keeper_link_beats(struct keeper_link *l);
+struct server_beat *keeper_link_beats(struct keeper_link *l);
 
 /*
  * What the link tells the keeper: the server whose sockets it copies and

@@ -98,9 +98,9 @@ void keeper_link_free(struct keeper_link *l)
 	free(l);
 }
 
-_Atomic uint64_t *keeper_link_beats(struct keeper_link *l)
+struct server_beat *keeper_link_beats(struct keeper_link *l)
 {
-	return l ? l->beats->beat_ms : NULL;
+	return l ? l->beats->worker : NULL;
 }
 
 void keeper_link_serve(struct keeper_link *l, struct server *server, uint32_t token)

@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
@@ -59,6 +60,7 @@ struct nft {
 	size_t n_endpoints;
 	struct nft_plan plan;
 	uint32_t token;            /* this process in set instances */
+	_Atomic uint64_t live_timeout_ms; /* of our heartbeat's elements (nft_live_timeout) */
 	bool beating;              /* renewing the heartbeat: rebuilds put it back */
 };
 
@@ -260,7 +262,8 @@ static struct nftnl_set *set_object(const struct nft_plan *p, const struct nft_s
 }
 
 /* The set's elements added to s; false when out of memory. */
-static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp)
+static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp,
+			 uint64_t live_timeout)
 {
 	for (size_t i = 0; i < sp->n_ips; i++) {
 		struct nftnl_set_elem *e = nftnl_set_elem_alloc();
@@ -277,7 +280,7 @@ static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp)
 			nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, bytes, len);
 		}
 		if (sp->role == NFT_SET_LIVE)
-			nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, NFT_LIVE_TIMEOUT_MS);
+			nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, live_timeout);
 		nftnl_set_elem_add(s, e);
 	}
 	return true;
@@ -291,7 +294,7 @@ static void put_set(struct nft *n, struct batch *bt, const struct nft_set_plan *
 	char what[WHAT_MAX];
 	struct nlmsghdr *h;
 
-	if (!s || (with_elements && !add_elements(s, sp))) {
+	if (!s || (with_elements && !add_elements(s, sp, atomic_load(&n->live_timeout_ms)))) {
 		bt->broken = true;
 		nftnl_set_free(s);
 		return;
@@ -324,15 +327,19 @@ struct element {
 };
 
 /* One element, without its timeout for a flow (the set's applies). */
-static struct nftnl_set_elem *element_object(const struct element *el)
+static struct nftnl_set_elem *element_object(const struct nft *n, const struct element *el)
 {
 	struct nftnl_set_elem *e = nftnl_set_elem_alloc();
 
 	if (!e)
 		return NULL;
 	nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, el->key, el->len);
+	/* Another process's element keeps what it had left, whatever its timeout was. */
+	uint64_t timeout = atomic_load(&n->live_timeout_ms);
+	if (el->expires_ms > timeout)
+		timeout = el->expires_ms;
 	if (el->set->role != NFT_SET_FLOWS)
-		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, NFT_LIVE_TIMEOUT_MS);
+		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout);
 	if (el->expires_ms)
 		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_EXPIRATION, el->expires_ms);
 	return e;
@@ -342,7 +349,7 @@ static struct nftnl_set_elem *element_object(const struct element *el)
 static void put_element(struct nft *n, struct batch *bt, uint16_t type, const struct element *el)
 {
 	struct nftnl_set *s = set_object(&n->plan, el->set);
-	struct nftnl_set_elem *e = element_object(el);
+	struct nftnl_set_elem *e = element_object(n, el);
 	char what[WHAT_MAX];
 	struct nlmsghdr *h;
 
@@ -782,7 +789,7 @@ static void put_kept(struct nft *n, struct batch *bt, const struct kept *k)
 			struct nftnl_set_elem *e;
 			if (k->el[j].set != sp)
 				continue;
-			if ((!s && !(s = set_object(&n->plan, sp))) || !(e = element_object(&k->el[j]))) {
+			if ((!s && !(s = set_object(&n->plan, sp))) || !(e = element_object(n, &k->el[j]))) {
 				bt->broken = true;
 				break;
 			}
@@ -934,6 +941,16 @@ int nft_leave_for(struct nft *n, uint32_t token, char *err, size_t errlen)
 	n->token = own;
 	pthread_mutex_unlock(&n->lock);
 	return rc;
+}
+
+void nft_live_timeout(struct nft *n, uint64_t ms)
+{
+	atomic_store(&n->live_timeout_ms, ms);
+}
+
+uint64_t nft_live_timeout_ms(struct nft *n)
+{
+	return atomic_load(&n->live_timeout_ms);
 }
 
 uint32_t nft_token(struct nft *n)
@@ -1582,6 +1599,7 @@ struct nft *nft_open(const struct config *cfg, char *err, size_t errlen)
 	pthread_mutex_init(&n->lock, NULL);
 	n->cfg = cfg;
 	n->seq = (uint32_t)time(NULL);
+	atomic_init(&n->live_timeout_ms, NFT_LIVE_TIMEOUT_MS);
 	/* Pods have PID namespaces of their own: two may both be PID 1. */
 	while (n->token == 0)
 		if (getrandom(&n->token, sizeof n->token, 0) != (ssize_t)sizeof n->token)

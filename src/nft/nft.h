@@ -104,6 +104,14 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen);
  */
 int nft_leave(struct nft *n, char *err, size_t errlen);
 
+/*
+ * How long this process's heartbeat outlives its last renewal (set before
+ * the first nft_heartbeat): NFT_LIVE_TIMEOUT_MS, or NFT_LIVE_TIMEOUT_KEPT_MS
+ * when a keeper takes it out at once on death and hang (src/keeper/).
+ */
+void nft_live_timeout(struct nft *n, uint64_t ms);
+uint64_t nft_live_timeout_ms(struct nft *n);
+
 /* This process's token in set instances (nft_open draws it). */
 uint32_t nft_token(struct nft *n);
 

@@ -617,6 +617,7 @@ void node_status(struct node *node, struct node_status *out)
 	status_from_config(node->cfg, out);
 	pthread_mutex_unlock(&node->lock);
 	out->monitor_turned_ms = node_heartbeat_ms(node);
+	out->heartbeat_timeout_ms = node->nft ? nft_live_timeout_ms(node->nft) : 0;
 	node_stats(node, &out->repairs);
 }
 

@@ -104,7 +104,8 @@ struct node_status {
 	bool teardown;                /* nftables.teardown: removed at a clean exit */
 	uint64_t table_checked_ms;
 	char table_problem[CONFIG_ERR_MAX];
-	uint64_t heartbeat_renewed_ms; /* capture lives until + NFT_LIVE_TIMEOUT_MS */
+	uint64_t heartbeat_renewed_ms; /* capture lives until + heartbeat_timeout_ms */
+	uint64_t heartbeat_timeout_ms; /* nft_live_timeout_ms */
 	char heartbeat_problem[CONFIG_ERR_MAX];
 	bool capturing;               /* the daemon says DNS should come here (node_capture) */
 	char not_capturing[CONFIG_ERR_MAX]; /* why not, when it does not */

@@ -89,8 +89,9 @@ out:
 #define KEEPER K(PRIVS_KEEPER)
 #define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG | KEEPER)
 /* Who reads files: trust anchors and unbound.conf, tokens and CA files,
- * /proc for /metrics, openssl.cnf (OpenSSL's first use, ldns's random ID). */
-#define READERS (RESOLVER | CONTROL | HTTP | KUBE)
+ * /proc for /metrics and for the keeper's look at a worker's thread,
+ * openssl.cnf (OpenSSL's first use, ldns's random ID). */
+#define READERS (RESOLVER | CONTROL | HTTP | KUBE | KEEPER)
 /* Who starts threads: libunbound's, libmicrohttpd's, libcurl's and liburcu's. */
 #define SPAWNS (RESOLVER | HTTP | KUBE)
 
@@ -180,8 +181,6 @@ static const struct rule rules[] = {
 	/* The keeper: the links and rescued listeners it accepts on, what it is sent. */
 	ALLOW(KEEPER, accept4),
 	ALLOW(KEEPER, getsockopt),
-	ALLOW(KEEPER, fstat),
-	ALLOW(KEEPER, newfstatat),
 	ALLOW(WORKER, recvmmsg),
 	ALLOW(WORKER | KUBE, sendmmsg),    /* glibc's resolver asks A and AAAA at once */
 	ALLOW(RESOLVER, writev),

@@ -132,9 +132,10 @@ struct worker {
 	bool rewatch_failed;     /* worker only: put detached_udp back at the next turn */
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
 	/* now_ms again, for /health on another thread and for the keeper in
-	 * another process: a slot of server_start's heartbeats, or own_beat */
-	_Atomic uint64_t *heartbeat_ms;
-	_Atomic uint64_t own_beat;
+	 * another process, with the thread id: a slot of server_start's beats,
+	 * or own_beat */
+	struct server_beat *beat;
+	struct server_beat own_beat;
 	struct query_stats stats;
 	uint64_t tcp_events[TCP_EVENTS];
 	uint32_t next_gen;       /* for tcp_conn.gen */

@@ -419,7 +419,7 @@ static void free_server(struct server *s)
 }
 
 struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
-			    _Atomic uint64_t *heartbeats, char *err, size_t errlen)
+			    struct server_beat *beats, char *err, size_t errlen)
 {
 	struct server *s = calloc(1, sizeof *s);
 	unsigned started = 0;
@@ -455,8 +455,8 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	for (; started < s->n_workers; started++) {
 		/* alive from the start: a thread not yet scheduled is not stuck */
 		struct worker *w = s->workers[started];
-		w->heartbeat_ms = heartbeats ? &heartbeats[started] : &w->own_beat;
-		atomic_store(w->heartbeat_ms, server_now_ms());
+		w->beat = beats ? &beats[started] : &w->own_beat;
+		atomic_store(&w->beat->ms, server_now_ms());
 		/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
 		char name[24];
 		snprintf(name, sizeof name, "worker/%u", started);
@@ -689,5 +689,10 @@ unsigned server_workers(const struct server *s)
 
 uint64_t server_heartbeat_ms(const struct server *s, unsigned worker)
 {
-	return atomic_load_explicit(s->workers[worker]->heartbeat_ms, memory_order_relaxed);
+	return atomic_load_explicit(&s->workers[worker]->beat->ms, memory_order_relaxed);
+}
+
+int server_worker_tid(const struct server *s, unsigned worker)
+{
+	return atomic_load_explicit(&s->workers[worker]->beat->tid, memory_order_relaxed);
 }

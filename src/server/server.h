@@ -39,9 +39,9 @@ unsigned server_worker_count(const struct config *cfg);
  * for server_worker_count(cfg) workers; borrowed, and must stay allocated
  * until server_stop returns). Sources must already be published.
  *
- * heartbeats: where worker i stores its loop's heartbeat (an array of
- * server_worker_count(cfg), which the keeper reads from another process);
- * NULL: in the server's own memory.
+ * beats: where worker i stores its loop's heartbeat and its thread id (an
+ * array of server_worker_count(cfg), which the keeper reads from another
+ * process); NULL: in the server's own memory.
  *
  * held: take no traffic until server_open. Each UDP socket is connected to
  * its own address (SO_REUSEPORT never picks a connected socket, and the
@@ -49,8 +49,15 @@ unsigned server_worker_count(const struct config *cfg);
  * listening: a localdns that is not ready yet neither shares the traffic of
  * one already serving beside it nor captures DNS from the node's fallback.
  */
+/* A worker's loop heartbeat and its thread, for watchers (below). */
+struct server_beat {
+	_Atomic uint64_t ms;          /* CLOCK_MONOTONIC_COARSE ms of its last loop turn */
+	_Atomic int32_t tid;          /* the worker's thread id, once it runs */
+	int32_t unused;
+};
+
 struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
-			    _Atomic uint64_t *heartbeats, char *err, size_t errlen);
+			    struct server_beat *beats, char *err, size_t errlen);
 
 /*
  * Take traffic on every socket from now on (the main thread: each UDP
@@ -126,6 +133,9 @@ unsigned server_workers(const struct server *s);
  * stuck worker. Any thread.
  */
 uint64_t server_heartbeat_ms(const struct server *s, unsigned worker);
+
+/* The worker's thread id (gettid), 0 until it runs. Any thread. */
+int server_worker_tid(const struct server *s, unsigned worker);
 
 /*
  * The listening sockets that take traffic, for the keeper (src/keeper/),

@@ -297,7 +297,7 @@ static void serve(struct worker *w)
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, wait_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
-		atomic_store_explicit(w->heartbeat_ms, w->now_ms, memory_order_relaxed);
+		atomic_store_explicit(&w->beat->ms, w->now_ms, memory_order_relaxed);
 		if (n < 0 && errno != EINTR)
 			break;
 		tcp_new_turn(w);
@@ -355,6 +355,7 @@ void *worker_main(void *arg)
 
 	urcu_memb_register_thread();
 	w->now_ms = server_now_ms();
+	atomic_store(&w->beat->tid, (int32_t)gettid());
 	serve(w);
 	shut_down(w);
 	urcu_memb_unregister_thread();

@@ -42,6 +42,7 @@ import copy
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,11 +254,13 @@ class Send:
         elif t_rx > self.t0 + DEADLINE:
             self.end("late %.3fs" % (t_rx - self.t0), None, True)
         else:
+            q.rtt = t_rx - self.t0
             self.end(None, "localdns" if addrs == [q.local] else "coredns", False)
 
 
 class Query:
-    """One question as an application asks it through a stub: one send.
+    """One question as an application asks it through a stub: one send
+    (rtt: seconds from the send to the kernel's receive stamp of its answer).
     When that send fails, a second one (what `options timeout:1 attempts:2`
     would send: at once after "port unreachable", a reset or SERVFAIL, at
     the deadline after silence) is made for information only: rescued."""
@@ -265,7 +268,7 @@ class Query:
     def __init__(self, server, tcp, name, right, local):
         self.server, self.tcp, self.name, self.right, self.local = server, tcp, name, right, local
         self.t0_mono = time.monotonic()
-        self.why, self.src = None, None
+        self.why, self.src, self.rtt = None, None, None
         Send(self, self.first_done)
 
     def first_done(self, why, src, retry):
@@ -281,7 +284,7 @@ class Query:
         out.write(json.dumps({"kind": cfg["kind"], "proto": "tcp" if self.tcp else "udp",
                               "server": self.server, "name": self.name, "t0": self.t0_mono,
                               "ok": self.why is None, "why": self.why, "src": self.src,
-                              "rescued": rescued}) + "\n")
+                              "rtt": self.rtt, "rescued": rescued}) + "\n")
 
 
 def stream(server, tcp, every):
@@ -782,3 +785,131 @@ def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outag
 
 
 test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages.timeout = 240
+
+
+# ---------------------------------------------------------- starved of CPU
+
+HOG = "while True: pass"
+
+
+class CpuCgroup:
+    """A CPU cgroup of our own with a bandwidth limit (quota_us of CPU time
+    per period_us, as a container's CPU limit is): cgroup v2 cpu.max, or v1
+    cpu.cfs_quota_us. add(pid) moves a process (every thread) into it;
+    leaving moves them back and removes it. Skip when not ours to make."""
+
+    def __init__(self, quota_us, period_us):
+        self.quota, self.period, self.path, self.pids = quota_us, period_us, None, []
+
+    def __enter__(self):
+        v2 = "/sys/fs/cgroup/cgroup.controllers"
+        if os.path.exists(v2) and "cpu" in open(v2).read().split():
+            self.root = "/sys/fs/cgroup"
+            limits = {"cpu.max": "%d %d" % (self.quota, self.period)}
+        elif os.path.isdir("/sys/fs/cgroup/cpu"):
+            self.root = "/sys/fs/cgroup/cpu"
+            limits = {"cpu.cfs_period_us": str(self.period), "cpu.cfs_quota_us": str(self.quota)}
+        else:
+            raise harness.Skip("no CPU cgroup controller")
+        self.path = os.path.join(self.root, "localdns-starved-%d" % os.getpid())
+        try:
+            os.mkdir(self.path)
+            for name, value in limits.items():
+                with open(os.path.join(self.path, name), "w") as f:
+                    f.write(value)
+        except OSError as e:
+            self.__exit__()
+            raise harness.Skip("cannot make a CPU cgroup: %s" % e)
+        return self
+
+    def add(self, pid):
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        self.pids.append(pid)
+
+    def throttled(self):
+        """(periods the limit stopped the group, seconds it was stopped)"""
+        with open(os.path.join(self.path, "cpu.stat")) as f:
+            st = dict(line.split() for line in f)
+        if "nr_throttled" in st and "throttled_usec" in st:
+            return int(st["nr_throttled"]), int(st["throttled_usec"]) / 1e6
+        return int(st.get("nr_throttled", 0)), int(st.get("throttled_time", 0)) / 1e9
+
+    def __exit__(self, *exc):
+        if not self.path or not os.path.isdir(self.path):
+            return
+        for pid in self.pids:
+            try:
+                with open(os.path.join(self.root, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+            except OSError:
+                pass  # it has ended
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+STARVED_S = 6.0
+QUOTA_US, PERIOD_US, HOGS = 10000, 100000, 3
+
+
+def test_no_failover_while_localdns_is_starved_of_cpu(env):
+    """A healthy localdns starved of CPU keeps DNS: its container's limit
+    (10% of a CPU, in the kernel's 100 ms periods, as Kubernetes sets a CPU
+    limit) is shared with CPU hogs in the same cgroup. Its workers then
+    turn late, in bursts, as does its node monitor; neither the monitor's
+    judge nor the keeper's (outside the cgroup, as in its own container)
+    may take that for a hang: every query is answered in time, by localdns,
+    and capture never moves."""
+    n = Node(env)
+    hogs = []
+    try:
+        n.render()
+        pod = n.localdns()
+        n.wait_capturing(pod)
+        with CpuCgroup(QUOTA_US, PERIOD_US) as cg:
+            cg.add(pod.server.proc.pid)
+            for _ in range(HOGS):
+                hogs.append(harness.track_process(subprocess.Popen(
+                    [sys.executable, "-c", HOG], stdin=subprocess.DEVNULL)))
+                cg.add(hogs[-1].pid)
+            clients = Clients(env, n)
+            time.sleep(STARVED_S)
+            queries = clients.stop()
+            periods, _ = cg.throttled()
+            for h in hogs:
+                h.kill()
+                h.wait(5)
+                harness.untrack_process(h)
+        stop(pod)
+    finally:
+        for h in hogs:
+            if h.poll() is None:
+                h.kill()
+        n.api.stop()
+    rtts = sorted(q["rtt"] for q in queries if q["rtt"] is not None)
+    still = re.search(r"longest_stand_still=(\d+)ms longest_between_turns=(\d+)ms",
+                      pod.keeper.stderr())
+    print("\nstarved: cgroup throttled %d times in %.0f s; %d queries, answered in p50 %.0f ms, "
+          "p99 %.0f ms, max %.0f ms; the keeper saw a worker go %s ms between two turns, of "
+          "which it counted %s ms as standing still" % (
+              periods, STARVED_S, len(queries), 1000 * rtts[len(rtts) // 2],
+              1000 * rtts[len(rtts) * 99 // 100], 1000 * rtts[-1],
+              still.group(2) if still else "?", still.group(1) if still else "?"), flush=True)
+    assert periods > STARVED_S * 1e6 / PERIOD_US / 4, "hardly starved: throttled %d times" % periods
+    failed = [q for q in queries if not q["ok"]]
+    assert not failed, "%d failed while starved, e.g. %s\n%s\n%s" % (
+        len(failed), failed[:5], env.daemon_logs(), pod.logs())
+    moved = [q for q in queries if q["src"] != "localdns"]
+    assert not moved, "%d queries failed over to CoreDNS while localdns was only starved " \
+        "(sent %s s in)\n%s\n%s" % (len(moved), sorted(round(q["t0"] - queries[0]["t0"], 2)
+                                                      for q in moved)[:20],
+                                   "\n".join(l for l in pod.server.stderr().splitlines()
+                                             if "heartbeat" in l or "DNS" in l),
+                                   pod.logs())
+    assert "not renewing the nftables heartbeat" not in pod.server.stderr(), pod.server.tail()
+    assert "a worker stands still" not in pod.keeper.stderr(), pod.keeper.tail()
+
+
+test_no_failover_while_localdns_is_starved_of_cpu.timeout = 90
