@@ -1061,6 +1061,18 @@ int nft_keep_endpoints(struct nft *n, struct config_ip *out, size_t max)
 	return rc < 0 ? -1 : (int)f.n;
 }
 
+size_t nft_fallback_endpoints(struct nft *n, struct config_ip *out, size_t max)
+{
+	pthread_mutex_lock(&n->lock);
+	size_t count = n->n_endpoints;
+	if (max > count)
+		max = count;
+	if (max)
+		memcpy(out, n->endpoints, max * sizeof *out);
+	pthread_mutex_unlock(&n->lock);
+	return count;
+}
+
 int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
 			       char *err, size_t errlen)
 {

@@ -71,6 +71,20 @@ int nft_apply(struct nft *n, char *err, size_t errlen);
 int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
 			       char *err, size_t errlen);
 
+/* The endpoints installed now, the first max copied to out; how many there are. */
+size_t nft_fallback_endpoints(struct nft *n, struct config_ip *out, size_t max);
+
+/*
+ * Forget the UDP flows to the link-local addresses (listen.addresses, on
+ * listen.port) that the fallback DNAT sent to one of gone, endpoints just
+ * taken out of the maps (conntrack.c): a new query that reuses such a flow's
+ * source port would go to the old endpoint, which may no longer be there
+ * ("port unreachable"). kube-proxy does the same for a Service's removed UDP
+ * endpoints. How many were deleted, or -1 with err.
+ */
+int nft_forget_flows(const struct config *cfg, const struct config_ip *gone, size_t n_gone,
+		     char *err, size_t errlen);
+
 /*
  * Start-up, with our table in the kernel (left by a localdns before us, or
  * one still running beside us): the endpoints its fallback maps hold become
