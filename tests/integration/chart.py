@@ -61,9 +61,20 @@ class Rendered:
 
     @property
     def container(self):
+        """The localdns container."""
+        return self.named_container("localdns")
+
+    @property
+    def keeper(self):
+        """The keeper container, or None."""
+        found = [c for c in self.pod["spec"]["containers"] if c["name"] == "keeper"]
+        return found[0] if found else None
+
+    def named_container(self, name):
         containers = self.pod["spec"]["containers"]
-        assert len(containers) == 1, "containers: %r" % containers
-        return containers[0]
+        assert {c["name"] for c in containers} <= {"localdns", "keeper"}, \
+            "containers: %r" % containers
+        return [c for c in containers if c["name"] == name][0]
 
 
 def run_renderer(env, values=None, sets=(), args=()):

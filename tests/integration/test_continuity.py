@@ -411,6 +411,10 @@ class Node(test_node.Node):
             "control": {"socket": os.path.join(tmp, "run", "control.sock")},
         }}
         self.rendered = chart.render(self.env, values)
+        # The pod as the chart makes it: localdns and its keeper.
+        keeper = self.rendered.keeper
+        assert keeper and keeper["args"][0] == "keeper", self.rendered.pod["spec"]["containers"]
+        assert self.rendered.config["keeper"]["socket"], self.rendered.config["keeper"]
         return self.rendered
 
     def localdns(self):
