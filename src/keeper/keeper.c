@@ -472,11 +472,13 @@ static void accept_link(struct keeper *k)
  * PID namespace (the pod shares one: shareProcessNamespace).
  */
 static const struct stall_task *worker_task(const struct served *s, unsigned w, uint64_t beat,
-					    struct stall_task *t)
+					    uint64_t now, struct stall_task *t)
 {
 	struct server_beat *b = &((struct keeper_beats *)s->beats)->worker[w];
 
-	if (s->visible_pid <= 0 || !s->judges[w].seen || beat != s->judges[w].beat)
+	/* An idle worker turns every SERVER_IDLE_TURN_MS: only a longer stand-still is worth a look. */
+	if (s->visible_pid <= 0 || !s->judges[w].seen || beat != s->judges[w].beat ||
+	    now - s->changed_ms[w] < SERVER_IDLE_TURN_MS)
 		return NULL;
 	task_sched(s->visible_pid, atomic_load_explicit(&b->tid, memory_order_relaxed), t);
 	return t;
@@ -492,7 +494,7 @@ static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 						     memory_order_relaxed);
 		bool moved = !s->judges[w].seen || beat != s->judges[w].beat;
 		uint64_t still = stall_judge_look(&s->judges[w], beat, now, LOOK_ON_TIME_MS,
-						  worker_task(s, w, beat, &task));
+						  worker_task(s, w, beat, now, &task));
 		if (moved)
 			s->changed_ms[w] = now;
 		else if (now - s->changed_ms[w] > k->max_gap_ms)
