@@ -44,6 +44,7 @@
 #include "keeper/keeper.h"
 #include "kube/kube.h"
 #include "log/log.h"
+#include "nft/plan.h"
 #include "node/node.h"
 #include "privs/privs.h"
 #include "query/query.h"
@@ -460,6 +461,8 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 	if (!d->server)
 		return -1;
 	if (d->keeper) {
+		/* The keeper takes the heartbeat out on death and hang: its expiry is the last resort. */
+		nft_live_timeout(node_nft(d->node), NFT_LIVE_TIMEOUT_KEPT_MS);
 		keeper_link_serve(d->keeper, d->server, nft_token(node_nft(d->node)));
 		node_keep(d->node, d->keeper);
 	}
