@@ -18,16 +18,20 @@
  *            comes unless another localdns keeps it), then closed;
  *   (gone)   LEAVING said, or a dead one's copies closed: forgotten.
  *
- * Everything it is allowed to do is set up before the seccomp filter goes
- * on (privs_restrict_self, PRIVS_KEEPER): the relay's sockets are made and
- * bound, the netlink sockets opened, the unix socket bound; afterwards it
- * only accepts, reads, writes, maps what it is sent and asks nftables.
+ * Everything it is allowed to do is set up on the main thread first: the
+ * relay's sockets are made and bound, the netlink socket opened, the unix
+ * socket bound. The loop then runs on a thread restricted as PRIVS_KEEPER
+ * (CAP_NET_ADMIN, its seccomp list, reading /proc only), which only
+ * accepts, reads, writes, maps what it is sent and asks nftables; the main
+ * thread waits for it, as the daemon's main thread is the one left
+ * unfiltered (a sanitizer's leak check at exit runs there).
  */
 #include "keeper/keeper.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -772,7 +776,13 @@ static int set_up(struct keeper *k, char *err, size_t errlen)
 	/* Not dumpable: the localdns beside it (same uid, and with the pod's
 	 * shared PID namespace in sight) cannot ptrace it or read its memory. */
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	return privs_restrict_self(PRIVS_KEEPER, err, errlen);
+	return 0;
+}
+
+static void *keep(void *arg)
+{
+	run(arg);
+	return NULL;
 }
 
 int keeper_main(const char *config_path)
@@ -790,11 +800,13 @@ int keeper_main(const char *config_path)
 	k.cfg = cfg;
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		k.served[i].fd = -1;
-	if (set_up(&k, err, sizeof err) < 0) {
+	pthread_t thread;
+	if (set_up(&k, err, sizeof err) < 0 ||
+	    privs_thread_create(&thread, PRIVS_KEEPER, "keeper", keep, &k, err, sizeof err) < 0) {
 		log_error("keeper: cannot start", "error", err);
 	} else {
 		log_info("keeper: waiting for localdns", "socket", cfg->keeper.socket);
-		run(&k);
+		pthread_join(thread, NULL);
 		struct relay_stats st;
 		char asked[24], answered[24], dropped[24], rescues[24], still[24], gap[24];
 		relay_stats(k.relay, &st);

@@ -62,7 +62,7 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  *   kubernetes   none            + IPv4/IPv6 sockets, reading files, threads
  *   querylog     none            writing its lines
  *   keeper       CAP_NET_ADMIN   its sockets, the link's messages, nftables
- *                                (a process of its own: privs_restrict_self)
+ *                                (the keeper process's working thread)
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
  * No list allows execve, a new process, netlink or packet sockets, opening
@@ -77,7 +77,7 @@ enum privs_thread {
 	PRIVS_KUBERNETES,
 	PRIVS_QUERYLOG,
 	PRIVS_NODE,
-	PRIVS_KEEPER,      /* the keeper process's one thread (src/keeper/) */
+	PRIVS_KEEPER,      /* the keeper process's working thread (src/keeper/) */
 };
 
 /*
@@ -116,13 +116,6 @@ bool privs_resolver_may_read(const char *path);
  */
 int privs_thread_create(pthread_t *thread, enum privs_thread kind, const char *name,
 			void *(*fn)(void *), void *arg, char *err, size_t errlen);
-
-/*
- * Restrict the calling thread as kind (what privs_thread_create does
- * before fn runs): for a process of one thread, once it has set up what it
- * needs. 0, or -1 with err.
- */
-int privs_restrict_self(enum privs_thread kind, char *err, size_t errlen);
 
 /*
  * Run fn(arg) on a short-lived thread restricted as kind and named name,

@@ -460,10 +460,6 @@ static int restrict_self(enum privs_thread kind, char *err, size_t errlen)
 	return install_filter(kind, err, errlen);
 }
 
-int privs_restrict_self(enum privs_thread kind, char *err, size_t errlen)
-{
-	return restrict_self(kind, err, errlen);
-}
 
 /* ---- starting threads ----------------------------------------------------------------- */
 
