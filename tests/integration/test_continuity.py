@@ -742,14 +742,6 @@ def print_table(rows, realtime):
         "SCHED_FIFO" if realtime else "NOT real-time", "\n".join(lines)), flush=True)
 
 
-# Rows that fail today, as issue 24 measured them: marked in the report of
-# failures, and still failures (the test fails until they are fixed).
-FAILING_TODAY = {
-    "kube-dns endpoint moves while localdns is down":
-        "UDP flows the fallback DNAT sent to the old endpoint outlive it (conntrack)",
-}
-
-
 def failure_report(windows, rows):
     """Per window: the failures by client, protocol, server and reason,
     with when they were sent (seconds into the window)."""
@@ -765,8 +757,7 @@ def failure_report(windows, rows):
                                        q["why"].split(" ")[0] if q["why"].startswith("late")
                                        else q["why"])
             why.setdefault(key, []).append(q["t0"] - began[label])
-        lines.append("%s: %d failed%s" % (label, len(failed), " [known: %s]" % FAILING_TODAY[label]
-                                           if label in FAILING_TODAY else " [NEW]"))
+        lines.append("%s: %d failed" % (label, len(failed)))
         lines += ["    %4d  %s (sent %.2f-%.2f s in)" % (len(t), k, min(t), max(t))
                   for k, t in sorted(why.items(), key=lambda kv: -len(kv[1]))]
     return lines
