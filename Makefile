@@ -31,8 +31,9 @@ BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
 # Runs the Kubernetes API client alone, printing its handler calls (integration tests).
 KUBE_DUMP := $(BUILD)/tests/kube_dump
 
-# The daemon with a worker that makes a forbidden syscall on cue (tests/privs/forbidden.c,
-# for test_privileges.py): the same objects, recvmmsg wrapped. Never installed.
+# The daemon with a worker that makes a forbidden syscall, and a resolver that opens a
+# file, on cue (tests/privs/forbidden.c, for test_privileges.py): the same objects,
+# recvmmsg and ub_resolve_async wrapped. Never installed.
 FORBIDDEN := $(BUILD)/tests/localdns-forbidden
 
 # The benchmarks' load generator and canned-reply responder (tests/bench/), also
@@ -94,7 +95,8 @@ $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
 
 $(FORBIDDEN): tests/privs/forbidden.c $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg \
+	    -Wl,--wrap=ub_resolve_async $(LDLIBS)
 
 $(BUILD)/bench/%: tests/bench/%.c
 	@mkdir -p $(dir $@)

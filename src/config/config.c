@@ -323,6 +323,11 @@ static const struct key control_keys[] = {
 	 .def = "/run/localdns/control.sock"},
 };
 
+static const struct key keeper_keys[] = {
+	/* sizeof sun_path - 1; "" = no keeper (needs nftables.enabled) */
+	{"socket", V_PATH, CFG(keeper.socket), .max = 107, .def = ""},
+};
+
 static const struct key security_keys[] = {
 	{"seccomp", V_BOOL, CFG(security.seccomp), .def = "true"},
 };
@@ -357,6 +362,7 @@ static const struct schema health_schema = SCHEMA(health_keys, NULL);
 static const struct schema metrics_schema = SCHEMA(metrics_keys, NULL);
 static const struct schema log_schema = SCHEMA(log_keys, NULL);
 static const struct schema control_schema = SCHEMA(control_keys, NULL);
+static const struct schema keeper_schema = SCHEMA(keeper_keys, NULL);
 static const struct schema security_schema = SCHEMA(security_keys, NULL);
 static const struct schema chaos_schema = SCHEMA(chaos_keys, NULL);
 
@@ -371,7 +377,8 @@ static const struct key top_keys[] = {
 	SECTION("log", log_schema),           SECTION("control", control_schema),
 	SECTION("security", security_schema), SECTION("chaos", chaos_schema),
 	SECTION("rrl", rrl_schema),
-	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),};
+	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),
+	SECTION("keeper", keeper_schema),};
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
 /* ---- messages ---------------------------------------------------------- */
@@ -1310,6 +1317,12 @@ static int top_check(struct loader *ld, const yaml_node_t *map, const char *path
 				    "(intercepted addresses are served without being listed there)",
 				    cfg->nftables.intercept[i].text);
 		}
+	/* The keeper takes the heartbeat out and relays to the fallback: both nftables'. */
+	if (cfg->keeper.socket[0] && !cfg->nftables.enabled) {
+		const yaml_node_t *at = find_value(ld, map, "keeper");
+		return fail(ld, at ? at : map, "keeper.socket needs nftables.enabled: the keeper "
+			    "takes the nftables heartbeat out and relays to its fallback endpoints");
+	}
 	return 0;
 }
 

@@ -209,6 +209,9 @@ struct config {
 
 	struct { char *socket; } control;  /* "/run/localdns/control.sock" */
 
+	/* The keeper (`localdns keeper`, src/keeper/): "" = none. */
+	struct { char *socket; } keeper;
+
 	struct {
 		bool seccomp;                  /* true: each thread gets its syscall allow-list */
 	} security;

@@ -38,6 +38,7 @@
 #include "query/query.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
+#include "privs/privs.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
 
@@ -172,9 +173,23 @@ static void log_addresses(const char *msg, const struct config *from, const stru
 	}
 }
 
+/* libunbound reads these on the resolver thread, which may read only what it could at start. */
+static void warn_unreadable(const char *key, const char *path)
+{
+	if (!privs_resolver_may_read(path))
+		log_warn("the resolver thread may not read this file until localdns restarts (it may "
+			 "read only the directories the files were in at start)", "key", key,
+			 "path", path);
+}
+
 static void log_upstream(const struct config *cfg)
 {
 	char servers[512] = "";
+
+	if (cfg->upstream.dnssec)
+		warn_unreadable("upstream.trust_anchor", cfg->upstream.trust_anchor);
+	if (cfg->upstream.recursive)
+		warn_unreadable("upstream.root_hints", cfg->upstream.root_hints);
 
 	for (size_t i = 0; i < cfg->upstream.n_servers; i++)
 		append(servers, cfg->upstream.servers[i].text);

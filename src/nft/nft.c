@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <libmnl/libmnl.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/common.h>
@@ -59,6 +60,7 @@ struct nft {
 	size_t n_endpoints;
 	struct nft_plan plan;
 	uint32_t token;            /* this process in set instances */
+	_Atomic uint64_t live_timeout_ms; /* of our heartbeat's elements (nft_live_timeout) */
 	bool beating;              /* renewing the heartbeat: rebuilds put it back */
 };
 
@@ -260,7 +262,8 @@ static struct nftnl_set *set_object(const struct nft_plan *p, const struct nft_s
 }
 
 /* The set's elements added to s; false when out of memory. */
-static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp)
+static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp,
+			 uint64_t live_timeout)
 {
 	for (size_t i = 0; i < sp->n_ips; i++) {
 		struct nftnl_set_elem *e = nftnl_set_elem_alloc();
@@ -277,7 +280,7 @@ static bool add_elements(struct nftnl_set *s, const struct nft_set_plan *sp)
 			nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, bytes, len);
 		}
 		if (sp->role == NFT_SET_LIVE)
-			nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, NFT_LIVE_TIMEOUT_MS);
+			nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, live_timeout);
 		nftnl_set_elem_add(s, e);
 	}
 	return true;
@@ -291,7 +294,7 @@ static void put_set(struct nft *n, struct batch *bt, const struct nft_set_plan *
 	char what[WHAT_MAX];
 	struct nlmsghdr *h;
 
-	if (!s || (with_elements && !add_elements(s, sp))) {
+	if (!s || (with_elements && !add_elements(s, sp, atomic_load(&n->live_timeout_ms)))) {
 		bt->broken = true;
 		nftnl_set_free(s);
 		return;
@@ -324,15 +327,19 @@ struct element {
 };
 
 /* One element, without its timeout for a flow (the set's applies). */
-static struct nftnl_set_elem *element_object(const struct element *el)
+static struct nftnl_set_elem *element_object(const struct nft *n, const struct element *el)
 {
 	struct nftnl_set_elem *e = nftnl_set_elem_alloc();
 
 	if (!e)
 		return NULL;
 	nftnl_set_elem_set(e, NFTNL_SET_ELEM_KEY, el->key, el->len);
+	/* Another process's element keeps what it had left, whatever its timeout was. */
+	uint64_t timeout = atomic_load(&n->live_timeout_ms);
+	if (el->expires_ms > timeout)
+		timeout = el->expires_ms;
 	if (el->set->role != NFT_SET_FLOWS)
-		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, NFT_LIVE_TIMEOUT_MS);
+		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_TIMEOUT, timeout);
 	if (el->expires_ms)
 		nftnl_set_elem_set_u64(e, NFTNL_SET_ELEM_EXPIRATION, el->expires_ms);
 	return e;
@@ -342,7 +349,7 @@ static struct nftnl_set_elem *element_object(const struct element *el)
 static void put_element(struct nft *n, struct batch *bt, uint16_t type, const struct element *el)
 {
 	struct nftnl_set *s = set_object(&n->plan, el->set);
-	struct nftnl_set_elem *e = element_object(el);
+	struct nftnl_set_elem *e = element_object(n, el);
 	char what[WHAT_MAX];
 	struct nlmsghdr *h;
 
@@ -782,7 +789,7 @@ static void put_kept(struct nft *n, struct batch *bt, const struct kept *k)
 			struct nftnl_set_elem *e;
 			if (k->el[j].set != sp)
 				continue;
-			if ((!s && !(s = set_object(&n->plan, sp))) || !(e = element_object(&k->el[j]))) {
+			if ((!s && !(s = set_object(&n->plan, sp))) || !(e = element_object(n, &k->el[j]))) {
 				bt->broken = true;
 				break;
 			}
@@ -889,14 +896,13 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen)
 	return rc;
 }
 
-int nft_leave(struct nft *n, char *err, size_t errlen)
+/* nft_leave for whichever process n->token names; n->lock held. */
+static int leave(struct nft *n, char *err, size_t errlen)
 {
 	struct kept *others;
 	struct batch *bt = NULL;
 	int rc = -1;
 
-	pthread_mutex_lock(&n->lock);
-	n->beating = false;
 	if (!(others = find_kept(n, true))) {
 		snprintf(err, errlen, "nftables: cannot read set instances: %s", strerror(errno));
 	} else if (!others->own_seen && others->n > 0) {
@@ -914,8 +920,51 @@ int nft_leave(struct nft *n, char *err, size_t errlen)
 	}
 	batch_free(bt);
 	free(others);
+	return rc;
+}
+
+int nft_leave(struct nft *n, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&n->lock);
+	n->beating = false;
+	int rc = leave(n, err, errlen);
 	pthread_mutex_unlock(&n->lock);
 	return rc;
+}
+
+int nft_leave_for(struct nft *n, uint32_t token, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&n->lock);
+	uint32_t own = n->token;
+	n->token = token;
+	int rc = leave(n, err, errlen);
+	n->token = own;
+	pthread_mutex_unlock(&n->lock);
+	return rc;
+}
+
+void nft_live_timeout(struct nft *n, uint64_t ms)
+{
+	atomic_store(&n->live_timeout_ms, ms);
+}
+
+uint64_t nft_live_timeout_ms(struct nft *n)
+{
+	return atomic_load(&n->live_timeout_ms);
+}
+
+uint32_t nft_token(struct nft *n)
+{
+	return n->token; /* set once, by nft_open */
+}
+
+void nft_mute(struct nft *n)
+{
+	pthread_mutex_lock(&n->lock);
+	if (n->events)
+		mnl_socket_close(n->events);
+	n->events = NULL;
+	pthread_mutex_unlock(&n->lock);
 }
 
 int nft_remove(struct nft *n, char *err, size_t errlen)
@@ -1010,6 +1059,18 @@ int nft_keep_endpoints(struct nft *n, struct config_ip *out, size_t max)
 	for (size_t i = 0; rc == 0 && i < f.n && i < max; i++)
 		out[i] = f.ips[i];
 	return rc < 0 ? -1 : (int)f.n;
+}
+
+size_t nft_fallback_endpoints(struct nft *n, struct config_ip *out, size_t max)
+{
+	pthread_mutex_lock(&n->lock);
+	size_t count = n->n_endpoints;
+	if (max > count)
+		max = count;
+	if (max)
+		memcpy(out, n->endpoints, max * sizeof *out);
+	pthread_mutex_unlock(&n->lock);
+	return count;
 }
 
 int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
@@ -1464,7 +1525,7 @@ static int table_owner(struct nft *n, uint64_t *handle, char *err, size_t errlen
 
 int nft_event_fd(const struct nft *n)
 {
-	return mnl_socket_get_fd(n->events);
+	return n->events ? mnl_socket_get_fd(n->events) : -1;
 }
 
 /* Someone else's change to an object of our table? */
@@ -1550,6 +1611,7 @@ struct nft *nft_open(const struct config *cfg, char *err, size_t errlen)
 	pthread_mutex_init(&n->lock, NULL);
 	n->cfg = cfg;
 	n->seq = (uint32_t)time(NULL);
+	atomic_init(&n->live_timeout_ms, NFT_LIVE_TIMEOUT_MS);
 	/* Pods have PID namespaces of their own: two may both be PID 1. */
 	while (n->token == 0)
 		if (getrandom(&n->token, sizeof n->token, 0) != (ssize_t)sizeof n->token)

@@ -75,6 +75,14 @@
 #define NFT_LIVE_TIMEOUT_MS 300
 #define NFT_LIVE_REFRESH_MS 100
 
+/*
+ * With a keeper (src/keeper/), which takes the heartbeat out within
+ * milliseconds of a death or a judged hang, the timeout is the last resort
+ * for the case where both processes are gone: long enough that a node
+ * monitor starved of CPU for most of a second does not drop capture.
+ */
+#define NFT_LIVE_TIMEOUT_KEPT_MS 1000
+
 /* A flow entry outlives the connection's idle timeout by this much. */
 #define NFT_FLOW_MARGIN_MS 5000
 #define NFT_FLOW_SET_SIZE 65536

@@ -54,13 +54,15 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  * does not need before its function runs:
  *
  *   kind         capabilities    seccomp allow-list
- *   node         CAP_NET_ADMIN   none (netlink is its job)
+ *   node         CAP_NET_ADMIN   netlink, unix (the keeper) sockets, reading /proc
  *   worker       none            its sockets and epoll; no socket(), no files
  *   resolver     none            + IPv4/IPv6 sockets, reading files, threads
  *   control      none            + IPv4/IPv6 sockets (lookup asks the daemon)
  *   http         none            + reading files (/proc), threads
  *   kubernetes   none            + IPv4/IPv6 sockets, reading files, threads
  *   querylog     none            writing its lines
+ *   keeper       CAP_NET_ADMIN   its sockets, the link's messages, nftables
+ *                                (the keeper process's working thread)
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
  * No list allows execve, a new process, netlink or packet sockets, opening
@@ -75,6 +77,7 @@ enum privs_thread {
 	PRIVS_KUBERNETES,
 	PRIVS_QUERYLOG,
 	PRIVS_NODE,
+	PRIVS_KEEPER,      /* the keeper process's working thread (src/keeper/) */
 };
 
 /*
@@ -83,6 +86,27 @@ enum privs_thread {
  * either way.
  */
 void privs_use_seccomp(bool on);
+
+/*
+ * The files each kind of thread may read at all (Landlock, per thread like
+ * seccomp; with security.seccomp): workers and the query log nothing, the
+ * resolver /etc, /usr, /proc/self, /dev/urandom and the directories of
+ * upstream.resolv_conf and upstream.trust_anchor (so not the
+ * service-account token), control and HTTP /proc and /sys/fs/cgroup, the
+ * node monitor /proc/self and /etc, the keeper /proc; main and Kubernetes
+ * are not limited. privs_read_for takes the configured files (privs_drop
+ * calls it); privs_files_limited says whether the kernel can (Landlock).
+ */
+void privs_read_for(const struct config *cfg);
+bool privs_files_limited(void);
+
+/*
+ * May the resolver thread, limited since start, read path? (A reload that
+ * points upstream.trust_anchor or root_hints to another directory needs a
+ * restart: libunbound reads them on the resolver thread.) true when files
+ * are not limited.
+ */
+bool privs_resolver_may_read(const char *path);
 
 /*
  * pthread_create for fn(arg) in a thread named name (at most 15 bytes

@@ -143,7 +143,11 @@ struct worker {
 	int detached_udp;
 	bool rewatch_failed;     /* worker only: put detached_udp back at the next turn */
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
-	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
+	/* now_ms again, for /health on another thread and for the keeper in
+	 * another process, with the thread id: a slot of server_start's beats,
+	 * or own_beat */
+	struct server_beat *beat;
+	struct server_beat own_beat;
 	struct query_stats stats;
 	uint64_t tcp_events[TCP_EVENTS];
 	uint32_t next_gen;       /* for tcp_conn.gen */
@@ -187,7 +191,9 @@ struct server {
 	uint8_t source_key[16];      /* keys every per-client table of the server */
 	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
-	bool held;                    /* bound, taking no traffic yet (server_open) */
+	bool held;                    /* bound, taking no traffic: not yet (server_open),
+					 * or no more (server_release) */
+	atomic_uint_fast64_t sockets_generation; /* the listening sockets changed (keeper) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };
 

@@ -324,6 +324,7 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 		free(w->retiring);
 		w->retiring = NULL;
 	}
+	atomic_fetch_add(&s->sockets_generation, 1);
 }
 
 static bool index_at_least(const struct listener *l, size_t index, const void *first)
@@ -390,6 +391,7 @@ static int add_listeners(struct server *s, const struct config *cfg, bool live, 
 			retire_where(s, index_at_least, &before);
 		goto out;
 	}
+	atomic_fetch_add(&s->sockets_generation, 1);
 	rc = 0;
 out:
 	free(addrs);
@@ -421,7 +423,7 @@ static void free_server(struct server *s)
 }
 
 struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
-			    char *err, size_t errlen)
+			    struct server_beat *beats, char *err, size_t errlen)
 {
 	struct server *s = calloc(1, sizeof *s);
 	unsigned started = 0;
@@ -457,7 +459,9 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		goto fail;
 	for (; started < s->n_workers; started++) {
 		/* alive from the start: a thread not yet scheduled is not stuck */
-		atomic_init(&s->workers[started]->heartbeat_ms, server_now_ms());
+		struct worker *w = s->workers[started];
+		w->beat = beats ? &beats[started] : &w->own_beat;
+		atomic_store(&w->beat->ms, server_now_ms());
 		/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
 		char name[24];
 		snprintf(name, sizeof name, "worker/%u", started);
@@ -530,6 +534,7 @@ void server_open(struct server *s, const struct config *cfg)
 		}
 	}
 	s->held = false;
+	atomic_fetch_add(&s->sockets_generation, 1); /* each UDP socket is a new one */
 	pthread_mutex_unlock(&s->reconf_lock);
 }
 
@@ -553,7 +558,45 @@ void server_release(struct server *s)
 	for (unsigned i = 0; i < s->n_workers; i++)
 		while (s->workers[i]->release_pending)
 			pthread_cond_wait(&s->retired, &s->reconf_lock);
+	s->held = true; /* steered away: no socket takes traffic any more */
+	atomic_fetch_add(&s->sockets_generation, 1);
 	pthread_mutex_unlock(&s->reconf_lock);
+}
+
+uint64_t server_sockets_generation(struct server *s)
+{
+	return atomic_load(&s->sockets_generation);
+}
+
+static size_t dup_socket(unsigned worker, int type, int fd, const struct sockaddr_storage *addr,
+			 struct server_socket *out, size_t n, size_t max)
+{
+	if (fd < 0)
+		return n;
+	if (n < max) {
+		out[n] = (struct server_socket){.worker = worker, .type = type, .addr = *addr};
+		out[n].fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	}
+	return n + 1;
+}
+
+size_t server_dup_sockets(struct server *s, struct server_socket *out, size_t max,
+			  uint64_t *generation)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&s->reconf_lock);
+	*generation = atomic_load(&s->sockets_generation);
+	for (unsigned i = 0; !s->held && i < s->n_workers; i++) {
+		const struct worker *w = s->workers[i];
+		for (size_t k = 0; k < w->n_listeners; k++) {
+			const struct listener *l = &w->listeners[k];
+			n = dup_socket(i, SOCK_DGRAM, l->udp_fd, &l->addr, out, n, max);
+			n = dup_socket(i, SOCK_STREAM, l->tcp_fd, &l->addr, out, n, max);
+		}
+	}
+	pthread_mutex_unlock(&s->reconf_lock);
+	return n;
 }
 
 bool server_turning(const struct server *s, uint64_t max_age_ms, char *why, size_t whylen)
@@ -651,5 +694,10 @@ unsigned server_workers(const struct server *s)
 
 uint64_t server_heartbeat_ms(const struct server *s, unsigned worker)
 {
-	return atomic_load_explicit(&s->workers[worker]->heartbeat_ms, memory_order_relaxed);
+	return atomic_load_explicit(&s->workers[worker]->beat->ms, memory_order_relaxed);
+}
+
+int server_worker_tid(const struct server *s, unsigned worker)
+{
+	return atomic_load_explicit(&s->workers[worker]->beat->tid, memory_order_relaxed);
 }

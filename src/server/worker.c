@@ -228,11 +228,16 @@ static void retire_udp(struct worker *w, const struct listener *l)
 	w->unhanded[w->n_unhanded++] = l->udp_fd;
 }
 
-/* New connections go elsewhere; the ones already queued are taken first. */
+/*
+ * New connections go elsewhere; the ones already queued are taken first.
+ * Shut down, not only closed: the keeper holds a copy of the descriptor
+ * (src/keeper/), and a listener stops listening only when the socket does.
+ */
 static void close_listener(struct worker *w, int fd)
 {
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
 	tcp_accept(w, fd);
+	shutdown(fd, SHUT_RDWR);
 	close(fd);
 }
 
@@ -295,7 +300,7 @@ static void serve(struct worker *w)
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, wait_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
-		atomic_store_explicit(&w->heartbeat_ms, w->now_ms, memory_order_relaxed);
+		atomic_store_explicit(&w->beat->ms, w->now_ms, memory_order_relaxed);
 		if (n < 0 && errno != EINTR)
 			break;
 		tcp_new_turn(w);
@@ -353,6 +358,7 @@ void *worker_main(void *arg)
 
 	urcu_memb_register_thread();
 	w->now_ms = server_now_ms();
+	atomic_store(&w->beat->tid, (int32_t)gettid());
 	serve(w);
 	shut_down(w);
 	urcu_memb_unregister_thread();

@@ -61,9 +61,33 @@ class Rendered:
 
     @property
     def container(self):
+        """The localdns container."""
+        return self.named_container("localdns")
+
+    @property
+    def keeper(self):
+        """The keeper container, or None."""
+        found = [c for c in self.pod["spec"]["containers"] if c["name"] == "keeper"]
+        return found[0] if found else None
+
+    def container_env(self, name, node_name, pod_ip):
+        """The environment the kubelet gives container name on a node:
+        its env list, fieldRefs resolved (on the host network the pod's IP
+        is the node's address)."""
+        fields = {"spec.nodeName": node_name, "status.podIP": pod_ip}
+        env = {}
+        for e in self.named_container(name).get("env", []):
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            else:
+                env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        return env
+
+    def named_container(self, name):
         containers = self.pod["spec"]["containers"]
-        assert len(containers) == 1, "containers: %r" % containers
-        return containers[0]
+        assert {c["name"] for c in containers} <= {"localdns", "keeper"}, \
+            "containers: %r" % containers
+        return [c for c in containers if c["name"] == name][0]
 
 
 def run_renderer(env, values=None, sets=(), args=()):

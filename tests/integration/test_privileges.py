@@ -67,8 +67,8 @@ def expected(name, kept):
     """(capabilities, seccomp mode) the docs give the thread named name."""
     if name == "localdns":                  # main: reloads bind and change the node
         return kept, "0"
-    if name == "node":
-        return kept & (1 << NET_ADMIN), "0"
+    if name == "node":                      # netlink is its job, under its own list
+        return kept & (1 << NET_ADMIN), SECCOMP_FILTER
     assert name.startswith(("worker/", "control/")) or name in RESTRICTED, \
         "unexpected thread " + name
     return 0, SECCOMP_FILTER
@@ -222,6 +222,51 @@ def test_with_seccomp_off_the_same_syscall_gets_through(env):
     for tid, (name, st) in thread_statuses(d.proc.pid).items():
         if name.startswith("worker/"):
             assert st["Seccomp"] == "0" and st["CapEff"] == 0, (name, st)
+
+
+def _resolver_reads(env, path, **over):
+    """What the resolver thread of tests/privs/forbidden.c gets when, asked a
+    miss, it opens path: its stderr line."""
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "localdns-forbidden")
+    files = {harness.STANDARD_FILE_NAME: harness.static_file_yaml(harness.STANDARD_FILE_RECORDS)}
+    # A silent upstream: the miss reaches libunbound and stays there.
+    d = harness.Daemon(binary, env.config(upstream={"servers": ["127.0.0.1:9"]}, **over),
+                       files=files, wait=False, extra_env={"LOCALDNS_TEST_READ": path})
+    env._daemons.append(d)
+    d.wait_ready()
+    d.udp_raw(dnsmsg.build_query("read-a-file.test", "A"), timeout=0.2)
+    deadline = time.monotonic() + 5
+    while "resolver read" not in d.stderr():
+        assert time.monotonic() < deadline, d.tail()
+        time.sleep(0.02)
+    line = [l for l in d.stderr().splitlines() if l.startswith("resolver read")][0]
+    d.stop()
+    return line
+
+
+def test_the_resolver_cannot_read_the_service_account_token(env):
+    need_root()
+    if "files=\"per thread (landlock)\"" not in _privileges_line(env):
+        raise harness.Skip("no Landlock in this kernel: files are not limited per thread")
+    # The in-cluster token lives in /var/run/secrets: outside what the
+    # resolver, which speaks to the network, may read.
+    secrets = os.path.join(env.tmp, "serviceaccount")
+    os.makedirs(secrets)
+    token = os.path.join(secrets, "token")
+    with open(token, "w") as f:
+        f.write("eyJhbGciOi-not-a-real-token\n")
+    assert _resolver_reads(env, token).endswith("returned -1 (Permission denied)")
+    # What it needs stays readable: /etc (resolv.conf, hosts, openssl.cnf)...
+    assert _resolver_reads(env, "/etc/hosts").endswith("(ok)")
+    # ... and the cue works: without the limits the same open succeeds.
+    assert _resolver_reads(env, token, security={"seccomp": False}).endswith("(ok)")
+
+
+def _privileges_line(env):
+    d = env.start()
+    line = [l for l in d.stderr().splitlines() if "privileges dropped" in l][0]
+    d.stop()
+    return line
 
 
 # The lines that end a reload (its first line, "reloading configuration", does not).

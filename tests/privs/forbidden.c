@@ -1,12 +1,16 @@
 /*
- * tests/privs/forbidden.c — the daemon with one addition, for
- * tests/integration/test_privileges.py: a worker that receives a query for
- * forbidden-syscall.test makes the syscall named by $LOCALDNS_TEST_SYSCALL
- * at once, as code an attacker had taken over on the query path would.
+ * tests/privs/forbidden.c — the daemon with two additions, for
+ * tests/integration/test_privileges.py, as code an attacker had taken over
+ * on the query path would behave:
  *
- * Linked from the daemon's own objects with -Wl,--wrap=recvmmsg, so every
- * recvmmsg a worker makes comes here first; build/localdns is linked
- * without it and has no such path. The syscall is made with syscall(2),
+ *   - a worker that receives a query for forbidden-syscall.test makes the
+ *     syscall named by $LOCALDNS_TEST_SYSCALL at once;
+ *   - the resolver thread, asked for read-a-file.test (a cache miss, so it
+ *     reaches libunbound), tries to open $LOCALDNS_TEST_READ for reading.
+ *
+ * Linked from the daemon's own objects with -Wl,--wrap=recvmmsg and
+ * -Wl,--wrap=ub_resolve_async, so every call of those comes here first;
+ * build/localdns is linked without them and has no such path. The syscall is made with syscall(2),
  * so the filter sees exactly it and no glibc wrapper's extra calls. If the
  * process survives (no filter, or a call the filter lets fail), the result
  * goes to stderr and the worker goes on.
@@ -20,7 +24,10 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <unbound.h>
 #include <unistd.h>
+
+#define PATH_MAX_LINE 512
 
 /* The question's name as it is on the wire. */
 static const char cue[] = "\021forbidden-syscall\004test";
@@ -69,4 +76,25 @@ int __wrap_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct tim
 			report(what, attempt(what));
 	}
 	return got;
+}
+
+int __real_ub_resolve_async(struct ub_ctx *ctx, const char *name, int rrtype, int rrclass,
+			    void *mydata, ub_callback_type callback, int *async_id);
+
+int __wrap_ub_resolve_async(struct ub_ctx *ctx, const char *name, int rrtype, int rrclass,
+			    void *mydata, ub_callback_type callback, int *async_id)
+{
+	const char *path = getenv("LOCALDNS_TEST_READ");
+
+	if (path && strstr(name, "read-a-file.test")) {
+		long rc = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+		char line[PATH_MAX_LINE];
+		int n = snprintf(line, sizeof line, "resolver read %s returned %ld (%s)\n", path, rc,
+				 rc < 0 ? strerror(errno) : "ok");
+		ssize_t ignored = write(STDERR_FILENO, line, (size_t)n);
+		(void)ignored;
+		if (rc >= 0)
+			close((int)rc);
+	}
+	return __real_ub_resolve_async(ctx, name, rrtype, rrclass, mydata, callback, async_id);
 }

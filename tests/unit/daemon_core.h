@@ -128,7 +128,7 @@ static inline int daemon_core_start(struct daemon_core *k, char *err, size_t err
 	if (top_start(1) < 0 ||
 	    !(k->d.upstream = upstream_start(k->cfg, k->d.cache, 1 + CONTROL_THREADS, err,
 					     errlen)) ||
-	    !(k->d.server = server_start(k->cfg, k->d.upstream, false, err, errlen)) ||
+	    !(k->d.server = server_start(k->cfg, k->d.upstream, false, NULL, err, errlen)) ||
 	    control_open(k->cfg, &k->ctl, err, errlen) < 0 ||
 	    control_start(k->ctl, &k->d, 1, err, errlen) < 0)
 		return -1;

@@ -77,7 +77,20 @@ version answered to version.bind). A copy: templates must not change
 {{- if not $config.chaos.version -}}
 {{- $_ := set $config.chaos "version" (printf "localdns %s" (include "localdns.imageTag" .)) -}}
 {{- end -}}
+{{- if include "localdns.keeper" . -}}
+{{- $_ := set $config.keeper "socket" (include "localdns.keeperSocket" .) -}}
+{{- end -}}
 {{- toYaml $config -}}
+{{- end -}}
+
+{{/* "true" when the pod has the keeper container: keeper.enabled, with the nftables table it works on. */}}
+{{- define "localdns.keeper" -}}
+{{- if and .Values.keeper.enabled .Values.config.nftables.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* keeper.socket in the pod's own in-memory emptyDir, which both containers mount. */}}
+{{- define "localdns.keeperSocket" -}}
+/run/localdns-keeper/keeper.sock
 {{- end -}}
 
 {{/*

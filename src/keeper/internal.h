@@ -1,0 +1,113 @@
+/*
+ * keeper/internal.h — what the two sides of keeper.socket say to each
+ * other, and the keeper's relay (relay.c). Private to src/keeper/.
+ *
+ * The link is a unix SOCK_SEQPACKET connection from the serving process to
+ * the keeper: every message is one struct keeper_msg, with exactly one
+ * descriptor (SCM_RIGHTS) for HELLO and SOCKET, none for LEAVING. Both ends
+ * run the same binary on the same host: host byte order, fixed sizes.
+ *
+ *   HELLO    pid, nftables token, number of workers; the fd is a memfd of
+ *            struct keeper_beats (the keeper maps it read-only).
+ *   SOCKET   one listening socket of one worker: its address, UDP or TCP.
+ *            A set is sent whole: index 0..total-1 of one generation; the
+ *            keeper swaps its copies for a set once the last one is in.
+ *   LEAVING  SIGTERM: the process hands its traffic over itself.
+ *
+ * The keeper answers nothing: it needs no word from the server but its
+ * hang-up (death) and its heartbeats (hangs).
+ */
+#ifndef LOCALDNS_KEEPER_INTERNAL_H
+#define LOCALDNS_KEEPER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "config/config.h"
+#include "server/server.h"
+
+#define KEEPER_MAGIC 0x6b656570u /* "keep", and the protocol's version */
+
+/* The shared heartbeats: written by the workers, read by the keeper. */
+struct keeper_beats {
+	uint32_t magic;
+	uint32_t n_workers;
+	struct server_beat worker[]; /* each worker's loop turn and thread id */
+};
+
+static inline size_t keeper_beats_size(unsigned n_workers)
+{
+	return sizeof(struct keeper_beats) + (size_t)n_workers * sizeof(struct server_beat);
+}
+
+enum keeper_msg_type { KEEPER_HELLO = 1, KEEPER_SOCKET, KEEPER_LEAVING };
+
+struct keeper_msg {
+	uint32_t magic;
+	uint32_t type;
+	union {
+		struct {
+			int32_t pid;
+			uint32_t token;
+			uint32_t n_workers;
+		} hello;
+		struct {
+			uint64_t generation;
+			uint32_t index, total;
+			uint32_t worker;
+			int32_t type;          /* SOCK_DGRAM or SOCK_STREAM */
+			struct sockaddr_storage addr;
+		} socket;
+	};
+};
+
+/* ---- relay.c: answering rescued queries through the cluster DNS ------------- */
+
+struct relay;
+
+/* Relay sockets (a few per family, random ports) made now: none later. */
+struct relay *relay_new(char *err, size_t errlen);
+void relay_free(struct relay *r);
+
+/*
+ * Where queries go from now on: the table's fallback endpoints, on port
+ * (listen.port: the fallback DNAT keeps the port); copied.
+ */
+void relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n, uint16_t port);
+size_t relay_endpoints(const struct relay *r);
+
+/*
+ * Ask the cluster DNS the query q (len bytes) that came on reply_fd from
+ * client: the answer goes back to client with sendto on reply_fd (a
+ * rescued UDP socket), or, with tcp, framed on reply_fd (a rescued
+ * connection). false when it cannot be asked (no endpoint, no room, not a
+ * query): the client gets nothing.
+ */
+bool relay_ask(struct relay *r, int reply_fd, bool tcp, const struct sockaddr_storage *client,
+	       const uint8_t *q, size_t len, uint64_t now_ms);
+
+/* Queries asked and not answered yet for reply_fd. */
+unsigned relay_pending(const struct relay *r, int reply_fd);
+
+/* reply_fd is about to close: its pending queries are forgotten. */
+void relay_forget(struct relay *r, int reply_fd);
+
+/* Descriptors to poll for answers (into fds, at most max); how many. */
+size_t relay_fds(const struct relay *r, int *fds, size_t max);
+
+/*
+ * Answers on fd handed back; queries past their deadline forgotten. A TCP
+ * reply_fd whose answer was sent is reported through done(arg, fd).
+ */
+void relay_read(struct relay *r, int fd, uint64_t now_ms, void (*done)(void *, int), void *arg);
+void relay_expire(struct relay *r, uint64_t now_ms);
+
+struct relay_stats {
+	uint64_t asked, answered, dropped, expired;
+};
+void relay_stats(const struct relay *r, struct relay_stats *out);
+
+#endif
