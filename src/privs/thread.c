@@ -458,6 +458,14 @@ static int restrict_self(enum privs_thread kind, char *err, size_t errlen)
 		return -1;
 	if (!atomic_load(&seccomp_on))
 		return 0;
+	/* Landlock, like seccomp, needs no_new_privs once the thread has no
+	 * CAP_SYS_ADMIN. privs_drop sets it for the whole process; a process
+	 * that starts threads without it (the unit tests) gets it here, per
+	 * thread, as libseccomp's seccomp_load would set it a step later. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
+		return -1;
+	}
 	if (restrict_files(kind, err, errlen) < 0)
 		return -1;
 	return install_filter(kind, err, errlen);
