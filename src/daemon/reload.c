@@ -358,16 +358,16 @@ static int reload_locked(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-static int count(struct daemon *d, int rc, const char *err)
+/* A reload's outcome into the reload counters; a failure is logged with its reason. */
+static void count_outcome(struct daemon *d, bool ok, const char *err)
 {
-	if (rc < 0) {
+	if (!ok) {
 		atomic_fetch_add(&d->reloads_failed, 1);
 		log_error("reload failed; keeping the running configuration", "error", err);
-		return -1;
+		return;
 	}
 	atomic_fetch_add(&d->reloads_ok, 1);
 	atomic_store(&d->last_reload_ok_ms, wall_ms());
-	return rc;
 }
 
 int daemon_reload(struct daemon *d, char *err, size_t errlen)
@@ -376,7 +376,8 @@ int daemon_reload(struct daemon *d, char *err, size_t errlen)
 	pthread_mutex_lock(&d->reload_lock);
 	int rc = reload_locked(d, err, errlen);
 	pthread_mutex_unlock(&d->reload_lock);
-	return count(d, rc, err);
+	count_outcome(d, rc >= 0, err);
+	return rc;
 }
 
 int daemon_reload_if_changed(struct daemon *d, char *err, size_t errlen)
@@ -389,5 +390,6 @@ int daemon_reload_if_changed(struct daemon *d, char *err, size_t errlen)
 	log_info("configuration files changed; reloading", "config", d->config_path);
 	int rc = reload_locked(d, err, errlen);
 	pthread_mutex_unlock(&d->reload_lock);
-	return count(d, rc < 0 ? -1 : 1, err);
+	count_outcome(d, rc >= 0, err);
+	return rc < 0 ? -1 : 1;
 }
