@@ -209,6 +209,21 @@ void mesh_selector_refresh(struct mesh *m, struct mesh_selector *sel)
 
 /* ---- Pods of a selector ------------------------------------------------------------- */
 
+/* Whether a status (a Pod's, a WorkloadEntry's) holds the condition of this
+ * type, and it is True. */
+static bool condition_true(const struct kube_json *status, const char *type)
+{
+	const struct kube_json *conditions = kube_json_get(status, "conditions");
+
+	for (const struct kube_json *c = kube_json_first(conditions); c; c = c->next) {
+		const char *t = kube_json_get_text(c, "type");
+		const char *st = kube_json_get_text(c, "status");
+		if (t && st && strcmp(t, type) == 0)
+			return strcmp(st, "True") == 0;
+	}
+	return false;
+}
+
 /* Ready: the Ready condition is True and the Pod neither finished nor going. */
 static bool pod_ready(const struct kube_json *pod)
 {
@@ -218,15 +233,7 @@ static bool pod_ready(const struct kube_json *pod)
 	if (kube_json_get(kube_json_get(pod, "metadata"), "deletionTimestamp") ||
 	    (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
 		return false;
-
-	const struct kube_json *conditions = kube_json_get(status, "conditions");
-	for (const struct kube_json *c = kube_json_first(conditions); c; c = c->next) {
-		const char *type = kube_json_get_text(c, "type");
-		const char *st = kube_json_get_text(c, "status");
-		if (type && st && strcmp(type, "Ready") == 0)
-			return strcmp(st, "True") == 0;
-	}
-	return false;
+	return condition_true(status, "Ready");
 }
 
 static uint8_t pod_ips(const struct kube_json *status, struct mesh_ip ips[2])
@@ -335,15 +342,7 @@ static bool workload_healthy(const struct kube_json *we)
 		     strcmp(on, "TRUE") == 0 || strcmp(on, "1") == 0 || strcmp(on, "t") == 0 ||
 		     strcmp(on, "T") == 0))
 		return true;
-
-	const struct kube_json *conditions = kube_json_get(kube_json_get(we, "status"), "conditions");
-	for (const struct kube_json *c = kube_json_first(conditions); c; c = c->next) {
-		const char *type = kube_json_get_text(c, "type");
-		const char *st = kube_json_get_text(c, "status");
-		if (type && st && strcmp(type, "Healthy") == 0)
-			return strcmp(st, "True") == 0;
-	}
-	return false;
+	return condition_true(kube_json_get(we, "status"), "Healthy");
 }
 
 /* The selectors of w's namespace that pick it: their entries are refreshed. */
