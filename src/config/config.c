@@ -4,7 +4,9 @@
  * The format is described by tables, not code: each mapping (the top level,
  * every section, a static record, an SRV entry, a forward zone) has a
  * schema listing its keys with their value type, where the value lives in
- * the struct, its default written in the key's own syntax, and its limits.
+ * the struct, its default written in the key's own syntax, its limits, and
+ * how a reload applies a change to it (enum config_reload: restart-only, or
+ * which of daemon/reload.c's steps take it in).
  * One walker checks every mapping against its schema, so unknown keys,
  * duplicate keys, type errors and defaults behave the same everywhere, and
  * config_free walks the same tables, so a new string or list field is freed
@@ -109,6 +111,9 @@ struct key {
 	const char *def;  /* default in the key's own syntax; NULL = zero/empty/NULL.
 			     For a LIST: its single element. */
 	unsigned flags;
+	unsigned reload;  /* enum config_reload; every key of a section has one
+			     (test_config.c checks), keys inside a list of
+			     mappings have none (their list is the key) */
 };
 
 struct schema {
@@ -148,94 +153,115 @@ static const char *const log_formats[] = {"logfmt", "json", NULL};
 
 static const struct key listen_keys[] = {
 	{"addresses", V_IP, CFG_LIST(listen.addresses, listen.n_addresses),
-	 .def = "169.254.20.10", .flags = F_NONEMPTY | F_NO_WILDCARD | F_UNIQUE},
-	{"allow", V_CIDR, CFG_LIST(listen.allow, listen.n_allow), .flags = F_NONEMPTY},
-	{"port", V_UINT, CFG(listen.port), .min = 1, .def = "53"},
-	{"workers", V_UINT, CFG(listen.workers), .max = 1024, .def = "0"},
+	 .def = "169.254.20.10", .flags = F_NONEMPTY | F_NO_WILDCARD | F_UNIQUE,
+	 .reload = CONFIG_APPLY_LISTEN},
+	{"allow", V_CIDR, CFG_LIST(listen.allow, listen.n_allow), .flags = F_NONEMPTY,
+	 .reload = CONFIG_APPLY_SOURCES},
+	{"port", V_UINT, CFG(listen.port), .min = 1, .def = "53", .reload = CONFIG_APPLY_LISTEN},
+	{"workers", V_UINT, CFG(listen.workers), .max = 1024, .def = "0",
+	 .reload = CONFIG_RESTART_ONLY},
 	{"tcp_max_connections", V_UINT, CFG(listen.tcp_max_connections), .min = 1,
-	 .max = 1000000, .def = "1024"},
+	 .max = 1000000, .def = "1024", .reload = CONFIG_RESTART_ONLY},
 	{"tcp_idle_timeout", V_DURATION, CFG(listen.tcp_idle_timeout_ms), .min = 1,
-	 .def = "10s"},
+	 .def = "10s", .reload = CONFIG_APPLY_SERVER},
 	{"tcp_max_connections_per_client", V_UINT, CFG(listen.tcp_max_connections_per_client),
-	 .min = 1, .max = 65535, .def = "64"},
+	 .min = 1, .max = 65535, .def = "64", .reload = CONFIG_APPLY_SERVER},
 	{"ipv6_client_prefix_length", V_UINT, CFG(listen.ipv6_client_prefix_length), .min = 32,
-	 .max = 128, .def = "128"},
+	 .max = 128, .def = "128", .reload = CONFIG_RESTART_ONLY},
 	{"tcp_max_pending_queries", V_UINT, CFG(listen.tcp_max_pending_queries), .min = 1,
-	 .max = 65535, .def = "64"},
+	 .max = 65535, .def = "64", .reload = CONFIG_APPLY_SERVER},
 	{"tcp_output_budget", V_SIZE, CFG(listen.tcp_output_budget), .min = 65536,
-	 .max = 1ull << 32, .def = "4MiB"},
+	 .max = 1ull << 32, .def = "4MiB", .reload = CONFIG_APPLY_SERVER},
 	{"tcp_query_timeout", V_DURATION, CFG(listen.tcp_query_timeout_ms), .min = 1,
-	 .def = "2s"},
+	 .def = "2s", .reload = CONFIG_APPLY_SERVER},
 	{"udp_max_payload", V_UINT, CFG(listen.udp_max_payload), .min = 512, .max = 4096,
-	 .def = "1232"},
+	 .def = "1232", .reload = CONFIG_APPLY_SOURCES},
 	/* SO_RCVBUF takes an int and the kernel doubles it. */
 	{"udp_rcvbuf", V_SIZE, CFG(listen.udp_rcvbuf), .min = 4096, .max = 1u << 30,
-	 .def = "4MiB"},
+	 .def = "4MiB", .reload = CONFIG_APPLY_SERVER},
 };
 
 static const struct key interface_keys[] = {
-	{"manage", V_BOOL, CFG(interface.manage), .def = "true"},
+	{"manage", V_BOOL, CFG(interface.manage), .def = "true", .reload = CONFIG_RESTART_ONLY},
 	/* IFNAMSIZ - 1 */
-	{"name", V_STRING, CFG(interface.name), .min = 1, .max = 15, .def = "localdns"},
-	{"kind", V_ENUM, CFG(interface.kind), .names = interface_kinds, .def = "dummy"},
+	{"name", V_STRING, CFG(interface.name), .min = 1, .max = 15, .def = "localdns",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"kind", V_ENUM, CFG(interface.kind), .names = interface_kinds, .def = "dummy",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key nftables_keys[] = {
-	{"enabled", V_BOOL, CFG(nftables.enabled), .def = "true"},
-	{"table", V_STRING, CFG(nftables.table), .min = 1, .max = 255, .def = "localdns"},
+	{"enabled", V_BOOL, CFG(nftables.enabled), .def = "true", .reload = CONFIG_RESTART_ONLY},
+	{"table", V_STRING, CFG(nftables.table), .min = 1, .max = 255, .def = "localdns",
+	 .reload = CONFIG_RESTART_ONLY},
 	{"intercept", V_IP, CFG_LIST(nftables.intercept, nftables.n_intercept),
-	 .flags = F_NO_WILDCARD | F_UNIQUE},
-	{"teardown", V_BOOL, CFG(nftables.teardown), .def = "false"},
+	 .flags = F_NO_WILDCARD | F_UNIQUE, .reload = CONFIG_APPLY_LISTEN},
+	{"teardown", V_BOOL, CFG(nftables.teardown), .def = "false", .reload = CONFIG_APPLY_NODE},
 	{"reassert_interval", V_DURATION, CFG(nftables.reassert_interval_ms), .min = 1000,
-	 .def = "30s"},
+	 .def = "30s", .reload = CONFIG_APPLY_NODE},
 	{"fallback_endpoints", V_IP,
 	 CFG_LIST(nftables.fallback_endpoints, nftables.n_fallback_endpoints),
-	 .flags = F_NO_WILDCARD | F_UNIQUE},
+	 .flags = F_NO_WILDCARD | F_UNIQUE, .reload = CONFIG_RESTART_ONLY},
 	{"fallback_service", V_OBJECT, CFG(nftables.fallback_service),
-	 .def = "kube-system/kube-dns"},
+	 .def = "kube-system/kube-dns", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key cluster_keys[] = {
-	{"domain", V_NAME, CFG(cluster.domain), .def = "cluster.local"},
-	{"ttl", V_SECONDS, CFG(cluster.ttl), .max = TTL_MAX, .def = "5s"},
-	{"pods", V_ENUM, CFG(cluster.pods), .names = pods_modes, .def = "insecure"},
+	{"domain", V_NAME, CFG(cluster.domain), .def = "cluster.local",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"ttl", V_SECONDS, CFG(cluster.ttl), .max = TTL_MAX, .def = "5s",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"pods", V_ENUM, CFG(cluster.pods), .names = pods_modes, .def = "insecure",
+	 .reload = CONFIG_RESTART_ONLY},
+	/* They become forward zones, and send unsynced cluster names upstream. */
 	{"fallback_servers", V_HOSTPORT,
-	 CFG_LIST(cluster.fallback_servers, cluster.n_fallback_servers)},
-	{"autopath", V_BOOL, CFG(cluster.autopath), .def = "false"},
-	{"endpoint_pod_names", V_BOOL, CFG(cluster.endpoint_pod_names), .def = "false"},
-	{"noendpoints", V_BOOL, CFG(cluster.noendpoints), .def = "false"},
-	{"ignore_empty_service", V_BOOL, CFG(cluster.ignore_empty_service), .def = "false"},
+	 CFG_LIST(cluster.fallback_servers, cluster.n_fallback_servers),
+	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_SOURCES},
+	/* Autopath needs this node's Pods: the watch follows it (pods is restart-only). */
+	{"autopath", V_BOOL, CFG(cluster.autopath), .def = "false",
+	 .reload = CONFIG_APPLY_SOURCES | CONFIG_APPLY_PODS},
+	{"endpoint_pod_names", V_BOOL, CFG(cluster.endpoint_pod_names), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"noendpoints", V_BOOL, CFG(cluster.noendpoints), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"ignore_empty_service", V_BOOL, CFG(cluster.ignore_empty_service), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
 	{"max_ports_per_service", V_UINT, CFG(cluster.max_ports_per_service), .min = 1,
-	 .max = 65535, .def = "1024"},
+	 .max = 65535, .def = "1024", .reload = CONFIG_RESTART_ONLY},
 	{"max_endpoints_per_service", V_UINT, CFG(cluster.max_endpoints_per_service), .min = 1,
-	 .max = 10000000, .def = "20000"},
+	 .max = 10000000, .def = "20000", .reload = CONFIG_RESTART_ONLY},
 	{"fallthrough", V_NAME, CFG_LIST(cluster.fallthrough, cluster.n_fallthrough),
-	 .def = "in-addr.arpa ip6.arpa"},
+	 .def = "in-addr.arpa ip6.arpa", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key kubernetes_keys[] = {
-	{"enabled", V_BOOL, CFG(kubernetes.enabled), .def = "true"},
-	{"kubeconfig", V_PATH, CFG(kubernetes.kubeconfig), .def = ""},
-	{"node_name", V_STRING, CFG(kubernetes.node_name), .max = 253, .def = ""},
+	{"enabled", V_BOOL, CFG(kubernetes.enabled), .def = "true", .reload = CONFIG_RESTART_ONLY},
+	{"kubeconfig", V_PATH, CFG(kubernetes.kubeconfig), .def = "",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"node_name", V_STRING, CFG(kubernetes.node_name), .max = 253, .def = "",
+	 .reload = CONFIG_RESTART_ONLY},
 	/* Where the in-cluster token and ca.crt are; tests point it elsewhere. */
 	{"service_account_dir", V_PATH, CFG(kubernetes.service_account_dir), .min = 1,
-	 .def = "/var/run/secrets/kubernetes.io/serviceaccount"},
+	 .def = "/var/run/secrets/kubernetes.io/serviceaccount", .reload = CONFIG_RESTART_ONLY},
 	/* Streamed past, not held: it bounds the parser's buffer for one long
 	 * token; etcd's own limit on an object is 1.5 MiB, in protobuf. */
 	{"object_max_bytes", V_SIZE, CFG(kubernetes.object_max_bytes), .min = 65536,
-	 .max = 1u << 30, .def = "16MiB"},
+	 .max = 1u << 30, .def = "16MiB", .reload = CONFIG_RESTART_ONLY},
 	{"crd_retry_interval", V_DURATION, CFG(kubernetes.crd_retry_interval_ms), .min = 1000,
-	 .def = "60s"},
+	 .def = "60s", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key mesh_keys[] = {
-	{"istio", V_BOOL, CFG(mesh.istio), .def = "false"},
-	{"ttl", V_SECONDS, CFG(mesh.ttl), .max = TTL_MAX, .def = "30s"},
+	{"istio", V_BOOL, CFG(mesh.istio), .def = "false", .reload = CONFIG_RESTART_ONLY},
+	{"ttl", V_SECONDS, CFG(mesh.ttl), .max = TTL_MAX, .def = "30s",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key multicluster_keys[] = {
-	{"enabled", V_BOOL, CFG(multicluster.enabled), .def = "false"},
-	{"domain", V_NAME, CFG(multicluster.domain), .def = "clusterset.local"},
+	{"enabled", V_BOOL, CFG(multicluster.enabled), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"domain", V_NAME, CFG(multicluster.domain), .def = "clusterset.local",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key srv_keys[] = {
@@ -262,8 +288,8 @@ static const struct schema record_schema = SCHEMA(record_keys, record_check);
 
 static const struct key static_keys[] = {
 	{"records", V_MAPPING, CFG_LIST(statics.records, statics.n_records),
-	 .sub = &record_schema},
-	{"files", V_PATH, CFG_LIST(statics.files, statics.n_files)},
+	 .sub = &record_schema, .reload = CONFIG_APPLY_SOURCES},
+	{"files", V_PATH, CFG_LIST(statics.files, statics.n_files), .reload = CONFIG_APPLY_SOURCES},
 };
 
 static const struct key forward_zone_keys[] = {
@@ -274,53 +300,71 @@ static const struct key forward_zone_keys[] = {
 static const struct schema forward_zone_schema = SCHEMA(forward_zone_keys, NULL);
 
 static const struct key upstream_keys[] = {
-	{"servers", V_HOSTPORT, CFG_LIST(upstream.servers, upstream.n_servers)},
-	{"resolv_conf", V_PATH, CFG(upstream.resolv_conf), .def = "/etc/resolv.conf"},
-	{"recursive", V_BOOL, CFG(upstream.recursive), .def = "false"},
-	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false"},
-	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s"},
-	{"max_rate", V_UINT, CFG(upstream.max_rate), .max = 10000000, .def = "5000"},
+	{"servers", V_HOSTPORT, CFG_LIST(upstream.servers, upstream.n_servers),
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	/* Also where autopath reads the node's search domains. */
+	{"resolv_conf", V_PATH, CFG(upstream.resolv_conf), .def = "/etc/resolv.conf",
+	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_SOURCES},
+	{"recursive", V_BOOL, CFG(upstream.recursive), .def = "false",
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false", .reload = CONFIG_APPLY_UPSTREAM},
+	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s",
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	{"max_rate", V_UINT, CFG(upstream.max_rate), .max = 10000000, .def = "5000",
+	 .reload = CONFIG_APPLY_UPSTREAM},
 	{"max_pending_per_client", V_UINT, CFG(upstream.max_pending_per_client), .min = 1,
-	 .max = 65535, .def = "1000"},
-	{"trust_anchor", V_PATH, CFG(upstream.trust_anchor), .def = "/usr/share/dns/root.key"},
-	{"root_hints", V_PATH, CFG(upstream.root_hints), .def = ""},
+	 .max = 65535, .def = "1000", .reload = CONFIG_APPLY_UPSTREAM},
+	{"trust_anchor", V_PATH, CFG(upstream.trust_anchor), .def = "/usr/share/dns/root.key",
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	{"root_hints", V_PATH, CFG(upstream.root_hints), .def = "",
+	 .reload = CONFIG_APPLY_UPSTREAM},
 	{"forward_zones", V_MAPPING, .shape = MAP,
 	 ARRAY(struct config, upstream.forward_zones, upstream.n_forward_zones),
-	 .sub = &forward_zone_schema},
+	 .sub = &forward_zone_schema, .reload = CONFIG_APPLY_UPSTREAM},
 };
 
 static const struct key cache_keys[] = {
-	{"size", V_SIZE, CFG(cache.size), .min = 65536, .def = "64MiB"},
-	{"min_ttl", V_SECONDS, CFG(cache.min_ttl), .max = TTL_MAX, .def = "0s"},
-	{"max_ttl", V_SECONDS, CFG(cache.max_ttl), .max = TTL_MAX, .def = "1d"},
-	{"serve_stale", V_BOOL, CFG(cache.serve_stale), .def = "true"},
-	{"stale_max_age", V_SECONDS, CFG(cache.stale_max_age), .max = TTL_MAX, .def = "1d"},
+	{"size", V_SIZE, CFG(cache.size), .min = 65536, .def = "64MiB",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"min_ttl", V_SECONDS, CFG(cache.min_ttl), .max = TTL_MAX, .def = "0s",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"max_ttl", V_SECONDS, CFG(cache.max_ttl), .max = TTL_MAX, .def = "1d",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"serve_stale", V_BOOL, CFG(cache.serve_stale), .def = "true",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"stale_max_age", V_SECONDS, CFG(cache.stale_max_age), .max = TTL_MAX, .def = "1d",
+	 .reload = CONFIG_APPLY_CACHE},
 	{"stale_answer_timeout", V_DURATION, CFG(cache.stale_answer_timeout_ms), .max = 60000,
-	 .def = "400ms"},
-	{"prefetch", V_BOOL, CFG(cache.prefetch), .def = "true"},
+	 .def = "400ms", .reload = CONFIG_APPLY_CACHE},
+	{"prefetch", V_BOOL, CFG(cache.prefetch), .def = "true", .reload = CONFIG_APPLY_CACHE},
 };
 
 static const struct key health_keys[] = {
-	{"listen", V_LISTEN, CFG(health.listen), .def = "127.0.0.1:8080"},
+	{"listen", V_LISTEN, CFG(health.listen), .def = "127.0.0.1:8080",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key metrics_keys[] = {
-	{"listen", V_LISTEN, CFG(metrics.listen), .def = "127.0.0.1:9253"},
+	{"listen", V_LISTEN, CFG(metrics.listen), .def = "127.0.0.1:9253",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key log_keys[] = {
-	{"level", V_ENUM, CFG(log.level), .names = log_levels, .def = "info"},
-	{"format", V_ENUM, CFG(log.format), .names = log_formats, .def = "logfmt"},
-	{"queries", V_UINT, CFG(log.queries), .max = 1000000000, .def = "0"},
+	{"level", V_ENUM, CFG(log.level), .names = log_levels, .def = "info",
+	 .reload = CONFIG_APPLY_LOG},
+	{"format", V_ENUM, CFG(log.format), .names = log_formats, .def = "logfmt",
+	 .reload = CONFIG_APPLY_LOG},
+	{"queries", V_UINT, CFG(log.queries), .max = 1000000000, .def = "0",
+	 .reload = CONFIG_APPLY_LOG},
 	/* A record is about 300 bytes; pages are only touched once used. */
 	{"query_buffer", V_UINT, CFG(log.query_buffer), .min = 16, .max = 1u << 20,
-	 .def = "4096"},
+	 .def = "4096", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key control_keys[] = {
 	/* sizeof sun_path - 1 */
 	{"socket", V_PATH, CFG(control.socket), .max = 107,
-	 .def = "/run/localdns/control.sock"},
+	 .def = "/run/localdns/control.sock", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key keeper_keys[] = {
@@ -329,22 +373,25 @@ static const struct key keeper_keys[] = {
 };
 
 static const struct key security_keys[] = {
-	{"seccomp", V_BOOL, CFG(security.seccomp), .def = "true"},
+	{"seccomp", V_BOOL, CFG(security.seccomp), .def = "true", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key chaos_keys[] = {
-	{"enabled", V_BOOL, CFG(chaos.enabled), .def = "false"},
+	{"enabled", V_BOOL, CFG(chaos.enabled), .def = "false", .reload = CONFIG_APPLY_SOURCES},
 	/* Answered as one TXT character-string. */
-	{"version", V_STRING, CFG(chaos.version), .max = 255, .def = DEFAULT_CHAOS_VERSION},
-	{"id", V_STRING, CFG(chaos.id), .max = 255, .def = ""},
+	{"version", V_STRING, CFG(chaos.version), .max = 255, .def = DEFAULT_CHAOS_VERSION,
+	 .reload = CONFIG_APPLY_SOURCES},
+	{"id", V_STRING, CFG(chaos.id), .max = 255, .def = "", .reload = CONFIG_APPLY_SOURCES},
 };
 
 static const struct key rrl_keys[] = {
 	{"responses_per_second", V_UINT, CFG(rrl.responses_per_second), .max = 1000000,
-	 .def = "0"},
-	{"slip", V_UINT, CFG(rrl.slip), .max = 10, .def = "2"},
-	{"ipv4_prefix_length", V_UINT, CFG(rrl.ipv4_prefix_length), .max = 32, .def = "24"},
-	{"ipv6_prefix_length", V_UINT, CFG(rrl.ipv6_prefix_length), .max = 128, .def = "56"},
+	 .def = "0", .reload = CONFIG_APPLY_SERVER},
+	{"slip", V_UINT, CFG(rrl.slip), .max = 10, .def = "2", .reload = CONFIG_APPLY_SERVER},
+	{"ipv4_prefix_length", V_UINT, CFG(rrl.ipv4_prefix_length), .max = 32, .def = "24",
+	 .reload = CONFIG_APPLY_SERVER},
+	{"ipv6_prefix_length", V_UINT, CFG(rrl.ipv6_prefix_length), .max = 128, .def = "56",
+	 .reload = CONFIG_APPLY_SERVER},
 };
 
 static const struct schema listen_schema = SCHEMA(listen_keys, NULL);
@@ -1786,8 +1833,10 @@ static bool same_fields(const struct schema *s, const void *a, const void *b)
 	return true;
 }
 
-static void report_changes(const struct schema *s, const void *a, const void *b,
-			   const char *path, void (*fn)(const char *key, void *arg), void *arg)
+/* The keys under s (at path) as config_each_key names them; with a and b,
+ * only those whose values differ. */
+static void report_keys(const struct schema *s, const void *a, const void *b,
+			const char *path, config_key_fn fn, void *arg)
 {
 	char kpath[PATH_LEN];
 
@@ -1795,17 +1844,21 @@ static void report_changes(const struct schema *s, const void *a, const void *b,
 		const struct key *k = &s->keys[i];
 		join_path(kpath, path, k->name);
 		if (k->shape == ONE && k->type == V_MAPPING)
-			report_changes(k->sub, (const char *)a + k->off, (const char *)b + k->off,
-				       kpath, fn, arg);
-		else if (!same_value(k, a, b))
-			fn(kpath, arg);
+			report_keys(k->sub, a ? (const char *)a + k->off : NULL,
+				    b ? (const char *)b + k->off : NULL, kpath, fn, arg);
+		else if (!a || !same_value(k, a, b))
+			fn(kpath, k->reload, arg);
 	}
 }
 
-void config_diff(const struct config *a, const struct config *b,
-		 void (*fn)(const char *key, void *arg), void *arg)
+void config_each_key(config_key_fn fn, void *arg)
 {
-	report_changes(&top_schema, a, b, "", fn, arg);
+	report_keys(&top_schema, NULL, NULL, "", fn, arg);
+}
+
+void config_diff(const struct config *a, const struct config *b, config_key_fn fn, void *arg)
+{
+	report_keys(&top_schema, a, b, "", fn, arg);
 }
 
 /* The key at a "section.key" path, and where its offsets count from; NULL if none. */

@@ -313,14 +313,39 @@ size_t config_served_count(const struct config *cfg);
 const struct config_ip *config_served_address(const struct config *cfg, size_t i);
 
 /*
- * Live reload. config_diff calls fn once for each key whose value differs
- * between a and b, in table order, named "section.key" (a list of mappings,
- * such as static.records or upstream.forward_zones, is one key; records
- * from static.files count as static.records). Where a value was written
- * (FILE:LINE:COL) is not part of it.
+ * How a reload applies a changed key, declared once per key in the schema
+ * (config.c) and read by daemon/reload.c: either CONFIG_RESTART_ONLY (the
+ * running value stays until a restart) or the CONFIG_APPLY_* steps that
+ * take the new value in, ORed. docs/configuration.md, "Live reload", says
+ * the same to operators (test_chart.py holds the two together).
  */
-void config_diff(const struct config *a, const struct config *b,
-		 void (*fn)(const char *key, void *arg), void *arg);
+enum config_reload {
+	CONFIG_RESTART_ONLY = 1 << 0,
+	CONFIG_APPLY_LISTEN = 1 << 1,   /* served addresses and port: link, sockets, nftables sets */
+	CONFIG_APPLY_SERVER = 1 << 2,   /* settings of open sockets and connections, rrl */
+	CONFIG_APPLY_SOURCES = 1 << 3,  /* the answer sources, rebuilt and swapped in */
+	CONFIG_APPLY_UPSTREAM = 1 << 4, /* a new libunbound context */
+	CONFIG_APPLY_CACHE = 1 << 5,    /* the cache, reconfigured in place */
+	CONFIG_APPLY_LOG = 1 << 6,      /* log and query log settings */
+	CONFIG_APPLY_NODE = 1 << 7,     /* nothing to redo: the node reads its config as it goes */
+	CONFIG_APPLY_PODS = 1 << 8,     /* whether the Kubernetes client watches this node's Pods */
+};
+
+/*
+ * The keys a reload compares, each once, in table order, named
+ * "section.key" (a list of mappings, such as static.records or
+ * upstream.forward_zones, is one key), with their enum config_reload.
+ */
+typedef void (*config_key_fn)(const char *key, unsigned reload, void *arg);
+void config_each_key(config_key_fn fn, void *arg);
+
+/*
+ * Live reload. config_diff calls fn for each of those keys whose value
+ * differs between a and b (records from static.files count as
+ * static.records). Where a value was written (FILE:LINE:COL) is not part
+ * of it.
+ */
+void config_diff(const struct config *a, const struct config *b, config_key_fn fn, void *arg);
 
 /*
  * Give dst's key ("section.key") a copy of src's value: how a reload keeps

@@ -112,18 +112,10 @@ bench_cleanup() {
 	rm -rf "$TMP"
 }
 
+# A port free on 127.0.0.1 for UDP and TCP: the integration harness's pick.
 free_port() {
-	python3 - <<'EOF'
-import socket
-for _ in range(50):
-    t = socket.socket(); t.bind(("127.0.0.1", 0)); p = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", p))
-    except OSError:
-        t.close(); u.close(); continue
-    t.close(); u.close(); print(p); break
-EOF
+	python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import harness; print(harness.free_port())' \
+		"$REPO/tests/integration"
 }
 
 busy_pct() {

@@ -1,7 +1,9 @@
 """chart: render the Helm chart with tests/chart's renderer (built next to
 the daemon as tests/chart-render) and read the references its output is
-checked against: the keys and defaults of docs/configuration.md, the key
-table of src/config/config.c, and the values table of the chart's README.
+checked against: the keys and defaults of docs/configuration.md (and
+which of them its "Live reload" section says apply live), the key table of
+src/config/config.c (and what each key's .reload declares), and the values
+table of the chart's README.
 
     r = chart.render(env, values={"config": {...}}, sets=["a.b=1"])
     r.one("DaemonSet")["spec"]...     r.config (config.yaml, parsed)
@@ -179,6 +181,53 @@ def source_keys():
     assert sections, "no SECTION(...) in config.c"
     return {"%s.%s" % (name, key)
             for name, schema in sections for key in arrays[schemas[schema]]}
+
+
+def source_restart_only():
+    """{"section.key": restart_only} from the key table of src/config/config.c:
+    whether each key's .reload says CONFIG_RESTART_ONLY (the schema's
+    declaration that daemon/reload.c reads)."""
+    with open(os.path.join(harness.REPO, "src", "config", "config.c")) as f:
+        src = f.read()
+    arrays = {}
+    for m in re.finditer(r"static const struct key (\w+)\[\] = \{(.*?)\n\};", src, re.S):
+        entries = re.split(r'^\s*\{"', m.group(2), flags=re.M)[1:]
+        arrays[m.group(1)] = {e.split('"', 1)[0]: re.search(r"\.reload = ([A-Z_ |]+)\}", e)
+                              for e in entries}
+    schemas = dict(re.findall(r"static const struct schema (\w+) = SCHEMA\((\w+),", src))
+    out = {}
+    for name, schema in re.findall(r'SECTION\("(\w+)", (\w+)\)', src):
+        for key, reload in arrays[schemas[schema]].items():
+            assert reload, "%s.%s: no .reload in config.c" % (name, key)
+            out["%s.%s" % (name, key)] = reload.group(1).strip() == "CONFIG_RESTART_ONLY"
+    return out
+
+
+def documented_reload(keys):
+    """(live, restart_only) sets of keys that docs/configuration.md's "Live
+    reload" section names: the keys of its table, and its "Everything else
+    needs a restart" list; `section.*` stands for every key of keys in it."""
+    with open(os.path.join(harness.REPO, "docs", "configuration.md")) as f:
+        text = f.read()
+    section = text[text.index("\n## Live reload\n"):]
+    section = section[:section.index("\n## ", 1)]
+
+    def expand(names):
+        out = set()
+        for n in names:
+            if n.endswith(".*"):
+                matched = {k for k in keys if k.startswith(n[:-1])}
+                assert matched, "%s matches no key" % n
+                out |= matched
+            else:
+                out.add(n)
+        return out
+
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    live = expand(n for row in rows for n in re.findall(r"`([^`]+)`", row))
+    rest = section[section.index("Everything else needs a restart:"):]
+    rest = rest[:rest.index("A reload that changes them")]
+    return live, expand(re.findall(r"`([^`]+)`", rest))
 
 
 def readme_example(heading):

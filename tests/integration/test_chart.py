@@ -262,6 +262,25 @@ def test_chart_config_has_every_key_with_its_default(env):
     assert not extra, "rendered keys the daemon does not know: %s" % sorted(extra)
 
 
+def test_live_reload_docs_say_what_the_schema_declares(env):
+    # The schema's .reload per key is what daemon/reload.c does; the docs'
+    # "Live reload" section is what operators read.
+    restart_only = chart.source_restart_only()
+    assert set(restart_only) == chart.source_keys()
+    live, restart = chart.documented_reload(set(restart_only))
+    both = live & restart
+    assert not both, "docs/configuration.md calls these both live and restart-only: %s" % (
+        sorted(both))
+    for documented, want, says in ((live, False, "live"), (restart, True, "restart-only")):
+        unknown = documented - set(restart_only)
+        assert not unknown, "Live reload names keys the schema lacks: %s" % sorted(unknown)
+        wrong = sorted(k for k in documented if restart_only[k] != want)
+        assert not wrong, "Live reload calls these %s, config.c's .reload does not: %s" % (
+            says, wrong)
+    missing = set(restart_only) - live - restart
+    assert not missing, "Live reload says nothing of: %s" % sorted(missing)
+
+
 def test_chart_configs_pass_check_config(env):
     # The node's paths may not exist here: point the files a value set
     # names at this machine's.

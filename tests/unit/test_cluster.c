@@ -24,6 +24,7 @@
 
 #include "alloc_count.h"
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "cluster/internal.h"
 #include "config/config.h"
 #include "reply.h"

@@ -1291,14 +1291,16 @@ static void test_parse_hostport_and_name(void **state)
 
 struct changed {
 	char keys[16][64];
+	unsigned reload[16];
 	size_t n;
 };
 
-static void note_change(const char *key, void *arg)
+static void note_change(const char *key, unsigned reload, void *arg)
 {
 	struct changed *c = arg;
 
 	assert_true(c->n < 16);
+	c->reload[c->n] = reload;
 	snprintf(c->keys[c->n++], sizeof c->keys[0], "%s", key);
 }
 
@@ -1327,18 +1329,68 @@ static void test_diff_names_each_changed_key(void **state)
 		"  servers: [127.0.0.1:5300]\n"
 		"  forward_zones: {corp.internal: [10.1.0.2]}\n"
 		"kubernetes: {node_name: n2}\n");
-	static const char *const want[] = {
-		"listen.addresses", "listen.workers", "kubernetes.node_name",
-		"static.records", "upstream.forward_zones", "cache.size",
+	static const struct {
+		const char *key;
+		unsigned reload; /* as the schema declares it */
+	} want[] = {
+		{"listen.addresses", CONFIG_APPLY_LISTEN},
+		{"listen.workers", CONFIG_RESTART_ONLY},
+		{"kubernetes.node_name", CONFIG_RESTART_ONLY},
+		{"static.records", CONFIG_APPLY_SOURCES},
+		{"upstream.forward_zones", CONFIG_APPLY_UPSTREAM},
+		{"cache.size", CONFIG_APPLY_CACHE},
 	};
 	struct changed c = {0};
 
 	config_diff(a, b, note_change, &c);
 	assert_int_equal(c.n, sizeof want / sizeof want[0]);
-	for (size_t i = 0; i < c.n; i++)
-		assert_string_equal(c.keys[i], want[i]);
+	for (size_t i = 0; i < c.n; i++) {
+		assert_string_equal(c.keys[i], want[i].key);
+		assert_int_equal(c.reload[i], want[i].reload);
+	}
 	config_free(b);
 	config_free(a);
+}
+
+struct declared {
+	const struct config *running;
+	struct config *next;
+	size_t keys, restart_only;
+};
+
+static void check_declared(const char *key, unsigned reload, void *arg)
+{
+	static const unsigned apply_steps =
+		CONFIG_APPLY_LISTEN | CONFIG_APPLY_SERVER | CONFIG_APPLY_SOURCES |
+		CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_CACHE | CONFIG_APPLY_LOG | CONFIG_APPLY_NODE |
+		CONFIG_APPLY_PODS;
+	struct declared *d = arg;
+
+	d->keys++;
+	if (reload == CONFIG_RESTART_ONLY) {
+		/* A reload must be able to keep its running value. */
+		if (config_copy_key(d->next, d->running, key) != 0)
+			fail_msg("%s is restart-only, but its running value cannot be kept", key);
+		d->restart_only++;
+		return;
+	}
+	if (!reload || (reload & ~apply_steps))
+		fail_msg("%s: reload %#x: declare CONFIG_RESTART_ONLY or the CONFIG_APPLY_* steps "
+			 "that take it in (config.c)",
+			 key, reload);
+}
+
+/* Every key says how a reload applies it: none is live or restart-only by omission. */
+static void test_every_key_declares_how_a_reload_applies_it(void **state)
+{
+	(void)state;
+	struct declared d = {.running = load_ok(reload_base), .next = load_ok("")};
+
+	config_each_key(check_declared, &d);
+	assert_true(d.keys > 70);
+	assert_true(d.restart_only > 0 && d.restart_only < d.keys);
+	config_free(d.next);
+	config_free((struct config *)d.running);
 }
 
 static void test_diff_of_equal_configs_is_empty(void **state)
@@ -1455,6 +1507,7 @@ int main(void)
 		cmocka_unit_test(test_parse_hostport_and_name),
 		cmocka_unit_test(test_diff_names_each_changed_key),
 		cmocka_unit_test(test_diff_of_equal_configs_is_empty),
+		cmocka_unit_test(test_every_key_declares_how_a_reload_applies_it),
 		cmocka_unit_test(test_copy_key_keeps_a_running_value),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
