@@ -369,7 +369,8 @@ static const struct key control_keys[] = {
 
 static const struct key keeper_keys[] = {
 	/* sizeof sun_path - 1; "" = no keeper (needs nftables.enabled) */
-	{"socket", V_PATH, CFG(keeper.socket), .max = 107, .def = ""},
+	{"socket", V_PATH, CFG(keeper.socket), .max = 107, .def = "",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key security_keys[] = {
