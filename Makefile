@@ -8,7 +8,7 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Every library comes through pkg-config.
 PKGS     := yaml-0.1 json-c yajl zlib liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
-            libmnl libnftnl ldns libmicrohttpd libcap libseccomp
+            libmnl libnftnl ldns libmicrohttpd libcap libseccomp libfstrm libprotobuf-c
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
@@ -17,13 +17,18 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 # OPTFLAGS and SANITIZE may be set on the command line; CFLAGS is built here.
 OPTFLAGS ?= -O2 -g
 SANITIZE ?=
-CFLAGS   = $(OPTFLAGS) $(SANITIZE) -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+CFLAGS   = $(OPTFLAGS) $(SANITIZE) -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc -I$(GEN) $(PKG_CFLAGS) \
             -DLOCALDNS_VERSION='"$(VERSION)"' -DLOCALDNS_GIT_REV='"$(GIT_REV)"'
 LDFLAGS  += $(SANITIZE)
 LDLIBS   += $(PKG_LIBS) -pthread
 
+# Code generated at build time: the dnstap schema's C (protoc-c), in $(GEN).
+GEN      := $(BUILD)/gen
+GEN_SRC  := $(GEN)/dnstap/dnstap.pb-c.c
+GEN_HDR  := $(GEN)/dnstap/dnstap.pb-c.h
+
 LIB_SRC  := $(wildcard src/*/*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/dnstap/dnstap.pb-c.o
 LIB      := $(BUILD)/liblocaldns.a
 BIN      := $(BUILD)/localdns
 BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
@@ -48,8 +53,9 @@ DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev libyajl-dev zlib1g-dev liburcu-dev libcmocka-dev \
         libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev libseccomp-dev \
+        libfstrm-dev libprotobuf-c-dev protobuf-c-compiler \
         clang libclang-rt-14-dev \
-        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
+        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils fstrm-bin \
         nftables conntrack prometheus \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
@@ -80,6 +86,17 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(GEN)/dnstap/dnstap.pb-c.c $(GEN)/dnstap/dnstap.pb-c.h: src/dnstap/dnstap.proto
+	@mkdir -p $(GEN)/dnstap
+	protoc-c --c_out=$(GEN)/dnstap --proto_path=src/dnstap $<
+
+# dnstap's C includes the generated header: made before any of it compiles.
+$(filter $(BUILD)/obj/src/dnstap/%,$(LIB_OBJ)): $(GEN_HDR)
+
+$(BUILD)/obj/gen/dnstap/dnstap.pb-c.o: $(GEN_SRC) $(GEN_HDR)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

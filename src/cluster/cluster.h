@@ -80,8 +80,9 @@ void cluster_pod_upsert(struct cluster *c, const struct kube_json *pod);
 void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
 
 /*
- * Whether cfg needs this node's Pods: autopath (who is asking) or verified
- * pod names (pods that back no Service). Otherwise they are not watched at
+ * Whether cfg needs this node's Pods: autopath (who is asking), verified
+ * pod names (pods that back no Service), or dnstap's client messages
+ * (which name the pod that asked). Otherwise they are not watched at
  * all, so the service account needs no right to read Pod specs.
  */
 bool cluster_needs_pods(const struct config *cfg);

@@ -9,6 +9,7 @@
 
 #include "cluster/cluster.h"
 #include "daemon/daemon.h"
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 
 /* A reply is counted once, by whoever sent it: a worker, or the resolver
@@ -50,6 +51,10 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 	out->reload_last_ok_ms = rs.last_ok_ms;
 	out->reload_last_success_time = (uint64_t)(rs.last_ok_ms / 1000);
 	out->query_log_dropped = querylog_dropped();
+	out->dnstap_sent = dnstap_sent();
+	out->dnstap_dropped = dnstap_dropped();
+	out->dnstap_connects = dnstap_connects();
+	out->dnstap_connected = dnstap_connected();
 }
 
 /* A row's ctl lines: one for a single value or a stat_sum run, else one per

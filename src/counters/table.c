@@ -385,9 +385,33 @@ static const struct counter query_log_rows[] = {
 
 TABLE(counter_query_log, "query_log", query_log_rows, query_log_families, COUNTERS_ALWAYS);
 
+/* ---- dnstap (dnstap/) ---------------------------------------------------------------- */
+
+PLAIN_COUNTER(dnstap_sent, "localdns_dnstap_sent_total",
+	"dnstap messages written to the collector (dnstap.socket or dnstap.address).");
+PLAIN_COUNTER(dnstap_dropped, "localdns_dnstap_dropped_total",
+	"Queries and replies not sent to the dnstap collector: a thread's ring was full "
+	"(the collector slow or away), or a write to the collector failed.");
+PLAIN_COUNTER(dnstap_connects, "localdns_dnstap_connections_total",
+	"Connections made to the dnstap collector (the first, and each reconnect).");
+PLAIN_GAUGE(dnstap_connected, "localdns_dnstap_connected",
+	"1 while a dnstap collector is connected, else 0.");
+
+static const struct counter_family *const dnstap_families[] = {
+	&dnstap_sent, &dnstap_dropped, &dnstap_connects, &dnstap_connected};
+
+static const struct counter dnstap_rows[] = {
+	{.stat = "dnstap_sent", .family = &dnstap_sent, .at = AT(dnstap_sent)},
+	{.stat = "dnstap_dropped", .family = &dnstap_dropped, .at = AT(dnstap_dropped)},
+	{.stat = "dnstap_connections", .family = &dnstap_connects, .at = AT(dnstap_connects)},
+	{.stat = "dnstap_connected", .family = &dnstap_connected, .at = AT(dnstap_connected)},
+};
+
+TABLE(counter_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
+
 /* ---- all of them, in ctl order ------------------------------------------------------ */
 
 const struct counter_table *const counter_tables[] = {
 	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
-	&counter_cluster, &counter_node, &counter_config, &counter_query_log};
+	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap};
 const size_t counter_n_tables = N(counter_tables);

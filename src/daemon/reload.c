@@ -32,6 +32,7 @@
 
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "dnstap/dnstap.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
@@ -51,6 +52,7 @@ enum part {
 	PART_LOG = 1 << 5,
 	PART_NODE = 1 << 6,      /* read by the node from its config: nothing to redo */
 	PART_PODS = 1 << 7,      /* whether the Kubernetes client watches this node's Pods */
+	PART_DNSTAP = 1 << 8,    /* the dnstap collector, identity and messages */
 };
 
 /* The keys a reload applies; a name ending in '.' is a whole section. */
@@ -76,7 +78,11 @@ static const struct {
 	{"cluster.autopath", PART_SOURCES | PART_PODS},
 	/* Also where autopath reads the node's search domains. */
 	{"upstream.resolv_conf", PART_UPSTREAM | PART_SOURCES},
+	/* It makes resolver messages RESOLVER_* rather than FORWARDER_*. */
+	{"upstream.recursive", PART_UPSTREAM | PART_DNSTAP},
 	{"upstream.", PART_UPSTREAM},
+	/* Its client messages name the pod that asked: the Pods watch follows. */
+	{"dnstap.", PART_DNSTAP | PART_PODS},
 	/* They become forward zones, and send unsynced cluster names upstream. */
 	{"cluster.fallback_servers", PART_UPSTREAM | PART_SOURCES},
 	{"cache.", PART_CACHE},
@@ -303,6 +309,8 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 		apply_listener_settings(d->server, next);
 	if (parts & PART_LOG)
 		apply_log_settings(next);
+	if (parts & PART_DNSTAP)
+		dnstap_configure(next);
 	if (listen) {
 		server_unlisten_others(d->server, next);
 		if (d->node)

@@ -61,6 +61,7 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  *   http         none            + reading files (/proc), threads
  *   kubernetes   none            + IPv4/IPv6 sockets, reading files, threads
  *   querylog     none            writing its lines
+ *   dnstap       none            + unix and IPv4/IPv6 sockets to its collector
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
  * No list allows execve, a new process, netlink or packet sockets, opening
@@ -75,6 +76,7 @@ enum privs_thread {
 	PRIVS_KUBERNETES,
 	PRIVS_QUERYLOG,
 	PRIVS_NODE,
+	PRIVS_DNSTAP,
 };
 
 /*

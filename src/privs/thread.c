@@ -85,7 +85,8 @@ out:
 #define HTTP K(PRIVS_HTTP)
 #define KUBE K(PRIVS_KUBERNETES)
 #define QUERYLOG K(PRIVS_QUERYLOG)
-#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG)
+#define DNSTAP K(PRIVS_DNSTAP)
+#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG | DNSTAP)
 /* Who reads files: trust anchors and unbound.conf, tokens and CA files,
  * /proc for /metrics, openssl.cnf (OpenSSL's first use, ldns's random ID). */
 #define READERS (RESOLVER | CONTROL | HTTP | KUBE)
@@ -151,7 +152,7 @@ static const struct rule rules[] = {
 	 * malloc reads /proc/sys/vm/overcommit_memory once, in whichever thread
 	 * first gives memory back, and does without it: elsewhere that fails. */
 	ALLOW_IF(READERS, openat, 2, WRITE_FLAGS, 0),
-	FAIL_IF(WORKER | QUERYLOG, openat, EACCES, 2, WRITE_FLAGS, 0),
+	FAIL_IF(WORKER | QUERYLOG | DNSTAP, openat, EACCES, 2, WRITE_FLAGS, 0),
 	ALLOW(READERS, newfstatat),
 	ALLOW(READERS, fstat),
 	ALLOW(READERS, lseek),
@@ -171,16 +172,16 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER, pipe2),            /* libunbound's pipes to its thread */
 	ALLOW(RESOLVER | KUBE, socketpair),
 	/* Sockets: traffic on those the thread has or accepts. */
-	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE, recvfrom),
+	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | DNSTAP, recvfrom),
 	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE, sendto),
 	ALLOW(RESOLVER | HTTP | KUBE, recvmsg),
-	ALLOW(RESOLVER | HTTP | KUBE, sendmsg),
+	ALLOW(RESOLVER | HTTP | KUBE | DNSTAP, sendmsg),
 	ALLOW(WORKER, recvmmsg),
 	ALLOW(WORKER | KUBE, sendmmsg),    /* glibc's resolver asks A and AAAA at once */
 	ALLOW(RESOLVER, writev),
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
 	ALLOW(HTTP, shutdown),
-	ALLOW(RESOLVER | HTTP | KUBE, getsockopt),
+	ALLOW(RESOLVER | HTTP | KUBE | DNSTAP, getsockopt),
 	ALLOW(RESOLVER | HTTP | KUBE, setsockopt),
 	/* A worker fixes an accepted connection's send buffer (server/tcp.c). */
 	ALLOW_IF(WORKER, setsockopt, 2, INT_ARG, SO_SNDBUF),
@@ -190,7 +191,7 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER | HTTP | KUBE, fcntl),
 	ALLOW_IF(KUBE, ioctl, 1, INT_ARG, FIONREAD),
 	/* A worker connects a retired UDP socket to itself (server/worker.c). */
-	ALLOW(WORKER | RESOLVER | KUBE, connect),
+	ALLOW(WORKER | RESOLVER | KUBE | DNSTAP, connect),
 	ALLOW(RESOLVER, bind),             /* libunbound's random source ports */
 	/* New sockets: IPv4 and IPv6 only, for those that ask over the network:
 	 * never netlink (the node's), packet or raw sockets. glibc's getaddrinfo
@@ -199,6 +200,10 @@ static const struct rule rules[] = {
 	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET),
 	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_UNIX),
+	/* The dnstap writer's collector: a unix socket (dnstap.socket) or TCP (dnstap.address). */
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_UNIX),
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_INET),
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_NETLINK),
 	/* A renewed libunbound context reads its unbound.conf text from a memfd. */
 	ALLOW(RESOLVER, memfd_create),

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "dns/dns.h"
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
 #include "top/top.h"
@@ -216,6 +217,14 @@ bool worker_submit(struct worker *w, enum query_upstream what);
  */
 void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
+/*
+ * With dnstap's client messages on (dnstap_client_on), after query_handle:
+ * the query and its reply recorded now, or the query now and the reply by
+ * the resolver when it sends it (w->request marked).
+ */
+void worker_tap(struct worker *w, const struct query_ctx *ctx,
+		const struct sockaddr_storage *peer, const uint8_t *query, size_t query_len,
+		const uint8_t *reply, size_t len);
 void worker_wake_upstream(struct worker *w);
 /* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,

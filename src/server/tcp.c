@@ -360,6 +360,9 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 					  DNS_MAX_MESSAGE, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+		if (dnstap_client_on())
+			worker_tap(w, &ctx, &c->peer, c->in + off + 2, mlen, w->tcp_out + out + 2,
+				   len);
 		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;

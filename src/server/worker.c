@@ -121,6 +121,7 @@ bool worker_submit(struct worker *w, enum query_upstream what)
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
 	w->request.log_reply = false;
+	w->request.tap_reply = false;
 	return queued;
 }
 
@@ -134,6 +135,21 @@ void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 	} else if (len > 0) {
 		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
 	}
+}
+
+void worker_tap(struct worker *w, const struct query_ctx *ctx,
+		const struct sockaddr_storage *peer, const uint8_t *query, size_t query_len,
+		const uint8_t *reply, size_t len)
+{
+	bool deferred = ctx->upstream == QUERY_UPSTREAM_ASK;
+
+	if (deferred) {
+		/* the resolver writes this reply later: it records it */
+		w->request.tap_reply = true;
+		w->request.peer = *peer;
+		len = 0;
+	}
+	dnstap_client(w->id, peer, ctx->transport, query, query_len, reply, len);
 }
 
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,

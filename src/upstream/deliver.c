@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "top/top.h"
 
@@ -70,6 +71,10 @@ void deliver(struct upstream *u, unsigned worker, const struct upstream_request 
 		querylog_add(QUERYLOG_RESOLVER, &r->peer,
 			     r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP,
 			     QUERY_SOURCE_UPSTREAM, u->buf, len);
+	if (r->tap_reply) /* dnstap: the worker recorded the query; this is its reply */
+		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer,
+			      r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP, NULL, 0,
+			      u->buf, len);
 }
 
 void signal_completions(struct upstream *u)

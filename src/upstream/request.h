@@ -57,6 +57,7 @@ struct upstream_request {
 	uint32_t conn_gen;     /* ... and which connection held it */
 	bool log_reply;        /* sampled for the query log (peer set for TCP too):
 				  the resolver logs the reply it sends */
+	bool tap_reply;        /* the same for dnstap's client_response */
 };
 
 #endif

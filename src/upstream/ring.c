@@ -86,6 +86,7 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	FIELD(conn);
 	FIELD(conn_gen);
 	FIELD(log_reply);
+	FIELD(tap_reply);
 	MOVE(q.qname, r->q.qname_len);
 	MOVE(q.qname_orig, r->q.qname_len);
 	MOVE(q.cookie, r->q.cookie_len);

@@ -1,0 +1,172 @@
+/*
+ * dnstap/encode.c — one ring record as dnstap protobuf messages (the
+ * schema is dnstap.proto beside this file; protoc-c generates its C at
+ * build time). Pure: no I/O, no allocation (protobuf-c packs into the
+ * caller's buffer), so tests/unit/test_dnstap.c checks every field.
+ *
+ * Which fields (dnstap.proto's recommendations for each type):
+ * - CLIENT_QUERY: socket family and protocol, the client's address and
+ *   port (query_address/query_port), the query verbatim, its time.
+ * - CLIENT_RESPONSE: the same, plus the reply verbatim and its time.
+ *   The query time is given when the same record has the query (a local
+ *   or cached answer); a reply the resolver thread sent later comes
+ *   without it: the worker recorded the query, at its own time, in the
+ *   CLIENT_QUERY.
+ * - FORWARDER_QUERY / RESOLVER_QUERY (resolver_query): the question as
+ *   localdns hands it to libunbound, as a wire query (ID 0, RD set), and
+ *   its time; FORWARDER_* while forwarding, RESOLVER_* while recursing.
+ *   libunbound does not tell us which server it asks, nor how often, so
+ *   there is no response_address: a message per question, not per packet.
+ * - FORWARDER_RESPONSE / RESOLVER_RESPONSE: the same question, and
+ *   libunbound's answer message (its rcode, its records; not necessarily
+ *   the upstream's bytes), and its time.
+ * The Dnstap envelope carries identity, version and, for a client whose
+ * address is a pod's on this node, extra = "pod=<namespace>/<name>".
+ */
+#include "dnstap/internal.h"
+
+#include <string.h>
+
+#include "dnstap/dnstap.pb-c.h"
+#include "dns/dns.h"
+
+size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap)
+{
+	size_t need = DNS_HEADER_LEN + e->first_len + 4u;
+
+	if (need > cap || e->first_len == 0)
+		return 0;
+	memset(out, 0, DNS_HEADER_LEN);
+	out[2] = 0x01; /* RD */
+	out[5] = 1;    /* QDCOUNT */
+	memcpy(out + DNS_HEADER_LEN, e->bytes, e->first_len);
+	uint8_t *t = out + DNS_HEADER_LEN + e->first_len;
+	t[0] = (uint8_t)(e->qtype >> 8);
+	t[1] = (uint8_t)e->qtype;
+	t[2] = (uint8_t)(e->qclass >> 8);
+	t[3] = (uint8_t)e->qclass;
+	return need;
+}
+
+static ProtobufCBinaryData bytes(const void *data, size_t len)
+{
+	return (ProtobufCBinaryData){.len = len, .data = (uint8_t *)(uintptr_t)data};
+}
+
+static void set_query_time(Dnstap__Message *m, const struct tap_entry *e)
+{
+	m->has_query_time_sec = m->has_query_time_nsec = true;
+	m->query_time_sec = (uint64_t)e->sec;
+	m->query_time_nsec = e->nsec;
+}
+
+static void set_response_time(Dnstap__Message *m, const struct tap_entry *e)
+{
+	m->has_response_time_sec = m->has_response_time_nsec = true;
+	m->response_time_sec = (uint64_t)e->sec;
+	m->response_time_nsec = e->nsec;
+}
+
+/* The client's side of a client record: family, protocol, address and port. */
+static void set_client(Dnstap__Message *m, const struct tap_entry *e)
+{
+	m->has_socket_protocol = true;
+	m->socket_protocol = e->transport == QUERY_TCP ? DNSTAP__SOCKET_PROTOCOL__TCP
+						       : DNSTAP__SOCKET_PROTOCOL__UDP;
+	if (e->family != AF_INET && e->family != AF_INET6)
+		return;
+	m->has_socket_family = m->has_query_address = m->has_query_port = true;
+	m->socket_family = e->family == AF_INET ? DNSTAP__SOCKET_FAMILY__INET
+						: DNSTAP__SOCKET_FAMILY__INET6;
+	m->query_address = bytes(e->addr, e->family == AF_INET ? 4 : 16);
+	m->query_port = e->port;
+}
+
+/* The client message of kind for e; false when e has no such part. */
+static bool client_message(Dnstap__Message *m, const struct tap_entry *e, enum dnstap_kind kind)
+{
+	const uint8_t *query = e->bytes, *reply = e->bytes + e->first_len;
+
+	set_client(m, e);
+	if (kind == DNSTAP_CLIENT_QUERY) {
+		if (e->first_len == 0)
+			return false;
+		m->type = DNSTAP__MESSAGE__TYPE__CLIENT_QUERY;
+		m->has_query_message = true;
+		m->query_message = bytes(query, e->first_len);
+		set_query_time(m, e);
+		return true;
+	}
+	if (e->second_len == 0)
+		return false;
+	m->type = DNSTAP__MESSAGE__TYPE__CLIENT_RESPONSE;
+	m->has_response_message = true;
+	m->response_message = bytes(reply, e->second_len);
+	set_response_time(m, e);
+	if (e->first_len)
+		set_query_time(m, e);
+	return true;
+}
+
+/* question: room for the wire query (DNS_HEADER_LEN + name + 4 bytes). */
+static bool resolver_message(Dnstap__Message *m, const struct tap_entry *e,
+			     enum dnstap_kind kind, bool recursive, uint8_t *question, size_t cap)
+{
+	size_t qlen;
+
+	if ((kind == DNSTAP_RESOLVER_QUERY) != (e->kind == TAP_RESOLVER_QUERY) ||
+	    !(qlen = tap_resolver_question(e, question, cap)))
+		return false;
+	m->has_query_message = true;
+	m->query_message = bytes(question, qlen);
+	m->has_query_zone = false;
+	if (kind == DNSTAP_RESOLVER_QUERY) {
+		m->type = recursive ? DNSTAP__MESSAGE__TYPE__RESOLVER_QUERY
+				    : DNSTAP__MESSAGE__TYPE__FORWARDER_QUERY;
+		set_query_time(m, e);
+		return true;
+	}
+	if (e->second_len == 0)
+		return false;
+	m->type = recursive ? DNSTAP__MESSAGE__TYPE__RESOLVER_RESPONSE
+			    : DNSTAP__MESSAGE__TYPE__FORWARDER_RESPONSE;
+	m->has_response_message = true;
+	m->response_message = bytes(e->bytes + e->first_len, e->second_len);
+	set_response_time(m, e);
+	return true;
+}
+
+size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
+		  const char *extra, uint8_t *out, size_t cap)
+{
+	Dnstap__Dnstap d = DNSTAP__DNSTAP__INIT;
+	Dnstap__Message m = DNSTAP__MESSAGE__INIT;
+	uint8_t question[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
+	bool ok;
+
+	if (e->kind == TAP_CLIENT)
+		ok = (kind & DNSTAP_CLIENT) && client_message(&m, e, kind);
+	else
+		ok = (kind & DNSTAP_RESOLVER) &&
+		     resolver_message(&m, e, kind, meta->recursive, question, sizeof question);
+	if (!ok)
+		return 0;
+	d.type = DNSTAP__DNSTAP__TYPE__MESSAGE;
+	d.message = &m;
+	if (meta->identity && *meta->identity) {
+		d.has_identity = true;
+		d.identity = bytes(meta->identity, strlen(meta->identity));
+	}
+	if (meta->version) {
+		d.has_version = true;
+		d.version = bytes(meta->version, strlen(meta->version));
+	}
+	if (extra) {
+		d.has_extra = true;
+		d.extra = bytes(extra, strlen(extra));
+	}
+	size_t len = dnstap__dnstap__get_packed_size(&d);
+	if (len > cap)
+		return 0;
+	return dnstap__dnstap__pack(&d, out);
+}
