@@ -212,7 +212,7 @@ static void resolver_record(enum tap_entry_kind kind, const uint8_t *qname, uint
 			    uint16_t qclass, const uint8_t *answer, size_t answer_len)
 {
 	struct ring *r = ring_of(DNSTAP_PRODUCER_RESOLVER);
-	size_t name_len = dns_name_len(qname);
+	size_t name_len = qname ? dns_name_len(qname) : 0;
 	uint32_t tail;
 	struct tap_entry *e;
 
@@ -230,7 +230,8 @@ static void resolver_record(enum tap_entry_kind kind, const uint8_t *qname, uint
 	e->first_len = (uint16_t)name_len;
 	e->second_len = (uint32_t)answer_len;
 	stamp(e);
-	memcpy(e->bytes, qname, name_len);
+	if (name_len)
+		memcpy(e->bytes, qname, name_len);
 	if (answer_len)
 		memcpy(e->bytes + name_len, answer, answer_len);
 	publish(r, tail);
@@ -242,12 +243,11 @@ void dnstap_resolver_query(const uint8_t *qname, uint16_t qtype, uint16_t qclass
 		resolver_record(TAP_RESOLVER_QUERY, qname, qtype, qclass, NULL, 0);
 }
 
-void dnstap_resolver_response(const uint8_t *qname, uint16_t qtype, uint16_t qclass,
-			      const uint8_t *answer, size_t answer_len)
+void dnstap_resolver_response(const uint8_t *answer, size_t answer_len)
 {
 	if ((atomic_load_explicit(&dnstap_messages, memory_order_relaxed) &
 	     DNSTAP_RESOLVER_RESPONSE) && answer && answer_len > 0)
-		resolver_record(TAP_RESOLVER_RESPONSE, qname, qtype, qclass, answer, answer_len);
+		resolver_record(TAP_RESOLVER_RESPONSE, NULL, 0, 0, answer, answer_len);
 }
 
 /* ---- the writer thread ---------------------------------------------------------- */
@@ -361,19 +361,19 @@ static bool drain(struct ring *r, uint32_t messages, const struct tap_meta *meta
 				head += e->size;
 				continue;
 			}
-			if (!flush(&b))
-				return false;
-			/* the encoded bytes are written: their ring bytes may go back */
+			bool ok = flush(&b);
+			/* written, or lost and counted: either way their ring bytes go back */
 			atomic_store_explicit(&r->head, head, memory_order_release);
+			if (!ok)
+				return false;
 			continue;
 		}
 		*had_records = true;
 		head += e->size;
 	}
-	if (!flush(&b))
-		return false;
+	bool ok = flush(&b);
 	atomic_store_explicit(&r->head, head, memory_order_release);
-	return true;
+	return ok;
 }
 
 /* Give back everything the rings hold (records nobody will write), counting them. */

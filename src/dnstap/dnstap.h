@@ -90,11 +90,11 @@ void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
 
 /*
  * The resolver thread's question to libunbound (qname in wire form, lower
- * case) or, with answer set, libunbound's answer to it. Resolver thread only.
+ * case), and libunbound's answer to one (NULL or empty: none, nothing is
+ * recorded). Resolver thread only.
  */
 void dnstap_resolver_query(const uint8_t *qname, uint16_t qtype, uint16_t qclass);
-void dnstap_resolver_response(const uint8_t *qname, uint16_t qtype, uint16_t qclass,
-			      const uint8_t *answer, size_t answer_len);
+void dnstap_resolver_response(const uint8_t *answer, size_t answer_len);
 
 /*
  * Rings for n_workers workers and the resolver

@@ -17,9 +17,9 @@
  *   its time; FORWARDER_* while forwarding, RESOLVER_* while recursing.
  *   libunbound does not tell us which server it asks, nor how often, so
  *   there is no response_address: a message per question, not per packet.
- * - FORWARDER_RESPONSE / RESOLVER_RESPONSE: the same question, and
- *   libunbound's answer message (its rcode, its records; not necessarily
- *   the upstream's bytes), and its time.
+ * - FORWARDER_RESPONSE / RESOLVER_RESPONSE: libunbound's answer message
+ *   (its question, rcode and records; not necessarily the upstream's
+ *   bytes) and its time.
  * The Dnstap envelope carries identity, version and, for a client whose
  * address is a pod's on this node, extra = "pod=<namespace>/<name>".
  */
@@ -114,13 +114,13 @@ static bool resolver_message(Dnstap__Message *m, const struct tap_entry *e,
 {
 	size_t qlen;
 
-	if ((kind == DNSTAP_RESOLVER_QUERY) != (e->kind == TAP_RESOLVER_QUERY) ||
-	    !(qlen = tap_resolver_question(e, question, cap)))
+	if ((kind == DNSTAP_RESOLVER_QUERY) != (e->kind == TAP_RESOLVER_QUERY))
 		return false;
-	m->has_query_message = true;
-	m->query_message = bytes(question, qlen);
-	m->has_query_zone = false;
 	if (kind == DNSTAP_RESOLVER_QUERY) {
+		if (!(qlen = tap_resolver_question(e, question, cap)))
+			return false;
+		m->has_query_message = true;
+		m->query_message = bytes(question, qlen);
 		m->type = recursive ? DNSTAP__MESSAGE__TYPE__RESOLVER_QUERY
 				    : DNSTAP__MESSAGE__TYPE__FORWARDER_QUERY;
 		set_query_time(m, e);

@@ -20,7 +20,7 @@
 enum tap_entry_kind {
 	TAP_CLIENT = 1,            /* a client's query and/or the reply it got */
 	TAP_RESOLVER_QUERY = 2,    /* a question handed to libunbound: qname in bytes */
-	TAP_RESOLVER_RESPONSE = 3, /* its answer: qname, then the answer message */
+	TAP_RESOLVER_RESPONSE = 3, /* an answer from libunbound: the message in the second part */
 };
 
 /*

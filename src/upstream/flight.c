@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "util/client.h"
 #include "util/clock.h"
@@ -479,6 +480,8 @@ static bool start_resolving(struct upstream *u, struct flight *f)
 	f->asked_ns = monotonic_ns();
 	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
 		return false;
+	if (dnstap_resolver_on()) /* dnstap: resolver_query */
+		dnstap_resolver_query(name_to_resolve(f), f->q.qtype, f->q.qclass);
 	f->resolving = true;
 	f->ctx = u->ctx;
 	if (!f->retried && u->retry_tokens < RETRY_TOKENS_MAX)

@@ -30,6 +30,7 @@
 
 #include <stdio.h>
 
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "util/clock.h"
 
@@ -247,6 +248,8 @@ void on_result(void *arg, int err, struct ub_result *result)
 	u->now_ms = (uint64_t)coarse_ms();
 	f->ctx->last_result_ms = u->now_ms;
 	stop_counting(u, f);
+	if (result && dnstap_resolver_on()) /* dnstap: resolver_response */
+		dnstap_resolver_response(result->answer_packet, (size_t)result->answer_len);
 	if (kind == UPSTREAM_RESULT_ERROR || kind == UPSTREAM_RESULT_SERVFAIL) {
 		if (!retried_once(u, f, current))
 			resolution_failed(u, f, current);
