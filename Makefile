@@ -128,10 +128,10 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	    $(LDFLAGS) $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
 
 # test_query, test_cache, test_cluster, test_cluster_coredns, test_autopath, test_querylog
-# and test_kube count every allocator and mutex call the library makes.
+# test_kube and test_dnstap count every allocator and mutex call the library makes.
 $(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster \
 $(BUILD)/tests/test_cluster_coredns $(BUILD)/tests/test_autopath \
-$(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube: LDFLAGS += \
+$(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube $(BUILD)/tests/test_dnstap: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
 
 # The Helm chart, rendered without Helm: tests/chart/ is Helm's engine (Go
