@@ -38,6 +38,7 @@ RUN apt-get update \
         libunbound-dev libevent-dev nettle-dev \
         libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev libcap-dev libldns-dev libseccomp-dev \
+        libfstrm-dev libprotobuf-c-dev protobuf-c-compiler \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -60,14 +61,15 @@ ARG DEBIAN_FRONTEND=noninteractive
 # 0.2.5, libjson-c5 0.16, libyajl2 2.1.0, zlib1g 1.2.13, liburcu8 0.13,
 # libunbound8 1.17, libnl-3-200 and
 # libnl-route-3-200 3.7, libmnl0 1.0.4, libnftnl11 1.2.4, libcurl4 7.88,
-# libmicrohttpd12 0.9.75, libcap2 2.66, libldns3 1.8.3, libseccomp2 2.5.4.
+# libmicrohttpd12 0.9.75, libcap2 2.66, libldns3 1.8.3, libseccomp2 2.5.4,
+# libfstrm0 0.6.1, libprotobuf-c1 1.4.1 (dnstap).
 # dns-root-data holds /usr/share/dns/root.key, the default
 # upstream.trust_anchor; libcap2-bin (setcap) stays in this stage.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libyaml-0-2 libjson-c5 libyajl2 zlib1g liburcu8 libunbound8 \
         libnl-3-200 libnl-route-3-200 libmnl0 libnftnl11 \
-        libcurl4 libmicrohttpd12 libcap2 libldns3 libseccomp2 \
+        libcurl4 libmicrohttpd12 libcap2 libldns3 libseccomp2 libfstrm0 libprotobuf-c1 \
         ca-certificates dns-root-data libcap2-bin \
  && rm -rf /var/lib/apt/lists/*
 

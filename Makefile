@@ -55,7 +55,8 @@ DEPS := gcc make pkg-config git \
         libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev libseccomp-dev \
         libfstrm-dev libprotobuf-c-dev protobuf-c-compiler \
         clang libclang-rt-14-dev \
-        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils fstrm-bin \
+        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
+        fstrm-bin dnstap-ldns golang-github-dnstap-golang-dnstap-cli \
         nftables conntrack prometheus \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd

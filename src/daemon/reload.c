@@ -81,8 +81,11 @@ static const struct {
 	/* It makes resolver messages RESOLVER_* rather than FORWARDER_*. */
 	{"upstream.recursive", PART_UPSTREAM | PART_DNSTAP},
 	{"upstream.", PART_UPSTREAM},
+	/* The rings are sized at start: restart-only (a part of 0, listed first). */
+	{"dnstap.buffer", 0},
 	/* Its client messages name the pod that asked: the Pods watch follows. */
 	{"dnstap.", PART_DNSTAP | PART_PODS},
+	{"dns64.", PART_SOURCES},
 	/* They become forward zones, and send unsynced cluster names upstream. */
 	{"cluster.fallback_servers", PART_UPSTREAM | PART_SOURCES},
 	{"cache.", PART_CACHE},
