@@ -316,21 +316,19 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 						 DNSTAP_RESOLVER_QUERY, DNSTAP_RESOLVER_RESPONSE};
 	char extra_buf[EXTRA_MAX];
 	const char *extra = pod_extra(e, extra_buf, sizeof extra_buf);
-	struct batch before = *b;
+	int n_before = b->n;
+	size_t used_before = b->used;
 
 	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
 		if (!(messages & kinds[i]))
 			continue;
-		if (b->n == FRAMES) {
-			*b = before;
+		if (b->n == FRAMES || OUT_BYTES - b->used < tap_encoded_max(e)) {
+			b->n = n_before; /* the record's messages go in the next batch, all together */
+			b->used = used_before;
 			return false;
 		}
 		size_t len = tap_encode(e, kinds[i], meta, extra, tap.buf + b->used,
 					OUT_BYTES - b->used);
-		if (len == 0 && OUT_BYTES - b->used < e->size + 1024u) {
-			*b = before; /* it may not have fit */
-			return false;
-		}
 		if (len == 0)
 			continue;
 		b->frames[b->n++] = (struct iovec){.iov_base = tap.buf + b->used, .iov_len = len};

@@ -66,6 +66,16 @@ struct tap_meta {
 size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
 		  const char *extra, uint8_t *out, size_t cap);
 
+/*
+ * At most how many bytes one message of e takes (with an identity of at
+ * most 255 bytes, a version of at most 63 and an extra of at most 299):
+ * tap_encode into that much room never fails for want of it.
+ */
+static inline size_t tap_encoded_max(const struct tap_entry *e)
+{
+	return 1024u + e->first_len + e->second_len;
+}
+
 /* The wire query (ID 0, RD set) for a resolver record's question; its length, 0 if cap is short. */
 size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap);
 

@@ -84,7 +84,7 @@ static const uint8_t reply[] = {0xab, 0xcd, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0,
 
 static void client_messages_carry_every_recommended_field(void **state)
 {
-	uint8_t buf[512], out[1024];
+	uint8_t buf[512], out[2048];
 	struct tap_meta meta = {.identity = "node-a", .version = "localdns 1.2.3"};
 	const struct tap_entry *e =
 		entry(buf, TAP_CLIENT, query, sizeof query, reply, sizeof reply);
@@ -133,7 +133,7 @@ static void client_messages_carry_every_recommended_field(void **state)
 
 static void a_reply_the_resolver_sent_has_no_query_part(void **state)
 {
-	uint8_t buf[512], out[1024];
+	uint8_t buf[512], out[2048];
 	struct tap_meta meta = {.identity = "", .version = NULL};
 	struct tap_entry *e = entry(buf, TAP_CLIENT, NULL, 0, reply, sizeof reply);
 	Dnstap__Dnstap *d;
@@ -154,10 +154,31 @@ static void a_reply_the_resolver_sent_has_no_query_part(void **state)
 	dnstap__dnstap__free_unpacked(d, NULL);
 }
 
+/* Messages of every length class (one-, two- and three-byte lengths) decode whole. */
+static void long_messages_decode_whole(void **state)
+{
+	static uint8_t buf[70000 + 512], out[2 * 70000];
+	static uint8_t big[66000];
+	struct tap_meta meta = {.identity = "node-a", .version = "localdns 1"};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (uint8_t)(i * 7);
+	for (size_t len = 1; len <= sizeof big; len = len * 3 + 1) {
+		const struct tap_entry *e = entry(buf, TAP_CLIENT, query, sizeof query, big, len);
+		size_t n = tap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, "pod=a/b", out, sizeof out);
+		Dnstap__Dnstap *d = decode(out, n);
+		assert_int_equal(d->message->response_message.len, len);
+		assert_memory_equal(d->message->response_message.data, big, len);
+		assert_true(d->has_extra && d->extra.len == 7);
+		dnstap__dnstap__free_unpacked(d, NULL);
+	}
+}
+
 static void resolver_messages_are_forwarder_or_resolver_ones(void **state)
 {
 	static const uint8_t name[] = {3, 'w', 'w', 'w', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 0};
-	uint8_t buf[512], out[1024];
+	uint8_t buf[512], out[2048];
 	struct tap_meta meta = {.identity = "n"};
 	struct tap_entry *e = entry(buf, TAP_RESOLVER_QUERY, name, sizeof name, NULL, 0);
 	Dnstap__Dnstap *d;
@@ -265,6 +286,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(client_messages_carry_every_recommended_field),
 		cmocka_unit_test(a_reply_the_resolver_sent_has_no_query_part),
+		cmocka_unit_test(long_messages_decode_whole),
 		cmocka_unit_test(resolver_messages_are_forwarder_or_resolver_ones),
 		cmocka_unit_test(config_keys),
 		cmocka_unit_test(producers_allocate_nothing_and_count_what_does_not_fit),
