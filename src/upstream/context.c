@@ -47,7 +47,19 @@
  *   and every peer we replace forwards them. The other special-use names
  *   (localhost., test., invalid., onion., home.arpa., ...) keep unbound's
  *   answers, except in a zone the operator forwards (upstream.forward_zones,
- *   and the fallback zones): there the listed servers answer.
+ *   and the fallback zones): there the listed servers answer;
+ * - upstream.tls (DNS-over-TLS, RFC 7858) is per forward zone
+ *   (forward-tls-upstream), not unbound's global tls-upstream: the
+ *   cluster.fallback_servers zones go to kube-dns, which serves no TLS.
+ *   Each forward-addr carries "#name", which libunbound checks the
+ *   certificate against (set_auth_name); the CA bundle is tls_ca_file or
+ *   the system's (tls-system-cert). libunbound never falls back to plain
+ *   DNS for a TLS zone: a handshake or certificate failure is a failed
+ *   query. Debian 12's libunbound8 is built with nettle, without
+ *   OpenSSL, and cannot do TLS at all (its worker fails to start, so every
+ *   query would fail): upstream_conf_text refuses upstream.tls on such a
+ *   libunbound with a message that says so (tls_supported, a probe that
+ *   answers a local name and sends nothing).
  */
 #include "upstream/internal.h"
 #include "upstream/upstream.h"
@@ -70,7 +82,8 @@
 
 /* ---- the unbound.conf text ------------------------------------------------ */
 
-/* "ip:port" / "[ip6]:port" (normalised by the config loader) to "ip@port". */
+/* "ip:port" / "[ip6]:port" (normalised by the config loader) to "ip@port",
+ * and "ip@port#name" for a server with a TLS name. */
 static void forward_addr(const struct config_hostport *hp, char out[UPSTREAM_ADDR_TEXT])
 {
 	char ip[INET6_ADDRSTRLEN] = "";
@@ -85,7 +98,8 @@ static void forward_addr(const struct config_hostport *hp, char out[UPSTREAM_ADD
 		inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
 		port = ntohs(v6->sin6_port);
 	}
-	snprintf(out, UPSTREAM_ADDR_TEXT, "%s@%u", ip, port);
+	snprintf(out, UPSTREAM_ADDR_TEXT, hp->tls_name[0] ? "%s@%u#%s" : "%s@%u", ip, port,
+		 hp->tls_name);
 }
 
 /* The zones cluster.fallback_servers answer: the cluster domain, then the reverse zones. */
@@ -163,6 +177,10 @@ static void write_server_clause(FILE *f, const struct config *cfg, unsigned fami
 		fputs("  do-ip4: no\n", f);
 	if (cfg->upstream.recursive && *cfg->upstream.root_hints)
 		fprintf(f, "  root-hints: \"%s\"\n", cfg->upstream.root_hints);
+	if (cfg->upstream.tls && *cfg->upstream.tls_ca_file)
+		fprintf(f, "  tls-cert-bundle: \"%s\"\n", cfg->upstream.tls_ca_file);
+	else if (cfg->upstream.tls)
+		fputs("  tls-system-cert: yes\n", f);
 	if (cfg->upstream.dnssec) {
 		fprintf(f, "  trust-anchor-file: \"%s\"\n", cfg->upstream.trust_anchor);
 		for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
@@ -185,12 +203,16 @@ static void write_server_clause(FILE *f, const struct config *cfg, unsigned fami
 			fprintf(f, "  local-zone: \"%s.\" transparent\n", fallback_zone(cfg, i));
 }
 
+enum zone_transport { ZONE_UDP, ZONE_TCP, ZONE_TLS };
+
 static void write_forward_zone(FILE *f, const char *zone,
-			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n, bool tcp)
+			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n, enum zone_transport how)
 {
 	fprintf(f, "forward-zone:\n  name: \"%s\"\n", zone);
-	if (tcp)
+	if (how == ZONE_TCP)
 		fprintf(f, "  forward-tcp-upstream: yes\n");
+	else if (how == ZONE_TLS)
+		fprintf(f, "  forward-tls-upstream: yes\n");
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "  forward-addr: %s\n", addrs[i]);
 }
@@ -214,7 +236,7 @@ static void write_fallback_zones(FILE *f, const struct config *cfg)
 		forward_addr(&cfg->cluster.fallback_servers[i], addrs[i]);
 	for (size_t i = 0; n && i < 3; i++)
 		if (!is_forward_zone(cfg, fallback_zone(cfg, i)))
-			write_forward_zone(f, fallback_zone(cfg, i), addrs, n, true);
+			write_forward_zone(f, fallback_zone(cfg, i), addrs, n, ZONE_TCP);
 }
 
 /* The forwarders for ".": upstream.servers, else resolv.conf's nameservers. */
@@ -248,14 +270,16 @@ static int write_conf(FILE *f, const struct config *cfg, char *err, size_t errle
 	}
 	write_server_clause(f, cfg, cfg->upstream.recursive ? 0 :
 				    forwarder_families(cfg, addrs, (size_t)n_root));
+	enum zone_transport how = cfg->upstream.tls ? ZONE_TLS : ZONE_UDP;
+
 	if (n_root > 0)
-		write_forward_zone(f, ".", addrs, (size_t)n_root, false);
+		write_forward_zone(f, ".", addrs, (size_t)n_root, how);
 	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
 		const struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
 		size_t n = z->n_servers < MAX_FORWARDERS ? z->n_servers : MAX_FORWARDERS;
 		for (size_t j = 0; j < n; j++)
 			forward_addr(&z->servers[j], addrs[j]);
-		write_forward_zone(f, z->zone, addrs, n, false);
+		write_forward_zone(f, z->zone, addrs, n, how);
 	}
 	write_fallback_zones(f, cfg);
 	return 0;
@@ -290,7 +314,38 @@ static int check_files(const struct config *cfg, char *err, size_t errlen)
 	if (cfg->upstream.recursive && *cfg->upstream.root_hints &&
 	    check_file("upstream.root_hints", cfg->upstream.root_hints, err, errlen) < 0)
 		return -1;
+	if (cfg->upstream.tls && *cfg->upstream.tls_ca_file &&
+	    check_file("upstream.tls_ca_file", cfg->upstream.tls_ca_file, err, errlen) < 0)
+		return -1;
 	return 0;
+}
+
+#define TLS_PROBE_NAME "localdns-tls-probe.invalid"
+
+/*
+ * Whether this libunbound can make TLS connections: a context with
+ * tls-upstream that answers one local name. A libunbound without TLS
+ * cannot start its worker ("initialization failure"); one with TLS
+ * answers from the local zone without sending anything. Asked once.
+ */
+static bool tls_supported(void)
+{
+	static int known = -1; /* main thread only: start, reloads, --check-config */
+	struct ub_ctx *ctx;
+	struct ub_result *res = NULL;
+
+	if (known >= 0)
+		return known;
+	ctx = ub_ctx_create();
+	known = ctx && ub_ctx_set_option(ctx, "tls-upstream:", "yes") == 0 &&
+		ub_ctx_set_option(ctx, "local-zone:", TLS_PROBE_NAME ". static") == 0 &&
+		ub_ctx_set_option(ctx, "local-data:", TLS_PROBE_NAME ". A 127.0.0.1") == 0 &&
+		ub_resolve(ctx, TLS_PROBE_NAME, 1, 1, &res) == 0;
+	if (res)
+		ub_resolve_free(res);
+	if (ctx)
+		ub_ctx_delete(ctx);
+	return known;
 }
 
 char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
@@ -301,6 +356,12 @@ char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
 
 	if (check_files(cfg, err, errlen) < 0)
 		return NULL;
+	if (cfg->upstream.tls && !tls_supported()) {
+		snprintf(err, errlen, "upstream.tls: this libunbound (%s) was built without TLS "
+			 "support (Debian 12's libunbound8 uses nettle, not OpenSSL): DNS-over-TLS "
+			 "upstreams need a libunbound built with OpenSSL", ub_version());
+		return NULL;
+	}
 	if (!(f = open_memstream(&text, &len))) {
 		snprintf(err, errlen, "cannot make the resolver configuration: %s",
 			 strerror(errno));
