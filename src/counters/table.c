@@ -70,13 +70,15 @@ LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
 PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "
 	"(cluster.autopath: a CNAME to the name that exists).");
+PLAIN_COUNTER(dns64_synthesized, "localdns_dns64_synthesized_total",
+	"AAAA answers made from A records under dns64.prefix (RFC 6147).");
 PLAIN_COUNTER(udp_busy_wakeups, "localdns_udp_busy_wakeups_total",
 	"Worker wake-ups whose first read of a UDP socket filled a whole batch (64 "
 	"queries): the worker was behind, at or near the queries a core can answer.");
 
 static const struct counter_family *const query_families[] = {
 	&requests, &requests_by_qtype, &responses, &answers, &dropped, &truncated,
-	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups};
+	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups, &dns64_synthesized};
 
 static const struct counter query_rows[] = {
 	{.stat = "queries", .at = AT(queries.received), .log = "queries"},
@@ -94,6 +96,8 @@ static const struct counter query_rows[] = {
 	{.family = &requests_by_qtype, .n = QUERY_QTYPE_COUNT, .at = AT(queries.qtype)},
 	{.family = &autopath, .at = AT(queries.autopath)},
 	{.stat = "udp_busy_wakeups", .family = &udp_busy_wakeups, .at = AT(queries.udp_busy_wakeups)},
+	{.stat = "dns64_synthesized", .family = &dns64_synthesized,
+	 .at = AT(queries.dns64_synthesized)},
 };
 
 TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);

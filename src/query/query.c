@@ -89,6 +89,10 @@ struct query_sources *query_sources_build(const struct config *cfg, const struct
 	s->cluster_fallback = cfg->cluster.n_fallback_servers > 0;
 	s->autopath = cfg->cluster.autopath && cluster;
 	s->autopath_ttl = cfg->cluster.ttl;
+	if (*cfg->dns64.prefix) { /* checked by the loader: IPv6, an RFC 6052 length */
+		memcpy(s->dns64.addr, &cfg->dns64.net.ip.v6, 16);
+		s->dns64.len = cfg->dns64.net.prefix;
+	}
 	if (s->autopath)
 		load_search_domains(s, cfg->upstream.resolv_conf);
 	s->cache = cache;
@@ -309,6 +313,8 @@ static void answer_in(const struct query_prepared *p, const struct query_sources
 		ctx->request->search = false;
 		ctx->request->nxdomain_len = 0;
 	}
+	if (s->dns64.len && query_dns64_ptr(s, q, w, ctx)) /* dns64.c */
+		return;
 	if (answer_from_zone(p, s, w) == ZONE_ANSWERED) {
 		ctx->source = QUERY_SOURCE_STATIC;
 		return;
@@ -408,7 +414,10 @@ static size_t answer(const struct query_prepared *p, bool bad_version,
 		fill_request(ctx->request, q, s, limit, has_cookie, cookie);
 	if (ctx->upstream == QUERY_UPSTREAM_ASK)
 		return 0;
-	return dns_response_finish(&w, s->udp_max_payload);
+	size_t len = dns_response_finish(&w, s->udp_max_payload);
+	if (s->dns64.len && q->qtype == DNS_T_AAAA) /* dns64.c: local data without AAAA */
+		len = query_dns64_local(s, q, ctx, out, len, limit, has_cookie ? cookie : NULL);
+	return len;
 }
 
 static size_t reply_limit(const struct dns_query *q, const struct query_sources *s,

@@ -624,6 +624,7 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->dropped += st->dropped;
 		sum->truncated += st->truncated;
 		sum->autopath += st->autopath;
+		sum->dns64_synthesized += st->dns64_synthesized;
 		sum->not_allowed += st->not_allowed;
 		sum->rrl_slipped += st->rrl_slipped;
 		sum->rrl_dropped += st->rrl_dropped;
