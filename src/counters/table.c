@@ -96,8 +96,8 @@ static const struct counter query_rows[] = {
 	{.family = &requests_by_qtype, .n = QUERY_QTYPE_COUNT, .at = AT(queries.qtype)},
 	{.family = &autopath, .at = AT(queries.autopath)},
 	{.stat = "udp_busy_wakeups", .family = &udp_busy_wakeups, .at = AT(queries.udp_busy_wakeups)},
-	{.stat = "dns64_synthesized", .family = &dns64_synthesized,
-	 .at = AT(queries.dns64_synthesized)},
+	/* /metrics only: a ctl line here would move every line after it (append only) */
+	{.family = &dns64_synthesized, .at = AT(queries.dns64_synthesized)},
 };
 
 TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
