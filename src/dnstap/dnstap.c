@@ -86,6 +86,7 @@ static struct {
 	struct ring *rings;       /* one per worker, then the resolver's */
 	unsigned n_rings;
 	int wake_fd;
+	int stop_fd;              /* eventfd: written once, at the stop (output.c's waits) */
 	atomic_bool stopping;
 	pthread_t thread;
 	bool started;
@@ -102,7 +103,7 @@ static struct {
 	_Atomic uint64_t sent;
 	_Atomic uint64_t connects;
 	atomic_bool connected;
-} tap = {.wake_fd = -1, .settings_lock = PTHREAD_MUTEX_INITIALIZER};
+} tap = {.wake_fd = -1, .stop_fd = -1, .settings_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- producer side ---------------------------------------------------------- */
 
@@ -439,7 +440,7 @@ static void connect_if_due(struct writer *w)
 	if (tap.out || !w->s.has_target || now_ms() < w->next_try_ms)
 		return;
 	target_text(&w->s.target, where, sizeof where);
-	tap.out = tap_output_open(&w->s.target, &tap.stopping, err, sizeof err);
+	tap.out = tap_output_open(&w->s.target, tap.stop_fd, err, sizeof err);
 	if (!tap.out) {
 		if (!w->failing)
 			log_warn("dnstap collector unreachable: retrying with backoff", "collector",
@@ -603,7 +604,9 @@ static void free_rings(void)
 	tap.buf = NULL;
 	if (tap.wake_fd >= 0)
 		close(tap.wake_fd);
-	tap.wake_fd = -1;
+	if (tap.stop_fd >= 0)
+		close(tap.stop_fd);
+	tap.wake_fd = tap.stop_fd = -1;
 }
 
 int dnstap_start(const struct config *cfg, unsigned n_workers, dnstap_pod_fn pods,
@@ -615,11 +618,12 @@ int dnstap_start(const struct config *cfg, unsigned n_workers, dnstap_pod_fn pod
 	tap.rings = calloc(tap.n_rings, sizeof *tap.rings);
 	tap.buf = malloc(OUT_BYTES);
 	tap.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	tap.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	tap.pods = pods;
 	tap.pods_arg = pods_arg;
 	atomic_store(&tap.stopping, false);
 	snprintf(tap.version, sizeof tap.version, "localdns %s", LOCALDNS_VERSION);
-	if (!tap.rings || !tap.buf || tap.wake_fd < 0)
+	if (!tap.rings || !tap.buf || tap.wake_fd < 0 || tap.stop_fd < 0)
 		goto fail;
 	for (unsigned i = 0; i < tap.n_rings; i++) {
 		tap.rings[i].mask = bytes - 1;
@@ -683,6 +687,7 @@ void dnstap_stop(void)
 	atomic_store(&tap.stopping, true);
 	uint64_t one = 1;
 	ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
+	ignored = write(tap.stop_fd, &one, sizeof one); /* a wait on the collector ends too */
 	(void)ignored;
 	pthread_join(tap.thread, NULL);
 	tap.started = false;

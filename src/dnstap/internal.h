@@ -83,7 +83,8 @@ size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap
  * output.c: a Frame Streams connection (bidirectional handshake, content
  * type "protobuf:dnstap.Dnstap") to a unix socket path or an ip:port,
  * whose every wait is bounded (TAP_IO_TIMEOUT_MS), and cut short once
- * *stopping is set: then it waits at most until the stop's deadline.
+ * stop_fd (an eventfd) is readable: then it waits at most until the stop's
+ * deadline, TAP_STOP_FLUSH_MS after it saw the stop.
  */
 #define TAP_IO_TIMEOUT_MS 5000
 #define TAP_STOP_FLUSH_MS 1000
@@ -97,8 +98,8 @@ struct tap_target {
 struct tap_output;
 
 /* Connect and hand-shake; NULL with err set (errno's text, or the step that failed). */
-struct tap_output *tap_output_open(const struct tap_target *t, const _Atomic bool *stopping,
-				   char *err, size_t errlen);
+struct tap_output *tap_output_open(const struct tap_target *t, int stop_fd, char *err,
+				   size_t errlen);
 /* Write n frames; false when the connection failed (it is then useless: close it). */
 bool tap_output_write(struct tap_output *o, const struct iovec *frames, int n);
 /* STOP, FINISH (bounded) and close; NULL is fine. */

@@ -8,8 +8,9 @@
  * never reads (or a TCP address that drops SYNs) would hold the writer
  * thread, and its stop, for minutes. Here every wait is a poll bounded by
  * TAP_IO_TIMEOUT_MS; past it the connection is given up and the writer
- * reconnects later. Once the daemon stops, waits end at the stop's flush
- * deadline (TAP_STOP_FLUSH_MS after the stop began).
+ * reconnects later. Every wait also watches the stop eventfd: once the
+ * daemon stops, waits end at the stop's flush deadline (TAP_STOP_FLUSH_MS
+ * after the stop began), even one that began before it.
  */
 #include "dnstap/internal.h"
 
@@ -34,7 +35,7 @@ static uint64_t now_ms(void)
 
 struct conn {
 	struct tap_target target;
-	const _Atomic bool *stopping;
+	int stop_fd;                /* readable once the daemon stops */
 	uint64_t stop_deadline_ms;  /* 0 until the stop is seen */
 	int fd;
 };
@@ -44,28 +45,39 @@ struct tap_output {
 	struct conn *conn;          /* owned by the writer's rdwr */
 };
 
-/* How long the next wait may last: the I/O timeout, or what is left before the stop's deadline. */
-static int wait_budget_ms(struct conn *c)
+static bool stopped(struct conn *c)
 {
-	uint64_t now = now_ms();
+	struct pollfd p = {.fd = c->stop_fd, .events = POLLIN};
 
-	if (atomic_load(c->stopping) && c->stop_deadline_ms == 0)
-		c->stop_deadline_ms = now + TAP_STOP_FLUSH_MS;
-	if (c->stop_deadline_ms == 0)
-		return TAP_IO_TIMEOUT_MS;
-	return now >= c->stop_deadline_ms ? 0 : (int)(c->stop_deadline_ms - now);
+	return poll(&p, 1, 0) > 0;
 }
 
-/* Wait until fd is ready for events; false on timeout or error. */
+/*
+ * Wait until fd is ready for events, TAP_IO_TIMEOUT_MS at most, or until the
+ * stop's flush deadline once the stop eventfd says the daemon stops; false
+ * on a timeout or an error.
+ */
 static bool wait_for(struct conn *c, short events)
 {
-	struct pollfd p = {.fd = c->fd, .events = events};
-	int budget = wait_budget_ms(c), rc;
+	uint64_t deadline = now_ms() + TAP_IO_TIMEOUT_MS;
 
-	do
-		rc = poll(&p, 1, budget);
-	while (rc < 0 && errno == EINTR);
-	return rc > 0 && !(p.revents & POLLNVAL);
+	for (;;) {
+		struct pollfd p[2] = {{.fd = c->fd, .events = events},
+				      {.fd = c->stop_fd, .events = POLLIN}};
+		uint64_t now = now_ms();
+		if (c->stop_deadline_ms == 0 && stopped(c))
+			c->stop_deadline_ms = now + TAP_STOP_FLUSH_MS;
+		uint64_t until = c->stop_deadline_ms && c->stop_deadline_ms < deadline
+					 ? c->stop_deadline_ms : deadline;
+		if (now >= until)
+			return false;
+		/* the stop eventfd only until it has been seen: it stays readable */
+		int rc = poll(p, c->stop_deadline_ms ? 1 : 2, (int)(until - now));
+		if (rc < 0 && errno != EINTR)
+			return false;
+		if (rc > 0 && p[0].revents)
+			return !(p[0].revents & POLLNVAL);
+	}
 }
 
 static fstrm_res conn_open(void *obj)
@@ -184,8 +196,8 @@ static struct fstrm_writer *new_writer(struct conn *c)
 	return w;
 }
 
-struct tap_output *tap_output_open(const struct tap_target *t, const _Atomic bool *stopping,
-				   char *err, size_t errlen)
+struct tap_output *tap_output_open(const struct tap_target *t, int stop_fd, char *err,
+				   size_t errlen)
 {
 	struct tap_output *o = calloc(1, sizeof *o);
 	struct conn *c = calloc(1, sizeof *c);
@@ -196,7 +208,7 @@ struct tap_output *tap_output_open(const struct tap_target *t, const _Atomic boo
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	*c = (struct conn){.target = *t, .stopping = stopping, .fd = -1};
+	*c = (struct conn){.target = *t, .stop_fd = stop_fd, .fd = -1};
 	o->conn = c;
 	if (!(o->writer = new_writer(c))) {
 		snprintf(err, errlen, "cannot set up the Frame Streams writer");

@@ -364,3 +364,45 @@ def test_dnstap_collector_absent_dns_answers(env):
     wait_for(lambda: "dnstap collector unreachable" in d.stderr(), "the warning")
     assert d.stderr().count("dnstap collector unreachable") == 1, d.stderr()
     assert metric(d.metrics_port, "localdns_dnstap_sent_total") == 0
+
+
+def test_dnstap_turned_on_by_a_reload(env):
+    sock = os.path.join(env.tmp, "tap.sock")
+    out = os.path.join(env.tmp, "tap.fstrm")
+    d = start(env, {})
+    assert d.udp("before.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
+    c = Collector(out, path=sock)
+    cfg = harness.deep_merge(d.config, {"dnstap": {"socket": sock}})
+    with open(d.config_path, "w") as f:
+        f.write(harness.to_yaml(cfg) + "\n")
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_connected") == 1, "the collector")
+    assert d.udp("after.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
+    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total") >= 2, "two messages")
+    d.stop()
+    c.stop()
+    names = {m[3] for m in read_bind(out)}
+    assert "after.prod.svc.cluster.local/IN/A" in names, names
+    assert not any(n.startswith("before.") for n in names), names
+
+
+def test_dnstap_a_collector_that_never_answers_stalls_nothing(env):
+    # It accepts and then never says a word (no ACCEPT frame): the writer
+    # waits for it (5 s at most), DNS does not, and SIGTERM does not wait
+    # past the stop's one-second flush.
+    sock = os.path.join(env.tmp, "silent.sock")
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(sock)
+    silent.listen(4)
+    try:
+        d = start(env, {"socket": sock})
+        conn, _ = silent.accept()
+        for _ in range(20):
+            assert d.udp(DB, "A").rcode_name == "NOERROR"
+        t0 = time.monotonic()
+        rc, _ = d.stop(timeout=4)
+        assert rc == 0 and time.monotonic() - t0 < 2.5, (rc, time.monotonic() - t0, d.tail())
+        assert "dnstap records dropped" in d.stderr(), d.tail()  # 20 queries never sent
+        conn.close()
+    finally:
+        silent.close()
