@@ -204,8 +204,10 @@ void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
 	e->second_len = (uint32_t)reply_len;
 	take_client(e, client);
 	stamp(e);
-	memcpy(e->bytes, query, query_len);
-	memcpy(e->bytes + query_len, reply, reply_len);
+	if (query_len) /* memcpy from NULL is undefined even for 0 bytes */
+		memcpy(e->bytes, query, query_len);
+	if (reply_len)
+		memcpy(e->bytes + query_len, reply, reply_len);
 	publish(r, tail);
 }
 

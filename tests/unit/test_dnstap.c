@@ -61,8 +61,10 @@ static struct tap_entry *entry(uint8_t *buf, enum tap_entry_kind kind, const uin
 	e->nsec = 123456789;
 	e->first_len = (uint16_t)first_len;
 	e->second_len = (uint32_t)second_len;
-	memcpy(e->bytes, first, first_len);
-	memcpy(e->bytes + first_len, second, second_len);
+	if (first_len)
+		memcpy(e->bytes, first, first_len);
+	if (second_len)
+		memcpy(e->bytes + first_len, second, second_len);
 	return e;
 }
 
