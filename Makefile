@@ -128,11 +128,13 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	$(CC) $(CFLAGS) $(shell pkg-config --cflags $(TEST_PKGS)) -o $@ $< $(LIB) \
 	    $(LDFLAGS) $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
 
-# test_query, test_cache, test_cluster, test_cluster_coredns, test_autopath, test_querylog
-# test_kube and test_dnstap count every allocator and mutex call the library makes.
+# test_query, test_cache, test_cluster, test_cluster_coredns, test_autopath, test_querylog,
+# test_kube, test_mesh, test_multicluster and test_dnstap count every allocator and mutex call the
+# library makes.
 $(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster \
 $(BUILD)/tests/test_cluster_coredns $(BUILD)/tests/test_autopath \
-$(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube $(BUILD)/tests/test_dnstap: LDFLAGS += \
+$(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube $(BUILD)/tests/test_mesh \
+$(BUILD)/tests/test_multicluster $(BUILD)/tests/test_dnstap: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
 
 # The Helm chart, rendered without Helm: tests/chart/ is Helm's engine (Go
@@ -218,12 +220,13 @@ $(FUZZ_LIB): FORCE
 	$(MAKE) BUILD=$(FUZZ_LIB_BUILD) CC=clang OPTFLAGS="-O1 -g" \
 	    SANITIZE="$(FUZZ_SANITIZE) -fsanitize=fuzzer-no-link" $@
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(FUZZ_LIB)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/*.h $(FUZZ_LIB)
 	clang -std=gnu11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
 	    $(FUZZ_SANITIZE) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(FUZZ_LDFLAGS) $(PKG_LIBS)
 
-# fuzz_cluster runs call_rcu callbacks itself (see there).
-$(BUILD)/fuzz/fuzz_cluster: FUZZ_LDFLAGS := -Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
+# fuzz_cluster and fuzz_mesh run call_rcu callbacks themselves (tests/fuzz/deferred_rcu.h).
+$(BUILD)/fuzz/fuzz_cluster $(BUILD)/fuzz/fuzz_mesh: FUZZ_LDFLAGS := \
+	-Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -240,7 +243,7 @@ FORCE:
 # inside liburcu's own hand-offs (-Wno-tsan: TSan does not model the
 # cache's two atomic_thread_fence calls, which order atomics only).
 TSAN_BUILD := $(BUILD)/tsan
-TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster
+TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster test_mesh
 TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
 # history_size=4: TSan keeps enough history to restore the stack of an old
 # access (a suppression can only match a stack it has).

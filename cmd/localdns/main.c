@@ -42,6 +42,7 @@
 #include "http/http.h"
 #include "kube/kube.h"
 #include "log/log.h"
+#include "mesh/mesh.h"
 #include "node/node.h"
 #include "privs/privs.h"
 #include "query/query.h"
@@ -78,7 +79,8 @@ static int load(const char *path, const struct cluster *cluster, struct cache *c
 {
 	if (config_load(path, cfg, err, errlen) < 0)
 		return -1;
-	*sources = query_sources_build(*cfg, cluster, cache, err, errlen);
+	*sources = query_sources_build(*cfg, &(struct query_names){.cluster = cluster}, cache, err,
+				       errlen);
 	if (!*sources) {
 		config_free(*cfg);
 		*cfg = NULL;
@@ -189,13 +191,14 @@ static void block_signals(sigset_t *signals)
 }
 
 /*
- * Cluster names from the Kubernetes API: the table first (the answer
- * sources point at it), the client that fills it once everything else has
- * started (start_watching).
+ * Names from the Kubernetes API: the tables first (the answer sources point
+ * at them), the client that fills them once everything else has started
+ * (start_watching).
  */
 struct cluster_making {
 	const struct config *cfg;
-	struct cluster *cluster;
+	struct cluster *cluster, *clusterset;
+	struct mesh *mesh;
 	char *err;
 	size_t errlen;
 };
@@ -206,6 +209,10 @@ static void make_cluster(void *arg)
 
 	urcu_memb_register_thread(); /* the fixed names go in under the read lock */
 	m->cluster = cluster_new(m->cfg, m->err, m->errlen);
+	if (m->cluster && m->cfg->multicluster.enabled)
+		m->clusterset = cluster_new_clusterset(m->cfg, m->err, m->errlen);
+	if (m->cluster && (!m->cfg->multicluster.enabled || m->clusterset) && m->cfg->mesh.istio)
+		m->mesh = mesh_new(m->cfg, m->err, m->errlen);
 	urcu_memb_unregister_thread();
 }
 
@@ -215,8 +222,7 @@ static void make_cluster(void *arg)
  * thread (the tables' writer), that resize thread inherits its limits
  * instead of the main thread's capabilities.
  */
-static int make_cluster_table(const struct config *cfg, struct cluster **cluster,
-			      char *err, size_t errlen)
+static int make_cluster_table(const struct config *cfg, struct daemon *d, char *err, size_t errlen)
 {
 	struct cluster_making m = {.cfg = cfg, .err = err, .errlen = errlen};
 
@@ -224,8 +230,13 @@ static int make_cluster_table(const struct config *cfg, struct cluster **cluster
 		return 0;
 	if (privs_run_as(PRIVS_KUBERNETES, "kubernetes", make_cluster, &m, err, errlen) < 0)
 		return -1;
-	*cluster = m.cluster;
-	return *cluster ? 0 : -1;
+	d->cluster = m.cluster;
+	d->clusterset = m.clusterset;
+	d->mesh = m.mesh;
+	return m.cluster && (m.clusterset || !cfg->multicluster.enabled) &&
+			       (m.mesh || !cfg->mesh.istio)
+		       ? 0
+		       : -1;
 }
 
 /* dnstap's extra field: the pod of this node behind a client address. */
@@ -235,16 +246,18 @@ static bool client_pod(const void *cluster, const struct sockaddr_storage *clien
 	return cluster_client_pod(cluster, client, out, cap);
 }
 
-static int start_watching(const struct config *cfg, struct cluster *cluster,
-			  struct kube_client **kube, char *err, size_t errlen)
+static int start_watching(const struct config *cfg, struct daemon *d, struct cluster_feed *feed,
+			  char *err, size_t errlen)
 {
 	struct kube_handler h;
 
-	if (!cluster)
+	if (!d->cluster)
 		return 0;
-	cluster_feed_handler(cluster, &h);
-	return kube_start(cfg, cluster_needs_pods(cfg), cluster_slices_needed(cluster), &h, kube,
-			  err, errlen);
+	*feed = (struct cluster_feed){.cluster = d->cluster, .clusterset = d->clusterset,
+				      .mesh = d->mesh};
+	cluster_feed_handler(feed, &h);
+	return kube_start(cfg, cluster_needs_pods(cfg), cluster_slices_needed(d->cluster), &h,
+			  &d->kube, err, errlen);
 }
 
 static void use_cluster_dns_endpoints(void *node, const struct config_ip *ips, size_t n)
@@ -387,6 +400,7 @@ struct serving {
 	struct daemon daemon;        /* the subsystems, filled as each starts */
 	struct control *control;
 	struct http *http;
+	struct cluster_feed feed;    /* the Kubernetes client's handler's */
 };
 
 /*
@@ -411,6 +425,8 @@ static void stop_serving(struct serving *run)
 	querylog_stop();
 	dnstap_stop();
 	query_sources_retire();
+	mesh_free(d->mesh);
+	cluster_free(d->clusterset);
 	cluster_free(d->cluster);
 	cache_free(d->cache);
 	daemon_destroy(d);
@@ -430,9 +446,10 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 		snprintf(err, errlen, "cannot allocate the answer cache (cache.size)");
 		return -1;
 	}
-	if (make_cluster_table(cfg, &d->cluster, err, errlen) < 0)
+	if (make_cluster_table(cfg, d, err, errlen) < 0)
 		return -1;
-	sources = query_sources_build(cfg, d->cluster, d->cache, err, errlen);
+	sources = query_sources_build(cfg, &(struct query_names){d->cluster, d->clusterset, d->mesh},
+				      d->cache, err, errlen);
 	if (!sources)
 		return -1;
 	query_sources_publish(sources);
@@ -452,7 +469,7 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 	if (needs_node(cfg) && !(d->node = node_start(cfg, err, errlen)))
 		return -1;
 	follow_cluster_dns(cfg, d->cluster, d->node);
-	if (start_watching(cfg, d->cluster, &d->kube, err, errlen) < 0)
+	if (start_watching(cfg, d, &run->feed, err, errlen) < 0)
 		return -1;
 	/* With the nftables table, DNS comes here only once ready (node_capture). */
 	d->server = server_start(cfg, d->upstream, node_nft(d->node) != NULL, err, errlen);

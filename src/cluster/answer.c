@@ -246,7 +246,8 @@ static enum cluster_result answer(const struct cluster *c, const struct dns_quer
 	chase->n = 0;
 	if (dns_name_is_subdomain(q->qname, c->apex))
 		return synced ? answer_in_zone(c, q, w, chase) : CLUSTER_UNSYNCED;
-	if ((zone = cluster_reverse_zone(q->qname)) < 0)
+	/* the clusterset zone has no reverse names: the cluster zone's table answers those */
+	if (c->multicluster || (zone = cluster_reverse_zone(q->qname)) < 0)
 		return CLUSTER_NOT_LOCAL;
 	if (!synced)
 		return falls_through(c, q->qname) ? CLUSTER_NOT_LOCAL : CLUSTER_UNSYNCED;

@@ -185,6 +185,17 @@ size_t cluster_autopath_base(const struct cluster *c, const struct dns_query *q,
 	return base;
 }
 
+const uint8_t *cluster_client_namespace(const struct cluster *c,
+					const struct sockaddr_storage *peer)
+{
+	const struct cluster_client *e;
+	struct cluster_ip ip;
+
+	if (!peer || !peer_ip(peer, &ip) || !(e = find_client(c->clients, &ip)))
+		return NULL;
+	return e->ns;
+}
+
 bool cluster_client_pod(const struct cluster *c, const struct sockaddr_storage *peer, char *out,
 			size_t cap)
 {

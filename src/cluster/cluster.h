@@ -40,6 +40,15 @@
  *                                             endpoints (their own names)
  * Every other name under <zone> is NXDOMAIN; reverse names we do not hold
  * go upstream under cluster.fallthrough and are NXDOMAIN elsewhere.
+ *
+ * A second table serves the clusterset zone of Multi-Cluster Services
+ * (KEP-1645, multicluster.domain; cluster_new_clusterset) with the same
+ * code: its Services are ServiceImports (ClusterSetIP: spec.ips; Headless:
+ * endpoints), its EndpointSlices those labelled
+ * multicluster.kubernetes.io/service-name, and an endpoint is named under
+ * its slice's source cluster (multicluster.kubernetes.io/source-cluster):
+ *   <ep>.<cluster>.<svc>.<ns>.svc.<zone>      as CoreDNS's multicluster
+ * It has no pod names and no reverse names.
  */
 #ifndef LOCALDNS_CLUSTER_H
 #define LOCALDNS_CLUSTER_H
@@ -59,6 +68,12 @@ struct cluster;
 /* A table for cfg's cluster section (domain, ttl, pods mode, CoreDNS's
  * options); NULL with a reason. */
 struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen);
+
+/* The clusterset zone's table (multicluster.domain, the cluster section's
+ * ttl and CoreDNS options); NULL with a reason. Its Services are fed
+ * ServiceImports (cluster_service_upsert), its slices every EndpointSlice
+ * (those without the multi-cluster label are ignored). */
+struct cluster *cluster_new_clusterset(const struct config *cfg, char *err, size_t errlen);
 
 /* After every reader has stopped. */
 void cluster_free(struct cluster *c);
@@ -80,10 +95,11 @@ void cluster_pod_upsert(struct cluster *c, const struct kube_json *pod);
 void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
 
 /*
- * Whether cfg needs this node's Pods: autopath (who is asking), verified
- * pod names (pods that back no Service), or dnstap's client messages
- * (which name the pod that asked). Otherwise they are not watched at
- * all, so the service account needs no right to read Pod specs.
+ * Whether cfg needs this node's Pods: autopath or mesh.istio (who is
+ * asking: a mesh host's exportTo and alias depend on the client's
+ * namespace), verified pod names (pods that back no Service), or dnstap's
+ * client messages (which name the pod that asked). Otherwise they are not
+ * watched at all, so the service account needs no right to read Pod specs.
  */
 bool cluster_needs_pods(const struct config *cfg);
 
@@ -171,6 +187,15 @@ bool cluster_client_pod(const struct cluster *c, const struct sockaddr_storage *
 
 size_t cluster_autopath_base(const struct cluster *c, const struct dns_query *q,
 			     const struct sockaddr_storage *peer);
+
+/*
+ * The namespace of the pod of this node at peer's address (one wire label,
+ * valid under the read lock), as autopath knows it; NULL for a NULL peer,
+ * an address no such pod has (host network, another node, a VM), or
+ * without the Pods watch. No allocation, no lock: the hot path's.
+ */
+const uint8_t *cluster_client_namespace(const struct cluster *c,
+					const struct sockaddr_storage *peer);
 
 /* The zone apex, lower-cased wire form (for the upstream's forward zones). */
 const uint8_t *cluster_zone(const struct cluster *c);

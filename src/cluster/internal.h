@@ -162,6 +162,9 @@ struct cluster_eps {
 	uint8_t *addrs;                /* [n * alen] */
 	uint8_t *flags;                /* [n] */
 	uint8_t *labels;               /* the groups' wire labels */
+	/* A multi-cluster slice's source cluster (one wire label): its
+	 * endpoints are named <ep>.<cluster>.<svc>. NULL in the cluster zone. */
+	const uint8_t *cluster;
 };
 
 static inline const uint8_t *eps_addr(const struct cluster_eps *e, uint32_t i)
@@ -272,6 +275,7 @@ struct cluster {
 	uint8_t svc_apex[DNS_MAX_NAME]; /* svc.<zone> */
 	uint8_t pod_apex[DNS_MAX_NAME]; /* pod.<zone> */
 	uint32_t ttl;
+	bool multicluster;           /* the clusterset zone: Services are ServiceImports */
 	enum config_pods_mode pods;
 	bool endpoint_pod_names, noendpoints, ignore_empty_service;
 	uint32_t max_ports, max_endpoints; /* cluster.max_ports_per_service, ..._endpoints_... */

@@ -349,7 +349,9 @@ static uint32_t room_for(const struct cluster *c, const struct cluster_service *
 void cluster_slice_upsert(struct cluster *c, const struct kube_json *obj)
 {
 	const struct kube_json *meta = field(obj, "metadata");
-	const char *svc_name = text(field(meta, "labels"), "kubernetes.io/service-name");
+	const char *svc_name = text(field(meta, "labels"), c->multicluster
+								  ? "multicluster.kubernetes.io/service-name"
+								  : "kubernetes.io/service-name");
 	const char *ns = text(meta, "namespace");
 	char key[512], svc_key[512];
 	struct cluster_slice *sl;
@@ -465,7 +467,8 @@ bool cluster_needs_pods(const struct config *cfg)
 	bool dnstap = (*cfg->dnstap.socket || *cfg->dnstap.address) &&
 		      (cfg->dnstap.messages & DNSTAP_CLIENT);
 
-	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED || dnstap;
+	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED || cfg->mesh.istio ||
+	       dnstap;
 }
 
 static void pod_ips(const struct kube_json *status, struct cluster_ip **ips, size_t *n)
@@ -690,21 +693,26 @@ static int set_fallthrough(struct cluster *c, const struct config *cfg, char *er
 	return 0;
 }
 
-static int set_zone(struct cluster *c, const struct config *cfg, char *err, size_t errlen)
+/* The zone's names and answer options: cluster.domain's, or the clusterset
+ * zone's (multicluster.domain: no pod names, no reverse names). */
+static int set_zone(struct cluster *c, const struct config *cfg, bool clusterset, char *err,
+		    size_t errlen)
 {
 	const char *svc[] = {"svc", NULL}, *pod[] = {"pod", NULL};
-	int len = dns_name_from_text(cfg->cluster.domain, c->apex);
+	const char *domain = clusterset ? cfg->multicluster.domain : cfg->cluster.domain;
+	int len = dns_name_from_text(domain, c->apex);
 
 	if (len <= 1 || (size_t)len + 12 > DNS_MAX_NAME || !cluster_name(c->svc_apex, c->apex, svc) ||
 	    !cluster_name(c->pod_apex, c->apex, pod)) {
-		snprintf(err, errlen, "cluster.domain \"%s\" cannot hold the cluster's names",
-			 cfg->cluster.domain);
+		snprintf(err, errlen, "%s \"%s\" cannot hold the cluster's names",
+			 clusterset ? "multicluster.domain" : "cluster.domain", domain);
 		return -1;
 	}
 	c->apex_len = (size_t)len;
 	c->apex_labels = cluster_name_labels(c->apex);
 	c->ttl = cfg->cluster.ttl;
-	c->pods = cfg->cluster.pods;
+	c->multicluster = clusterset;
+	c->pods = clusterset ? CONFIG_PODS_DISABLED : cfg->cluster.pods;
 	c->endpoint_pod_names = cfg->cluster.endpoint_pod_names;
 	c->noendpoints = cfg->cluster.noendpoints;
 	c->ignore_empty_service = cfg->cluster.ignore_empty_service;
@@ -725,7 +733,8 @@ static int set_zone(struct cluster *c, const struct config *cfg, char *err, size
 	return set_fallthrough(c, cfg, err, errlen);
 }
 
-struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
+static struct cluster *make_table(const struct config *cfg, bool clusterset, char *err,
+				  size_t errlen)
 {
 	struct cluster *c = calloc(1, sizeof *c);
 
@@ -733,7 +742,7 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	if (set_zone(c, cfg, err, errlen) < 0) {
+	if (set_zone(c, cfg, clusterset, err, errlen) < 0) {
 		free(c->fallthrough);
 		free(c);
 		return NULL;
@@ -761,6 +770,16 @@ struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	return c;
+}
+
+struct cluster *cluster_new(const struct config *cfg, char *err, size_t errlen)
+{
+	return make_table(cfg, false, err, errlen);
+}
+
+struct cluster *cluster_new_clusterset(const struct config *cfg, char *err, size_t errlen)
+{
+	return make_table(cfg, true, err, errlen);
 }
 
 void cluster_set_synced(struct cluster *c)

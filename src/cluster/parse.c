@@ -71,11 +71,13 @@ static size_t count_ports(const struct kube_json *arr, size_t max)
 
 /* ---- a Service's spec -------------------------------------------------------------- */
 
-/* The ClusterIPs of a Service that has them (clusterIPs, else clusterIP). */
-static uint8_t parse_cluster_ips(const struct kube_json *spec, struct cluster_ip *out)
+/* The ClusterIPs of a Service that has them (clusterIPs, else clusterIP);
+ * a ServiceImport's are its ClusterSetIPs (ips). */
+static uint8_t parse_cluster_ips(const struct kube_json *spec, bool import,
+				 struct cluster_ip *out)
 {
-	const struct kube_json *list = field(spec, "clusterIPs");
-	const char *one = text(spec, "clusterIP");
+	const struct kube_json *list = field(spec, import ? "ips" : "clusterIPs");
+	const char *one = import ? NULL : text(spec, "clusterIP");
 	size_t n = array_len(list);
 	uint8_t kept = 0;
 
@@ -90,10 +92,13 @@ static uint8_t parse_cluster_ips(const struct kube_json *spec, struct cluster_ip
 	return kept;
 }
 
-static enum cluster_service_kind service_kind(const struct kube_json *spec)
+/* A ServiceImport (KEP-1645) is ClusterSetIP or Headless. */
+static enum cluster_service_kind service_kind(const struct kube_json *spec, bool import)
 {
 	const char *type = text(spec, "type"), *cluster_ip = text(spec, "clusterIP");
 
+	if (import)
+		return type && strcmp(type, "Headless") == 0 ? SVC_HEADLESS : SVC_CLUSTER_IP;
 	if (type && strcmp(type, "ExternalName") == 0)
 		return SVC_EXTERNAL_NAME;
 	if (cluster_ip && strcmp(cluster_ip, "None") == 0)
@@ -119,11 +124,11 @@ static size_t external_target(const struct kube_json *spec, const char *key,
 struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_service *svc,
 					const struct kube_json *spec, const char *key, uint8_t *limited)
 {
-	enum cluster_service_kind kind = service_kind(spec);
+	enum cluster_service_kind kind = service_kind(spec, c->multicluster);
 	const struct kube_json *ports = field(spec, "ports");
 	struct cluster_ip ips[CLUSTER_MAX_CLUSTER_IPS];
 	uint8_t target[DNS_MAX_NAME];
-	uint8_t n_ips = kind == SVC_CLUSTER_IP ? parse_cluster_ips(spec, ips) : 0;
+	uint8_t n_ips = kind == SVC_CLUSTER_IP ? parse_cluster_ips(spec, c->multicluster, ips) : 0;
 	size_t target_len = kind == SVC_EXTERNAL_NAME ? external_target(spec, key, target) : 0;
 	size_t max_ports = count_ports(ports, c->max_ports);
 	struct cluster_spec *s;
@@ -343,13 +348,16 @@ static size_t mark_names(struct entry *v, size_t n, size_t *named)
 	return groups;
 }
 
-/* The snapshot's one allocation: the header, then its arrays by alignment. */
+/* The snapshot's one allocation: the header, then its arrays by alignment;
+ * the source cluster's label (cluster, or NULL) after the groups' labels. */
 static struct cluster_eps *alloc_eps(size_t n, size_t groups, size_t ports, size_t alen,
-				     size_t labels)
+				     size_t labels, const uint8_t *cluster)
 {
+	size_t cluster_len = cluster ? 1u + cluster[0] : 0;
 	struct cluster_eps *e = calloc(1, sizeof *e + n * sizeof *e->addr_nodes +
 					       groups * (sizeof *e->name_nodes + sizeof *e->groups) +
-					       cluster_ports_bytes(ports) + n * (alen + 1) + labels);
+					       cluster_ports_bytes(ports) + n * (alen + 1) + labels +
+					       cluster_len);
 
 	if (!e)
 		return NULL;
@@ -360,7 +368,24 @@ static struct cluster_eps *alloc_eps(size_t n, size_t groups, size_t ports, size
 	e->addrs = (uint8_t *)e->ports + cluster_ports_bytes(ports);
 	e->flags = e->addrs + n * alen;
 	e->labels = e->flags + n;
+	if (cluster) {
+		memcpy(e->labels + labels, cluster, cluster_len);
+		e->cluster = e->labels + labels;
+	}
 	return e;
+}
+
+/*
+ * A multi-cluster slice's source cluster as one wire label (its endpoint
+ * names have it); false when the slice names none that can be a label:
+ * such a slice serves nothing.
+ */
+static bool source_cluster(const struct kube_json *obj, uint8_t out[1 + DNS_MAX_LABEL])
+{
+	const char *id = text(field(field(obj, "metadata"), "labels"),
+			      "multicluster.kubernetes.io/source-cluster");
+
+	return id && cluster_is_label(id) && label_of(out, DNS_MAX_LABEL, id);
 }
 
 static void fill_eps(struct cluster_eps *e, const struct entry *v, size_t n)
@@ -399,12 +424,18 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 	struct names names = {0};
 	struct entry *v = NULL;
 	struct cluster_eps *e = NULL;
+	uint8_t cluster[1 + DNS_MAX_LABEL];
 	bool cut = false;
 	int n_ports;
 
 	*oom = false;
 	if (!family) /* FQDN slices name no addresses we could serve */
 		return NULL;
+	if (c->multicluster) {
+		if (!source_cluster(obj, cluster))
+			return NULL;
+		owner_len += 1u + cluster[0]; /* names are <ep>.<cluster>.<svc> */
+	}
 	for (const struct kube_json *ep = kube_json_first(eps); ep; ep = ep->next)
 		total += array_len(field(ep, "addresses"));
 	if (total > max_entries)
@@ -425,7 +456,8 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 	groups = mark_names(v, n, &named);
 	for (size_t i = named; i < n; i++)
 		labels += v[i].flags & EP_NAME_FIRST ? 1 + strlen(v[i].hostname) : 0;
-	if (!(e = alloc_eps(n, groups, max_ports, family == AF_INET ? 4 : 16, labels)))
+	if (!(e = alloc_eps(n, groups, max_ports, family == AF_INET ? 4 : 16, labels,
+			    c->multicluster ? cluster : NULL)))
 		goto oom;
 	e->n = (uint32_t)n;
 	e->named = (uint32_t)named;

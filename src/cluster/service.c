@@ -13,6 +13,11 @@
  * first sees them; the snapshots of one slice share its number, so a
  * reader meeting a slice's old and new snapshot during an update takes
  * neither for a second slice).
+ *
+ * In the clusterset zone (multicluster.enabled) each slice comes from one
+ * source cluster, whose label sits between an endpoint's name and its
+ * Service's (<ep>.<cluster>.<svc>, CoreDNS's multicluster names): an
+ * endpoint name is looked for in that cluster's slices only.
  */
 #include "cluster/internal.h"
 
@@ -45,6 +50,12 @@ static bool serving(const struct cluster_spec *spec, const struct cluster_eps *e
 }
 
 #define for_each_eps(e, s) for (e = cluster_first_eps(s); e; e = cluster_next_eps(e))
+
+/* Both slices name the same source cluster (or none: the cluster zone). */
+static bool same_cluster(const uint8_t *a, const uint8_t *b)
+{
+	return a == b || (a && b && a[0] == b[0] && memcmp(a + 1, b + 1, a[0]) == 0);
+}
 
 /* Whether two slices of s may hold one address or hostname (index.c). */
 static bool may_repeat(const struct cluster_service *s)
@@ -79,13 +90,14 @@ bool cluster_service_exists(const struct cluster *c, const struct cluster_servic
 
 /* ---- names of endpoints ------------------------------------------------------------ */
 
-/* Entry i's name under s (its hostname, else its dashed address); 0 when it
- * does not fit in a name. */
+/* Entry i's name under s (its hostname, else its dashed address; then its
+ * source cluster, if any); 0 when it does not fit in a name. */
 static size_t entry_name(const struct cluster_service *s, const struct cluster_eps *e, uint32_t i,
 			 uint8_t out[DNS_MAX_NAME])
 {
 	uint8_t dashed[64];
 	const uint8_t *label = dashed;
+	size_t cluster_len = e->cluster ? 1u + e->cluster[0] : 0, len = 0;
 
 	if (i >= e->named) {
 		label = e->labels + eps_group_of(e, i)->label;
@@ -94,11 +106,16 @@ static size_t entry_name(const struct cluster_service *s, const struct cluster_e
 		memcpy(ip.addr, eps_addr(e, i), e->alen);
 		cluster_dashed_label(&ip, dashed);
 	}
-	if (1u + label[0] + s->h.owner_len > DNS_MAX_NAME)
+	if (1u + label[0] + cluster_len + s->h.owner_len > DNS_MAX_NAME)
 		return 0;
 	memcpy(out, label, 1u + label[0]);
-	memcpy(out + 1 + label[0], s->owner, s->h.owner_len);
-	return 1u + label[0] + s->h.owner_len;
+	len = 1u + label[0];
+	if (e->cluster) {
+		memcpy(out + len, e->cluster, cluster_len);
+		len += cluster_len;
+	}
+	memcpy(out + len, s->owner, s->h.owner_len);
+	return len + s->h.owner_len;
 }
 
 static void entry_ip(const struct cluster_eps *e, uint32_t i, struct cluster_ip *ip)
@@ -128,9 +145,10 @@ static bool address_in_earlier_slice(const struct cluster *c, const struct clust
 	return false;
 }
 
-/* Whether an endpoint of s with hostname label serves. */
+/* Whether an endpoint of s from source cluster `cluster` with hostname label serves. */
 static bool hostname_serves(const struct cluster *c, const struct cluster_service *s,
-			    const struct cluster_spec *spec, const uint8_t *label)
+			    const struct cluster_spec *spec, const uint8_t *label,
+			    const uint8_t *cluster)
 {
 	struct cluster_index_iter it;
 	const struct cluster_eps *e;
@@ -138,17 +156,18 @@ static bool hostname_serves(const struct cluster *c, const struct cluster_servic
 
 	for (bool ok = cluster_name_first(c, s, label, &it, &e, &g); ok;
 	     ok = cluster_name_next(c, &it, &e, &g))
-		if (spec->publish_not_ready || g->ready)
+		if ((spec->publish_not_ready || g->ready) && same_cluster(e->cluster, cluster))
 			return true;
 	return false;
 }
 
 /* The serving addresses of s's endpoints of type qtype (0: both) with
- * hostname label, each once, under owner; how many. */
+ * hostname label (from source cluster `cluster`), each once, under owner;
+ * how many. */
 static unsigned add_hostname_addresses(const struct cluster *c, struct dns_writer *w,
 				       enum dns_section section, const struct cluster_service *s,
 				       const struct cluster_spec *spec, const uint8_t *label,
-				       const uint8_t *owner, uint16_t qtype)
+				       const uint8_t *cluster, const uint8_t *owner, uint16_t qtype)
 {
 	struct cluster_index_iter it, other;
 	const struct cluster_eps *e, *t;
@@ -158,6 +177,8 @@ static unsigned add_hostname_addresses(const struct cluster *c, struct dns_write
 
 	for (bool ok = cluster_name_first(c, s, label, &it, &e, &g); ok;
 	     ok = cluster_name_next(c, &it, &e, &g)) {
+		if (!same_cluster(e->cluster, cluster))
+			continue;
 		for (uint32_t i = g->first; i < g->end; i++) {
 			bool again = false;
 			if (!serving(spec, e, i) || (qtype && family_type(e->family) != qtype))
@@ -168,6 +189,7 @@ static unsigned add_hostname_addresses(const struct cluster *c, struct dns_write
 			     more = cluster_name_next(c, &other, &t, &h))
 				for (uint32_t j = h->first; t->seq < e->seq && j < h->end && !again; j++)
 					again = t->family == e->family && serving(spec, t, j) &&
+						same_cluster(t->cluster, cluster) &&
 						memcmp(eps_addr(t, j), eps_addr(e, i), e->alen) == 0;
 			if (again)
 				continue;
@@ -191,9 +213,10 @@ static bool canonical_dashed_ip(const uint8_t *label, struct cluster_ip *ip)
 	       memcmp(again + 1, label + 1, label[0]) == 0;
 }
 
-/* <dashed>.<s>: whether an entry of s without a hostname has ip and serves. */
+/* <dashed>[.<cluster>].<s>: whether an entry of s without a hostname has ip and serves. */
 static bool dashed_endpoint_exists(const struct cluster *c, const struct cluster_service *s,
-				   const struct cluster_spec *spec, const struct cluster_ip *ip)
+				   const struct cluster_spec *spec, const struct cluster_ip *ip,
+				   const uint8_t *cluster)
 {
 	struct cluster_index_iter it;
 	const struct cluster_eps *t;
@@ -201,7 +224,8 @@ static bool dashed_endpoint_exists(const struct cluster *c, const struct cluster
 
 	for (bool ok = cluster_addr_first(c, ip, &it, &t, &j); ok;
 	     ok = cluster_addr_next(c, &it, &t, &j))
-		if (t->svc == s && j < t->named && serving(spec, t, j))
+		if (t->svc == s && j < t->named && serving(spec, t, j) &&
+		    same_cluster(t->cluster, cluster))
 			return true;
 	return false;
 }
@@ -214,7 +238,8 @@ static unsigned add_entry_addresses(const struct cluster *c, struct dns_writer *
 {
 	if (i >= e->named)
 		return add_hostname_addresses(c, w, section, s, spec,
-					      e->labels + eps_group_of(e, i)->label, owner, qtype);
+					      e->labels + eps_group_of(e, i)->label, e->cluster, owner,
+					      qtype);
 	if (qtype && family_type(e->family) != qtype)
 		return 0;
 	return cluster_add_rr(c, w, section, owner, family_type(e->family), eps_addr(e, i), e->alen);
@@ -258,7 +283,7 @@ static bool target_in_earlier_slice(const struct cluster *c, const struct cluste
 						  &g);
 		     ok; ok = cluster_name_next(c, &it, &t, &g))
 			if (t->seq < e->seq && (spec->publish_not_ready || g->ready) &&
-			    slice_has_port(pq, t, port))
+			    same_cluster(t->cluster, e->cluster) && slice_has_port(pq, t, port))
 				return true;
 		return false;
 	}
@@ -266,7 +291,7 @@ static bool target_in_earlier_slice(const struct cluster *c, const struct cluste
 	for (bool ok = cluster_addr_first(c, &ip, &it, &t, &j); ok;
 	     ok = cluster_addr_next(c, &it, &t, &j))
 		if (t->svc == s && t->seq < e->seq && j < t->named && serving(spec, t, j) &&
-		    slice_has_port(pq, t, port))
+		    same_cluster(t->cluster, e->cluster) && slice_has_port(pq, t, port))
 			return true;
 	return false;
 }
@@ -559,33 +584,36 @@ static void answer_one_address(const struct cluster *c, struct dns_writer *w,
 /*
  * <label>.<svc>: an endpoint of the Service svc (any kind with endpoints),
  * by hostname (every serving address with it) or, without one, by its
- * dashed address.
+ * dashed address. In the clusterset zone <label>.<cluster>.<svc>: an
+ * endpoint of a slice from that source cluster.
  */
 static bool answer_endpoint_name(const struct cluster *c, struct dns_writer *w,
 				 const uint8_t *name, uint16_t qtype, const uint8_t *owner)
 {
+	const uint8_t *cluster = c->multicluster ? name + 1 + name[0] : NULL;
+	const uint8_t *svc = cluster ? cluster + 1 + cluster[0] : name + 1 + name[0];
 	const struct cluster_service *s;
 	const struct cluster_spec *spec;
 	struct cluster_ip ip;
 
-	if (c->noendpoints || !(s = existing_service(c, name + 1 + name[0], &spec)) ||
+	if (c->noendpoints || (cluster && !cluster[0]) || !(s = existing_service(c, svc, &spec)) ||
 	    spec->kind == SVC_EXTERNAL_NAME)
 		return false;
-	if (hostname_serves(c, s, spec, name)) {
+	if (hostname_serves(c, s, spec, name, cluster)) {
 		unsigned added = 0;
 		if (qtype == DNS_T_ANY) /* one RRset: A if the name has one, else AAAA */
-			added = add_hostname_addresses(c, w, DNS_SEC_ANSWER, s, spec, name, owner,
-						       DNS_T_A) ?:
-				add_hostname_addresses(c, w, DNS_SEC_ANSWER, s, spec, name, owner,
-						       DNS_T_AAAA);
+			added = add_hostname_addresses(c, w, DNS_SEC_ANSWER, s, spec, name, cluster,
+						       owner, DNS_T_A) ?:
+				add_hostname_addresses(c, w, DNS_SEC_ANSWER, s, spec, name, cluster,
+						       owner, DNS_T_AAAA);
 		else if (is_address(qtype))
-			added = add_hostname_addresses(c, w, DNS_SEC_ANSWER, s, spec, name, owner,
-						       qtype);
+			added = add_hostname_addresses(c, w, DNS_SEC_ANSWER, s, spec, name, cluster,
+						       owner, qtype);
 		if (!added)
 			cluster_add_soa(c, w);
 		return true;
 	}
-	if (!canonical_dashed_ip(name, &ip) || !dashed_endpoint_exists(c, s, spec, &ip))
+	if (!canonical_dashed_ip(name, &ip) || !dashed_endpoint_exists(c, s, spec, &ip, cluster))
 		return false;
 	answer_one_address(c, w, &ip, owner, qtype);
 	return true;

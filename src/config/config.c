@@ -226,6 +226,18 @@ static const struct key kubernetes_keys[] = {
 	 * token; etcd's own limit on an object is 1.5 MiB, in protobuf. */
 	{"object_max_bytes", V_SIZE, CFG(kubernetes.object_max_bytes), .min = 65536,
 	 .max = 1u << 30, .def = "16MiB"},
+	{"crd_retry_interval", V_DURATION, CFG(kubernetes.crd_retry_interval_ms), .min = 1000,
+	 .def = "60s"},
+};
+
+static const struct key mesh_keys[] = {
+	{"istio", V_BOOL, CFG(mesh.istio), .def = "false"},
+	{"ttl", V_SECONDS, CFG(mesh.ttl), .max = TTL_MAX, .def = "30s"},
+};
+
+static const struct key multicluster_keys[] = {
+	{"enabled", V_BOOL, CFG(multicluster.enabled), .def = "false"},
+	{"domain", V_NAME, CFG(multicluster.domain), .def = "clusterset.local"},
 };
 
 static const struct key srv_keys[] = {
@@ -293,11 +305,11 @@ static const struct key cache_keys[] = {
 };
 
 static const struct key health_keys[] = {
-	{"listen", V_LISTEN, CFG(health.listen), .def = "169.254.20.10:8080"},
+	{"listen", V_LISTEN, CFG(health.listen), .def = "127.0.0.1:8080"},
 };
 
 static const struct key metrics_keys[] = {
-	{"listen", V_LISTEN, CFG(metrics.listen), .def = "0.0.0.0:9253"},
+	{"listen", V_LISTEN, CFG(metrics.listen), .def = "127.0.0.1:9253"},
 };
 
 static const struct key log_keys[] = {
@@ -355,6 +367,8 @@ static const struct schema interface_schema = SCHEMA(interface_keys, NULL);
 static const struct schema nftables_schema = SCHEMA(nftables_keys, NULL);
 static const struct schema cluster_schema = SCHEMA(cluster_keys, cluster_check);
 static const struct schema kubernetes_schema = SCHEMA(kubernetes_keys, NULL);
+static const struct schema mesh_schema = SCHEMA(mesh_keys, NULL);
+static const struct schema multicluster_schema = SCHEMA(multicluster_keys, NULL);
 static const struct schema static_schema = SCHEMA(static_keys, static_check);
 static const struct schema upstream_schema = SCHEMA(upstream_keys, upstream_check);
 static const struct schema dnstap_schema = SCHEMA(dnstap_keys, dnstap_check);
@@ -378,7 +392,8 @@ static const struct key top_keys[] = {
 	SECTION("log", log_schema),           SECTION("control", control_schema),
 	SECTION("security", security_schema), SECTION("chaos", chaos_schema),
 	SECTION("rrl", rrl_schema),           SECTION("dnstap", dnstap_schema),
-	SECTION("dns64", dns64_schema),};
+	SECTION("dns64", dns64_schema),
+	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),};
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
 /* ---- messages ---------------------------------------------------------- */
@@ -789,13 +804,64 @@ static int set_server(const char *text, struct config_hostport *hp, char *why, s
 	return 0;
 }
 
-/* "" turns a listener off; otherwise an ip:port, kept in normalised form. */
+static bool is_env_name(const char *s, size_t n)
+{
+	if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(s[i] == '_' || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+		      (s[i] >= '0' && s[i] <= '9')))
+			return false;
+	return true;
+}
+
+/*
+ * "${NAME}:port" is the address in environment variable NAME (set at start:
+ * the chart gives POD_IP, the pod's status.podIP, which on the host network
+ * is the node's own address) with that port; anything else is copied.
+ * The result, "ip:port" or "[ipv6]:port" text, is what gets parsed.
+ */
+static int expand_listen(const char *text, char *out, size_t outlen, char *why, size_t len)
+{
+	const char *close = strchr(text, '}'), *value;
+	char name[64];
+
+	if (strncmp(text, "${", 2) != 0) {
+		snprintf(out, outlen, "%s", text);
+		return 0;
+	}
+	if (!close || close[1] != ':' || (size_t)(close - text - 2) >= sizeof name ||
+	    !is_env_name(text + 2, (size_t)(close - text - 2))) {
+		snprintf(why, len, QUOTE_FMT " is not ${NAME}:port", QUOTE(text));
+		return -1;
+	}
+	memcpy(name, text + 2, (size_t)(close - text - 2));
+	name[close - text - 2] = '\0';
+	value = getenv(name);
+	if (!value || !value[0]) {
+		snprintf(why, len, QUOTE_FMT " names $%s, which is not set in localdns's environment",
+			 QUOTE(text), name);
+		return -1;
+	}
+	bool v6 = strchr(value, ':') != NULL;
+	if ((size_t)snprintf(out, outlen, "%s%s%s%s", v6 ? "[" : "", value, v6 ? "]" : "",
+			     close + 1) >= outlen) {
+		snprintf(why, len, "$%s is not an IP address", name);
+		return -1;
+	}
+	return 0;
+}
+
+/* "" turns a listener off; otherwise an ip:port (or "${NAME}:port"), kept
+ * in normalised form. */
 static int set_listen(const struct key *k, const char *text, char **field, char *why,
 		      size_t len)
 {
 	struct config_hostport hp;
+	char expanded[128];
 
-	if (text[0] != '\0' && set_hostport(text, 0, &hp, why, len) < 0)
+	if (text[0] != '\0' && (expand_listen(text, expanded, sizeof expanded, why, len) < 0 ||
+				 set_hostport(expanded, 0, &hp, why, len) < 0))
 		return -1;
 	return set_string(k, text[0] ? hp.text : "", field, why, len);
 }
@@ -884,7 +950,7 @@ static const char *expectation(const struct key *k)
 		[V_ENUM] = "a string",
 		[V_STRING] = "a string",
 		[V_NAME] = "a DNS name",
-		[V_LISTEN] = "\"ip:port\" or \"\"",
+		[V_LISTEN] = "\"ip:port\", \"${NAME}:port\" or \"\"",
 		[V_PATH] = "a file path",
 		[V_OBJECT] = "\"namespace/name\" or \"\"",
 		[V_IP] = "an IP address",
@@ -1392,11 +1458,43 @@ static bool ip_equal(const struct config_ip *a, const struct config_ip *b)
  * An intercepted ClusterIP is served as well as listen.addresses; the same
  * address in both would be bound twice and put in two roles in nftables.
  */
+/* One of two names is the other or lies below it (both normalised). */
+static bool names_nest(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	const char *longer = la >= lb ? a : b, *shorter = la >= lb ? b : a;
+	size_t ll = la >= lb ? la : lb, ls = la >= lb ? lb : la;
+
+	return strcmp(longer + ll - ls, shorter) == 0 && (ll == ls || longer[ll - ls - 1] == '.');
+}
+
+/* The mesh and multicluster names come from the Kubernetes API; the
+ * clusterset zone is a zone of its own beside cluster.domain. */
+static int kube_sources_check(struct loader *ld, const yaml_node_t *map)
+{
+	const struct config *cfg = ld->cfg;
+	const yaml_node_t *at;
+
+	if ((cfg->mesh.istio || cfg->multicluster.enabled) && !cfg->kubernetes.enabled) {
+		at = find_value(ld, map, cfg->mesh.istio ? "mesh" : "multicluster");
+		return fail(ld, at ? at : map, "%s needs kubernetes.enabled: its names come from the "
+			    "Kubernetes API", cfg->mesh.istio ? "mesh.istio" : "multicluster.enabled");
+	}
+	if (cfg->multicluster.enabled && names_nest(cfg->multicluster.domain, cfg->cluster.domain)) {
+		at = find_value(ld, map, "multicluster");
+		return fail(ld, at ? at : map, "multicluster.domain %s and cluster.domain %s overlap: "
+			    "each is a zone of its own", cfg->multicluster.domain, cfg->cluster.domain);
+	}
+	return 0;
+}
+
 static int top_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
 {
 	const struct config *cfg = base;
 
 	(void)path;
+	if (kube_sources_check(ld, map) < 0)
+		return -1;
 	for (size_t i = 0; i < cfg->nftables.n_intercept; i++)
 		for (size_t j = 0; j < cfg->listen.n_addresses; j++) {
 			if (!ip_equal(&cfg->nftables.intercept[i], &cfg->listen.addresses[j]))

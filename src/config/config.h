@@ -160,7 +160,18 @@ struct config {
 		char *node_name;               /* "" = $NODE_NAME */
 		char *service_account_dir;     /* in-cluster token and ca.crt */
 		uint64_t object_max_bytes;     /* 16MiB: one object in a LIST or watch, decoded */
+		uint64_t crd_retry_interval_ms; /* 60s: a custom resource not installed is asked again */
 	} kubernetes;
+
+	struct {
+		bool istio;                    /* false: ServiceEntry/WorkloadEntry hosts answered here */
+		uint32_t ttl;                  /* 30: seconds, as Istio's DNS proxy */
+	} mesh;
+
+	struct {
+		bool enabled;                  /* false: ServiceImports answered here */
+		char *domain;                  /* "clusterset.local" (no trailing dot) */
+	} multicluster;
 
 	struct {
 		struct config_record *records; size_t n_records; /* inline + files */
@@ -195,8 +206,8 @@ struct config {
 		bool prefetch;                 /* true */
 	} cache;
 
-	struct { char *listen; } health;   /* "169.254.20.10:8080" ("" = off) */
-	struct { char *listen; } metrics;  /* "0.0.0.0:9253" ("" = off) */
+	struct { char *listen; } health;   /* "127.0.0.1:8080" ("" = off) */
+	struct { char *listen; } metrics;  /* "127.0.0.1:9253" ("" = off) */
 
 	struct {
 		enum config_log_level level;   /* info */

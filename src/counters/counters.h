@@ -32,6 +32,7 @@
 
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "http/http.h"
 #include "kube/kube.h"
 #include "node/node.h"
 #include "query/query.h"
@@ -57,6 +58,7 @@ struct counter_values {
 	uint64_t kube_last_contact_time; /* Unix seconds; 0: never */
 	uint64_t cluster_names;
 	uint64_t cluster_limited[CLUSTER_LIMITS];
+	uint64_t mesh_hosts;        /* 0 without mesh.istio */
 	uint64_t node_enabled;      /* 0 or 1: without it, node is all zeros */
 	struct node_stats node;
 	uint64_t reloads_ok, reloads_failed;
@@ -64,6 +66,7 @@ struct counter_values {
 	int64_t reload_last_ok_ms;  /* the same, wall clock milliseconds */
 	uint64_t query_log_dropped;
 	uint64_t dnstap_sent, dnstap_dropped, dnstap_connects, dnstap_connected;
+	struct http_stats http;
 };
 
 /* Read every subsystem's counters into out (control_lookups left 0). Any
@@ -116,7 +119,7 @@ struct counter_table {
 /* The tables, in ctl order (table.c). */
 extern const struct counter_table counter_queries, counter_tcp, counter_cache,
 	counter_upstream, counter_kubernetes, counter_cluster, counter_node, counter_config,
-	counter_query_log, counter_dnstap;
+	counter_query_log, counter_dnstap, counter_http;
 extern const struct counter_table *const counter_tables[];
 extern const size_t counter_n_tables;
 

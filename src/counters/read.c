@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
+#include "mesh/mesh.h"
 #include "daemon/daemon.h"
 #include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
@@ -43,6 +44,12 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 		out->cluster_names = cs.names;
 		memcpy(out->cluster_limited, cs.limited, sizeof out->cluster_limited);
 	}
+	if (d->mesh) {
+		struct mesh_stats ms;
+
+		mesh_stats(d->mesh, &ms);
+		out->mesh_hosts = ms.hosts;
+	}
 	out->node_enabled = d->node != NULL;
 	node_stats(d->node, &out->node); /* zeros without node integration */
 	daemon_reload_stats(d, &rs);
@@ -55,6 +62,7 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 	out->dnstap_dropped = dnstap_dropped();
 	out->dnstap_connects = dnstap_connects();
 	out->dnstap_connected = dnstap_connected();
+	http_stats(&out->http);
 }
 
 /* A row's ctl lines: one for a single value or a stat_sum run, else one per

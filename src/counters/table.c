@@ -136,6 +136,27 @@ static const struct counter tcp_rows[] = {
 
 TABLE(counter_tcp, "tcp", tcp_rows, tcp_families, COUNTERS_ALWAYS);
 
+/* ---- the health and metrics endpoints (http/) ------------------------------------ */
+
+static const char *const http_closes[] = {"deadline"};
+
+PLAIN_COUNTER(http_refused, "localdns_http_refused_total",
+	"HTTP connections to the health and metrics endpoints closed at accept: their "
+	"client address already had 8 open, or the endpoint's 64 were taken.");
+LABELLED_COUNTER(http_closed, "localdns_http_closed_total",
+	"HTTP connections localdns closed: deadline (a request not done, its reply sent, "
+	"within 5 s of its connection or of the previous reply).",
+	"reason", http_closes, N(http_closes));
+
+static const struct counter_family *const http_families[] = {&http_refused, &http_closed};
+
+static const struct counter http_rows[] = {
+	{.family = &http_refused, .at = AT(http.refused)},
+	{.family = &http_closed, .n = N(http_closes), .at = AT(http.closed_deadline)},
+};
+
+TABLE(counter_http, "http", http_rows, http_families, COUNTERS_ALWAYS);
+
 /* ---- the answer cache (cache/) --------------------------------------------------- */
 
 PLAIN_GAUGE(cache_entries, "localdns_cache_entries",
@@ -199,7 +220,8 @@ LABELLED_COUNTER(upstream_fallbacks, "localdns_upstream_fallback_replies_total",
 	"entry, or SERVFAIL.",
 	"reply", fallbacks, N(fallbacks));
 PLAIN_COUNTER(upstream_dropped, "localdns_upstream_dropped_total",
-	"Upstream requests lost to a full request or reply ring or the waiting-client cap.");
+	"Upstream requests lost: a full request ring (the worker could not hand the "
+	"query over), or no memory for a TCP reply.");
 PLAIN_GAUGE(upstream_resolving, "localdns_upstream_resolving",
 	"libunbound queries running now, on the current and on retired contexts.");
 PLAIN_GAUGE(upstream_queued, "localdns_upstream_queued",
@@ -210,9 +232,15 @@ PLAIN_GAUGE(upstream_flights, "localdns_upstream_flights",
 PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
 	"Questions that had to wait because upstream.max_rate was reached.");
 PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
-	"Requests answered at once (stale or SERVFAIL) because their client (an IPv4 "
-	"address, an IPv6 /64) already had upstream.max_pending_per_client questions "
-	"or waiting queries.");
+	"Requests answered at once (stale or SERVFAIL), and background refreshes not "
+	"sent, because their client (an IPv4 address, an IPv6 /64) already had its "
+	"share: upstream.max_pending_per_client questions (refreshes of its hits "
+	"included), 1,024 queries joining questions asked, or, with every waiting "
+	"place taken, the most waiting queries of any client.");
+PLAIN_COUNTER(upstream_evicted, "localdns_upstream_evicted_total",
+	"Waiting queries answered before their deadline (stale or SERVFAIL) to make "
+	"room for another client's: every waiting place was taken, and theirs held "
+	"the most.");
 PLAIN_COUNTER(upstream_retries, "localdns_upstream_retries_total",
 	"Failed questions asked once more because clients still waited for them.");
 LABELLED_COUNTER(upstream_results, "localdns_upstream_results_total",
@@ -225,7 +253,9 @@ PLAIN_COUNTER(upstream_renewals, "localdns_upstream_context_renewals_total",
 LABELLED_COUNTER(upstream_shed, "localdns_upstream_shed_total",
 	"Questions given up without asking the upstream, their clients answered from a "
 	"stale entry or with SERVFAIL at once: queue_full (the longest-waiting question "
-	"made room for a new one), table_full (too many questions known at once).",
+	"made room for a new one), table_full (too many questions known at once), "
+	"refresh_limit (a background refresh, while refreshes held a quarter of the "
+	"upstream's places).",
 	"reason", upstream_shed_names, UPSTREAM_SHEDS);
 PLAIN_GAUGE(upstream_failing_now, "localdns_upstream_failing",
 	"1 while the upstream looks down (its last resolution failed or timed out).");
@@ -234,7 +264,8 @@ PLAIN_GAUGE(upstream_failing_now, "localdns_upstream_failing",
 static const struct counter_family *const upstream_families[] = {
 	&upstream_queries, &upstream_coalesced, &upstream_errors, &upstream_fallbacks,
 	&upstream_dropped, &upstream_resolving, &upstream_queued, &upstream_flights,
-	&upstream_paced, &upstream_client_limited, &upstream_retries, &upstream_results,
+	&upstream_paced, &upstream_client_limited, &upstream_evicted, &upstream_retries,
+	&upstream_results,
 	&upstream_renewals, &upstream_shed, &upstream_failing_now};
 
 static const struct counter upstream_rows[] = {
@@ -267,6 +298,7 @@ static const struct counter upstream_rows[] = {
 	{.stat = "upstream_retries", .family = &upstream_retries, .at = AT(upstream.retries)},
 	{.stat = "upstream_client_limited", .family = &upstream_client_limited,
 	 .at = AT(upstream.client_limited)},
+	{.stat = "upstream_evicted", .family = &upstream_evicted, .at = AT(upstream.evicted)},
 	{.stat = "upstream_shed_", .family = &upstream_shed, .n = UPSTREAM_SHEDS,
 	 .at = AT(upstream.shed)},
 	{.stat = "upstream_results_", .family = &upstream_results, .n = UPSTREAM_RESULTS,
@@ -327,12 +359,16 @@ LABELLED_COUNTER(cluster_limited, "localdns_cluster_limited_total",
 	"cluster.max_endpoints_per_service, names past 255 bytes), by bound.",
 	"limit", cluster_limit_names, CLUSTER_LIMITS);
 
+PLAIN_GAUGE(mesh_hosts, "localdns_mesh_hosts",
+	"Istio ServiceEntry host names the mesh answers for (mesh.istio; a wildcard counts once).");
+
 static const struct counter_family *const cluster_families[] = {&cluster_names,
-								&cluster_limited};
+								&cluster_limited, &mesh_hosts};
 
 static const struct counter cluster_rows[] = {
 	{.family = &cluster_names, .at = AT(cluster_names)},
 	{.family = &cluster_limited, .n = CLUSTER_LIMITS, .at = AT(cluster_limited)},
+	{.family = &mesh_hosts, .at = AT(mesh_hosts)},
 };
 
 TABLE(counter_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enabled));
@@ -417,5 +453,6 @@ TABLE(counter_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
 
 const struct counter_table *const counter_tables[] = {
 	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
-	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap};
+	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap,
+	&counter_http};
 const size_t counter_n_tables = N(counter_tables);

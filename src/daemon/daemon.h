@@ -40,6 +40,7 @@
 struct cache;
 struct cluster;
 struct kube_client;
+struct mesh;
 struct node;
 struct server;
 struct upstream;
@@ -51,6 +52,8 @@ struct daemon {
 	struct upstream *upstream;
 	struct cache *cache;
 	struct cluster *cluster;     /* NULL: kubernetes.enabled is false */
+	struct cluster *clusterset;  /* NULL: multicluster.enabled is false */
+	struct mesh *mesh;           /* NULL: mesh.istio is false */
 	struct kube_client *kube;    /* NULL: kubernetes.enabled is false */
 	struct node *node;           /* NULL: no interface or nftables work */
 

@@ -290,7 +290,9 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 	bool listen = parts & PART_LISTEN;
 
 	if ((parts & PART_SOURCES) &&
-	    !(sources = query_sources_build(next, d->cluster, d->cache, err, errlen)))
+	    !(sources = query_sources_build(next, &(struct query_names){d->cluster, d->clusterset,
+									 d->mesh},
+					    d->cache, err, errlen)))
 		return -1;
 	if ((parts & PART_UPSTREAM) && !(ctx = upstream_prepare(next, err, errlen))) {
 		query_sources_free(sources);

@@ -11,7 +11,10 @@
  *
  * HEAD is answered like GET without the body; other methods get 405, other
  * paths 404. /health and /ready are served on health.listen, /metrics on
- * metrics.listen.
+ * metrics.listen. Each daemon runs on a thread of ours ("http"), which
+ * also holds its limits: 64 connections, 8 per client address, and 5 s for
+ * a request from its connection (or the previous reply) to its reply sent,
+ * whether or not the client keeps sending (docs/security.md).
  *
  * Must never: change the daemon (every route only reads), serve on a
  * thread of another subsystem, or keep a request's memory after its reply.
@@ -23,9 +26,18 @@
 #define LOCALDNS_HTTP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct daemon;
 struct http;
+
+/* Since start, every endpoint together (any thread may read them). */
+struct http_stats {
+	uint64_t refused;         /* connections closed at accept: per-address or total limit */
+	uint64_t closed_deadline; /* connections shut down with a request past its deadline */
+};
+
+void http_stats(struct http_stats *out);
 
 /*
  * Listen on health.listen and metrics.listen of d->cfg ("" = that one off)
@@ -35,7 +47,7 @@ struct http;
  */
 struct http *http_start(const struct daemon *d, char *err, size_t errlen);
 
-/* Stop serving (waits for requests being answered), close the sockets, free. */
+/* Stop serving (waits for a request being answered), close the sockets, free. */
 void http_stop(struct http *h);
 
 #endif

@@ -53,6 +53,22 @@
  * narrowed at start to one Service's (its namespace's path and the
  * kubernetes.io/service-name label), or not watched at all.
  *
+ * The custom resources (ServiceEntries, WorkloadEntries, ServiceImports)
+ * are informers like the others, made optional: their CRD may not be
+ * installed, and a 404 then is no error but an empty list (the resource
+ * counts as synced, anything it delivered before is reported removed),
+ * logged when it starts and when it ends, and asked again after
+ * kubernetes.crd_retry_interval (plus up to half of it, jitter), never
+ * sooner. They never hold back the first `synced`: cluster names do not
+ * wait for a mesh.
+ *
+ * Selector watches (kube_watch_selected) are informers made while the
+ * client runs, one per (namespace, label selector) the consumer asks for,
+ * in a list beside the fixed ones. A handler call may start or stop one;
+ * since a handler runs inside libcurl's callbacks, where no handle may be
+ * removed, stopping only marks it (no more calls carry its tag) and the
+ * loop frees it after the transfers' callbacks are done.
+ *
  * One request per informer is in flight at a time, each on its own easy
  * handle (a new one per request; the multi handle keeps the connections).
  * A 200 response, LIST or watch, goes through the streaming decoder
@@ -129,6 +145,12 @@ struct informer {
 	char *own_path;            /* path, when made for this client (one namespace's) */
 	char *selector;            /* "fieldSelector=..." / "labelSelector=..." (escaped), or NULL */
 	bool enabled;
+	bool optional;             /* a custom resource: 404 means not installed */
+	bool absent;               /* its last answer was 404 */
+	bool reported;             /* resource_synced was called for it */
+	void *tag;                 /* a selector watch's: its handler calls carry it */
+	bool dropped;              /* a selector watch stopped: freed at the loop's next turn */
+	struct informer *next;     /* the next selector watch */
 
 	bool need_list;            /* the next request (re)lists: a WatchList, or a LIST */
 	bool synced;               /* a full (re)list has completed once */
@@ -175,6 +197,9 @@ struct kube_client {
 	atomic_bool pods_wanted;   /* kube_watch_pods, from any thread */
 	bool pods_applied;         /* what the thread last made of pods_wanted */
 	uint64_t object_max_bytes; /* kubernetes.object_max_bytes */
+	int64_t crd_retry_ms;      /* kubernetes.crd_retry_interval */
+	bool mesh, multicluster;   /* mesh.istio, multicluster.enabled: their resources are watched */
+	struct informer *selected; /* the selector watches (kube_watch_selected) */
 	CURLM *multi;
 	pthread_t thread;
 	atomic_bool stopping;
@@ -190,14 +215,26 @@ struct kube_client {
 
 const char *const kube_resource_names[KUBE_N_RESOURCES] = {
 	[KUBE_SERVICES] = "services", [KUBE_ENDPOINTSLICES] = "endpointslices",
-	[KUBE_NAMESPACES] = "namespaces", [KUBE_PODS] = "pods"};
+	[KUBE_NAMESPACES] = "namespaces", [KUBE_PODS] = "pods",
+	[KUBE_SERVICEENTRIES] = "serviceentries", [KUBE_WORKLOADENTRIES] = "workloadentries",
+	[KUBE_SERVICEIMPORTS] = "serviceimports", [KUBE_SELECTED_PODS] = "selectedpods"};
 
+/* Selector watches have paths of their own (one namespace's). */
 static const char *const resource_paths[KUBE_N_RESOURCES] = {
 	[KUBE_SERVICES] = "/api/v1/services",
 	[KUBE_ENDPOINTSLICES] = "/apis/discovery.k8s.io/v1/endpointslices",
 	[KUBE_NAMESPACES] = "/api/v1/namespaces",
 	[KUBE_PODS] = "/api/v1/pods",
+	[KUBE_SERVICEENTRIES] = "/apis/networking.istio.io/v1/serviceentries",
+	[KUBE_WORKLOADENTRIES] = "/apis/networking.istio.io/v1/workloadentries",
+	[KUBE_SERVICEIMPORTS] = "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports",
 };
+
+/* Resources behind a CRD that may not be installed. */
+static bool is_optional(enum kube_resource r)
+{
+	return r == KUBE_SERVICEENTRIES || r == KUBE_WORKLOADENTRIES || r == KUBE_SERVICEIMPORTS;
+}
 
 const char *kube_resource_name(enum kube_resource r)
 {
@@ -230,23 +267,38 @@ static void note_contact(struct kube_client *k)
 	pthread_mutex_unlock(&k->status_lock);
 }
 
+/* The objects inf's resource knows now: the selector watches' together. */
+static uint64_t objects_of(const struct informer *inf)
+{
+	uint64_t n = 0;
+
+	if (inf->res != KUBE_SELECTED_PODS)
+		return inf->keys.count;
+	for (const struct informer *w = inf->k->selected; w; w = w->next)
+		n += w->dropped ? 0 : w->keys.count;
+	return n;
+}
+
 static void note_event(struct informer *inf)
 {
+	uint64_t objects = objects_of(inf);
+
 	pthread_mutex_lock(&inf->k->status_lock);
 	inf->k->status.events[inf->res]++;
-	inf->k->status.objects[inf->res] = inf->keys.count;
+	inf->k->status.objects[inf->res] = objects;
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
 
 static void note_list_done(struct informer *inf, bool relist)
 {
 	int64_t t = clock_ms(CLOCK_REALTIME);
+	uint64_t objects = objects_of(inf);
 
 	pthread_mutex_lock(&inf->k->status_lock);
 	inf->k->status.last_list_ms[inf->res] = t;
 	if (relist)
 		inf->k->status.relists[inf->res]++;
-	inf->k->status.objects[inf->res] = inf->keys.count;
+	inf->k->status.objects[inf->res] = objects;
 	pthread_mutex_unlock(&inf->k->status_lock);
 }
 
@@ -308,6 +360,8 @@ static void deliver_upsert(struct informer *inf, const struct kube_json *obj)
 {
 	const char *ns, *name;
 
+	if (inf->dropped)
+		return;
 	if (!object_key(obj, &ns, &name)) {
 		log_warn("kubernetes object without metadata.name ignored", "resource",
 			 kube_resource_names[inf->res]);
@@ -316,12 +370,20 @@ static void deliver_upsert(struct informer *inf, const struct kube_json *obj)
 	if (kube_keys_mark(&inf->keys, ns, name) < 0)
 		log_error("out of memory tracking kubernetes objects", "resource",
 			  kube_resource_names[inf->res]);
-	inf->k->h.upsert(inf->k->h.ctx, inf->res, obj);
+	if (inf->tag)
+		inf->k->h.selected_upsert(inf->k->h.ctx, inf->tag, obj);
+	else
+		inf->k->h.upsert(inf->k->h.ctx, inf->res, obj);
 }
 
 static void deliver_remove(struct informer *inf, const char *ns, const char *name)
 {
-	inf->k->h.remove(inf->k->h.ctx, inf->res, ns, name);
+	if (inf->dropped)
+		return;
+	if (inf->tag)
+		inf->k->h.selected_remove(inf->k->h.ctx, inf->tag, ns, name);
+	else
+		inf->k->h.remove(inf->k->h.ctx, inf->res, ns, name);
 	inf->k->dirty = true;
 }
 
@@ -384,9 +446,14 @@ static void finish_list(struct informer *inf, const char *rv, const char *how)
 	inf->need_list = false;
 	inf->rv_unavailable = false;
 	inf->k->dirty = true;
-	bool relist = inf->synced;
+	bool relist = inf->synced && !inf->absent;
 	inf->synced = true;
 	note_list_done(inf, relist);
+	if (inf->absent) {
+		inf->absent = false;
+		log_info("kubernetes resource installed now", "resource",
+			 kube_resource_names[inf->res]);
+	}
 
 	char objects[24], pages[16], ms[24];
 	snprintf(objects, sizeof objects, "%zu", inf->keys.count);
@@ -1079,6 +1146,37 @@ static void take_watch_result(struct informer *inf, CURLcode cc)
 	}
 }
 
+/*
+ * An optional resource's API answered 404: its CRD is not installed (or
+ * was removed). An empty list: what it delivered is gone, it counts as
+ * synced, and it is asked again slowly. Logged when it starts.
+ */
+static void take_absent(struct informer *inf)
+{
+	struct kube_client *k = inf->k;
+	uint64_t wait = (uint64_t)k->crd_retry_ms + next_random(k) % ((uint64_t)k->crd_retry_ms / 2 + 1);
+	char w[24];
+
+	kube_keys_new_generation(&inf->keys);
+	kube_keys_sweep(&inf->keys, sweep_removed, inf);
+	set_string(&inf->rv, NULL);
+	set_string(&inf->cont, NULL);
+	inf->need_list = true;
+	inf->rv_unavailable = false;
+	inf->synced = true;
+	note_success(inf);
+	inf->next_at_ms = now_ms() + (int64_t)wait;
+	pthread_mutex_lock(&k->status_lock);
+	k->status.objects[inf->res] = 0;
+	pthread_mutex_unlock(&k->status_lock);
+	if (inf->absent)
+		return;
+	inf->absent = true;
+	snprintf(w, sizeof w, "%" PRIu64, wait);
+	log_info("kubernetes resource not installed (404); serving without it, asking again later",
+		 "resource", kube_resource_names[inf->res], "retry_ms", w);
+}
+
 static void take_finished(struct kube_client *k)
 {
 	CURLMsg *m;
@@ -1091,7 +1189,9 @@ static void take_finished(struct kube_client *k)
 		curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&inf);
 		CURLcode cc = m->data.result;
 		curl_easy_getinfo(inf->easy, CURLINFO_RESPONSE_CODE, &inf->status);
-		if (inf->kind == REQ_LIST)
+		if (cc == CURLE_OK && inf->status == 404 && inf->optional)
+			take_absent(inf);
+		else if (inf->kind == REQ_LIST)
 			take_list_result(inf, cc);
 		else
 			take_watch_result(inf, cc);
@@ -1158,36 +1258,56 @@ void kube_watch_pods(struct kube_client *k, bool on)
 
 /* ---- the thread ------------------------------------------------------------------ */
 
+/* Start inf's request if it is due; lowers *wait to when it will be. */
+static void start_if_due(struct informer *inf, int64_t now, long *wait)
+{
+	if (!inf->enabled || inf->kind != REQ_NONE)
+		return;
+	if (inf->next_at_ms <= now) {
+		if (start_request(inf) == 0)
+			return;
+		char w[24];
+		snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
+		log_error("cannot start a kubernetes request", "resource",
+			  kube_resource_names[inf->res], "retry_ms", w);
+	}
+	if (inf->next_at_ms - now < *wait)
+		*wait = (long)(inf->next_at_ms - now);
+}
+
 /* Start what is due; returns the ms until the next informer is due (POLL_MAX_MS at most). */
 static long start_due_requests(struct kube_client *k)
 {
 	int64_t now = now_ms();
 	long wait = POLL_MAX_MS;
 
-	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
-		struct informer *inf = &k->inf[r];
-		if (!inf->enabled || inf->kind != REQ_NONE)
-			continue;
-		if (inf->next_at_ms <= now) {
-			if (start_request(inf) == 0)
-				continue;
-			char w[24];
-			snprintf(w, sizeof w, "%" PRIu64, schedule_backoff(inf));
-			log_error("cannot start a kubernetes request", "resource",
-				  kube_resource_names[r], "retry_ms", w);
-		}
-		if (inf->next_at_ms - now < wait)
-			wait = (long)(inf->next_at_ms - now);
-	}
+	for (int r = 0; r < KUBE_N_RESOURCES; r++)
+		start_if_due(&k->inf[r], now, &wait);
+	for (struct informer *inf = k->selected; inf; inf = inf->next)
+		start_if_due(inf, now, &wait);
 	return wait < 0 ? 0 : wait;
 }
 
+/* The core resources: the optional ones and selector watches are not waited for. */
 static bool all_synced(const struct kube_client *k)
 {
 	for (int r = 0; r < KUBE_N_RESOURCES; r++)
-		if (k->inf[r].enabled && !k->inf[r].synced)
+		if (k->inf[r].enabled && !k->inf[r].optional && !k->inf[r].synced)
 			return false;
 	return true;
+}
+
+/* Each resource's first full list (or 404), once, after its commit. */
+static void report_resources_synced(struct kube_client *k)
+{
+	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
+		struct informer *inf = &k->inf[r];
+		if (!inf->enabled || !inf->synced || inf->reported)
+			continue;
+		inf->reported = true;
+		if (k->h.resource_synced)
+			k->h.resource_synced(k->h.ctx, (enum kube_resource)r);
+	}
 }
 
 /* Commit what this round changed; announce the first full sync after its commit. */
@@ -1198,6 +1318,7 @@ static void publish(struct kube_client *k)
 		if (k->h.commit)
 			k->h.commit(k->h.ctx);
 	}
+	report_resources_synced(k);
 	if (!k->synced_called && all_synced(k)) {
 		k->synced_called = true;
 		pthread_mutex_lock(&k->status_lock);
@@ -1208,6 +1329,86 @@ static void publish(struct kube_client *k)
 	}
 }
 
+/* ---- selector watches ---------------------------------------------------------------- */
+
+static void free_informer(struct informer *inf)
+{
+	if (inf->k)
+		end_request(inf);
+	kube_keys_free(&inf->keys);
+	free(inf->selector);
+	free(inf->own_path);
+	free(inf->rv);
+	free(inf->cont);
+}
+
+struct kube_watch *kube_watch_selected(struct kube_client *k, const char *ns,
+				       const char *selector, void *tag)
+{
+	struct informer *inf = calloc(1, sizeof *inf);
+	char *path_ns = curl_easy_escape(NULL, ns, 0), *sel = curl_easy_escape(NULL, selector, 0);
+
+	if (!inf || !path_ns || !sel || asprintf(&inf->own_path, "/api/v1/namespaces/%s/pods",
+						  path_ns) < 0 ||
+	    asprintf(&inf->selector, "labelSelector=%s", sel) < 0) {
+		if (inf) {
+			inf->own_path = inf->selector = NULL; /* undefined after a failure */
+			free(inf);
+		}
+		curl_free(path_ns);
+		curl_free(sel);
+		log_error("out of memory; pods of a selector not watched", "namespace", ns,
+			  "selector", selector);
+		return NULL;
+	}
+	curl_free(path_ns);
+	curl_free(sel);
+	inf->k = k;
+	inf->res = KUBE_SELECTED_PODS;
+	inf->path = inf->own_path;
+	inf->tag = tag;
+	inf->enabled = true;
+	inf->need_list = true;
+	kube_keys_init(&inf->keys);
+	schedule_now(inf);
+	inf->next = k->selected;
+	k->selected = inf;
+	log_info("kubernetes pods of a selector watched", "namespace", ns, "selector", selector);
+	return (struct kube_watch *)inf;
+}
+
+void kube_unwatch(struct kube_client *k, struct kube_watch *w)
+{
+	struct informer *inf = (struct informer *)w;
+
+	(void)k;
+	inf->dropped = true; /* freed by the loop: this may run inside a curl callback */
+}
+
+/* Free the selector watches kube_unwatch stopped (outside every curl callback). */
+static void reap_dropped(struct kube_client *k)
+{
+	struct informer **link = &k->selected, *inf;
+	bool any = false;
+
+	while ((inf = *link)) {
+		if (!inf->dropped) {
+			link = &inf->next;
+			continue;
+		}
+		*link = inf->next;
+		free_informer(inf);
+		free(inf);
+		any = true;
+	}
+	if (any) {
+		uint64_t objects = objects_of(&k->inf[KUBE_SELECTED_PODS]);
+		pthread_mutex_lock(&k->status_lock);
+		k->status.objects[KUBE_SELECTED_PODS] = objects;
+		pthread_mutex_unlock(&k->status_lock);
+	}
+}
+
 static void *client_thread(void *arg)
 {
 	struct kube_client *k = arg;
@@ -1215,10 +1416,13 @@ static void *client_thread(void *arg)
 
 	if (k->h.thread_begin)
 		k->h.thread_begin(k->h.ctx);
+	if (k->h.bind)
+		k->h.bind(k->h.ctx, k);
 	while (!atomic_load(&k->stopping)) {
 		atomic_store_explicit(&k->heartbeat_ms, now_ms(), memory_order_relaxed);
 		curl_multi_perform(k->multi, &running);
 		take_finished(k);
+		reap_dropped(k);
 		follow_pods_wanted(k);
 		publish(k);
 		/* After the results: a finished LIST page or watch starts its
@@ -1289,7 +1493,11 @@ static int init_informers(struct kube_client *k)
 		inf->res = (enum kube_resource)r;
 		inf->path = resource_paths[r];
 		inf->need_list = true;
-		inf->enabled = r != KUBE_PODS || (k->node && k->pods_applied);
+		inf->optional = is_optional(inf->res);
+		inf->enabled = r == KUBE_PODS ? k->node && k->pods_applied
+			       : r == KUBE_SERVICEENTRIES || r == KUBE_WORKLOADENTRIES ? k->mesh
+			       : r == KUBE_SERVICEIMPORTS ? k->multicluster
+							   : r != KUBE_SELECTED_PODS;
 		if (r == KUBE_ENDPOINTSLICES && k->slices_of) {
 			inf->enabled = *k->slices_of;
 			if (inf->enabled && narrow_slices(inf, k->slices_of) < 0)
@@ -1313,15 +1521,13 @@ static int init_informers(struct kube_client *k)
 
 static void free_client(struct kube_client *k)
 {
-	for (int r = 0; r < KUBE_N_RESOURCES; r++) {
-		struct informer *inf = &k->inf[r];
-		if (inf->k)
-			end_request(inf);
-		kube_keys_free(&inf->keys);
-		free(inf->selector);
-		free(inf->own_path);
-		free(inf->rv);
-		free(inf->cont);
+	for (int r = 0; r < KUBE_N_RESOURCES; r++)
+		free_informer(&k->inf[r]);
+	while (k->selected) {
+		struct informer *inf = k->selected;
+		k->selected = inf->next;
+		free_informer(inf);
+		free(inf);
 	}
 	if (k->multi)
 		curl_multi_cleanup(k->multi);
@@ -1377,6 +1583,9 @@ int kube_start(const struct config *cfg, bool pods, const char *slices_of,
 	}
 	k->h = *h;
 	k->object_max_bytes = cfg->kubernetes.object_max_bytes;
+	k->crd_retry_ms = (int64_t)cfg->kubernetes.crd_retry_interval_ms;
+	k->mesh = cfg->mesh.istio;
+	k->multicluster = cfg->multicluster.enabled;
 	atomic_init(&k->pods_wanted, pods);
 	k->pods_applied = pods;
 	pthread_mutex_init(&k->status_lock, NULL);

@@ -1,7 +1,9 @@
 /*
  * kube — the Kubernetes API client: list+watch of Services, EndpointSlices,
- * Namespaces and, when asked, this node's Pods, delivered object by object
- * to a handler.
+ * Namespaces and, when asked, this node's Pods; with mesh.istio Istio's
+ * ServiceEntries and WorkloadEntries and the Pods that selectors pick
+ * (kube_watch_selected); with multicluster.enabled ServiceImports. Each is
+ * delivered object by object to a handler.
  *
  * Owns: the connection (a kubeconfig or the in-cluster service account, the
  * bearer token and its rotation), one thread running libcurl's multi
@@ -13,7 +15,11 @@
  * keys (namespace/name) it has delivered, so a relist can report what
  * disappeared. Responses are decoded as they stream in, keeping only the
  * fields DNS reads of one object at a time (struct kube_json, below); one
- * object is bounded by kubernetes.object_max_bytes.
+ * object is bounded by kubernetes.object_max_bytes. The custom resources
+ * (ServiceEntries, WorkloadEntries, ServiceImports) are optional: a 404
+ * (their CRD is not installed) counts as an empty list, is logged once, and
+ * is asked again every kubernetes.crd_retry_interval, so a CRD installed
+ * later is picked up without a restart; they never hold back `synced`.
  *
  * Must never: keep whole objects (the consumer keeps what it needs), hold a
  * whole LIST response, page or watch stream, ask etcd for a LIST the watch
@@ -29,7 +35,16 @@
 
 #include "config/config.h"
 
-enum kube_resource { KUBE_SERVICES, KUBE_ENDPOINTSLICES, KUBE_NAMESPACES, KUBE_PODS, KUBE_N_RESOURCES };
+enum kube_resource {
+	KUBE_SERVICES, KUBE_ENDPOINTSLICES, KUBE_NAMESPACES, KUBE_PODS,
+	KUBE_SERVICEENTRIES,  /* networking.istio.io/v1, with mesh.istio */
+	KUBE_WORKLOADENTRIES, /* networking.istio.io/v1, with mesh.istio */
+	KUBE_SERVICEIMPORTS,  /* multicluster.x-k8s.io/v1alpha1, with multicluster.enabled */
+	KUBE_SELECTED_PODS,   /* Pods of kube_watch_selected's watches, all together */
+	KUBE_N_RESOURCES
+};
+
+struct kube_client;
 
 /*
  * An object as the client hands it over: the JSON values it kept (kube/
@@ -75,7 +90,8 @@ struct kube_json_doc *kube_json_parse(const char *text, size_t len);
 const struct kube_json *kube_json_root(const struct kube_json_doc *doc);
 void kube_json_doc_free(struct kube_json_doc *doc);
 
-/* "services", "endpointslices", "namespaces", "pods". */
+/* "services", "endpointslices", "namespaces", "pods", "serviceentries", "workloadentries",
+ * "serviceimports", "selectedpods". */
 const char *kube_resource_name(enum kube_resource r);
 extern const char *const kube_resource_names[KUBE_N_RESOURCES];
 
@@ -98,16 +114,26 @@ struct kube_handler {
 	 * commit of their own, but a commit for another resource's events may
 	 * come between them. */
 	void (*commit)(void *ctx);
-	/* Every resource has completed its first full LIST (called once, after
-	 * that LIST's commit). */
+	/* Every core resource (Services, EndpointSlices, Namespaces, and Pods
+	 * when watched) has completed its first full LIST (called once, after
+	 * that LIST's commit). The optional resources do not hold it back. */
 	void (*synced)(void *ctx);
+	/* Optional: resource r has completed its first full LIST, or answered
+	 * 404 (an optional resource not installed: listed, empty); once per
+	 * resource, after that commit. */
+	void (*resource_synced)(void *ctx, enum kube_resource r);
+	/* The objects of a selector watch (kube_watch_selected), with its tag,
+	 * as upsert and remove. Required when the consumer starts such watches. */
+	void (*selected_upsert)(void *ctx, void *tag, const struct kube_json *obj);
+	void (*selected_remove)(void *ctx, void *tag, const char *ns, const char *name);
+	/* Optional: on the client's thread before its first handler call: the
+	 * client, for kube_watch_selected. */
+	void (*bind)(void *ctx, struct kube_client *k);
 	/* Optional: called on the client's thread before its first call and
 	 * after its last (e.g. to register the thread with RCU). */
 	void (*thread_begin)(void *ctx);
 	void (*thread_end)(void *ctx);
 };
-
-struct kube_client;
 
 /*
  * Resolve the connection (cfg->kubernetes.kubeconfig, or in-cluster from
@@ -131,6 +157,24 @@ int kube_start(const struct config *cfg, bool pods, const char *slices_of,
  * consumer keeps nothing of them.
  */
 void kube_watch_pods(struct kube_client *k, bool on);
+
+/*
+ * Watch the Pods of namespace ns that a label selector picks ("k=v,k2=v2",
+ * as a labelSelector), wherever they run: a list+watch of that namespace's
+ * path with that selector (never every Pod of the cluster). Their events
+ * come to h.selected_upsert / selected_remove with tag. Only on the
+ * client's thread (from a handler call); the request starts at the
+ * client's next turn. NULL when out of memory (logged).
+ */
+struct kube_watch;
+struct kube_watch *kube_watch_selected(struct kube_client *k, const char *ns,
+				       const char *selector, void *tag);
+/*
+ * Stop a selector watch: no handler call carries its tag after this
+ * returns, and the Pods it delivered are not reported removed (the caller
+ * forgets them). Only on the client's thread.
+ */
+void kube_unwatch(struct kube_client *k, struct kube_watch *w);
 
 /*
  * What kube_start would refuse about the connection, checked without

@@ -16,7 +16,7 @@
  * out of a NODATA answer; we keep it, so the reply says what it answers.
  *
  * Each candidate is first asked of local data (static records, the cluster
- * table). One that local data does not hold is external: a live NXDOMAIN in
+ * table, the mesh's hosts). One that local data does not hold is external: a live NXDOMAIN in
  * the cache skips it; otherwise it and the external candidates after it go
  * to the resolver in one request (upstream_request.search), which asks them
  * in turn, caches each NXDOMAIN under the candidate's own name and the
@@ -30,8 +30,8 @@
  * CoreDNS; an upstream failure answers as failures do (stale, or SERVFAIL).
  *
  * Hot path: candidate names and questions live on the stack; each costs a
- * lookup in the static table and one in the cluster table and, when
- * external, a cache probe. No allocation, no lock.
+ * lookup in the static table and one in the cluster table (and the mesh's,
+ * with mesh.istio) and, when external, a cache probe. No allocation, no lock.
  */
 #include "query/internal.h"
 
@@ -101,6 +101,8 @@ static enum candidate_result answer_locally(const struct dns_query *cand,
 	case CLUSTER_CHASE:
 		return CANDIDATE_CHASE;
 	default: /* not local (never unsynced: q itself was answered from the table) */
+		if (s->mesh && query_answer_mesh(cand, s, w, ctx, MESH_ASK_CANDIDATE))
+			return CANDIDATE_ANSWERED;
 		return CANDIDATE_ELSEWHERE;
 	}
 }

@@ -24,6 +24,18 @@ void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
 			struct query_ctx *ctx, const uint8_t *first,
 			const struct cluster_chase *chase);
 
+/* How the mesh is asked about a name (query_answer_mesh). */
+enum query_mesh_ask {
+	MESH_ASK_NAME,      /* no cluster zone's name: a host? */
+	MESH_ASK_NXDOMAIN,  /* a cluster zone's NXDOMAIN: a host, or Istio's alias of one? */
+	MESH_ASK_CANDIDATE, /* an autopath candidate (w holds the CNAME to it): a host? */
+};
+
+/* q as a mesh host (mesh.istio) for the client of ctx; true when the mesh
+ * answered it into w (ctx->source set). */
+bool query_answer_mesh(const struct dns_query *q, const struct query_sources *s,
+		       struct dns_writer *w, struct query_ctx *ctx, enum query_mesh_ask ask);
+
 /* Append a name to the request's chain; false when it does not fit. */
 bool query_chain_append(struct upstream_request *r, const uint8_t *name);
 

@@ -20,10 +20,11 @@ enum query_source {
 	QUERY_SOURCE_CACHE,    /* a live cache entry */
 	QUERY_SOURCE_STALE,    /* an expired entry (the upstream is failing) */
 	QUERY_SOURCE_UPSTREAM, /* handed to the resolver */
+	QUERY_SOURCE_MESH,     /* Istio's ServiceEntry hosts (mesh.istio) */
 	QUERY_SOURCE_COUNT
 };
 
-/* "none", "static", "cluster", "cache", "stale", "upstream" (query.c). */
+/* "none", "static", "cluster", "cache", "stale", "upstream", "mesh" (query.c). */
 const char *query_source_name(enum query_source source);
 extern const char *const query_source_names[QUERY_SOURCE_COUNT];
 

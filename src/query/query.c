@@ -14,6 +14,7 @@
 
 #include "dns/dns.h"
 #include "log/log.h"
+#include "mesh/mesh.h"
 #include "resolvconf/resolvconf.h"
 #include "static/static.h"
 #include "util/tsan.h"
@@ -71,9 +72,10 @@ static void load_search_domains(struct query_sources *s, const char *path)
 		 "file", path, "domains", text);
 }
 
-struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
+struct query_sources *query_sources_build(const struct config *cfg, const struct query_names *names,
 					  struct cache *cache, char *err, size_t errlen)
 {
+	const struct cluster *cluster = names ? names->cluster : NULL;
 	struct query_sources *s = calloc(1, sizeof *s);
 
 	if (!s) {
@@ -86,6 +88,8 @@ struct query_sources *query_sources_build(const struct config *cfg, const struct
 		return NULL;
 	}
 	s->cluster = cluster;
+	s->clusterset = cluster ? names->clusterset : NULL;
+	s->mesh = cluster ? names->mesh : NULL;
 	s->cluster_fallback = cfg->cluster.n_fallback_servers > 0;
 	s->autopath = cfg->cluster.autopath && cluster;
 	s->autopath_ttl = cfg->cluster.ttl;
@@ -175,7 +179,7 @@ static void answer_chaos(const struct dns_query *q, const struct query_sources *
 }
 
 const char *const query_source_names[QUERY_SOURCE_COUNT] = {
-	"none", "static", "cluster", "cache", "stale", "upstream"};
+	"none", "static", "cluster", "cache", "stale", "upstream", "mesh"};
 
 const char *const query_qtype_names[QUERY_QTYPE_COUNT] = {
 	"A", "AAAA", "CNAME", "PTR", "SRV", "TXT", "MX", "NS", "SOA", "ANY",
@@ -302,6 +306,52 @@ static void answer_from_cache(const struct query_prepared *p, const struct query
 	query_cache_result(r, ctx);
 }
 
+/* The cluster zone's table, then the clusterset zone's. */
+static enum cluster_result answer_from_clusters(const struct query_sources *s,
+						const struct dns_query *q, struct dns_writer *w,
+						struct cluster_chase *chase)
+{
+	enum cluster_result r = s->cluster ? cluster_answer(s->cluster, q, w, chase)
+					   : CLUSTER_NOT_LOCAL;
+
+	if (r == CLUSTER_NOT_LOCAL && s->clusterset)
+		r = cluster_answer(s->clusterset, q, w, chase);
+	return r;
+}
+
+struct client_of {
+	const struct query_sources *s;
+	const struct query_ctx *ctx;
+};
+
+static const uint8_t *client_namespace(const void *arg)
+{
+	const struct client_of *c = arg;
+
+	return cluster_client_namespace(c->s->cluster, c->ctx->peer);
+}
+
+/*
+ * A name no cluster table holds may be a mesh host (after a cluster zone's
+ * NXDOMAIN: a ServiceEntry for a name no Service has), or Istio's
+ * search-path alias of one.
+ */
+bool query_answer_mesh(const struct dns_query *q, const struct query_sources *s,
+		       struct dns_writer *w, struct query_ctx *ctx, enum query_mesh_ask ask)
+{
+	struct client_of who = {s, ctx};
+	struct mesh_client client = {.namespace_of = client_namespace, .ctx = &who};
+	size_t base;
+
+	if (mesh_answer(s->mesh, q, &client, ask != MESH_ASK_CANDIDATE, w) == MESH_ANSWERED ||
+	    (ask == MESH_ASK_NXDOMAIN && (base = cluster_autopath_base(s->cluster, q, ctx->peer)) &&
+	     mesh_answer_alias(s->mesh, q, base, &client, w) == MESH_ANSWERED)) {
+		ctx->source = QUERY_SOURCE_MESH;
+		return true;
+	}
+	return false;
+}
+
 static void answer_in(const struct query_prepared *p, const struct query_sources *s,
 		      struct dns_writer *w, struct query_ctx *ctx)
 {
@@ -319,9 +369,12 @@ static void answer_in(const struct query_prepared *p, const struct query_sources
 		ctx->source = QUERY_SOURCE_STATIC;
 		return;
 	}
-	switch (s->cluster ? cluster_answer(s->cluster, q, w, &chase) : CLUSTER_NOT_LOCAL) {
+	switch (answer_from_clusters(s, q, w, &chase)) {
 	case CLUSTER_ANSWERED:
 		ctx->source = QUERY_SOURCE_CLUSTER;
+		if (s->mesh && w->rcode == DNS_R_NXDOMAIN &&
+		    query_answer_mesh(q, s, w, ctx, MESH_ASK_NXDOMAIN))
+			return;
 		if (s->autopath)
 			query_autopath(q, s, w, ctx);
 		return;
@@ -335,6 +388,8 @@ static void answer_in(const struct query_prepared *p, const struct query_sources
 		}
 		break; /* the resolver forwards the zone to kube-dns */
 	case CLUSTER_NOT_LOCAL:
+		if (s->mesh && query_answer_mesh(q, s, w, ctx, MESH_ASK_NAME))
+			return;
 		break;
 	}
 	if (!s->cache) {

@@ -11,10 +11,15 @@
  * waits for a grace period first).
  *
  * Order of sources: static records, then the cluster table (Kubernetes),
- * then the answer cache, then the upstream: a miss is not answered here but
- * handed back to the caller as an upstream_request, which the resolver
- * answers later. With cluster.autopath, a pod's first search-list query
- * that is NXDOMAIN walks the rest of its search list here (autopath.c). Cluster names before the first sync go the upstream way
+ * then the clusterset table (Multi-Cluster Services), then the mesh
+ * (Istio's ServiceEntry hosts), then the answer cache, then the upstream: a
+ * miss is not answered here but handed back to the caller as an
+ * upstream_request, which the resolver answers later. A name the cluster
+ * tables answer NXDOMAIN may still be a mesh host (a ServiceEntry for a
+ * name no Service has: a Service wins), or Istio's search-path alias of
+ * one (<host>.<ns>.svc.<zone> from a pod of <ns>). With cluster.autopath,
+ * a pod's first search-list query that is NXDOMAIN walks the rest of its
+ * search list here (autopath.c), the mesh among the local sources. Cluster names before the first sync go the upstream way
  * when cluster.fallback_servers are set (the resolver forwards the cluster
  * zone to them), else get SERVFAIL: never a false NXDOMAIN. Without a cache
  * (sources built with none, as in unit tests) names outside local data get
@@ -83,10 +88,20 @@ struct query_net6 {
 	uint64_t net[2], mask[2];  /* the address's two halves, host byte order */
 };
 
+/* The tables the Kubernetes client keeps (each borrowed; NULL: none). */
+struct mesh;
+struct query_names {
+	const struct cluster *cluster;    /* cluster.domain */
+	const struct cluster *clusterset; /* multicluster.domain */
+	const struct mesh *mesh;          /* mesh.istio */
+};
+
 /* Everything a query may be answered from; immutable once published. */
 struct query_sources {
 	struct zone_table *zone;   /* static records */
 	const struct cluster *cluster; /* borrowed; NULL: no Kubernetes table */
+	const struct cluster *clusterset; /* borrowed; NULL: multicluster off */
+	const struct mesh *mesh;   /* borrowed; NULL: mesh.istio off */
 	bool cluster_fallback;     /* unsynced cluster names go upstream (to kube-dns) */
 	bool autopath;             /* cluster.autopath (and a cluster table) */
 	uint32_t autopath_ttl;     /* cluster.ttl: autopath's CNAMEs */
@@ -107,12 +122,12 @@ struct query_sources {
 };
 
 /*
- * Build sources from a loaded config, answering cluster names from cluster
- * and external names from cache (both borrowed: they must outlive the
- * sources; NULL for none). NULL with "FILE:LINE:COL: message" in err when
- * the static data cannot be built.
+ * Build sources from a loaded config, answering cluster, clusterset and
+ * mesh names from names' tables and external names from cache (borrowed:
+ * they must outlive the sources; NULL names or cache for none). NULL with
+ * "FILE:LINE:COL: message" in err when the static data cannot be built.
  */
-struct query_sources *query_sources_build(const struct config *cfg, const struct cluster *cluster,
+struct query_sources *query_sources_build(const struct config *cfg, const struct query_names *names,
 					  struct cache *cache, char *err, size_t errlen);
 
 /* Free a set that was never published (a reload that failed later on). */

@@ -1,15 +1,15 @@
 /*
  * upstream/context.c — turning the upstream and cache sections of our
- * config into a configured libunbound context.
+ * config into the unbound.conf text of a libunbound context.
  *
- * The context is configured through an unbound.conf text, written to a
- * memfd and read back with ub_ctx_config: forward-zone clauses have no
- * ub_ctx_set_option form, and one text is easy to log and reason about.
- * Nothing is written to disk.
+ * A context is configured through such a text (upstream.c writes it to a
+ * memfd and reads it back with ub_ctx_config): forward-zone clauses have
+ * no ub_ctx_set_option form, and one text is easy to log and reason
+ * about. Nothing is written to disk. This file never calls libunbound.
  *
- * Choices that are not the operator's to make, and why:
- * - threads, not a forked process (ub_ctx_async), so results come back
- *   through ub_fd into our resolver thread;
+ * Choices that are not the operator's to make, and why (and, in
+ * upstream.c, threads rather than a forked process, so results come back
+ * through ub_fd into the resolver thread):
  * - do-not-query-localhost: no, since a node's resolver (or a test's) may
  *   live on a loopback address;
  * - no message cache to speak of (one slab of size 0 keeps only the last
@@ -57,22 +57,18 @@
  *   DNS for a TLS zone: a handshake or certificate failure is a failed
  *   query. Debian 12's libunbound8 is built with nettle, without
  *   OpenSSL, and cannot do TLS at all (its worker fails to start, so every
- *   query would fail): upstream_conf_text refuses upstream.tls on such a
+ *   query would fail): upstream.c refuses upstream.tls on such a
  *   libunbound with a message that says so (tls_supported, a probe that
  *   answers a local name and sends nothing).
  */
-#include "upstream/internal.h"
-#include "upstream/upstream.h"
+#include "upstream/context.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "log/log.h"
@@ -320,34 +316,6 @@ static int check_files(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-#define TLS_PROBE_NAME "localdns-tls-probe.invalid"
-
-/*
- * Whether this libunbound can make TLS connections: a context with
- * tls-upstream that answers one local name. A libunbound without TLS
- * cannot start its worker ("initialization failure"); one with TLS
- * answers from the local zone without sending anything. Asked once.
- */
-static bool tls_supported(void)
-{
-	static int known = -1; /* main thread only: start, reloads, --check-config */
-	struct ub_ctx *ctx;
-	struct ub_result *res = NULL;
-
-	if (known >= 0)
-		return known;
-	ctx = ub_ctx_create();
-	known = ctx && ub_ctx_set_option(ctx, "tls-upstream:", "yes") == 0 &&
-		ub_ctx_set_option(ctx, "local-zone:", TLS_PROBE_NAME ". static") == 0 &&
-		ub_ctx_set_option(ctx, "local-data:", TLS_PROBE_NAME ". A 127.0.0.1") == 0 &&
-		ub_resolve(ctx, TLS_PROBE_NAME, 1, 1, &res) == 0;
-	if (res)
-		ub_resolve_free(res);
-	if (ctx)
-		ub_ctx_delete(ctx);
-	return known;
-}
-
 char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
 {
 	char *text = NULL;
@@ -356,12 +324,6 @@ char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
 
 	if (check_files(cfg, err, errlen) < 0)
 		return NULL;
-	if (cfg->upstream.tls && !tls_supported()) {
-		snprintf(err, errlen, "upstream.tls: this libunbound (%s) was built without TLS "
-			 "support (Debian 12's libunbound8 uses nettle, not OpenSSL): DNS-over-TLS "
-			 "upstreams need a libunbound built with OpenSSL", ub_version());
-		return NULL;
-	}
 	if (!(f = open_memstream(&text, &len))) {
 		snprintf(err, errlen, "cannot make the resolver configuration: %s",
 			 strerror(errno));
@@ -377,55 +339,4 @@ char *upstream_conf_text(const struct config *cfg, char *err, size_t errlen)
 		return NULL;
 	}
 	return text;
-}
-
-void upstream_prepare_process(void)
-{
-	mallopt(M_ARENA_MAX, 1);
-}
-
-/* ub_ctx_config reads a file: the text goes through a memfd, never to disk. */
-static int apply_conf_text(struct ub_ctx *ctx, const char *text, char *err, size_t errlen)
-{
-	char path[64];
-	size_t len = strlen(text);
-	int fd = memfd_create("localdns-unbound.conf", MFD_CLOEXEC);
-
-	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
-		snprintf(err, errlen, "cannot make the resolver configuration: %s",
-			 strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -1;
-	}
-	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-	int ub = ub_ctx_config(ctx, path);
-	close(fd);
-	if (ub != 0) {
-		snprintf(err, errlen, "resolver configuration rejected: %s", ub_strerror(ub));
-		return -1;
-	}
-	return 0;
-}
-
-struct ub_ctx *upstream_context_from_text(const char *text, char *err, size_t errlen)
-{
-	struct ub_ctx *ctx = ub_ctx_create();
-	int rc;
-
-	if (!ctx) {
-		snprintf(err, errlen, "cannot create the libunbound context");
-		return NULL;
-	}
-	rc = ub_ctx_async(ctx, 1);
-	if (rc != 0) {
-		snprintf(err, errlen, "libunbound: %s", ub_strerror(rc));
-		ub_ctx_delete(ctx);
-		return NULL;
-	}
-	if (apply_conf_text(ctx, text, err, errlen) < 0) {
-		ub_ctx_delete(ctx);
-		return NULL;
-	}
-	return ctx;
 }

@@ -4,128 +4,173 @@
  * UDP replies go straight out on the socket the query came in on (sendto
  * from this thread; the worker keeps reading it). A TCP connection's byte
  * stream belongs to its worker, so a TCP reply is framed into a malloc'd
- * buffer and put on that worker's completion ring (single producer: this
- * thread; single consumer: the worker), whose eventfd is written once per
- * loop turn (signal_completions). A full ring drops the reply, counted.
+ * buffer and put on that worker's completion ring (ring.c; single
+ * producer: this thread; single consumer: the worker), whose eventfd is
+ * written once per loop turn (deliver_flush). A full ring does not drop
+ * the reply: the worker counts every TCP query it handed over until its
+ * reply comes back, and at its cap stops reading the connection, so a
+ * lost reply would leave the connection unread until its idle timeout.
+ * The reply is held in a list per worker and moved to the ring as the
+ * worker makes room. At most one reply is held per TCP query a worker has
+ * waiting (listen.tcp_max_pending_queries per connection); only a reply
+ * with no memory to frame it is lost (counted as dropped).
  *
- * Every reply is built in u->buf with the client's own ID, question case,
+ * Every reply is built in d->buf with the client's own ID, question case,
  * EDNS and cookie, from the cache (TTLs aged to now) or from the message
  * libunbound gave when the cache would not keep it.
  */
-#include "upstream/internal.h"
+#include "upstream/deliver.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
-#include "top/top.h"
 
 /* The workers count the replies they send; these are the resolver's,
  * counted before the client can see the reply (a scrape after it includes it). */
-static void count_reply(struct upstream *u)
+static void count_reply(struct deliver *d)
 {
-	upstream_bump(&u->n.rcode[dns_reply_rcode_slot(u->buf, false)]);
-	if (dns_reply_truncated(u->buf))
-		upstream_bump(&u->n.truncated);
+	upstream_bump(&d->n->rcode[dns_reply_rcode_slot(d->buf, false)]);
+	if (dns_reply_truncated(d->buf))
+		upstream_bump(&d->n->truncated);
 }
 
-static void deliver_tcp(struct upstream *u, unsigned worker, const struct upstream_request *r,
+/* c for worker goes behind what is held for it already; false without memory. */
+static bool hold(struct deliver *d, unsigned worker, const struct upstream_completion *c)
+{
+	struct held_replies *list = &d->held[worker];
+	struct held_reply *h = malloc(sizeof *h);
+
+	if (!h)
+		return false;
+	h->c = *c;
+	h->next = NULL;
+	if (list->tail)
+		list->tail->next = h;
+	else
+		list->head = h;
+	list->tail = h;
+	d->n_held++;
+	return true;
+}
+
+static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstream_request *r,
 			size_t len)
 {
-	struct completion_ring *ring = u->completions[worker];
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
-	uint8_t *framed;
+	struct completion_ring *ring = d->completions[worker];
+	struct upstream_completion c = {.conn = r->conn, .conn_gen = r->conn_gen, .len = len + 2};
 
-	if (tail - head == COMPLETION_SLOTS || !(framed = malloc(len + 2))) {
-		upstream_bump(&u->n.dropped);
+	if (!(c.framed = malloc(len + 2))) {
+		upstream_bump(&d->n->dropped);
 		return;
 	}
-	framed[0] = (uint8_t)(len >> 8);
-	framed[1] = (uint8_t)len;
-	memcpy(framed + 2, u->buf, len);
-	ring->slots[tail & (COMPLETION_SLOTS - 1)] = (struct upstream_completion){
-		.conn = r->conn, .conn_gen = r->conn_gen, .framed = framed, .len = len + 2};
-	count_reply(u);
-	atomic_store_explicit(&ring->tail, tail + 1, memory_order_release);
-	ring->signal_pending = true;
+	c.framed[0] = (uint8_t)(len >> 8);
+	c.framed[1] = (uint8_t)len;
+	memcpy(c.framed + 2, d->buf, len);
+	count_reply(d);
+	if (!d->held[worker].head && completion_ring_has_room(ring)) {
+		completion_ring_put(ring, &c);
+		d->signal_owed = true;
+	} else if (!hold(d, worker, &c)) {
+		free(c.framed);
+		upstream_bump(&d->n->dropped);
+	}
 }
 
-void deliver(struct upstream *u, unsigned worker, const struct upstream_request *r, size_t len)
+/* The reply built in d->buf (len bytes; none when 0) goes to r's client. */
+static void send_reply(struct deliver *d, unsigned worker, const struct upstream_request *r,
+		       size_t len)
 {
 	if (len == 0)
 		return;
 	if (r->transport == UPSTREAM_UDP) {
-		count_reply(u);
-		sendto(r->fd, u->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
+		count_reply(d);
+		sendto(r->fd, d->buf, len, MSG_DONTWAIT | MSG_NOSIGNAL,
 		       (const struct sockaddr *)&r->peer, r->peer_len);
 	} else if (r->transport == UPSTREAM_TCP) {
-		deliver_tcp(u, worker, r, len);
+		deliver_tcp(d, worker, r, len);
 	}
-	if (top_sample(&u->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
-		top_note_reply(TOP_RESOLVER, NULL, u->buf, len);
+	if (top_sample(&d->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
+		top_note_reply(TOP_RESOLVER, NULL, d->buf, len);
+	enum query_transport how = r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP;
 	if (r->log_reply)
-		querylog_add(QUERYLOG_RESOLVER, &r->peer,
-			     r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP,
-			     QUERY_SOURCE_UPSTREAM, u->buf, len);
+		querylog_add(QUERYLOG_RESOLVER, &r->peer, how, QUERY_SOURCE_UPSTREAM, d->buf, len);
 	if (r->tap_reply) /* dnstap: the worker recorded the query; this is its reply */
-		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer,
-			      r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP, NULL, 0,
-			      u->buf, len);
+		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer, how, NULL, 0, d->buf, len);
 }
 
-void signal_completions(struct upstream *u)
+/* Held replies for worker into its ring, as far as it has room. */
+static void put_held(struct deliver *d, unsigned worker)
 {
-	uint64_t one = 1;
+	struct held_replies *list = &d->held[worker];
+	struct completion_ring *ring = d->completions[worker];
 
-	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct completion_ring *ring = u->completions[i];
-		if (ring->signal_pending) {
-			ring->signal_pending = false;
-			ssize_t ignored = write(ring->efd, &one, sizeof one);
-			(void)ignored; /* EAGAIN: the counter is already non-zero */
-		}
+	while (list->head && completion_ring_has_room(ring)) {
+		struct held_reply *h = list->head;
+		list->head = h->next;
+		if (!list->head)
+			list->tail = NULL;
+		completion_ring_put(ring, &h->c);
+		free(h);
+		d->n_held--;
+		d->signal_owed = true;
 	}
 }
 
-static void begin_reply(struct dns_writer *w, struct upstream *u, const struct upstream_request *r)
+void deliver_flush(struct deliver *d)
 {
-	dns_response_begin(w, u->buf, r->reply_limit, &r->q, DNS_R_NOERROR);
+	for (unsigned i = 0; d->n_held && i < d->n_workers; i++)
+		put_held(d, i);
+	if (!d->signal_owed)
+		return;
+	d->signal_owed = false;
+	for (unsigned i = 0; i < d->n_workers; i++)
+		completion_ring_signal(d->completions[i]);
+}
+
+bool deliver_holding(const struct deliver *d)
+{
+	return d->n_held > 0;
+}
+
+static void begin_reply(struct dns_writer *w, struct deliver *d, const struct upstream_request *r)
+{
+	dns_response_begin(w, d->buf, r->reply_limit, &r->q, DNS_R_NOERROR);
 	if (r->has_cookie)
 		dns_response_set_server_cookie(w, r->cookie);
 }
 
-size_t reply_from_cache(struct upstream *u, const struct upstream_request *r,
-			bool allow_stale, enum cache_result *how)
+/* r answered from the cache: the length, 0 when the cache has nothing usable. */
+static size_t reply_from_cache(struct deliver *d, const struct upstream_request *r,
+			       uint64_t now_ms, bool allow_stale, enum cache_result *how)
 {
 	struct dns_writer w;
 
-	begin_reply(&w, u, r);
-	*how = cache_replay(u->cache, &w, u->now_ms / 1000, allow_stale);
+	begin_reply(&w, d, r);
+	*how = cache_replay(d->cache, &w, now_ms / 1000, allow_stale);
 	if (*how == CACHE_MISS)
 		return 0;
 	return dns_response_finish(&w, r->udp_payload);
 }
 
-size_t reply_servfail(struct upstream *u, const struct upstream_request *r)
+static size_t reply_servfail(struct deliver *d, const struct upstream_request *r)
 {
 	struct dns_writer w;
 
-	begin_reply(&w, u, r);
+	begin_reply(&w, d, r);
 	dns_response_set_rcode(&w, DNS_R_SERVFAIL);
 	return dns_response_finish(&w, r->udp_payload);
 }
 
 /* Autopath found no candidate: q's own local answer, NXDOMAIN with the zone's SOA. */
-size_t reply_nxdomain(struct upstream *u, const struct upstream_request *r)
+static size_t reply_nxdomain(struct deliver *d, const struct upstream_request *r)
 {
 	const uint16_t counts[3] = {0, r->nxdomain_len ? 1 : 0, 0};
 	struct dns_writer w;
 
-	begin_reply(&w, u, r);
+	begin_reply(&w, d, r);
 	if (r->nxdomain_len)
 		dns_response_append_raw(&w, r->nxdomain, r->nxdomain_len, counts);
 	dns_response_set_rcode(&w, DNS_R_NXDOMAIN);
@@ -133,32 +178,94 @@ size_t reply_nxdomain(struct upstream *u, const struct upstream_request *r)
 	return dns_response_finish(&w, r->udp_payload);
 }
 
-void answer_failed(struct upstream *u, unsigned worker, const struct upstream_request *r)
+/* The upstream could not help: a stale answer (RFC 8767) or SERVFAIL. */
+static size_t reply_failed(struct deliver *d, const struct upstream_request *r, uint64_t now_ms)
 {
 	enum cache_result how;
-	size_t len = reply_from_cache(u, r, true, &how);
+	size_t len = reply_from_cache(d, r, now_ms, true, &how);
 
 	if (len) {
-		upstream_bump(how == CACHE_STALE ? &u->n.stale : &u->n.answers);
-	} else {
-		len = reply_servfail(u, r);
-		upstream_bump(&u->n.servfail);
+		upstream_bump(how == CACHE_STALE ? &d->n->stale : &d->n->answers);
+		return len;
 	}
-	deliver(u, worker, r, len);
+	upstream_bump(&d->n->servfail);
+	return reply_servfail(d, r);
 }
 
-void answer_with(struct upstream *u, unsigned worker, const struct upstream_request *r,
-		 const uint8_t *msg, size_t msg_len, bool cached)
+/* The upstream's answer: from the cache (when cached), or as it came. */
+static size_t reply_answer(struct deliver *d, const struct upstream_request *r,
+			   const struct flight_reply *a, uint64_t now_ms)
 {
 	struct dns_writer w;
 	enum cache_result how;
-	size_t len = cached ? reply_from_cache(u, r, false, &how) : 0;
+	size_t len = a->cached ? reply_from_cache(d, r, now_ms, false, &how) : 0;
 
 	if (len == 0) {
-		begin_reply(&w, u, r);
-		if (!cache_write_message(&w, msg, msg_len))
+		begin_reply(&w, d, r);
+		if (!cache_write_message(&w, a->msg, a->len))
 			dns_response_set_rcode(&w, DNS_R_SERVFAIL);
 		len = dns_response_finish(&w, r->udp_payload);
 	}
-	deliver(u, worker, r, len);
+	return len;
+}
+
+static size_t build_reply(struct deliver *d, const struct upstream_request *r,
+			  const struct flight_reply *a, uint64_t now_ms)
+{
+	enum cache_result how;
+	size_t len;
+
+	switch (a->kind) {
+	case FLIGHT_REPLY_CACHED:
+		/* the table saw it in the cache a moment ago; should it be gone, as a failure */
+		len = reply_from_cache(d, r, now_ms, false, &how);
+		return len ? len : reply_failed(d, r, now_ms);
+	case FLIGHT_REPLY_FAILED:
+		return reply_failed(d, r, now_ms);
+	case FLIGHT_REPLY_ANSWER:
+		return reply_answer(d, r, a, now_ms);
+	case FLIGHT_REPLY_SERVFAIL:
+		upstream_bump(&d->n->servfail);
+		return reply_servfail(d, r);
+	case FLIGHT_REPLY_NXDOMAIN:
+		return reply_nxdomain(d, r);
+	}
+	return 0;
+}
+
+void deliver_reply(void *env, unsigned worker, const struct upstream_request *r,
+		   const struct flight_reply *a, uint64_t now_ms)
+{
+	struct deliver *d = env;
+
+	send_reply(d, worker, r, build_reply(d, r, a, now_ms));
+}
+
+int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counters *n,
+		 struct completion_ring **completions, unsigned n_workers)
+{
+	d->cache = cache;
+	d->n = n;
+	d->completions = completions;
+	d->n_workers = n_workers;
+	d->n_held = 0;
+	d->signal_owed = false;
+	d->top_sampler = (struct top_sampler){0, 0};
+	d->held = calloc(n_workers, sizeof *d->held);
+	return d->held ? 0 : -1;
+}
+
+void deliver_free(struct deliver *d)
+{
+	for (unsigned i = 0; d->held && i < d->n_workers; i++) {
+		while (d->held[i].head) {
+			struct held_reply *h = d->held[i].head;
+			d->held[i].head = h->next;
+			free(h->c.framed);
+			free(h);
+		}
+	}
+	free(d->held);
+	d->held = NULL;
+	d->n_held = 0;
 }

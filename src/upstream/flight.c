@@ -1,7 +1,8 @@
 /*
  * upstream/flight.c — the questions on their way upstream (flights), the
- * clients waiting for them (waiters), and the queue in front of libunbound.
- * Resolver thread only.
+ * clients waiting for them (waiters), and the queue in front of the
+ * upstream. Pure logic (flight.h): the time comes in as an argument, the
+ * questions go out through io.ask and the answers through io.reply.
  *
  * Flights. One per (qname, qtype, qclass, DO, CD) at a time: identical
  * requests join it as waiters. The table is keyed with SipHash and a random
@@ -21,34 +22,77 @@
  * lands in the cache.
  *
  * The queue. A slow or rate-limiting upstream must cost latency, not
- * answers. A question that cannot start on libunbound now, because the
- * context runs MAX_RESOLVING queries or because upstream.max_rate is
- * reached (pace.c), waits in the queue instead of being refused. Questions
- * start newest first: under overload the newest question's client has the
- * most time left, while the oldest ones' clients are about to be answered
- * from their deadline anyway. A full queue makes room by giving up its
+ * answers. A question that cannot be asked now, because the upstream has
+ * max_asked questions already or because upstream.max_rate is reached
+ * (pace.c), waits in the queue instead of being refused. Questions start
+ * newest first: under overload the newest question's client has the most
+ * time left, while the oldest ones' clients are about to be answered from
+ * their deadline anyway. A full queue makes room by giving up its
  * longest-waiting question (Unbound's jostling): its clients get stale data
  * or SERVFAIL at once, and nothing about it is remembered as an upstream
  * failure. A queued question nobody waits for any more (a refresh, or one
  * whose clients all reached their deadline) leaves the queue.
  *
+ * Failures. A failure on the upstream asked now marks it failing (workers
+ * then serve expired entries at once and ask for a background refresh).
+ * When the cache has nothing for the question, the SERVFAIL itself is
+ * cached for the cache's SERVFAIL time, so workers answer it without
+ * coming here and the flight goes at once: a flood of new names at a
+ * failing upstream does not pile up flights. When a stale entry exists,
+ * the flight stays for a cool-down of FAILURE_HOLD_MS instead, during
+ * which refreshes of it are not sent, so a dead upstream is not hammered.
+ * A failure is asked once more while clients still wait for it, within a
+ * budget of a tenth of the questions asked (retried_once). Any answer
+ * clears the failing mark.
+ *
+ * Upstreams. Questions are asked on the upstream of the moment; a reload
+ * (or a fresh one for a full, silent one) brings another
+ * (flights_new_upstream). A question still running on the one before is
+ * not joined by new clients, does not count against the new one's room,
+ * and its result answers its own waiters only: the cache, the failing
+ * mark and the cool-downs are about the new upstream.
+ *
+ * Shares. Outside input decides how much of the table one client takes, so
+ * each client (an IPv4 address, an IPv6 /64; UDP sources can be forged)
+ * has a share: of questions started (upstream.max_pending_per_client, a
+ * quarter of it while places are scarce), its hits' background refreshes
+ * counting as its own; and of queries joining questions already asked
+ * (MAX_WAITERS_PER_CLIENT, a sixteenth of the waiters' places). Past a
+ * share a request is answered at once (stale or SERVFAIL) and a refresh
+ * is not sent. Refreshes together hold at most a quarter of the upstream's
+ * places. Should the waiters' table fill all the same (sixteen sources),
+ * a newcomer is never the one turned away: a client holding the most
+ * waiters gives up its oldest, which is answered now.
+ *
  * Costs: O(1) per request but for the table's doubling (O(flights), once
  * per doubling) and the once-a-second cool-down sweep (O(buckets)).
  */
-#include "upstream/internal.h"
+#include "upstream/flight.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
-#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "util/client.h"
-#include "util/clock.h"
 
 #define FIRST_BUCKETS 256        /* a power of two; doubles up to MAX_FLIGHTS */
 #define QUEUE_LOG_MS 60000
+#define SWEEP_MS 1000
+
+/* A client waiting for a flight's answer, until its deadline. */
+struct waiter {
+	struct waiter *prev, *next;           /* the flight's waiters */
+	struct waiter *fifo_prev, *fifo_next; /* its list, by deadline */
+	struct waiter *cprev, *cnext;         /* its client slot's, oldest first */
+	struct waiter_list *list;
+	struct flight *flight;
+	uint64_t deadline_ms;
+	unsigned worker;
+	uint16_t client;                      /* its slot in flights.clients */
+	uint8_t req[];                        /* the client's request, packed (request.c) */
+};
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -81,7 +125,7 @@ size_t flight_table_longest_chain(const struct flight_table *t)
 	return longest;
 }
 
-uint64_t question_hash(const struct flight_table *t, const struct dns_query *q)
+uint64_t flight_table_hash(const struct flight_table *t, const struct dns_query *q)
 {
 	uint8_t key[DNS_MAX_NAME + 6];
 	size_t n = q->qname_len;
@@ -103,11 +147,16 @@ static bool same_question(const struct dns_query *a, const struct dns_query *b)
 	       a->qname_len == b->qname_len && memcmp(a->qname, b->qname, a->qname_len) == 0;
 }
 
-/* The flight for q; one still running on a replaced context is not joined any more. */
-static struct flight *find_flight(struct upstream *u, const struct dns_query *q, uint64_t h)
+bool flight_current(const struct flights *t, const struct flight *f)
 {
-	for (struct flight *f = u->flights.buckets[h & u->flights.mask]; f; f = f->hnext)
-		if (f->hash == h && same_question(&f->q, q) && (!f->resolving || f->ctx == u->ctx))
+	return f->asked && f->upstream == t->upstream;
+}
+
+/* The flight for q; one still running on a replaced upstream is not joined any more. */
+static struct flight *find_flight(struct flights *t, const struct dns_query *q, uint64_t h)
+{
+	for (struct flight *f = t->table.buckets[h & t->table.mask]; f; f = f->hnext)
+		if (f->hash == h && same_question(&f->q, q) && (!f->asked || flight_current(t, f)))
 			return f;
 	return NULL;
 }
@@ -134,71 +183,121 @@ static void grow_if_crowded(struct flight_table *t)
 }
 
 /* NULL when the table is full or memory is short. owner: the client it counts against. */
-static struct flight *new_flight(struct upstream *u, const struct upstream_request *r, uint64_t h,
+static struct flight *new_flight(struct flights *t, const struct upstream_request *r, uint64_t h,
 				 uint16_t owner)
 {
-	struct flight_table *t = &u->flights;
+	struct flight_table *table = &t->table;
 	struct flight *f;
 
-	if (t->count >= MAX_FLIGHTS || !(f = calloc(1, sizeof *f + r->chain_len)))
+	if (table->count >= MAX_FLIGHTS || !(f = calloc(1, sizeof *f + r->chain_len)))
 		return NULL;
+	f->table = t;
 	f->hash = h;
 	f->q = r->q;
 	memcpy(f->chain, r->chain, r->chain_len);
 	f->chain_len = r->chain_len;
 	f->chain_ttl = r->chain_ttl;
 	f->search = r->search;
-	f->u = u;
 	f->owner = owner;
 	if (owner != NO_CLIENT)
-		u->clients[owner].flights++;
-	f->hnext = t->buckets[h & t->mask];
-	t->buckets[h & t->mask] = f;
-	t->count++;
-	atomic_store_explicit(&u->n.flights, t->count, memory_order_relaxed);
-	grow_if_crowded(t);
+		t->clients[owner].flights++;
+	f->hnext = table->buckets[h & table->mask];
+	table->buckets[h & table->mask] = f;
+	table->count++;
+	upstream_gauge(&t->n->flights, table->count);
+	grow_if_crowded(table);
 	return f;
 }
 
-static void free_flight(struct upstream *u, struct flight *f)
+static void free_flight(struct flights *t, struct flight *f)
 {
-	struct flight_table *t = &u->flights;
-	struct flight **p = &t->buckets[f->hash & t->mask];
+	struct flight_table *table = &t->table;
+	struct flight **p = &table->buckets[f->hash & table->mask];
 
 	while (*p != f)
 		p = &(*p)->hnext;
 	*p = f->hnext;
 	if (f->owner != NO_CLIENT)
-		u->clients[f->owner].flights--;
-	t->count--;
-	atomic_store_explicit(&u->n.flights, t->count, memory_order_relaxed);
+		t->clients[f->owner].flights--;
+	if (f->refresh)
+		t->refreshes--;
+	table->count--;
+	upstream_gauge(&t->n->flights, table->count);
 	free(f);
 }
 
-void maybe_free_flight(struct upstream *u, struct flight *f)
+/* Nobody waiting, nothing asked or queued, no cool-down: it goes. */
+static void maybe_free_flight(struct flights *t, struct flight *f)
 {
-	if (!f->waiters && !f->resolving && !f->queued && f->failed_until_ms <= u->now_ms)
-		free_flight(u, f);
+	if (!f->waiters && !f->asked && !f->queued && f->failed_until_ms <= t->now_ms)
+		free_flight(t, f);
+}
+
+/* Every flight in turn; fn may free the one it is given. */
+static void each_flight(struct flights *t, void (*fn)(struct flights *t, struct flight *f))
+{
+	for (size_t i = 0; t->table.buckets && i <= t->table.mask; i++) {
+		struct flight *f = t->table.buckets[i];
+		while (f) {
+			struct flight *next = f->hnext;
+			fn(t, f);
+			f = next;
+		}
+	}
+}
+
+/* ---- the cache, as data ----------------------------------------------------------- */
+
+/* What the cache holds for q now: a miss, a live entry, or a stale one (when allow_stale). */
+static enum cache_result cache_probe(struct flights *t, const struct dns_query *q,
+				     bool allow_stale)
+{
+	struct dns_writer w;
+
+	dns_response_begin(&w, t->probe, sizeof t->probe, q, DNS_R_NOERROR);
+	return cache_replay(t->cache, &w, t->now_ms / 1000, allow_stale);
+}
+
+/* A SERVFAIL reply to f's question, for the cache (header + question only). */
+static size_t servfail_message(const struct flight *f, uint8_t *out, size_t cap)
+{
+	struct dns_query q = f->q;
+	struct dns_writer w;
+
+	q.has_edns = false; /* no OPT: the cache keeps none */
+	q.cookie_len = 0;
+	dns_response_begin(&w, out, cap, &q, DNS_R_SERVFAIL);
+	return dns_response_finish(&w, 0);
+}
+
+/* Remember that f's question failed: a SERVFAIL in the cache; false when it would not take it. */
+static bool cache_servfail(struct flights *t, const struct flight *f)
+{
+	uint8_t msg[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
+
+	return cache_insert(t->cache, &f->q, msg, servfail_message(f, msg, sizeof msg),
+			    t->now_ms / 1000) == 0;
 }
 
 /* ---- waiters ------------------------------------------------------------------ */
 
-/* The client slot of r's sender; NO_CLIENT for a refresh nobody waits for. */
-static uint16_t client_of(const struct upstream *u, const struct upstream_request *r)
+/* The client slot of r's sender (for a refresh, the client whose hit
+ * triggered it); NO_CLIENT when r names none (a control lookup). */
+static uint16_t client_of(const struct flights *t, const struct upstream_request *r)
 {
 	uint8_t prefix[CLIENT_PREFIX_MAX];
 	size_t n;
 
-	if (r->transport == UPSTREAM_NO_REPLY || r->peer_len == 0)
+	if (r->peer_len == 0)
 		return NO_CLIENT;
 	n = client_prefix(&r->peer, prefix);
-	return (uint16_t)(dns_siphash13(u->client_key, prefix, n) & (CLIENT_SLOTS - 1));
+	return (uint16_t)(dns_siphash13(t->client_key, prefix, n) & (CLIENT_SLOTS - 1));
 }
 
-/* Are the resolver's places getting scarce (libunbound half full, or questions waiting)? */
-static bool contended(const struct upstream *u)
+/* Are the upstream's places getting scarce (half taken, or questions waiting)? */
+static bool contended(const struct flights *t)
 {
-	return u->queue_head || u->ctx->outstanding >= MAX_RESOLVING / 2;
+	return t->queue_head || t->asked >= t->set.max_asked / 2;
 }
 
 /*
@@ -210,21 +309,95 @@ static bool contended(const struct upstream *u)
  * a waiter, so it is limited only so that one client cannot take every
  * waiter's place.
  */
-static bool client_full(const struct upstream *u, uint16_t client, bool questions)
+static bool client_full(const struct flights *t, uint16_t client, bool questions)
 {
 	if (client == NO_CLIENT)
 		return false;
 	if (!questions)
-		return u->clients[client].waiters >= MAX_WAITERS_PER_CLIENT;
-	unsigned n = u->clients[client].flights;
-	return n >= u->max_per_client || (n >= u->max_per_client / 4 + 1 && contended(u));
+		return t->clients[client].waiters >= MAX_WAITERS_PER_CLIENT;
+	unsigned n = t->clients[client].flights;
+	return n >= t->set.max_per_client || (n >= t->set.max_per_client / 4 + 1 && contended(t));
+}
+
+/* ---- each slot's waiters, and the heaviest --------------------------------------- */
+
+static void bucket_unlink(struct flights *t, uint16_t slot)
+{
+	struct client_slot *c = &t->clients[slot];
+
+	if (c->bprev != NO_CLIENT)
+		t->clients[c->bprev].bnext = c->bnext;
+	else
+		t->by_waiters[c->waiters] = c->bnext;
+	if (c->bnext != NO_CLIENT)
+		t->clients[c->bnext].bprev = c->bprev;
+}
+
+static void bucket_link(struct flights *t, uint16_t slot)
+{
+	struct client_slot *c = &t->clients[slot];
+
+	c->bprev = NO_CLIENT;
+	c->bnext = t->by_waiters[c->waiters];
+	if (c->bnext != NO_CLIENT)
+		t->clients[c->bnext].bprev = slot;
+	t->by_waiters[c->waiters] = slot;
+}
+
+/* w (new) joins its slot's waiters, as the newest. */
+static void slot_add(struct flights *t, struct waiter *w)
+{
+	struct client_slot *c = &t->clients[w->client];
+
+	w->cnext = NULL;
+	w->cprev = c->newest;
+	if (c->newest)
+		c->newest->cnext = w;
+	else
+		c->oldest = w;
+	c->newest = w;
+	if (c->waiters)
+		bucket_unlink(t, w->client);
+	c->waiters++;
+	bucket_link(t, w->client);
+	if (c->waiters > t->heaviest)
+		t->heaviest = c->waiters;
+}
+
+static void slot_remove(struct flights *t, struct waiter *w)
+{
+	struct client_slot *c = &t->clients[w->client];
+
+	if (w->cprev)
+		w->cprev->cnext = w->cnext;
+	else
+		c->oldest = w->cnext;
+	if (w->cnext)
+		w->cnext->cprev = w->cprev;
+	else
+		c->newest = w->cprev;
+	bucket_unlink(t, w->client);
+	c->waiters--;
+	if (c->waiters)
+		bucket_link(t, w->client);
+	/* counts move by one: if the heaviest list emptied, the next holds this slot */
+	if (t->heaviest && t->by_waiters[t->heaviest] == NO_CLIENT)
+		t->heaviest--;
+}
+
+static void reply(struct flights *t, unsigned worker, const struct upstream_request *r,
+		  enum flight_reply_kind kind)
+{
+	const struct flight_reply a = {.kind = kind};
+
+	t->io.reply(t->io.reply_env, worker, r, &a, t->now_ms);
 }
 
 /* The client asked more than its share: an answer at once (stale or SERVFAIL), counted. */
-static void limit_client(struct upstream *u, unsigned worker, const struct upstream_request *r)
+static void limit_client(struct flights *t, unsigned worker, const struct upstream_request *r)
 {
-	upstream_bump(&u->n.client_limited);
-	answer_failed(u, worker, r);
+	upstream_bump(&t->n->client_limited);
+	reply(t, worker, r, FLIGHT_REPLY_FAILED);
 }
 
 /* Into list, after the last waiter whose deadline is no later than w's. */
@@ -266,49 +439,45 @@ static void list_remove(struct waiter *w)
  * stale answer for it, RFC 8767's client response timer (the refresh goes
  * on; the stale answer goes out at the timer).
  */
-static bool stale_soon(struct upstream *u, const struct upstream_request *r, uint64_t *ms)
+static bool stale_soon(struct flights *t, const struct upstream_request *r, uint64_t *ms)
 {
-	enum cache_result how;
-	uint32_t timer = cache_stale_answer_ms(u->cache);
+	uint32_t timer = cache_stale_answer_ms(t->cache);
 
-	if (timer == 0 || timer >= u->ctx->timeout_ms || !reply_from_cache(u, r, true, &how) ||
-	    how != CACHE_STALE)
+	if (timer == 0 || timer >= t->set.timeout_ms || cache_probe(t, &r->q, true) != CACHE_STALE)
 		return false;
 	*ms = timer;
 	return true;
 }
 
-/* false when the waiter cap or memory says no (the request is then dropped). */
-static bool add_waiter(struct upstream *u, struct flight *f, unsigned worker,
+/* false when the table or memory has no room (the caller answers r at once). */
+static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
 		       const struct upstream_request *r, uint16_t client)
 {
 	struct waiter *w;
-	uint64_t wait = u->ctx->timeout_ms;
-	bool soon = stale_soon(u, r, &wait);
+	uint64_t wait = t->set.timeout_ms;
+	bool soon = stale_soon(t, r, &wait);
 
-	if (u->n_waiters >= MAX_WAITERS ||
-	    !(w = malloc(sizeof *w + upstream_request_packed_size(r)))) {
-		upstream_bump(&u->n.dropped);
+	if (t->n_waiters >= MAX_WAITERS ||
+	    !(w = malloc(sizeof *w + upstream_request_packed_size(r))))
 		return false;
-	}
 	upstream_request_pack(r, w->req);
 	w->client = client;
 	if (client != NO_CLIENT)
-		u->clients[client].waiters++;
+		slot_add(t, w);
 	w->worker = worker;
 	w->flight = f;
-	w->deadline_ms = u->now_ms + wait;
+	w->deadline_ms = t->now_ms + wait;
 	w->prev = NULL;
 	w->next = f->waiters;
 	if (f->waiters)
 		f->waiters->prev = w;
 	f->waiters = w;
-	list_insert(soon ? &u->stale_soon : &u->by_timeout, w);
-	u->n_waiters++;
+	list_insert(soon ? &t->stale_soon : &t->by_timeout, w);
+	t->n_waiters++;
 	return true;
 }
 
-void remove_waiter(struct upstream *u, struct waiter *w)
+static void remove_waiter(struct flights *t, struct waiter *w)
 {
 	if (w->prev)
 		w->prev->next = w->next;
@@ -318,148 +487,270 @@ void remove_waiter(struct upstream *u, struct waiter *w)
 		w->next->prev = w->prev;
 	list_remove(w);
 	if (w->client != NO_CLIENT)
-		u->clients[w->client].waiters--;
-	u->n_waiters--;
+		slot_remove(t, w);
+	t->n_waiters--;
 	free(w);
 }
 
-const struct upstream_request *waiter_request(struct upstream *u, const struct waiter *w)
+/* Answer w as a says; it stays a waiter (the caller removes it). */
+static void reply_waiter(struct flights *t, const struct waiter *w, const struct flight_reply *a)
 {
-	upstream_request_unpack(w->req, &u->waiting);
-	return &u->waiting;
+	upstream_request_unpack(w->req, &t->waiting);
+	t->io.reply(t->io.reply_env, w->worker, &t->waiting, a, t->now_ms);
 }
+
+/* Every waiter of f answered as a says, and gone. */
+static void answer_waiters(struct flights *t, struct flight *f, const struct flight_reply *a)
+{
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+		reply_waiter(t, w, a);
+		remove_waiter(t, w);
+	}
+}
+
+static const struct flight_reply failed_reply = {.kind = FLIGHT_REPLY_FAILED};
 
 /* ---- the queue ------------------------------------------------------------------ */
 
-static void enqueue(struct upstream *u, struct flight *f)
+static void enqueue(struct flights *t, struct flight *f)
 {
 	f->queued = true;
-	f->queued_until_ms = u->now_ms + u->ctx->timeout_ms;
+	f->queued_until_ms = t->now_ms + t->set.timeout_ms;
 	f->qnext = NULL;
-	f->qprev = u->queue_tail;
-	if (u->queue_tail)
-		u->queue_tail->qnext = f;
+	f->qprev = t->queue_tail;
+	if (t->queue_tail)
+		t->queue_tail->qnext = f;
 	else
-		u->queue_head = f;
-	u->queue_tail = f;
-	u->n_queued++;
-	atomic_store_explicit(&u->n.queued, u->n_queued, memory_order_relaxed);
+		t->queue_head = f;
+	t->queue_tail = f;
+	t->n_queued++;
+	upstream_gauge(&t->n->queued, t->n_queued);
 }
 
-static void dequeue(struct upstream *u, struct flight *f)
+static void dequeue(struct flights *t, struct flight *f)
 {
 	if (f->qprev)
 		f->qprev->qnext = f->qnext;
 	else
-		u->queue_head = f->qnext;
+		t->queue_head = f->qnext;
 	if (f->qnext)
 		f->qnext->qprev = f->qprev;
 	else
-		u->queue_tail = f->qprev;
+		t->queue_tail = f->qprev;
 	f->queued = false;
 	f->qprev = f->qnext = NULL;
-	u->n_queued--;
-	atomic_store_explicit(&u->n.queued, u->n_queued, memory_order_relaxed);
+	t->n_queued--;
+	upstream_gauge(&t->n->queued, t->n_queued);
 }
 
 /* Anyone still waiting for it, or a refresh still within its time? */
-static bool worth_asking(const struct upstream *u, const struct flight *f)
+static bool worth_asking(const struct flights *t, const struct flight *f)
 {
-	return f->waiters || f->queued_until_ms > u->now_ms;
+	return f->waiters || f->queued_until_ms > t->now_ms;
 }
 
 /* Given up without asking: its clients get stale data or SERVFAIL now. */
-static void shed(struct upstream *u, struct flight *f, enum upstream_shed why)
+static void shed(struct flights *t, struct flight *f, enum upstream_shed why)
 {
-	upstream_bump(&u->n.shed[why]);
-	while (f->waiters) {
-		struct waiter *w = f->waiters;
-		answer_failed(u, w->worker, waiter_request(u, w));
-		remove_waiter(u, w);
-	}
+	upstream_bump(&t->n->shed[why]);
+	answer_waiters(t, f, &failed_reply);
 }
 
-static bool start_resolving(struct upstream *u, struct flight *f);
-
 /* Why new questions wait, said at most once a minute. */
-static void log_waiting(struct upstream *u, bool for_pace)
+static void log_waiting(struct flights *t, bool for_pace)
 {
 	char n[24];
 
-	if (u->now_ms < u->full_logged_ms + QUEUE_LOG_MS && u->full_logged_ms)
+	if (t->now_ms < t->full_logged_ms + QUEUE_LOG_MS && t->full_logged_ms)
 		return;
-	u->full_logged_ms = u->now_ms;
+	t->full_logged_ms = t->now_ms;
 	if (for_pace) {
-		snprintf(n, sizeof n, "%llu", (unsigned long long)u->pace.rate);
+		snprintf(n, sizeof n, "%llu", (unsigned long long)t->pace.rate);
 		log_warn("upstream.max_rate reached: new questions wait their turn "
 			 "(said at most once a minute)", "max_rate", n);
 	} else {
-		snprintf(n, sizeof n, "%u", u->ctx->outstanding);
+		snprintf(n, sizeof n, "%u", t->asked);
 		log_warn("libunbound is running all the queries it may: new questions wait "
 			 "their turn (said at most once a minute)", "running", n);
 	}
 }
 
-bool ask_or_queue(struct upstream *u, struct flight *f)
+/* Does the upstream take another question? */
+static bool room_to_ask(const struct flights *t)
 {
-	if (!u->queue_head) {
-		bool room = room_to_resolve(u);
-		if (room && pace_take(&u->pace, u->now_ms))
-			return start_resolving(u, f);
-		if (room)
-			upstream_bump(&u->n.paced);
-		log_waiting(u, room);
-	} else if (pace_wait_ms(&u->pace, u->now_ms) > 0) {
-		upstream_bump(&u->n.paced);
-	}
-	if (u->n_queued >= MAX_QUEUED) {
-		struct flight *oldest = u->queue_head;
-		dequeue(u, oldest);
-		shed(u, oldest, UPSTREAM_SHED_QUEUE_FULL);
-		maybe_free_flight(u, oldest);
-	}
-	enqueue(u, f);
+	return t->asked < t->set.max_asked;
+}
+
+static bool start_asking(struct flights *t, struct flight *f)
+{
+	if (!t->io.ask(t->io.ask_env, f))
+		return false;
+	f->asked = true;
+	f->upstream = t->upstream;
+	if (!f->retried && t->retry_tokens < RETRY_TOKENS_MAX)
+		t->retry_tokens++;
+	t->asked++;
+	atomic_fetch_add_explicit(&t->n->resolving, 1, memory_order_relaxed);
+	upstream_bump(&t->n->queries);
 	return true;
 }
 
-void start_queued(struct upstream *u)
+/* Ask f now, or queue it; false when the upstream refused it. */
+static bool ask_or_queue(struct flights *t, struct flight *f)
 {
-	while (u->queue_head && !worth_asking(u, u->queue_head)) {
-		struct flight *f = u->queue_head;
-		dequeue(u, f);
-		maybe_free_flight(u, f);
+	if (!t->queue_head) {
+		bool room = room_to_ask(t);
+		if (room && pace_take(&t->pace, t->now_ms))
+			return start_asking(t, f);
+		if (room)
+			upstream_bump(&t->n->paced);
+		log_waiting(t, room);
+	} else if (pace_wait_ms(&t->pace, t->now_ms) > 0) {
+		upstream_bump(&t->n->paced);
 	}
-	while (u->queue_tail) {
-		struct flight *f = u->queue_tail;
-		if (!worth_asking(u, f)) {
-			dequeue(u, f);
-			maybe_free_flight(u, f);
-			continue;
-		}
-		if (!room_to_resolve(u) || !pace_take(&u->pace, u->now_ms))
-			return;
-		dequeue(u, f);
-		if (!start_resolving(u, f))
-			resolution_failed(u, f, true);
-		maybe_free_flight(u, f);
+	if (t->n_queued >= MAX_QUEUED) {
+		struct flight *oldest = t->queue_head;
+		dequeue(t, oldest);
+		shed(t, oldest, UPSTREAM_SHED_QUEUE_FULL);
+		maybe_free_flight(t, oldest);
+	}
+	enqueue(t, f);
+	return true;
+}
+
+/* ---- failures and answers ------------------------------------------------------------ */
+
+/*
+ * Answer f's waiters with stale data or SERVFAIL; remember: the upstream
+ * asked now failed (the failing mark, and a SERVFAIL in the cache or a
+ * cool-down).
+ */
+static void resolution_failed(struct flights *t, struct flight *f, bool remember)
+{
+	upstream_bump(&t->n->failures);
+	if (remember) {
+		atomic_store_explicit(&t->failing, true, memory_order_relaxed);
+		if (cache_probe(t, &f->q, true) != CACHE_MISS || !cache_servfail(t, f))
+			f->failed_until_ms = t->now_ms + FAILURE_HOLD_MS;
+	}
+	answer_waiters(t, f, &failed_reply);
+}
+
+/* A new resolution of f's question (from the first candidate, for autopath). */
+static void start_flight(struct flights *t, struct flight *f)
+{
+	f->candidate = 0;
+	f->retried = false;
+	if (!ask_or_queue(t, f))
+		resolution_failed(t, f, true);
+}
+
+/*
+ * A failure is asked once more while clients still wait for it: behind an
+ * upstream that rate-limits, libunbound gives up on a question whose
+ * packets were dropped a few times in a row (its server's retransmission
+ * timeout has grown), and the same question asked again a moment later is
+ * usually answered. A dead upstream costs one more quick failure per new
+ * question at most. The clients keep their deadlines either way. Retries
+ * stay within a budget of a tenth of the questions asked: when most
+ * questions fail, asking each twice would only add to what the upstream
+ * is already refusing.
+ */
+static bool retried_once(struct flights *t, struct flight *f, bool current)
+{
+	if (!current || f->retried || !f->waiters || t->retry_tokens < RETRY_COST)
+		return false;
+	t->retry_tokens -= RETRY_COST;
+	f->retried = true;
+	if (!ask_or_queue(t, f))
+		return false;
+	upstream_bump(&t->n->retries);
+	return true;
+}
+
+/* Any answer says the upstream works. */
+static void answer_came(struct flights *t, struct flight *f, bool remember)
+{
+	upstream_bump(&t->n->answers);
+	if (remember) {
+		atomic_store_explicit(&t->failing, false, memory_order_relaxed);
+		f->failed_until_ms = 0;
 	}
 }
 
-uint64_t queue_wait_ms(const struct upstream *u, uint64_t cap)
+/* Autopath: the candidate asked does not exist: the next is asked; after the
+ * last, every waiter gets its question's local NXDOMAIN. */
+static void candidate_missing(struct flights *t, struct flight *f)
 {
-	uint64_t wait;
+	static const struct flight_reply nxdomain = {.kind = FLIGHT_REPLY_NXDOMAIN};
 
-	if (!u->queue_head || u->ctx->outstanding >= MAX_RESOLVING)
-		return cap; /* nothing queued, or it waits for a result (ub_fd wakes us) */
-	wait = pace_wait_ms(&u->pace, u->now_ms);
-	return wait < cap ? wait : cap;
+	f->candidate += (uint16_t)dns_name_len(f->chain + f->candidate);
+	if (f->candidate < f->chain_len) {
+		/* the next candidate is asked on the current upstream */
+		if (!ask_or_queue(t, f))
+			resolution_failed(t, f, true);
+		return;
+	}
+	answer_waiters(t, f, &nxdomain);
 }
 
-/* ---- asking libunbound -------------------------------------------------------------- */
+/* RFC 4035 5.5: bogus data is not given out; the verdict is remembered briefly. */
+static void resolution_bogus(struct flights *t, struct flight *f, bool remember)
+{
+	static const struct flight_reply servfail = {.kind = FLIGHT_REPLY_SERVFAIL};
 
-/* What libunbound is asked: the question, the end of its local CNAME chain,
- * or autopath's current candidate. */
-static const uint8_t *name_to_resolve(const struct flight *f)
+	upstream_bump(&t->n->bogus);
+	if (remember)
+		cache_servfail(t, f);
+	answer_waiters(t, f, &servfail);
+}
+
+/* f's question is no longer with the upstream. */
+static void stop_asking(struct flights *t, struct flight *f)
+{
+	if (flight_current(t, f))
+		t->asked--;
+	f->asked = false;
+	atomic_fetch_sub_explicit(&t->n->resolving, 1, memory_order_relaxed);
+}
+
+void flights_result(struct flights *t, struct flight *f, const struct flight_result *res,
+		    uint64_t now_ms)
+{
+	bool current = flight_current(t, f);
+	struct flight_reply answer = {.kind = FLIGHT_REPLY_ANSWER, .msg = res->msg,
+				      .len = res->len, .cached = res->cached};
+
+	t->now_ms = now_ms;
+	if (current)
+		t->last_result_ms = now_ms;
+	stop_asking(t, f);
+	switch (res->outcome) {
+	case FLIGHT_FAILED:
+		if (!retried_once(t, f, current))
+			resolution_failed(t, f, current);
+		break;
+	case FLIGHT_BOGUS:
+		resolution_bogus(t, f, current);
+		break;
+	case FLIGHT_UNUSABLE:
+		answer_came(t, f, current);
+		resolution_failed(t, f, current);
+		break;
+	case FLIGHT_NO_CANDIDATE:
+		answer_came(t, f, current);
+		candidate_missing(t, f);
+		break;
+	case FLIGHT_ANSWERED:
+		answer_came(t, f, current);
+		answer_waiters(t, f, &answer);
+		break;
+	}
+	maybe_free_flight(t, f);
+}
+
+const uint8_t *flight_name(const struct flight *f)
 {
 	const uint8_t *name = f->q.qname;
 
@@ -470,148 +761,188 @@ static const uint8_t *name_to_resolve(const struct flight *f)
 	return name;
 }
 
-static bool start_resolving(struct upstream *u, struct flight *f)
-{
-	char name[1024];
-	int id;
+/* ---- requests ------------------------------------------------------------------------ */
 
-	if (dns_name_to_text(name_to_resolve(f), name, sizeof name) < 0)
+static void waiter_done(struct flights *t, struct waiter *w);
+
+/* How many refreshes may be in the table at once: a quarter of the upstream's places. */
+static unsigned refresh_limit(const struct flights *t)
+{
+	return t->set.max_asked / 4 ? t->set.max_asked / 4 : 1;
+}
+
+void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms)
+{
+	uint64_t h = flight_table_hash(&t->table, &r->q);
+	uint16_t client = client_of(t, r);
+	struct flight *f;
+
+	t->now_ms = now_ms;
+	f = find_flight(t, &r->q, h);
+	if (f && (f->asked || f->queued || f->failed_until_ms > t->now_ms))
+		return;
+	if (client_full(t, client, true)) {
+		upstream_bump(&t->n->client_limited);
+		return;
+	}
+	if (t->refreshes >= refresh_limit(t)) {
+		upstream_bump(&t->n->shed[UPSTREAM_SHED_REFRESH_LIMIT]);
+		return;
+	}
+	if (!f && !(f = new_flight(t, r, h, client))) {
+		upstream_bump(&t->n->shed[UPSTREAM_SHED_TABLE_FULL]);
+		return;
+	}
+	if (!f->refresh) {
+		f->refresh = true;
+		t->refreshes++;
+	}
+	start_flight(t, f);
+	maybe_free_flight(t, f);
+}
+
+/*
+ * The waiters' table is full: a client holding the most waiters gives up
+ * its oldest, answered now, unless client holds as many itself. false
+ * when client is to be refused.
+ */
+static bool make_room(struct flights *t, uint16_t client)
+{
+	unsigned mine = client == NO_CLIENT ? 0 : t->clients[client].waiters;
+	struct waiter *w;
+
+	if (t->heaviest == 0 || mine >= t->heaviest)
 		return false;
-	f->asked_ns = monotonic_ns();
-	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
-		return false;
-	if (dnstap_resolver_on()) /* dnstap: resolver_query */
-		dnstap_resolver_query(name_to_resolve(f), f->q.qtype, f->q.qclass);
-	f->resolving = true;
-	f->ctx = u->ctx;
-	if (!f->retried && u->retry_tokens < RETRY_TOKENS_MAX)
-		u->retry_tokens++;
-	u->ctx->outstanding++;
-	atomic_fetch_add_explicit(&u->n.resolving, 1, memory_order_relaxed);
-	upstream_bump(&u->n.queries);
+	w = t->clients[t->by_waiters[t->heaviest]].oldest;
+	upstream_bump(&t->n->evicted);
+	reply_waiter(t, w, &failed_reply);
+	waiter_done(t, w);
 	return true;
 }
 
-/* A new resolution of f's question (from the first candidate, for autopath). */
-static bool start_flight(struct upstream *u, struct flight *f)
+void flights_client(struct flights *t, unsigned worker, const struct upstream_request *r,
+		    uint64_t now_ms)
 {
-	f->candidate = 0;
-	f->retried = false;
-	return ask_or_queue(u, f);
-}
+	uint64_t h = flight_table_hash(&t->table, &r->q);
+	uint16_t client = client_of(t, r);
+	struct flight *f;
 
-/* ---- requests ------------------------------------------------------------------------ */
-
-void handle_refresh(struct upstream *u, const struct upstream_request *r)
-{
-	uint64_t h = question_hash(&u->flights, &r->q);
-	struct flight *f = find_flight(u, &r->q, h);
-
-	if (f && (f->resolving || f->queued || f->failed_until_ms > u->now_ms))
-		return;
-	if (!f && !(f = new_flight(u, r, h, NO_CLIENT))) {
-		upstream_bump(&u->n.shed[UPSTREAM_SHED_TABLE_FULL]);
+	t->now_ms = now_ms;
+	/* before any flight is looked up: making room may let one go */
+	if (t->n_waiters >= MAX_WAITERS && !make_room(t, client)) {
+		limit_client(t, worker, r);
 		return;
 	}
-	if (!start_flight(u, f))
-		resolution_failed(u, f, true);
-	maybe_free_flight(u, f);
-}
-
-void handle_client(struct upstream *u, unsigned worker, const struct upstream_request *r)
-{
-	uint64_t h = question_hash(&u->flights, &r->q);
-	struct flight *f = find_flight(u, &r->q, h);
-	uint16_t client = client_of(u, r);
-	enum cache_result how;
-	size_t len;
-
-	if (f && (f->resolving || f->queued)) {
-		if (client_full(u, client, false)) {
-			limit_client(u, worker, r);
+	f = find_flight(t, &r->q, h);
+	if (f && (f->asked || f->queued)) {
+		if (client_full(t, client, false)) {
+			limit_client(t, worker, r);
 			return;
 		}
-		upstream_bump(&u->n.coalesced);
-		add_waiter(u, f, worker, r, client);
+		upstream_bump(&t->n->coalesced);
+		if (!add_waiter(t, f, worker, r, client))
+			reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
 	/* Answered since the worker looked? */
-	if ((len = reply_from_cache(u, r, false, &how)) > 0) {
-		deliver(u, worker, r, len);
+	if (cache_probe(t, &r->q, false) != CACHE_MISS) {
+		reply(t, worker, r, FLIGHT_REPLY_CACHED);
 		return;
 	}
-	if (f && f->failed_until_ms > u->now_ms) {
-		answer_failed(u, worker, r);
+	if (f && f->failed_until_ms > t->now_ms) {
+		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
-	if (client_full(u, client, !f)) {
-		limit_client(u, worker, r);
+	if (client_full(t, client, !f)) {
+		limit_client(t, worker, r);
 		return;
 	}
-	if (!f && !(f = new_flight(u, r, h, client))) {
-		upstream_bump(&u->n.shed[UPSTREAM_SHED_TABLE_FULL]);
-		answer_failed(u, worker, r);
+	if (!f && !(f = new_flight(t, r, h, client))) {
+		upstream_bump(&t->n->shed[UPSTREAM_SHED_TABLE_FULL]);
+		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
-	if (!add_waiter(u, f, worker, r, client)) {
-		maybe_free_flight(u, f);
+	if (!add_waiter(t, f, worker, r, client)) {
+		maybe_free_flight(t, f);
+		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
-	if (!start_flight(u, f))
-		resolution_failed(u, f, true);
-	maybe_free_flight(u, f);
+	start_flight(t, f);
+	maybe_free_flight(t, f);
 }
 
 /* ---- time ------------------------------------------------------------------------------ */
 
 /* w's wait is over, its answer given: it goes, and its question if nobody needs it. */
-static void waiter_done(struct upstream *u, struct waiter *w)
+static void waiter_done(struct flights *t, struct waiter *w)
 {
 	struct flight *f = w->flight;
 
-	remove_waiter(u, w);
-	if (f->queued && !worth_asking(u, f)) {
-		dequeue(u, f);
-		maybe_free_flight(u, f);
+	remove_waiter(t, w);
+	if (f->queued && !worth_asking(t, f)) {
+		dequeue(t, f);
+		maybe_free_flight(t, f);
 	}
 }
 
-void expire_waiters(struct upstream *u)
+static void expire_waiters(struct flights *t)
 {
 	/* RFC 8767's client response timer: the stale answer now, the refresh goes on.
 	 * (A slow refresh says nothing of a failing upstream: no mark.) */
-	while (u->stale_soon.head && u->stale_soon.head->deadline_ms <= u->now_ms) {
-		struct waiter *w = u->stale_soon.head;
-		answer_failed(u, w->worker, waiter_request(u, w));
-		waiter_done(u, w);
+	while (t->stale_soon.head && t->stale_soon.head->deadline_ms <= t->now_ms) {
+		struct waiter *w = t->stale_soon.head;
+		reply_waiter(t, w, &failed_reply);
+		waiter_done(t, w);
 	}
-	while (u->by_timeout.head && u->by_timeout.head->deadline_ms <= u->now_ms) {
-		struct waiter *w = u->by_timeout.head;
-		struct flight *f = w->flight;
-		upstream_bump(&u->n.timeouts);
-		/* Only a query running on the current context says the upstream
-		 * is slow; one still queued says we are. */
-		if (f->resolving && f->ctx == u->ctx)
-			atomic_store_explicit(&u->failing, true, memory_order_relaxed);
-		answer_failed(u, w->worker, waiter_request(u, w));
-		waiter_done(u, w);
+	while (t->by_timeout.head && t->by_timeout.head->deadline_ms <= t->now_ms) {
+		struct waiter *w = t->by_timeout.head;
+		upstream_bump(&t->n->timeouts);
+		/* Only a question running on the current upstream says it is
+		 * slow; one still queued says we are. */
+		if (flight_current(t, w->flight))
+			atomic_store_explicit(&t->failing, true, memory_order_relaxed);
+		reply_waiter(t, w, &failed_reply);
+		waiter_done(t, w);
 	}
 }
 
-uint64_t last_deadline_ms(const struct upstream *u)
+void flights_expire(struct flights *t, uint64_t now_ms)
 {
-	uint64_t last = u->now_ms;
-
-	if (u->by_timeout.tail && u->by_timeout.tail->deadline_ms > last)
-		last = u->by_timeout.tail->deadline_ms;
-	if (u->stale_soon.tail && u->stale_soon.tail->deadline_ms > last)
-		last = u->stale_soon.tail->deadline_ms;
-	return last;
+	t->now_ms = now_ms;
+	expire_waiters(t);
+	if (now_ms - t->swept_ms >= SWEEP_MS) {
+		each_flight(t, maybe_free_flight); /* the cooled-down ones */
+		t->swept_ms = now_ms;
+	}
 }
 
-bool first_deadline_ms(const struct upstream *u, uint64_t *out)
+void flights_start_queued(struct flights *t, uint64_t now_ms)
 {
-	const struct waiter *a = u->by_timeout.head, *b = u->stale_soon.head;
+	t->now_ms = now_ms;
+	while (t->queue_head && !worth_asking(t, t->queue_head)) {
+		struct flight *f = t->queue_head;
+		dequeue(t, f);
+		maybe_free_flight(t, f);
+	}
+	while (t->queue_tail) {
+		struct flight *f = t->queue_tail;
+		if (!worth_asking(t, f)) {
+			dequeue(t, f);
+			maybe_free_flight(t, f);
+			continue;
+		}
+		if (!room_to_ask(t) || !pace_take(&t->pace, t->now_ms))
+			return;
+		dequeue(t, f);
+		if (!start_asking(t, f))
+			resolution_failed(t, f, true);
+		maybe_free_flight(t, f);
+	}
+}
+
+static bool first_deadline_ms(const struct flights *t, uint64_t *out)
+{
+	const struct waiter *a = t->by_timeout.head, *b = t->stale_soon.head;
 
 	if (!a && !b)
 		return false;
@@ -620,56 +951,126 @@ bool first_deadline_ms(const struct upstream *u, uint64_t *out)
 	return true;
 }
 
-void sweep_cooled_flights(struct upstream *u)
+uint64_t flights_wait_ms(const struct flights *t, uint64_t now_ms, uint64_t cap)
 {
-	for (size_t i = 0; i <= u->flights.mask; i++) {
-		struct flight *f = u->flights.buckets[i];
-		while (f) {
-			struct flight *next = f->hnext;
-			maybe_free_flight(u, f);
-			f = next;
-		}
+	uint64_t wait = cap, first;
+
+	/* a queued question waits for pace; with no room, for a result (which wakes the caller) */
+	if (t->queue_head && room_to_ask(t)) {
+		uint64_t pace = pace_wait_ms(&t->pace, now_ms);
+		wait = pace < wait ? pace : wait;
+	}
+	if (first_deadline_ms(t, &first)) {
+		uint64_t deadline = first > now_ms ? first - now_ms : 0;
+		wait = deadline < wait ? deadline : wait;
+	}
+	return wait;
+}
+
+uint64_t flights_last_deadline_ms(const struct flights *t, uint64_t now_ms)
+{
+	uint64_t last = now_ms;
+
+	if (t->by_timeout.tail && t->by_timeout.tail->deadline_ms > last)
+		last = t->by_timeout.tail->deadline_ms;
+	if (t->stale_soon.tail && t->stale_soon.tail->deadline_ms > last)
+		last = t->stale_soon.tail->deadline_ms;
+	return last;
+}
+
+unsigned flights_waiting(const struct flights *t)
+{
+	return t->n_waiters;
+}
+
+bool flights_failing(const struct flights *t)
+{
+	return atomic_load_explicit(&t->failing, memory_order_relaxed);
+}
+
+/* ---- upstreams ------------------------------------------------------------------------- */
+
+static void forget_failure(struct flights *t, struct flight *f)
+{
+	f->failed_until_ms = 0;
+	maybe_free_flight(t, f);
+}
+
+void flights_new_upstream(struct flights *t, const struct flight_settings *s, bool forget,
+			  uint64_t now_ms)
+{
+	t->now_ms = now_ms;
+	if (s->max_rate != t->set.max_rate)
+		pace_init(&t->pace, s->max_rate, now_ms);
+	t->set = *s;
+	t->upstream++;
+	t->asked = 0;
+	t->last_result_ms = now_ms;
+	if (forget) {
+		atomic_store_explicit(&t->failing, false, memory_order_relaxed);
+		each_flight(t, forget_failure);
 	}
 }
 
-void drop_flights_on(struct upstream *u, struct upstream_context *c)
+uint32_t flights_upstream(const struct flights *t)
 {
-	for (size_t i = 0; i <= u->flights.mask; i++) {
-		struct flight *f = u->flights.buckets[i];
+	return t->upstream;
+}
+
+bool flights_stalled(const struct flights *t, uint64_t now_ms)
+{
+	return t->queue_head && !room_to_ask(t) && now_ms >= t->last_result_ms + t->set.timeout_ms;
+}
+
+void flights_drop_upstream(struct flights *t, uint32_t upstream)
+{
+	for (size_t i = 0; i <= t->table.mask; i++) {
+		struct flight *f = t->table.buckets[i];
 		while (f) {
 			struct flight *next = f->hnext;
-			if (f->resolving && f->ctx == c) {
-				stop_counting(u, f);
-				maybe_free_flight(u, f);
+			if (f->asked && f->upstream == upstream) {
+				stop_asking(t, f);
+				maybe_free_flight(t, f);
 			}
 			f = next;
 		}
 	}
 }
 
-void forget_failures(struct upstream *u)
+/* ---- life cycle ------------------------------------------------------------------------- */
+
+int flights_init(struct flights *t, const struct flight_io *io, struct cache *cache,
+		 struct upstream_counters *n, const struct flight_settings *s, uint64_t now_ms)
 {
-	atomic_store_explicit(&u->failing, false, memory_order_relaxed);
-	for (size_t i = 0; i <= u->flights.mask; i++) {
-		struct flight *f = u->flights.buckets[i];
-		while (f) {
-			struct flight *next = f->hnext;
-			f->failed_until_ms = 0;
-			maybe_free_flight(u, f);
-			f = next;
-		}
+	memset(t, 0, offsetof(struct flights, probe));
+	memset(t->by_waiters, 0xff, sizeof t->by_waiters); /* NO_CLIENT: no slot */
+	t->io = *io;
+	t->cache = cache;
+	t->n = n;
+	t->set = *s;
+	t->upstream = 1;
+	t->last_result_ms = t->now_ms = t->swept_ms = now_ms;
+	atomic_init(&t->failing, false);
+	pace_init(&t->pace, s->max_rate, now_ms);
+	t->retry_tokens = RETRY_TOKENS_MAX;
+	if (flight_table_init(&t->table) < 0 ||
+	    getrandom(t->client_key, sizeof t->client_key, 0) != (ssize_t)sizeof t->client_key) {
+		flight_table_free(&t->table);
+		return -1;
 	}
+	return 0;
 }
 
-void drop_everything(struct upstream *u)
+void flights_free(struct flights *t)
 {
-	while (u->by_timeout.head)
-		remove_waiter(u, u->by_timeout.head);
-	while (u->stale_soon.head)
-		remove_waiter(u, u->stale_soon.head);
-	while (u->queue_head)
-		dequeue(u, u->queue_head);
-	for (size_t i = 0; u->flights.buckets && i <= u->flights.mask; i++)
-		while (u->flights.buckets[i])
-			free_flight(u, u->flights.buckets[i]);
+	while (t->by_timeout.head)
+		remove_waiter(t, t->by_timeout.head);
+	while (t->stale_soon.head)
+		remove_waiter(t, t->stale_soon.head);
+	while (t->queue_head)
+		dequeue(t, t->queue_head);
+	for (size_t i = 0; t->table.buckets && i <= t->table.mask; i++)
+		while (t->table.buckets[i])
+			free_flight(t, t->table.buckets[i]);
+	flight_table_free(&t->table);
 }

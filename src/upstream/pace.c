@@ -10,7 +10,7 @@
  * (at least one question): a burst never exceeds the rate by more than
  * that in any second.
  */
-#include "upstream/internal.h"
+#include "upstream/pace.h"
 
 #define MILLI 1000u
 

@@ -1,9 +1,12 @@
 /*
  * upstream/upstream.c — the resolver thread: requests in, libunbound
  * queries out, answers into the cache and back to the clients. This file
- * has the loop, the contexts and the life cycle; the questions and their
- * waiters are flight.c, libunbound's results result.c, the replies
- * deliver.c, the request rings ring.c.
+ * has the loop, the contexts, the life cycle and every call to libunbound.
+ * The rest is below it and never calls back up: the questions and their
+ * waiters are flight.c's, pure logic that takes the time from here, asks
+ * through ask_libunbound and answers through deliver.c (the only file that
+ * sends); libunbound's results go through result.c into the cache and on
+ * to flight.c; the rings to and from the workers are ring.c's.
  *
  * Flow. A worker that cannot answer from local data or the cache packs an
  * upstream_request into its ring (single producer, single consumer, see
@@ -31,11 +34,13 @@
  * cleared at the switch.
  *
  * Retired sockets. When a listen address is removed, each worker stops
- * reading its UDP socket and hands it here through its ring: every request
- * carrying that socket came before, so once the last waiter now queued has
- * reached its deadline (the list's tail), nobody can be answered on it any
- * more, and the resolver closes it. Closing it in the worker would let a
- * late sendto reach a reused descriptor number.
+ * reading its UDP socket and hands it here through its socket ring
+ * (ring.c). Every request carrying that socket was put in the worker's
+ * request ring before, so the resolver takes the sockets first and then
+ * the requests: once the last waiter then known has reached its deadline
+ * (the list's tail), nobody can be answered on the socket any more, and
+ * the resolver closes it. Closing it in the worker would let a late sendto
+ * reach a reused descriptor number.
  *
  * Capacity. A context runs at most MAX_RESOLVING queries (Unbound's
  * num-queries-per-thread); more wait in flight.c's queue, so a slow or
@@ -44,15 +49,17 @@
  * need TCP, EDNS). One case needs more: libunbound keeps a query to a
  * forwarder that has stopped answering for minutes (about 12 KB each; 60,000
  * names were 700 MiB) and ub_cancel frees nothing in threaded mode, so a
- * full context from which nothing has come back for its whole timeout is
- * renewed: a fresh one built from the same unbound.conf text takes the new
- * queries and the silent one is retired as after a switch. Silence means
+ * full context from which nothing has come back for its whole timeout,
+ * while questions wait for room (flights_stalled), is renewed: a fresh one
+ * built from the same unbound.conf text takes the new queries and the
+ * silent one is retired as after a switch. Silence means
  * there was nothing worth keeping; at most one renewal per timeout, so at
  * most about two contexts' worth of queries are ever held.
  */
 #include "upstream/upstream.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,31 +67,99 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
+#include <unbound.h>
+
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "privs/privs.h"
-#include "upstream/internal.h"
+#include "upstream/context.h"
+#include "upstream/deliver.h"
+#include "upstream/flight.h"
+#include "upstream/result.h"
+#include "upstream/ring.h"
 #include "util/clock.h"
 
 #define NEGATIVE_MAX_TTL 3600    /* RFC 2308 section 5: cap negative answers */
-#define SWEEP_MS 1000
+#define SERVFAIL_TTL 5           /* seconds the cache keeps a SERVFAIL */
+#define MAX_RESOLVING 1024       /* libunbound queries on one context (Unbound's
+				    num-queries-per-thread default) */
 #define TURN_MS 500              /* the longest sleep: idle, it still turns twice a second */
+#define HELD_TURN_MS 1           /* the longest while TCP replies wait for a completion ring */
 #define RENEWAL_LOG_MS 60000
 
-const char *const upstream_shed_names[UPSTREAM_SHEDS] = {"queue_full", "table_full"};
+/*
+ * What an epoll event is about: its data.ptr points at one of these, the
+ * first member of a struct upstream_context for libunbound's descriptors.
+ */
+enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
+
+/* A libunbound context and the queries still running on it. */
+struct upstream_context {
+	enum source source;          /* SRC_UNBOUND: epoll data points here */
+	struct ub_ctx *ub;
+	char *conf;                  /* its unbound.conf text, to build a fresh one */
+	uint64_t timeout_ms;         /* upstream.timeout of the config it came from */
+	uint64_t max_rate;           /* upstream.max_rate of that config */
+	unsigned max_per_client;     /* upstream.max_pending_per_client of that config */
+	uint32_t number;             /* the flight table's number for it (flights_upstream) */
+	unsigned outstanding;        /* queries running on it */
+	uint64_t delete_by_ms;       /* retired: at the latest then */
+	struct upstream_context *next; /* retired list */
+};
+
+/* A UDP socket no worker reads any more, closed once nobody can be answered on it. */
+struct retired_socket {
+	int fd;
+	uint64_t close_at_ms;
+	struct retired_socket *next;
+};
+
+struct upstream {
+	struct upstream_context *ctx; /* where new queries start */
+	struct cache *cache;
+	unsigned n_workers;
+	struct request_ring **requests;
+	struct completion_ring **completions;
+	struct socket_ring **sockets;
+	_Atomic uint32_t sockets_handed; /* bumped after each socket put in a socket ring */
+	int request_efd;
+	int stop_efd;
+	int control_efd;             /* upstream_switch has a context waiting */
+	int epfd;
+	pthread_t thread;
+	bool running;
+
+	/* The hand-over of a new context (upstream_switch). */
+	pthread_mutex_t control_lock;
+	pthread_cond_t control_done;
+	struct upstream_context *incoming; /* control_lock */
+	bool accepting;              /* control_lock: the resolver thread takes them */
+	atomic_bool settle_asked;    /* upstream_settle waits for settled */
+	bool settled;                /* control_lock: no client was waiting after that */
+	bool settle_taken;           /* resolver thread: requests taken since settle_asked */
+
+	/* resolver thread only */
+	struct upstream_context *retired; /* contexts whose queries are finishing */
+	struct retired_socket *retired_sockets;
+	uint64_t now_ms;
+	uint64_t renewal_logged_ms;
+	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
+	uint32_t sockets_seen;       /* sockets_handed when the socket rings were last read */
+	struct upstream_request taken; /* the request take_requests unpacked last */
+	struct upstream_counters n;
+	struct flights flights;      /* the questions and their clients (flight.c) */
+	struct results results;      /* libunbound's results into the cache (result.c) */
+	struct deliver deliver;      /* the replies (deliver.c) */
+};
 
 static const enum source requests_source = SRC_REQUESTS;
 static const enum source stop_source = SRC_STOP;
 static const enum source control_source = SRC_CONTROL;
-
-/* Prometheus's default buckets and two below them: a forwarder on the node
- * or in the cluster answers in well under 5 ms. */
-const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS] = {
-	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
 static void signal_fd(int fd)
 {
@@ -119,88 +194,32 @@ void upstream_wake(struct upstream *u)
 
 bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
 {
-	struct upstream_request r = {.transport = UPSTREAM_RETIRED_SOCKET, .fd = fd};
-
-	if (!upstream_submit(u, worker, &r))
+	if (!socket_ring_put(u->sockets[worker], fd))
 		return false;
+	atomic_fetch_add_explicit(&u->sockets_handed, 1, memory_order_release);
 	upstream_wake(u);
 	return true;
 }
 
 int upstream_completion_fd(struct upstream *u, unsigned worker)
 {
-	return u->completions[worker]->efd;
+	return completion_ring_fd(u->completions[worker]);
 }
 
 bool upstream_take_completion(struct upstream *u, unsigned worker,
 			      struct upstream_completion *out)
 {
-	struct completion_ring *ring = u->completions[worker];
-	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
-	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-
-	if (head == tail) {
-		drain_fd(ring->efd);
-		/* a completion may have landed between the check and the read */
-		tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-		if (head == tail)
-			return false;
-	}
-	*out = ring->slots[head & (COMPLETION_SLOTS - 1)];
-	atomic_store_explicit(&ring->head, head + 1, memory_order_release);
-	return true;
+	return completion_ring_take(u->completions[worker], out);
 }
 
 bool upstream_failing(const struct upstream *u)
 {
-	return atomic_load_explicit(&u->failing, memory_order_relaxed);
-}
-
-/* Cumulative counts from the per-bucket ones; the total is their sum, so
- * the +Inf bucket always equals the count. */
-static void latency_stats(const struct counters *n, struct upstream_stats *out)
-{
-	uint64_t below = 0;
-
-	for (size_t i = 0; i < UPSTREAM_LATENCY_BUCKETS; i++) {
-		below += atomic_load_explicit(&n->latency[i], memory_order_relaxed);
-		out->latency_le[i] = below;
-	}
-	out->latency_count =
-		below + atomic_load_explicit(&n->latency[UPSTREAM_LATENCY_BUCKETS], memory_order_relaxed);
-	out->latency_sum = (double)atomic_load_explicit(&n->latency_ns, memory_order_relaxed) / 1e9;
+	return flights_failing(&u->flights);
 }
 
 void upstream_stats(const struct upstream *u, struct upstream_stats *out)
 {
-	const struct counters *n = &u->n;
-
-	*out = (struct upstream_stats){
-		.queries = atomic_load(&n->queries),
-		.coalesced = atomic_load(&n->coalesced),
-		.answers = atomic_load(&n->answers),
-		.failures = atomic_load(&n->failures),
-		.timeouts = atomic_load(&n->timeouts),
-		.stale = atomic_load(&n->stale),
-		.servfail = atomic_load(&n->servfail),
-		.dropped = atomic_load(&n->dropped),
-		.bogus = atomic_load(&n->bogus),
-		.renewals = atomic_load(&n->renewals),
-		.paced = atomic_load(&n->paced),
-		.retries = atomic_load(&n->retries),
-		.client_limited = atomic_load(&n->client_limited),
-		.resolving = atomic_load(&n->resolving),
-		.queued = atomic_load(&n->queued),
-		.flights = atomic_load(&n->flights),
-		.truncated = atomic_load(&n->truncated),
-	};
-	for (size_t r = 0; r < DNS_RCODE_SLOTS; r++)
-		out->rcode[r] = atomic_load(&n->rcode[r]);
-	for (size_t i = 0; i < UPSTREAM_SHEDS; i++)
-		out->shed[i] = atomic_load(&n->shed[i]);
-	for (size_t i = 0; i < UPSTREAM_RESULTS; i++)
-		out->results[i] = atomic_load(&n->results[i]);
-	latency_stats(n, out);
+	upstream_counters_read(&u->n, out);
 }
 
 uint64_t upstream_heartbeat_ms(const struct upstream *u)
@@ -208,20 +227,47 @@ uint64_t upstream_heartbeat_ms(const struct upstream *u)
 	return atomic_load_explicit(&u->heartbeat_ms, memory_order_relaxed);
 }
 
-/* Every request carrying fd came before this one: close it once their waiters are gone. */
-static void retire_socket(struct upstream *u, int fd)
+/*
+ * The sockets the workers handed over, not yet closable: taken before the
+ * requests (see "Retired sockets" above), their closing time set after.
+ * The rings are read only when sockets_handed says one came (a socket put
+ * before the count went up is read then or at the next call).
+ */
+static struct retired_socket *take_sockets(struct upstream *u)
 {
-	struct retired_socket *rs = malloc(sizeof *rs);
+	uint32_t handed = atomic_load_explicit(&u->sockets_handed, memory_order_acquire);
+	struct retired_socket *taken = NULL;
+	int fd;
 
-	if (!rs) {
-		/* Waiting on is then impossible: better a reply lost than the descriptor leaked. */
-		close(fd);
-		return;
+	if (handed == u->sockets_seen)
+		return NULL;
+	u->sockets_seen = handed;
+	for (unsigned i = 0; i < u->n_workers; i++) {
+		while (socket_ring_take(u->sockets[i], &fd)) {
+			struct retired_socket *rs = malloc(sizeof *rs);
+			if (!rs) {
+				/* Waiting on is then impossible: better a reply lost than the descriptor leaked. */
+				close(fd);
+				continue;
+			}
+			rs->fd = fd;
+			rs->next = taken;
+			taken = rs;
+		}
 	}
-	rs->fd = fd;
-	rs->close_at_ms = last_deadline_ms(u);
-	rs->next = u->retired_sockets;
-	u->retired_sockets = rs;
+	return taken;
+}
+
+/* The requests that carried them are in: close them once their waiters are gone. */
+static void retire_sockets(struct upstream *u, struct retired_socket *taken)
+{
+	while (taken) {
+		struct retired_socket *rs = taken;
+		taken = rs->next;
+		rs->close_at_ms = flights_last_deadline_ms(&u->flights, u->now_ms);
+		rs->next = u->retired_sockets;
+		u->retired_sockets = rs;
+	}
 }
 
 static void close_retired_sockets(struct upstream *u, bool all)
@@ -241,6 +287,7 @@ static void close_retired_sockets(struct upstream *u, bool all)
 static void take_requests(struct upstream *u)
 {
 	struct upstream_request *r = &u->taken;
+	struct retired_socket *sockets = take_sockets(u);
 
 	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
@@ -248,30 +295,42 @@ static void take_requests(struct upstream *u)
 			/* read after the request arrived: TTLs aged by an older
 			 * clock could go up between two replies (see worker_read_clock) */
 			u->now_ms = (uint64_t)coarse_ms();
-			if (r->transport == UPSTREAM_RETIRED_SOCKET)
-				retire_socket(u, r->fd);
-			else if (r->transport == UPSTREAM_NO_REPLY)
-				handle_refresh(u, r);
+			if (r->transport == UPSTREAM_NO_REPLY)
+				flights_refresh(&u->flights, r, u->now_ms);
 			else
-				handle_client(u, i, r);
+				flights_client(&u->flights, i, r, u->now_ms);
 		}
 	}
+	retire_sockets(u, sockets);
 }
 
 static int wait_ms(const struct upstream *u)
 {
-	uint64_t wait = queue_wait_ms(u, TURN_MS);
-
-	uint64_t first;
-
-	if (first_deadline_ms(u, &first)) {
-		uint64_t deadline = first > u->now_ms ? first - u->now_ms : 0;
-		wait = deadline < wait ? deadline : wait;
-	}
-	return (int)wait;
+	/* TCP replies held for a full completion ring: back as its worker takes replies out */
+	return (int)flights_wait_ms(&u->flights, u->now_ms,
+				    deliver_holding(&u->deliver) ? HELD_TURN_MS : TURN_MS);
 }
 
 /* ---- contexts ------------------------------------------------------------------------ */
+
+/* What the flight table is to do with the upstream c. */
+static struct flight_settings settings_of(const struct upstream_context *c)
+{
+	return (struct flight_settings){.timeout_ms = c->timeout_ms, .max_rate = c->max_rate,
+					.max_per_client = c->max_per_client,
+					.max_asked = MAX_RESOLVING};
+}
+
+/* The context the flight table numbers so: the current one, or a retired one. */
+static struct upstream_context *context_numbered(struct upstream *u, uint32_t number)
+{
+	if (u->ctx->number == number)
+		return u->ctx;
+	for (struct upstream_context *c = u->retired; c; c = c->next)
+		if (c->number == number)
+			return c;
+	return NULL;
+}
 
 static void delete_context(struct upstream *u, struct upstream_context *c)
 {
@@ -289,19 +348,22 @@ static void delete_finished_contexts(struct upstream *u)
 			continue;
 		}
 		if (c->outstanding > 0)
-			drop_flights_on(u, c);
+			flights_drop_upstream(&u->flights, c->number);
 		*p = c->next;
 		delete_context(u, c);
 	}
 }
 
-/* New queries start on c from now on; the current one finishes what it runs. */
-static void replace_context(struct upstream *u, struct upstream_context *c)
+/* New queries start on c from now on; the current one finishes what it runs.
+ * forget: the failing mark and the cool-downs were about the old one. */
+static void replace_context(struct upstream *u, struct upstream_context *c, bool forget)
 {
 	struct upstream_context *old = u->ctx;
+	struct flight_settings s = settings_of(c);
 
+	flights_new_upstream(&u->flights, &s, forget, u->now_ms);
+	c->number = flights_upstream(&u->flights);
 	u->ctx = c;
-	c->installed_ms = c->last_result_ms = u->now_ms;
 	old->delete_by_ms = u->now_ms + old->timeout_ms;
 	old->next = u->retired;
 	u->retired = old;
@@ -317,11 +379,7 @@ static void install_context(struct upstream *u, struct upstream_context *c)
 {
 	bool resolves_differently = strcmp(u->ctx->conf, c->conf) != 0;
 
-	if (c->max_rate != u->ctx->max_rate)
-		pace_init(&u->pace, c->max_rate, u->now_ms);
-	u->max_per_client = c->max_per_client;
-	replace_context(u, c);
-	forget_failures(u);
+	replace_context(u, c, true);
 	if (resolves_differently)
 		cache_make_all_stale(u->cache, u->now_ms / 1000);
 }
@@ -330,14 +388,8 @@ static int watch(int epfd, int fd, const enum source *source);
 static struct upstream_context *context_like(const struct upstream_context *model,
 					     char *err, size_t errlen);
 
-/* Full, and nothing has come back from it for its whole timeout. */
-static bool silent(const struct upstream_context *c, uint64_t now_ms)
-{
-	return now_ms >= c->last_result_ms + c->timeout_ms;
-}
-
 /* The same settings, a fresh context: see "Capacity" above. */
-static bool renew_context(struct upstream *u)
+static void renew_context(struct upstream *u)
 {
 	struct upstream_context *clogged = u->ctx, *fresh;
 	char err[CONFIG_ERR_MAX], running[16];
@@ -347,9 +399,9 @@ static bool renew_context(struct upstream *u)
 		log_error("cannot renew the libunbound context", "error",
 			  fresh ? strerror(errno) : err);
 		upstream_discard(fresh);
-		return false;
+		return;
 	}
-	replace_context(u, fresh);
+	replace_context(u, fresh, false);
 	upstream_bump(&u->n.renewals);
 	if (u->now_ms >= u->renewal_logged_ms + RENEWAL_LOG_MS) {
 		u->renewal_logged_ms = u->now_ms;
@@ -359,13 +411,66 @@ static bool renew_context(struct upstream *u)
 			 "context, the old one is dropped after upstream.timeout (said at most "
 			 "once a minute)", "running", running);
 	}
-	return true;
 }
 
-bool room_to_resolve(struct upstream *u)
+/* ---- asking libunbound ------------------------------------------------------------------ */
+
+static enum upstream_result result_kind(int err, const struct ub_result *result)
 {
-	return u->ctx->outstanding < MAX_RESOLVING ||
-	       (silent(u->ctx, u->now_ms) && renew_context(u));
+	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
+		return UPSTREAM_RESULT_ERROR;
+	if (result->bogus)
+		return UPSTREAM_RESULT_BOGUS;
+	switch (result->rcode) {
+	case DNS_R_NOERROR: return UPSTREAM_RESULT_NOERROR;
+	case DNS_R_NXDOMAIN: return UPSTREAM_RESULT_NXDOMAIN;
+	case DNS_R_SERVFAIL: return UPSTREAM_RESULT_SERVFAIL;
+	default: return UPSTREAM_RESULT_OTHER;
+	}
+}
+
+/* libunbound's callback (inside ub_process, on this thread): a flight's result. */
+static void on_result(void *arg, int err, struct ub_result *result)
+{
+	struct flight *f = arg;
+	struct upstream *u = (struct upstream *)((char *)f->table - offsetof(struct upstream, flights));
+	struct upstream_context *c = context_numbered(u, f->upstream);
+	struct upstream_answer a = {.kind = result_kind(err, result)};
+
+	upstream_observe_latency(&u->n, monotonic_ns() - f->asked_ns);
+	upstream_bump(&u->n.results[a.kind]);
+	u->now_ms = (uint64_t)coarse_ms();
+	if (c)
+		c->outstanding--;
+	if (result && dnstap_resolver_on()) /* dnstap: resolver_response */
+		dnstap_resolver_response(result->answer_packet, (size_t)result->answer_len);
+	if (a.kind != UPSTREAM_RESULT_ERROR) {
+		a.msg = result->answer_packet;
+		a.len = (size_t)result->answer_len;
+		a.secure = result->secure;
+		a.why_bogus = result->why_bogus;
+	}
+	result_take(&u->results, f, &a, u->now_ms);
+	if (result)
+		ub_resolve_free(result);
+}
+
+/* flight_io.ask: f's question to the current context. */
+static bool ask_libunbound(void *env, struct flight *f)
+{
+	struct upstream *u = env;
+	char name[1024];
+	int id;
+
+	if (dns_name_to_text(flight_name(f), name, sizeof name) < 0)
+		return false;
+	f->asked_ns = monotonic_ns();
+	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
+		return false;
+	if (dnstap_resolver_on()) /* dnstap: resolver_query */
+		dnstap_resolver_query(flight_name(f), f->q.qtype, f->q.qclass);
+	u->ctx->outstanding++;
+	return true;
 }
 
 /* upstream_switch's hand-over, on the resolver thread. */
@@ -391,7 +496,7 @@ static void report_settled(struct upstream *u, bool took_requests)
 	if (!atomic_load_explicit(&u->settle_asked, memory_order_acquire))
 		return;
 	u->settle_taken = u->settle_taken || took_requests;
-	if (!u->settle_taken || u->n_waiters > 0)
+	if (!u->settle_taken || flights_waiting(&u->flights) > 0)
 		return;
 	pthread_mutex_lock(&u->control_lock);
 	if (!u->settled) {
@@ -415,7 +520,6 @@ static void *resolver_main(void *arg)
 {
 	struct upstream *u = arg;
 	struct epoll_event events[8];
-	uint64_t last_sweep = (uint64_t)coarse_ms();
 	bool stop = false;
 
 	urcu_memb_register_thread();
@@ -445,15 +549,13 @@ static void *resolver_main(void *arg)
 		if (stop)
 			break;
 		u->now_ms = (uint64_t)coarse_ms();
-		expire_waiters(u);
-		start_queued(u);
+		flights_expire(&u->flights, u->now_ms);
+		if (flights_stalled(&u->flights, u->now_ms))
+			renew_context(u);
+		flights_start_queued(&u->flights, u->now_ms);
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
-		if (u->now_ms - last_sweep >= SWEEP_MS) {
-			sweep_cooled_flights(u);
-			last_sweep = u->now_ms;
-		}
-		signal_completions(u);
+		deliver_flush(&u->deliver);
 		report_settled(u, took_requests);
 	}
 	stop_accepting(u);
@@ -500,25 +602,14 @@ static int make_rings(struct upstream *u)
 {
 	u->requests = calloc(u->n_workers, sizeof *u->requests);
 	u->completions = calloc(u->n_workers, sizeof *u->completions);
-	if (!u->requests || !u->completions)
+	u->sockets = calloc(u->n_workers, sizeof *u->sockets);
+	if (!u->requests || !u->completions || !u->sockets)
 		return -1;
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		struct request_ring *requests = request_ring_new();
-		struct completion_ring *completions = aligned_alloc(64, sizeof *completions);
-		if (completions) {
-			/* slots are written before they are read: not cleared, so a
-			 * worker that never sees a TCP miss never touches them */
-			atomic_init(&completions->head, 0);
-			atomic_init(&completions->tail, 0);
-			completions->signal_pending = false;
-			completions->efd = -1;
-		}
-		u->requests[i] = requests;
-		u->completions[i] = completions;
-		if (!requests || !completions)
-			return -1;
-		completions->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-		if (completions->efd < 0)
+		u->requests[i] = request_ring_new();
+		u->completions[i] = completion_ring_new();
+		u->sockets[i] = socket_ring_new();
+		if (!u->requests[i] || !u->completions[i] || !u->sockets[i])
 			return -1;
 	}
 	return 0;
@@ -540,6 +631,60 @@ static int make_loop(struct upstream *u)
 	return 0;
 }
 
+void upstream_prepare_process(void)
+{
+	mallopt(M_ARENA_MAX, 1);
+}
+
+/* ub_ctx_config reads a file: the text goes through a memfd, never to disk. */
+static int apply_conf_text(struct ub_ctx *ctx, const char *text, char *err, size_t errlen)
+{
+	char path[64];
+	size_t len = strlen(text);
+	int fd = memfd_create("localdns-unbound.conf", MFD_CLOEXEC);
+
+	if (fd < 0 || write(fd, text, len) != (ssize_t)len) {
+		snprintf(err, errlen, "cannot make the resolver configuration: %s",
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	int ub = ub_ctx_config(ctx, path);
+	close(fd);
+	if (ub != 0) {
+		snprintf(err, errlen, "resolver configuration rejected: %s", ub_strerror(ub));
+		return -1;
+	}
+	return 0;
+}
+
+/* A libunbound context (threads, not a forked process, so results come back
+ * through ub_fd into this thread) configured by text; it reads no file but
+ * those text names. NULL with err set. */
+static struct ub_ctx *ub_from_text(const char *text, char *err, size_t errlen)
+{
+	struct ub_ctx *ctx = ub_ctx_create();
+	int rc;
+
+	if (!ctx) {
+		snprintf(err, errlen, "cannot create the libunbound context");
+		return NULL;
+	}
+	rc = ub_ctx_async(ctx, 1);
+	if (rc != 0) {
+		snprintf(err, errlen, "libunbound: %s", ub_strerror(rc));
+		ub_ctx_delete(ctx);
+		return NULL;
+	}
+	if (apply_conf_text(ctx, text, err, errlen) < 0) {
+		ub_ctx_delete(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
 /* A context of conf (copied) with these settings. NULL with err set. */
 static struct upstream_context *context_from_text(const char *conf, uint64_t timeout_ms,
 						  uint64_t max_rate, unsigned max_per_client,
@@ -556,7 +701,7 @@ static struct upstream_context *context_from_text(const char *conf, uint64_t tim
 	c->timeout_ms = timeout_ms;
 	c->max_rate = max_rate;
 	c->max_per_client = max_per_client;
-	c->ub = upstream_context_from_text(conf, err, errlen);
+	c->ub = ub_from_text(conf, err, errlen);
 	if (!c->ub) {
 		free(c->conf);
 		free(c);
@@ -572,13 +717,48 @@ static struct upstream_context *context_like(const struct upstream_context *mode
 				 model->max_per_client, err, errlen);
 }
 
+#define TLS_PROBE_NAME "localdns-tls-probe.invalid"
+
+/*
+ * Whether this libunbound can make TLS connections: a context with
+ * tls-upstream that answers one local name. A libunbound without TLS
+ * cannot start its worker ("initialization failure"); one with TLS
+ * answers from the local zone without sending anything. Asked once.
+ */
+static bool tls_supported(void)
+{
+	static int known = -1; /* main thread only: start, reloads, --check-config */
+	struct ub_ctx *ctx;
+	struct ub_result *res = NULL;
+
+	if (known >= 0)
+		return known;
+	ctx = ub_ctx_create();
+	known = ctx && ub_ctx_set_option(ctx, "tls-upstream:", "yes") == 0 &&
+		ub_ctx_set_option(ctx, "local-zone:", TLS_PROBE_NAME ". static") == 0 &&
+		ub_ctx_set_option(ctx, "local-data:", TLS_PROBE_NAME ". A 127.0.0.1") == 0 &&
+		ub_resolve(ctx, TLS_PROBE_NAME, 1, 1, &res) == 0;
+	if (res)
+		ub_resolve_free(res);
+	if (ctx)
+		ub_ctx_delete(ctx);
+	return known;
+}
+
 struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
 {
-	char *conf = upstream_conf_text(cfg, err, errlen);
 	struct upstream_context *c;
+	char *conf;
 
-	if (!conf)
+	if (!(conf = upstream_conf_text(cfg, err, errlen)))
 		return NULL;
+	if (cfg->upstream.tls && !tls_supported()) {
+		snprintf(err, errlen, "upstream.tls: this libunbound (%s) was built without TLS "
+			 "support (Debian 12's libunbound8 uses nettle, not OpenSSL): DNS-over-TLS "
+			 "upstreams need a libunbound built with OpenSSL", ub_version());
+		free(conf);
+		return NULL;
+	}
 	c = context_from_text(conf, cfg->upstream.timeout_ms, cfg->upstream.max_rate,
 			      cfg->upstream.max_pending_per_client, err, errlen);
 	free(conf);
@@ -643,17 +823,22 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	u->ctx = upstream_prepare(cfg, err, errlen);
 	if (!u->ctx)
 		goto fail;
-	u->now_ms = u->ctx->installed_ms = u->ctx->last_result_ms = (uint64_t)coarse_ms();
-	pace_init(&u->pace, u->ctx->max_rate, u->now_ms);
-	u->max_per_client = u->ctx->max_per_client;
-	u->retry_tokens = RETRY_TOKENS_MAX;
-	if (flight_table_init(&u->flights) < 0 ||
-	    getrandom(u->client_key, sizeof u->client_key, 0) != (ssize_t)sizeof u->client_key) {
+	u->now_ms = (uint64_t)coarse_ms();
+	if (make_rings(u) < 0 || make_loop(u) < 0) {
+		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
+		goto fail;
+	}
+	struct flight_settings s = settings_of(u->ctx);
+	const struct flight_io io = {.ask = ask_libunbound, .ask_env = u,
+				     .reply = deliver_reply, .reply_env = &u->deliver};
+	if (flights_init(&u->flights, &io, cache, &u->n, &s, u->now_ms) < 0) {
 		snprintf(err, errlen, "cannot set up the resolver: out of memory or randomness");
 		goto fail;
 	}
-	if (make_rings(u) < 0 || make_loop(u) < 0) {
-		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
+	u->ctx->number = flights_upstream(&u->flights);
+	results_init(&u->results, &u->flights, cache);
+	if (deliver_init(&u->deliver, cache, &u->n, u->completions, n_workers) < 0) {
+		snprintf(err, errlen, "cannot set up the resolver: out of memory");
 		goto fail;
 	}
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
@@ -710,27 +895,17 @@ void upstream_stop(struct upstream *u)
 		delete_context(u, c);
 	}
 	close_retired_sockets(u, true);
-	drop_everything(u);
-}
-
-static void free_completions(struct completion_ring *ring)
-{
-	uint32_t head = atomic_load(&ring->head), tail = atomic_load(&ring->tail);
-
-	for (; head != tail; head++)
-		free(ring->slots[head & (COMPLETION_SLOTS - 1)].framed);
-	if (ring->efd >= 0)
-		close(ring->efd);
-	free(ring);
+	flights_free(&u->flights); /* the clients still waiting get no reply */
 }
 
 /* Sockets handed over after the resolver stopped are closed here. */
-static void free_requests(struct upstream *u, struct request_ring *ring)
+static void free_sockets(struct socket_ring *ring)
 {
-	while (request_ring_take(ring, &u->taken))
-		if (u->taken.transport == UPSTREAM_RETIRED_SOCKET)
-			close(u->taken.fd);
-	request_ring_free(ring);
+	int fd;
+
+	while (socket_ring_take(ring, &fd))
+		close(fd);
+	socket_ring_free(ring);
 }
 
 void upstream_free(struct upstream *u)
@@ -740,14 +915,17 @@ void upstream_free(struct upstream *u)
 	upstream_stop(u);
 	upstream_discard(u->ctx);
 	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
-		if (u->requests[i])
-			free_requests(u, u->requests[i]);
+		request_ring_free(u->requests[i]);
+	for (unsigned i = 0; u->sockets && i < u->n_workers; i++)
+		if (u->sockets[i])
+			free_sockets(u->sockets[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
-		if (u->completions[i])
-			free_completions(u->completions[i]);
+		completion_ring_free(u->completions[i]);
 	free(u->requests);
 	free(u->completions);
-	flight_table_free(&u->flights);
+	free(u->sockets);
+	flights_free(&u->flights);
+	deliver_free(&u->deliver);
 	if (u->request_efd >= 0)
 		close(u->request_efd);
 	if (u->stop_efd >= 0)

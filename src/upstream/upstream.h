@@ -39,64 +39,7 @@
 #include "config/config.h"
 #include "dns/dns.h"
 #include "upstream/request.h"
-
-/* A TCP reply for a worker: the DNS message with its 2-byte length prefix. */
-struct upstream_completion {
-	uint32_t conn;
-	uint32_t conn_gen;
-	uint8_t *framed;       /* malloc'd; the taker frees it */
-	size_t len;
-};
-
-/* Upper bounds (seconds) of the libunbound latency histogram's buckets. */
-#define UPSTREAM_LATENCY_BUCKETS 14
-extern const double upstream_latency_bounds[UPSTREAM_LATENCY_BUCKETS];
-
-/* What libunbound's results said. */
-enum upstream_result {
-	UPSTREAM_RESULT_NOERROR, UPSTREAM_RESULT_NXDOMAIN, UPSTREAM_RESULT_SERVFAIL,
-	UPSTREAM_RESULT_OTHER,   /* another rcode */
-	UPSTREAM_RESULT_ERROR,   /* no answer at all (libunbound's error) */
-	UPSTREAM_RESULT_BOGUS,   /* DNSSEC validation failed */
-	UPSTREAM_RESULTS
-};
-extern const char *const upstream_result_names[UPSTREAM_RESULTS];
-
-/* Why a question was given up without asking libunbound. */
-enum upstream_shed {
-	UPSTREAM_SHED_QUEUE_FULL, /* the queue was full: its longest-waiting question made room */
-	UPSTREAM_SHED_TABLE_FULL, /* MAX_FLIGHTS questions were known already */
-	UPSTREAM_SHEDS
-};
-extern const char *const upstream_shed_names[UPSTREAM_SHEDS];
-
-struct upstream_stats {
-	uint64_t queries;      /* libunbound queries started */
-	uint64_t coalesced;    /* requests that joined a query in flight */
-	uint64_t answers;      /* libunbound results that were not failures */
-	uint64_t failures;     /* SERVFAIL or error results */
-	uint64_t timeouts;     /* clients answered at their deadline */
-	uint64_t stale;        /* clients given a stale answer by the resolver */
-	uint64_t servfail;     /* clients given SERVFAIL by the resolver */
-	uint64_t dropped;      /* requests lost to a full ring or waiter cap */
-	uint64_t bogus;        /* DNSSEC validation failures */
-	uint64_t shed[UPSTREAM_SHEDS]; /* questions given up without asking */
-	uint64_t renewals;     /* fresh libunbound contexts for a full, silent one */
-	uint64_t paced;        /* questions that waited for upstream.max_rate */
-	uint64_t retries;      /* failed questions asked once more for waiting clients */
-	uint64_t client_limited; /* requests answered at once: their client had too many pending */
-	uint64_t results[UPSTREAM_RESULTS]; /* libunbound's results */
-	uint64_t resolving;    /* gauge: libunbound queries running now */
-	uint64_t queued;       /* gauge: questions waiting for room or pace */
-	uint64_t flights;      /* gauge: questions known (running, queued, cooling down) */
-	uint64_t rcode[DNS_RCODE_SLOTS]; /* replies the resolver sent (dns_reply_rcode_slot) */
-	uint64_t truncated;    /* of those, with TC=1 */
-	/* From asking libunbound to its result (any result): how many took at
-	 * most each bound (cumulative), all of them, and their total time. */
-	uint64_t latency_le[UPSTREAM_LATENCY_BUCKETS];
-	uint64_t latency_count;
-	double latency_sum;    /* seconds */
-};
+#include "upstream/stats.h"
 
 struct upstream;
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # callgrind.sh BIN [MIX...] — user-space instructions per query for each
-# benchmark mix (static, cache, search, srv; all four by default), counted
-# by valgrind's callgrind: the measure to decide by on a shared machine,
-# where throughput moves with other people's work and instruction counts
-# do not.
+# benchmark mix (static, cache, search, srv; all four by default; and miss,
+# only when named), counted by valgrind's callgrind: the measure to decide
+# by on a shared machine, where throughput moves with other people's work
+# and instruction counts do not.
 #
 #   tests/bench/callgrind.sh build/localdns            all four mixes
 #   tests/bench/callgrind.sh build/localdns search     one
+#   tests/bench/callgrind.sh build/localdns miss       the miss path
 #   BENCH_CG_PASSES=2 BENCH_CG_KEEP=/tmp/cg tests/bench/callgrind.sh ...
 #
 # For each mix: the data of the throughput scripts (tests/bench/mixes.py),
@@ -24,11 +25,21 @@
 # query's CPU: performance.md, "Where a UDP query's CPU goes") is not
 # counted; perf shows it.
 #
+# The miss mix is the cache mix's names (BENCH_CG_MISS_NAMES of them,
+# 3,000 by default) asked once each from a cold cache, at a fixed
+# BENCH_CG_MISS_RATE (200) a second so that every request wakes the
+# resolver on its own, as a trickle of new names does: each query is a
+# miss that goes through the request ring, the flight table, libunbound
+# and NSD, into the cache and back. Printed besides: the resolver
+# thread's instructions (resolver_main, inclusive: libunbound's work on
+# that thread included) and the whole process's (every thread, the
+# libunbound thread's too).
+#
 # BENCH_CG_KEEP=DIR keeps each mix's callgrind output there (for
 # callgrind_annotate or kcachegrind). Nothing is written to the doc.
 set -euo pipefail
 
-BIN=${1:?usage: callgrind.sh BIN [static|cache|search|srv ...]}
+BIN=${1:?usage: callgrind.sh BIN [static|cache|search|srv|miss ...]}
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 shift
 MIXES=("$@")
@@ -36,6 +47,8 @@ MIXES=("$@")
 HERE=$(cd "$(dirname "$0")" && pwd)
 PASSES=${BENCH_CG_PASSES:-1}
 WARM_RATE=${BENCH_WARM_RATE:-500} # localdns under valgrind is slow
+MISS_NAMES=${BENCH_CG_MISS_NAMES:-3000}
+MISS_RATE=${BENCH_CG_MISS_RATE:-200}
 TOP=${BENCH_CG_TOP:-15}
 # shellcheck source=tests/bench/lib.sh
 . "$HERE/lib.sh"
@@ -67,6 +80,14 @@ per = lambda n: n / queries
 print("%s: %d queries; per query: worker %.0f instructions (worker_main), udp_drain %.0f, "
       "query_handle %.0f" % (mix, queries, per(incl.get("worker_main", 0)),
                              per(incl.get("udp_drain", 0)), per(incl.get("query_handle", 0))))
+if mix == "miss":
+    total = 0
+    for line in open(path + ".self"):
+        m = re.match(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?PROGRAM TOTALS", line)
+        if m:
+            total = int(m.group(1).replace(",", ""))
+    print("  resolver %.0f instructions (resolver_main), the whole process %.0f"
+          % (per(incl.get("resolver_main", 0)), per(total)))
 # A dump taken while threads run charges the functions on their stacks
 # (thread entry points, main) with their callees' costs: not their own.
 roots = {"clone", "start_thread", "trampoline", "worker_main", "main", "(below main)"}
@@ -83,7 +104,11 @@ for MIX in "${MIXES[@]}"; do
 	# would hash them again after every run
 	D=$TMP/$MIX
 	mkdir -p "$D/data"
-	python3 "$HERE/mixes.py" "$MIX" "$D/data"
+	if [ "$MIX" = miss ]; then
+		python3 "$HERE/mixes.py" cache "$D/data" "$MISS_NAMES"
+	else
+		python3 "$HERE/mixes.py" "$MIX" "$D/data"
+	fi
 	QUERIES=$D/data/queries.txt
 	COUNT=$(grep -c . "$QUERIES")
 	EXPECTATIONS=0
@@ -91,6 +116,11 @@ for MIX in "${MIXES[@]}"; do
 	case $MIX in
 	static | srv)
 		UPSTREAM="static: {files: [$D/data/records.yaml]}"
+		;;
+	miss)
+		PROBE="ns.bench.example A" # in the zone, not in the query file
+		nsd_start bench.example "$MIX/data/zone.txt"
+		UPSTREAM="upstream: {servers: [\"127.0.0.1:$NPORT\"], timeout: 2s}"
 		;;
 	cache)
 		PROBE=$(head -1 "$QUERIES")
@@ -103,12 +133,12 @@ for MIX in "${MIXES[@]}"; do
 		UPSTREAM="upstream: {servers: [\"127.0.0.1:$NPORT\"], timeout: 2s}"
 		;;
 	*)
-		echo "callgrind: unknown mix $MIX (static, cache, search, srv)" >&2
+		echo "callgrind: unknown mix $MIX (static, cache, search, srv, miss)" >&2
 		exit 2
 		;;
 	esac
-	[ "$MIX" = cache ] || EXPECTATIONS=1
-	[ "$MIX" = cache ] || [ "$MIX" = search ] || PROBE=$(head -1 "$QUERIES" | awk '{print $1, $2}')
+	[ "$MIX" = cache ] || [ "$MIX" = miss ] || EXPECTATIONS=1
+	[ "$MIX" = cache ] || [ "$MIX" = search ] || [ "$MIX" = miss ] || PROBE=$(head -1 "$QUERIES" | awk '{print $1, $2}')
 	PORT=$(free_port)
 	{
 		localdns_config_head "$PORT"
@@ -131,13 +161,18 @@ EOF
 	# every name cached before counting: a pass that lost some (valgrind
 	# is slow, the machine shared) is followed by another, at most three
 	for _ in 1 2 3; do
-		[ -n "${NPID:-}" ] || break
+		[ -n "${NPID:-}" ] && [ "$MIX" != miss ] || break
 		warm_up "$PORT" "$MIX" "$COUNT"
 		[ "$WARM_OK" = 0 ] || break
 	done
 	callgrind_control --zero "$LPID" >/dev/null
 	N=$((COUNT * PASSES))
-	gen "$D/run.txt" -p "$PORT" -n "$N" -q 64 -c 8 -t 10 -l 600
+	if [ "$MIX" = miss ]; then
+		N=$COUNT # a second pass would be hits
+		gen "$D/run.txt" -p "$PORT" -n "$N" -Q "$MISS_RATE" -q 64 -c 8 -t 10 -l 600
+	else
+		gen "$D/run.txt" -p "$PORT" -n "$N" -q 64 -c 8 -t 10 -l 600
+	fi
 	callgrind_control --dump="$MIX" "$LPID" >/dev/null
 	bench_stop "$LPID"
 	[ -z "${NPID:-}" ] || { bench_stop "$NPID"; NPID=""; }

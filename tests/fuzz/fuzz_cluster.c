@@ -34,6 +34,7 @@
 #include "cluster/internal.h"
 #include "config/config.h"
 #include "dns/dns.h"
+#include "deferred_rcu.h"
 #include "fuzz.h"
 #include "kube/internal.h"
 #include "kube/kube.h"
@@ -60,12 +61,13 @@ struct stream {
 /* The resource whose informer would read this input: the first kind it names. */
 static enum kube_resource resource_of(const uint8_t *data, size_t size)
 {
-	static const char *const kinds[KUBE_N_RESOURCES] = {"\"Service", "\"EndpointSlice",
-							    "\"Namespace", "\"Pod"};
+	/* the resources the cluster table reads */
+	static const char *const kinds[] = {"\"Service", "\"EndpointSlice", "\"Namespace", "\"Pod"};
+	const int n = (int)(sizeof kinds / sizeof kinds[0]);
 	const uint8_t *first = NULL;
-	enum kube_resource r = (enum kube_resource)(size / 3 % KUBE_N_RESOURCES);
+	enum kube_resource r = (enum kube_resource)(size / 3 % n);
 
-	for (int k = 0; k < KUBE_N_RESOURCES; k++) {
+	for (int k = 0; k < n; k++) {
 		const uint8_t *at = memmem(data, size, kinds[k], strlen(kinds[k]));
 		if (at && (!first || at < first)) {
 			first = at;
@@ -82,7 +84,7 @@ static void upsert(struct cluster *c, enum kube_resource r, const struct kube_js
 	case KUBE_ENDPOINTSLICES: cluster_slice_upsert(c, obj); break;
 	case KUBE_NAMESPACES: cluster_namespace_upsert(c, obj); break;
 	case KUBE_PODS: cluster_pod_upsert(c, obj); break;
-	case KUBE_N_RESOURCES: break;
+	default: break;
 	}
 }
 
@@ -93,7 +95,7 @@ static void remove_object(struct cluster *c, enum kube_resource r, const char *n
 	case KUBE_ENDPOINTSLICES: cluster_slice_remove(c, ns, name); break;
 	case KUBE_NAMESPACES: cluster_namespace_remove(c, name); break;
 	case KUBE_PODS: cluster_pod_remove(c, ns, name); break;
-	case KUBE_N_RESOURCES: break;
+	default: break;
 	}
 }
 
@@ -348,38 +350,6 @@ static void read_everything(const struct cluster *c)
 		ask_every_type(c, cluster_named_owner(n), n->owner_len);
 	}
 	urcu_memb_read_unlock();
-}
-
-/*
- * call_rcu, for this target only (linked with -Wl,--wrap for both, see the
- * Makefile): liburcu's call_rcu thread sleeps 10 ms before each batch, and
- * cluster_free waits for it (urcu_memb_barrier), which held this target to
- * 80 inputs a second. Here callbacks wait in a list and run after a grace
- * period at the barrier: what call_rcu promises, without the thread, and
- * every free done before the input ends (so libFuzzer's leak check sees a
- * balanced input).
- */
-static struct rcu_head *deferred;
-
-void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head));
-void __wrap_urcu_memb_barrier(void);
-
-void __wrap_urcu_memb_call_rcu(struct rcu_head *head, void (*func)(struct rcu_head *head))
-{
-	head->func = func;
-	head->next.next = deferred ? &deferred->next : NULL;
-	deferred = head;
-}
-
-void __wrap_urcu_memb_barrier(void)
-{
-	urcu_memb_synchronize_rcu();
-	while (deferred) {
-		struct rcu_head *head = deferred;
-		deferred = head->next.next ? caa_container_of(head->next.next, struct rcu_head, next)
-					   : NULL;
-		head->func(head);
-	}
 }
 
 static void on_endpoints(void *ctx, const struct config_ip *ips, size_t n)

@@ -3,7 +3,10 @@
  * input is a query packet from a client. It is answered over a real set of
  * sources built once: static records (every record type the config has,
  * CNAME chains, a set too big for UDP), a synced cluster table (ClusterIP,
- * headless and ExternalName Services, endpoints, pods for autopath) and a
+ * headless and ExternalName Services, endpoints, pods for autopath), a
+ * clusterset table (a ClusterSetIP and a headless import), the mesh's
+ * ServiceEntry hosts (exact, wildcard, exported to one namespace, headless,
+ * one with more addresses than UDP holds, one under the cluster zone) and a
  * cache holding live, negative, SERVFAIL and large answers. Each input is
  * answered four ways: over UDP from a pod (autopath walks), over TCP from
  * another pod, over UDP from no known address with the upstream failing
@@ -27,6 +30,7 @@
 #include "config/config.h"
 #include "dns/dns.h"
 #include "fuzz.h"
+#include "mesh/mesh.h"
 #include "query/query.h"
 
 #define NOW 1000
@@ -37,6 +41,8 @@ static const char config_fmt[] =
 	"listen: {addresses: [127.0.0.1], udp_max_payload: %d}\n"
 	"chaos: {enabled: true, version: \"fuzz\", id: \"node-a\"}\n"
 	"cluster: {domain: cluster.local, ttl: 5s, autopath: true, pods: insecure}\n"
+	"mesh: {istio: true}\n"
+	"multicluster: {enabled: true}\n"
 	"upstream: {resolv_conf: \"%s\"}\n"
 	"static:\n"
 	"  records:\n"
@@ -83,12 +89,48 @@ static const char *const cluster_objects[][2] = {
 		"\"podIP\":\"10.1.0.51\",\"podIPs\":[{\"ip\":\"10.1.0.51\"},{\"ip\":\"fd00:1::51\"}]}}"},
 };
 
+/* The mesh's ServiceEntries and the clusterset's ServiceImports and slices. */
+#define SE(ns, name, spec) \
+	"{\"metadata\":{\"name\":\"" name "\",\"namespace\":\"" ns "\"," \
+	"\"creationTimestamp\":\"2024-05-01T10:00:00Z\"},\"spec\":{" spec "}}"
+static const char *const mesh_objects[] = {
+	SE("prod", "api", "\"hosts\":[\"api.example.com\",\"*.wild.example.com\","
+	   "\"cache.prod.svc.cluster.local\"],\"addresses\":[\"192.0.2.1\",\"2001:db8::1\"]"),
+	SE("prod", "private", "\"hosts\":[\"private.example.com\"],\"exportTo\":[\".\"],"
+	   "\"addresses\":[\"192.0.2.2\"]"),
+	SE("team", "legacy", "\"hosts\":[\"legacy.corp.example\"],\"resolution\":\"NONE\","
+	   "\"endpoints\":[{\"address\":\"10.9.0.1\"},{\"address\":\"10.9.0.2\"}]"),
+	SE("team", "many", "\"hosts\":[\"many.example.com\"],\"addresses\":["
+	   "\"192.0.2.10\",\"192.0.2.11\",\"192.0.2.12\",\"192.0.2.13\",\"192.0.2.14\","
+	   "\"192.0.2.15\",\"192.0.2.16\",\"192.0.2.17\",\"192.0.2.18\",\"192.0.2.19\","
+	   "\"192.0.2.20\",\"192.0.2.21\",\"192.0.2.22\",\"192.0.2.23\",\"192.0.2.24\","
+	   "\"192.0.2.25\",\"192.0.2.26\",\"192.0.2.27\",\"192.0.2.28\",\"192.0.2.29\","
+	   "\"192.0.2.30\",\"192.0.2.31\",\"192.0.2.32\",\"192.0.2.33\",\"192.0.2.34\","
+	   "\"192.0.2.35\",\"192.0.2.36\",\"192.0.2.37\",\"192.0.2.38\",\"192.0.2.39\","
+	   "\"192.0.2.40\",\"192.0.2.41\",\"192.0.2.42\",\"192.0.2.43\",\"192.0.2.44\"]"),
+	SE("team", "many-b", "\"hosts\":[\"many.example.com\"],\"addresses\":[\"192.0.2.99\"]"),
+};
+static const char *const clusterset_objects[][2] = {
+	{"ns", "{\"metadata\":{\"name\":\"prod\"}}"},
+	{"svc", "{\"metadata\":{\"name\":\"db\",\"namespace\":\"prod\"},\"spec\":{"
+		"\"type\":\"ClusterSetIP\",\"ips\":[\"10.100.0.5\"],"
+		"\"ports\":[{\"name\":\"sql\",\"port\":5432,\"protocol\":\"TCP\"}]}}"},
+	{"svc", "{\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\"},\"spec\":{"
+		"\"type\":\"Headless\",\"ports\":[{\"name\":\"http\",\"port\":80}]}}"},
+	{"slice", "{\"addressType\":\"IPv4\",\"metadata\":{\"name\":\"web-east\","
+		  "\"namespace\":\"prod\",\"labels\":{\"multicluster.kubernetes.io/service-name\":"
+		  "\"web\",\"multicluster.kubernetes.io/source-cluster\":\"east\"}},\"endpoints\":["
+		  "{\"addresses\":[\"10.2.0.1\"],\"hostname\":\"web-0\"},{\"addresses\":[\"10.2.0.2\"]}],"
+		  "\"ports\":[{\"name\":\"http\",\"port\":80,\"protocol\":\"TCP\"}]}"},
+};
+
 static struct cache *cache;
-static struct cluster *cluster;
+static struct cluster *cluster, *clusterset;
+static struct mesh *mesh;
 static uint8_t *udp_out, *tcp_out; /* exactly the size query_handle may fill */
 static struct upstream_request request;
 
-static void apply_object(const char *kind, const char *json)
+static void apply_object(struct cluster *c, const char *kind, const char *json)
 {
 	struct kube_json_doc *doc = kube_json_parse(json, strlen(json));
 	const struct kube_json *o;
@@ -96,13 +138,15 @@ static void apply_object(const char *kind, const char *json)
 	CHECK(doc);
 	o = kube_json_root(doc);
 	if (strcmp(kind, "ns") == 0)
-		cluster_namespace_upsert(cluster, o);
+		cluster_namespace_upsert(c, o);
 	else if (strcmp(kind, "svc") == 0)
-		cluster_service_upsert(cluster, o);
+		cluster_service_upsert(c, o);
 	else if (strcmp(kind, "slice") == 0)
-		cluster_slice_upsert(cluster, o);
+		cluster_slice_upsert(c, o);
+	else if (strcmp(kind, "pod") == 0)
+		cluster_pod_upsert(c, o);
 	else
-		cluster_pod_upsert(cluster, o);
+		mesh_entry_upsert(mesh, o);
 	kube_json_doc_free(doc);
 }
 
@@ -184,10 +228,17 @@ static void setup(void)
 	}
 	urcu_memb_register_thread();
 	cluster = cluster_new(cfg, err, sizeof err);
-	CHECK(cluster);
+	clusterset = cluster_new_clusterset(cfg, err, sizeof err);
+	mesh = mesh_new(cfg, err, sizeof err);
+	CHECK(cluster && clusterset && mesh);
 	for (size_t i = 0; i < sizeof cluster_objects / sizeof cluster_objects[0]; i++)
-		apply_object(cluster_objects[i][0], cluster_objects[i][1]);
+		apply_object(cluster, cluster_objects[i][0], cluster_objects[i][1]);
+	for (size_t i = 0; i < sizeof clusterset_objects / sizeof clusterset_objects[0]; i++)
+		apply_object(clusterset, clusterset_objects[i][0], clusterset_objects[i][1]);
+	for (size_t i = 0; i < sizeof mesh_objects / sizeof mesh_objects[0]; i++)
+		apply_object(NULL, "entry", mesh_objects[i]);
 	cluster_set_synced(cluster);
+	cluster_set_synced(clusterset);
 
 	struct cache_config cc = {.max_bytes = 1 << 20, .max_ttl = 86400, .negative_max_ttl = 3600,
 				  .servfail_ttl = 5, .serve_stale = true, .stale_max_age = 86400 * 30,
@@ -195,7 +246,9 @@ static void setup(void)
 	cache = cache_new(&cc);
 	CHECK(cache);
 	fill_cache();
-	struct query_sources *s = query_sources_build(cfg, cluster, cache, err, sizeof err);
+	struct query_sources *s = query_sources_build(
+		cfg, &(struct query_names){.cluster = cluster, .clusterset = clusterset, .mesh = mesh},
+		cache, err, sizeof err);
 	if (!s) {
 		fprintf(stderr, "%s\n", err);
 		abort();

@@ -3,7 +3,7 @@
 sources, so every seed is an input some real peer sends or some real file
 holds. Run as root from the repository (NSD is started on loopback):
 
-    tests/fuzz/make_seeds.py [cache|handle|cluster|config]...   (default: all)
+    tests/fuzz/make_seeds.py [cache|handle|cluster|mesh|config]...   (default: all)
 
   seeds/cache/     replies of NSD (the integration tests' authority) serving
                    the committed zones, secure.example. signed: answers,
@@ -20,6 +20,10 @@ holds. Run as root from the repository (NSD is started on loopback):
                    (one {"type", "object"} event per line), objects from the
                    fake API server's builders (tests/kube/fakeapi.py), with
                    the fields the real server fills in.
+  seeds/mesh/      the same for Istio's ServiceEntries and WorkloadEntries:
+                   every kind of entry (addresses, CIDRs, istiod's
+                   allocation, headless with a selector or endpoints,
+                   wildcards, exportTo), changes and deletions.
   seeds/config/    the shipped configs (deploy/examples, deploy/vm, the
                    chart's ConfigMap in deploy/kubernetes/localdns.yaml) and
                    the integration tests' standard config.
@@ -280,6 +284,35 @@ def cluster_seeds():
     print("cluster: %d LIST pages and watch streams" % len(os.listdir(d)))
 
 
+def mesh_seeds():
+    d = fresh_dir("mesh")
+    se = fakeapi.service_entry
+    static = se("prod", "api", ["api.example.com", "*.wild.example.com"],
+                addresses=["192.0.2.1", "192.0.2.2/32", "198.51.100.0/24", "2001:db8::1"],
+                resolution="STATIC", export_to=["."])
+    allocated = se("prod", "ext", ["ext.example.org"], resolution="DNS",
+                   allocated={"ext.example.org": ["240.240.0.1", "2001:2::1"]})
+    opted_out = se("team", "out", ["ext.example.org"], resolution="DNS",
+                   labels={"networking.istio.io/enable-autoallocate-ip": "false"},
+                   export_to=["prod", "~"])
+    headless = se("prod", "db", ["db.vms.internal"], workload_selector={"app": "pg"})
+    endpoints = se("team", "legacy", ["legacy.corp.example"],
+                   endpoints=["10.9.0.1", "vm.corp.example", "fd00::9"])
+    we = fakeapi.workload_entry("prod", "vm-1", "10.20.0.1", labels={"app": "pg"},
+                                health_checks=True)
+    changed = json.loads(json.dumps(static))
+    changed["spec"]["hosts"] = ["api.example.com", "api2.example.com"]
+    write(d, "entries", stream(("ADDED", static), ("ADDED", allocated), ("ADDED", opted_out),
+                               ("ADDED", headless), ("ADDED", endpoints)))
+    write(d, "modified-then-deleted",
+          stream(("ADDED", static), ("MODIFIED", changed), ("DELETED", changed),
+                 ("ADDED", headless), ("DELETED", headless)))
+    write(d, "list-entries", list_page("ServiceEntry", [static, allocated, headless]))
+    write(d, "workloads", stream(("ADDED", we), ("DELETED", we)))
+    write(d, "list-workloads", list_page("WorkloadEntry", [we]))
+    print("mesh: %d LIST pages and watch streams" % len(os.listdir(d)))
+
+
 # ---------------------------------------------------------------- config
 
 def configmap_config():
@@ -309,7 +342,7 @@ def config_seeds():
 
 def main():
     makers = {"cache": cache_seeds, "handle": handle_seeds, "cluster": cluster_seeds,
-              "config": config_seeds}
+              "mesh": mesh_seeds, "config": config_seeds}
     for name in sys.argv[1:] or makers:
         if name not in makers:
             raise SystemExit("usage: make_seeds.py [%s]..." % "|".join(makers))

@@ -102,14 +102,15 @@ def render_fails(env, values=None, sets=(), args=()):
 
 def check_config(env, rendered, name):
     """Write the rendered config.yaml (and the ConfigMap's other files) to a
-    directory and run `localdns --check-config` on it."""
+    directory and run `localdns --check-config` on it, with the pod's
+    POD_IP as the kubelet would set it."""
     d = os.path.join(env.tmp, name)
     os.makedirs(d)
     for key, content in rendered.configmap["data"].items():
         with open(os.path.join(d, key), "w") as f:
             f.write(content)
     path = os.path.join(d, "config.yaml")
-    p = env.run(["--check-config", path])
+    p = env.run(["--check-config", path], extra_env={"POD_IP": "10.0.0.7"})
     assert p.returncode == 0, "%s: --check-config exit %d: %s\n%s" % (
         name, p.returncode, p.stderr.strip(), rendered.config_text)
 

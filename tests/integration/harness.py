@@ -811,9 +811,10 @@ class Env:
             port = free_port(tuple(addresses))
         return deep_merge(base_config(port, addresses), over)
 
-    def start(self, config=None, files=None, wait=True, netns=None, **over):
+    def start(self, config=None, files=None, wait=True, netns=None, extra_env=None, **over):
         """Start a daemon of this test's own (inside network namespace
-        netns when given). Files for static.files are added unless given."""
+        netns when given, with extra_env added to its environment). Files
+        for static.files are added unless given."""
         if files is None:
             files = {}
         files.setdefault(STANDARD_FILE_NAME,
@@ -823,28 +824,31 @@ class Env:
             config = self.config(**over)
         d = Daemon(self.binary, config, files=files,
                    host=config["listen"]["addresses"][0], wait=False,
-                   netns=netns, movable_port=movable)
+                   netns=netns, extra_env=extra_env, movable_port=movable)
         self._daemons.append(d)
         if wait:
             d.wait_ready()
         return d
 
-    def start_file(self, path, port, wait=True, host="127.0.0.1", netns=None):
+    def start_file(self, path, port, wait=True, host="127.0.0.1", netns=None, extra_env=None):
         """Start a daemon on an existing config file that listens on
-        host:port (inside network namespace netns when given)."""
+        host:port (inside network namespace netns when given, with
+        extra_env added to its environment)."""
         d = Daemon(self.binary, None, config_file=path, port=port, host=host,
-                   wait=False, tmpdir=mkdtemp(), netns=netns)
+                   wait=False, tmpdir=mkdtemp(), netns=netns, extra_env=extra_env)
         self._daemons.append(d)
         if wait:
             d.wait_ready()
         return d
 
-    def run(self, args, timeout=10, cwd=None):
-        """Run the binary with args; returns CompletedProcess (text)."""
+    def run(self, args, timeout=10, cwd=None, extra_env=None):
+        """Run the binary with args (and extra_env added to the
+        environment); returns CompletedProcess (text)."""
         try:
             return subprocess.run([self.binary] + list(args),
                                   capture_output=True, text=True,
                                   timeout=timeout, cwd=cwd,
+                                  env=dict(os.environ, **(extra_env or {})),
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise AssertionError("%s %s did not exit within %ss"

@@ -98,6 +98,8 @@ def test_chart_daemonset_pod_spec(env):
     assert c["args"] == ["--config", "/etc/localdns/config.yaml"], c["args"]
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} \
         in c["env"], c["env"]
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} \
+        in c["env"], c["env"]
     assert "ports" not in c, c["ports"]
 
     sc = c["securityContext"]
@@ -122,10 +124,12 @@ def _probes(r):
 
 
 def test_chart_probes_follow_health_listen(env):
+    # Loopback on the host network: the kubelet reaches it, pods do not, so
+    # no pod can take the places the probes need (docs/security.md).
     live, ready = _probes(chart.render(env))
-    assert live["httpGet"] == {"path": "/health", "host": "169.254.20.10", "port": 8080,
+    assert live["httpGet"] == {"path": "/health", "host": "127.0.0.1", "port": 8080,
                                "scheme": "HTTP"}, live
-    assert ready["httpGet"] == {"path": "/ready", "host": "169.254.20.10", "port": 8080,
+    assert ready["httpGet"] == {"path": "/ready", "host": "127.0.0.1", "port": 8080,
                                 "scheme": "HTTP"}, ready
     assert live["periodSeconds"] == 10 and ready["periodSeconds"] == 5, (live, ready)
 
@@ -137,6 +141,12 @@ def test_chart_probes_follow_health_listen(env):
             got = (probe["httpGet"]["host"], probe["httpGet"]["port"])
             assert got == (host, port), "health.listen %s: probe at %s, want %s" % (
                 listen, got, (host, port))
+    # the pod's address: the kubelet's own default host
+    live, ready = _probes(chart.render(env, {"config": {"health": {"listen": "${POD_IP}:8080"}}}))
+    for probe in (live, ready):
+        assert "host" not in probe["httpGet"] and probe["httpGet"]["port"] == 8080, probe
+    err = chart.render_fails(env, {"config": {"health": {"listen": "${HOST_IP}:8080"}}})
+    assert "the kubelet cannot probe ${HOST_IP}" in err, err
 
     live, ready = _probes(chart.render(env, sets=["config.health.listen="]))
     assert live is None and ready is None, "health off, still probed: %r %r" % (live, ready)
@@ -172,6 +182,19 @@ def test_chart_rbac_is_list_watch_only(env):
                  ["config.dnstap.socket=/run/dnstap/tap.sock",
                   "config.dnstap.messages={resolver_query}"]):
         assert _rules(chart.render(env, sets=sets)) == want, sets
+    # Istio's and MCS's resources only with the feature that reads them
+    # (mesh.istio reads Pods too: who asks, and what a selector picks).
+    istio = {("networking.istio.io", "serviceentries"): ["list", "watch"],
+             ("networking.istio.io", "workloadentries"): ["list", "watch"]}
+    mcs = {("multicluster.x-k8s.io", "serviceimports"): ["list", "watch"]}
+    pods = {("", "pods"): ["list", "watch"]}
+    for sets, extra in ((["config.mesh.istio=true"], {**istio, **pods}),
+                        (["config.multicluster.enabled=true"], mcs),
+                        (["config.mesh.istio=true", "config.multicluster.enabled=true"],
+                         {**istio, **pods, **mcs}),
+                        (["config.mesh.istio=false", "config.multicluster.enabled=false"], {})):
+        rules = _rules(chart.render(env, sets=sets))
+        assert rules == {**want, **extra}, (sets, rules)
     binding = r.one("ClusterRoleBinding")
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
                                   "kind": "ClusterRole", "name": "localdns"}, binding
@@ -198,6 +221,8 @@ def test_chart_config_has_every_key_with_its_default(env):
         assert key in config.get(section, {}), "%s missing from the rendered config.yaml" % path
         if path == "chaos.version":    # "localdns VERSION": the build's version
             default = default.replace("VERSION", app_version)
+        if path == "metrics.listen":   # the pod's (the node's) address, for Prometheus
+            default = default.replace("127.0.0.1", "${POD_IP}")
         got = config[section][key]
         assert got == default, "%s: rendered %r, documented default %r" % (path, got, default)
     extra = {"%s.%s" % (s, k) for s, keys in config.items() for k in keys} - set(documented)

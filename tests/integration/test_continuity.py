@@ -413,7 +413,10 @@ class Node(test_node.Node):
 
     def localdns(self):
         """A new instance (a new pod's container), not waited for."""
-        return self.env.start_file(self.config_path, 53, wait=False, host=LINK, netns=self.node)
+        # POD_IP as the kubelet sets it (status.podIP: on the host network,
+        # the node's address); the chart's metrics.listen names it.
+        return self.env.start_file(self.config_path, 53, wait=False, host=LINK, netns=self.node,
+                                   extra_env={"POD_IP": test_node.IPV4.pod_gateway})
 
     def wait_capturing(self, d):
         """Until d takes DNS (its monitor logs the first heartbeat)."""

@@ -769,6 +769,57 @@ def test_fakeapi_cut_watches(env):
                 w.close()
 
 
+def test_fakeapi_custom_resources_only_while_their_crd_is_installed(env):
+    """Istio's and MCS's resources: 404 (the real NotFound Status) for every
+    verb until their CRD is installed (the request still recorded), then
+    listed and watched like the others, in their own API groups; objects
+    shaped as the API returns them; uninstalling deletes them (DELETED
+    events) and ends the watches cleanly; no object without its CRD."""
+    se_path = "/apis/networking.istio.io/v1/namespaces/prod/serviceentries"
+    si_path = "/apis/multicluster.x-k8s.io/v1alpha1/serviceimports"
+    with start(crds=fakeapi.ISTIO_CRDS) as api:
+        code, body, _ = call(api, si_path)
+        assert code == 404 and body["reason"] == "NotFound" and body["kind"] == "Status", body
+        code, _, _ = call(api, si_path + "?watch=1")
+        assert code == 404 and api.count("serviceimports") == 2, api.requests("serviceimports")
+        try:
+            api.apply(fakeapi.service_import("prod", "db", ips=["10.100.0.1"]))
+            raise AssertionError("a ServiceImport was stored without its CRD")
+        except ValueError:
+            pass
+        se = fakeapi.service_entry("prod", "ext", ["a.example.com"], resolution="DNS",
+                                   allocated={"a.example.com": ["240.240.0.1"]})
+        api.apply(fakeapi.namespace("prod"), se,
+                  fakeapi.workload_entry("prod", "vm", "10.0.0.1", labels={"app": "x"}))
+        code, body, _ = call(api, se_path)
+        assert code == 200 and body["kind"] == "ServiceEntryList" and \
+            body["apiVersion"] == "networking.istio.io/v1", body
+        item = body["items"][0]
+        assert item["spec"]["hosts"] == ["a.example.com"] and \
+            item["status"]["addresses"] == [{"value": "240.240.0.1", "host": "a.example.com"}], item
+        code, body, _ = call(api, "/apis/networking.istio.io/v1/workloadentries")
+        assert code == 200 and body["items"][0]["spec"]["address"] == "10.0.0.1", body
+        w = RawWatch(api, se_path + "?watch=1&resourceVersion=%d" % rv_of(item))
+        try:
+            api.wait_watches("serviceentries", 1, timeout=2)
+            api.uninstall_crd("serviceentries")
+            evs = w.events(2)
+            assert [e["type"] for e in evs] == ["DELETED"] and w.ended, (evs, w.ended, w.cut)
+        finally:
+            w.close()
+        assert call(api, se_path)[0] == 404
+        api.install_crd("serviceimports")
+        api.apply(fakeapi.service_import("prod", "db", ips=["10.100.0.1"], ports=[80]),
+                  fakeapi.imported_endpointslice("prod", "db", "east",
+                                                 endpoints=["10.1.0.1"], ports=[80]))
+        code, body, _ = call(api, si_path)
+        assert code == 200 and body["items"][0]["spec"]["ips"] == ["10.100.0.1"], body
+        code, body, _ = call(api, "/apis/discovery.k8s.io/v1/endpointslices?labelSelector="
+                             "multicluster.kubernetes.io%2Fsource-cluster%3Deast")
+        assert [i["metadata"]["labels"]["multicluster.kubernetes.io/service-name"]
+                for i in body["items"]] == ["db"], body
+
+
 def test_fakeapi_many_watches(env):
     """50 concurrent watches each get the same change promptly."""
     with start() as api:

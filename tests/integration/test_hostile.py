@@ -13,14 +13,16 @@ things:
   times what it saw in the half second before the attack), and its new
   external names are answered NOERROR.
 
-The attacks: a TCP client that never reads its replies, one that sends a
-byte at a time, new names at a domain whose server is silent, new names at
-a slow one, names chosen to collide in the old unkeyed hash tables, a
-client outside listen.allow, and one past the response rate limit. (A
-forbidden syscall on a worker is test_privileges.py's.)
+The attacks: a pod holding the health endpoint's connections open with
+requests it never finishes, a TCP client that never reads its replies, one
+that sends a byte at a time, new names at a domain whose server is silent,
+new names at a slow one, names chosen to collide in the old unkeyed hash
+tables, a client outside listen.allow, and one past the response rate
+limit. (A forbidden syscall on a worker is test_privileges.py's.)
 """
 
 import heapq
+import http.client
 import multiprocessing
 import os
 import re
@@ -118,11 +120,12 @@ def p99(values):
 
 class SlowAuthority:
     """An authority for one zone that answers every A question with
-    192.0.2.88 after `delay` seconds, or never when delay is None: one
-    thread, replies held in a heap (thousands a second)."""
+    192.0.2.88 (TTL `ttl`) after `delay` seconds, or never when delay is
+    None: one thread, replies held in a heap (thousands a second)."""
 
-    def __init__(self, delay):
+    def __init__(self, delay, ttl=300):
         self.delay = delay
+        self.ttl = ttl
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -134,7 +137,7 @@ class SlowAuthority:
     def _reply(self, data):
         q = dnsmsg.parse(data)
         qend = 12 + len(dnsmsg.encode_name(q.question[0][0])) + 4
-        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 300, 4) + bytes([192, 0, 2, 88])
+        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, self.ttl, 4) + bytes([192, 0, 2, 88])
         return dnsmsg.header(struct.unpack("!H", data[:2])[0], 0x8580, qd=1, an=1) + \
             data[12:qend] + ans
 
@@ -268,6 +271,131 @@ def flood(env, port, names, rate, seconds, timeout=3):
     r, summary = harness.dnsgen(env, port, [(n, "A") for n in names], "-Q", str(rate),
                                 "-l", str(seconds), "-q", "2000", "-t", str(timeout))
     return r, summary
+
+
+# ---- the health and metrics endpoints --------------------------------------------
+
+def probe(port, path="/health", source="127.0.0.1"):
+    """What the kubelet's httpGet probe sees (a new connection, timeoutSeconds
+    2 as the chart sets it): the status, or what went wrong."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=2, source_address=(source, 0))
+    try:
+        c.request("GET", path)
+        return c.getresponse().status
+    except (OSError, http.client.HTTPException) as e:
+        return repr(e)
+    finally:
+        c.close()
+
+
+class Trickle(threading.Thread):
+    """A pod that holds HTTP connections open (issue 22's lockout): each
+    sends a request line and then one header line a second, never ending
+    its request. It keeps `want` connections from `source`, opening a new
+    one in place of each the server closes; `lived` holds how long each
+    closed one lasted, `opened` how many it opened."""
+
+    def __init__(self, port, source, want):
+        super().__init__(daemon=True)
+        self.port, self.source, self.want = port, source, want
+        self.conns, self.lived, self.opened = [], [], 0
+        self.stopping = False
+
+    def _open(self):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((self.source, 0))
+        try:
+            s.connect(("127.0.0.1", self.port))
+            s.send(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        except OSError:
+            s.close()
+            return
+        s.setblocking(False)
+        self.opened += 1
+        self.conns.append((s, time.monotonic()))
+
+    def _still_open(self, s):
+        try:
+            if s.recv(4096) == b"":
+                return False
+        except BlockingIOError:
+            pass
+        except OSError:
+            return False
+        try:
+            s.send(b"X-Slow: %d\r\n" % self.opened)
+            return True
+        except OSError:
+            return False
+
+    def run(self):
+        while not self.stopping:
+            kept = []
+            for s, since in self.conns:
+                if self._still_open(s):
+                    kept.append((s, since))
+                else:
+                    self.lived.append(time.monotonic() - since)
+                    s.close()
+            self.conns = kept
+            while len(self.conns) < self.want:
+                self._open()
+            time.sleep(1)
+
+    def stop(self):
+        self.stopping = True
+        self.join(5)
+        now = time.monotonic()
+        longest = max([now - since for _, since in self.conns] + self.lived)
+        for s, _ in self.conns:
+            s.close()
+        return longest
+
+
+def http_warnings(d):
+    """Warning lines the HTTP endpoints logged."""
+    return [l for l in d.stderr().splitlines() if "level=warn" in l and "http" in l]
+
+
+def test_a_pod_holding_http_connections_cannot_starve_the_probes(env):
+    # Issue 22, item 1: 40 connections from one pod that never finish their
+    # request took every place the health endpoint had (32, closed only when
+    # idle), so the kubelet's probes failed and it restarted localdns in a
+    # loop. Now one address may hold 8, each request must be done within 5
+    # s of its connection (or of the previous reply), and what the server
+    # closes is logged once, not once a connection.
+    hport = harness.free_port()
+    st = Setting(env, health={"listen": "127.0.0.1:%d" % hport})
+    try:
+        result = {}
+
+        def attack():
+            trickle = Trickle(hport, "127.0.0.5", 40)
+            trickle.start()
+            probes, end = [], time.monotonic() + 9
+            while time.monotonic() < end:
+                probes.append(probe(hport))
+                time.sleep(0.5)
+            result.update(longest=trickle.stop(), probes=probes, opened=trickle.opened)
+
+        _, text = st.under_attack(attack, rss_bound_mib=8)
+        failed = [p for p in result["probes"] if p != 200]
+        assert not failed, "%d of %d probes failed: %s" % (
+            len(failed), len(result["probes"]), failed[:5])
+        # every request was cut at its deadline, sending or not
+        assert result["longest"] < 7, "a connection lasted %.1f s" % result["longest"]
+        closed = metric(text, 'localdns_http_closed_total{reason="deadline"}')
+        refused = metric(text, 'localdns_http_refused_total')
+        assert closed >= 8 and refused >= 32, (closed, refused, result["opened"])
+        # hundreds of requests refused or cut: a line for the first, the
+        # rest counted in a line a minute
+        lines = http_warnings(st.d)
+        assert 1 <= len(lines) <= 3, "%d lines:\n%s" % (len(lines), "\n".join(lines[:10]))
+    finally:
+        st.close()
+
+
+test_a_pod_holding_http_connections_cannot_starve_the_probes.timeout = 60
 
 
 # ---- TCP ------------------------------------------------------------------------
@@ -411,6 +539,130 @@ def test_one_client_flooding_slow_misses(env):
 
 
 test_one_client_flooding_slow_misses.timeout = 60
+
+
+def _tcp_replies(sock, n, within):
+    """Read n framed replies from sock within `within` seconds: {id: message}."""
+    sock.settimeout(within)
+    replies = {}
+    deadline = time.monotonic() + within
+    while len(replies) < n and time.monotonic() < deadline:
+        try:
+            m = dnsmsg.parse(dnsmsg.tcp_read_msg(sock))
+        except OSError:
+            break
+        replies[m.id] = m
+    return replies
+
+
+def test_a_few_sources_holding_waiters_on_a_slow_name(env):
+    # Five sources each send 5,000 queries for one name whose server never
+    # answers: more than the 16,384 places for waiting clients together.
+    # Each source may hold only its share of them (1,024), so a handful of
+    # sources, forged or not, cannot fill the table; what a source asks past
+    # its share is answered at once. Every query is answered (SERVFAIL at
+    # the deadline when nothing better exists), none dropped; a TCP client's
+    # 64 new names at the same time are all answered too, so its connection
+    # is read again (a lost reply used to keep its count of waiting queries
+    # at the cap), and the other client's new names go out and come back.
+    proxy = SlowAuthority(None)
+    st = Setting(env, forward_zones={"silent.example": ["127.0.0.1:%d" % proxy.port]})
+    sources = ["127.0.0.%d" % (10 + i) for i in range(5)]
+    try:
+        results, tcp = {}, {}
+
+        def source(addr):
+            results[addr] = harness.dnsgen(env, st.d.port, [("hold.silent.example", "A")],
+                                           "-S", addr, "-n", "5000", "-Q", "5000", "-l", "3",
+                                           "-q", "5000", "-t", "4")
+
+        def attack():
+            threads = [threading.Thread(target=source, args=(a,)) for a in sources]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)  # the sources' queries wait for their 2 s deadline
+            with dnsmsg.tcp_connect("127.0.0.1", st.d.port, timeout=5) as s:
+                s.sendall(b"".join(dnsmsg.frame(dnsmsg.build_query(
+                    "t%02d.silent.example" % i, "A", qid=i)) for i in range(64)) +
+                    dnsmsg.frame(dnsmsg.build_query(LOCAL_NAME, "A", qid=64)))
+                tcp.update(_tcp_replies(s, 65, 6))
+            for t in threads:
+                t.join()
+
+        _, text = st.under_attack(attack, rss_bound_mib=48)
+        for addr in sources:
+            r, summary = results[addr]
+            assert r["sent"] == 5000 and r["received"] == 5000 and r["lost"] == 0, summary
+            assert r["servfail"] == 5000, summary
+        assert len(tcp) == 65, "TCP: %d of 65 replies" % len(tcp)
+        assert tcp[64].rcode_name == "NOERROR" and tcp[64].answer, tcp[64].describe()
+        assert all(tcp[i].rcode_name == "SERVFAIL" for i in range(64))
+        # past its share, each source was answered at once
+        limited = metric(text, "localdns_upstream_client_limited_total")
+        assert limited >= 5 * (5000 - 1024), text
+        assert metric(text, "localdns_upstream_dropped_total") == 0, text
+    finally:
+        st.close()
+        proxy.close()
+
+
+test_a_few_sources_holding_waiters_on_a_slow_name.timeout = 60
+
+
+def test_one_client_triggering_refreshes_of_many_names(env):
+    # 300 names cached with a 20 s TTL, all hit by one client in their last
+    # two seconds, so that each hit hands out a background refresh
+    # (prefetch). A refresh is charged to the client whose hit triggered
+    # it: with max_pending_per_client 10 at most 10 go upstream at once
+    # (each takes the upstream 0.3 s, below libunbound's first retransmit,
+    # and the 300 hits come within 0.1 s), the others are counted as
+    # client_limited, and the other client is not disturbed.
+    proxy = SlowAuthority(0.3, ttl=20)
+    st = Setting(env, forward_zones={"slow.example": ["127.0.0.1:%d" % proxy.port]},
+                 upstream={"max_pending_per_client": 10})
+    names = [("p%03d.slow.example" % i, "A") for i in range(300)]
+    try:
+        # cached from 30 sources, 10 names each (a client's share of questions)
+        warm = {}
+
+        def cache_names(k):
+            warm[k] = harness.dnsgen(env, st.d.port, names[10 * k:10 * k + 10],
+                                     "-S", "127.0.0.%d" % (100 + k), "-n", "10", "-q", "10",
+                                     "-t", "3")
+        threads = [threading.Thread(target=cache_names, args=(k,)) for k in range(30)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for r, summary in warm.values():
+            assert r["noerror"] == 10, summary
+        cached_at = time.monotonic()
+        counts = {}
+
+        def attack():
+            time.sleep(max(0.0, cached_at + 18.4 - time.monotonic()))
+            counts["before"] = metrics(st.mport)
+            r, summary = harness.dnsgen(env, st.d.port, names, "-n", "300", "-Q", "3000",
+                                        "-q", "300", "-t", "2")
+            assert r["noerror"] == 300, summary  # hits: answered from the cache
+            counts["after"] = metrics(st.mport)
+
+        st.under_attack(attack, rss_bound_mib=16)
+        delta = {k: metric(counts["after"], k) - metric(counts["before"], k)
+                 for k in ("localdns_upstream_queries_total",
+                           "localdns_upstream_client_limited_total",
+                           "localdns_cache_prefetches_total")}
+        assert delta["localdns_cache_prefetches_total"] >= 250, delta
+        # the refreshes that went: its 10, and the other client's few new names
+        assert delta["localdns_upstream_queries_total"] <= 10 + 10, delta
+        assert delta["localdns_upstream_client_limited_total"] >= \
+            delta["localdns_cache_prefetches_total"] - 10, delta
+    finally:
+        st.close()
+        proxy.close()
+
+
+test_one_client_triggering_refreshes_of_many_names.timeout = 60
 
 
 def _fnv1a(data, h=0xcbf29ce484222325):

@@ -156,6 +156,15 @@ def test_health_and_metrics_on_their_own_addresses(env):
     assert request(mport, "/ready")[0] == 404
 
 
+def test_metrics_on_the_address_the_environment_names(env):
+    # The chart's metrics.listen, "${POD_IP}:9253": the pod's IP, which on
+    # the host network is the node's own address, where Prometheus scrapes.
+    mport = harness.free_port()
+    d = env.start(metrics={"listen": "${POD_IP}:%d" % mport}, extra_env={"POD_IP": "127.0.0.1"})
+    assert "localdns_requests_total" in request(mport, "/metrics")[2]
+    assert 'msg="serving /metrics" address=127.0.0.1:%d' % mport in d.stderr(), d.tail()
+
+
 def test_only_metrics_when_health_is_off(env):
     d, hport, mport = with_http(env, health=False, same=False)
     assert request(mport, "/metrics")[0] == 200
@@ -454,6 +463,7 @@ def shared_counters():
         "upstream_paced": ("localdns_upstream_paced_total", {}),
         "upstream_retries": ("localdns_upstream_retries_total", {}),
         "upstream_client_limited": ("localdns_upstream_client_limited_total", {}),
+        "upstream_evicted": ("localdns_upstream_evicted_total", {}),
         "upstream_context_renewals": ("localdns_upstream_context_renewals_total", {}),
         "upstream_failing": ("localdns_upstream_failing", {}),
         "reloads_ok": ("localdns_config_reloads_total", {"result": "success"}),
@@ -465,9 +475,9 @@ def shared_counters():
     }
     for rcode in ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"):
         pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})
-    for source in ("none", "static", "cluster", "cache", "stale", "upstream"):
+    for source in ("none", "static", "cluster", "cache", "stale", "upstream", "mesh"):
         pairs["answers_" + source] = ("localdns_answers_total", {"source": source})
-    reasons = ("queue_full", "table_full")
+    reasons = ("queue_full", "table_full", "refresh_limit")
     for reason in reasons:
         pairs["upstream_shed_" + reason] = ("localdns_upstream_shed_total", {"reason": reason})
     pairs["upstream_shed"] = [("localdns_upstream_shed_total", {"reason": r}) for r in reasons]
@@ -508,7 +518,9 @@ def test_ctl_stats_and_metrics_agree_on_every_counter_they_share(env):
     unshared = set(ctl) - set(shared)
     assert unshared == {"control_lookups", "upstream_answers", "kube_enabled", "kube_synced",
                         "kube_objects_services", "kube_objects_endpointslices",
-                        "kube_objects_namespaces", "kube_objects_pods", "kube_events",
+                        "kube_objects_namespaces", "kube_objects_pods",
+                        "kube_objects_serviceentries", "kube_objects_workloadentries",
+                        "kube_objects_serviceimports", "kube_objects_selectedpods", "kube_events",
                         "kube_relists", "kube_errors", "kube_last_contact_time",
                         "node_link_repairs", "node_table_repairs",
                         "reload_last_success_time"}, unshared

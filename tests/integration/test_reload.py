@@ -214,7 +214,25 @@ def test_listen_addresses_are_added_and_removed(env):
     assert a_records(d.udp(NAME)) == ["10.0.0.5"]
     assert a_records(d.tcp(NAME)) == ["10.0.0.5"]
     assert log_fields(d, "stopped listening")["address"] == EXTRA
+    # the workers handed their UDP sockets to the resolver, which closes
+    # them once no waiting client can be answered on them (none waits here)
+    assert udp_port_freed(EXTRA, port), "the removed address's UDP sockets stay open"
     stop_cleanly(d)
+
+
+def udp_port_freed(host, port, within=3.0):
+    """Whether host:port can be bound without SO_REUSEPORT within `within` s
+    (it cannot while any socket of the daemon holds it)."""
+    deadline = time.monotonic() + within
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind((host, port))
+                return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    return False
+        time.sleep(0.1)
 
 
 def test_cache_resize_evicts_down_to_the_new_size(env):

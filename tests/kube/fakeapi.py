@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
 """fakeapi: a fake Kubernetes API server for localdns's tests (stdlib only).
 
-It owns the four resources localdns reads -- Services, EndpointSlices
-(discovery.k8s.io/v1), Namespaces and Pods -- and serves them the way
-kube-apiserver (backed by etcd and the watch cache) does, as far as a client
-can tell:
+It owns the resources localdns reads -- Services, EndpointSlices
+(discovery.k8s.io/v1), Namespaces and Pods, and the custom resources of
+Istio (ServiceEntries and WorkloadEntries, networking.istio.io/v1) and of
+Multi-Cluster Services (ServiceImports, multicluster.x-k8s.io/v1alpha1) --
+and serves them the way kube-apiserver (backed by etcd and the watch cache)
+does, as far as a client can tell:
+
+  * custom resources exist only while their CRD is installed (FakeAPI(crds=
+    ...), install_crd/uninstall_crd): otherwise every request for them gets
+    the 404 NotFound Status the real server gives an unknown resource path;
+    uninstalling deletes their objects (watchers see them DELETED) and ends
+    their watches, as a CRD's removal does;
 
   * one global resourceVersion counter (etcd's revision): every create,
     update and delete bumps it; objects carry theirs as a string;
@@ -68,7 +76,8 @@ Tests steer it through a control API: a Python API when used in process
 (FakeAPI), and the same operations as HTTP endpoints under /_control/ (on the
 API port, without auth, and on a separate control port that stays up while
 the API is "down"). Builders (service, endpointslice, endpoint, namespace,
-pod) make objects with the real JSON field names. make_tls() makes a CA,
+pod, service_entry, workload_entry, service_import,
+imported_endpointslice) make objects with the real JSON field names. make_tls() makes a CA,
 a server certificate for 127.0.0.1 and a client certificate with openssl.
 
 HTTP control API (JSON bodies; query parameters work too; answers JSON):
@@ -96,6 +105,7 @@ HTTP control API (JSON bodies; query parameters work too; answers JSON):
     GET  /_control/state         -> RV, compaction, down, port, open watches
     POST /_control/wait_watches  {"resource", "count", "timeout"} (504 on
                                   timeout)
+    POST /_control/crd           {"resource", "installed": bool}
 
 Run as a script:
 
@@ -131,8 +141,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Resource:
     """One API resource: where it lives and what its objects look like."""
 
-    def __init__(self, name, kind, api_version, namespaced, fields):
+    def __init__(self, name, kind, api_version, namespaced, fields,
+                 crd=False):
         self.name = name                  # "services"
+        self.crd = crd                    # a custom resource: served only while installed
         self.kind = kind                  # "Service"
         self.list_kind = kind + "List"
         self.api_version = api_version    # "v1", "discovery.k8s.io/v1"
@@ -172,7 +184,15 @@ RESOURCES = {r.name: r for r in [
         "status.podIP": ("status", "podIP"),
         "status.nominatedNodeName": ("status", "nominatedNodeName"),
     }),
+    Resource("serviceentries", "ServiceEntry", "networking.istio.io/v1", True,
+             {}, crd=True),
+    Resource("workloadentries", "WorkloadEntry", "networking.istio.io/v1",
+             True, {}, crd=True),
+    Resource("serviceimports", "ServiceImport",
+             "multicluster.x-k8s.io/v1alpha1", True, {}, crd=True),
 ]}
+ISTIO_CRDS = ("serviceentries", "workloadentries")
+MCS_CRDS = ("serviceimports",)
 KIND_TO_RESOURCE = {r.kind: r for r in RESOURCES.values()}
 
 
@@ -463,6 +483,116 @@ def pod(ns, name, ips=None, node="node-a", phase="Running", ready=True,
             "metadata": _meta(name, ns, labels or {"app": name},
                               deleting=deleting),
             "spec": spec, "status": status}
+
+
+def _created(meta, created):
+    if created:
+        meta["creationTimestamp"] = created
+    return meta
+
+
+def service_entry(ns, name, hosts, addresses=None, resolution="NONE",
+                  ports=None, location="MESH_EXTERNAL", export_to=None,
+                  endpoints=None, workload_selector=None, labels=None,
+                  allocated=None, created=None):
+    """A networking.istio.io/v1 ServiceEntry. hosts: names (or one);
+    addresses: IPs or CIDRs; resolution: NONE, STATIC, DNS,
+    DNS_ROUND_ROBIN; ports: ints or {number, name, protocol}; endpoints:
+    addresses or dicts ({"address": ...}); workload_selector: a labels
+    dict; allocated: {host: [addresses]} as istiod writes them into
+    status.addresses; created: its creationTimestamp (RFC 3339)."""
+    spec = {"hosts": _as_list(hosts)}
+    if addresses:
+        spec["addresses"] = _as_list(addresses)
+    spec["ports"] = [p if isinstance(p, dict) else
+                     {"number": int(p), "name": "tcp-%d" % p, "protocol": "TCP"}
+                     for p in (ports or [443])]
+    spec["location"] = location
+    if resolution != "NONE":
+        spec["resolution"] = resolution  # NONE is the zero value: omitted
+    if export_to is not None:
+        spec["exportTo"] = _as_list(export_to)
+    if endpoints:
+        spec["endpoints"] = [e if isinstance(e, dict) else {"address": e}
+                             for e in endpoints]
+    if workload_selector is not None:
+        spec["workloadSelector"] = {"labels": dict(workload_selector)}
+    obj = {"apiVersion": "networking.istio.io/v1", "kind": "ServiceEntry",
+           "metadata": _created(_meta(name, ns, labels), created),
+           "spec": spec}
+    obj["metadata"]["generation"] = 1
+    status = {"conditions": [{"type": "Reconciled", "status": "True",
+                              "lastTransitionTime": now_rfc3339()}],
+              "observedGeneration": "1"}
+    if allocated:
+        status["addresses"] = [{"value": ip, "host": h}
+                               for h, ips in allocated.items()
+                               for ip in _as_list(ips)]
+    obj["status"] = status
+    return obj
+
+
+def workload_entry(ns, name, address, labels=None, spec_labels=None,
+                   health_checks=False, healthy=True, network=None):
+    """A networking.istio.io/v1 WorkloadEntry (metadata labels and
+    spec.labels, which Istio merges); health_checks: the annotation that
+    makes Istio trust its Healthy condition, healthy: that condition."""
+    meta = _meta(name, ns, labels,
+                 {"proxy.istio.io/health-checks-enabled": "true"}
+                 if health_checks else None)
+    spec = {"address": address}
+    if spec_labels:
+        spec["labels"] = dict(spec_labels)
+    if network:
+        spec["network"] = network
+    obj = {"apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+           "metadata": meta, "spec": spec}
+    if health_checks:
+        obj["status"] = {"conditions": [{
+            "type": "Healthy", "status": "True" if healthy else "False",
+            "lastProbeTime": now_rfc3339(),
+            "lastTransitionTime": now_rfc3339()}]}
+    return obj
+
+
+def service_import(ns, name, type="ClusterSetIP", ips=None, ports=None,
+                   clusters=("cluster-a",)):
+    """A multicluster.x-k8s.io/v1alpha1 ServiceImport: ClusterSetIP (ips:
+    its ClusterSetIPs) or Headless; ports as for service()."""
+    spec = {"type": type,
+            "ports": [_normalise_import_port(p)
+                      for p in _ports(ports, service_port)]}
+    if type == "ClusterSetIP":
+        spec["ips"] = _as_list(ips) or [_allocate_cluster_ip()]
+    spec["sessionAffinity"] = "None"
+    return {"apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ServiceImport", "metadata": _meta(name, ns),
+            "spec": spec,
+            "status": {"clusters": [{"cluster": c} for c in clusters]}}
+
+
+def _normalise_import_port(p):
+    """An MCS ServicePort has no targetPort."""
+    p = _normalise_service_port(p)
+    p.pop("targetPort", None)
+    return p
+
+
+def imported_endpointslice(ns, service_name, cluster, name=None,
+                           address_type="IPv4", endpoints=None, ports=None):
+    """An EndpointSlice an MCS controller imported for ServiceImport
+    service_name from cluster: labelled multicluster.kubernetes.io/
+    service-name and source-cluster, not kubernetes.io/service-name."""
+    s = endpointslice(ns, service_name, name or "%s-%s" % (service_name,
+                                                           cluster),
+                      address_type, endpoints, ports)
+    labels = s["metadata"]["labels"]
+    del labels["kubernetes.io/service-name"]
+    labels["endpointslice.kubernetes.io/managed-by"] = "mcs-controller"
+    labels["multicluster.kubernetes.io/service-name"] = service_name
+    labels["multicluster.kubernetes.io/source-cluster"] = cluster
+    del s["metadata"]["ownerReferences"]
+    return s
 
 
 # ------------------------------------------------------------------ selectors
@@ -958,6 +1088,7 @@ class Watch:
         self.conn = conn
         self.cut = False
         self.partial = False
+        self.ended = False      # end cleanly once caught up (end_watches)
 
 
 def _truthy(v):
@@ -1098,13 +1229,15 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-def _route(path):
-    """(resource, namespace, name) for an API path, or None."""
+def _route(path, crds=()):
+    """(resource, namespace, name) for an API path, or None (a custom
+    resource only while its CRD is in crds)."""
     parts = [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
     if parts[:2] == ["api", "v1"]:
         group, rest = "", parts[2:]
-    elif parts[:3] == ["apis", "discovery.k8s.io", "v1"]:
-        group, rest = "discovery.k8s.io", parts[3:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3 and \
+            "%s/%s" % (parts[1], parts[2]) in API_VERSIONS:
+        group, rest = parts[1], parts[3:]
     else:
         return None
     ns = None
@@ -1113,9 +1246,13 @@ def _route(path):
     if not 1 <= len(rest) <= 2:
         return None
     res = RESOURCES.get(rest[0])
-    if res is None or res.group != group or (ns and not res.namespaced):
+    if res is None or res.group != group or (ns and not res.namespaced) or \
+            (res.crd and res.name not in crds):
         return None
     return res, ns, (rest[1] if len(rest) == 2 else None)
+
+
+API_VERSIONS = {r.api_version for r in RESOURCES.values() if r.group}
 
 
 # --------------------------------------------------------------- the server
@@ -1130,7 +1267,7 @@ class FakeAPI:
                  require_client_cert=False, bookmark_interval=1.0,
                  history=1000, initial_rv=1, gone_reason="Expired",
                  control_port=None, verbose=False, watch_list=True,
-                 watch_cache=True, watch_list_compression=True):
+                 watch_cache=True, watch_list_compression=True, crds=()):
         """tokens: valid bearer tokens (a list); token_file: a file of
         valid tokens, one per line, re-read on every request. With neither
         tokens, token_file nor client_ca, every request is allowed.
@@ -1143,8 +1280,10 @@ class FakeAPI:
         --watch-cache=false: every LIST and WATCH is served from etcd.
         watch_list_compression: the gate of that name (beta, on, in 1.37):
         a WatchList asked with Accept-Encoding: gzip comes gzipped, one
-        gzip member per event."""
+        gzip member per event. crds: the custom resources installed
+        (ISTIO_CRDS, MCS_CRDS); the others answer 404."""
         self.host = host
+        self.crds = set(crds)
         self.watch_list = watch_list
         self.watch_list_compression = watch_list_compression
         self.watch_cache = watch_cache
@@ -1271,6 +1410,10 @@ class FakeAPI:
         flat = []
         for o in objs:
             flat.extend(o if isinstance(o, (list, tuple)) else [o])
+        for o in flat:
+            res = resource_of(o)
+            if res.crd and res.name not in self.crds:
+                raise ValueError("no %s without its CRD (install_crd)" % res.kind)
         return self.store.apply(flat)
 
     def delete(self, obj_or_resource, namespace=None, name=None):
@@ -1327,6 +1470,34 @@ class FakeAPI:
     def resource_version(self):
         with self.store.cond:
             return self.store.rv
+
+    # -- custom resources
+
+    def install_crd(self, resource):
+        """Install a custom resource's CRD: from now on it is served."""
+        with self._lock:
+            self.crds.add(resource)
+
+    def uninstall_crd(self, resource):
+        """Remove a CRD: its objects are deleted (watchers see them go),
+        its watches end, and its requests get 404 again."""
+        for obj in self.objects(resource):
+            self.delete(obj)
+        with self._lock:
+            self.crds.discard(resource)
+        self.end_watches(resource)
+
+    def end_watches(self, resource):
+        """End a resource's watch streams cleanly, as the server does when
+        the resource goes away. Returns how many."""
+        with self._lock:
+            ended = [w for w in self._watches
+                     if not w.cut and w.resource == resource]
+            for w in ended:
+                w.ended = True
+        with self.store.cond:
+            self.store.cond.notify_all()
+        return len(ended)
 
     # -- faults
 
@@ -1597,7 +1768,10 @@ class FakeAPI:
             return h.send_json(200, {"major": "1", "minor": "30",
                                      "gitVersion": "v1.30.0-fakeapi",
                                      "platform": "linux/amd64"})
-        route = _route(path)
+        with self._lock:
+            crds = set(self.crds)
+        # recorded even for a CRD not installed (tests count those 404s)
+        route = _route(path, RESOURCES)
         q = {k: v[-1] for k, v in urllib.parse.parse_qs(
             url.query, keep_blank_values=True).items()}
         verb = None
@@ -1614,7 +1788,7 @@ class FakeAPI:
             h._req.user = user
         if user is None:
             raise ApiError(401, "Unauthorized")
-        if route is None:
+        if route is None or (route[0].crd and route[0].name not in crds):
             raise ApiError(404, "the server could not find the requested "
                            "resource", details={})
         if method != "GET":
@@ -2012,7 +2186,7 @@ class FakeAPI:
         while True:
             with st.cond:
                 while True:
-                    if watch.cut:
+                    if watch.cut or watch.ended:
                         break
                     if pos < st.watch_floor:
                         break
@@ -2049,7 +2223,8 @@ class FakeAPI:
                         h.write_chunk(line, ev.rv)
             pos = max(pos, upto)
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if (deadline is not None and now >= deadline) or \
+                    (watch.ended and pos >= st.rv):
                 h.wfile.write(b"0\r\n\r\n")     # a clean end of the stream
                 return
             if bookmarks and now >= next_bookmark:
@@ -2195,6 +2370,12 @@ class FakeAPI:
                     "port": self.port,
                     "openWatches": {r: self.open_watches(r)
                                     for r in RESOURCES}}
+        if op == "crd":
+            if _truthy(str(a.get("installed", True))):
+                self.install_crd(a["resource"])
+            else:
+                self.uninstall_crd(a["resource"])
+            return {"installed": sorted(self.crds)}
         if op == "wait_watches":
             try:
                 self.wait_watches(a.get("resource"), int(a.get("count", 1)),
@@ -2285,6 +2466,10 @@ def main(argv=None):
                     help="serve every LIST and WATCH from etcd")
     ap.add_argument("--no-watch-list-compression", action="store_true",
                     help="never gzip a WatchList (servers before 1.37)")
+    ap.add_argument("--crd", action="append", default=[],
+                    help="a custom resource whose CRD is installed "
+                         "(serviceentries, workloadentries, serviceimports; "
+                         "repeatable)")
     ap.add_argument("--load", help="a JSON file: a list of objects to apply")
     ap.add_argument("--ready-file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -2298,7 +2483,8 @@ def main(argv=None):
                   control_port=args.control_port,
                   verbose=args.verbose, watch_list=not args.no_watch_list,
                   watch_cache=not args.no_watch_cache,
-                  watch_list_compression=not args.no_watch_list_compression)
+                  watch_list_compression=not args.no_watch_list_compression,
+                  crds=args.crd)
     if args.load:
         with open(args.load) as f:
             api.apply(json.load(f))

@@ -81,8 +81,8 @@ static void publish(bool autopath, bool with_cache)
 {
 	char err[CONFIG_ERR_MAX];
 	struct config *cfg = load_config(autopath);
-	struct query_sources *s = query_sources_build(cfg, cluster, with_cache ? cache : NULL,
-						      err, sizeof err);
+	struct query_sources *s = query_sources_build(cfg, &(struct query_names){.cluster = cluster},
+						      with_cache ? cache : NULL, err, sizeof err);
 
 	config_free(cfg);
 	assert_non_null(s);

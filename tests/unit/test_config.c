@@ -86,6 +86,11 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->kubernetes.service_account_dir,
 			    "/var/run/secrets/kubernetes.io/serviceaccount");
 	assert_int_equal(c->kubernetes.object_max_bytes, 16 << 20);
+	assert_int_equal(c->kubernetes.crd_retry_interval_ms, 60000);
+	assert_false(c->mesh.istio);
+	assert_int_equal(c->mesh.ttl, 30);
+	assert_false(c->multicluster.enabled);
+	assert_string_equal(c->multicluster.domain, "clusterset.local");
 	assert_int_equal(c->statics.n_records, 0);
 	assert_int_equal(c->statics.n_files, 0);
 	assert_int_equal(c->upstream.n_servers, 0);
@@ -100,8 +105,8 @@ static void check_defaults(const struct config *c)
 	assert_true(c->cache.serve_stale);
 	assert_int_equal(c->cache.stale_max_age, 86400);
 	assert_true(c->cache.prefetch);
-	assert_string_equal(c->health.listen, "169.254.20.10:8080");
-	assert_string_equal(c->metrics.listen, "0.0.0.0:9253");
+	assert_string_equal(c->health.listen, "127.0.0.1:8080");
+	assert_string_equal(c->metrics.listen, "127.0.0.1:9253");
 	assert_int_equal(c->log.level, CONFIG_LOG_INFO);
 	assert_int_equal(c->log.format, CONFIG_LOG_LOGFMT);
 	assert_int_equal(c->log.queries, 0);
@@ -189,9 +194,9 @@ static const char brief_example[] =
 	"  stale_max_age: 1d\n"
 	"  prefetch: true\n"
 	"health:\n"
-	"  listen: 169.254.20.10:8080\n"
+	"  listen: 127.0.0.1:8080\n"
 	"metrics:\n"
-	"  listen: 0.0.0.0:9253\n"
+	"  listen: 127.0.0.1:9253\n"
 	"log:\n"
 	"  level: info\n"
 	"  format: logfmt\n"
@@ -564,6 +569,36 @@ static void test_error_wildcard_address(void **state)
 		     "localdns binds specific addresses");
 }
 
+/* The chart's metrics.listen: the pod's address (the node's, on the host
+ * network) from the environment, IPv4 or IPv6. */
+static void test_listen_address_from_the_environment(void **state)
+{
+	struct config *c;
+
+	(void)state;
+	setenv("LOCALDNS_TEST_IP", "10.1.2.3", 1);
+	c = load_ok("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n"
+		    "health: {listen: \"${LOCALDNS_TEST_IP}:8080\"}\n");
+	assert_string_equal(c->metrics.listen, "10.1.2.3:9253");
+	assert_string_equal(c->health.listen, "10.1.2.3:8080");
+	config_free(c);
+	setenv("LOCALDNS_TEST_IP", "fd00::7", 1);
+	c = load_ok("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n");
+	assert_string_equal(c->metrics.listen, "[fd00::7]:9253");
+	config_free(c);
+	setenv("LOCALDNS_TEST_IP", "not-an-ip", 1);
+	expect_error("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"not-an-ip:9253\" is not an IP address");
+	unsetenv("LOCALDNS_TEST_IP");
+	expect_error("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"${LOCALDNS_TEST_IP}:9253\" names "
+		     "$LOCALDNS_TEST_IP, which is not set in localdns's environment");
+	expect_error("metrics: {listen: \"${LOCALDNS_TEST_IP}\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"${LOCALDNS_TEST_IP}\" is not ${NAME}:port");
+	expect_error("metrics: {listen: \"${A-B}:1\"}\n",
+		     "t.yaml:1:19: metrics.listen: \"${A-B}:1\" is not ${NAME}:port");
+}
+
 static void test_intercept_and_fallback_endpoints(void **state)
 {
 	(void)state;
@@ -632,6 +667,37 @@ static void test_cluster_coredns_options(void **state)
 	expect_error("cluster:\n  noendpoints: true\n  ignore_empty_service: true\n",
 		     "t.yaml:3:3: cluster: ignore_empty_service needs the endpoints that noendpoints "
 		     "stops watching (every Service with a ClusterIP would get NXDOMAIN)");
+}
+
+/* The mesh and the clusterset zone come from the Kubernetes API; the zone is its own. */
+static void test_mesh_and_multicluster(void **state)
+{
+	(void)state;
+	struct config *c = load_ok("mesh: {istio: true, ttl: 10s}\n"
+				   "multicluster: {enabled: true, domain: ClusterSet.Example.}\n"
+				   "kubernetes: {crd_retry_interval: 5s}\n");
+	assert_true(c->mesh.istio);
+	assert_int_equal(c->mesh.ttl, 10);
+	assert_true(c->multicluster.enabled);
+	assert_string_equal(c->multicluster.domain, "clusterset.example");
+	assert_int_equal(c->kubernetes.crd_retry_interval_ms, 5000);
+	config_free(c);
+	expect_error("kubernetes: {enabled: false}\nmesh: {istio: true}\n",
+		     "t.yaml:2:7: mesh.istio needs kubernetes.enabled: its names come from the "
+		     "Kubernetes API");
+	expect_error("kubernetes: {enabled: false}\nmulticluster: {enabled: true}\n",
+		     "t.yaml:2:15: multicluster.enabled needs kubernetes.enabled: its names come from "
+		     "the Kubernetes API");
+	expect_error("multicluster: {enabled: true, domain: svc.cluster.local}\n",
+		     "t.yaml:1:15: multicluster.domain svc.cluster.local and cluster.domain "
+		     "cluster.local overlap: each is a zone of its own");
+	expect_error("cluster: {domain: local}\nmulticluster: {enabled: true}\n",
+		     "t.yaml:2:15: multicluster.domain clusterset.local and cluster.domain local "
+		     "overlap: each is a zone of its own");
+	c = load_ok("cluster: {domain: xcluster.local}\nmulticluster: {enabled: true, domain: cluster.local}\n");
+	config_free(c); /* labels, not bytes: neither lies below the other */
+	expect_error("kubernetes: {crd_retry_interval: 100ms}\n",
+		     "t.yaml:1:34: kubernetes.crd_retry_interval: \"100ms\" is below the minimum 1s");
 }
 
 static void test_error_duration(void **state)
@@ -1277,9 +1343,11 @@ int main(void)
 						make_tmpdir, remove_tmpdir),
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
+		cmocka_unit_test(test_listen_address_from_the_environment),
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_fallback_service),
 		cmocka_unit_test(test_cluster_coredns_options),
+		cmocka_unit_test(test_mesh_and_multicluster),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_uint_bool_ip),

@@ -283,6 +283,65 @@ static void test_decode_object_bound(void **state)
 	free(big);
 }
 
+/* A ServiceEntry and a WorkloadEntry as the API server sends them: what
+ * Istio's name table reads is kept (hosts, addresses, resolution, exportTo,
+ * endpoints' addresses, the selector, istiod's allocation, the opt-out
+ * label, creationTimestamp; a WorkloadEntry's address, labels, health),
+ * the rest (ports, location, other labels, conditions' times) dropped. */
+static void test_decode_istio_objects(void **state)
+{
+	static const char entries[] =
+		"{\"apiVersion\":\"networking.istio.io/v1\",\"kind\":\"ServiceEntryList\","
+		"\"metadata\":{\"resourceVersion\":\"5\"},\"items\":[{\"apiVersion\":"
+		"\"networking.istio.io/v1\",\"kind\":\"ServiceEntry\",\"metadata\":{\"creationTimestamp\":"
+		"\"2024-05-01T10:00:00Z\",\"generation\":1,\"labels\":{\"app\":\"x\","
+		"\"networking.istio.io/enable-autoallocate-ip\":\"false\"},\"name\":\"ext\",\"namespace\":"
+		"\"prod\",\"resourceVersion\":\"4\",\"uid\":\"u\"},\"spec\":{\"hosts\":[\"a.example.org\"],"
+		"\"addresses\":[\"192.0.2.1/32\"],\"ports\":[{\"number\":443,\"name\":\"https\","
+		"\"protocol\":\"TLS\"}],\"location\":\"MESH_EXTERNAL\",\"resolution\":\"NONE\","
+		"\"exportTo\":[\".\"],\"endpoints\":[{\"address\":\"10.0.0.1\",\"ports\":{\"https\":8443},"
+		"\"labels\":{\"v\":\"1\"}}],\"workloadSelector\":{\"labels\":{\"app\":\"db\"}}},"
+		"\"status\":{\"addresses\":[{\"value\":\"240.240.0.1\",\"host\":\"a.example.org\"}],"
+		"\"conditions\":[{\"type\":\"Reconciled\",\"status\":\"True\",\"lastTransitionTime\":"
+		"\"2024-05-01T10:00:01Z\"}],\"observedGeneration\":\"1\"}}]}";
+	static const char workloads[] =
+		"{\"type\":\"ADDED\",\"object\":{\"apiVersion\":\"networking.istio.io/v1\",\"kind\":"
+		"\"WorkloadEntry\",\"metadata\":{\"annotations\":{\"proxy.istio.io/health-checks-enabled\":"
+		"\"true\",\"other\":\"x\"},\"labels\":{\"app\":\"db\"},\"name\":\"vm-1\",\"namespace\":"
+		"\"prod\",\"resourceVersion\":\"6\"},\"spec\":{\"address\":\"10.20.0.1\",\"labels\":"
+		"{\"tier\":\"db\"},\"serviceAccount\":\"sa\",\"network\":\"n1\"},\"status\":{\"conditions\":"
+		"[{\"type\":\"Healthy\",\"status\":\"True\",\"lastProbeTime\":\"2024-05-01T10:00:02Z\"}]}}}\n";
+	struct collected c = {.text = ""};
+	struct kube_decoder *d;
+
+	(void)state;
+	d = kube_decoder_new(KUBE_DECODE_LIST, kube_fields(KUBE_SERVICEENTRIES), 1 << 20,
+			     collect_object, &c);
+	assert_int_equal(feed_in_chunks(d, entries, 7), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	kube_decoder_free(d);
+	assert_string_equal(c.text,
+		"{\"metadata\":{\"creationTimestamp\":\"2024-05-01T10:00:00Z\",\"labels\":"
+		"{\"networking.istio.io/enable-autoallocate-ip\":\"false\"},\"name\":\"ext\","
+		"\"namespace\":\"prod\",\"resourceVersion\":\"4\"},\"spec\":{\"hosts\":"
+		"[\"a.example.org\"],\"addresses\":[\"192.0.2.1/32\"],\"resolution\":\"NONE\","
+		"\"exportTo\":[\".\"],\"endpoints\":[{\"address\":\"10.0.0.1\"}],"
+		"\"workloadSelector\":{\"labels\":{\"app\":\"db\"}}},\"status\":{\"addresses\":"
+		"[{\"value\":\"240.240.0.1\",\"host\":\"a.example.org\"}]}}|");
+	c = (struct collected){.text = ""};
+	d = kube_decoder_new(KUBE_DECODE_WATCH, kube_fields(KUBE_WORKLOADENTRIES), 1 << 20,
+			     collect_object, &c);
+	assert_int_equal(feed_in_chunks(d, workloads, 5), 0);
+	assert_int_equal(kube_decoder_finish(d), 0);
+	kube_decoder_free(d);
+	assert_string_equal(c.text,
+		"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"annotations\":"
+		"{\"proxy.istio.io/health-checks-enabled\":\"true\"},\"labels\":{\"app\":\"db\"},"
+		"\"name\":\"vm-1\",\"namespace\":\"prod\",\"resourceVersion\":\"6\"},\"spec\":"
+		"{\"address\":\"10.20.0.1\",\"labels\":{\"tier\":\"db\"}},\"status\":"
+		"{\"conditions\":[{\"type\":\"Healthy\",\"status\":\"True\"}]}}}|");
+}
+
 /* Not JSON; kept values nested too deep (skipped ones may nest as they like);
  * the callback's nonzero value stops it for good. */
 static void test_decode_errors_and_stop(void **state)
@@ -1016,6 +1075,7 @@ int main(void)
 		cmocka_unit_test(test_decode_watch_any_chunk_size),
 		cmocka_unit_test(test_decode_object_bound),
 		cmocka_unit_test(test_decode_errors_and_stop),
+		cmocka_unit_test(test_decode_istio_objects),
 		cmocka_unit_test(test_decode_objects_cost_no_allocation_once_warm),
 		cmocka_unit_test(test_decode_objects_larger_than_a_block),
 		cmocka_unit_test(test_json_reads_and_whole_texts),

@@ -13,7 +13,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "upstream/internal.h"
+#include "upstream/flight.h"
+#include "upstream/pace.h"
 #include "util/hash.h"
 
 /* ---- pace ------------------------------------------------------------------ */
@@ -128,7 +129,7 @@ static void test_names_chosen_to_collide_spread_over_the_buckets(void **state)
 		if (bucket != target)
 			continue;
 		found++;
-		unsigned *n = &chain[question_hash(&t, &q) & (BUCKETS - 1)];
+		unsigned *n = &chain[flight_table_hash(&t, &q) & (BUCKETS - 1)];
 		if (++*n > longest)
 			longest = *n;
 	}
@@ -146,17 +147,17 @@ static void test_two_starts_key_the_table_differently(void **state)
 	assert_int_equal(flight_table_init(&a), 0);
 	assert_int_equal(flight_table_init(&b), 0);
 	query_for(&q, "www.example.com");
-	assert_true(question_hash(&a, &q) != question_hash(&b, &q));
+	assert_true(flight_table_hash(&a, &q) != flight_table_hash(&b, &q));
 	/* the key covers type, class, DO and CD too */
-	uint64_t h = question_hash(&a, &q);
+	uint64_t h = flight_table_hash(&a, &q);
 	q.qtype = DNS_T_AAAA;
-	assert_true(question_hash(&a, &q) != h);
+	assert_true(flight_table_hash(&a, &q) != h);
 	q.qtype = DNS_T_A;
 	q.edns_do = true;
-	assert_true(question_hash(&a, &q) != h);
+	assert_true(flight_table_hash(&a, &q) != h);
 	q.edns_do = false;
 	q.flags = DNS_F_CD;
-	assert_true(question_hash(&a, &q) != h);
+	assert_true(flight_table_hash(&a, &q) != h);
 	flight_table_free(&a);
 	flight_table_free(&b);
 }

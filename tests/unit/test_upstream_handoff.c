@@ -40,7 +40,7 @@
 #define NAMES 1536        /* n0.example .. n1535.example, asked by both workers */
 #define QUERIES (NAMES + 512) /* per worker: every name, then 512 again */
 #define BATCH 512         /* misses in flight per worker: half a completion ring, so
-			   * a slow worker never finds its ring full (which drops) */
+			   * the rings, not the resolver's held replies, carry them */
 #define WAIT_LIMIT_MS 120000 /* only so a broken hand-off fails instead of hanging */
 #define QUERY_MAX (DNS_HEADER_LEN + DNS_MAX_NAME + 4)
 

@@ -5,7 +5,7 @@
  * come out in order across many wraps of the ring, a full ring refuses
  * rather than overwrites, the burst a coalescing test sends (1,000 misses)
  * fits, and a worker and a resolver thread running at once agree on every
- * byte.
+ * byte; and the ring of sockets a worker hands over.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +18,9 @@
 #include <netinet/in.h>
 #include <cmocka.h>
 
-#include "upstream/internal.h"
+#include "cache/cache.h"
+#include "upstream/deliver.h"
+#include "upstream/ring.h"
 
 /* A request whose variable parts have the given lengths, every byte derived from seq. */
 static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_len,
@@ -56,7 +58,7 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 	r->has_cookie = seq & 8;
 	for (size_t i = 0; i < sizeof r->cookie; i++)
 		r->cookie[i] = (uint8_t)(seq ^ i);
-	r->transport = (enum upstream_transport)(seq % 4);
+	r->transport = (enum upstream_transport)(seq % 3);
 	r->fd = (int)(seq % 1000);
 	if (v6) {
 		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&r->peer;
@@ -248,6 +250,75 @@ static void test_a_worker_and_the_resolver_at_once(void **state)
 	request_ring_free(ring);
 }
 
+/* The sockets a worker hands over: in order, a full ring refuses, and room comes back. */
+static void test_sockets_handed_over_in_order_and_a_full_ring_refuses(void **state)
+{
+	(void)state;
+	struct socket_ring *ring = socket_ring_new();
+	int fd, put = 0, taken = 0;
+
+	assert_non_null(ring);
+	assert_false(socket_ring_take(ring, &fd));
+	while (socket_ring_put(ring, 100 + put))
+		put++;
+	assert_int_equal(put, 64);
+	assert_true(socket_ring_take(ring, &fd));
+	assert_int_equal(fd, 100 + taken++);
+	assert_true(socket_ring_put(ring, 100 + put++));
+	assert_false(socket_ring_put(ring, 0));
+	while (socket_ring_take(ring, &fd))
+		assert_int_equal(fd, 100 + taken++);
+	assert_int_equal(taken, put);
+	socket_ring_free(ring);
+}
+
+/*
+ * TCP replies for one worker that does not take them while the resolver
+ * makes more than its completion ring holds (thousands of TCP clients
+ * waiting on one name): none is lost, so no connection's count of queries
+ * waiting for the upstream is left too high.
+ */
+static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
+{
+	(void)state;
+	enum { REPLIES = 3000 };
+	static struct deliver d;
+	static struct upstream_counters n;
+	struct cache_config cc = {.max_bytes = 1 << 20};
+	struct cache *cache = cache_new(&cc);
+	struct completion_ring *rings[1] = {completion_ring_new()};
+	const struct flight_reply servfail = {.kind = FLIGHT_REPLY_SERVFAIL};
+	struct upstream_completion c;
+	uint32_t taken = 0;
+
+	assert_non_null(cache);
+	assert_non_null(rings[0]);
+	assert_int_equal(deliver_init(&d, cache, &n, rings, 1), 0);
+	for (uint32_t i = 0; i < REPLIES; i++) {
+		make_request(&in, i, 12, 0, 0, 0, false);
+		in.transport = UPSTREAM_TCP;
+		in.conn = i;
+		deliver_reply(&d, 0, &in, &servfail, 1000);
+	}
+	deliver_flush(&d);
+	/* the worker takes what is there; the resolver's next turns bring the rest */
+	for (int turn = 0; turn < 10 && taken < REPLIES; turn++) {
+		while (completion_ring_take(rings[0], &c)) {
+			assert_int_equal(c.conn, taken);
+			assert_true(c.len > 2 + DNS_HEADER_LEN);
+			free(c.framed);
+			taken++;
+		}
+		deliver_flush(&d);
+	}
+	assert_int_equal(taken, REPLIES);
+	assert_int_equal(atomic_load(&n.dropped), 0);
+	assert_false(deliver_holding(&d));
+	deliver_free(&d);
+	completion_ring_free(rings[0]);
+	cache_free(cache);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -255,6 +326,8 @@ int main(void)
 		cmocka_unit_test(test_a_burst_of_misses_fits_and_a_full_ring_refuses),
 		cmocka_unit_test(test_order_and_bytes_hold_across_many_wraps),
 		cmocka_unit_test(test_a_worker_and_the_resolver_at_once),
+		cmocka_unit_test(test_sockets_handed_over_in_order_and_a_full_ring_refuses),
+		cmocka_unit_test(test_no_tcp_reply_is_lost_to_a_full_completion_ring),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,12 +94,17 @@ The port of an "ip:port" or "[ipv6]:port" listen value; the address follows.
 {{/*
 Where the kubelet sends its probes: the health listen address, which is on
 the node since the pod has the host's network; a wildcard is reached on
-loopback.
+loopback; "${POD_IP}" is the kubelet's own default, the pod's IP (empty: no
+host). Any other variable is the daemon's environment only, which the
+kubelet cannot read.
 */}}
 {{- define "localdns.probeHost" -}}
 {{- $ip := include "localdns.listenIP" .Values.config.health.listen -}}
 {{- if eq $ip "0.0.0.0" -}}127.0.0.1
 {{- else if eq $ip "::" -}}::1
+{{- else if eq $ip "${POD_IP}" -}}
+{{- else if hasPrefix "${" $ip -}}
+{{- fail (printf "config.health.listen: the kubelet cannot probe %s; use an address, or ${POD_IP}" $ip) -}}
 {{- else -}}{{ $ip }}
 {{- end -}}
 {{- end -}}

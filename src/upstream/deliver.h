@@ -1,0 +1,68 @@
+/*
+ * upstream/deliver.h — the resolver thread's replies to waiting clients
+ * (deliver.c): the flight table's reply callback, which builds each reply
+ * and sends it, the only place of the resolver that sends anything.
+ */
+#ifndef LOCALDNS_UPSTREAM_DELIVER_H
+#define LOCALDNS_UPSTREAM_DELIVER_H
+
+#include <stdint.h>
+
+#include "cache/cache.h"
+#include "dns/dns.h"
+#include "top/top.h"
+#include "upstream/flight.h"
+#include "upstream/request.h"
+#include "upstream/ring.h"
+#include "upstream/stats.h"
+
+/* TCP replies a full completion ring could not take yet, oldest first. */
+struct held_reply {
+	struct upstream_completion c;
+	struct held_reply *next;
+};
+
+struct held_replies {
+	struct held_reply *head, *tail;
+};
+
+struct deliver {
+	struct cache *cache;
+	struct upstream_counters *n;
+	struct completion_ring **completions; /* the workers' (borrowed), one each */
+	struct held_replies *held;            /* one list per worker */
+	unsigned n_workers;
+	unsigned n_held;                      /* in all the lists */
+	bool signal_owed;                     /* a TCP reply was put since deliver_flush */
+	struct top_sampler top_sampler;       /* the top talkers' (top_sample) */
+	uint8_t buf[DNS_MAX_MESSAGE];         /* the reply being built */
+};
+
+/* d replies for these workers, through their completion rings for TCP. -1 without memory. */
+int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counters *n,
+		 struct completion_ring **completions, unsigned n_workers);
+/* The replies still held are freed (their clients get none). */
+void deliver_free(struct deliver *d);
+
+/*
+ * flight_io.reply, env a struct deliver: answer the client that sent r as
+ * a says, with its own ID, question case, EDNS and cookie; UDP with sendto
+ * on the socket r came in on, TCP through worker's completion ring: when
+ * that is full, the reply is held here and put there by deliver_flush (a
+ * lost TCP reply would leave its connection's count of waiting queries
+ * too high). Counts the reply by rcode, and whether a failure was
+ * answered stale or with SERVFAIL.
+ */
+void deliver_reply(void *env, unsigned worker, const struct upstream_request *r,
+		   const struct flight_reply *a, uint64_t now_ms);
+
+/*
+ * Once per loop turn: move held TCP replies into their rings as far as
+ * they have room, then wake the workers that have replies waiting.
+ * deliver_holding is true while some are still held (the loop comes back
+ * soon: the workers are taking replies out).
+ */
+void deliver_flush(struct deliver *d);
+bool deliver_holding(const struct deliver *d);
+
+#endif

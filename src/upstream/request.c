@@ -1,0 +1,96 @@
+/*
+ * upstream/request.c — a request packed: what the request rings carry
+ * (ring.c) and what each waiting client keeps (flight.c).
+ *
+ * Why packed: a struct upstream_request is about 1.4 KB, nearly all of it
+ * room for the largest name, CNAME chain, autopath candidates and client
+ * address, while a typical miss uses 150 bytes of it. A ring of whole
+ * structs touches every one of its pages as it goes round, and a waiter
+ * holding a whole struct costs ten times what it needs.
+ *
+ * The packed form is the request's fields in the order transfer() lists
+ * them, each variable part only as long as its length field says.
+ */
+#include "upstream/request.h"
+
+#include <string.h>
+
+/*
+ * Move one request between r and the packed bytes at p: into p when pack,
+ * out of it otherwise; with p NULL (pack only) just count. Every field of
+ * struct upstream_request is listed here once, lengths before the parts
+ * they measure, so packing and unpacking cannot disagree. Returns the
+ * packed size.
+ */
+static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
+{
+	size_t n = 0;
+
+#define MOVE(field, len)                                                  \
+	do {                                                              \
+		if (p && pack)                                            \
+			memcpy(p + n, &r->field, len);                    \
+		else if (p)                                               \
+			memcpy(&r->field, p + n, len);                    \
+		n += len;                                                 \
+	} while (0)
+#define FIELD(field) MOVE(field, sizeof r->field)
+	FIELD(q.id);
+	FIELD(q.flags);
+	FIELD(q.question_ok);
+	FIELD(q.qtype);
+	FIELD(q.qclass);
+	FIELD(q.qname_len);
+	FIELD(q.qname_labels);
+	FIELD(q.has_edns);
+	FIELD(q.edns_version);
+	FIELD(q.edns_do);
+	FIELD(q.edns_udp_size);
+	FIELD(q.cookie_len);
+	FIELD(chain_len);
+	FIELD(chain_ttl);
+	FIELD(search);
+	FIELD(nxdomain_len);
+	FIELD(reply_limit);
+	FIELD(udp_payload);
+	FIELD(has_cookie);
+	FIELD(cookie);
+	FIELD(transport);
+	FIELD(fd);
+	FIELD(peer_len);
+	FIELD(conn);
+	FIELD(conn_gen);
+	FIELD(log_reply);
+	FIELD(tap_reply);
+	MOVE(q.qname, r->q.qname_len);
+	MOVE(q.qname_orig, r->q.qname_len);
+	MOVE(q.cookie, r->q.cookie_len);
+	MOVE(chain, r->chain_len);
+	MOVE(nxdomain, r->nxdomain_len);
+	MOVE(peer, r->peer_len);
+#undef FIELD
+#undef MOVE
+	return n;
+}
+
+size_t upstream_request_packed_size(const struct upstream_request *r)
+{
+	return transfer((struct upstream_request *)r, NULL, true); /* only reads it */
+}
+
+void upstream_request_pack(const struct upstream_request *r, uint8_t *out)
+{
+	transfer((struct upstream_request *)r, out, true); /* only reads it */
+}
+
+void upstream_request_unpack(const uint8_t *in, struct upstream_request *r)
+{
+	transfer(r, (uint8_t *)in, false); /* only reads in */
+}
+
+bool upstream_request_fits(const struct upstream_request *r)
+{
+	return r->q.qname_len <= sizeof r->q.qname && r->q.cookie_len <= sizeof r->q.cookie &&
+	       r->chain_len <= sizeof r->chain && r->nxdomain_len <= sizeof r->nxdomain &&
+	       r->peer_len <= sizeof r->peer;
+}
