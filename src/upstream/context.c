@@ -57,9 +57,11 @@
  *   DNS for a TLS zone: a handshake or certificate failure is a failed
  *   query. Debian 12's libunbound8 is built with nettle, without
  *   OpenSSL, and cannot do TLS at all (its worker fails to start, so every
- *   query would fail): upstream.c refuses upstream.tls on such a
- *   libunbound with a message that says so (tls_supported, a probe that
- *   answers a local name and sends nothing).
+ *   query would fail): localdns links its own build of libunbound with
+ *   OpenSSL (deploy/libunbound/build.sh), and upstream.c refuses
+ *   upstream.tls on a libunbound without TLS all the same, with a message
+ *   that says so (tls_supported, a probe that answers a local name and
+ *   sends nothing).
  */
 #include "upstream/context.h"
 

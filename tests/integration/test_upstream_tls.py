@@ -1,15 +1,15 @@
 """DNS-over-TLS upstreams (upstream.tls, upstream.tls_ca_file, servers
 "IP[:PORT]#TLS-NAME").
 
-The config rules run everywhere. Whether queries go over TLS depends on the
-libunbound localdns is linked with: Debian 12's libunbound8 is built with
-nettle, without OpenSSL, and cannot make TLS connections, so localdns
-refuses upstream.tls at start and at reload, saying why, and sends nothing
-in the clear meanwhile (checked with a listener of the test's own on the
-upstream's port). With a libunbound that has TLS, the tests against a real
-Unbound serving TLS with a CA made here (openssl) run instead: the right
-name answers, a wrong one gets SERVFAIL (stale when held) and nothing in the
-clear, and queries share a connection.
+localdns links a libunbound built with OpenSSL from Debian's own source
+(deploy/libunbound/build.sh): Debian 12's libunbound8 is built with nettle
+and cannot make TLS connections. Against a real Unbound serving TLS with a
+CA made here (openssl): the right name answers, a wrong one gets SERVFAIL
+(stale when held) and nothing in the clear, and queries share one TLS
+connection (Unbound's own log of handshakes). The same daemon linked with
+Debian's libunbound8 (build/tests/localdns-nettle) refuses upstream.tls at
+start and at reload, saying why, and sends nothing meanwhile (a listener of
+the test's own on the upstream's port).
 """
 import os
 import re
@@ -25,13 +25,27 @@ import harness
 TLS_NAME = "dot.test"
 
 
-def tls_refused(env):
-    """Whether this build's libunbound refuses TLS (the message is the probe's)."""
+def nettle_daemon(env):
+    """The daemon linked with Debian's libunbound8 (the Makefile's NETTLE_DAEMON)."""
+    return os.path.join(os.path.dirname(env.binary), "tests", "localdns-nettle")
+
+
+def check_tls_config(env, binary):
+    """--check-config of a TLS config by binary: (exit code, stderr)."""
     path = os.path.join(env.tmp, "probe.yaml")
     with open(path, "w") as f:
         f.write('upstream: {servers: ["127.0.0.1:853#dot.test"], tls: true}\n')
-    p = env.run(["--check-config", path])
-    return p.returncode != 0 and "built without TLS support" in p.stderr
+    p = subprocess.run([binary, "--check-config", path], capture_output=True, text=True,
+                       timeout=10, stdin=subprocess.DEVNULL)
+    return p.returncode, p.stderr
+
+
+def test_the_daemon_links_its_own_libunbound_with_tls(env):
+    libs = subprocess.run(["ldd", env.binary], capture_output=True, text=True,
+                          timeout=10).stdout
+    assert "libunbound" not in libs, "linked with a shared libunbound:\n" + libs
+    assert "libssl" in libs, libs
+    assert check_tls_config(env, env.binary) == (0, ""), check_tls_config(env, env.binary)
 
 
 def check_config_error(env, yaml_text):
@@ -103,14 +117,24 @@ class Trap:
         self.udp.close()
 
 
+def start_nettle(env, cfg, wait=True):
+    files = {harness.STANDARD_FILE_NAME: harness.static_file_yaml(harness.STANDARD_FILE_RECORDS)}
+    d = harness.Daemon(nettle_daemon(env), cfg, files=files, wait=False)
+    env._daemons.append(d)
+    if wait:
+        d.wait_ready()
+    return d
+
+
 def test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing(env):
-    if not tls_refused(env):
-        raise harness.Skip("this libunbound has TLS: test_tls_upstream_against_unbound runs")
+    code, err = check_tls_config(env, nettle_daemon(env))
+    assert code == 1 and "upstream.tls: this libunbound (1." in err and \
+        "built without TLS support" in err, (code, err)
     trap = Trap()
     try:
         cfg = env.config(upstream={"servers": ["127.0.0.1:%d#%s" % (trap.port, TLS_NAME)],
                                    "tls": True})
-        d = env.start(config=cfg, wait=False)
+        d = start_nettle(env, cfg, wait=False)
         deadline = time.monotonic() + 5
         while d.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -118,7 +142,8 @@ def test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing(env):
         assert "upstream.tls: this libunbound" in d.stderr() and \
             "built without TLS support" in d.stderr(), d.tail()
         # a reload that turns it on fails and the running config stays
-        d = env.start(upstream={"servers": ["127.0.0.1:%d" % trap.port], "timeout": "1s"})
+        d = start_nettle(env, env.config(upstream={"servers": ["127.0.0.1:%d" % trap.port],
+                                                   "timeout": "1s"}))
         cfg = harness.deep_merge(d.config, {"upstream": {
             "servers": ["127.0.0.1:%d#%s" % (trap.port, TLS_NAME)], "tls": True}})
         with open(d.config_path, "w") as f:
@@ -176,7 +201,7 @@ class TlsUnbound:
   pidfile: ""
   use-syslog: no
   logfile: ""
-  verbosity: 2
+  verbosity: 4
   log-queries: yes
   access-control: 127.0.0.0/8 allow
   module-config: "iterator"
@@ -202,11 +227,13 @@ class TlsUnbound:
         """The questions it logged (log-queries: "info: 127.0.0.1 www.tls.example. A IN")."""
         return [x for x in self.lines if re.search(r"tls\.example\. \w+ IN$", x.strip())]
 
-    def connections(self):
-        """Established TCP connections to it now."""
-        out = subprocess.run(["ss", "-Htn", "state", "established", "dport", "= :%d" % self.port],
-                             capture_output=True, text=True, timeout=5).stdout
-        return len(out.splitlines())
+    def handshakes(self):
+        """TLS handshakes it completed (verbosity 4: "SSL connection ip4 127.0.0.1 port N")."""
+        return sum(1 for x in self.lines if re.search(r"debug: SSL connection ip4 127\.0\.0\.1 ", x))
+
+    def tls_reads(self):
+        """Queries it read over TLS (verbosity 4: "Reading ssl tcp query of length N")."""
+        return sum(1 for x in self.lines if "debug: Reading ssl tcp query" in x)
 
     def close(self):
         self.proc.terminate()
@@ -215,11 +242,6 @@ class TlsUnbound:
 
 
 def test_tls_upstream_against_unbound(env):
-    if tls_refused(env):
-        raise harness.Skip("this libunbound has no TLS (Debian 12's libunbound8 uses nettle): "
-                           "see test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing")
-    if not (shutil.which("unbound") or os.path.exists("/usr/sbin/unbound")):
-        raise harness.Skip("no unbound to serve TLS")
     ca = make_ca(env.tmp)
     up = TlsUnbound(env.tmp)
     try:
@@ -230,7 +252,8 @@ def test_tls_upstream_against_unbound(env):
         for i in range(10):  # new names, one after the other: one connection carries them
             assert good.udp("n%d.tls.example" % i, "A").rcode_name == "NXDOMAIN"
         assert len(up.queries()) == 11, up.queries()
-        assert up.connections() == 1, "connections not reused"
+        assert up.tls_reads() == 11, "queries in the clear: %d of 11 over TLS" % up.tls_reads()
+        assert up.handshakes() == 1, "connections not reused: %d handshakes" % up.handshakes()
         # A wrong name (a reload switches to it): the certificate does not match. The
         # cached name is served stale (the reload made it stale-only), a new one gets
         # SERVFAIL, and Unbound sees no query, TLS or clear.
@@ -248,6 +271,7 @@ def test_tls_upstream_against_unbound(env):
         m = good.udp("new.tls.example", "A", timeout=3)
         assert m.rcode_name == "SERVFAIL", m.describe()
         assert len(up.queries()) == asked, up.queries()[asked:]
+        assert up.tls_reads() == 11 and up.handshakes() == 1, (up.tls_reads(), up.handshakes())
     finally:
         up.close()
 test_tls_upstream_against_unbound.timeout = 40
