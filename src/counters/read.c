@@ -20,6 +20,7 @@ static void add_resolver_replies(struct query_stats *q, const struct upstream_st
 	for (size_t i = 0; i < DNS_RCODE_SLOTS; i++)
 		q->rcode[i] += u->rcode[i];
 	q->truncated += u->truncated;
+	q->dns64_synthesized += u->dns64_synthesized;
 }
 
 void counters_read(const struct daemon *d, struct counter_values *out)

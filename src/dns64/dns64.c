@@ -169,8 +169,26 @@ static bool add_record(const struct dns64_prefix *p, struct dns_rr *rr, enum dns
 	return true; /* an additional record that does not fit is just left out */
 }
 
-bool dns64_synthesize(const struct dns64_prefix *p, const uint8_t *aaaa, size_t aaaa_len,
-		      const uint8_t *a, size_t a_len, struct dns_writer *w)
+/* aaaa's answer section (its CNAMEs: it has no AAAA) into w as it is; false when malformed. */
+static bool copy_answer(const uint8_t *aaaa, size_t len, struct dns_writer *w)
+{
+	struct dns_rr rr;
+	size_t pos;
+
+	if (!skip_question(aaaa, len, &pos))
+		return false;
+	for (uint16_t i = get16(aaaa + 6); i > 0; i--) {
+		if (!dns_rr_read(aaaa, len, &pos, &rr))
+			return false;
+		dns_name_copy_lower(rr.owner, rr.owner, dns_name_len(rr.owner));
+		dns_response_add_rr(w, DNS_SEC_ANSWER, rr.owner, rr.type, rr.rclass, rr.ttl,
+				    rr.rdata, rr.rdlen);
+	}
+	return true;
+}
+
+static bool synthesize(const struct dns64_prefix *p, const uint8_t *aaaa, size_t aaaa_len,
+		       const uint8_t *a, size_t a_len, bool chain, struct dns_writer *w)
 {
 	struct dns_rr rr;
 	size_t pos;
@@ -182,12 +200,62 @@ bool dns64_synthesize(const struct dns64_prefix *p, const uint8_t *aaaa, size_t 
 	cap = ttl_cap(aaaa, aaaa_len);
 	dns_response_set_rcode(w, (enum dns_rcode)(a[3] & 0xf));
 	dns_response_set_aa(w, (get16(a + 2) & DNS_F_AA) != 0);
+	if (chain && !copy_answer(aaaa, aaaa_len, w))
+		return true; /* what fit is written; w marks a cut as truncated */
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
 		for (uint16_t i = get16(a + 6 + 2 * sec); i > 0; i--)
 			if (!dns_rr_read(a, a_len, &pos, &rr) ||
 			    !add_record(p, &rr, (enum dns_section)sec, cap, w))
-				return true; /* what fit is written; w marks a cut as truncated */
+				return true;
 	return true;
+}
+
+bool dns64_synthesize(const struct dns64_prefix *p, const uint8_t *aaaa, size_t aaaa_len,
+		      const uint8_t *a, size_t a_len, struct dns_writer *w)
+{
+	return synthesize(p, aaaa, aaaa_len, a, a_len, false, w);
+}
+
+bool dns64_synthesize_chain(const struct dns64_prefix *p, const uint8_t *aaaa,
+			    size_t aaaa_len, const uint8_t *a, size_t a_len,
+			    struct dns_writer *w)
+{
+	return synthesize(p, aaaa, aaaa_len, a, a_len, true, w);
+}
+
+size_t dns64_chain_end(const uint8_t *reply, size_t len, const uint8_t *qname,
+		       uint8_t out[DNS_MAX_NAME])
+{
+	uint8_t owner[DNS_MAX_NAME];
+	size_t start, n = dns_name_len(qname);
+	bool moved = true;
+
+	dns_name_copy_lower(out, qname, n);
+	if (!skip_question(reply, len, &start))
+		return 0;
+	/* at most one step per record: a CNAME loop cannot keep it going */
+	for (uint16_t steps = get16(reply + 6); moved && steps > 0; steps--) {
+		size_t pos = start;
+		moved = false;
+		for (uint16_t i = get16(reply + 6); i > 0 && !moved; i--) {
+			size_t rdata;
+			if (dns_name_read(reply, len, &pos, owner, true) < 0 || len - pos < 10)
+				return 0;
+			rdata = pos + 10;
+			pos = rdata + get16(reply + pos + 8);
+			if (pos > len)
+				return 0;
+			if (get16(reply + rdata - 10) != DNS_T_CNAME || dns_name_len(owner) != n ||
+			    memcmp(owner, out, n) != 0)
+				continue;
+			int m = dns_name_read(reply, len, &rdata, out, true);
+			if (m < 0)
+				return 0;
+			n = (size_t)m;
+			moved = true;
+		}
+	}
+	return n;
 }
 
 /* The hex digit of one ip6.arpa label (one character), or -1. */

@@ -4,9 +4,9 @@
  * 6052), and the IPv4 reverse name behind an IPv6 reverse name under that
  * prefix.
  *
- * Owns: the rules; nothing else. Callers (query/ for local data; the
- * resolver, once it asks the A question itself) look the records up and
- * hand the messages here.
+ * Owns: the rules; nothing else. Callers (query/ for local data and cache
+ * hits; the resolver for the names it asks) look the records up and hand
+ * the messages here.
  *
  * Must never: allocate, lock, log or make a syscall (it runs on the
  * workers' query path); read past its buffers.
@@ -78,6 +78,24 @@ bool dns64_wanted(const uint8_t *reply, size_t len);
  */
 bool dns64_synthesize(const struct dns64_prefix *p, const uint8_t *aaaa, size_t aaaa_len,
 		      const uint8_t *a, size_t a_len, struct dns_writer *w);
+
+/*
+ * The same for an A reply to the question of the last name of the AAAA
+ * reply's CNAME chain (dns64_chain_end): the AAAA reply's answer section
+ * (its CNAMEs) comes first, as it is, then the A reply's records as above.
+ * The resolver's way for external names: it asks A for where the chain ends.
+ */
+bool dns64_synthesize_chain(const struct dns64_prefix *p, const uint8_t *aaaa,
+			    size_t aaaa_len, const uint8_t *a, size_t a_len,
+			    struct dns_writer *w);
+
+/*
+ * The last name of the CNAME chain that reply's answer section holds from
+ * qname (qname itself without one), lower-cased into out; its wire length,
+ * or 0 when reply is malformed.
+ */
+size_t dns64_chain_end(const uint8_t *reply, size_t len, const uint8_t *qname,
+		       uint8_t out[DNS_MAX_NAME]);
 
 /*
  * For a PTR question's name (lower-cased wire form): when it is the

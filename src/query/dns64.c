@@ -4,10 +4,12 @@
  * src/dns64/'s; this file asks local data the A question and the PTR
  * question behind an ip6.arpa name under the prefix.
  *
- * External names (the cache and the resolver) are not synthesized yet: the
- * resolver must ask the A question itself when the AAAA answer calls for
- * it, and that waits for the flight table's rework (docs/operations.md,
- * "DNS64").
+ * External names: an answer from the cache is synthesized here, from the
+ * cache's A answer for the end of its CNAME chain; without one the query
+ * goes to the resolver, which asks that A question (upstream/flight.c,
+ * follow_to_a) and synthesizes as it replies (upstream/deliver.c). The
+ * cache only ever holds answers under their own questions: synthesis is
+ * decided per client when it is served (docs/operations.md, "DNS64").
  *
  * Like the rest of the pipeline: no allocation, no lock, no syscall. The
  * two messages it reads are on the stack, and only for an AAAA question
@@ -58,6 +60,43 @@ size_t query_dns64_local(const struct query_sources *s, const struct dns_query *
 		dns_response_set_server_cookie(&w, cookie);
 	if (!dns64_synthesize(&s->dns64, aaaa, len, a, a_len, &w)) {
 		memcpy(out, aaaa, len); /* nothing to make AAAA from: the answer as it was */
+		return len;
+	}
+	ctx->stats->dns64_synthesized++;
+	return dns_response_finish(&w, s->udp_max_payload);
+}
+
+size_t query_dns64_cached(const struct query_sources *s, const struct dns_query *q,
+			  struct query_ctx *ctx, uint8_t *out, size_t len, size_t limit,
+			  const uint8_t *cookie)
+{
+	uint8_t aaaa[DNS_MAX_MESSAGE], a[DNS_MAX_MESSAGE], end[DNS_MAX_NAME];
+	struct dns_query qa;
+	struct dns_writer w;
+	size_t a_len;
+
+	if ((ctx->source != QUERY_SOURCE_CACHE && ctx->source != QUERY_SOURCE_STALE) ||
+	    !dns64_applies(&s->dns64, q, ctx->peer) || !dns64_wanted(out, len) ||
+	    !dns64_chain_end(out, len, q->qname, end))
+		return len;
+	qa = *q;
+	dns_query_set_name(&qa, end);
+	qa.qtype = DNS_T_A;
+	qa.has_edns = false;
+	qa.cookie_len = 0;
+	dns_response_begin(&w, a, sizeof a, &qa, DNS_R_NOERROR);
+	if (cache_write_answer(s->cache, &w, ctx->now, ctx->serve_stale) == CACHE_MISS) {
+		ctx->source = QUERY_SOURCE_UPSTREAM; /* the resolver asks it */
+		ctx->upstream = QUERY_UPSTREAM_ASK;
+		return 0;
+	}
+	a_len = dns_response_finish(&w, 0);
+	memcpy(aaaa, out, len);
+	dns_response_begin(&w, out, limit, q, DNS_R_NOERROR);
+	if (cookie)
+		dns_response_set_server_cookie(&w, cookie);
+	if (!dns64_synthesize_chain(&s->dns64, aaaa, len, a, a_len, &w)) {
+		memcpy(out, aaaa, len); /* no A records either: the answer as it was */
 		return len;
 	}
 	ctx->stats->dns64_synthesized++;

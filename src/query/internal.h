@@ -63,6 +63,15 @@ size_t query_dns64_local(const struct query_sources *s, const struct dns_query *
 			 const uint8_t *cookie);
 bool query_dns64_ptr(const struct query_sources *s, const struct dns_query *q,
 		     struct dns_writer *w, struct query_ctx *ctx);
+/*
+ * query_dns64_cached: the same for an answer the cache gave (live or
+ * stale), with the cache's A answer for the last name of its CNAME chain;
+ * when the cache has none, the query goes to the resolver instead
+ * (ctx->upstream set to QUERY_UPSTREAM_ASK, 0 returned), which asks it.
+ */
+size_t query_dns64_cached(const struct query_sources *s, const struct dns_query *q,
+			  struct query_ctx *ctx, uint8_t *out, size_t len, size_t limit,
+			  const uint8_t *cookie);
 
 /* allow.c: listen.allow into s (the default ranges when the config names none). */
 int query_allow_build(struct query_sources *s, const struct config *cfg, char *err,

@@ -58,6 +58,7 @@ void upstream_counters_read(const struct upstream_counters *n, struct upstream_s
 		.retries = atomic_load(&n->retries),
 		.client_limited = atomic_load(&n->client_limited),
 		.evicted = atomic_load(&n->evicted),
+		.dns64_synthesized = atomic_load(&n->dns64_synthesized),
 		.resolving = atomic_load(&n->resolving),
 		.queued = atomic_load(&n->queued),
 		.flights = atomic_load(&n->flights),

@@ -149,3 +149,88 @@ def test_dns64_cluster_names_and_the_counter(env):
         body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport).read().decode()
         assert "localdns_dns64_synthesized_total 1\n" in body, [
             x for x in body.splitlines() if "dns64" in x]
+
+
+EXT_ZONE = """$ORIGIN ext.example.
+$TTL 300
+@ 300 IN SOA ns.ext.example. hostmaster.ext.example. 1 3600 600 86400 45
+@ IN NS ns
+ns IN A 127.0.0.1
+v4only 3000 IN A 192.0.2.7
+v4only 3000 IN A 192.0.2.8
+dual IN A 192.0.2.9
+dual IN AAAA 2001:db8::9
+www 120 IN CNAME v4only
+chain 200 IN CNAME www
+late 3000 IN A 192.0.2.11
+empty IN TXT "neither A nor AAAA"
+"""
+
+
+def synthesized(r):
+    return sorted((x["name"], x["rdata"]) for x in r.rrs("answer", "AAAA"))
+
+
+def test_dns64_external_names_through_the_resolver_and_the_cache(env):
+    """External names (NSD behind the resolver): the AAAA answer without
+    AAAA makes the resolver ask A for its chain's end; the cache keeps each
+    answer under its own question, so what an IPv6 client gets never
+    reaches an IPv4 or a validating client, and a hit is synthesized again
+    from the two cached answers without asking NSD."""
+    mport = harness.free_port()
+    with authority.Authority({"ext.example.": EXT_ZONE}) as up:
+        d = start(env, upstream={"servers": [up.addr], "timeout": "2s"},
+                  metrics={"listen": "127.0.0.1:%d" % mport})
+        # a miss: AAAA (NODATA), then A, both asked upstream; the TTL is the
+        # NODATA's SOA TTL (45, RFC 2308's min(TTL, MINIMUM)) under the A's 3000 (5.1.7)
+        r = aaaa(d, "v4only.ext.example")
+        assert r.status == "NOERROR" and "ad" not in r.flags, r.text
+        assert synthesized(r) == [("v4only.ext.example.", "64:ff9b::c000:207"),
+                                  ("v4only.ext.example.", "64:ff9b::c000:208")], r.text
+        assert all(40 <= x["ttl"] <= 45 for x in r.rrs("answer", "AAAA")), r.text
+        asked = up.queries()
+        assert asked == 2, asked
+        # an IPv4 client and a validating one get the AAAA answer as NSD gave it (from the
+        # cache: nothing new asked), and the IPv6 client's next hit is synthesized again
+        r = aaaa(d, "v4only.ext.example", host="127.0.0.1")
+        assert r.status == "NOERROR" and not r.answer and r.rrs("authority", "SOA"), r.text
+        r = aaaa(d, "v4only.ext.example", "+dnssec", "+cdflag")
+        assert r.status == "NOERROR" and not r.answer, r.text
+        r = aaaa(d, "v4only.ext.example")
+        assert len(synthesized(r)) == 2, r.text
+        r = aaaa(d, "v4only.ext.example", "+tcp")
+        assert len(synthesized(r)) == 2, r.text
+        assert up.queries() == asked + 1, up.queries()  # only the +dnssec+cd question (DO, CD)
+        # behind CNAMEs: the chain as NSD gave it, then AAAA made from the A of its end
+        r = aaaa(d, "chain.ext.example")
+        assert [(x["name"], x["type"]) for x in r.answer] == [
+            ("chain.ext.example.", "CNAME"), ("www.ext.example.", "CNAME"),
+            ("v4only.ext.example.", "AAAA"), ("v4only.ext.example.", "AAAA")], r.text
+        # the CNAMEs as an IPv4 client gets them (the cache ages the whole NODATA entry
+        # by its SOA's 45 s)
+        r4 = aaaa(d, "chain.ext.example", host="127.0.0.1")
+        chain6, chain4 = r.rrs("answer", "CNAME"), r4.rrs("answer", "CNAME")
+        assert [x["rdata"] for x in chain6] == [x["rdata"] for x in chain4] == [
+            "www.ext.example.", "v4only.ext.example."] and not r4.rrs("answer", "AAAA"), (
+            r.text, r4.text)
+        assert all(abs(a["ttl"] - b["ttl"]) <= 1 for a, b in zip(chain6, chain4)), (r.text,
+                                                                                    r4.text)
+        # own AAAA kept, NXDOMAIN kept, neither A nor AAAA: NODATA
+        assert aaaa(d, "dual.ext.example").rdatas("AAAA") == ["2001:db8::9"]
+        r = aaaa(d, "nope.ext.example")
+        assert r.status == "NXDOMAIN" and not r.answer, r.text
+        r = aaaa(d, "empty.ext.example")
+        assert r.status == "NOERROR" and not r.answer and r.rrs("authority", "SOA"), r.text
+        # an AAAA answer cached by an IPv4 client, the A not yet: the IPv6 client's hit
+        # goes to the resolver, which asks only the A
+        r = aaaa(d, "late.ext.example", host="127.0.0.1")
+        assert not r.answer, r.text
+        before = up.queries()
+        r = aaaa(d, "late.ext.example")
+        assert synthesized(r) == [("late.ext.example.", "64:ff9b::c000:20b")], r.text
+        assert up.queries() == before + 1, (before, up.queries())
+        import urllib.request
+        body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport).read().decode()
+        # misses by the resolver (v4only, chain, late), hits by the workers (v4only twice)
+        assert "localdns_dns64_synthesized_total 5\n" in body, [
+            x for x in body.splitlines() if "dns64" in x]
