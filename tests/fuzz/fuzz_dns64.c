@@ -1,10 +1,11 @@
 /*
  * libFuzzer target for DNS64 (src/dns64/): the input is two replies, to
- * an AAAA and to an A question, as the resolver would one day hand them
- * over (local data writes well-formed ones; an upstream may not). Its
- * first byte picks the prefix length, the next two where the first reply
- * ends. dns64_wanted reads each; dns64_synthesize writes the answer for
- * the AAAA question of the first reply's name (or a fixed one) into a
+ * an AAAA and to an A question, as the resolver hands them over (local
+ * data writes well-formed ones; an upstream may not). Its first byte picks
+ * the prefix length, the next two where the first reply ends.
+ * dns64_wanted reads each; dns64_chain_end follows the first's CNAMEs;
+ * dns64_synthesize and dns64_synthesize_chain write the answer for the
+ * AAAA question of the first reply's name (or a fixed one) into a
  * writer with a small and a large limit; and dns64_ptr_target reads the
  * first reply's question name as an ip6.arpa name.
  *
@@ -67,7 +68,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			CHECK(n > 0 && n <= limit);
 			CHECK(fuzz_message_ok(out, n));
 		}
+		dns_response_begin(&w, out, limit, &q, DNS_R_NOERROR);
+		if (dns64_synthesize_chain(&p, aaaa, aaaa_len, a, a_len, &w)) {
+			size_t n = dns_response_finish(&w, 1232);
+			CHECK(n > 0 && n <= limit);
+			CHECK(fuzz_message_ok(out, n));
+		}
 	}
+	/* the resolver's A question goes to where the AAAA answer's CNAMEs end */
+	size_t end = dns64_chain_end(aaaa, aaaa_len, q.qname, target);
+	CHECK(end == 0 || end == dns_name_len(target));
 	size_t n = dns64_ptr_target(&p, q.qname, target);
 	if (n) {
 		char text[1024];
