@@ -168,26 +168,37 @@ static void stamp(struct tap_entry *e)
 	e->nsec = (uint32_t)now.tv_nsec;
 }
 
-static void take_client(struct tap_entry *e, const struct sockaddr_storage *client)
+/* a's address and port into addr, port; its family (0: neither IPv4 nor IPv6). */
+static uint8_t take_address(const struct sockaddr_storage *a, uint8_t addr[16], uint16_t *port)
 {
-	e->family = 0;
-	e->port = 0;
-	if (client && client->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)client;
-		memcpy(e->addr, &in->sin_addr, 4);
-		e->port = ntohs(in->sin_port);
-		e->family = AF_INET;
-	} else if (client && client->ss_family == AF_INET6) {
-		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)client;
-		memcpy(e->addr, &in6->sin6_addr, 16);
-		e->port = ntohs(in6->sin6_port);
-		e->family = AF_INET6;
+	*port = 0;
+	if (a && a->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+		memcpy(addr, &in->sin_addr, 4);
+		*port = ntohs(in->sin_port);
+		return AF_INET;
 	}
+	if (a && a->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)a;
+		memcpy(addr, &in6->sin6_addr, 16);
+		*port = ntohs(in6->sin6_port);
+		return AF_INET6;
+	}
+	return 0;
+}
+
+/* The client's address, and ours it asked when of the same family (response_address). */
+static void take_client(struct tap_entry *e, const struct sockaddr_storage *client,
+			const struct sockaddr_storage *local)
+{
+	e->family = take_address(client, e->addr, &e->port);
+	if (take_address(local, e->local, &e->local_port) != e->family || !e->family)
+		e->local_port = 0;
 }
 
 void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
-		   enum query_transport transport, const uint8_t *query, size_t query_len,
-		   const uint8_t *reply, size_t reply_len)
+		   const struct sockaddr_storage *local, enum query_transport transport,
+		   const uint8_t *query, size_t query_len, const uint8_t *reply, size_t reply_len)
 {
 	struct ring *r = ring_of(producer);
 	uint32_t tail;
@@ -202,7 +213,7 @@ void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
 	e->transport = (uint8_t)transport;
 	e->first_len = (uint16_t)query_len;
 	e->second_len = (uint32_t)reply_len;
-	take_client(e, client);
+	take_client(e, client, local);
 	stamp(e);
 	if (query_len) /* memcpy from NULL is undefined even for 0 bytes */
 		memcpy(e->bytes, query, query_len);
@@ -226,7 +237,7 @@ static void resolver_record(enum tap_entry_kind kind, const uint8_t *qname, uint
 		return;
 	e->kind = (uint8_t)kind;
 	e->family = 0;
-	e->port = 0;
+	e->port = e->local_port = 0;
 	e->transport = QUERY_UDP;
 	e->qtype = qtype;
 	e->qclass = qclass;

@@ -82,11 +82,12 @@ static inline bool dnstap_resolver_on(void)
  * One client exchange seen by `producer` (only it may call this for its
  * ring): the query as received (query_len 0: none, the worker already
  * recorded it) and the reply as sent (reply_len 0: none yet, the resolver
- * will send it), between client and us over transport. The time is now.
+ * will send it), between client and us (local: the address it asked, for
+ * response_address; NULL when not known) over transport. The time is now.
  */
 void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
-		   enum query_transport transport, const uint8_t *query, size_t query_len,
-		   const uint8_t *reply, size_t reply_len);
+		   const struct sockaddr_storage *local, enum query_transport transport,
+		   const uint8_t *query, size_t query_len, const uint8_t *reply, size_t reply_len);
 
 /*
  * The resolver thread's question to libunbound (qname in wire form, lower

@@ -6,7 +6,8 @@
  *
  * Which fields (dnstap.proto's recommendations for each type):
  * - CLIENT_QUERY: socket family and protocol, the client's address and
- *   port (query_address/query_port), the query verbatim, its time.
+ *   port (query_address/query_port), ours it asked (response_address/
+ *   response_port: a listen address), the query verbatim, its time.
  * - CLIENT_RESPONSE: the same, plus the reply verbatim and its time.
  *   The query time is given when the same record has the query (a local
  *   or cached answer); a reply the resolver thread sent later comes
@@ -16,7 +17,7 @@
  *   localdns hands it to libunbound, as a wire query (ID 0, RD set), and
  *   its time; FORWARDER_* while forwarding, RESOLVER_* while recursing.
  *   libunbound does not tell us which server it asks, nor how often, so
- *   there is no response_address: a message per question, not per packet.
+ *   these have no response_address: a message per question, not per packet.
  * - FORWARDER_RESPONSE / RESOLVER_RESPONSE: libunbound's answer message
  *   (its question, rcode and records; not necessarily the upstream's
  *   bytes) and its time.
@@ -88,6 +89,11 @@ static void set_client(Dnstap__Message *m, const struct tap_entry *e)
 						: DNSTAP__SOCKET_FAMILY__INET6;
 	m->query_address = bytes(e->addr, e->family == AF_INET ? 4 : 16);
 	m->query_port = e->port;
+	if (e->local_port) { /* the responder: localdns, at the address the client asked */
+		m->has_response_address = m->has_response_port = true;
+		m->response_address = bytes(e->local, e->family == AF_INET ? 4 : 16);
+		m->response_port = e->local_port;
+	}
 }
 
 /* The client message of kind for e; false when e has no such part. */

@@ -43,6 +43,9 @@ struct tap_entry {
 	uint32_t nsec;
 	int64_t sec;             /* CLOCK_REALTIME */
 	uint8_t addr[16];        /* the client's */
+	uint8_t local[16];       /* the address it asked (ours), when local_port is not 0 */
+	uint16_t local_port;
+	uint8_t pad2[6];
 	uint8_t bytes[];
 };
 

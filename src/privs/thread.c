@@ -185,7 +185,7 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER | HTTP | KUBE, setsockopt),
 	/* A worker fixes an accepted connection's send buffer (server/tcp.c). */
 	ALLOW_IF(WORKER, setsockopt, 2, INT_ARG, SO_SNDBUF),
-	ALLOW(HTTP | KUBE, getsockname),
+	ALLOW(WORKER | HTTP | KUBE, getsockname), /* workers: dnstap's response_address */
 	ALLOW(KUBE, getpeername),
 	ALLOW(KUBE, uname),                     /* glibc's getaddrinfo: the host's name */
 	ALLOW(RESOLVER | HTTP | KUBE, fcntl),

@@ -196,7 +196,7 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->server = s;
 	w->id = id;
-	w->epfd = w->retire_fd = -1;
+	w->epfd = w->retire_fd = w->tap_local_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
 	udp_batch_init(&w->udp);

@@ -98,7 +98,8 @@ static void send_reply(struct deliver *d, unsigned worker, const struct upstream
 	if (r->log_reply)
 		querylog_add(QUERYLOG_RESOLVER, &r->peer, how, QUERY_SOURCE_UPSTREAM, d->buf, len);
 	if (r->tap_reply) /* dnstap: the worker recorded the query; this is its reply */
-		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer, how, NULL, 0, d->buf, len);
+		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer, &r->local, how, NULL, 0, d->buf,
+			      len);
 }
 
 /* Held replies for worker into its ring, as far as it has room. */

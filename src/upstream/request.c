@@ -70,6 +70,7 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	MOVE(chain, r->chain_len);
 	MOVE(nxdomain, r->nxdomain_len);
 	MOVE(peer, r->peer_len);
+	MOVE(local, r->tap_reply ? sizeof r->local : 0);
 	MOVE(dns64.addr, r->dns64.len ? sizeof r->dns64.addr : 0);
 #undef FIELD
 #undef MOVE

@@ -56,6 +56,7 @@ struct upstream_request {
 	int fd;                /* UDP: the socket the query came in on */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
+	struct sockaddr_storage local; /* the address the client asked (dnstap, with tap_reply) */
 	uint32_t conn;         /* TCP: the worker's connection slot ... */
 	uint32_t conn_gen;     /* ... and which connection held it */
 	bool log_reply;        /* sampled for the query log (peer set for TCP too):

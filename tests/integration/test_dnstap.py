@@ -217,6 +217,11 @@ def test_dnstap_every_query_and_reply_read_by_dnstap_read(env):
     assert cr and "192.0.2.1" in cr[0]["message"]["response_message"], golang[-2:]
     assert all(m["identity"] == "node-x" for m in golang), golang[0]
     assert golang[0]["version"].startswith("localdns "), golang[0]
+    # response_address: the listen address each client asked, over UDP and TCP, also on
+    # the reply the resolver thread sent
+    client = [m["message"] for m in golang if m["message"]["type"].startswith("CLIENT_")]
+    assert client and all((m.get("response_address"), m.get("response_port")) ==
+                          ("127.0.0.1", d.port) for m in client), client[:2]
     # every client query and every reply: two messages per query received
     assert len([m for m in msgs if m[0] == "CQ"]) == queries_received_at_exit(d), msgs
 

@@ -57,6 +57,8 @@ static struct tap_entry *entry(uint8_t *buf, enum tap_entry_kind kind, const uin
 	e->transport = QUERY_TCP;
 	e->port = 40000;
 	inet_pton(AF_INET, "10.1.2.3", e->addr);
+	inet_pton(AF_INET, "169.254.20.10", e->local);
+	e->local_port = 53;
 	e->sec = 1700000000;
 	e->nsec = 123456789;
 	e->first_len = (uint16_t)first_len;
@@ -104,6 +106,9 @@ static void client_messages_carry_every_recommended_field(void **state)
 	assert_true(m->has_query_address && m->query_address.len == 4);
 	assert_memory_equal(m->query_address.data, e->addr, 4);
 	assert_true(m->has_query_port && m->query_port == 40000);
+	assert_true(m->has_response_address && m->response_address.len == 4);
+	assert_memory_equal(m->response_address.data, e->local, 4); /* the listen address */
+	assert_true(m->has_response_port && m->response_port == 53);
 	assert_true(m->has_query_time_sec && m->query_time_sec == 1700000000);
 	assert_true(m->has_query_time_nsec && m->query_time_nsec == 123456789);
 	assert_true(m->has_query_message && m->query_message.len == sizeof query);
@@ -258,7 +263,7 @@ static void producers_allocate_nothing_and_count_what_does_not_fit(void **state)
 	char err[256];
 	struct config *cfg = config_with("dnstap: {socket: /nonexistent/tap.sock, buffer: 64KiB}\n");
 	struct sockaddr_storage client = {.ss_family = AF_INET};
-	uint8_t q[40] = {0}, r[40] = {0};
+	uint8_t q[28] = {0}, r[28] = {0};
 
 	(void)state;
 	assert_true(alloc_counting_works());
@@ -271,7 +276,7 @@ static void producers_allocate_nothing_and_count_what_does_not_fit(void **state)
 	count_one_thread = true;
 	counting = true;
 	for (int i = 0; i < 600; i++)
-		dnstap_client(0, &client, QUERY_UDP, q, sizeof q, r, sizeof r);
+		dnstap_client(0, &client, NULL, QUERY_UDP, q, sizeof q, r, sizeof r);
 	counting = false;
 	count_one_thread = false;
 	assert_int_equal(forbidden_calls, 0);
