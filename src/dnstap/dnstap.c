@@ -322,31 +322,45 @@ static const char *pod_extra(const struct tap_entry *e, char *out, size_t cap)
 	return out;
 }
 
+/* The envelope of a turn's messages without extra (tap_envelope), packed once per turn. */
+struct envelope {
+	uint8_t bytes[TAP_ENVELOPE_MAX];
+	size_t len;
+};
+
 /* Encode e's messages into b; false when b is full (flush it and try again). */
 static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t messages,
-			  const struct tap_meta *meta)
+			  const struct tap_meta *meta, const struct envelope *plain)
 {
 	static const enum dnstap_kind kinds[] = {DNSTAP_CLIENT_QUERY, DNSTAP_CLIENT_RESPONSE,
 						 DNSTAP_RESOLVER_QUERY, DNSTAP_RESOLVER_RESPONSE};
 	char extra_buf[EXTRA_MAX];
 	const char *extra = pod_extra(e, extra_buf, sizeof extra_buf);
+	struct envelope own;
+	const struct envelope *env = plain;
 	int n_before = b->n;
 	size_t used_before = b->used;
 
-	for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+	if (extra) { /* the pod's: once for the record's messages */
+		own.len = tap_envelope(meta, extra, own.bytes, sizeof own.bytes);
+		env = &own;
+	}
+	for (size_t i = 0; env->len && i < sizeof kinds / sizeof kinds[0]; i++) {
+		size_t start, len;
 		if (!(messages & kinds[i]))
 			continue;
-		if (b->n == FRAMES || OUT_BYTES - b->used < tap_encoded_max(e)) {
+		if (b->n == FRAMES || OUT_BYTES - b->used < TAP_ENVELOPE_MAX + 4 + tap_encoded_max(e)) {
 			b->n = n_before; /* the record's messages go in the next batch, all together */
 			b->used = used_before;
 			return false;
 		}
-		size_t len = tap_encode(e, kinds[i], meta, extra, tap.buf + b->used,
-					OUT_BYTES - b->used);
+		len = tap_encode_after(e, kinds[i], meta, env->bytes, env->len, tap.buf + b->used,
+				       OUT_BYTES - b->used, &start);
 		if (len == 0)
 			continue;
-		b->frames[b->n++] = (struct iovec){.iov_base = tap.buf + b->used, .iov_len = len};
-		b->used += len;
+		b->frames[b->n++] =
+			(struct iovec){.iov_base = tap.buf + b->used + start, .iov_len = len};
+		b->used += start + len;
 	}
 	b->records++;
 	return true;
@@ -354,7 +368,7 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 
 /* Encode and write what r holds; false when the connection failed. */
 static bool drain(struct ring *r, uint32_t messages, const struct tap_meta *meta,
-		  bool *had_records)
+		  const struct envelope *plain, bool *had_records)
 {
 	uint32_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 	uint32_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
@@ -367,7 +381,7 @@ static bool drain(struct ring *r, uint32_t messages, const struct tap_meta *meta
 			head += (r->mask + 1) - (head & r->mask);
 			continue;
 		}
-		if (!encode_record(&b, e, messages, meta)) {
+		if (!encode_record(&b, e, messages, meta, plain)) {
 			if (b.n == 0) { /* cannot be encoded at all: skip it */
 				atomic_fetch_add_explicit(&tap.unsent, 1, memory_order_relaxed);
 				head += e->size;
@@ -434,6 +448,7 @@ struct writer {
 	uint64_t next_try_ms;     /* when to connect again */
 	uint64_t backoff_ms;
 	bool failing;             /* a failure was logged; the next connection is logged */
+	struct envelope plain;    /* this turn's envelope without extra */
 };
 
 static void disconnect(void)
@@ -482,8 +497,9 @@ static bool write_turn(struct writer *w)
 	connect_if_due(w);
 	if (!tap.out)
 		return false;
+	w->plain.len = tap_envelope(&meta, NULL, w->plain.bytes, sizeof w->plain.bytes);
 	for (unsigned i = 0; i < tap.n_rings; i++)
-		if (!drain(&tap.rings[i], w->s.messages, &meta, &had_records)) {
+		if (!drain(&tap.rings[i], w->s.messages, &meta, &w->plain, &had_records)) {
 			w->next_try_ms = now_ms() + BACKOFF_MIN_MS;
 			break;
 		}

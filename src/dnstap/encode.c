@@ -30,7 +30,10 @@
  * Message after it as field 14 (its tag, its length, then protobuf-c's
  * bytes for it: protobuf parses the fields of an encoding in any order).
  * That halved protobuf-c's share of the writer thread's time with every
- * query logged (docs/performance.md, "dnstap").
+ * query logged (docs/performance.md, "dnstap"). The envelope is the same
+ * for every message of a record (and, without extra, of a connection), so
+ * the writer packs it once (tap_envelope) and copies it in front of each
+ * Message, which protobuf-c packs where it stays (tap_encode_after).
  */
 #include "dnstap/internal.h"
 
@@ -154,32 +157,41 @@ static bool resolver_message(Dnstap__Message *m, const struct tap_entry *e,
 #define MESSAGE_TAG (14u << 3 | 2u)
 #define LENGTH_ROOM 3 /* a varint of up to 2^21 - 1: any message tap_encoded_max allows */
 
-/* d (without its message) and then m as d's field 14, into out; the length. */
-static size_t pack_with_message(Dnstap__Dnstap *d, const Dnstap__Message *m, uint8_t *out)
+static ProtobufCBinaryData text_bytes(const char *text)
 {
-	size_t head, body, n = 0;
-	uint8_t *body_at;
-
-	d->message = NULL;
-	head = dnstap__dnstap__pack(d, out);
-	out[head] = MESSAGE_TAG;
-	body_at = out + head + 1 + LENGTH_ROOM;
-	body = dnstap__message__pack(m, body_at);
-	for (size_t v = body; ; v >>= 7) {
-		out[head + 1 + n++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
-		if (v < 0x80)
-			break;
-	}
-	memmove(out + head + 1 + n, body_at, body);
-	return head + 1 + n + body;
+	return bytes(text, strlen(text));
 }
 
-size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
-		  const char *extra, uint8_t *out, size_t cap)
+size_t tap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out, size_t cap)
 {
 	Dnstap__Dnstap d = DNSTAP__DNSTAP__INIT;
+
+	d.type = DNSTAP__DNSTAP__TYPE__MESSAGE;
+	if (meta->identity && *meta->identity) {
+		d.has_identity = true;
+		d.identity = text_bytes(meta->identity);
+	}
+	if (meta->version) {
+		d.has_version = true;
+		d.version = text_bytes(meta->version);
+	}
+	if (extra) {
+		d.has_extra = true;
+		d.extra = text_bytes(extra);
+	}
+	if (dnstap__dnstap__get_packed_size(&d) > cap)
+		return 0;
+	return dnstap__dnstap__pack(&d, out);
+}
+
+size_t tap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
+			const struct tap_meta *meta, const uint8_t *env, size_t env_len,
+			uint8_t *out, size_t cap, size_t *start)
+{
 	Dnstap__Message m = DNSTAP__MESSAGE__INIT;
 	uint8_t question[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
+	size_t head = env_len + 1 + LENGTH_ROOM, body, n = 0;
+	uint8_t varint[LENGTH_ROOM];
 	bool ok;
 
 	if (e->kind == TAP_CLIENT)
@@ -187,24 +199,31 @@ size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct
 	else
 		ok = (kind & DNSTAP_RESOLVER) &&
 		     resolver_message(&m, e, kind, meta->recursive, question, sizeof question);
-	if (!ok)
-		return 0;
-	d.type = DNSTAP__DNSTAP__TYPE__MESSAGE;
-	d.message = &m;
-	if (meta->identity && *meta->identity) {
-		d.has_identity = true;
-		d.identity = bytes(meta->identity, strlen(meta->identity));
-	}
-	if (meta->version) {
-		d.has_version = true;
-		d.version = bytes(meta->version, strlen(meta->version));
-	}
-	if (extra) {
-		d.has_extra = true;
-		d.extra = bytes(extra, strlen(extra));
-	}
 	/* The bound, not get_packed_size: that would walk the fields a second time. */
-	if (cap < tap_encoded_max(e))
+	if (!ok || cap < head + tap_encoded_max(e))
 		return 0;
-	return pack_with_message(&d, &m, out);
+	body = dnstap__message__pack(&m, out + head);
+	for (size_t v = body; ; v >>= 7) {
+		varint[n++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+		if (v < 0x80)
+			break;
+	}
+	/* the envelope, the tag and the length go right in front of the body: nothing moves */
+	*start = head - (env_len + 1 + n);
+	memcpy(out + *start, env, env_len);
+	out[*start + env_len] = MESSAGE_TAG;
+	memcpy(out + *start + env_len + 1, varint, n);
+	return env_len + 1 + n + body;
+}
+
+size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
+		  const char *extra, uint8_t *out, size_t cap)
+{
+	uint8_t env[TAP_ENVELOPE_MAX];
+	size_t env_len = tap_envelope(meta, extra, env, sizeof env), start, len;
+
+	if (env_len == 0 || !(len = tap_encode_after(e, kind, meta, env, env_len, out, cap, &start)))
+		return 0;
+	memmove(out, out + start, len);
+	return len;
 }

@@ -79,6 +79,20 @@ static inline size_t tap_encoded_max(const struct tap_entry *e)
 	return 1024u + e->first_len + e->second_len;
 }
 
+/*
+ * The same in two steps, as the writer does it: the Dnstap envelope
+ * (identity, version, extra, type; no message) packed once for every
+ * message that shares it, into out (0 when cap is short), then one Message
+ * of e behind a copy of it: packed at out + *start, the length returned
+ * (0 as tap_encode's), cap needing TAP_ENVELOPE_MAX + 4 more than
+ * tap_encoded_max(e).
+ */
+#define TAP_ENVELOPE_MAX 640
+size_t tap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out, size_t cap);
+size_t tap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
+			const struct tap_meta *meta, const uint8_t *env, size_t env_len,
+			uint8_t *out, size_t cap, size_t *start);
+
 /* The wire query (ID 0, RD set) for a resolver record's question; its length, 0 if cap is short. */
 size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap);
 
