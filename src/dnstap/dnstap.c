@@ -68,7 +68,10 @@ struct ring {
 	uint32_t mask;
 	_Alignas(64) _Atomic uint32_t head;   /* the writer's */
 	_Alignas(64) _Atomic uint32_t tail;   /* the producer's ... */
-	_Atomic uint64_t dropped;             /* ... and so is this */
+	_Atomic uint64_t dropped;             /* ... and so is this ... */
+	int64_t batch_sec;                    /* ... and the time of its batch (dnstap_batch_begin) */
+	uint32_t batch_nsec;
+	bool in_batch;
 	atomic_bool wake_asked;               /* the producer wrote the eventfd; the writer clears it */
 };
 
@@ -159,13 +162,39 @@ static void publish(struct ring *r, uint32_t tail)
 	}
 }
 
-static void stamp(struct tap_entry *e)
+static void stamp(struct ring *r, struct tap_entry *e)
 {
 	struct timespec now;
 
+	if (r->in_batch) {
+		e->sec = r->batch_sec;
+		e->nsec = r->batch_nsec;
+		return;
+	}
 	clock_gettime(CLOCK_REALTIME, &now); /* the vDSO: no syscall */
 	e->sec = now.tv_sec;
 	e->nsec = (uint32_t)now.tv_nsec;
+}
+
+void dnstap_batch_begin(unsigned producer)
+{
+	struct ring *r = ring_of(producer);
+	struct timespec now;
+
+	if (!r)
+		return;
+	clock_gettime(CLOCK_REALTIME, &now);
+	r->batch_sec = now.tv_sec;
+	r->batch_nsec = (uint32_t)now.tv_nsec;
+	r->in_batch = true;
+}
+
+void dnstap_batch_end(unsigned producer)
+{
+	struct ring *r = ring_of(producer);
+
+	if (r)
+		r->in_batch = false;
 }
 
 /* a's address and port into addr, port; its family (0: neither IPv4 nor IPv6). */
@@ -214,7 +243,7 @@ void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
 	e->first_len = (uint16_t)query_len;
 	e->second_len = (uint32_t)reply_len;
 	take_client(e, client, local);
-	stamp(e);
+	stamp(r, e);
 	if (query_len) /* memcpy from NULL is undefined even for 0 bytes */
 		memcpy(e->bytes, query, query_len);
 	if (reply_len)
@@ -243,7 +272,7 @@ static void resolver_record(enum tap_entry_kind kind, const uint8_t *qname, uint
 	e->qclass = qclass;
 	e->first_len = (uint16_t)name_len;
 	e->second_len = (uint32_t)answer_len;
-	stamp(e);
+	stamp(r, e);
 	if (name_len)
 		memcpy(e->bytes, qname, name_len);
 	if (answer_len)

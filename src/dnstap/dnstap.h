@@ -90,6 +90,15 @@ void dnstap_client(unsigned producer, const struct sockaddr_storage *client,
 		   const uint8_t *query, size_t query_len, const uint8_t *reply, size_t reply_len);
 
 /*
+ * A producer's batch (a worker's recvmmsg batch): the records it makes
+ * until dnstap_batch_end carry the time of dnstap_batch_begin, one clock
+ * read for the batch instead of one per record (they were received
+ * together; a batch takes microseconds). Only that producer may call them.
+ */
+void dnstap_batch_begin(unsigned producer);
+void dnstap_batch_end(unsigned producer);
+
+/*
  * The resolver thread's question to libunbound (qname in wire form, lower
  * case), and libunbound's answer to one (NULL or empty: none, nothing is
  * recorded). Resolver thread only.

@@ -95,6 +95,9 @@ static int answer_batch(struct worker *w, int fd, int n)
 		else
 			query_prepare(query_bytes(b, i), b->rx[i].msg_len, &b->prepared[i]);
 	query_prefetch(b->prepared, (size_t)n);
+	bool tap = dnstap_client_on();
+	if (tap)
+		dnstap_batch_begin(w->id); /* one clock read for the batch's records */
 	for (int i = 0; i < n; i++) {
 		if (b->rx[i].msg_hdr.msg_flags & MSG_TRUNC) {
 			w->stats.received++;
@@ -125,6 +128,8 @@ static int answer_batch(struct worker *w, int fd, int n)
 		};
 		out++;
 	}
+	if (tap)
+		dnstap_batch_end(w->id);
 	urcu_memb_read_unlock();
 	return out;
 }
