@@ -50,6 +50,7 @@
 #include "privs/privs.h"
 #include "query/query.h"
 #include "querylog/querylog.h"
+#include "dnstap/dnstap.h"
 #include "top/top.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
@@ -245,6 +246,13 @@ static int make_cluster_table(const struct config *cfg, struct daemon *d, char *
 		       : -1;
 }
 
+/* dnstap's extra field: the pod of this node behind a client address. */
+static bool client_pod(const void *cluster, const struct sockaddr_storage *client, char *out,
+		       size_t cap)
+{
+	return cluster_client_pod(cluster, client, out, cap);
+}
+
 static int start_watching(const struct config *cfg, struct daemon *d, struct cluster_feed *feed,
 			  char *err, size_t errlen)
 {
@@ -426,6 +434,7 @@ static void stop_serving(struct serving *run)
 	upstream_free(d->upstream);
 	top_stop();
 	querylog_stop();
+	dnstap_stop();
 	query_sources_retire();
 	mesh_free(d->mesh);
 	cluster_free(d->clusterset);
@@ -456,6 +465,9 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 		return -1;
 	query_sources_publish(sources);
 	if (querylog_start(cfg, workers, err, errlen) < 0)
+		return -1;
+	if (dnstap_start(cfg, workers, d->cluster ? client_pod : NULL, d->cluster, err,
+			 errlen) < 0)
 		return -1;
 	if (top_start(workers) < 0) {
 		snprintf(err, errlen, "top talkers: out of memory");

@@ -84,9 +84,9 @@ void cluster_free(struct cluster *c);
 /*
  * Whether cfg needs this node's Pods: autopath or mesh.istio (who is
  * asking: a mesh host's exportTo and alias depend on the client's
- * namespace) or verified pod names (pods that back no Service). Otherwise
- * they are not watched at all, so the service account needs no right to
- * read Pod specs.
+ * namespace), verified pod names (pods that back no Service), or dnstap's
+ * client messages (which name the pod that asked). Otherwise they are not
+ * watched at all, so the service account needs no right to read Pod specs.
  */
 bool cluster_needs_pods(const struct config *cfg);
 

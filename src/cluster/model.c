@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "util/tsan.h"
 #include "zone/zone.h"
@@ -497,7 +498,11 @@ void cluster_namespace_remove(struct cluster *c, const char *name)
 
 bool cluster_needs_pods(const struct config *cfg)
 {
-	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED || cfg->mesh.istio;
+	bool dnstap = (*cfg->dnstap.socket || *cfg->dnstap.address) &&
+		      (cfg->dnstap.messages & DNSTAP_CLIENT);
+
+	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED || cfg->mesh.istio ||
+	       dnstap;
 }
 
 static void pod_ips(const struct kube_json *status, struct cluster_ip **ips, size_t *n)

@@ -26,6 +26,7 @@
 #include "util/file.h"
 #include "util/hash.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -73,6 +74,7 @@ enum vtype {
 	V_IP,       /* struct config_ip */
 	V_CIDR,     /* struct config_cidr */
 	V_HOSTPORT, /* struct config_hostport, port 53 unless given */
+	V_SERVER,   /* the same, with an optional "#TLS-NAME" (upstream servers) */
 	V_MAPPING,  /* a nested mapping described by key->sub */
 };
 
@@ -145,6 +147,9 @@ static int static_check(struct loader *, const yaml_node_t *, const char *, void
 static int cache_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int cluster_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int top_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int upstream_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int dnstap_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int dns64_check(struct loader *, const yaml_node_t *, const char *, void *);
 
 static const char *const interface_kinds[] = {"dummy", "loopback", NULL};
 static const char *const pods_modes[] = {"disabled", "insecure", "verified", NULL};
@@ -294,19 +299,20 @@ static const struct key static_keys[] = {
 
 static const struct key forward_zone_keys[] = {
 	{"zone", V_NAME, FIELD(struct config_forward_zone, zone)},
-	{"servers", V_HOSTPORT, .shape = LIST,
+	{"servers", V_SERVER, .shape = LIST,
 	 ARRAY(struct config_forward_zone, servers, n_servers), .flags = F_NONEMPTY},
 };
 static const struct schema forward_zone_schema = SCHEMA(forward_zone_keys, NULL);
 
 static const struct key upstream_keys[] = {
-	{"servers", V_HOSTPORT, CFG_LIST(upstream.servers, upstream.n_servers),
+	{"servers", V_SERVER, CFG_LIST(upstream.servers, upstream.n_servers),
 	 .reload = CONFIG_APPLY_UPSTREAM},
 	/* Also where autopath reads the node's search domains. */
 	{"resolv_conf", V_PATH, CFG(upstream.resolv_conf), .def = "/etc/resolv.conf",
 	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_SOURCES},
+	/* It makes resolver messages RESOLVER_* rather than FORWARDER_*. */
 	{"recursive", V_BOOL, CFG(upstream.recursive), .def = "false",
-	 .reload = CONFIG_APPLY_UPSTREAM},
+	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_DNSTAP},
 	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false", .reload = CONFIG_APPLY_UPSTREAM},
 	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s",
 	 .reload = CONFIG_APPLY_UPSTREAM},
@@ -321,6 +327,9 @@ static const struct key upstream_keys[] = {
 	{"forward_zones", V_MAPPING, .shape = MAP,
 	 ARRAY(struct config, upstream.forward_zones, upstream.n_forward_zones),
 	 .sub = &forward_zone_schema, .reload = CONFIG_APPLY_UPSTREAM},
+	{"tls", V_BOOL, CFG(upstream.tls), .def = "false", .reload = CONFIG_APPLY_UPSTREAM},
+	{"tls_ca_file", V_PATH, CFG(upstream.tls_ca_file), .def = "",
+	 .reload = CONFIG_APPLY_UPSTREAM},
 };
 
 static const struct key cache_keys[] = {
@@ -385,6 +394,28 @@ static const struct key chaos_keys[] = {
 	{"id", V_STRING, CFG(chaos.id), .max = 255, .def = "", .reload = CONFIG_APPLY_SOURCES},
 };
 
+#define DNSTAP_RELOAD (CONFIG_APPLY_DNSTAP | CONFIG_APPLY_PODS)
+static const struct key dnstap_keys[] = {
+	/* sizeof sun_path - 1 */
+	/* Its client messages name the pod that asked: the Pods watch follows. */
+	{"socket", V_PATH, CFG(dnstap.socket), .max = 107, .def = "", .reload = DNSTAP_RELOAD},
+	{"address", V_LISTEN, CFG(dnstap.address), .def = "", .reload = DNSTAP_RELOAD},
+	{"identity", V_STRING, CFG(dnstap.identity), .max = 255, .def = "",
+	 .reload = DNSTAP_RELOAD},
+	{"messages", V_ENUM, CFG_LIST(dnstap.message_list, dnstap.n_message_list),
+	 .names = config_dnstap_messages, .def = "client_query client_response",
+	 .reload = DNSTAP_RELOAD},
+	/* A cached answer's record is about 200 bytes; pages are touched once used.
+	 * The rings are sized at start. */
+	{"buffer", V_SIZE, CFG(dnstap.buffer), .min = 65536, .max = 1u << 30, .def = "1MiB",
+	 .reload = CONFIG_RESTART_ONLY},
+};
+
+static const struct key dns64_keys[] = {
+	{"prefix", V_STRING, CFG(dns64.prefix), .max = 60, .def = "",
+	 .reload = CONFIG_APPLY_SOURCES},
+};
+
 static const struct key rrl_keys[] = {
 	{"responses_per_second", V_UINT, CFG(rrl.responses_per_second), .max = 1000000,
 	 .def = "0", .reload = CONFIG_APPLY_SERVER},
@@ -404,7 +435,9 @@ static const struct schema kubernetes_schema = SCHEMA(kubernetes_keys, NULL);
 static const struct schema mesh_schema = SCHEMA(mesh_keys, NULL);
 static const struct schema multicluster_schema = SCHEMA(multicluster_keys, NULL);
 static const struct schema static_schema = SCHEMA(static_keys, static_check);
-static const struct schema upstream_schema = SCHEMA(upstream_keys, NULL);
+static const struct schema upstream_schema = SCHEMA(upstream_keys, upstream_check);
+static const struct schema dnstap_schema = SCHEMA(dnstap_keys, dnstap_check);
+static const struct schema dns64_schema = SCHEMA(dns64_keys, dns64_check);
 static const struct schema cache_schema = SCHEMA(cache_keys, cache_check);
 static const struct schema health_schema = SCHEMA(health_keys, NULL);
 static const struct schema metrics_schema = SCHEMA(metrics_keys, NULL);
@@ -424,7 +457,8 @@ static const struct key top_keys[] = {
 	SECTION("health", health_schema),     SECTION("metrics", metrics_schema),
 	SECTION("log", log_schema),           SECTION("control", control_schema),
 	SECTION("security", security_schema), SECTION("chaos", chaos_schema),
-	SECTION("rrl", rrl_schema),
+	SECTION("rrl", rrl_schema),           SECTION("dnstap", dnstap_schema),
+	SECTION("dns64", dns64_schema),
 	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),
 	SECTION("keeper", keeper_schema),};
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
@@ -807,6 +841,36 @@ static int set_hostport(const char *text, uint16_t default_port, struct config_h
 	return 0;
 }
 
+/*
+ * An upstream server: a host and port, then optionally "#" and the name its
+ * TLS certificate must carry. Whether a port was written is kept, since
+ * the default (53, or 853 with upstream.tls) depends on another key.
+ */
+static int set_server(const char *text, struct config_hostport *hp, char *why, size_t len)
+{
+	const char *hash = strchr(text, '#'), *phrase;
+	char host[80], name[256];
+
+	if (!hash)
+		return set_hostport(text, 53, hp, why, len);
+	if ((size_t)(hash - text) >= sizeof host || strlen(hash + 1) >= sizeof name) {
+		snprintf(why, len, QUOTE_FMT " is not IP[:PORT][#TLS-NAME]", QUOTE(text));
+		return -1;
+	}
+	snprintf(host, sizeof host, "%.*s", (int)(hash - text), text);
+	snprintf(name, sizeof name, "%s", hash + 1);
+	if (set_hostport(host, 53, hp, why, len) < 0)
+		return -1;
+	if (config_value_name(name, &phrase) < 0) {
+		snprintf(why, len, QUOTE_FMT ": the TLS name %s", QUOTE(text), phrase);
+		return -1;
+	}
+	snprintf(hp->tls_name, sizeof hp->tls_name, "%.253s", name); /* <= 253: checked */
+	size_t used = strlen(hp->text);
+	snprintf(hp->text + used, sizeof hp->text - used, "#%s", name);
+	return 0;
+}
+
 static bool is_env_name(const char *s, size_t n)
 {
 	if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
@@ -933,6 +997,8 @@ static int set_scalar(struct loader *ld, const struct key *k, const char *text, 
 		return -1;
 	case V_HOSTPORT:
 		return set_hostport(text, 53, field, why, len);
+	case V_SERVER:
+		return set_server(text, field, why, len);
 	case V_MAPPING:
 		break;
 	}
@@ -957,6 +1023,7 @@ static const char *expectation(const struct key *k)
 		[V_IP] = "an IP address",
 		[V_CIDR] = "an IP network",
 		[V_HOSTPORT] = "\"ip\" or \"ip:port\"",
+		[V_SERVER] = "\"ip\", \"ip:port\" or \"ip[:port]#tls-name\"",
 		[V_MAPPING] = "a mapping",
 	};
 	return what[k->type];
@@ -1269,6 +1336,146 @@ static int cache_check(struct loader *ld, const yaml_node_t *map, const char *pa
 	return fail(ld, at ? at : find_key(ld, map, "min_ttl"),
 		    "%s: max_ttl (%" PRIu32 "s) is below min_ttl (%" PRIu32 "s)", path,
 		    cfg->cache.max_ttl, cfg->cache.min_ttl);
+}
+
+/* ---- upstream, dnstap, dns64 ----------------------------------------------- */
+
+/* The node of item i of the sequence under key name in map (map itself when absent). */
+static const yaml_node_t *item_at(struct loader *ld, const yaml_node_t *map, const char *name,
+				  size_t i)
+{
+	const yaml_node_t *seq = find_value(ld, map, name);
+
+	if (!seq || seq->type != YAML_SEQUENCE_NODE || i >= n_items(seq))
+		return map;
+	return node_at(ld, seq->data.sequence.items.start[i]);
+}
+
+/* A TLS server without a port of its own goes to 853 (RFC 7858). */
+static void use_tls_port(struct config_hostport *hp)
+{
+	char ip[INET6_ADDRSTRLEN];
+	bool v4 = hp->addr.ss_family == AF_INET;
+
+	if (hp->port_given)
+		return;
+	if (v4) {
+		((struct sockaddr_in *)&hp->addr)->sin_port = htons(853);
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&hp->addr)->sin_addr, ip, sizeof ip);
+	} else {
+		((struct sockaddr_in6 *)&hp->addr)->sin6_port = htons(853);
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&hp->addr)->sin6_addr, ip, sizeof ip);
+	}
+	snprintf(hp->text, sizeof hp->text, v4 ? "%s:853#%s" : "[%s]:853#%s", ip, hp->tls_name);
+}
+
+/*
+ * With upstream.tls every server needs a TLS name (the certificate is
+ * checked against it; without one libunbound would encrypt to anybody)
+ * and gets port 853 unless it says otherwise; without it a TLS name is a
+ * mistake (the query would go out in the clear). Returns the index of the
+ * first server that breaks the rule, or n.
+ */
+static size_t check_tls_servers(struct config_hostport *servers, size_t n, bool tls)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (tls != (servers[i].tls_name[0] != '\0'))
+			return i;
+		if (tls)
+			use_tls_port(&servers[i]);
+	}
+	return n;
+}
+
+static int tls_server_fail(struct loader *ld, const yaml_node_t *at, const char *path,
+			   const struct config_hostport *hp, bool tls)
+{
+	if (tls)
+		return fail(ld, at, "%s: \"%s\" has no TLS name (IP[:PORT]#TLS-NAME): with "
+			    "upstream.tls the upstream's certificate is checked against it",
+			    path, hp->text);
+	return fail(ld, at, "%s: \"%s\" has a TLS name but upstream.tls is false: its "
+		    "queries would go out unencrypted", path, hp->text);
+}
+
+static int upstream_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	struct config *cfg = base;
+	const yaml_node_t *tls = find_key(ld, map, "tls");
+	bool on = cfg->upstream.tls;
+	char where[PATH_LEN];
+	size_t bad;
+
+	if (on && cfg->upstream.recursive)
+		return fail(ld, tls ? tls : map, "%s.tls: DNS-over-TLS is for forwarding and cannot "
+			    "be used with upstream.recursive (recursion asks authoritative servers, "
+			    "which do not serve TLS)", path);
+	if (on && cfg->upstream.n_servers == 0)
+		return fail(ld, tls ? tls : map, "%s.tls needs upstream.servers written "
+			    "IP[:PORT]#TLS-NAME: resolv.conf's nameservers have no TLS names to "
+			    "check certificates against", path);
+	bad = check_tls_servers(cfg->upstream.servers, cfg->upstream.n_servers, on);
+	if (bad < cfg->upstream.n_servers) {
+		snprintf(where, sizeof where, "%s.servers[%zu]", path, bad);
+		return tls_server_fail(ld, item_at(ld, map, "servers", bad), where,
+				       &cfg->upstream.servers[bad], on);
+	}
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
+		struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
+		bad = check_tls_servers(z->servers, z->n_servers, on);
+		if (bad == z->n_servers)
+			continue;
+		const yaml_node_t *zones = find_value(ld, map, "forward_zones");
+		snprintf(where, sizeof where, "%s.forward_zones.%s[%zu]", path, z->zone, bad);
+		return tls_server_fail(ld, zones ? zones : map, where, &z->servers[bad], on);
+	}
+	return 0;
+}
+
+const char *const config_dnstap_messages[] = {"client_query", "client_response",
+					      "resolver_query", "resolver_response", NULL};
+
+static int dnstap_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	struct config *cfg = base;
+
+	if (*cfg->dnstap.socket && *cfg->dnstap.address)
+		return fail(ld, find_key(ld, map, "address"), "%s: socket and address are both "
+			    "set: a collector is on one or the other", path);
+	cfg->dnstap.messages = 0;
+	for (size_t i = 0; i < cfg->dnstap.n_message_list; i++)
+		cfg->dnstap.messages |= 1u << cfg->dnstap.message_list[i];
+	return 0;
+}
+
+/*
+ * RFC 6052 section 2.2: a prefix of 32, 40, 48, 56, 64 or 96 bits; bits 64
+ * to 71 (the "u" octet) must be zero, which a /96 prefix covers.
+ */
+static int dns64_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	struct config *cfg = base;
+	const yaml_node_t *at = find_value(ld, map, "prefix");
+	const char *phrase;
+	struct config_cidr *net = &cfg->dns64.net;
+
+	memset(net, 0, sizeof *net);
+	if (!*cfg->dns64.prefix)
+		return 0;
+	if (config_value_cidr(cfg->dns64.prefix, net, &phrase) < 0)
+		return fail(ld, at ? at : map, "%s.prefix: \"%s\" %s", path, cfg->dns64.prefix,
+			    phrase);
+	if (net->ip.family != AF_INET6 || !strchr(cfg->dns64.prefix, '/'))
+		return fail(ld, at ? at : map, "%s.prefix: \"%s\" is not an IPv6 prefix like "
+			    "64:ff9b::/96", path, cfg->dns64.prefix);
+	if (net->prefix % 8 != 0 || net->prefix < 32 || net->prefix > 96 ||
+	    (net->prefix > 64 && net->prefix < 96))
+		return fail(ld, at ? at : map, "%s.prefix: /%u is not an RFC 6052 prefix length "
+			    "(32, 40, 48, 56, 64 or 96)", path, net->prefix);
+	if (net->ip.v6.s6_addr[8] != 0)
+		return fail(ld, at ? at : map, "%s.prefix: bits 64 to 71 of \"%s\" must be zero "
+			    "(RFC 6052 section 2.2)", path, cfg->dns64.prefix);
+	return 0;
 }
 
 static bool is_reverse_zone(const char *zone)
@@ -1794,7 +2001,7 @@ static bool same_element(const struct key *k, const void *a, const void *b)
 	}
 	if (k->type == V_IP)
 		return ip_equal(a, b);
-	if (k->type == V_HOSTPORT)
+	if (k->type == V_HOSTPORT || k->type == V_SERVER)
 		return strcmp(((const struct config_hostport *)a)->text,
 			      ((const struct config_hostport *)b)->text) == 0;
 	if (k->type == V_CIDR)

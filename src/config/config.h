@@ -49,11 +49,17 @@ struct config_cidr {
 	char text[52];             /* normalised "ip/prefix" */
 };
 
-/* "ip", "ip:port" or "[ipv6]:port"; the port defaults per use (53). */
+/*
+ * "ip", "ip:port" or "[ipv6]:port"; the port defaults per use (53). An
+ * upstream server may add "#TLS-NAME" (upstream.tls): the name its
+ * certificate must carry; its port then defaults to 853.
+ */
 struct config_hostport {
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
-	char text[64]; /* normalised "ip:port" / "[ip6]:port" */
+	bool port_given;      /* the text had a port: no default applies */
+	char tls_name[254];   /* "" = none; a normalised DNS name */
+	char text[320];       /* normalised "ip:port" / "[ip6]:port", "#name" appended */
 };
 
 struct config_srv {
@@ -185,6 +191,10 @@ struct config {
 		char *trust_anchor;            /* "/usr/share/dns/root.key" (dnssec) */
 		char *root_hints;              /* "" = libunbound's built-in (recursive) */
 		struct config_forward_zone *forward_zones; size_t n_forward_zones;
+		/* DNS-over-TLS to upstream.servers and forward_zones (not to
+		 * cluster.fallback_servers); every server then has a TLS name. */
+		bool tls;                      /* false */
+		char *tls_ca_file;             /* "" = the system's CA bundle */
 	} upstream;
 
 	struct {
@@ -221,6 +231,20 @@ struct config {
 		char *version;                 /* answer to version.bind */
 		char *id;                      /* answer to id.server; "" = hostname */
 	} chaos;
+
+	struct {
+		char *socket;                  /* "" = off: a collector's unix socket */
+		char *address;                 /* "" = off, or a collector's normalised ip:port */
+		char *identity;                /* "" = the node name, else the host name */
+		unsigned *message_list; size_t n_message_list; /* dnstap.messages as written */
+		uint32_t messages;             /* the same as bits: 1 << index in config_dnstap_messages */
+		uint64_t buffer;               /* 1MiB: bytes of records each thread may hold unsent */
+	} dnstap;
+
+	struct {
+		char *prefix;                  /* "" = off; else the text as written */
+		struct config_cidr net;        /* the parsed prefix (RFC 6052 lengths) */
+	} dns64;
 
 	struct {
 		unsigned responses_per_second; /* 0 = off */
@@ -300,6 +324,9 @@ int config_value_name(char *name, const char **why);
  */
 uint64_t config_file_hash(uint64_t h, const char *path, const char *text, size_t len);
 
+/* dnstap.messages' names, in the order of their bits (dnstap/dnstap.h's enum dnstap_kind). */
+extern const char *const config_dnstap_messages[];
+
 /* listen.allow when the config gives none: the private and local address
  * ranges, where pods and the node's own processes query from. */
 extern const char *const config_default_allow[];
@@ -329,6 +356,7 @@ enum config_reload {
 	CONFIG_APPLY_LOG = 1 << 6,      /* log and query log settings */
 	CONFIG_APPLY_NODE = 1 << 7,     /* nothing to redo: the node reads its config as it goes */
 	CONFIG_APPLY_PODS = 1 << 8,     /* whether the Kubernetes client watches this node's Pods */
+	CONFIG_APPLY_DNSTAP = 1 << 9,   /* the dnstap collector, identity and messages */
 };
 
 /*

@@ -71,13 +71,15 @@ LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
 PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "
 	"(cluster.autopath: a CNAME to the name that exists).");
+PLAIN_COUNTER(dns64_synthesized, "localdns_dns64_synthesized_total",
+	"AAAA answers made from A records under dns64.prefix (RFC 6147).");
 PLAIN_COUNTER(udp_busy_wakeups, "localdns_udp_busy_wakeups_total",
 	"Worker wake-ups whose first read of a UDP socket filled a whole batch (64 "
 	"queries): the worker was behind, at or near the queries a core can answer.");
 
 static const struct counter_family *const query_families[] = {
 	&requests, &requests_by_qtype, &responses, &answers, &dropped, &truncated,
-	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups};
+	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups, &dns64_synthesized};
 
 static const struct counter query_rows[] = {
 	{.stat = "queries", .at = AT(queries.received), .log = "queries"},
@@ -95,6 +97,8 @@ static const struct counter query_rows[] = {
 	{.family = &requests_by_qtype, .n = QUERY_QTYPE_COUNT, .at = AT(queries.qtype)},
 	{.family = &autopath, .at = AT(queries.autopath)},
 	{.stat = "udp_busy_wakeups", .family = &udp_busy_wakeups, .at = AT(queries.udp_busy_wakeups)},
+	/* /metrics only: a ctl line here would move every line after it (append only) */
+	{.family = &dns64_synthesized, .at = AT(queries.dns64_synthesized)},
 };
 
 TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
@@ -424,9 +428,34 @@ static const struct counter query_log_rows[] = {
 
 TABLE(counter_query_log, "query_log", query_log_rows, query_log_families, COUNTERS_ALWAYS);
 
+/* ---- dnstap (dnstap/) ---------------------------------------------------------------- */
+
+PLAIN_COUNTER(dnstap_sent, "localdns_dnstap_sent_total",
+	"dnstap messages written to the collector (dnstap.socket or dnstap.address).");
+PLAIN_COUNTER(dnstap_dropped, "localdns_dnstap_dropped_total",
+	"Queries and replies not sent to the dnstap collector: a thread's ring was full "
+	"(the collector slow or away), or a write to the collector failed.");
+PLAIN_COUNTER(dnstap_connects, "localdns_dnstap_connections_total",
+	"Connections made to the dnstap collector (the first, and each reconnect).");
+PLAIN_GAUGE(dnstap_connected, "localdns_dnstap_connected",
+	"1 while a dnstap collector is connected, else 0.");
+
+static const struct counter_family *const dnstap_families[] = {
+	&dnstap_sent, &dnstap_dropped, &dnstap_connects, &dnstap_connected};
+
+static const struct counter dnstap_rows[] = {
+	{.stat = "dnstap_sent", .family = &dnstap_sent, .at = AT(dnstap_sent)},
+	{.stat = "dnstap_dropped", .family = &dnstap_dropped, .at = AT(dnstap_dropped)},
+	{.stat = "dnstap_connections", .family = &dnstap_connects, .at = AT(dnstap_connects)},
+	{.stat = "dnstap_connected", .family = &dnstap_connected, .at = AT(dnstap_connected)},
+};
+
+TABLE(counter_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
+
 /* ---- all of them, in ctl order ------------------------------------------------------ */
 
 const struct counter_table *const counter_tables[] = {
 	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
-	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_http};
+	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap,
+	&counter_http};
 const size_t counter_n_tables = N(counter_tables);

@@ -34,6 +34,7 @@
 
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "dnstap/dnstap.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
@@ -135,6 +136,8 @@ static void log_upstream(const struct config *cfg)
 		warn_unreadable("upstream.trust_anchor", cfg->upstream.trust_anchor);
 	if (cfg->upstream.recursive)
 		warn_unreadable("upstream.root_hints", cfg->upstream.root_hints);
+	if (cfg->upstream.tls)
+		warn_unreadable("upstream.tls_ca_file", cfg->upstream.tls_ca_file);
 
 	for (size_t i = 0; i < cfg->upstream.n_servers; i++)
 		append(servers, cfg->upstream.servers[i].text);
@@ -265,6 +268,8 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 		apply_listener_settings(d->server, next);
 	if (parts & CONFIG_APPLY_LOG)
 		apply_log_settings(next);
+	if (parts & CONFIG_APPLY_DNSTAP)
+		dnstap_configure(next);
 	if (listen) {
 		server_unlisten_others(d->server, next);
 		if (d->node)

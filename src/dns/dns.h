@@ -178,6 +178,23 @@ enum dns_parse_result dns_parse_query(const uint8_t *pkt, size_t len,
 int dns_name_read(const uint8_t *pkt, size_t len, size_t *pos,
 		  uint8_t out[DNS_MAX_NAME], bool lower);
 
+/* One resource record of a message, as dns_rr_read gives it. */
+struct dns_rr {
+	uint8_t owner[DNS_MAX_NAME];   /* expanded, in the message's letter case */
+	uint16_t type, rclass;
+	uint32_t ttl;
+	uint16_t rdlen;
+	uint8_t rdata[DNS_MAX_MESSAGE]; /* its names expanded (dns_rdata_names' types) */
+};
+
+/*
+ * Read the record at msg[*pos] into rr, its owner and the names in its
+ * rdata expanded (a compressed message's records can then be written
+ * again, elsewhere, by dns_response_add_rr), and move *pos past it. false
+ * when the record is malformed or runs past len.
+ */
+bool dns_rr_read(const uint8_t *msg, size_t len, size_t *pos, struct dns_rr *rr);
+
 /*
  * Text to lower-cased wire name ("db.prod.svc.cluster.local" or with a
  * trailing dot; "." is the root). No escapes; rejects empty labels, labels

@@ -63,6 +63,7 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  *   querylog     none            writing its lines
  *   keeper       CAP_NET_ADMIN   its sockets, the link's messages, nftables
  *                                (the keeper process's working thread)
+ *   dnstap       none            + unix and IPv4/IPv6 sockets to its collector
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
  * No list allows execve, a new process, netlink or packet sockets, opening
@@ -78,6 +79,7 @@ enum privs_thread {
 	PRIVS_QUERYLOG,
 	PRIVS_NODE,
 	PRIVS_KEEPER,      /* the keeper process's working thread (src/keeper/) */
+	PRIVS_DNSTAP,
 };
 
 /*
@@ -91,8 +93,8 @@ void privs_use_seccomp(bool on);
  * The files each kind of thread may read at all (Landlock, per thread like
  * seccomp; with security.seccomp): workers and the query log nothing, the
  * resolver /etc, /usr, /proc/self, /dev/urandom and the directories of
- * upstream.resolv_conf and upstream.trust_anchor (so not the
- * service-account token), control and HTTP /proc and /sys/fs/cgroup, the
+ * upstream.resolv_conf, trust_anchor, root_hints and tls_ca_file (so not
+ * the service-account token), control and HTTP /proc and /sys/fs/cgroup, the
  * node monitor /proc/self and /etc, the keeper /proc; main and Kubernetes
  * are not limited. privs_read_for takes the configured files (privs_drop
  * calls it); privs_files_limited says whether the kernel can (Landlock).

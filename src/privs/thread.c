@@ -96,7 +96,8 @@ out:
 #define QUERYLOG K(PRIVS_QUERYLOG)
 #define KEEPER K(PRIVS_KEEPER)
 #define NODE K(PRIVS_NODE)
-#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG | KEEPER | NODE)
+#define DNSTAP K(PRIVS_DNSTAP)
+#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG | KEEPER | NODE | DNSTAP)
 /* Who reads files: trust anchors and unbound.conf, tokens and CA files,
  * /proc for /metrics and for the keeper's and the node monitor's look at a
  * worker's thread, openssl.cnf (OpenSSL's first use, ldns's random ID). */
@@ -163,7 +164,7 @@ static const struct rule rules[] = {
 	 * malloc reads /proc/sys/vm/overcommit_memory once, in whichever thread
 	 * first gives memory back, and does without it: elsewhere that fails. */
 	ALLOW_IF(READERS, openat, 2, WRITE_FLAGS, 0),
-	FAIL_IF(WORKER | QUERYLOG, openat, EACCES, 2, WRITE_FLAGS, 0),
+	FAIL_IF(WORKER | QUERYLOG | DNSTAP, openat, EACCES, 2, WRITE_FLAGS, 0),
 	ALLOW(READERS, newfstatat),
 	ALLOW(READERS, fstat),
 	ALLOW(READERS, lseek),
@@ -183,10 +184,10 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER, pipe2),            /* libunbound's pipes to its thread */
 	ALLOW(RESOLVER | KUBE, socketpair),
 	/* Sockets: traffic on those the thread has or accepts. */
-	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE, recvfrom),
+	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE | DNSTAP, recvfrom),
 	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE, sendto),
 	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE, recvmsg),
-	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE, sendmsg),
+	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE | DNSTAP, sendmsg),
 	/* The node monitor: a netlink socket to forget conntrack flows (src/nft/conntrack.c,
 	 * bound to read its port id), the link to the keeper (src/keeper/link.c), and a
 	 * duplicate of each listening socket it hands the keeper. Nothing else new. */
@@ -205,11 +206,11 @@ static const struct rule rules[] = {
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
 	/* A worker shuts a retired listener down: the keeper holds a copy (server/worker.c). */
 	ALLOW(WORKER | HTTP, shutdown),
-	ALLOW(RESOLVER | HTTP | KUBE, getsockopt),
+	ALLOW(RESOLVER | HTTP | KUBE | DNSTAP, getsockopt),
 	ALLOW(RESOLVER | HTTP | KUBE, setsockopt),
 	/* A worker fixes an accepted connection's send buffer (server/tcp.c). */
 	ALLOW_IF(WORKER, setsockopt, 2, INT_ARG, SO_SNDBUF),
-	ALLOW(HTTP | KUBE, getsockname),
+	ALLOW(WORKER | HTTP | KUBE, getsockname), /* workers: dnstap's response_address */
 	ALLOW(KUBE, getpeername),
 	ALLOW(KUBE, uname),                     /* glibc's getaddrinfo: the host's name */
 	ALLOW(RESOLVER | HTTP | KUBE, fcntl),
@@ -217,7 +218,7 @@ static const struct rule rules[] = {
 	/* A worker asks how much of a connection's output the kernel holds (tcp.c). */
 	ALLOW_IF(WORKER, ioctl, 1, INT_ARG, SIOCOUTQ),
 	/* A worker connects a retired UDP socket to itself (server/worker.c). */
-	ALLOW(WORKER | RESOLVER | KUBE, connect),
+	ALLOW(WORKER | RESOLVER | KUBE | DNSTAP, connect),
 	ALLOW(RESOLVER, bind),             /* libunbound's random source ports */
 	/* New sockets: IPv4 and IPv6 only, for those that ask over the network:
 	 * never netlink (the node's), packet or raw sockets. glibc's getaddrinfo
@@ -226,6 +227,10 @@ static const struct rule rules[] = {
 	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET),
 	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_UNIX),
+	/* The dnstap writer's collector: a unix socket (dnstap.socket) or TCP (dnstap.address). */
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_UNIX),
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_INET),
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_NETLINK),
 	/* A renewed libunbound context reads its unbound.conf text from a memfd. */
 	ALLOW(RESOLVER, memfd_create),
@@ -301,7 +306,7 @@ out:
  */
 #define READ_ACCESS (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
 #define MAX_ROOTS 12
-#define CONFIG_ROOTS 4
+#define CONFIG_ROOTS 8   /* four files, each by name and as its symlinks resolve */
 
 /* Directories of the files the resolver is configured to read (privs_read_for). */
 static char config_roots[CONFIG_ROOTS][PATH_MAX];
@@ -338,6 +343,7 @@ void privs_read_for(const struct config *cfg)
 	add_dir_of(cfg->upstream.resolv_conf);
 	add_dir_of(cfg->upstream.trust_anchor);
 	add_dir_of(cfg->upstream.root_hints);
+	add_dir_of(cfg->upstream.tls_ca_file);
 }
 
 /* The roots kind may read below; NULL: not restricted. */
@@ -356,6 +362,7 @@ static const char *const *read_roots(enum privs_thread kind)
 	switch (kind) {
 	case PRIVS_WORKER:
 	case PRIVS_QUERYLOG:
+	case PRIVS_DNSTAP:
 		return nothing;
 	case PRIVS_RESOLVER:
 		return resolver;

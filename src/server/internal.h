@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "dns/dns.h"
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
 #include "top/top.h"
@@ -59,6 +60,7 @@ struct tcp_conn {
 	uint16_t waiting;       /* queries sent to the resolver, reply not yet here */
 	bool ready;             /* in worker.ready: complete queries left for a later turn */
 	struct sockaddr_storage peer; /* keys the client's DNS cookies */
+	struct sockaddr_storage local; /* the address it connected to (dnstap) */
 	uint64_t last_active_ms;
 	uint64_t partial_since_ms; /* an incomplete query's first bytes came then (the
 				    * first query's clock starts at accept); 0: none */
@@ -117,6 +119,8 @@ struct worker {
 	unsigned id;
 	pthread_t thread;
 	int epfd;
+	int tap_local_fd;        /* dnstap: the UDP socket whose address tap_local holds (-1) */
+	struct sockaddr_storage tap_local;
 	/* Under server.reconf_lock: what is in epfd (the reloading thread adds
 	 * and takes out), and what was taken out for this worker to close. */
 	struct listener *listeners;
@@ -231,6 +235,16 @@ bool worker_submit(struct worker *w, enum query_upstream what);
  */
 void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
+/*
+ * With dnstap's client messages on (dnstap_client_on), after query_handle:
+ * the query and its reply recorded now, or the query now and the reply by
+ * the resolver when it sends it (w->request marked).
+ */
+void worker_tap(struct worker *w, const struct query_ctx *ctx,
+		const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
+		const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len);
+/* dnstap's response_address for a UDP socket: its bound address (getsockname once per socket). */
+const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd);
 void worker_wake_upstream(struct worker *w);
 /* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,

@@ -198,7 +198,7 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->server = s;
 	w->id = id;
-	w->epfd = w->retire_fd = w->shed_fd = -1;
+	w->epfd = w->retire_fd = w->shed_fd = w->tap_local_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
 	udp_batch_init(&w->udp);
@@ -672,6 +672,7 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->dropped += st->dropped;
 		sum->truncated += st->truncated;
 		sum->autopath += st->autopath;
+		sum->dns64_synthesized += st->dns64_synthesized;
 		sum->not_allowed += st->not_allowed;
 		sum->rrl_slipped += st->rrl_slipped;
 		sum->rrl_dropped += st->rrl_dropped;

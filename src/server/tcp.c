@@ -198,8 +198,15 @@ void tcp_accept(struct worker *w, int listen_fd)
 				       .gen = ++w->next_gen};
 		w->active[w->n_active++] = index;
 		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_CONN, index)};
-		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			close_conn(w, index);
+			continue;
+		}
+		/* dnstap's response_address: one syscall per connection, only while it is on */
+		socklen_t local_len = sizeof c->local;
+		if (dnstap_client_on() &&
+		    getsockname(fd, (struct sockaddr *)&c->local, &local_len) < 0)
+			c->local.ss_family = AF_UNSPEC;
 	}
 }
 
@@ -467,6 +474,9 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 					  DNS_MAX_MESSAGE, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+		if (dnstap_client_on())
+			worker_tap(w, &ctx, &c->peer, &c->local, c->in + off + 2, mlen,
+				   w->tcp_out + out + 2, len);
 		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;

@@ -93,6 +93,9 @@ static int answer_batch(struct worker *w, int fd, int n)
 		else
 			query_prepare(query_bytes(b, i), b->rx[i].msg_len, &b->prepared[i]);
 	query_prefetch(b->prepared, (size_t)n);
+	bool tap = dnstap_client_on();
+	if (tap)
+		dnstap_batch_begin(w->id); /* one clock read for the batch's records */
 	for (int i = 0; i < n; i++) {
 		if (b->rx[i].msg_hdr.msg_flags & MSG_TRUNC) {
 			w->stats.received++;
@@ -106,6 +109,9 @@ static int answer_batch(struct worker *w, int fd, int n)
 						   b->rx[i].msg_len, reply, UDP_OUT_MAX, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &b->peer[i], reply, len);
+		if (dnstap_client_on())
+			worker_tap(w, &ctx, &b->peer[i], worker_udp_local(w, fd),
+				   query_bytes(b, i), b->rx[i].msg_len, reply, len);
 		worker_note_top(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
 		if (len == 0 || (len = rate_limited(w, &b->peer[i], reply, len)) == 0)
@@ -120,6 +126,8 @@ static int answer_batch(struct worker *w, int fd, int n)
 		};
 		out++;
 	}
+	if (tap)
+		dnstap_batch_end(w->id);
 	urcu_memb_read_unlock();
 	return out;
 }

@@ -121,6 +121,7 @@ bool worker_submit(struct worker *w, enum query_upstream what)
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
 	w->request.log_reply = false;
+	w->request.tap_reply = false;
 	return queued;
 }
 
@@ -134,6 +135,38 @@ void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 	} else if (len > 0) {
 		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
 	}
+}
+
+void worker_tap(struct worker *w, const struct query_ctx *ctx,
+		const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
+		const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len)
+{
+	bool deferred = ctx->upstream == QUERY_UPSTREAM_ASK;
+
+	if (deferred) {
+		/* the resolver writes this reply later: it records it */
+		w->request.tap_reply = true;
+		w->request.peer = *peer;
+		if (local)
+			w->request.local = *local;
+		else
+			w->request.local.ss_family = AF_UNSPEC;
+		len = 0;
+	}
+	dnstap_client(w->id, peer, local, ctx->transport, query, query_len, reply, len);
+}
+
+const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd)
+{
+	socklen_t len = sizeof w->tap_local;
+
+	if (fd != w->tap_local_fd) {
+		/* once per socket, not per query: the worker's sockets are few */
+		if (getsockname(fd, (struct sockaddr *)&w->tap_local, &len) < 0)
+			return NULL;
+		w->tap_local_fd = fd;
+	}
+	return &w->tap_local;
 }
 
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,
@@ -276,6 +309,7 @@ void worker_retire_listeners(struct worker *w)
 		close_listener(w, list[i].tcp_fd);
 		retire_udp(w, &list[i]);
 	}
+	w->tap_local_fd = -1; /* a socket number may come back with another address */
 	if (release)
 		release_listeners(w);
 	worker_wake_upstream(w);

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "rrl/rrl.h"
 
@@ -115,10 +116,12 @@ static void send_reply(struct deliver *d, unsigned worker, const struct upstream
 	}
 	if (top_sample(&d->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
 		top_note_reply(TOP_RESOLVER, NULL, d->buf, len);
+	enum query_transport how = r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP;
 	if (r->log_reply)
-		querylog_add(QUERYLOG_RESOLVER, &r->peer,
-			     r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP,
-			     QUERY_SOURCE_UPSTREAM, d->buf, len);
+		querylog_add(QUERYLOG_RESOLVER, &r->peer, how, QUERY_SOURCE_UPSTREAM, d->buf, len);
+	if (r->tap_reply) /* dnstap: the worker recorded the query; this is its reply */
+		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer, &r->local, how, NULL, 0, d->buf,
+			      len);
 }
 
 /* Held replies for worker into its ring, as far as it has room. */
@@ -229,11 +232,75 @@ static size_t reply_answer(struct deliver *d, const struct upstream_request *r,
 	return len;
 }
 
+/* q's answer in the cache (stale too), whole, into out: its length, or 0. */
+static size_t cached_message(struct deliver *d, const struct dns_query *q, uint8_t *out,
+			     uint64_t now_ms)
+{
+	struct dns_writer w;
+
+	dns_response_begin(&w, out, DNS_MAX_MESSAGE, q, DNS_R_NOERROR);
+	if (cache_replay(d->cache, &w, now_ms / 1000, true) == CACHE_MISS)
+		return 0;
+	return dns_response_finish(&w, 0);
+}
+
+/*
+ * DNS64: r waited for the A answer (a) of its AAAA answer's chain end: the
+ * AAAA answer (the cache's: the resolver put it there, or a worker found
+ * it) with AAAA records made from a's A records; without any, the AAAA
+ * answer as it is. Neither is ever cached as synthesized: the cache keeps
+ * each answer under its own question (docs/operations.md, "DNS64").
+ */
+static size_t reply_dns64(struct deliver *d, const struct upstream_request *r,
+			  const uint8_t *a, size_t a_len, uint64_t now_ms)
+{
+	size_t aaaa_len = cached_message(d, &r->q, d->aaaa, now_ms);
+	struct dns_writer w;
+
+	if (aaaa_len == 0)
+		return reply_failed(d, r, now_ms);
+	begin_reply(&w, d, r);
+	if (!dns64_synthesize_chain(&r->dns64, d->aaaa, aaaa_len, a, a_len, &w))
+		return reply_failed(d, r, now_ms); /* the AAAA answer, from the cache */
+	upstream_bump(&d->n->dns64_synthesized);
+	return dns_response_finish(&w, r->udp_payload);
+}
+
+/* DNS64: r->chain is the name whose A answer r waited for (a, or the cache's). */
+static size_t build_dns64_reply(struct deliver *d, const struct upstream_request *r,
+				const struct flight_reply *a, uint64_t now_ms)
+{
+	struct dns_query qa = r->q;
+	size_t len;
+
+	dns_query_set_name(&qa, r->chain);
+	qa.qtype = DNS_T_A;
+	switch (a->kind) {
+	case FLIGHT_REPLY_ANSWER:
+		if (!a->cached)
+			return reply_dns64(d, r, a->msg, a->len, now_ms);
+		__attribute__((fallthrough)); /* the cache's copy */
+	case FLIGHT_REPLY_CACHED:
+		len = cached_message(d, &qa, d->a, now_ms);
+		return len ? reply_dns64(d, r, d->a, len, now_ms) : reply_failed(d, r, now_ms);
+	case FLIGHT_REPLY_SERVFAIL:
+		upstream_bump(&d->n->servfail);
+		return reply_servfail(d, r);
+	case FLIGHT_REPLY_FAILED:
+	case FLIGHT_REPLY_NXDOMAIN:
+		break;
+	}
+	return reply_failed(d, r, now_ms); /* the AAAA answer (or stale, or SERVFAIL) */
+}
+
 static size_t build_reply(struct deliver *d, const struct upstream_request *r,
 			  const struct flight_reply *a, uint64_t now_ms)
 {
 	enum cache_result how;
 	size_t len;
+
+	if (r->dns64_a)
+		return build_dns64_reply(d, r, a, now_ms);
 
 	switch (a->kind) {
 	case FLIGHT_REPLY_CACHED:

@@ -36,6 +36,8 @@ struct deliver {
 	bool signal_owed;                     /* a TCP reply was put since deliver_flush */
 	struct top_sampler top_sampler;       /* the top talkers' (top_sample) */
 	uint8_t buf[DNS_MAX_MESSAGE];         /* the reply being built */
+	uint8_t aaaa[DNS_MAX_MESSAGE];        /* DNS64: the AAAA answer ... */
+	uint8_t a[DNS_MAX_MESSAGE];           /* ... and the A answer it is made from */
 };
 
 /* d replies for these workers, through their completion rings for TCP. -1 without memory. */

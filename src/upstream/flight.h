@@ -179,7 +179,10 @@ struct flights {
 	uint64_t swept_ms;
 	uint64_t full_logged_ms;
 	struct upstream_request waiting; /* a waiter's request, unpacked */
-	uint8_t probe[DNS_MAX_MESSAGE]; /* what a look at the cache writes */
+	uint8_t probe[DNS_MAX_MESSAGE]; /* what a look at the cache writes ... */
+	size_t probe_len;                /* ... and its length (0: a miss) */
+	/* DNS64: a waiter going on to the A question, its request and the question's */
+	struct upstream_request following, dns64_wait, dns64_key;
 };
 
 /* 0, or -1 without memory or randomness. The table keeps io, cache and n. */

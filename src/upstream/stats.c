@@ -60,6 +60,7 @@ void upstream_counters_read(const struct upstream_counters *n, struct upstream_s
 		.evicted = atomic_load(&n->evicted),
 		.rrl_slipped = atomic_load(&n->rrl_slipped),
 		.rrl_dropped = atomic_load(&n->rrl_dropped),
+		.dns64_synthesized = atomic_load(&n->dns64_synthesized),
 		.resolving = atomic_load(&n->resolving),
 		.queued = atomic_load(&n->queued),
 		.flights = atomic_load(&n->flights),

@@ -59,6 +59,7 @@ struct upstream_stats {
 	uint64_t client_limited; /* requests answered at once (refreshes not sent): their
 				    client had too many pending */
 	uint64_t evicted;      /* waiting clients answered early to make room for another's */
+	uint64_t dns64_synthesized; /* replies the resolver made AAAA from A records (DNS64) */
 	uint64_t results[UPSTREAM_RESULTS]; /* libunbound's results */
 	uint64_t resolving;    /* gauge: libunbound queries running now */
 	uint64_t queued;       /* gauge: questions waiting for room or pace */
@@ -77,7 +78,8 @@ struct upstream_stats {
 struct upstream_counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
 		servfail, dropped, bogus, renewals, paced, retries, client_limited, evicted,
-		rrl_slipped, rrl_dropped; /* UDP replies past rrl.* (deliver.c) */
+		rrl_slipped, rrl_dropped, /* UDP replies past rrl.* (deliver.c) */
+		dns64_synthesized;
 	_Atomic uint64_t shed[UPSTREAM_SHEDS];
 	_Atomic uint64_t results[UPSTREAM_RESULTS];
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */

@@ -74,6 +74,7 @@
 
 #include <unbound.h>
 
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "privs/privs.h"
 #include "upstream/context.h"
@@ -444,6 +445,8 @@ static void on_result(void *arg, int err, struct ub_result *result)
 	u->now_ms = (uint64_t)coarse_ms();
 	if (c)
 		c->outstanding--;
+	if (result && dnstap_resolver_on()) /* dnstap: resolver_response */
+		dnstap_resolver_response(result->answer_packet, (size_t)result->answer_len);
 	if (a.kind != UPSTREAM_RESULT_ERROR) {
 		a.msg = result->answer_packet;
 		a.len = (size_t)result->answer_len;
@@ -467,6 +470,8 @@ static bool ask_libunbound(void *env, struct flight *f)
 	f->asked_ns = monotonic_ns();
 	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
 		return false;
+	if (dnstap_resolver_on()) /* dnstap: resolver_query */
+		dnstap_resolver_query(flight_name(f), f->q.qtype, f->q.qclass);
 	u->ctx->outstanding++;
 	return true;
 }
@@ -715,13 +720,48 @@ static struct upstream_context *context_like(const struct upstream_context *mode
 				 model->max_per_client, err, errlen);
 }
 
+#define TLS_PROBE_NAME "localdns-tls-probe.invalid"
+
+/*
+ * Whether this libunbound can make TLS connections: a context with
+ * tls-upstream that answers one local name. A libunbound without TLS
+ * cannot start its worker ("initialization failure"); one with TLS
+ * answers from the local zone without sending anything. Asked once.
+ */
+static bool tls_supported(void)
+{
+	static int known = -1; /* main thread only: start, reloads, --check-config */
+	struct ub_ctx *ctx;
+	struct ub_result *res = NULL;
+
+	if (known >= 0)
+		return known;
+	ctx = ub_ctx_create();
+	known = ctx && ub_ctx_set_option(ctx, "tls-upstream:", "yes") == 0 &&
+		ub_ctx_set_option(ctx, "local-zone:", TLS_PROBE_NAME ". static") == 0 &&
+		ub_ctx_set_option(ctx, "local-data:", TLS_PROBE_NAME ". A 127.0.0.1") == 0 &&
+		ub_resolve(ctx, TLS_PROBE_NAME, 1, 1, &res) == 0;
+	if (res)
+		ub_resolve_free(res);
+	if (ctx)
+		ub_ctx_delete(ctx);
+	return known;
+}
+
 struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
 {
-	char *conf = upstream_conf_text(cfg, err, errlen);
 	struct upstream_context *c;
+	char *conf;
 
-	if (!conf)
+	if (!(conf = upstream_conf_text(cfg, err, errlen)))
 		return NULL;
+	if (cfg->upstream.tls && !tls_supported()) {
+		snprintf(err, errlen, "upstream.tls: this libunbound (%s) was built without TLS "
+			 "support (Debian 12's libunbound8 uses nettle, not OpenSSL): DNS-over-TLS "
+			 "upstreams need a libunbound built with OpenSSL", ub_version());
+		free(conf);
+		return NULL;
+	}
 	c = context_from_text(conf, cfg->upstream.timeout_ms, cfg->upstream.max_rate,
 			      cfg->upstream.max_pending_per_client, err, errlen);
 	free(conf);

@@ -156,7 +156,7 @@ def documented_defaults():
     with open(os.path.join(harness.REPO, "docs", "configuration.md")) as f:
         for line in f:
             if line.startswith("## "):
-                m = re.fullmatch(r"## ([a-z_]+)\s*", line)
+                m = re.fullmatch(r"## ([a-z0-9_]+)\s*", line)
                 section = m.group(1) if m else None
                 continue
             if not section or not line.startswith("| `"):

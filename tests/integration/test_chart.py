@@ -203,15 +203,21 @@ def _rules(rendered):
 
 def test_chart_rbac_is_list_watch_only(env):
     r = chart.render(env, args=["--namespace", "kube-system"])
-    # No Pods by default: only autopath and verified pod names read them.
+    # No Pods by default: only autopath, verified pod names and dnstap read them.
     want = {("", "services"): ["list", "watch"], ("", "namespaces"): ["list", "watch"],
             ("discovery.k8s.io", "endpointslices"): ["list", "watch"]}
     assert _rules(r) == want, _rules(r)
     for sets in (["config.cluster.autopath=true"], ["config.cluster.pods=verified"],
-                 ["config.cluster.autopath=true", "config.cluster.pods=disabled"]):
+                 ["config.cluster.autopath=true", "config.cluster.pods=disabled"],
+                 ["config.dnstap.socket=/run/dnstap/tap.sock"],
+                 ["config.dnstap.address=10.0.0.9:6000",
+                  "config.dnstap.messages={client_response}"]):
         rules = _rules(chart.render(env, sets=sets))
         assert rules == {**want, ("", "pods"): ["list", "watch"]}, (sets, rules)
-    for sets in (["config.cluster.pods=disabled"], ["config.cluster.pods=insecure"]):
+    for sets in (["config.cluster.pods=disabled"], ["config.cluster.pods=insecure"],
+                 # dnstap without client messages names no pod
+                 ["config.dnstap.socket=/run/dnstap/tap.sock",
+                  "config.dnstap.messages={resolver_query}"]):
         assert _rules(chart.render(env, sets=sets)) == want, sets
     # Istio's and MCS's resources only with the feature that reads them
     # (mesh.istio reads Pods too: who asks, and what a selector picks).

@@ -52,6 +52,7 @@ STAT_NAMES = [
     "kube_events", "kube_relists", "kube_errors", "kube_last_contact_time",
     "node_link_repairs", "node_table_repairs",
     "reloads_ok", "reloads_failed", "reload_last_success_time",
+    "dnstap_sent", "dnstap_dropped", "dnstap_connections", "dnstap_connected",
 ]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3

@@ -468,6 +468,10 @@ def shared_counters():
         "upstream_failing": ("localdns_upstream_failing", {}),
         "reloads_ok": ("localdns_config_reloads_total", {"result": "success"}),
         "reloads_failed": ("localdns_config_reloads_total", {"result": "failure"}),
+        "dnstap_sent": ("localdns_dnstap_sent_total", {}),
+        "dnstap_dropped": ("localdns_dnstap_dropped_total", {}),
+        "dnstap_connections": ("localdns_dnstap_connections_total", {}),
+        "dnstap_connected": ("localdns_dnstap_connected", {}),
     }
     for rcode in ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"):
         pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})

@@ -59,7 +59,7 @@ def thread_statuses(pid):
 # a library starts carry the name of the one that started them (libunbound's
 # thread: resolver; libcurl's resolver threads and liburcu's call_rcu
 # thread: kubernetes). libmicrohttpd runs on our "http" threads.
-RESTRICTED = ("resolver", "http", "kubernetes", "querylog")
+RESTRICTED = ("resolver", "http", "kubernetes", "querylog", "dnstap")
 SECCOMP_FILTER = "2"
 
 
@@ -139,7 +139,7 @@ def test_each_thread_holds_what_the_docs_say(env):
         assert names.get("localdns") == 1 and names.get("worker") == 2, names
         assert names.get("resolver", 0) >= 2, names   # ours and libunbound's
         assert names.get("control") == 4, names
-        for name in ("http", "kubernetes", "querylog"):
+        for name in ("http", "kubernetes", "querylog", "dnstap"):
             assert names.get(name, 0) >= 1, names
         deadline = time.monotonic() + 5    # the query log thread writes every 100 ms
         while "msg=query" not in d.stderr():

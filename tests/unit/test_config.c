@@ -1363,7 +1363,7 @@ static void check_declared(const char *key, unsigned reload, void *arg)
 	static const unsigned apply_steps =
 		CONFIG_APPLY_LISTEN | CONFIG_APPLY_SERVER | CONFIG_APPLY_SOURCES |
 		CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_CACHE | CONFIG_APPLY_LOG | CONFIG_APPLY_NODE |
-		CONFIG_APPLY_PODS;
+		CONFIG_APPLY_PODS | CONFIG_APPLY_DNSTAP;
 	struct declared *d = arg;
 
 	d->keys++;
