@@ -214,7 +214,8 @@ static inline void put_query_opt(struct pkt *p, const struct pkt_query *s)
 	size_t n = s->options.len;
 
 	assert_true(n + 4 + s->cookie_len <= sizeof rdata);
-	memcpy(rdata, s->options.b, n);
+	if (n) /* options.b is NULL when there are none: memcpy may not take it */
+		memcpy(rdata, s->options.b, n);
 	if (s->cookie)
 		n += cookie_option(rdata + n, s->cookie_len);
 	if (s->options_sent)
