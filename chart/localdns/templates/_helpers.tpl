@@ -127,3 +127,19 @@ kubelet cannot read.
 {{ include "localdns.selectorLabels" . }}
 app.kubernetes.io/component: metrics
 {{- end -}}
+
+{{/*
+The environment of both containers: the node's name (kubernetes.node_name
+"" reads it) and the pod's address ("${POD_IP}:port" in a listen key: on the
+host network, the node's address).
+*/}}
+{{- define "localdns.env" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
