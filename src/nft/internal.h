@@ -26,7 +26,6 @@
 
 #include <libmnl/libmnl.h>
 
-#include "nft/nft.h"
 #include "nft/plan.h"
 
 struct nftnl_rule;
@@ -177,11 +176,11 @@ struct nft_seen {
 int nft_seen_message(const struct nlmsghdr *h, void *data);
 
 /*
- * Whose is the table seen (it exists): NFT_TABLE_OURS, or NFT_TABLE_FOREIGN
- * with err saying why and what to do. For a table without a comment, s
- * must have seen its chains and rules.
+ * Is the table seen (it exists) ours: true, or false with err saying why
+ * not and what to do. For a table without a comment, s must have seen its
+ * chains and rules.
  */
-int nft_seen_owner(const struct nft_seen *s, char *err, size_t errlen);
+bool nft_seen_ours(const struct nft_seen *s, char *err, size_t errlen);
 
 /* Are the chains and rules seen the plan's: 1, or 0 with err saying how not. */
 int nft_seen_as_planned(const struct nft_seen *s, char *err, size_t errlen);

@@ -15,6 +15,7 @@
  * just found to be ours; keep a plan the kernel refused (on failure the
  * old plan, endpoints and config stay, as the kernel's table did).
  */
+#include "nft/nft.h"
 #include "nft/internal.h"
 
 #include <arpa/inet.h>
@@ -80,7 +81,7 @@ static int table_owner(struct nft *n, uint64_t *handle, char *err, size_t errlen
 		return -1;
 	}
 	*handle = s.handle;
-	return nft_seen_owner(&s, err, errlen);
+	return nft_seen_ours(&s, err, errlen) ? NFT_TABLE_OURS : NFT_TABLE_FOREIGN;
 }
 
 int nft_table_owner(struct nft *n, char *err, size_t errlen)

@@ -12,7 +12,7 @@
  *
  * One reader (nft_seen_message) takes every answer about the table, its
  * sets, chains and rules into a struct nft_seen, whichever question it
- * answers: whose the table is (nft_seen_owner) and whether it drifted from
+ * answers: whose the table is (nft_seen_ours) and whether it drifted from
  * the plan (nft_seen_as_planned) count the same chains and rules, a rule
  * being either the plan's (the current fingerprint in its comment), an
  * older localdns's (another fingerprint) or someone else's (no localdns
@@ -196,12 +196,12 @@ int nft_seen_message(const struct nlmsghdr *h, void *data)
 	}
 }
 
-int nft_seen_owner(const struct nft_seen *s, char *err, size_t errlen)
+bool nft_seen_ours(const struct nft_seen *s, char *err, size_t errlen)
 {
 	char why[2 * NFT_WHAT_MAX];
 
 	if (s->has_comment && strcmp(s->comment, NFT_TABLE_COMMENT) == 0)
-		return NFT_TABLE_OURS;
+		return true;
 	if (s->has_comment)
 		snprintf(why, sizeof why, "its comment is \"%.48s\"", s->comment);
 	else if (s->unplanned_chains)
@@ -212,12 +212,12 @@ int nft_seen_owner(const struct nft_seen *s, char *err, size_t errlen)
 	else if (!s->localdns_rules)
 		snprintf(why, sizeof why, "it has no rule of ours");
 	else
-		return NFT_TABLE_OURS;
+		return true;
 	snprintf(err, errlen, "nftables.table: table inet %s exists and was not made by localdns "
 		 "(%s); localdns never replaces a table it did not make: set nftables.table to a "
 		 "name no other program uses, or delete that table if it is a leftover",
 		 s->plan->table, why);
-	return NFT_TABLE_FOREIGN;
+	return false;
 }
 
 int nft_seen_as_planned(const struct nft_seen *s, char *err, size_t errlen)

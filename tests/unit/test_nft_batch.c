@@ -253,7 +253,7 @@ static void test_a_new_table_is_installed_whole_and_marked_ours(void **state)
 	see_all(&ms, &s);
 	assert_true(s.has_comment);
 	assert_string_equal(s.comment, NFT_TABLE_COMMENT);
-	assert_int_equal(nft_seen_owner(&s, err, sizeof err), NFT_TABLE_OURS);
+	assert_true(nft_seen_ours(&s, err, sizeof err));
 	assert_int_equal(s.sets, p->n_sets);
 	assert_int_equal(nft_seen_as_planned(&s, err, sizeof err), 1);
 	nft_batch_free(bt);
@@ -608,8 +608,8 @@ static void list_rule(const char *table, const char *chain, const char *comment)
 	nftnl_rule_free(r);
 }
 
-/* The listing so far, judged (and started again): its owner, err for why. */
-static int judge_listing(const struct nft_plan *p, char *err, size_t errlen)
+/* The listing so far, judged (and started again): ours, or not with err saying why. */
+static bool judge_listing(const struct nft_plan *p, char *err, size_t errlen)
 {
 	struct nft_seen s = {.plan = p};
 	int left = (int)listed;
@@ -619,7 +619,7 @@ static int judge_listing(const struct nft_plan *p, char *err, size_t errlen)
 		assert_int_equal(nft_seen_message(h, &s), MNL_CB_OK);
 	listed = 0;
 	err[0] = 0;
-	return nft_seen_owner(&s, err, errlen);
+	return nft_seen_ours(&s, err, errlen);
 }
 
 static void test_whose_table_by_its_comment_or_its_content(void **state)
@@ -630,7 +630,7 @@ static void test_whose_table_by_its_comment_or_its_content(void **state)
 
 	/* Someone else's comment: never ours, whatever it holds. */
 	list_table("ldns", "made by hand");
-	assert_int_equal(judge_listing(p, err, sizeof err), NFT_TABLE_FOREIGN);
+	assert_false(judge_listing(p, err, sizeof err));
 	assert_non_null(strstr(err, "nftables.table: table inet ldns exists and was not made by "
 				    "localdns (its comment is \"made by hand\")"));
 	assert_non_null(strstr(err, "set nftables.table to a name no other program uses"));
@@ -642,25 +642,25 @@ static void test_whose_table_by_its_comment_or_its_content(void **state)
 	list_rule("ldns", "prerouting", "localdns 0123abcd");
 	list_chain("filter", "input"); /* another table: chain dumps list every table's */
 	list_rule("filter", "input", "ssh");
-	assert_int_equal(judge_listing(p, err, sizeof err), NFT_TABLE_OURS);
+	assert_true(judge_listing(p, err, sizeof err));
 
 	/* ...and someone's firewall when anything in it is not. */
 	list_table("ldns", NULL);
 	list_chain("ldns", "input");
 	list_rule("ldns", "input", "ssh");
-	assert_int_equal(judge_listing(p, err, sizeof err), NFT_TABLE_FOREIGN);
+	assert_false(judge_listing(p, err, sizeof err));
 	assert_non_null(strstr(err, "(it has a chain input)"));
 
 	list_table("ldns", NULL);
 	list_chain("ldns", "prerouting");
 	list_rule("ldns", "prerouting", "localdns 0123abcd");
 	list_rule("ldns", "prerouting", NULL);
-	assert_int_equal(judge_listing(p, err, sizeof err), NFT_TABLE_FOREIGN);
+	assert_false(judge_listing(p, err, sizeof err));
 	assert_non_null(strstr(err, "(a rule in its chain prerouting is not ours)"));
 
 	list_table("ldns", NULL);
 	list_chain("ldns", "prerouting");
-	assert_int_equal(judge_listing(p, err, sizeof err), NFT_TABLE_FOREIGN);
+	assert_false(judge_listing(p, err, sizeof err));
 	assert_non_null(strstr(err, "(it has no rule of ours)"));
 }
 
@@ -684,7 +684,7 @@ static void test_drift_from_the_plan_is_named(void **state)
 	assert_int_equal(nft_seen_as_planned(&s, err, sizeof err), 0);
 	assert_string_equal(err, "a rule in chain output is not ours");
 	/* Still ours: only its rules drifted. */
-	assert_int_equal(nft_seen_owner(&s, err, sizeof err), NFT_TABLE_OURS);
+	assert_true(nft_seen_ours(&s, err, sizeof err));
 
 	/* A rule gone, then a chain gone. */
 	struct nft_seen fewer = {.plan = p};
