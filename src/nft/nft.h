@@ -26,6 +26,9 @@
  *
  * Threads: every function taking a struct nft may be called from any
  * thread; a mutex serialises them (one netlink socket, one plan).
+ *
+ * How the folder's files share this (the pure message building and
+ * judging apart from the socket): src/nft/internal.h.
  */
 #ifndef LOCALDNS_NFT_NFT_H
 #define LOCALDNS_NFT_NFT_H

@@ -5,7 +5,7 @@
  * the current fallback endpoints into the list of sets, chains and rules of
  * the table, and a fingerprint of it all. Pure: no netlink, no allocation
  * beyond the plan itself, so it is unit-tested (tests/unit/test_nft_plan.c)
- * and src/nft/nft.c only translates it into libnftnl objects.
+ * and src/nft/rule.c and batch.c only translate it into libnftnl objects.
  *
  * The table (family inet), and why each part is there:
  *
