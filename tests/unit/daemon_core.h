@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -52,20 +53,44 @@ struct daemon_core {
 	atomic_bool stop;
 };
 
-/* A port nothing listens on now. */
-static inline uint16_t core_free_port(void)
+/* Whether port on 127.0.0.1 takes a bind of this kind now. */
+static inline bool core_port_takes(uint16_t port, int type)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof a;
-	int fd = socket(AF_INET, SOCK_DGRAM, 0);
-	uint16_t port = 0;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, type, 0);
+	bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
 
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
 	if (fd >= 0)
 		close(fd);
-	return port;
+	return ok;
+}
+
+/*
+ * A port free for UDP and TCP now, at random below the kernel's ephemeral
+ * range (as the integration harness's free_port): a port bind(0) gives
+ * for UDP may be some client's TCP port already, or become one before the
+ * worker binds it; below the range the kernel gives no client socket one.
+ */
+static inline uint16_t core_free_port(void)
+{
+	unsigned low = 32768, high;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+	if (f) {
+		if (fscanf(f, "%u %u", &low, &high) != 2)
+			low = 32768;
+		fclose(f);
+	}
+	if (low <= 11000)
+		low = 11000;
+	srandom((unsigned)getpid() ^ (unsigned)time(NULL));
+	for (int tries = 0; tries < 200; tries++) {
+		uint16_t port = (uint16_t)(10000 + random() % (low - 10000));
+		if (core_port_takes(port, SOCK_DGRAM) && core_port_takes(port, SOCK_STREAM))
+			return port;
+	}
+	return 0;
 }
 
 /* What main's loop does for the control threads: their reloads. */
