@@ -23,8 +23,9 @@
  * socket bound. The loop then runs on a thread restricted as PRIVS_KEEPER
  * (CAP_NET_ADMIN, its seccomp list, reading /proc only), which only
  * accepts, reads, writes, maps what it is sent and asks nftables; the main
- * thread waits for it, as the daemon's main thread is the one left
- * unfiltered (a sanitizer's leak check at exit runs there).
+ * thread only waits for it, under the deny-list privs_drop gave it (as the
+ * daemon's main thread: an allow-list would kill a sanitizer's leak check,
+ * which runs at exit from the thread that exits).
  */
 #include "keeper/keeper.h"
 

@@ -31,7 +31,8 @@
  *
  * Threads: keeper_link_new/free and keeper_link_leave on the main thread,
  * keeper_link_turn on the node monitor thread (a mutex
- * serialises the two sides); the keeper process has one thread.
+ * serialises the two sides); the keeper process works on one thread, its
+ * main thread waiting for it.
  */
 #ifndef LOCALDNS_KEEPER_KEEPER_H
 #define LOCALDNS_KEEPER_KEEPER_H
