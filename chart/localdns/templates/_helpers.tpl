@@ -127,3 +127,19 @@ kubelet cannot read.
 {{ include "localdns.selectorLabels" . }}
 app.kubernetes.io/component: metrics
 {{- end -}}
+
+{{/*
+The environment the config may name, for both containers (they read the
+same file): NODE_NAME (kubernetes.node_name ""), POD_IP ("${POD_IP}:port" in
+a listen key: the node's address on the host network).
+*/}}
+{{- define "localdns.env" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end -}}
