@@ -33,6 +33,7 @@
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "http/http.h"
+#include "keeper/keeper.h"
 #include "kube/kube.h"
 #include "node/node.h"
 #include "query/query.h"
@@ -66,6 +67,8 @@ struct counter_values {
 	int64_t reload_last_ok_ms;  /* the same, wall clock milliseconds */
 	uint64_t query_log_dropped;
 	struct http_stats http;
+	uint64_t keeper_enabled;    /* 0 or 1 (keeper.socket): without it, keeper is all zeros */
+	struct keeper_stats keeper;
 };
 
 /* Read every subsystem's counters into out (control_lookups left 0). Any
@@ -118,7 +121,7 @@ struct counter_table {
 /* The tables, in ctl order (table.c). */
 extern const struct counter_table counter_queries, counter_tcp, counter_cache,
 	counter_upstream, counter_kubernetes, counter_cluster, counter_node, counter_config,
-	counter_query_log, counter_http;
+	counter_query_log, counter_http, counter_keeper;
 extern const struct counter_table *const counter_tables[];
 extern const size_t counter_n_tables;
 

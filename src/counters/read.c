@@ -60,6 +60,8 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 	out->reload_last_success_time = (uint64_t)(rs.last_ok_ms / 1000);
 	out->query_log_dropped = querylog_dropped();
 	http_stats(&out->http);
+	out->keeper_enabled = d->keeper != NULL;
+	keeper_link_stats(d->keeper, &out->keeper); /* zeros without a keeper */
 }
 
 /* A row's ctl lines: one for a single value or a stat_sum run, else one per

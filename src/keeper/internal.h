@@ -8,14 +8,16 @@
  * run the same binary on the same host: host byte order, fixed sizes.
  *
  *   HELLO    pid, nftables token, number of workers; the fd is a memfd of
- *            struct keeper_beats (the keeper maps it read-only).
+ *            struct keeper_beats (the keeper maps it, and writes only its
+ *            report there).
  *   SOCKET   one listening socket of one worker: its address, UDP or TCP.
  *            A set is sent whole: index 0..total-1 of one generation; the
  *            keeper swaps its copies for a set once the last one is in.
  *   LEAVING  SIGTERM: the process hands its traffic over itself.
  *
  * The keeper answers nothing: it needs no word from the server but its
- * hang-up (death) and its heartbeats (hangs).
+ * hang-up (death) and its heartbeats (hangs). What it did, it writes into
+ * the shared page (struct keeper_report), not on the link.
  */
 #ifndef LOCALDNS_KEEPER_INTERNAL_H
 #define LOCALDNS_KEEPER_INTERNAL_H
@@ -27,15 +29,30 @@
 #include <sys/socket.h>
 
 #include "config/config.h"
+#include "keeper/keeper.h"
 #include "server/server.h"
 
-#define KEEPER_MAGIC 0x6b656570u /* "keep", and the protocol's version */
+#define KEEPER_MAGIC 0x6b656571u /* "keep" + 1: the protocol's version (1: the report) */
 
-/* The shared heartbeats: written by the workers, read by the keeper. */
+/*
+ * What the keeper did since it started (struct keeper_stats' counts): one
+ * writer, the keeper, with relaxed stores of its running totals into the
+ * page of every process it serves; read by that process with relaxed
+ * loads. Each count is a counter on its own; no snapshot of them all.
+ */
+struct keeper_report {
+	_Atomic uint64_t rescues[KEEPER_REASONS];
+	_Atomic uint64_t relayed[KEEPER_REASONS];
+	_Atomic uint64_t failed[KEEPER_FAILURES];
+};
+
+/* The shared page: the workers' heartbeats (read by the keeper) and the
+ * keeper's report (read by localdns), each on cache lines of its own. */
 struct keeper_beats {
 	uint32_t magic;
 	uint32_t n_workers;
-	struct server_beat worker[]; /* each worker's loop turn and thread id */
+	_Alignas(64) struct keeper_report report;
+	_Alignas(64) struct server_beat worker[]; /* each worker's loop turn and thread id */
 };
 
 static inline size_t keeper_beats_size(unsigned n_workers)
@@ -105,8 +122,10 @@ size_t relay_fds(const struct relay *r, int *fds, size_t max);
 void relay_read(struct relay *r, int fd, uint64_t now_ms, void (*done)(void *, int), void *arg);
 void relay_expire(struct relay *r, uint64_t now_ms);
 
+/* asked: sent to an endpoint; dropped: not sent; expired: no answer in
+ * time; forgotten: no answer before its socket closed. */
 struct relay_stats {
-	uint64_t asked, answered, dropped, expired;
+	uint64_t asked, answered, dropped, expired, forgotten;
 };
 void relay_stats(const struct relay *r, struct relay_stats *out);
 

@@ -82,7 +82,7 @@ struct served {
 	int32_t pid;                  /* as the process says (its PID namespace) */
 	pid_t visible_pid;            /* as the kernel shows it to us; 0: not in our namespace */
 	uint32_t token;
-	const struct keeper_beats *beats;
+	struct keeper_beats *beats;   /* its heartbeats; we write our report there */
 	size_t beats_len;
 	unsigned n_workers;
 	struct stall_judge *judges;   /* per worker */
@@ -101,6 +101,7 @@ struct served {
 struct conn {
 	int fd;
 	bool eof;
+	enum keeper_reason why;       /* of the listener it was taken from */
 	uint64_t deadline_ms;
 	struct sockaddr_storage peer;
 	size_t have;
@@ -121,7 +122,8 @@ struct keeper {
 	uint64_t endpoints_ms;        /* when the fallback maps were read; 0: never */
 	uint64_t max_still_ms;        /* the longest a worker stood still (counted), for the exit line */
 	uint64_t max_gap_ms;          /* the longest between two turns a look saw, counted or not */
-	uint64_t rescues;             /* times a worker was rescued or a process died */
+	uint64_t rescues[KEEPER_REASONS];  /* processes seen to die, workers judged stuck */
+	uint64_t relayed[KEEPER_REASONS];  /* queries taken and asked of the cluster DNS */
 };
 
 /* ---- the serving processes ------------------------------------------------------ */
@@ -190,8 +192,14 @@ static void read_endpoints(struct keeper *k, uint64_t now)
 	log_debug("keeper: relaying to the fallback endpoints", "endpoints", count);
 }
 
+static enum keeper_reason reason_of(const struct served *s)
+{
+	return s->state == DEAD ? KEEPER_DEATH : KEEPER_HANG;
+}
+
 /* Datagrams queued in a UDP copy, each asked of the cluster DNS. */
-static unsigned drain_udp(struct keeper *k, const struct copy *c, uint64_t now)
+static unsigned drain_udp(struct keeper *k, enum keeper_reason why, const struct copy *c,
+			  uint64_t now)
 {
 	uint8_t buf[4096];
 	unsigned n = 0;
@@ -203,13 +211,15 @@ static unsigned drain_udp(struct keeper *k, const struct copy *c, uint64_t now)
 				       &flen);
 		if (len < 0)
 			break;
-		relay_ask(k->relay, c->fd, false, &from, buf, (size_t)len, now);
+		if (relay_ask(k->relay, c->fd, false, &from, buf, (size_t)len, now))
+			k->relayed[why]++;
 	}
 	return n;
 }
 
 /* Connections queued on a TCP copy, taken to be read. */
-static unsigned drain_tcp(struct keeper *k, const struct copy *c, uint64_t now)
+static unsigned drain_tcp(struct keeper *k, enum keeper_reason why, const struct copy *c,
+			  uint64_t now)
 {
 	unsigned n = 0;
 
@@ -224,7 +234,7 @@ static unsigned drain_tcp(struct keeper *k, const struct copy *c, uint64_t now)
 			close(fd); /* the client sees a reset: better than a wait for nothing */
 			continue;
 		}
-		*cn = (struct conn){.fd = fd, .deadline_ms = now + CONN_MS, .peer = peer};
+		*cn = (struct conn){.fd = fd, .why = why, .deadline_ms = now + CONN_MS, .peer = peer};
 		k->conns[k->n_conns++] = cn;
 	}
 	return n;
@@ -232,7 +242,8 @@ static unsigned drain_tcp(struct keeper *k, const struct copy *c, uint64_t now)
 
 static unsigned drain(struct keeper *k, struct served *s, const struct copy *c, uint64_t now)
 {
-	unsigned n = c->type == SOCK_DGRAM ? drain_udp(k, c, now) : drain_tcp(k, c, now);
+	unsigned n = c->type == SOCK_DGRAM ? drain_udp(k, reason_of(s), c, now)
+					   : drain_tcp(k, reason_of(s), c, now);
 
 	s->rescued += n;
 	if (n)
@@ -254,7 +265,8 @@ static void died(struct keeper *k, struct served *s, uint64_t now)
 	s->fd = -1;
 	s->state = DEAD;
 	s->dead_ms = s->last_read_ms = now;
-	k->rescues++;
+	if (s->hello) /* a process that never said HELLO served nothing */
+		k->rescues[KEEPER_DEATH]++;
 	/* First: new DNS flows fail open at once, host-network ones included. */
 	int rc = s->hello ? nft_leave_for(k->nft, s->token, err, sizeof err) : 1;
 	if (rc < 0)
@@ -287,6 +299,35 @@ static void finish_dead(struct keeper *k, struct served *s, uint64_t now)
 	forget_served(k, s);
 }
 
+/* ---- what the keeper did, for localdns's counters ---------------------------------- */
+
+/*
+ * Our totals into the report of the page s shares with us (relaxed stores:
+ * each count stands on its own). Every process we serve gets them, so the
+ * localdns that replaces a dead one reads what we did meanwhile.
+ */
+static void publish_to(const struct keeper *k, struct served *s)
+{
+	struct keeper_report *r = &s->beats->report;
+	struct relay_stats st;
+
+	relay_stats(k->relay, &st);
+	for (int i = 0; i < KEEPER_REASONS; i++) {
+		atomic_store_explicit(&r->rescues[i], k->rescues[i], memory_order_relaxed);
+		atomic_store_explicit(&r->relayed[i], k->relayed[i], memory_order_relaxed);
+	}
+	atomic_store_explicit(&r->failed[KEEPER_NOT_SENT], st.dropped, memory_order_relaxed);
+	atomic_store_explicit(&r->failed[KEEPER_NO_ANSWER], st.expired + st.forgotten,
+			      memory_order_relaxed);
+}
+
+static void publish(struct keeper *k)
+{
+	for (size_t i = 0; i < MAX_SERVED; i++)
+		if (k->served[i].used && k->served[i].beats)
+			publish_to(k, &k->served[i]);
+}
+
 /* ---- messages from a serving process --------------------------------------------- */
 
 static bool is_socket(int fd, int type, int family)
@@ -307,7 +348,8 @@ static bool take_hello(struct served *s, const struct keeper_msg *m, int fd)
 	if (s->hello || n == 0 || n > MAX_WORKERS || fd < 0 || fstat(fd, &st) < 0 ||
 	    !S_ISREG(st.st_mode) || (size_t)st.st_size < len)
 		return false;
-	void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	/* Read-write: our report goes there (the rest we only read). */
+	void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return false;
 	s->beats = map;
@@ -402,6 +444,8 @@ static bool take_message(struct keeper *k, struct served *s, uint64_t now)
 		ok = take_hello(s, &m, fd);
 		if (fd >= 0)
 			close(fd); /* mapped: the mapping keeps it */
+		if (ok)
+			publish_to(k, s);
 		return ok;
 	}
 	if (ok && m.type == KEEPER_SOCKET) {
@@ -479,7 +523,7 @@ static void accept_link(struct keeper *k)
 static const struct stall_task *worker_task(const struct served *s, unsigned w, uint64_t beat,
 					    uint64_t now, struct stall_task *t)
 {
-	struct server_beat *b = &((struct keeper_beats *)s->beats)->worker[w];
+	struct server_beat *b = &s->beats->worker[w];
 
 	/* An idle worker turns every SERVER_IDLE_TURN_MS: only a longer stand-still is worth a look. */
 	if (s->visible_pid <= 0 || !s->judges[w].seen || beat != s->judges[w].beat ||
@@ -495,7 +539,7 @@ static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 	struct stall_task task;
 
 	for (unsigned w = 0; w < s->n_workers; w++) {
-		uint64_t beat = atomic_load_explicit(&((struct keeper_beats *)s->beats)->worker[w].ms,
+		uint64_t beat = atomic_load_explicit(&s->beats->worker[w].ms,
 						     memory_order_relaxed);
 		bool moved = !s->judges[w].seen || beat != s->judges[w].beat;
 		uint64_t still = stall_judge_look(&s->judges[w], beat, now, LOOK_ON_TIME_MS,
@@ -515,7 +559,7 @@ static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 		snprintf(count, sizeof count, "%" PRIu64, s->rescued);
 		if (stuck) {
 			char err[CONFIG_ERR_MAX];
-			k->rescues++;
+			k->rescues[KEEPER_HANG]++;
 			read_endpoints(k, now);
 			/* New flows fail open now; its monitor renews once all turn again. */
 			int rc = nft_leave_for(k->nft, s->token, err, sizeof err);
@@ -551,6 +595,7 @@ static void look(struct keeper *k, uint64_t now)
 			finish_dead(k, s, now);
 	}
 	relay_expire(k->relay, now);
+	publish(k);
 }
 
 /* ---- rescued TCP connections ------------------------------------------------------- */
@@ -583,7 +628,8 @@ static void read_conn(struct keeper *k, struct conn *c, uint64_t now)
 		}
 		if (c->have < 2 + len)
 			return;
-		relay_ask(k->relay, c->fd, true, &c->peer, c->buf + 2, len, now);
+		if (relay_ask(k->relay, c->fd, true, &c->peer, c->buf + 2, len, now))
+			k->relayed[c->why]++;
 		memmove(c->buf, c->buf + 2 + len, c->have - 2 - len);
 		c->have -= 2 + len;
 	}
@@ -814,7 +860,8 @@ int keeper_main(const char *config_path)
 		snprintf(asked, sizeof asked, "%" PRIu64, st.asked);
 		snprintf(answered, sizeof answered, "%" PRIu64, st.answered);
 		snprintf(dropped, sizeof dropped, "%" PRIu64, st.dropped);
-		snprintf(rescues, sizeof rescues, "%" PRIu64, k.rescues);
+		snprintf(rescues, sizeof rescues, "%" PRIu64,
+			 k.rescues[KEEPER_DEATH] + k.rescues[KEEPER_HANG]);
 		snprintf(still, sizeof still, "%" PRIu64 "ms", k.max_still_ms);
 		snprintf(gap, sizeof gap, "%" PRIu64 "ms", k.max_gap_ms);
 		log_info("keeper: stopped", "rescues", rescues, "relayed", asked, "answered", answered,

@@ -229,8 +229,10 @@ unsigned relay_pending(const struct relay *r, int reply_fd)
 void relay_forget(struct relay *r, int reply_fd)
 {
 	for (size_t i = 0; r->n_used && i < RELAY_SLOTS; i++)
-		if (r->slots[i].used && r->slots[i].reply_fd == reply_fd)
+		if (r->slots[i].used && r->slots[i].reply_fd == reply_fd) {
 			release(r, &r->slots[i]);
+			r->stats.forgotten++;
+		}
 }
 
 size_t relay_fds(const struct relay *r, int *fds, size_t max)

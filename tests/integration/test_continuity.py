@@ -481,6 +481,14 @@ class Node(test_node.Node):
                        check=False).stdout
         return sum(" src=%s " % endpoint in " %s " % line for line in out.splitlines())
 
+    def scrape(self):
+        """/metrics of the localdns on the chart's metrics.listen (the pod's IP)."""
+        host = test_node.IPV4.pod_gateway
+        port = int(self.rendered.config["metrics"]["listen"].rsplit(":", 1)[1])
+        return self.run(self.node, sys.executable, "-c", "import urllib.request as u; print(u."
+                        "urlopen('http://%s:%d/metrics', timeout=5).read().decode(), end='')"
+                        % (host, port)).stdout
+
     def http_ready(self):
         """What the kubelet's readinessProbe gets on the health address."""
         probe = self.rendered.container["readinessProbe"]["httpGet"]
@@ -535,7 +543,9 @@ class Pod:
         self.config_path = os.path.join(self.dir, "config.yaml")
         self.write_config(n.rendered.config)
         self.keeper = Keeper(n.env, n.node, self.config_path, self.dir, n.env_of("keeper"))
-        n.until(lambda: "waiting for localdns" in self.keeper.stderr(), True, 10.0)
+        n.until(lambda: "waiting for localdns" in self.keeper.stderr() or
+                self.keeper.proc.poll() is not None, True, 10.0)
+        assert self.keeper.proc.poll() is None, "the keeper did not start: " + self.keeper.tail()
         self.server = None
         self.start_server()
 
@@ -960,3 +970,103 @@ def test_no_failover_while_localdns_is_starved_of_cpu(env):
 
 
 test_no_failover_while_localdns_is_starved_of_cpu.timeout = 90
+
+
+# ---------------------------------------------------------- what the keeper did
+
+def keeper_stats(n):
+    """localdns's own account of its keeper (`ctl stats`, the keeper_* lines):
+    whichever localdns the node's control socket leads to."""
+    path = n.rendered.config["control"]["socket"]
+    p = n.env.run(["ctl", "--socket", path, "stats"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    pairs = dict(line.split(" ") for line in p.stdout.strip().split("\n"))
+    return {k: int(v) for k, v in pairs.items() if k.startswith("keeper_")}
+
+
+def ask_later(n, ns, server, name, *opts):
+    """dig in ns, started now, not waited for: (process, its output file)."""
+    out = open(os.path.join(n.env.tmp, "dig-%s-%d.txt" % (name, time.monotonic_ns())), "w+")
+    argv = ["dig", "@" + server, "-p", "53", "-t", "A", "-q", name, "+time=3", "+tries=1"]
+    p = harness.track_process(subprocess.Popen(harness.netns_argv(ns, argv + list(opts)),
+                                               stdout=out, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL))
+    return p, out
+
+
+def answer_of(asked):
+    """The parsed reply of ask_later's dig, once it has exited."""
+    p, out = asked
+    assert p.wait(10) == 0, "dig failed"
+    harness.untrack_process(p)
+    out.seek(0)
+    return harness.ToolReply(out.read(), 0)
+
+
+def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
+    """localdns's metrics of its keeper: whether it holds the sockets, and
+    what it relayed and why, counted by the keeper and read by localdns from
+    the page they share, so a localdns restarted after a crash shows it."""
+    n = Node(env)
+    try:
+        n.render()
+        pod = n.localdns()
+        n.wait_capturing(pod)
+        n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
+        before = keeper_stats(n)
+        assert before == {"keeper_enabled": 1, "keeper_connected": 1,
+                          "keeper_rescues_death": 0, "keeper_rescues_hang": 0,
+                          "keeper_relayed_death": 0, "keeper_relayed_hang": 0,
+                          "keeper_failed_not_sent": 0, "keeper_failed_no_answer": 0}, before
+
+        # A hang: what queues while localdns is stopped is relayed once the
+        # keeper judges its worker stuck.
+        pid = pod.server.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        asked = [ask_later(n, ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        replies = [answer_of(a) for a in asked]
+        os.kill(pid, signal.SIGCONT)
+        for r in replies:
+            assert r.status == "NOERROR" and r.rdatas("A") == [STANDIN_A], r.text
+        n.until(lambda: keeper_stats(n)["keeper_relayed_hang"] >= 2, True, 5.0)
+        hung = keeper_stats(n)
+        assert hung["keeper_rescues_hang"] >= 1 and hung["keeper_rescues_death"] == 0, hung
+
+        # A crash: queries queued in the stopped process's sockets when it is
+        # killed go to CoreDNS through the keeper, and the localdns that the
+        # kubelet starts next reports them.
+        os.kill(pid, signal.SIGSTOP)
+        asked = [ask_later(n, ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        time.sleep(0.1)             # sent: they wait in the stopped process's socket
+        pod.server.proc.kill()
+        pod.server.proc.wait(5)
+        for r in [answer_of(a) for a in asked]:
+            assert r.status == "NOERROR" and r.rdatas("A") == [STANDIN_A], r.text
+        pod.start_server()
+        n.wait_capturing(pod)
+        n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
+        after = keeper_stats(n)
+        print("\nthe keeper as localdns reports it: after the hang %s; after the crash, "
+              "from the restarted localdns, %s" % (hung, after), flush=True)
+        assert after["keeper_rescues_death"] == 1, after
+        # Queued before the kill: relayed as the death's, or as a hang's when
+        # the keeper judged the stopped worker first (it may, on a slow machine).
+        relayed = after["keeper_relayed_death"] + after["keeper_relayed_hang"]
+        assert relayed >= hung["keeper_relayed_hang"] + 2, (hung, after)
+        assert after["keeper_failed_not_sent"] == 0 and \
+            after["keeper_failed_no_answer"] == 0, after
+        # /metrics says the same.
+        scraped = n.scrape()
+        for reason in ("death", "hang"):
+            for metric, stat in (("localdns_keeper_rescues_total", "keeper_rescues_"),
+                                 ("localdns_keeper_relayed_total", "keeper_relayed_")):
+                line = '%s{reason="%s"} %d' % (metric, reason, after[stat + reason])
+                assert line in scraped, (line, scraped)
+        assert "\nlocaldns_keeper_connected 1\n" in scraped, scraped
+        stop(pod)
+    finally:
+        n.api.stop()
+    assert "keeper: the serving process is gone" in pod.keeper.stderr(), pod.keeper.tail()
+
+
+test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash.timeout = 90
