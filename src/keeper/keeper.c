@@ -57,11 +57,9 @@
 #define MAX_SERVED 4
 #define MAX_COPIES 4096           /* as the link sends at most */
 #define MAX_WORKERS 4096
-#define MAX_CONNS 256             /* TCP connections taken from rescued listeners */
 #define LOOK_ON_TIME_MS (KEEPER_LOOK_MS + 50)
 #define DEAD_QUIET_MS 200         /* a dead process's copies, quiet this long: closed */
 #define DEAD_MAX_MS 5000          /* and closed by then whatever comes */
-#define CONN_MS 2000              /* a rescued TCP connection's life */
 #define ENDPOINTS_MAX_AGE_MS 1000 /* the fallback maps read again during a rescue */
 #define READS_PER_COPY 512        /* datagrams or connections taken per wake-up */
 
@@ -98,16 +96,6 @@ struct served {
 	uint64_t rescued;             /* queries taken from its copies */
 };
 
-struct conn {
-	int fd;
-	bool eof;
-	enum keeper_reason why;       /* of the listener it was taken from */
-	uint64_t deadline_ms;
-	struct sockaddr_storage peer;
-	size_t have;
-	uint8_t buf[2 + 4096];
-};
-
 struct keeper {
 	const struct config *cfg;
 	struct nft *nft;
@@ -116,8 +104,7 @@ struct keeper {
 	int sig_fd;
 	bool stopping;
 	struct served served[MAX_SERVED];
-	struct conn *conns[MAX_CONNS];
-	size_t n_conns;
+	struct streams *streams;      /* TCP connections taken from rescued listeners */
 	uint64_t next_look_ms;
 	uint64_t endpoints_ms;        /* when the fallback maps were read; 0: never */
 	uint64_t max_still_ms;        /* the longest a worker stood still (counted), for the exit line */
@@ -211,7 +198,7 @@ static unsigned drain_udp(struct keeper *k, enum keeper_reason why, const struct
 				       &flen);
 		if (len < 0)
 			break;
-		if (relay_ask(k->relay, c->fd, false, &from, buf, (size_t)len, now))
+		if (relay_ask(k->relay, c->fd, &from, buf, (size_t)len, now))
 			k->relayed[why]++;
 	}
 	return n;
@@ -224,18 +211,10 @@ static unsigned drain_tcp(struct keeper *k, enum keeper_reason why, const struct
 	unsigned n = 0;
 
 	for (; n < READS_PER_COPY; n++) {
-		struct sockaddr_storage peer;
-		socklen_t plen = sizeof peer;
-		int fd = accept4(c->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			break;
-		struct conn *cn = k->n_conns < MAX_CONNS ? calloc(1, sizeof *cn) : NULL;
-		if (!cn) {
-			close(fd); /* the client sees a reset: better than a wait for nothing */
-			continue;
-		}
-		*cn = (struct conn){.fd = fd, .why = why, .deadline_ms = now + CONN_MS, .peer = peer};
-		k->conns[k->n_conns++] = cn;
+		streams_add(k->streams, k->relay, fd, why, now); /* carried over TCP */
 	}
 	return n;
 }
@@ -306,19 +285,34 @@ static void finish_dead(struct keeper *k, struct served *s, uint64_t now)
  * each count stands on its own). Every process we serve gets them, so the
  * localdns that replaces a dead one reads what we did meanwhile.
  */
+/* The totals: UDP queries (relay.c) and TCP connections' (stream.c, once closed). */
+static void totals(const struct keeper *k, struct keeper_stats *t)
+{
+	struct relay_stats rs;
+	struct stream_stats ss;
+
+	relay_stats(k->relay, &rs);
+	streams_stats(k->streams, &ss);
+	for (int i = 0; i < KEEPER_REASONS; i++) {
+		t->rescues[i] = k->rescues[i];
+		t->relayed[i] = k->relayed[i] + ss.relayed[i];
+	}
+	t->failed[KEEPER_NOT_SENT] = rs.dropped + ss.not_sent;
+	t->failed[KEEPER_NO_ANSWER] = rs.expired + rs.forgotten + ss.no_answer;
+}
+
 static void publish_to(const struct keeper *k, struct served *s)
 {
 	struct keeper_report *r = &s->beats->report;
-	struct relay_stats st;
+	struct keeper_stats t;
 
-	relay_stats(k->relay, &st);
+	totals(k, &t);
 	for (int i = 0; i < KEEPER_REASONS; i++) {
-		atomic_store_explicit(&r->rescues[i], k->rescues[i], memory_order_relaxed);
-		atomic_store_explicit(&r->relayed[i], k->relayed[i], memory_order_relaxed);
+		atomic_store_explicit(&r->rescues[i], t.rescues[i], memory_order_relaxed);
+		atomic_store_explicit(&r->relayed[i], t.relayed[i], memory_order_relaxed);
 	}
-	atomic_store_explicit(&r->failed[KEEPER_NOT_SENT], st.dropped, memory_order_relaxed);
-	atomic_store_explicit(&r->failed[KEEPER_NO_ANSWER], st.expired + st.forgotten,
-			      memory_order_relaxed);
+	for (int i = 0; i < KEEPER_FAILURES; i++)
+		atomic_store_explicit(&r->failed[i], t.failed[i], memory_order_relaxed);
 }
 
 static void publish(struct keeper *k)
@@ -598,70 +592,16 @@ static void look(struct keeper *k, uint64_t now)
 	publish(k);
 }
 
-/* ---- rescued TCP connections ------------------------------------------------------- */
-
-static void close_conn(struct keeper *k, size_t i)
-{
-	struct conn *c = k->conns[i];
-
-	relay_forget(k->relay, c->fd);
-	close(c->fd);
-	free(c);
-	k->conns[i] = k->conns[--k->n_conns];
-}
-
-static void read_conn(struct keeper *k, struct conn *c, uint64_t now)
-{
-	ssize_t r = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
-
-	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-		c->eof = true;
-		return;
-	}
-	if (r > 0)
-		c->have += (size_t)r;
-	while (c->have >= 2) {
-		size_t len = (size_t)c->buf[0] << 8 | c->buf[1];
-		if (len > sizeof c->buf - 2) {
-			c->eof = true; /* larger than any query: hung up */
-			return;
-		}
-		if (c->have < 2 + len)
-			return;
-		if (relay_ask(k->relay, c->fd, true, &c->peer, c->buf + 2, len, now))
-			k->relayed[c->why]++;
-		memmove(c->buf, c->buf + 2 + len, c->have - 2 - len);
-		c->have -= 2 + len;
-	}
-}
-
-static void sweep_conns(struct keeper *k, uint64_t now)
-{
-	for (size_t i = 0; i < k->n_conns;) {
-		struct conn *c = k->conns[i];
-		if (now >= c->deadline_ms || (c->eof && !relay_pending(k->relay, c->fd)))
-			close_conn(k, i);
-		else
-			i++;
-	}
-}
-
-static void answered_on(void *arg, int fd)
-{
-	(void)arg;
-	(void)fd; /* the client closes once it has its answer; sweep_conns follows */
-}
-
 /* ---- the loop ------------------------------------------------------------------------- */
 
-enum { SLOT_SIGNAL, SLOT_LISTEN, SLOT_LINK, SLOT_RELAY, SLOT_COPY, SLOT_CONN };
+enum { SLOT_SIGNAL, SLOT_LISTEN, SLOT_LINK, SLOT_RELAY, SLOT_COPY, SLOT_STREAM };
 
 struct slot_of {
 	int kind;
 	size_t a, b;
 };
 
-#define MAX_POLL (2 + MAX_SERVED + 16 + MAX_CONNS + 256)
+#define MAX_POLL (2 + MAX_SERVED + 16 + 2 * STREAMS_MAX + 256)
 
 static size_t watch(struct pollfd *fds, struct slot_of *of, size_t n, int fd, int kind, size_t a,
 		    size_t b)
@@ -691,9 +631,10 @@ static size_t poll_set(struct keeper *k, struct pollfd *fds, struct slot_of *of)
 			if (rescued(s, &s->copies[c]))
 				n = watch(fds, of, n, s->copies[c].fd, SLOT_COPY, i, c);
 	}
-	for (size_t i = 0; i < k->n_conns; i++)
-		n = watch(fds, of, n, k->conns[i]->fd, SLOT_CONN, i, 0);
-	return n;
+	size_t ns = streams_poll_set(k->streams, fds + n, MAX_POLL - n);
+	for (size_t i = n; i < n + ns; i++)
+		of[i] = (struct slot_of){.kind = SLOT_STREAM};
+	return n + ns;
 }
 
 static bool anyone(const struct keeper *k)
@@ -701,7 +642,7 @@ static bool anyone(const struct keeper *k)
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		if (k->served[i].used)
 			return true;
-	return k->n_conns > 0;
+	return streams_count(k->streams) > 0;
 }
 
 static void handle(struct keeper *k, const struct pollfd *p, const struct slot_of *of,
@@ -711,7 +652,7 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 	struct served *s = of->kind == SLOT_LINK || of->kind == SLOT_COPY ? &k->served[of->a]
 									    : NULL;
 
-	if (!(p->revents & (POLLIN | POLLHUP | POLLERR)))
+	if (!(p->revents & (POLLIN | POLLOUT | POLLHUP | POLLERR)))
 		return;
 	switch (of->kind) {
 	case SLOT_SIGNAL:
@@ -726,17 +667,15 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 			read_link(k, s, now);
 		break;
 	case SLOT_RELAY:
-		relay_read(k->relay, p->fd, now, answered_on, k);
+		relay_read(k->relay, p->fd);
 		break;
 	case SLOT_COPY:
 		if (s->used && of->b < s->n_copies && s->copies[of->b].fd == p->fd &&
 		    rescued(s, &s->copies[of->b]))
 			drain(k, s, &s->copies[of->b], now);
 		break;
-	case SLOT_CONN:
-		for (size_t i = 0; i < k->n_conns; i++)
-			if (k->conns[i]->fd == p->fd)
-				read_conn(k, k->conns[i], now);
+	case SLOT_STREAM:
+		streams_ready(k->streams, p->fd, p->revents, now);
 		break;
 	}
 }
@@ -760,12 +699,12 @@ static void run(struct keeper *k)
 		/* Looks first: a link read below may free what fds still names. */
 		if (now >= k->next_look_ms) {
 			look(k, now);
-			sweep_conns(k, now);
+			streams_sweep(k->streams, now);
 			k->next_look_ms = now + KEEPER_LOOK_MS;
 		}
 		for (size_t i = 0; i < n; i++)
 			handle(k, &fds[i], &of[i], now);
-		sweep_conns(k, now);
+		streams_sweep(k->streams, now);
 	}
 }
 
@@ -819,6 +758,10 @@ static int set_up(struct keeper *k, char *err, size_t errlen)
 	if (!(k->nft = nft_open(k->cfg, err, errlen)) || !(k->relay = relay_new(err, errlen)) ||
 	    (k->listen_fd = listen_on(k->cfg->keeper.socket, err, errlen)) < 0)
 		return -1;
+	if (!(k->streams = streams_new())) {
+		snprintf(err, errlen, "keeper: out of memory");
+		return -1;
+	}
 	nft_mute(k->nft);
 	/* Not dumpable: the localdns beside it (same uid, and with the pod's
 	 * shared PID namespace in sight) cannot ptrace it or read its memory. */
@@ -854,25 +797,26 @@ int keeper_main(const char *config_path)
 	} else {
 		log_info("keeper: waiting for localdns", "socket", cfg->keeper.socket);
 		pthread_join(thread, NULL);
-		struct relay_stats st;
-		char asked[24], answered[24], dropped[24], rescues[24], still[24], gap[24];
-		relay_stats(k.relay, &st);
-		snprintf(asked, sizeof asked, "%" PRIu64, st.asked);
-		snprintf(answered, sizeof answered, "%" PRIu64, st.answered);
-		snprintf(dropped, sizeof dropped, "%" PRIu64, st.dropped);
+		struct keeper_stats t;
+		char asked[24], unanswered[24], dropped[24], rescues[24], still[24], gap[24];
+		streams_sweep(k.streams, UINT64_MAX); /* counted before the totals */
+		totals(&k, &t);
+		snprintf(asked, sizeof asked, "%" PRIu64, t.relayed[KEEPER_DEATH] + t.relayed[KEEPER_HANG]);
+		snprintf(unanswered, sizeof unanswered, "%" PRIu64, t.failed[KEEPER_NO_ANSWER]);
+		snprintf(dropped, sizeof dropped, "%" PRIu64, t.failed[KEEPER_NOT_SENT]);
 		snprintf(rescues, sizeof rescues, "%" PRIu64,
-			 k.rescues[KEEPER_DEATH] + k.rescues[KEEPER_HANG]);
+			 t.rescues[KEEPER_DEATH] + t.rescues[KEEPER_HANG]);
 		snprintf(still, sizeof still, "%" PRIu64 "ms", k.max_still_ms);
 		snprintf(gap, sizeof gap, "%" PRIu64 "ms", k.max_gap_ms);
-		log_info("keeper: stopped", "rescues", rescues, "relayed", asked, "answered", answered,
-			 "dropped", dropped, "longest_stand_still", still, "longest_between_turns", gap);
+		log_info("keeper: stopped", "rescues", rescues, "relayed", asked, "unanswered",
+			 unanswered, "dropped", dropped, "longest_stand_still", still,
+			 "longest_between_turns", gap);
 		rc = 0;
 	}
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		if (k.served[i].used)
 			forget_served(&k, &k.served[i]);
-	while (k.n_conns)
-		close_conn(&k, 0);
+	streams_free(k.streams);
 	/* The socket file stays (the filter allows no unlink): the next keeper replaces it. */
 	if (k.listen_fd >= 0)
 		close(k.listen_fd);

@@ -65,7 +65,8 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  *   http         none            + reading files (/proc), threads
  *   kubernetes   none            + IPv4/IPv6 sockets, reading files, threads
  *   querylog     none            writing its lines
- *   keeper       CAP_NET_ADMIN   its sockets, the link's messages, nftables
+ *   keeper       CAP_NET_ADMIN   its sockets, the link's messages, nftables,
+ *                                TCP to the cluster DNS (IPv4/IPv6 sockets)
  *                                (the keeper process's working thread)
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).

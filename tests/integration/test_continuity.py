@@ -1070,3 +1070,46 @@ def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
 
 
 test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash.timeout = 90
+
+
+def test_the_keeper_relays_a_tcp_query_over_tcp_whole(env):
+    """A TCP query the keeper rescues goes to the cluster DNS over TCP, so
+    an answer too large for UDP (the stand-in CoreDNS truncates it there,
+    as CoreDNS does) reaches the TCP client whole, through a hang and
+    through a crash, from a pod and from the host network."""
+    n = Node(env)
+    try:
+        n.render()
+        pod = n.localdns()
+        n.wait_capturing(pod)
+        for event in ("hang", "death"):
+            pid = pod.server.proc.pid
+            os.kill(pid, signal.SIGSTOP)
+            # Connected and sent while localdns is stopped: the connections
+            # wait in its listeners' queues, where only the keeper reaches them.
+            asked = [ask_later(n, ns, LINK, test_node.BIG_NAME, "+tcp")
+                     for ns in (n.pod, n.node)]
+            if event == "death":
+                time.sleep(0.1)
+                pod.server.proc.kill()
+                pod.server.proc.wait(5)
+            replies = [answer_of(a) for a in asked]
+            if event == "hang":
+                os.kill(pid, signal.SIGCONT)
+            for r in replies:
+                assert r.status == "NOERROR" and "tc" not in r.flags, (event, r.text)
+                assert len(r.rdatas("A")) == test_node.BIG_RECORDS, (event, r.text)
+            if event == "death":
+                pod.start_server()
+                n.wait_capturing(pod)
+        n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
+        after = keeper_stats(n)
+        assert after["keeper_relayed_death"] + after["keeper_relayed_hang"] >= 4, after
+        assert after["keeper_failed_not_sent"] == 0 and \
+            after["keeper_failed_no_answer"] == 0, after
+        stop(pod)
+    finally:
+        n.api.stop()
+
+
+test_the_keeper_relays_a_tcp_query_over_tcp_whole.timeout = 90
