@@ -612,7 +612,7 @@ def keeper_killed(n, pod):
     pod.keeper.stop()
     time.sleep(2)
     pod.kept = 0
-    pod.keeper = Keeper(n.env, n.node, pod.config_path, pod.dir)
+    pod.keeper = Keeper(n.env, n.node, pod.config_path, pod.dir, n.env_of("keeper"))
     pod.wait_kept()
     return pod
 
