@@ -171,8 +171,9 @@ static void read_endpoints(struct keeper *k, uint64_t now)
 	}
 	relay_use_endpoints(k->relay, keep, n_keep, k->cfg->listen.port);
 	if (n_keep == 0) {
-		log_warn("keeper: the fallback maps have no endpoint; queued queries cannot be "
-			 "answered (nftables.fallback_service, nftables.fallback_endpoints)");
+		log_warn("keeper: the fallback maps have no endpoint; queued queries are left to a "
+			 "stuck localdns, and a dead one's refused (nftables.fallback_service, "
+			 "nftables.fallback_endpoints)");
 		return;
 	}
 	snprintf(count, sizeof count, "%zu", n_keep);
@@ -235,6 +236,16 @@ static bool rescued(const struct served *s, const struct copy *c)
 	return s->state == DEAD || (c->worker < s->n_workers && s->rescuing[c->worker]);
 }
 
+/*
+ * Is copy c read now? Only when there is somewhere to send what it holds:
+ * with no fallback endpoint a stuck worker's queries are left in its
+ * sockets, for it to answer when it turns again, rather than dropped.
+ */
+static bool reading(const struct keeper *k, const struct served *s, const struct copy *c)
+{
+	return rescued(s, c) && relay_endpoints(k->relay) > 0;
+}
+
 /* The link hung up without LEAVING: the process is gone (kill -9, OOM, a crash). */
 static void died(struct keeper *k, struct served *s, uint64_t now)
 {
@@ -254,6 +265,16 @@ static void died(struct keeper *k, struct served *s, uint64_t now)
 	k->endpoints_ms = 0;
 	read_endpoints(k, now);
 	snprintf(copies, sizeof copies, "%zu", s->n_copies);
+	if (relay_endpoints(k->relay) == 0) {
+		/* Nowhere to send them (a VM without fallback endpoints): closed
+		 * now, a client is refused at once and asks elsewhere, as without a
+		 * keeper, instead of waiting for an answer that cannot come. */
+		log_warn("keeper: the serving process is gone; its heartbeat is out, and with no "
+			 "fallback endpoint its sockets are closed at once", "pid",
+			 pid_text(s, pid, sizeof pid), "sockets", copies);
+		forget_served(k, s);
+		return;
+	}
 	log_warn("keeper: the serving process is gone; its heartbeat is out, and what its sockets "
 		 "had queued goes to the cluster DNS", "pid", pid_text(s, pid, sizeof pid),
 		 "sockets", copies, "heartbeat", rc == 1 ? "kept by another localdns" : "out");
@@ -579,12 +600,12 @@ static void look(struct keeper *k, uint64_t now)
 			judge_workers(k, s, now);
 		bool any = false;
 		for (size_t c = 0; c < s->n_copies; c++)
-			if (rescued(s, &s->copies[c])) {
-				drain(k, s, &s->copies[c], now);
-				any = true;
-			}
+			any = any || rescued(s, &s->copies[c]);
 		if (any)
-			read_endpoints(k, now);
+			read_endpoints(k, now); /* at most once a second */
+		for (size_t c = 0; c < s->n_copies; c++)
+			if (reading(k, s, &s->copies[c]))
+				drain(k, s, &s->copies[c], now);
 		if (s->state == DEAD)
 			finish_dead(k, s, now);
 	}
@@ -628,7 +649,7 @@ static size_t poll_set(struct keeper *k, struct pollfd *fds, struct slot_of *of)
 			continue;
 		n = watch(fds, of, n, s->fd, SLOT_LINK, i, 0);
 		for (size_t c = 0; c < s->n_copies; c++)
-			if (rescued(s, &s->copies[c]))
+			if (reading(k, s, &s->copies[c]))
 				n = watch(fds, of, n, s->copies[c].fd, SLOT_COPY, i, c);
 	}
 	size_t ns = streams_poll_set(k->streams, fds + n, MAX_POLL - n);
@@ -671,7 +692,7 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 		break;
 	case SLOT_COPY:
 		if (s->used && of->b < s->n_copies && s->copies[of->b].fd == p->fd &&
-		    rescued(s, &s->copies[of->b]))
+		    reading(k, s, &s->copies[of->b]))
 			drain(k, s, &s->copies[of->b], now);
 		break;
 	case SLOT_STREAM:
