@@ -151,7 +151,7 @@ size_t streams_count(const struct streams *st);
 size_t streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max);
 
 /* fd, one of those, is ready (revents): bytes moved; nothing closed here. */
-void streams_ready(struct streams *st, int fd, short revents, uint64_t now_ms);
+void streams_ready(struct streams *st, int fd, short revents);
 
 /* The connections that are over, or past their life, closed and counted. */
 void streams_sweep(struct streams *st, uint64_t now_ms);

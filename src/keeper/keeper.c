@@ -5,24 +5,29 @@
  * link of each serving process (at most MAX_SERVED: the one of this pod,
  * and a dead one whose queues are still being answered beside the one
  * that replaced it), the relay's sockets, the copies being rescued, the
- * TCP connections taken from rescued listeners, and a signalfd. Every
- * KEEPER_LOOK_MS it looks at each worker's heartbeat (util/stall.h).
+ * TCP connections taken from rescued listeners and ours to the cluster DNS
+ * (stream.c), and a signalfd. Every KEEPER_LOOK_MS it looks at each
+ * worker's heartbeat (util/stall.h) and writes what it did into each
+ * served process's shared page (its report: localdns's keeper counters).
  *
  * The states of a serving process here:
  *
  *   SERVING  the link is up; its copies are read only while their worker
- *            is judged stuck (KEEPER_RESCUE_MS over on-time looks);
+ *            is judged stuck (KEEPER_RESCUE_MS over on-time looks) and
+ *            there is a fallback endpoint to send what they hold to;
  *   DEAD     the link hung up without LEAVING: its heartbeat is taken out
  *            at once (nft_leave_for), every copy is read until it has been
  *            quiet for DEAD_QUIET_MS (the heartbeat is gone, so nothing new
- *            comes unless another localdns keeps it), then closed;
+ *            comes unless another localdns keeps it), then closed; with no
+ *            fallback endpoint, closed at once (clients are refused);
  *   (gone)   LEAVING said, or a dead one's copies closed: forgotten.
  *
  * Everything it is allowed to do is set up on the main thread first: the
  * relay's sockets are made and bound, the netlink socket opened, the unix
  * socket bound. The loop then runs on a thread restricted as PRIVS_KEEPER
  * (CAP_NET_ADMIN, its seccomp list, reading /proc only), which only
- * accepts, reads, writes, maps what it is sent and asks nftables; the main
+ * accepts, reads, writes, maps what it is sent, asks nftables and connects
+ * to the cluster DNS over TCP (its one kind of new socket); the main
  * thread only waits for it, under the deny-list privs_drop gave it (as the
  * daemon's main thread: an allow-list would kill a sanitizer's leak check,
  * which runs at exit from the thread that exits).
@@ -696,7 +701,7 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 			drain(k, s, &s->copies[of->b], now);
 		break;
 	case SLOT_STREAM:
-		streams_ready(k->streams, p->fd, p->revents, now);
+		streams_ready(k->streams, p->fd, p->revents);
 		break;
 	}
 }

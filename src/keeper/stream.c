@@ -263,9 +263,8 @@ size_t streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max
 	return n;
 }
 
-void streams_ready(struct streams *st, int fd, short revents, uint64_t now_ms)
+void streams_ready(struct streams *st, int fd, short revents)
 {
-	(void)now_ms;
 	if (!revents)
 		return;
 	for (size_t i = 0; i < st->n; i++) {
