@@ -984,23 +984,95 @@ def keeper_stats(n):
     return {k: int(v) for k, v in pairs.items() if k.startswith("keeper_")}
 
 
-def ask_later(n, ns, server, name, *opts):
-    """dig in ns, started now, not waited for: (process, its output file)."""
-    out = open(os.path.join(n.env.tmp, "dig-%s-%d.txt" % (name, time.monotonic_ns())), "w+")
-    argv = ["dig", "@" + server, "-p", "53", "-t", "A", "-q", name, "+time=3", "+tries=1"]
-    p = harness.track_process(subprocess.Popen(harness.netns_argv(ns, argv + list(opts)),
-                                               stdout=out, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL))
-    return p, out
+# One query, asked on cue: the process starts (SCHED_FIFO, as the clients
+# above), says "ready", and sends when a line comes on stdin, so the query
+# leaves within milliseconds of the cue however long a process takes to
+# start on a loaded machine. argv: server, name, udp|tcp. Prints the reply
+# as JSON: rcode, tc, the A addresses; or why there is none.
+ASKER = r'''
+import json, os, socket, struct, sys
+server, name, tcp = sys.argv[1], sys.argv[2], sys.argv[3] == "tcp"
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except OSError:
+    pass
+q = struct.pack("!HHHHHH", 4242, 0x0100, 1, 0, 0, 0) + b"".join(
+    bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM)
+s.settimeout(3)
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    s.connect((server, 53))
+    if tcp:
+        s.sendall(struct.pack("!H", len(q)) + q)
+        m = b""
+        while len(m) < 2 or len(m) < 2 + struct.unpack("!H", m[:2])[0]:
+            got = s.recv(65536)
+            if not got:
+                raise OSError("closed")
+            m += got
+        m = m[2:]
+    else:
+        s.send(q)
+        m = s.recv(65536)
+except OSError as e:
+    print(json.dumps({"error": str(e)}), flush=True)
+    sys.exit(0)
+flags, qd, an = struct.unpack("!HHH", m[2:8])
+i = 12
+for _ in range(qd):
+    while m[i]:
+        i += m[i] + 1
+    i += 5
+addrs = []
+for _ in range(an):
+    i += 2 if m[i] & 0xC0 == 0xC0 else m.index(0, i) + 1 - i
+    rtype, _, _, n = struct.unpack("!HHIH", m[i:i + 10])
+    if rtype == 1:
+        addrs.append(socket.inet_ntoa(m[i + 10:i + 14]))
+    i += 10 + n
+print(json.dumps({"rcode": flags & 0xF, "tc": bool(flags & 0x200), "a": addrs}), flush=True)
+'''
 
 
-def answer_of(asked):
-    """The parsed reply of ask_later's dig, once it has exited."""
-    p, out = asked
-    assert p.wait(10) == 0, "dig failed"
-    harness.untrack_process(p)
-    out.seek(0)
-    return harness.ToolReply(out.read(), 0)
+def stop_and_wait(pid):
+    """SIGSTOP to pid, and until every thread of it is stopped (state T): a
+    thread on another CPU may still take a query the moment after kill()."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while True:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that has just ended
+        if states and all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, "not stopped: %s" % states
+        time.sleep(0.001)
+
+
+class Asker:
+    """ASKER in netns ns, ready to send: go() sends, reply() waits for it."""
+
+    def __init__(self, ns, server, name, transport="udp"):
+        self.p = harness.track_process(subprocess.Popen(
+            harness.netns_argv(ns, [sys.executable, "-c", ASKER, server, name, transport]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        assert self.p.stdout.readline().strip() == "ready"
+
+    def go(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+
+    def reply(self):
+        line = self.p.stdout.readline()
+        assert self.p.wait(10) == 0, "asker failed"
+        harness.untrack_process(self.p)
+        return json.loads(line)
 
 
 def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
@@ -1022,12 +1094,14 @@ def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
         # A hang: what queues while localdns is stopped is relayed once the
         # keeper judges its worker stuck.
         pid = pod.server.proc.pid
-        os.kill(pid, signal.SIGSTOP)
-        asked = [ask_later(n, ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
-        replies = [answer_of(a) for a in asked]
+        asked = [Asker(ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        stop_and_wait(pid)
+        for a in asked:
+            a.go()
+        replies = [a.reply() for a in asked]
         os.kill(pid, signal.SIGCONT)
         for r in replies:
-            assert r.status == "NOERROR" and r.rdatas("A") == [STANDIN_A], r.text
+            assert r.get("rcode") == 0 and r["a"] == [STANDIN_A], r
         n.until(lambda: keeper_stats(n)["keeper_relayed_hang"] >= 2, True, 5.0)
         hung = keeper_stats(n)
         assert hung["keeper_rescues_hang"] >= 1 and hung["keeper_rescues_death"] == 0, hung
@@ -1035,13 +1109,15 @@ def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
         # A crash: queries queued in the stopped process's sockets when it is
         # killed go to CoreDNS through the keeper, and the localdns that the
         # kubelet starts next reports them.
-        os.kill(pid, signal.SIGSTOP)
-        asked = [ask_later(n, ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        asked = [Asker(ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        stop_and_wait(pid)
+        for a in asked:
+            a.go()
         time.sleep(0.1)             # sent: they wait in the stopped process's socket
         pod.server.proc.kill()
         pod.server.proc.wait(5)
-        for r in [answer_of(a) for a in asked]:
-            assert r.status == "NOERROR" and r.rdatas("A") == [STANDIN_A], r.text
+        for r in [a.reply() for a in asked]:
+            assert r.get("rcode") == 0 and r["a"] == [STANDIN_A], r
         pod.start_server()
         n.wait_capturing(pod)
         n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
@@ -1084,21 +1160,22 @@ def test_the_keeper_relays_a_tcp_query_over_tcp_whole(env):
         n.wait_capturing(pod)
         for event in ("hang", "death"):
             pid = pod.server.proc.pid
-            os.kill(pid, signal.SIGSTOP)
+            asked = [Asker(ns, LINK, test_node.BIG_NAME, "tcp") for ns in (n.pod, n.node)]
+            stop_and_wait(pid)
             # Connected and sent while localdns is stopped: the connections
             # wait in its listeners' queues, where only the keeper reaches them.
-            asked = [ask_later(n, ns, LINK, test_node.BIG_NAME, "+tcp")
-                     for ns in (n.pod, n.node)]
+            for a in asked:
+                a.go()
             if event == "death":
                 time.sleep(0.1)
                 pod.server.proc.kill()
                 pod.server.proc.wait(5)
-            replies = [answer_of(a) for a in asked]
+            replies = [a.reply() for a in asked]
             if event == "hang":
                 os.kill(pid, signal.SIGCONT)
             for r in replies:
-                assert r.status == "NOERROR" and "tc" not in r.flags, (event, r.text)
-                assert len(r.rdatas("A")) == test_node.BIG_RECORDS, (event, r.text)
+                assert r.get("rcode") == 0 and not r["tc"], (event, r)
+                assert len(r["a"]) == test_node.BIG_RECORDS, (event, r)
             if event == "death":
                 pod.start_server()
                 n.wait_capturing(pod)
