@@ -48,9 +48,10 @@ BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
 # Runs the Kubernetes API client alone, printing its handler calls (integration tests).
 KUBE_DUMP := $(BUILD)/tests/kube_dump
 
-# The daemon with a worker that makes a forbidden syscall, and a resolver that opens a
-# file, on cue (tests/privs/forbidden.c, for test_privileges.py): the same objects,
-# recvmmsg and ub_resolve_async wrapped. Never installed.
+# The daemon with a worker, a main thread (at a reload; the keeper's as it waits) that
+# make a forbidden syscall, and a resolver that opens a file, on cue
+# (tests/privs/forbidden.c, for test_privileges.py): the same objects, recvmmsg,
+# ub_resolve_async, daemon_reload and pthread_join wrapped. Never installed.
 FORBIDDEN := $(BUILD)/tests/localdns-forbidden
 
 # The daemon linked with Debian's own libunbound8 (shared, nettle, no TLS), for
@@ -139,7 +140,7 @@ $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
 $(FORBIDDEN): tests/privs/forbidden.c $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg \
-	    -Wl,--wrap=ub_resolve_async $(LDLIBS)
+	    -Wl,--wrap=ub_resolve_async -Wl,--wrap=daemon_reload -Wl,--wrap=pthread_join $(LDLIBS)
 
 $(NETTLE_DAEMON): $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)

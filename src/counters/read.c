@@ -66,6 +66,8 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 	out->dnstap_connects = dnstap_connects();
 	out->dnstap_connected = dnstap_connected();
 	http_stats(&out->http);
+	out->keeper_enabled = d->keeper != NULL;
+	keeper_link_stats(d->keeper, &out->keeper); /* zeros without a keeper */
 }
 
 /* A row's ctl lines: one for a single value or a stat_sum run, else one per

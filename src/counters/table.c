@@ -452,10 +452,52 @@ static const struct counter dnstap_rows[] = {
 
 TABLE(counter_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
 
+/* ---- the keeper (keeper/): ctl shows zeros without it, /metrics nothing ------------ */
+
+static const char *const keeper_reasons[KEEPER_REASONS] = {[KEEPER_DEATH] = "death",
+							  [KEEPER_HANG] = "hang"};
+static const char *const keeper_failures[KEEPER_FAILURES] = {[KEEPER_NOT_SENT] = "not_sent",
+							    [KEEPER_NO_ANSWER] = "no_answer"};
+
+PLAIN_GAUGE(keeper_connected, "localdns_keeper_connected",
+	"1 while the keeper (keeper.socket) holds a copy of every listening socket of this "
+	"process; 0 while it does not, when what the sockets had queued would be lost if "
+	"this process died or hung.");
+LABELLED_COUNTER(keeper_rescues, "localdns_keeper_rescues_total",
+	"Times the keeper took over this pod's DNS sockets: a localdns died (death) or one "
+	"of its workers stood still (hang). The keeper's counts since it started, so a "
+	"localdns started after a crash shows the crash.",
+	"reason", keeper_reasons, KEEPER_REASONS);
+LABELLED_COUNTER(keeper_relayed, "localdns_keeper_relayed_total",
+	"Queries the keeper took from localdns's sockets and asked of the cluster DNS, by why "
+	"(death, hang); since the keeper started.",
+	"reason", keeper_reasons, KEEPER_REASONS);
+LABELLED_COUNTER(keeper_failed, "localdns_keeper_relay_failures_total",
+	"Queries the keeper took that got no answer through it: not_sent (no fallback "
+	"endpoint, no room, a send or connect error), no_answer (the endpoint did not answer "
+	"in time, or the connection ended first); since the keeper started.",
+	"failure", keeper_failures, KEEPER_FAILURES);
+
+static const struct counter_family *const keeper_families[] = {
+	&keeper_connected, &keeper_rescues, &keeper_relayed, &keeper_failed};
+
+static const struct counter keeper_rows[] = {
+	{.stat = "keeper_enabled", .at = AT(keeper_enabled)},
+	{.stat = "keeper_connected", .family = &keeper_connected, .at = AT(keeper.connected)},
+	{.stat = "keeper_rescues_", .family = &keeper_rescues, .n = KEEPER_REASONS,
+	 .at = AT(keeper.rescues)},
+	{.stat = "keeper_relayed_", .family = &keeper_relayed, .n = KEEPER_REASONS,
+	 .at = AT(keeper.relayed)},
+	{.stat = "keeper_failed_", .family = &keeper_failed, .n = KEEPER_FAILURES,
+	 .at = AT(keeper.failed)},
+};
+
+TABLE(counter_keeper, "keeper", keeper_rows, keeper_families, AT(keeper_enabled));
+
 /* ---- all of them, in ctl order ------------------------------------------------------ */
 
 const struct counter_table *const counter_tables[] = {
 	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
 	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap,
-	&counter_http};
+	&counter_http, &counter_keeper};
 const size_t counter_n_tables = N(counter_tables);

@@ -5,26 +5,32 @@
  * link of each serving process (at most MAX_SERVED: the one of this pod,
  * and a dead one whose queues are still being answered beside the one
  * that replaced it), the relay's sockets, the copies being rescued, the
- * TCP connections taken from rescued listeners, and a signalfd. Every
- * KEEPER_LOOK_MS it looks at each worker's heartbeat (util/stall.h).
+ * TCP connections taken from rescued listeners and ours to the cluster DNS
+ * (stream.c), and a signalfd. Every KEEPER_LOOK_MS it looks at each
+ * worker's heartbeat (util/stall.h) and writes what it did into each
+ * served process's shared page (its report: localdns's keeper counters).
  *
  * The states of a serving process here:
  *
  *   SERVING  the link is up; its copies are read only while their worker
- *            is judged stuck (KEEPER_RESCUE_MS over on-time looks);
+ *            is judged stuck (KEEPER_RESCUE_MS over on-time looks) and
+ *            there is a fallback endpoint to send what they hold to;
  *   DEAD     the link hung up without LEAVING: its heartbeat is taken out
  *            at once (nft_leave_for), every copy is read until it has been
  *            quiet for DEAD_QUIET_MS (the heartbeat is gone, so nothing new
- *            comes unless another localdns keeps it), then closed;
+ *            comes unless another localdns keeps it), then closed; with no
+ *            fallback endpoint, closed at once (clients are refused);
  *   (gone)   LEAVING said, or a dead one's copies closed: forgotten.
  *
  * Everything it is allowed to do is set up on the main thread first: the
  * relay's sockets are made and bound, the netlink socket opened, the unix
  * socket bound. The loop then runs on a thread restricted as PRIVS_KEEPER
  * (CAP_NET_ADMIN, its seccomp list, reading /proc only), which only
- * accepts, reads, writes, maps what it is sent and asks nftables; the main
- * thread waits for it, as the daemon's main thread is the one left
- * unfiltered (a sanitizer's leak check at exit runs there).
+ * accepts, reads, writes, maps what it is sent, asks nftables and connects
+ * to the cluster DNS over TCP (its one kind of new socket); the main
+ * thread only waits for it, under the deny-list privs_drop gave it (as the
+ * daemon's main thread: an allow-list would kill a sanitizer's leak check,
+ * which runs at exit from the thread that exits).
  */
 #include "keeper/keeper.h"
 
@@ -56,11 +62,9 @@
 #define MAX_SERVED 4
 #define MAX_COPIES 4096           /* as the link sends at most */
 #define MAX_WORKERS 4096
-#define MAX_CONNS 256             /* TCP connections taken from rescued listeners */
 #define LOOK_ON_TIME_MS (KEEPER_LOOK_MS + 50)
 #define DEAD_QUIET_MS 200         /* a dead process's copies, quiet this long: closed */
 #define DEAD_MAX_MS 5000          /* and closed by then whatever comes */
-#define CONN_MS 2000              /* a rescued TCP connection's life */
 #define ENDPOINTS_MAX_AGE_MS 1000 /* the fallback maps read again during a rescue */
 #define READS_PER_COPY 512        /* datagrams or connections taken per wake-up */
 
@@ -81,7 +85,7 @@ struct served {
 	int32_t pid;                  /* as the process says (its PID namespace) */
 	pid_t visible_pid;            /* as the kernel shows it to us; 0: not in our namespace */
 	uint32_t token;
-	const struct keeper_beats *beats;
+	struct keeper_beats *beats;   /* its heartbeats; we write our report there */
 	size_t beats_len;
 	unsigned n_workers;
 	struct stall_judge *judges;   /* per worker */
@@ -97,15 +101,6 @@ struct served {
 	uint64_t rescued;             /* queries taken from its copies */
 };
 
-struct conn {
-	int fd;
-	bool eof;
-	uint64_t deadline_ms;
-	struct sockaddr_storage peer;
-	size_t have;
-	uint8_t buf[2 + 4096];
-};
-
 struct keeper {
 	const struct config *cfg;
 	struct nft *nft;
@@ -114,13 +109,13 @@ struct keeper {
 	int sig_fd;
 	bool stopping;
 	struct served served[MAX_SERVED];
-	struct conn *conns[MAX_CONNS];
-	size_t n_conns;
+	struct streams *streams;      /* TCP connections taken from rescued listeners */
 	uint64_t next_look_ms;
 	uint64_t endpoints_ms;        /* when the fallback maps were read; 0: never */
 	uint64_t max_still_ms;        /* the longest a worker stood still (counted), for the exit line */
 	uint64_t max_gap_ms;          /* the longest between two turns a look saw, counted or not */
-	uint64_t rescues;             /* times a worker was rescued or a process died */
+	uint64_t rescues[KEEPER_REASONS];  /* processes seen to die, workers judged stuck */
+	uint64_t relayed[KEEPER_REASONS];  /* queries taken and asked of the cluster DNS */
 };
 
 /* ---- the serving processes ------------------------------------------------------ */
@@ -181,16 +176,23 @@ static void read_endpoints(struct keeper *k, uint64_t now)
 	}
 	relay_use_endpoints(k->relay, keep, n_keep, k->cfg->listen.port);
 	if (n_keep == 0) {
-		log_warn("keeper: the fallback maps have no endpoint; queued queries cannot be "
-			 "answered (nftables.fallback_service, nftables.fallback_endpoints)");
+		log_warn("keeper: the fallback maps have no endpoint; queued queries are left to a "
+			 "stuck localdns, and a dead one's refused (nftables.fallback_service, "
+			 "nftables.fallback_endpoints)");
 		return;
 	}
 	snprintf(count, sizeof count, "%zu", n_keep);
 	log_debug("keeper: relaying to the fallback endpoints", "endpoints", count);
 }
 
+static enum keeper_reason reason_of(const struct served *s)
+{
+	return s->state == DEAD ? KEEPER_DEATH : KEEPER_HANG;
+}
+
 /* Datagrams queued in a UDP copy, each asked of the cluster DNS. */
-static unsigned drain_udp(struct keeper *k, const struct copy *c, uint64_t now)
+static unsigned drain_udp(struct keeper *k, enum keeper_reason why, const struct copy *c,
+			  uint64_t now)
 {
 	uint8_t buf[4096];
 	unsigned n = 0;
@@ -202,36 +204,31 @@ static unsigned drain_udp(struct keeper *k, const struct copy *c, uint64_t now)
 				       &flen);
 		if (len < 0)
 			break;
-		relay_ask(k->relay, c->fd, false, &from, buf, (size_t)len, now);
+		if (relay_ask(k->relay, c->fd, &from, buf, (size_t)len, now))
+			k->relayed[why]++;
 	}
 	return n;
 }
 
 /* Connections queued on a TCP copy, taken to be read. */
-static unsigned drain_tcp(struct keeper *k, const struct copy *c, uint64_t now)
+static unsigned drain_tcp(struct keeper *k, enum keeper_reason why, const struct copy *c,
+			  uint64_t now)
 {
 	unsigned n = 0;
 
 	for (; n < READS_PER_COPY; n++) {
-		struct sockaddr_storage peer;
-		socklen_t plen = sizeof peer;
-		int fd = accept4(c->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			break;
-		struct conn *cn = k->n_conns < MAX_CONNS ? calloc(1, sizeof *cn) : NULL;
-		if (!cn) {
-			close(fd); /* the client sees a reset: better than a wait for nothing */
-			continue;
-		}
-		*cn = (struct conn){.fd = fd, .deadline_ms = now + CONN_MS, .peer = peer};
-		k->conns[k->n_conns++] = cn;
+		streams_add(k->streams, k->relay, fd, why, now); /* carried over TCP */
 	}
 	return n;
 }
 
 static unsigned drain(struct keeper *k, struct served *s, const struct copy *c, uint64_t now)
 {
-	unsigned n = c->type == SOCK_DGRAM ? drain_udp(k, c, now) : drain_tcp(k, c, now);
+	unsigned n = c->type == SOCK_DGRAM ? drain_udp(k, reason_of(s), c, now)
+					   : drain_tcp(k, reason_of(s), c, now);
 
 	s->rescued += n;
 	if (n)
@@ -244,6 +241,16 @@ static bool rescued(const struct served *s, const struct copy *c)
 	return s->state == DEAD || (c->worker < s->n_workers && s->rescuing[c->worker]);
 }
 
+/*
+ * Is copy c read now? Only when there is somewhere to send what it holds:
+ * with no fallback endpoint a stuck worker's queries are left in its
+ * sockets, for it to answer when it turns again, rather than dropped.
+ */
+static bool reading(const struct keeper *k, const struct served *s, const struct copy *c)
+{
+	return rescued(s, c) && relay_endpoints(k->relay) > 0;
+}
+
 /* The link hung up without LEAVING: the process is gone (kill -9, OOM, a crash). */
 static void died(struct keeper *k, struct served *s, uint64_t now)
 {
@@ -253,7 +260,8 @@ static void died(struct keeper *k, struct served *s, uint64_t now)
 	s->fd = -1;
 	s->state = DEAD;
 	s->dead_ms = s->last_read_ms = now;
-	k->rescues++;
+	if (s->hello) /* a process that never said HELLO served nothing */
+		k->rescues[KEEPER_DEATH]++;
 	/* First: new DNS flows fail open at once, host-network ones included. */
 	int rc = s->hello ? nft_leave_for(k->nft, s->token, err, sizeof err) : 1;
 	if (rc < 0)
@@ -262,6 +270,16 @@ static void died(struct keeper *k, struct served *s, uint64_t now)
 	k->endpoints_ms = 0;
 	read_endpoints(k, now);
 	snprintf(copies, sizeof copies, "%zu", s->n_copies);
+	if (relay_endpoints(k->relay) == 0) {
+		/* Nowhere to send them (a VM without fallback endpoints): closed
+		 * now, a client is refused at once and asks elsewhere, as without a
+		 * keeper, instead of waiting for an answer that cannot come. */
+		log_warn("keeper: the serving process is gone; its heartbeat is out, and with no "
+			 "fallback endpoint its sockets are closed at once", "pid",
+			 pid_text(s, pid, sizeof pid), "sockets", copies);
+		forget_served(k, s);
+		return;
+	}
 	log_warn("keeper: the serving process is gone; its heartbeat is out, and what its sockets "
 		 "had queued goes to the cluster DNS", "pid", pid_text(s, pid, sizeof pid),
 		 "sockets", copies, "heartbeat", rc == 1 ? "kept by another localdns" : "out");
@@ -286,6 +304,50 @@ static void finish_dead(struct keeper *k, struct served *s, uint64_t now)
 	forget_served(k, s);
 }
 
+/* ---- what the keeper did, for localdns's counters ---------------------------------- */
+
+/*
+ * Our totals into the report of the page s shares with us (relaxed stores:
+ * each count stands on its own). Every process we serve gets them, so the
+ * localdns that replaces a dead one reads what we did meanwhile.
+ */
+/* The totals: UDP queries (relay.c) and TCP connections' (stream.c, once closed). */
+static void totals(const struct keeper *k, struct keeper_stats *t)
+{
+	struct relay_stats rs;
+	struct stream_stats ss;
+
+	relay_stats(k->relay, &rs);
+	streams_stats(k->streams, &ss);
+	for (int i = 0; i < KEEPER_REASONS; i++) {
+		t->rescues[i] = k->rescues[i];
+		t->relayed[i] = k->relayed[i] + ss.relayed[i];
+	}
+	t->failed[KEEPER_NOT_SENT] = rs.dropped + ss.not_sent;
+	t->failed[KEEPER_NO_ANSWER] = rs.expired + rs.forgotten + ss.no_answer;
+}
+
+static void publish_to(const struct keeper *k, struct served *s)
+{
+	struct keeper_report *r = &s->beats->report;
+	struct keeper_stats t;
+
+	totals(k, &t);
+	for (int i = 0; i < KEEPER_REASONS; i++) {
+		atomic_store_explicit(&r->rescues[i], t.rescues[i], memory_order_relaxed);
+		atomic_store_explicit(&r->relayed[i], t.relayed[i], memory_order_relaxed);
+	}
+	for (int i = 0; i < KEEPER_FAILURES; i++)
+		atomic_store_explicit(&r->failed[i], t.failed[i], memory_order_relaxed);
+}
+
+static void publish(struct keeper *k)
+{
+	for (size_t i = 0; i < MAX_SERVED; i++)
+		if (k->served[i].used && k->served[i].beats)
+			publish_to(k, &k->served[i]);
+}
+
 /* ---- messages from a serving process --------------------------------------------- */
 
 static bool is_socket(int fd, int type, int family)
@@ -306,7 +368,8 @@ static bool take_hello(struct served *s, const struct keeper_msg *m, int fd)
 	if (s->hello || n == 0 || n > MAX_WORKERS || fd < 0 || fstat(fd, &st) < 0 ||
 	    !S_ISREG(st.st_mode) || (size_t)st.st_size < len)
 		return false;
-	void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	/* Read-write: our report goes there (the rest we only read). */
+	void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED)
 		return false;
 	s->beats = map;
@@ -401,6 +464,8 @@ static bool take_message(struct keeper *k, struct served *s, uint64_t now)
 		ok = take_hello(s, &m, fd);
 		if (fd >= 0)
 			close(fd); /* mapped: the mapping keeps it */
+		if (ok)
+			publish_to(k, s);
 		return ok;
 	}
 	if (ok && m.type == KEEPER_SOCKET) {
@@ -478,7 +543,7 @@ static void accept_link(struct keeper *k)
 static const struct stall_task *worker_task(const struct served *s, unsigned w, uint64_t beat,
 					    uint64_t now, struct stall_task *t)
 {
-	struct server_beat *b = &((struct keeper_beats *)s->beats)->worker[w];
+	struct server_beat *b = &s->beats->worker[w];
 
 	/* An idle worker turns every SERVER_IDLE_TURN_MS: only a longer stand-still is worth a look. */
 	if (s->visible_pid <= 0 || !s->judges[w].seen || beat != s->judges[w].beat ||
@@ -494,7 +559,7 @@ static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 	struct stall_task task;
 
 	for (unsigned w = 0; w < s->n_workers; w++) {
-		uint64_t beat = atomic_load_explicit(&((struct keeper_beats *)s->beats)->worker[w].ms,
+		uint64_t beat = atomic_load_explicit(&s->beats->worker[w].ms,
 						     memory_order_relaxed);
 		bool moved = !s->judges[w].seen || beat != s->judges[w].beat;
 		uint64_t still = stall_judge_look(&s->judges[w], beat, now, LOOK_ON_TIME_MS,
@@ -514,7 +579,7 @@ static void judge_workers(struct keeper *k, struct served *s, uint64_t now)
 		snprintf(count, sizeof count, "%" PRIu64, s->rescued);
 		if (stuck) {
 			char err[CONFIG_ERR_MAX];
-			k->rescues++;
+			k->rescues[KEEPER_HANG]++;
 			read_endpoints(k, now);
 			/* New flows fail open now; its monitor renews once all turn again. */
 			int rc = nft_leave_for(k->nft, s->token, err, sizeof err);
@@ -540,81 +605,29 @@ static void look(struct keeper *k, uint64_t now)
 			judge_workers(k, s, now);
 		bool any = false;
 		for (size_t c = 0; c < s->n_copies; c++)
-			if (rescued(s, &s->copies[c])) {
-				drain(k, s, &s->copies[c], now);
-				any = true;
-			}
+			any = any || rescued(s, &s->copies[c]);
 		if (any)
-			read_endpoints(k, now);
+			read_endpoints(k, now); /* at most once a second */
+		for (size_t c = 0; c < s->n_copies; c++)
+			if (reading(k, s, &s->copies[c]))
+				drain(k, s, &s->copies[c], now);
 		if (s->state == DEAD)
 			finish_dead(k, s, now);
 	}
 	relay_expire(k->relay, now);
-}
-
-/* ---- rescued TCP connections ------------------------------------------------------- */
-
-static void close_conn(struct keeper *k, size_t i)
-{
-	struct conn *c = k->conns[i];
-
-	relay_forget(k->relay, c->fd);
-	close(c->fd);
-	free(c);
-	k->conns[i] = k->conns[--k->n_conns];
-}
-
-static void read_conn(struct keeper *k, struct conn *c, uint64_t now)
-{
-	ssize_t r = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
-
-	if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-		c->eof = true;
-		return;
-	}
-	if (r > 0)
-		c->have += (size_t)r;
-	while (c->have >= 2) {
-		size_t len = (size_t)c->buf[0] << 8 | c->buf[1];
-		if (len > sizeof c->buf - 2) {
-			c->eof = true; /* larger than any query: hung up */
-			return;
-		}
-		if (c->have < 2 + len)
-			return;
-		relay_ask(k->relay, c->fd, true, &c->peer, c->buf + 2, len, now);
-		memmove(c->buf, c->buf + 2 + len, c->have - 2 - len);
-		c->have -= 2 + len;
-	}
-}
-
-static void sweep_conns(struct keeper *k, uint64_t now)
-{
-	for (size_t i = 0; i < k->n_conns;) {
-		struct conn *c = k->conns[i];
-		if (now >= c->deadline_ms || (c->eof && !relay_pending(k->relay, c->fd)))
-			close_conn(k, i);
-		else
-			i++;
-	}
-}
-
-static void answered_on(void *arg, int fd)
-{
-	(void)arg;
-	(void)fd; /* the client closes once it has its answer; sweep_conns follows */
+	publish(k);
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
 
-enum { SLOT_SIGNAL, SLOT_LISTEN, SLOT_LINK, SLOT_RELAY, SLOT_COPY, SLOT_CONN };
+enum { SLOT_SIGNAL, SLOT_LISTEN, SLOT_LINK, SLOT_RELAY, SLOT_COPY, SLOT_STREAM };
 
 struct slot_of {
 	int kind;
 	size_t a, b;
 };
 
-#define MAX_POLL (2 + MAX_SERVED + 16 + MAX_CONNS + 256)
+#define MAX_POLL (2 + MAX_SERVED + 16 + 2 * STREAMS_MAX + 256)
 
 static size_t watch(struct pollfd *fds, struct slot_of *of, size_t n, int fd, int kind, size_t a,
 		    size_t b)
@@ -641,12 +654,13 @@ static size_t poll_set(struct keeper *k, struct pollfd *fds, struct slot_of *of)
 			continue;
 		n = watch(fds, of, n, s->fd, SLOT_LINK, i, 0);
 		for (size_t c = 0; c < s->n_copies; c++)
-			if (rescued(s, &s->copies[c]))
+			if (reading(k, s, &s->copies[c]))
 				n = watch(fds, of, n, s->copies[c].fd, SLOT_COPY, i, c);
 	}
-	for (size_t i = 0; i < k->n_conns; i++)
-		n = watch(fds, of, n, k->conns[i]->fd, SLOT_CONN, i, 0);
-	return n;
+	size_t ns = streams_poll_set(k->streams, fds + n, MAX_POLL - n);
+	for (size_t i = n; i < n + ns; i++)
+		of[i] = (struct slot_of){.kind = SLOT_STREAM};
+	return n + ns;
 }
 
 static bool anyone(const struct keeper *k)
@@ -654,7 +668,7 @@ static bool anyone(const struct keeper *k)
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		if (k->served[i].used)
 			return true;
-	return k->n_conns > 0;
+	return streams_count(k->streams) > 0;
 }
 
 static void handle(struct keeper *k, const struct pollfd *p, const struct slot_of *of,
@@ -664,7 +678,7 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 	struct served *s = of->kind == SLOT_LINK || of->kind == SLOT_COPY ? &k->served[of->a]
 									    : NULL;
 
-	if (!(p->revents & (POLLIN | POLLHUP | POLLERR)))
+	if (!(p->revents & (POLLIN | POLLOUT | POLLHUP | POLLERR)))
 		return;
 	switch (of->kind) {
 	case SLOT_SIGNAL:
@@ -679,17 +693,15 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 			read_link(k, s, now);
 		break;
 	case SLOT_RELAY:
-		relay_read(k->relay, p->fd, now, answered_on, k);
+		relay_read(k->relay, p->fd);
 		break;
 	case SLOT_COPY:
 		if (s->used && of->b < s->n_copies && s->copies[of->b].fd == p->fd &&
-		    rescued(s, &s->copies[of->b]))
+		    reading(k, s, &s->copies[of->b]))
 			drain(k, s, &s->copies[of->b], now);
 		break;
-	case SLOT_CONN:
-		for (size_t i = 0; i < k->n_conns; i++)
-			if (k->conns[i]->fd == p->fd)
-				read_conn(k, k->conns[i], now);
+	case SLOT_STREAM:
+		streams_ready(k->streams, p->fd, p->revents);
 		break;
 	}
 }
@@ -713,12 +725,12 @@ static void run(struct keeper *k)
 		/* Looks first: a link read below may free what fds still names. */
 		if (now >= k->next_look_ms) {
 			look(k, now);
-			sweep_conns(k, now);
+			streams_sweep(k->streams, now);
 			k->next_look_ms = now + KEEPER_LOOK_MS;
 		}
 		for (size_t i = 0; i < n; i++)
 			handle(k, &fds[i], &of[i], now);
-		sweep_conns(k, now);
+		streams_sweep(k->streams, now);
 	}
 }
 
@@ -772,6 +784,10 @@ static int set_up(struct keeper *k, char *err, size_t errlen)
 	if (!(k->nft = nft_open(k->cfg, err, errlen)) || !(k->relay = relay_new(err, errlen)) ||
 	    (k->listen_fd = listen_on(k->cfg->keeper.socket, err, errlen)) < 0)
 		return -1;
+	if (!(k->streams = streams_new())) {
+		snprintf(err, errlen, "keeper: out of memory");
+		return -1;
+	}
 	nft_mute(k->nft);
 	/* Not dumpable: the localdns beside it (same uid, and with the pod's
 	 * shared PID namespace in sight) cannot ptrace it or read its memory. */
@@ -807,24 +823,26 @@ int keeper_main(const char *config_path)
 	} else {
 		log_info("keeper: waiting for localdns", "socket", cfg->keeper.socket);
 		pthread_join(thread, NULL);
-		struct relay_stats st;
-		char asked[24], answered[24], dropped[24], rescues[24], still[24], gap[24];
-		relay_stats(k.relay, &st);
-		snprintf(asked, sizeof asked, "%" PRIu64, st.asked);
-		snprintf(answered, sizeof answered, "%" PRIu64, st.answered);
-		snprintf(dropped, sizeof dropped, "%" PRIu64, st.dropped);
-		snprintf(rescues, sizeof rescues, "%" PRIu64, k.rescues);
+		struct keeper_stats t;
+		char asked[24], unanswered[24], dropped[24], rescues[24], still[24], gap[24];
+		streams_sweep(k.streams, UINT64_MAX); /* counted before the totals */
+		totals(&k, &t);
+		snprintf(asked, sizeof asked, "%" PRIu64, t.relayed[KEEPER_DEATH] + t.relayed[KEEPER_HANG]);
+		snprintf(unanswered, sizeof unanswered, "%" PRIu64, t.failed[KEEPER_NO_ANSWER]);
+		snprintf(dropped, sizeof dropped, "%" PRIu64, t.failed[KEEPER_NOT_SENT]);
+		snprintf(rescues, sizeof rescues, "%" PRIu64,
+			 t.rescues[KEEPER_DEATH] + t.rescues[KEEPER_HANG]);
 		snprintf(still, sizeof still, "%" PRIu64 "ms", k.max_still_ms);
 		snprintf(gap, sizeof gap, "%" PRIu64 "ms", k.max_gap_ms);
-		log_info("keeper: stopped", "rescues", rescues, "relayed", asked, "answered", answered,
-			 "dropped", dropped, "longest_stand_still", still, "longest_between_turns", gap);
+		log_info("keeper: stopped", "rescues", rescues, "relayed", asked, "unanswered",
+			 unanswered, "dropped", dropped, "longest_stand_still", still,
+			 "longest_between_turns", gap);
 		rc = 0;
 	}
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		if (k.served[i].used)
 			forget_served(&k, &k.served[i]);
-	while (k.n_conns)
-		close_conn(&k, 0);
+	streams_free(k.streams);
 	/* The socket file stays (the filter allows no unlink): the next keeper replaces it. */
 	if (k.listen_fd >= 0)
 		close(k.listen_fd);

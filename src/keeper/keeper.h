@@ -22,7 +22,8 @@
  *
  * Owns: the server side of the link (keeper_link: the shared heartbeats,
  * connecting and reconnecting, sending the sockets whenever the set
- * changes, "leaving" at SIGTERM) and the keeper process (keeper_main).
+ * changes, "leaving" at SIGTERM, reading back what the keeper reports in
+ * the shared page) and the keeper process (keeper_main).
  *
  * Must never: read a queued query while the worker that owns the socket
  * turns, keep a TCP listener listening that the serving process closed
@@ -31,7 +32,8 @@
  *
  * Threads: keeper_link_new/free and keeper_link_leave on the main thread,
  * keeper_link_turn on the node monitor thread (a mutex
- * serialises the two sides); the keeper process has one thread.
+ * serialises the two sides); the keeper process works on one thread, its
+ * main thread waiting for it.
  */
 #ifndef LOCALDNS_KEEPER_KEEPER_H
 #define LOCALDNS_KEEPER_KEEPER_H
@@ -83,6 +85,36 @@ void keeper_link_turn(struct keeper_link *l, uint64_t now_ms);
  * nothing. No reconnection after this. NULL is fine.
  */
 void keeper_link_leave(struct keeper_link *l);
+
+/* Why the keeper took a serving process's queries. */
+enum keeper_reason {
+	KEEPER_DEATH, /* the process died: the link hung up without LEAVING */
+	KEEPER_HANG,  /* a worker stood still KEEPER_RESCUE_MS */
+	KEEPER_REASONS
+};
+
+/* Why a query the keeper took got no answer through it. */
+enum keeper_failure {
+	KEEPER_NOT_SENT,  /* no fallback endpoint, no room, or a send or connect failed */
+	KEEPER_NO_ANSWER, /* the endpoint did not answer in time, or its connection ended first */
+	KEEPER_FAILURES
+};
+
+/*
+ * What localdns can tell of its keeper (ctl stats, /metrics). The counts
+ * are the keeper's, since the keeper started: it writes them into the page
+ * it shares with each localdns that connects, so the localdns started after
+ * a crash reads what the keeper did while it was down.
+ */
+struct keeper_stats {
+	uint64_t connected;                 /* 1: the keeper holds the current sockets */
+	uint64_t rescues[KEEPER_REASONS];   /* deaths seen, workers judged stuck */
+	uint64_t relayed[KEEPER_REASONS];   /* queries taken and asked of the cluster DNS */
+	uint64_t failed[KEEPER_FAILURES];   /* queries taken and not answered */
+};
+
+/* Any thread; lock-free (atomics). A NULL link: all zeros. */
+void keeper_link_stats(const struct keeper_link *l, struct keeper_stats *out);
 
 /* `localdns keeper --config FILE`: runs until SIGTERM/SIGINT; the exit status. */
 int keeper_main(const char *config_path);

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ struct keeper_link {
 	bool said_missing;          /* the keeper's absence is logged once per absence */
 	uint64_t next_try_ms;
 	uint64_t sent_generation;   /* of the sockets the keeper has; 0: none sent */
+	atomic_bool holding;        /* the keeper has the current set (keeper_link_stats) */
 	struct server_socket *sockets; /* MAX_SOCKETS, for server_dup_sockets */
 };
 
@@ -137,6 +139,7 @@ static void hang_up(struct keeper_link *l, uint64_t now_ms, const char *why)
 	close(l->fd);
 	l->fd = -1;
 	l->sent_generation = 0;
+	atomic_store_explicit(&l->holding, false, memory_order_relaxed);
 	l->next_try_ms = now_ms + RETRY_MS;
 	log_warn("lost the keeper; queries queued when this process dies or hangs are lost "
 		 "until it is back", "socket", l->path, "reason", why);
@@ -199,6 +202,7 @@ static void send_sockets(struct keeper_link *l, uint64_t now_ms)
 	if (n > kept)
 		log_warn("the keeper holds only some of the listening sockets", "sent", "4096");
 	l->sent_generation = generation;
+	atomic_store_explicit(&l->holding, true, memory_order_relaxed);
 }
 
 /* The keeper never speaks: anything readable is its hang-up. */
@@ -232,6 +236,7 @@ void keeper_link_leave(struct keeper_link *l)
 		return;
 	pthread_mutex_lock(&l->lock);
 	l->left = true;
+	atomic_store_explicit(&l->holding, false, memory_order_relaxed);
 	if (l->fd >= 0) {
 		if (!say(l, &bye, -1))
 			log_warn("cannot tell the keeper we are leaving; it will answer what is "
@@ -240,4 +245,19 @@ void keeper_link_leave(struct keeper_link *l)
 		l->fd = -1;
 	}
 	pthread_mutex_unlock(&l->lock);
+}
+
+void keeper_link_stats(const struct keeper_link *l, struct keeper_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!l)
+		return;
+	const struct keeper_report *r = &l->beats->report;
+	out->connected = atomic_load_explicit(&l->holding, memory_order_relaxed);
+	for (int i = 0; i < KEEPER_REASONS; i++) {
+		out->rescues[i] = atomic_load_explicit(&r->rescues[i], memory_order_relaxed);
+		out->relayed[i] = atomic_load_explicit(&r->relayed[i], memory_order_relaxed);
+	}
+	for (int i = 0; i < KEEPER_FAILURES; i++)
+		out->failed[i] = atomic_load_explicit(&r->failed[i], memory_order_relaxed);
 }

@@ -8,6 +8,9 @@
  * came, under an ID of ours, and the answer goes back under the client's.
  * Nothing is parsed beyond the header.
  *
+ * TCP connections go over TCP (stream.c): relayed over UDP, a large
+ * answer would reach a TCP client truncated.
+ *
  * Forgery: an answer is taken only from the endpoint it was asked of, on
  * the relay socket it was asked from (RELAY_PORTS per family, each with its
  * own random port), with the random ID it was asked under: about 2^18
@@ -22,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define RELAY_PORTS 4          /* sockets per family */
@@ -33,7 +35,6 @@
 
 struct slot {
 	bool used;
-	bool tcp;
 	int reply_fd;
 	int out_fd;
 	uint16_t client_id;
@@ -177,7 +178,12 @@ static void release(struct relay *r, struct slot *s)
 	r->n_used--;
 }
 
-bool relay_ask(struct relay *r, int reply_fd, bool tcp, const struct sockaddr_storage *client,
+const struct sockaddr_storage *relay_next_endpoint(struct relay *r)
+{
+	return r->n_endpoints ? &r->endpoints[r->next_endpoint++ % r->n_endpoints] : NULL;
+}
+
+bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
 	       const uint8_t *q, size_t len, uint64_t now_ms)
 {
 	uint8_t out[RELAY_MAX];
@@ -190,7 +196,7 @@ bool relay_ask(struct relay *r, int reply_fd, bool tcp, const struct sockaddr_st
 		r->stats.dropped++;
 		return false;
 	}
-	const struct sockaddr_storage *ep = &r->endpoints[r->next_endpoint++ % r->n_endpoints];
+	const struct sockaddr_storage *ep = relay_next_endpoint(r);
 	int out_fd = pick_socket(r, ep->ss_family, random[0]);
 	uint16_t id = (uint16_t)random[1];
 	for (int tries = 0; r->by_id[id] && tries < 16; tries++)
@@ -207,7 +213,7 @@ bool relay_ask(struct relay *r, int reply_fd, bool tcp, const struct sockaddr_st
 		r->stats.dropped++;
 		return false;
 	}
-	*s = (struct slot){.used = true, .tcp = tcp, .reply_fd = reply_fd, .out_fd = out_fd,
+	*s = (struct slot){.used = true, .reply_fd = reply_fd, .out_fd = out_fd,
 			   .client_id = (uint16_t)(q[0] << 8 | q[1]), .wire_id = id,
 			   .client = *client, .endpoint = *ep,
 			   .deadline_ms = now_ms + RELAY_TIMEOUT_MS};
@@ -229,8 +235,10 @@ unsigned relay_pending(const struct relay *r, int reply_fd)
 void relay_forget(struct relay *r, int reply_fd)
 {
 	for (size_t i = 0; r->n_used && i < RELAY_SLOTS; i++)
-		if (r->slots[i].used && r->slots[i].reply_fd == reply_fd)
+		if (r->slots[i].used && r->slots[i].reply_fd == reply_fd) {
 			release(r, &r->slots[i]);
+			r->stats.forgotten++;
+		}
 }
 
 size_t relay_fds(const struct relay *r, int *fds, size_t max)
@@ -241,27 +249,19 @@ size_t relay_fds(const struct relay *r, int *fds, size_t max)
 	return n;
 }
 
-/* The answer, under the client's ID, where the query came from. */
+/* The answer, under the client's ID, from the socket the query came in on. */
 static void answer(struct slot *s, uint8_t *m, size_t len)
 {
 	m[0] = (uint8_t)(s->client_id >> 8);
 	m[1] = (uint8_t)s->client_id;
-	if (!s->tcp) {
-		sendto(s->reply_fd, m, len, MSG_DONTWAIT, (const struct sockaddr *)&s->client,
-		       sockaddr_len(&s->client));
-		return;
-	}
-	uint8_t frame[2] = {(uint8_t)(len >> 8), (uint8_t)len};
-	struct iovec iov[2] = {{.iov_base = frame, .iov_len = 2}, {.iov_base = m, .iov_len = len}};
-	struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
-	sendmsg(s->reply_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+	sendto(s->reply_fd, m, len, MSG_DONTWAIT, (const struct sockaddr *)&s->client,
+	       sockaddr_len(&s->client));
 }
 
-void relay_read(struct relay *r, int fd, uint64_t now_ms, void (*done)(void *, int), void *arg)
+void relay_read(struct relay *r, int fd)
 {
 	uint8_t m[RELAY_MAX];
 
-	(void)now_ms;
 	for (int i = 0; i < RELAY_READS; i++) {
 		struct sockaddr_storage from;
 		socklen_t flen = sizeof from;
@@ -278,11 +278,7 @@ void relay_read(struct relay *r, int fd, uint64_t now_ms, void (*done)(void *, i
 			continue; /* not an answer we wait for */
 		answer(s, m, (size_t)n);
 		r->stats.answered++;
-		bool tcp = s->tcp;
-		int reply_fd = s->reply_fd;
 		release(r, s);
-		if (tcp && done)
-			done(arg, reply_fd);
 	}
 }
 

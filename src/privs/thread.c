@@ -197,9 +197,15 @@ static const struct rule rules[] = {
 	ALLOW(NODE, getsockname),
 	ALLOW(NODE, connect),
 	ALLOW_IF(NODE, fcntl, 1, INT_ARG, F_DUPFD_CLOEXEC),
-	/* The keeper: the links and rescued listeners it accepts on, what it is sent. */
+	/* The keeper: the links and rescued listeners it accepts on, what it is sent;
+	 * a TCP connection to the cluster DNS for each rescued TCP connection
+	 * (keeper/stream.c: an answer too large for UDP comes back whole). */
 	ALLOW(KEEPER, accept4),
 	ALLOW(KEEPER, getsockopt),
+	ALLOW_IF(KEEPER, socket, 0, INT_ARG, AF_INET),
+	ALLOW_IF(KEEPER, socket, 0, INT_ARG, AF_INET6),
+	ALLOW(KEEPER, connect),
+	ALLOW(KEEPER, shutdown),
 	ALLOW(WORKER, recvmmsg),
 	ALLOW(WORKER | KUBE, sendmmsg),    /* glibc's resolver asks A and AAAA at once */
 	ALLOW(RESOLVER, writev),

@@ -141,7 +141,8 @@ def test_chart_keeper_container(env):
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}, sc
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, sc
     assert "livenessProbe" not in k and "ports" not in k, k
-    # It loads the same config, whose keys may name ${POD_IP}: the same environment.
+    # It loads the same config, which may name the pod's environment
+    # (metrics.listen: "${POD_IP}:9253" by default): the same env.
     assert k["env"] == c["env"], (k.get("env"), c["env"])
     assert k["resources"] == {"requests": {"cpu": "5m", "memory": "8Mi"},
                               "limits": {"memory": "32Mi"}}, k["resources"]

@@ -481,6 +481,14 @@ class Node(test_node.Node):
                        check=False).stdout
         return sum(" src=%s " % endpoint in " %s " % line for line in out.splitlines())
 
+    def scrape(self):
+        """/metrics of the localdns on the chart's metrics.listen (the pod's IP)."""
+        host = test_node.IPV4.pod_gateway
+        port = int(self.rendered.config["metrics"]["listen"].rsplit(":", 1)[1])
+        return self.run(self.node, sys.executable, "-c", "import urllib.request as u; print(u."
+                        "urlopen('http://%s:%d/metrics', timeout=5).read().decode(), end='')"
+                        % (host, port)).stdout
+
     def http_ready(self):
         """What the kubelet's readinessProbe gets on the health address."""
         probe = self.rendered.container["readinessProbe"]["httpGet"]
@@ -535,7 +543,9 @@ class Pod:
         self.config_path = os.path.join(self.dir, "config.yaml")
         self.write_config(n.rendered.config)
         self.keeper = Keeper(n.env, n.node, self.config_path, self.dir, n.env_of("keeper"))
-        n.until(lambda: "waiting for localdns" in self.keeper.stderr(), True, 10.0)
+        n.until(lambda: "waiting for localdns" in self.keeper.stderr() or
+                self.keeper.proc.poll() is not None, True, 10.0)
+        assert self.keeper.proc.poll() is None, "the keeper did not start: " + self.keeper.tail()
         self.server = None
         self.start_server()
 
@@ -960,3 +970,223 @@ def test_no_failover_while_localdns_is_starved_of_cpu(env):
 
 
 test_no_failover_while_localdns_is_starved_of_cpu.timeout = 90
+
+
+# ---------------------------------------------------------- what the keeper did
+
+def keeper_stats(n):
+    """localdns's own account of its keeper (`ctl stats`, the keeper_* lines):
+    whichever localdns the node's control socket leads to."""
+    path = n.rendered.config["control"]["socket"]
+    p = n.env.run(["ctl", "--socket", path, "stats"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    pairs = dict(line.split(" ") for line in p.stdout.strip().split("\n"))
+    return {k: int(v) for k, v in pairs.items() if k.startswith("keeper_")}
+
+
+# One query, asked on cue: the process starts (SCHED_FIFO, as the clients
+# above), says "ready", and sends when a line comes on stdin, so the query
+# leaves within milliseconds of the cue however long a process takes to
+# start on a loaded machine. argv: server, name, udp|tcp. Prints the reply
+# as JSON: rcode, tc, the A addresses; or why there is none.
+ASKER = r'''
+import json, os, socket, struct, sys
+server, name, tcp = sys.argv[1], sys.argv[2], sys.argv[3] == "tcp"
+try:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+except OSError:
+    pass
+q = struct.pack("!HHHHHH", 4242, 0x0100, 1, 0, 0, 0) + b"".join(
+    bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack("!HH", 1, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if tcp else socket.SOCK_DGRAM)
+s.settimeout(3)
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    s.connect((server, 53))
+    if tcp:
+        s.sendall(struct.pack("!H", len(q)) + q)
+        m = b""
+        while len(m) < 2 or len(m) < 2 + struct.unpack("!H", m[:2])[0]:
+            got = s.recv(65536)
+            if not got:
+                raise OSError("closed")
+            m += got
+        m = m[2:]
+    else:
+        s.send(q)
+        m = s.recv(65536)
+except OSError as e:
+    print(json.dumps({"error": str(e)}), flush=True)
+    sys.exit(0)
+flags, qd, an = struct.unpack("!HHH", m[2:8])
+i = 12
+for _ in range(qd):
+    while m[i]:
+        i += m[i] + 1
+    i += 5
+addrs = []
+for _ in range(an):
+    i += 2 if m[i] & 0xC0 == 0xC0 else m.index(0, i) + 1 - i
+    rtype, _, _, n = struct.unpack("!HHIH", m[i:i + 10])
+    if rtype == 1:
+        addrs.append(socket.inet_ntoa(m[i + 10:i + 14]))
+    i += 10 + n
+print(json.dumps({"rcode": flags & 0xF, "tc": bool(flags & 0x200), "a": addrs}), flush=True)
+'''
+
+
+def stop_and_wait(pid):
+    """SIGSTOP to pid, and until every thread of it is stopped (state T): a
+    thread on another CPU may still take a query the moment after kill()."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while True:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that has just ended
+        if states and all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, "not stopped: %s" % states
+        time.sleep(0.001)
+
+
+class Asker:
+    """ASKER in netns ns, ready to send: go() sends, reply() waits for it."""
+
+    def __init__(self, ns, server, name, transport="udp"):
+        self.p = harness.track_process(subprocess.Popen(
+            harness.netns_argv(ns, [sys.executable, "-c", ASKER, server, name, transport]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        assert self.p.stdout.readline().strip() == "ready"
+
+    def go(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+
+    def reply(self):
+        line = self.p.stdout.readline()
+        assert self.p.wait(10) == 0, "asker failed"
+        harness.untrack_process(self.p)
+        return json.loads(line)
+
+
+def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
+    """localdns's metrics of its keeper: whether it holds the sockets, and
+    what it relayed and why, counted by the keeper and read by localdns from
+    the page they share, so a localdns restarted after a crash shows it."""
+    n = Node(env)
+    try:
+        n.render()
+        pod = n.localdns()
+        n.wait_capturing(pod)
+        n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
+        before = keeper_stats(n)
+        assert before == {"keeper_enabled": 1, "keeper_connected": 1,
+                          "keeper_rescues_death": 0, "keeper_rescues_hang": 0,
+                          "keeper_relayed_death": 0, "keeper_relayed_hang": 0,
+                          "keeper_failed_not_sent": 0, "keeper_failed_no_answer": 0}, before
+
+        # A hang: what queues while localdns is stopped is relayed once the
+        # keeper judges its worker stuck.
+        pid = pod.server.proc.pid
+        asked = [Asker(ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        stop_and_wait(pid)
+        for a in asked:
+            a.go()
+        replies = [a.reply() for a in asked]
+        os.kill(pid, signal.SIGCONT)
+        for r in replies:
+            assert r.get("rcode") == 0 and r["a"] == [STANDIN_A], r
+        n.until(lambda: keeper_stats(n)["keeper_relayed_hang"] >= 2, True, 5.0)
+        hung = keeper_stats(n)
+        assert hung["keeper_rescues_hang"] >= 1 and hung["keeper_rescues_death"] == 0, hung
+
+        # A crash: queries queued in the stopped process's sockets when it is
+        # killed go to CoreDNS through the keeper, and the localdns that the
+        # kubelet starts next reports them.
+        asked = [Asker(ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
+        stop_and_wait(pid)
+        for a in asked:
+            a.go()
+        time.sleep(0.1)             # sent: they wait in the stopped process's socket
+        pod.server.proc.kill()
+        pod.server.proc.wait(5)
+        for r in [a.reply() for a in asked]:
+            assert r.get("rcode") == 0 and r["a"] == [STANDIN_A], r
+        pod.start_server()
+        n.wait_capturing(pod)
+        n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
+        after = keeper_stats(n)
+        print("\nthe keeper as localdns reports it: after the hang %s; after the crash, "
+              "from the restarted localdns, %s" % (hung, after), flush=True)
+        assert after["keeper_rescues_death"] == 1, after
+        # Queued before the kill: relayed as the death's, or as a hang's when
+        # the keeper judged the stopped worker first (it may, on a slow machine).
+        relayed = after["keeper_relayed_death"] + after["keeper_relayed_hang"]
+        assert relayed >= hung["keeper_relayed_hang"] + 2, (hung, after)
+        assert after["keeper_failed_not_sent"] == 0 and \
+            after["keeper_failed_no_answer"] == 0, after
+        # /metrics says the same.
+        scraped = n.scrape()
+        for reason in ("death", "hang"):
+            for metric, stat in (("localdns_keeper_rescues_total", "keeper_rescues_"),
+                                 ("localdns_keeper_relayed_total", "keeper_relayed_")):
+                line = '%s{reason="%s"} %d' % (metric, reason, after[stat + reason])
+                assert line in scraped, (line, scraped)
+        assert "\nlocaldns_keeper_connected 1\n" in scraped, scraped
+        stop(pod)
+    finally:
+        n.api.stop()
+    assert "keeper: the serving process is gone" in pod.keeper.stderr(), pod.keeper.tail()
+
+
+test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash.timeout = 90
+
+
+def test_the_keeper_relays_a_tcp_query_over_tcp_whole(env):
+    """A TCP query the keeper rescues goes to the cluster DNS over TCP, so
+    an answer too large for UDP (the stand-in CoreDNS truncates it there,
+    as CoreDNS does) reaches the TCP client whole, through a hang and
+    through a crash, from a pod and from the host network."""
+    n = Node(env)
+    try:
+        n.render()
+        pod = n.localdns()
+        n.wait_capturing(pod)
+        for event in ("hang", "death"):
+            pid = pod.server.proc.pid
+            asked = [Asker(ns, LINK, test_node.BIG_NAME, "tcp") for ns in (n.pod, n.node)]
+            stop_and_wait(pid)
+            # Connected and sent while localdns is stopped: the connections
+            # wait in its listeners' queues, where only the keeper reaches them.
+            for a in asked:
+                a.go()
+            if event == "death":
+                time.sleep(0.1)
+                pod.server.proc.kill()
+                pod.server.proc.wait(5)
+            replies = [a.reply() for a in asked]
+            if event == "hang":
+                os.kill(pid, signal.SIGCONT)
+            for r in replies:
+                assert r.get("rcode") == 0 and not r["tc"], (event, r)
+                assert len(r["a"]) == test_node.BIG_RECORDS, (event, r)
+            if event == "death":
+                pod.start_server()
+                n.wait_capturing(pod)
+        n.until(lambda: keeper_stats(n)["keeper_connected"], 1, 5.0)
+        after = keeper_stats(n)
+        assert after["keeper_relayed_death"] + after["keeper_relayed_hang"] >= 4, after
+        assert after["keeper_failed_not_sent"] == 0 and \
+            after["keeper_failed_no_answer"] == 0, after
+        stop(pod)
+    finally:
+        n.api.stop()
+
+
+test_the_keeper_relays_a_tcp_query_over_tcp_whole.timeout = 90

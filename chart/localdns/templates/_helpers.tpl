@@ -129,9 +129,9 @@ app.kubernetes.io/component: metrics
 {{- end -}}
 
 {{/*
-The environment of both containers: the node's name (kubernetes.node_name
-"" reads it) and the pod's address ("${POD_IP}:port" in a listen key: on the
-host network, the node's address).
+The environment the config may name, for both containers (they read the
+same file): NODE_NAME (kubernetes.node_name ""), POD_IP ("${POD_IP}:port" in
+a listen key: the node's address on the host network).
 */}}
 {{- define "localdns.env" -}}
 - name: NODE_NAME
@@ -142,4 +142,4 @@ host network, the node's address).
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
-{{- end }}
+{{- end -}}
