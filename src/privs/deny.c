@@ -122,7 +122,7 @@ static int kill_unless(scmp_filter_ctx f, int nr, unsigned arg, const uint64_t *
 		if (allowed[i] > allowed[i - 1] + 1 &&
 		    kill_in_range(f, nr, arg, allowed[i - 1] + 1, allowed[i] - 1) < 0)
 			return -1;
-	return seccomp_rule_add(f, KILL, nr, 1, SCMP_CMP(arg, SCMP_CMP_GT, allowed[n - 1]));
+	return seccomp_rule_add(f, KILL, nr, 1, SCMP_CMP(arg, SCMP_CMP_GT, allowed[n - 1], 0));
 }
 
 static int add_rules(scmp_filter_ctx f)
