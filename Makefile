@@ -208,9 +208,12 @@ run: deps
 # CPU by default), then the passes one after another (-j1: their tests must
 # not compete with each other, and their output stays in order).
 JOBS ?= $(shell nproc)
+# make test fuzzes each target for TEST_FUZZ_TIME seconds (a smoke run over the
+# seeds and a little beyond: ten targets, two at a time); `make fuzz` for longer.
+TEST_FUZZ_TIME ?= 15
 test: deps
 	$(MAKE) -j$(JOBS) test-build
-	$(MAKE) -j1 fuzz sanitize tsan unit integration
+	$(MAKE) -j1 FUZZ_TIME=$(TEST_FUZZ_TIME) fuzz sanitize tsan unit integration
 
 test-build: fuzz-build sanitize-build tsan-build unit-build integration-build
 
