@@ -12,15 +12,22 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "dns/dns.h"
 
+/* The failed condition, its line and errno go to stderr first: a run that
+ * failed on a machine we cannot reach (CI) says which check it was. */
 #define CHECK(cond) \
 	do { \
-		if (!(cond)) \
+		if (!(cond)) { \
+			fprintf(stderr, "%s:%d: CHECK(%s) failed (errno %d: %s)\n", __FILE__, \
+				__LINE__, #cond, errno, strerror(errno)); \
 			abort(); \
+		} \
 	} while (0)
 
 /* Whether fd turns readable within ms: for the targets that talk to a
