@@ -244,6 +244,7 @@ bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	tests/bench/cache_qps.sh $(BIN)
 	tests/bench/search_qps.sh $(BIN)
 	tests/bench/srv_qps.sh $(BIN)
+	tests/bench/miss_qps.sh $(BIN)
 	$(BUILD)/bench/cluster_model
 	tests/bench/cluster_sync.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
