@@ -106,10 +106,10 @@ ctxt_switches() {
 		awk '/^(non)?voluntary_ctxt_switches:/ {n += $2} END {print n + 0}'
 }
 
-# CPU ticks of NSD so far: its main process and the server it forks.
+# CPU ticks of NSD so far: its main process and those it forks (xfrd, the server).
 nsd_ticks() {
 	local p n=0
-	for p in "$NPID" $(pgrep -P "$NPID" 2>/dev/null || true); do
+	for p in $(pgrep -f "$TMP/nsd.conf" 2>/dev/null || true); do
 		n=$((n + $(cpu_ticks "$p")))
 	done
 	echo "$n"
