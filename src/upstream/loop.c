@@ -468,9 +468,9 @@ void loop_free(struct loop *l)
 	l->n_timers = l->timers_cap = l->by_fd_len = 0;
 }
 
-int loop_watch(struct loop *l, int fd, unsigned tag)
+int loop_watch(struct loop *l, int fd, unsigned tag, bool edge)
 {
-	struct epoll_event ee = {.events = EPOLLIN, .data.u64 = tag};
+	struct epoll_event ee = {.events = EPOLLIN | (edge ? EPOLLET : 0), .data.u64 = tag};
 
 	return epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ee);
 }
@@ -550,13 +550,18 @@ static int wait_timeout(const struct loop *l, int timeout_ms, uint64_t now_ns)
 int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max)
 {
 	struct epoll_event events[EVENTS_PER_WAIT];
-	int n = epoll_wait(l->epfd, events, EVENTS_PER_WAIT,
-			   wait_timeout(l, timeout_ms, monotonic_ns()));
 	uint64_t now_ns = monotonic_ns();
-	int ours = 0;
+	int n = 0, ours = 0;
 
-	if (n < 0)
-		return -1;
+	if (l->n_timers && l->timers[0]->deadline_ns <= now_ns && !l->skipped_poll) {
+		l->skipped_poll = true; /* the next turn polls, whatever is due then */
+	} else {
+		l->skipped_poll = false;
+		n = epoll_wait(l->epfd, events, EVENTS_PER_WAIT, wait_timeout(l, timeout_ms, now_ns));
+		if (n < 0)
+			return -1;
+		now_ns = monotonic_ns();
+	}
 	for (int i = 0; i < n; i++) {
 		if (events[i].data.u64 < LOOP_MAX_TAG) {
 			if (ours < max)

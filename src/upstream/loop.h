@@ -36,6 +36,7 @@ struct loop {
 	struct loop_event *run_head, *run_tail; /* the turn's events with something to run */
 	struct loop_event *dead;     /* freed while dispatching, released after it */
 	bool dispatching;
+	bool skipped_poll;           /* the last turn ran a due timer without epoll_wait */
 	size_t live;                 /* events made and not freed */
 };
 
@@ -59,15 +60,21 @@ int loop_init(struct loop *l);
 /* Close the epoll set; every libunbound event must have been freed (its contexts deleted). */
 void loop_free(struct loop *l);
 
-/* Watch fd (level-triggered, readable) for the caller: loop_wait reports tag. -1 with errno. */
-int loop_watch(struct loop *l, int fd, unsigned tag);
+/*
+ * Watch fd (readable) for the caller: loop_wait reports tag. Level-
+ * triggered, or with edge once per change (an eventfd written again and
+ * again, never read: each write is reported once). -1 with errno.
+ */
+int loop_watch(struct loop *l, int fd, unsigned tag, bool edge);
 
 /*
  * Sleep until something is ready, at most timeout_ms (less when a timer of
  * libunbound's is due sooner), run libunbound's events that are ready and
  * its timers that are due, and give back the tags of the caller's
- * descriptors that are readable (at most max). The count, or -1 with errno
- * (EINTR).
+ * descriptors that are readable (at most max). When a timer is already
+ * due, a turn runs it without asking epoll first, and the next one asks
+ * (libunbound starts each query from a timer of no delay: one epoll_wait
+ * less per question). The count, or -1 with errno (EINTR).
  */
 int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max);
 

@@ -126,6 +126,7 @@ struct upstream {
 	struct completion_ring **completions;
 	struct socket_ring **sockets;
 	_Atomic uint32_t sockets_handed; /* bumped after each socket put in a socket ring */
+	_Atomic bool idle;           /* the resolver may be asleep: upstream_wake writes request_efd */
 	int request_efd;
 	int stop_efd;
 	int control_efd;             /* upstream_switch has a context waiting */
@@ -190,9 +191,31 @@ bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_
 	return false;
 }
 
+/*
+ * The wake-up is owed only while the resolver may be asleep: it sets idle,
+ * then looks at the rings before it sleeps; a worker puts its requests,
+ * then looks at idle. With a full fence between each side's store and
+ * load, at least one of them sees the other's: the resolver does not
+ * sleep, or the worker writes the eventfd. A resolver that is awake takes
+ * every ring at every turn, so a busy one costs its workers no syscall.
+ */
 void upstream_wake(struct upstream *u)
 {
-	signal_fd(u->request_efd);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&u->idle, memory_order_relaxed))
+		signal_fd(u->request_efd);
+}
+
+/* Resolver side, idle set: is there anything a worker put that a turn should take now? */
+static bool requests_waiting(struct upstream *u)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&u->sockets_handed, memory_order_acquire) != u->sockets_seen)
+		return true;
+	for (unsigned i = 0; i < u->n_workers; i++)
+		if (!request_ring_empty(u->requests[i]))
+			return true;
+	return false;
 }
 
 bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
@@ -292,7 +315,6 @@ static void take_requests(struct upstream *u)
 	struct upstream_request *r = &u->taken;
 	struct retired_socket *sockets = take_sockets(u);
 
-	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
 		while (request_ring_take(u->requests[i], r)) {
 			/* read after the request arrived: TTLs aged by an older
@@ -645,14 +667,14 @@ static void take_incoming(struct upstream *u)
 
 /*
  * upstream_settle's answer, at the end of a turn: once requests have been
- * taken after the settle was asked (the ask wakes the request eventfd, so
- * everything queued before it is in), and no client waits any more.
+ * taken after the settle was seen (so everything queued before the ask is
+ * in), and no client waits any more.
  */
-static void report_settled(struct upstream *u, bool took_requests)
+static void report_settled(struct upstream *u, bool asked_before_take)
 {
-	if (!atomic_load_explicit(&u->settle_asked, memory_order_acquire))
+	if (!asked_before_take)
 		return;
-	u->settle_taken = u->settle_taken || took_requests;
+	u->settle_taken = true;
 	if (!u->settle_taken || flights_waiting(&u->flights) > 0)
 		return;
 	pthread_mutex_lock(&u->control_lock);
@@ -681,17 +703,18 @@ static void *resolver_main(void *arg)
 
 	urcu_memb_register_thread();
 	while (!stop) {
-		bool took_requests = false;
+		/* asleep as far as the workers know (upstream_wake), unless they left work */
+		atomic_store_explicit(&u->idle, true, memory_order_relaxed);
+		int timeout = requests_waiting(u) ? 0 : wait_ms(u);
 		/* libunbound's sockets and timers are served inside */
-		int n = loop_wait(&u->loop, wait_ms(u), ready, 4);
+		int n = loop_wait(&u->loop, timeout, ready, 4);
+		atomic_store_explicit(&u->idle, false, memory_order_relaxed);
 		run_deferred(u);
 		u->now_ms = (uint64_t)coarse_ms();
 		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
 		for (int i = 0; i < n; i++) {
 			switch ((enum source)ready[i]) {
-			case SRC_REQUESTS:
-				take_requests(u);
-				took_requests = true;
+			case SRC_REQUESTS: /* taken below, at every turn */
 				break;
 			case SRC_CONTROL:
 				take_incoming(u);
@@ -703,6 +726,8 @@ static void *resolver_main(void *arg)
 		}
 		if (stop)
 			break;
+		bool settle_asked = atomic_load_explicit(&u->settle_asked, memory_order_acquire);
+		take_requests(u);
 		u->now_ms = (uint64_t)coarse_ms();
 		flights_expire(&u->flights, u->now_ms);
 		if (flights_stalled(&u->flights, u->now_ms))
@@ -712,7 +737,7 @@ static void *resolver_main(void *arg)
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
 		deliver_flush(&u->deliver);
-		report_settled(u, took_requests);
+		report_settled(u, settle_asked);
 	}
 	stop_accepting(u);
 	urcu_memb_unregister_thread();
@@ -773,9 +798,10 @@ static int make_loop(struct upstream *u)
 	    loop_init(&u->loop) < 0)
 		return -1;
 	u->loop_made = true;
-	if (loop_watch(&u->loop, u->request_efd, SRC_REQUESTS) < 0 ||
-	    loop_watch(&u->loop, u->stop_efd, SRC_STOP) < 0 ||
-	    loop_watch(&u->loop, u->control_efd, SRC_CONTROL) < 0)
+	/* edge-triggered: each write wakes the loop once, and it is never read */
+	if (loop_watch(&u->loop, u->request_efd, SRC_REQUESTS, true) < 0 ||
+	    loop_watch(&u->loop, u->stop_efd, SRC_STOP, false) < 0 ||
+	    loop_watch(&u->loop, u->control_efd, SRC_CONTROL, false) < 0)
 		return -1;
 	return 0;
 }
@@ -951,6 +977,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		goto fail;
 	}
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
+	atomic_init(&u->idle, true);
 	u->accepting = true;
 	/* libunbound runs on this thread (loop.c): it starts none of its own */
 	if (privs_thread_create(&u->thread, PRIVS_RESOLVER, "resolver", resolver_main, u, err,

@@ -8,7 +8,9 @@
  * fires when its descriptor stays quiet; an event freed or deleted by the
  * callback of another event reported in the same epoll_wait is not run; a
  * descriptor closed without its event being deleted, then reused, serves
- * the new event; the caller's own descriptors come back as tags; every
+ * the new event; the caller's own descriptors come back as tags (an edge-
+ * triggered one once per write); a timer that is due at every turn never
+ * keeps a ready descriptor waiting more than one turn; every
  * event made is freed; a base not attached to a loop makes none.
  */
 #include <setjmp.h>
@@ -264,16 +266,58 @@ static void test_the_callers_descriptors_come_back_as_tags(void **state)
 	int a = ready_fd(), b = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	unsigned tags[4];
 
-	assert_int_equal(loop_watch(&f->loop, a, 7), 0);
-	assert_int_equal(loop_watch(&f->loop, b, 9), 0);
+	assert_int_equal(loop_watch(&f->loop, a, 7, false), 0);
+	assert_int_equal(loop_watch(&f->loop, b, 9, true), 0);
 	assert_int_equal(loop_wait(&f->loop, 100, tags, 4), 1);
 	assert_int_equal(tags[0], 7);
 	uint64_t one = 1;
 	assert_int_equal(write(b, &one, sizeof one), sizeof one);
 	assert_int_equal(loop_wait(&f->loop, 100, tags, 4), 2);
 	assert_int_equal(tags[0] + tags[1], 16);
+	/* b, never read, is not reported again until written again; a, level-triggered, is */
+	assert_int_equal(loop_wait(&f->loop, 0, tags, 4), 1);
+	assert_int_equal(tags[0], 7);
+	assert_int_equal(write(b, &one, sizeof one), sizeof one);
+	assert_int_equal(loop_wait(&f->loop, 100, tags, 4), 2);
 	close(a);
 	close(b);
+}
+
+/* A zero-delay timer that adds itself again each time it runs. */
+static void again(int fd, short bits, void *arg)
+{
+	struct ub_event *ev = arg;
+	struct timeval zero = {0, 0};
+
+	(void)fd;
+	(void)bits;
+	order_counter++;
+	ev->vmt->add(ev, &zero);
+}
+
+static void test_due_timers_never_keep_a_ready_descriptor_waiting(void **state)
+{
+	struct fixture *f = *state;
+	struct seen s = {0};
+	int fd = ready_fd();
+	struct ub_event *io = new_event(f, fd, UB_EV_READ | UB_EV_PERSIST, &s);
+	struct ub_event *t = f->base.super.vmt->new_event(&f->base.super, -1, 0, again, NULL);
+	struct timeval zero = {0, 0};
+
+	assert_int_equal(io->vmt->add(io, NULL), 0);
+	assert_int_equal(t->vmt->add_timer(t, &f->base.super, again, t, &zero), 0);
+	/* the first turn runs the due timer without polling, the next polls */
+	turn(f, 100);
+	assert_int_equal(order_counter, 1);
+	assert_int_equal(s.runs, 0);
+	turn(f, 100);
+	assert_true(s.runs == 1);
+	for (int i = 0; i < 10; i++)
+		turn(f, 100);
+	assert_true(s.runs >= 5); /* a timer due at every turn does not starve it */
+	t->vmt->free(t);
+	io->vmt->free(io);
+	close(fd);
 }
 
 static void test_an_unattached_base_makes_no_event(void **state)
@@ -303,6 +347,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_a_descriptor_closed_before_its_event_serves_the_next,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_callers_descriptors_come_back_as_tags,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_due_timers_never_keep_a_ready_descriptor_waiting,
 						setup, teardown),
 		cmocka_unit_test(test_an_unattached_base_makes_no_event),
 	};
