@@ -35,6 +35,8 @@ struct loop {
 	size_t by_fd_len;
 	struct loop_event *run_head, *run_tail; /* the turn's events with something to run */
 	struct loop_event *dead;     /* freed while dispatching, released after it */
+	struct loop_event *spare;    /* released events, made again before malloc is asked */
+	size_t n_spare;
 	bool dispatching;
 	bool skipped_poll;           /* the last turn ran a due timer without epoll_wait */
 	size_t live;                 /* events made and not freed */

@@ -6,7 +6,8 @@
  * that does not persist runs once; timers run in deadline order and not
  * once deleted; a persistent event's timeout starts again when it runs and
  * fires when its descriptor stays quiet; an event freed or deleted by the
- * callback of another event reported in the same epoll_wait is not run; a
+ * callback of another event reported in the same epoll_wait is not run, and
+ * one made in a freed one's place does not cut the turn short; a
  * descriptor closed without its event being deleted, then reused, serves
  * the new event; the caller's own descriptors come back as tags (an edge-
  * triggered one once per write); a timer that is due at every turn never
@@ -239,6 +240,62 @@ static void test_an_event_deleted_by_another_in_the_same_turn_is_not_run(void **
 	second_of_two(*state, true);
 }
 
+/* The first of three: frees the second and makes a new event in its place. */
+struct replacer {
+	struct fixture *f;
+	struct ub_event *victim, *made;
+	int made_fd;
+	struct seen made_seen;
+	int runs;
+};
+
+static void replace_victim(int fd, short bits, void *arg)
+{
+	struct replacer *r = arg;
+
+	(void)fd;
+	(void)bits;
+	if (r->runs++)
+		return;
+	r->victim->vmt->free(r->victim);
+	r->made_fd = ready_fd();
+	r->made = new_event(r->f, r->made_fd, UB_EV_READ | UB_EV_PERSIST, &r->made_seen);
+	assert_int_equal(r->made->vmt->add(r->made, NULL), 0);
+}
+
+static void test_an_event_made_in_a_freed_ones_place_keeps_the_turn_going(void **state)
+{
+	struct fixture *f = *state;
+	struct replacer r = {.f = f};
+	struct seen second = {0}, third = {0};
+	int fd1 = ready_fd(), fd2 = ready_fd(), fd3 = ready_fd();
+	struct ub_event *e1 = f->base.super.vmt->new_event(&f->base.super, fd1,
+							    UB_EV_READ | UB_EV_PERSIST,
+							    replace_victim, &r);
+	struct ub_event *e2 = new_event(f, fd2, UB_EV_READ | UB_EV_PERSIST, &second);
+	struct ub_event *e3 = new_event(f, fd3, UB_EV_READ | UB_EV_PERSIST, &third);
+
+	r.victim = e2;
+	/* ready before they are added: epoll reports them in this order */
+	assert_int_equal(e1->vmt->add(e1, NULL), 0);
+	assert_int_equal(e2->vmt->add(e2, NULL), 0);
+	assert_int_equal(e3->vmt->add(e3, NULL), 0);
+	turn(f, 100);
+	assert_int_equal(r.runs, 1);
+	assert_int_equal(second.runs, 0);
+	assert_int_equal(third.runs, 1); /* reached although the second's memory was asked again */
+	turn(f, 100);
+	assert_int_equal(third.runs, 2);
+	assert_true(r.made_seen.runs >= 1);
+	e1->vmt->free(e1);
+	e3->vmt->free(e3);
+	r.made->vmt->free(r.made);
+	close(fd1);
+	close(fd2);
+	close(fd3);
+	close(r.made_fd);
+}
+
 static void test_a_descriptor_closed_before_its_event_serves_the_next(void **state)
 {
 	struct fixture *f = *state;
@@ -343,6 +400,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_an_event_freed_by_another_in_the_same_turn_is_not_run,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_an_event_deleted_by_another_in_the_same_turn_is_not_run,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_an_event_made_in_a_freed_ones_place_keeps_the_turn_going,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_descriptor_closed_before_its_event_serves_the_next,
 						setup, teardown),
