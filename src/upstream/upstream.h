@@ -118,7 +118,9 @@ void upstream_free(struct upstream *u);
 /*
  * Worker side. Queue r (copied) for the resolver; false when the ring is
  * full (the query is dropped and counted). upstream_wake must follow, once
- * per batch, for the resolver to notice.
+ * per batch, for the resolver to notice: it writes the resolver's eventfd
+ * only while the resolver may be asleep (an awake one looks at every ring
+ * at every turn).
  */
 bool upstream_submit(struct upstream *u, unsigned worker,
 		     const struct upstream_request *r);
