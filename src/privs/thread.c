@@ -176,7 +176,8 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER | HTTP | KUBE, recvmsg),
 	ALLOW(RESOLVER | HTTP | KUBE, sendmsg),
 	ALLOW(WORKER, recvmmsg),
-	ALLOW(WORKER | KUBE, sendmmsg),    /* glibc's resolver asks A and AAAA at once */
+	/* glibc's resolver asks A and AAAA at once; the resolver sends a turn's UDP replies */
+	ALLOW(WORKER | RESOLVER | KUBE, sendmmsg),
 	ALLOW(RESOLVER, writev),
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
 	ALLOW(HTTP, shutdown),

@@ -734,11 +734,13 @@ static void *resolver_main(void *arg)
 			renew_context(u);
 		flights_start_queued(&u->flights, u->now_ms);
 		run_deferred(u);
+		deliver_flush(&u->deliver); /* the UDP replies out before a socket of theirs is closed */
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
 		deliver_flush(&u->deliver);
 		report_settled(u, settle_asked);
 	}
+	deliver_flush(&u->deliver); /* the replies built in the last turn */
 	stop_accepting(u);
 	urcu_memb_unregister_thread();
 	return NULL;
