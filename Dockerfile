@@ -29,16 +29,22 @@ ARG DEBIAN_IMAGE=debian:bookworm
 FROM ${DEBIAN_IMAGE} AS build
 
 ARG DEBIAN_FRONTEND=noninteractive
-# libevent-dev and nettle-dev: libunbound.pc names them in Requires.private,
-# and pkg-config wants them present even for --cflags.
+# libunbound is built here from Debian's own source with OpenSSL, as `make`
+# does everywhere (Debian's libunbound8 uses nettle, which has no TLS for
+# upstream.tls; docs/ARCHITECTURE.md, "libunbound"): deb-src entries, the
+# installed libunbound-dev's version picks the source, dpkg-dev unpacks it,
+# libssl-dev, libevent-dev, libexpat1-dev, bison and flex build it. The
+# package lists stay: the Makefile's rule fetches the source.
+COPY deploy/libunbound/build.sh /usr/local/sbin/libunbound-build.sh
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         gcc libc6-dev make pkg-config \
         libyaml-dev libjson-c-dev libyajl-dev zlib1g-dev liburcu-dev \
-        libunbound-dev libevent-dev nettle-dev \
+        libunbound-dev libevent-dev libssl-dev libexpat1-dev dpkg-dev bison flex \
         libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev libcap-dev libldns-dev libseccomp-dev \
- && rm -rf /var/lib/apt/lists/*
+        libfstrm-dev libprotobuf-c-dev protobuf-c-compiler \
+ && /usr/local/sbin/libunbound-build.sh sources
 
 WORKDIR /src
 COPY . .
@@ -58,16 +64,18 @@ FROM ${DEBIAN_IMAGE} AS rootfs
 ARG DEBIAN_FRONTEND=noninteractive
 # Package names checked against bookworm (apt-cache policy): libyaml-0-2
 # 0.2.5, libjson-c5 0.16, libyajl2 2.1.0, zlib1g 1.2.13, liburcu8 0.13,
-# libunbound8 1.17, libnl-3-200 and
+# libevent-2.1-7 2.1.12 (libunbound is linked in statically, with OpenSSL:
+# libssl3 comes with libcurl4), libnl-3-200 and
 # libnl-route-3-200 3.7, libmnl0 1.0.4, libnftnl11 1.2.4, libcurl4 7.88,
-# libmicrohttpd12 0.9.75, libcap2 2.66, libldns3 1.8.3, libseccomp2 2.5.4.
+# libmicrohttpd12 0.9.75, libcap2 2.66, libldns3 1.8.3, libseccomp2 2.5.4,
+# libfstrm0 0.6.1, libprotobuf-c1 1.4.1 (dnstap).
 # dns-root-data holds /usr/share/dns/root.key, the default
 # upstream.trust_anchor; libcap2-bin (setcap) stays in this stage.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-        libyaml-0-2 libjson-c5 libyajl2 zlib1g liburcu8 libunbound8 \
+        libyaml-0-2 libjson-c5 libyajl2 zlib1g liburcu8 libevent-2.1-7 \
         libnl-3-200 libnl-route-3-200 libmnl0 libnftnl11 \
-        libcurl4 libmicrohttpd12 libcap2 libldns3 libseccomp2 \
+        libcurl4 libmicrohttpd12 libcap2 libldns3 libseccomp2 libfstrm0 libprotobuf-c1 \
         ca-certificates dns-root-data libcap2-bin \
  && rm -rf /var/lib/apt/lists/*
 

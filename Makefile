@@ -6,24 +6,41 @@ BUILD    := build
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-# Every library comes through pkg-config.
-PKGS     := yaml-0.1 json-c yajl zlib liburcu-memb liburcu-cds libunbound libcurl libnl-3.0 libnl-route-3.0 \
-            libmnl libnftnl ldns libmicrohttpd libcap libseccomp
+# libunbound with TLS: Debian 12's libunbound8 is built with nettle, which has
+# no TLS (upstream.tls), so every build links a static, PIC libunbound built
+# from Debian's own source of the installed libunbound-dev's version with
+# OpenSSL, once, into $(UNBOUND_PREFIX) (deploy/libunbound/build.sh;
+# docs/ARCHITECTURE.md, "libunbound"). Its path does not depend on BUILD: the
+# sanitize, tsan and fuzz builds share it, and `make clean` keeps it.
+UNBOUND_VERSION := $(shell dpkg-query -W -f='$${Version}' libunbound-dev 2>/dev/null)
+UNBOUND_PREFIX  := $(CURDIR)/build/libunbound-$(or $(UNBOUND_VERSION),missing)
+UNBOUND_PC      := $(UNBOUND_PREFIX)/lib/pkgconfig/libunbound.pc
+
+# Every library comes through pkg-config; libunbound's .pc is ours (found
+# first on PKG_CONFIG_PATH), linked statically with its private libraries.
+PKG_CONFIG_CMD := PKG_CONFIG_PATH=$(UNBOUND_PREFIX)/lib/pkgconfig$${PKG_CONFIG_PATH:+:$$PKG_CONFIG_PATH} pkg-config
+PKGS     := yaml-0.1 json-c yajl zlib liburcu-memb liburcu-cds libcurl libnl-3.0 libnl-route-3.0 \
+            libmnl libnftnl ldns libmicrohttpd libcap libseccomp libfstrm libprotobuf-c
 TEST_PKGS := cmocka
 
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+PKG_CFLAGS = $(shell $(PKG_CONFIG_CMD) --cflags libunbound $(PKGS))
+PKG_LIBS   = $(shell $(PKG_CONFIG_CMD) --static --libs libunbound) $(shell $(PKG_CONFIG_CMD) --libs $(PKGS))
 
 # OPTFLAGS and SANITIZE may be set on the command line; CFLAGS is built here.
 OPTFLAGS ?= -O2 -g
 SANITIZE ?=
-CFLAGS   = $(OPTFLAGS) $(SANITIZE) -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc $(PKG_CFLAGS) \
+CFLAGS   = $(OPTFLAGS) $(SANITIZE) -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -Isrc -I$(GEN) $(PKG_CFLAGS) \
             -DLOCALDNS_VERSION='"$(VERSION)"' -DLOCALDNS_GIT_REV='"$(GIT_REV)"'
 LDFLAGS  += $(SANITIZE)
 LDLIBS   += $(PKG_LIBS) -pthread
 
+# Code generated at build time: the dnstap schema's C (protoc-c), in $(GEN).
+GEN      := $(BUILD)/gen
+GEN_SRC  := $(GEN)/dnstap/dnstap.pb-c.c
+GEN_HDR  := $(GEN)/dnstap/dnstap.pb-c.h
+
 LIB_SRC  := $(wildcard src/*/*.c)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/dnstap/dnstap.pb-c.o
 LIB      := $(BUILD)/liblocaldns.a
 BIN      := $(BUILD)/localdns
 BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
@@ -31,9 +48,16 @@ BIN_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cmd/localdns/*.c))
 # Runs the Kubernetes API client alone, printing its handler calls (integration tests).
 KUBE_DUMP := $(BUILD)/tests/kube_dump
 
-# The daemon with a worker that makes a forbidden syscall on cue (tests/privs/forbidden.c,
-# for test_privileges.py): the same objects, recvmmsg wrapped. Never installed.
+# The daemon with a worker, a main thread (at a reload; the keeper's as it waits) that
+# make a forbidden syscall, and a resolver that opens a file, on cue
+# (tests/privs/forbidden.c, for test_privileges.py): the same objects, recvmmsg,
+# ub_resolve_event, daemon_reload and pthread_join wrapped. Never installed.
 FORBIDDEN := $(BUILD)/tests/localdns-forbidden
+
+# The daemon linked with Debian's own libunbound8 (shared, nettle, no TLS), for
+# test_upstream_tls.py's check that upstream.tls is refused there: the same
+# objects, the system's libunbound.pc. Never installed.
+NETTLE_DAEMON := $(BUILD)/tests/localdns-nettle
 
 # The benchmarks' load generator and canned-reply responder (tests/bench/), also
 # run by the integration tests; never installed.
@@ -46,15 +70,19 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 # (prometheus is there for promtool, which checks the /metrics text.)
 DEPS := gcc make pkg-config git \
         libyaml-dev libjson-c-dev libyajl-dev zlib1g-dev liburcu-dev libcmocka-dev \
-        libunbound-dev libevent-dev libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
+        libunbound-dev libevent-dev libssl-dev libexpat1-dev dpkg-dev bison flex \
+        libnl-3-dev libnl-route-3-dev libmnl-dev libnftnl-dev \
         libcurl4-openssl-dev libmicrohttpd-dev libldns-dev libcap-dev libseccomp-dev \
+        libfstrm-dev libprotobuf-c-dev protobuf-c-compiler \
         clang libclang-rt-14-dev \
-        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils \
+        python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils unbound \
+        fstrm-bin dnstap-ldns golang-github-dnstap-golang-dnstap-cli \
         nftables conntrack prometheus \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 
-.PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean chart deploy \
+.PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean distclean \
+        chart deploy \
         test-build unit-build integration-build sanitize-build fuzz-build tsan-build
 
 all: $(BIN) $(KUBE_DUMP)
@@ -76,10 +104,27 @@ endef
 
 deps:
 	$(call apt_install,$(DEPS))
+	deploy/libunbound/build.sh sources
 
-$(BUILD)/obj/%.o: %.c
+# Our libunbound (see UNBOUND_PREFIX): about a minute, once per libunbound-dev version.
+$(UNBOUND_PC):
+	@[ -n "$(UNBOUND_VERSION)" ] || { echo "libunbound-dev is not installed: make deps" >&2; exit 1; }
+	deploy/libunbound/build.sh build $(UNBOUND_PREFIX)
+
+$(BUILD)/obj/%.o: %.c | $(UNBOUND_PC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(GEN)/dnstap/dnstap.pb-c.c $(GEN)/dnstap/dnstap.pb-c.h: src/dnstap/dnstap.proto
+	@mkdir -p $(GEN)/dnstap
+	protoc-c --c_out=$(GEN)/dnstap --proto_path=src/dnstap $<
+
+# dnstap's C includes the generated header: made before any of it compiles.
+$(filter $(BUILD)/obj/src/dnstap/%,$(LIB_OBJ)): $(GEN_HDR)
+
+$(BUILD)/obj/gen/dnstap/dnstap.pb-c.o: $(GEN_SRC) $(GEN_HDR) | $(UNBOUND_PC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -94,9 +139,15 @@ $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
 
 $(FORBIDDEN): tests/privs/forbidden.c $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg \
+	    -Wl,--wrap=ub_resolve_event -Wl,--wrap=daemon_reload -Wl,--wrap=pthread_join $(LDLIBS)
 
-$(BUILD)/bench/%: tests/bench/%.c
+$(NETTLE_DAEMON): $(BIN_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(shell pkg-config --libs libunbound) \
+	    $(shell $(PKG_CONFIG_CMD) --libs $(PKGS)) -pthread
+
+$(BUILD)/bench/%: tests/bench/%.c | $(UNBOUND_PC)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
@@ -111,11 +162,12 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/*.h $(LIB)
 	    $(LDFLAGS) $(LDLIBS) $(shell pkg-config --libs $(TEST_PKGS))
 
 # test_query, test_cache, test_cluster, test_cluster_coredns, test_autopath, test_querylog,
-# test_kube, test_mesh and test_multicluster count every allocator and mutex call the library makes.
+# test_kube, test_mesh, test_multicluster and test_dnstap count every allocator and mutex call the
+# library makes.
 $(BUILD)/tests/test_query $(BUILD)/tests/test_cache $(BUILD)/tests/test_cluster \
 $(BUILD)/tests/test_cluster_coredns $(BUILD)/tests/test_autopath \
 $(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube $(BUILD)/tests/test_mesh \
-$(BUILD)/tests/test_multicluster: LDFLAGS += \
+$(BUILD)/tests/test_multicluster $(BUILD)/tests/test_dnstap: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
 
 # The Helm chart, rendered without Helm: tests/chart/ is Helm's engine (Go
@@ -156,13 +208,16 @@ run: deps
 # CPU by default), then the passes one after another (-j1: their tests must
 # not compete with each other, and their output stays in order).
 JOBS ?= $(shell nproc)
+# make test fuzzes each target for TEST_FUZZ_TIME seconds (a smoke run over the
+# seeds and a little beyond: ten targets, two at a time); `make fuzz` for longer.
+TEST_FUZZ_TIME ?= 15
 test: deps
 	$(MAKE) -j$(JOBS) test-build
-	$(MAKE) -j1 fuzz sanitize tsan unit integration
+	$(MAKE) -j1 FUZZ_TIME=$(TEST_FUZZ_TIME) fuzz sanitize tsan unit integration
 
 test-build: fuzz-build sanitize-build tsan-build unit-build integration-build
 
-INTEGRATION_BUILD := $(BIN) $(KUBE_DUMP) $(FORBIDDEN) $(CHART_RENDER) $(BENCH_TOOLS)
+INTEGRATION_BUILD := $(BIN) $(KUBE_DUMP) $(FORBIDDEN) $(NETTLE_DAEMON) $(CHART_RENDER) $(BENCH_TOOLS)
 
 unit-build: $(UNIT_BIN)
 integration-build: $(INTEGRATION_BUILD)
@@ -179,10 +234,10 @@ integration: $(INTEGRATION_BUILD)
 # memory error or leak in the daemon fails the run.
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 SANITIZE_VARS  := BUILD=$(BUILD)/sanitize OPTFLAGS="-O1 -g" SANITIZE="$(SANITIZE_FLAGS)"
-sanitize:
+sanitize: | $(UNBOUND_PC)
 	$(MAKE) $(SANITIZE_VARS) INTEGRATION_FLAGS=--daemon-tests-only unit integration
 
-sanitize-build:
+sanitize-build: | $(UNBOUND_PC)
 	$(MAKE) $(SANITIZE_VARS) unit-build integration-build
 
 # Fuzz targets: clang's libFuzzer with ASan and UBSan (docs/security.md, "Fuzzing").
@@ -197,7 +252,7 @@ FUZZ_LIB       := $(FUZZ_LIB_BUILD)/liblocaldns.a
 FUZZ_SRC       := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN       := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 
-$(FUZZ_LIB): FORCE
+$(FUZZ_LIB): FORCE | $(UNBOUND_PC)
 	$(MAKE) BUILD=$(FUZZ_LIB_BUILD) CC=clang OPTFLAGS="-O1 -g" \
 	    SANITIZE="$(FUZZ_SANITIZE) -fsanitize=fuzzer-no-link" $@
 
@@ -208,6 +263,8 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/*.h $(FUZZ_LIB)
 # fuzz_cluster and fuzz_mesh run call_rcu callbacks themselves (tests/fuzz/deferred_rcu.h).
 $(BUILD)/fuzz/fuzz_cluster $(BUILD)/fuzz/fuzz_mesh: FUZZ_LDFLAGS := \
 	-Wl,--wrap=urcu_memb_call_rcu,--wrap=urcu_memb_barrier
+# fuzz_http answers for the daemon's state itself (see there).
+$(BUILD)/fuzz/fuzz_http: FUZZ_LDFLAGS := -Wl,--wrap=daemon_alive,--wrap=daemon_ready,--wrap=metrics_collect
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -224,7 +281,7 @@ FORCE:
 # inside liburcu's own hand-offs (-Wno-tsan: TSan does not model the
 # cache's two atomic_thread_fence calls, which order atomics only).
 TSAN_BUILD := $(BUILD)/tsan
-TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster test_mesh
+TSAN_TESTS := test_cache test_upstream_ring test_upstream_handoff test_cluster test_mesh test_control
 TSAN_BIN   := $(TSAN_TESTS:%=$(TSAN_BUILD)/tests/%)
 # history_size=4: TSan keeps enough history to restore the stack of an old
 # access (a suppression can only match a stack it has).
@@ -234,7 +291,7 @@ TSAN_ENV   := TSAN_OPTIONS="halt_on_error=1 history_size=4 \
 tsan: tsan-build
 	$(TSAN_ENV) tests/unit/run.sh $(TSAN_BIN)
 
-tsan-build:
+tsan-build: | $(UNBOUND_PC)
 	$(MAKE) BUILD=$(TSAN_BUILD) OPTFLAGS="-O1 -g -Wno-tsan" SANITIZE="-fsanitize=thread" \
 	    $(TSAN_BIN)
 
@@ -245,6 +302,7 @@ bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	tests/bench/search_qps.sh $(BIN)
 	tests/bench/srv_qps.sh $(BIN)
 	tests/bench/miss_qps.sh $(BIN)
+	tests/bench/dnstap_qps.sh $(BIN)
 	$(BUILD)/bench/cluster_model
 	tests/bench/cluster_sync.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
 	tests/bench/ratelimit.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)
@@ -268,7 +326,11 @@ image:
 image-test: image
 	tests/image/check.sh $(IMAGE) $(VERSION)
 
+# clean keeps the libunbound build (UNBOUND_PREFIX); distclean removes it too.
 clean:
+	[ ! -d $(BUILD) ] || find $(BUILD) -mindepth 1 -maxdepth 1 ! -name 'libunbound-*' -exec rm -rf {} +
+
+distclean:
 	rm -rf $(BUILD)
 
 -include $(LIB_OBJ:.o=.d) $(BIN_OBJ:.o=.d)

@@ -4,6 +4,7 @@
  *   localdns --config FILE         serve in the foreground
  *   localdns --check-config FILE   validate and exit 0, or 1 with FILE:LINE:COL
  *   localdns cleanup --config FILE remove the nftables table and the link (uninstall)
+ *   localdns keeper --config FILE  the keeper beside it (src/keeper/)
  *   localdns ctl [...] COMMAND     talk to a running localdns (ctl.c)
  *   localdns --version | --help
  *
@@ -40,13 +41,16 @@
 #include "ctl.h"
 #include "daemon/daemon.h"
 #include "http/http.h"
+#include "keeper/keeper.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "mesh/mesh.h"
+#include "nft/plan.h"
 #include "node/node.h"
 #include "privs/privs.h"
 #include "query/query.h"
 #include "querylog/querylog.h"
+#include "dnstap/dnstap.h"
 #include "top/top.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
@@ -56,6 +60,7 @@ static const char usage_text[] =
 	"usage: localdns --config FILE\n"
 	"       localdns --check-config FILE\n"
 	"       localdns cleanup --config FILE\n"
+	"       localdns keeper --config FILE\n"
 	"       localdns ctl [--socket PATH | --config FILE] COMMAND [ARGS]\n"
 	"       localdns --version | --help\n"
 	"\n"
@@ -67,6 +72,9 @@ static const char usage_text[] =
 	"  -h, --help               print this help and exit\n"
 	"  cleanup --config FILE    remove the nftables table and the link or addresses\n"
 	"                           FILE describes (uninstall), then exit\n"
+	"  keeper --config FILE     hold copies of the DNS sockets of the localdns on\n"
+	"                           keeper.socket and answer what is queued in them\n"
+	"                           when it dies or hangs (a second container)\n"
 	"  ctl COMMAND              stats, lookup, flush, dump-cache or reload on a\n"
 	"                           running localdns (localdns ctl --help)\n"
 	"\n"
@@ -238,6 +246,13 @@ static int make_cluster_table(const struct config *cfg, struct daemon *d, char *
 		       : -1;
 }
 
+/* dnstap's extra field: the pod of this node behind a client address. */
+static bool client_pod(const void *cluster, const struct sockaddr_storage *client, char *out,
+		       size_t cap)
+{
+	return cluster_client_pod(cluster, client, out, cap);
+}
+
 static int start_watching(const struct config *cfg, struct daemon *d, struct cluster_feed *feed,
 			  char *err, size_t errlen)
 {
@@ -355,8 +370,10 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
  * away and what they had queued answered, then the answers that wait for
  * the upstream, for a moment.
  */
-static void hand_over(struct node *node, struct server *server, struct upstream *upstream)
+static void hand_over(struct keeper_link *keeper, struct node *node, struct server *server,
+		      struct upstream *upstream)
 {
+	keeper_link_leave(keeper); /* we hand over ourselves: the keeper rescues nothing */
 	node_release(node);
 	server_release(server);
 	upstream_settle(upstream, SETTLE_MS);
@@ -407,14 +424,17 @@ static void stop_serving(struct serving *run)
 
 	control_stop(run->control);
 	http_stop(run->http);
+	keeper_link_leave(d->keeper); /* from now on the monitor leaves the server alone */
 	upstream_stop(d->upstream);
 	server_stop(d->server);
 	kube_stop(d->kube);
 	log_node_totals(d->node);
 	node_stop(d->node);
+	keeper_link_free(d->keeper);
 	upstream_free(d->upstream);
 	top_stop();
 	querylog_stop();
+	dnstap_stop();
 	query_sources_retire();
 	mesh_free(d->mesh);
 	cluster_free(d->clusterset);
@@ -446,6 +466,9 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 	query_sources_publish(sources);
 	if (querylog_start(cfg, workers, err, errlen) < 0)
 		return -1;
+	if (dnstap_start(cfg, workers, d->cluster ? client_pod : NULL, d->cluster, err,
+			 errlen) < 0)
+		return -1;
 	if (top_start(workers) < 0) {
 		snprintf(err, errlen, "top talkers: out of memory");
 		return -1;
@@ -456,13 +479,22 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 		return -1;
 	if (needs_node(cfg) && !(d->node = node_start(cfg, err, errlen)))
 		return -1;
+	if (cfg->keeper.socket[0] && !(d->keeper = keeper_link_new(cfg, workers, err, errlen)))
+		return -1;
 	follow_cluster_dns(cfg, d->cluster, d->node);
 	if (start_watching(cfg, d, &run->feed, err, errlen) < 0)
 		return -1;
 	/* With the nftables table, DNS comes here only once ready (node_capture). */
-	d->server = server_start(cfg, d->upstream, node_nft(d->node) != NULL, err, errlen);
+	d->server = server_start(cfg, d->upstream, node_nft(d->node) != NULL,
+				 keeper_link_beats(d->keeper), err, errlen);
 	if (!d->server)
 		return -1;
+	if (d->keeper) {
+		/* The keeper takes the heartbeat out on death and hang: its expiry is the last resort. */
+		nft_live_timeout(node_nft(d->node), NFT_LIVE_TIMEOUT_KEPT_MS);
+		keeper_link_serve(d->keeper, d->server, nft_token(node_nft(d->node)));
+		node_keep(d->node, d->keeper);
+	}
 	node_capture(d->node, daemon_may_capture, d);
 	/* Last: a bad health or metrics address stops everything started so far. */
 	run->http = http_start(d, err, errlen);
@@ -509,7 +541,8 @@ static int serve(const char *path)
 	} else {
 		int sig = serve_until_stopped(sigfd, &run.daemon);
 		log_info("shutting down", "signal", sig == SIGINT ? "SIGINT" : "SIGTERM");
-		hand_over(run.daemon.node, run.daemon.server, run.daemon.upstream);
+		hand_over(run.daemon.keeper, run.daemon.node, run.daemon.server,
+			  run.daemon.upstream);
 		log_totals(&run.daemon);
 		stop_serving(&run);
 		rc = 0;
@@ -531,13 +564,14 @@ int main(int argc, char **argv)
 	};
 	const char *config_path = NULL, *check_path = NULL;
 	bool cleaning = argc > 1 && strcmp(argv[1], "cleanup") == 0;
+	bool keeping = argc > 1 && strcmp(argv[1], "keeper") == 0;
 	int opt;
 
 	upstream_prepare_process(); /* before any thread, libunbound's among them */
 	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
 		return ctl_main(argc - 1, argv + 1);
-	if (cleaning) {
-		/* The subcommand takes the same options after it. */
+	if (cleaning || keeping) {
+		/* The subcommands take the same options after them. */
 		argv[1] = argv[0];
 		argc--;
 		argv++;
@@ -562,12 +596,15 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc || (!config_path && !check_path) || (cleaning && !config_path)) {
+	if (optind < argc || (!config_path && !check_path) ||
+	    ((cleaning || keeping) && !config_path)) {
 		fputs(usage_text, stderr);
 		return 2;
 	}
 	if (cleaning)
 		return cleanup(config_path);
+	if (keeping)
+		return keeper_main(config_path);
 	if (check_path)
 		return check_config(check_path);
 	return serve(config_path);

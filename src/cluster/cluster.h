@@ -61,7 +61,6 @@
 
 #include "config/config.h"
 #include "dns/dns.h"
-#include "kube/kube.h"
 
 struct cluster;
 
@@ -80,26 +79,14 @@ void cluster_free(struct cluster *c);
 
 /* ---- writer side: one thread, registered with RCU ---------------------------- */
 
-/*
- * An object was added or changed / is gone. Objects that are not what the
- * call says, or lack a name, are ignored with a debug log line; fields the
- * table does not use are never read.
- */
-void cluster_service_upsert(struct cluster *c, const struct kube_json *svc);
-void cluster_service_remove(struct cluster *c, const char *ns, const char *name);
-void cluster_slice_upsert(struct cluster *c, const struct kube_json *slice);
-void cluster_slice_remove(struct cluster *c, const char *ns, const char *name);
-void cluster_namespace_upsert(struct cluster *c, const struct kube_json *ns);
-void cluster_namespace_remove(struct cluster *c, const char *name);
-void cluster_pod_upsert(struct cluster *c, const struct kube_json *pod);
-void cluster_pod_remove(struct cluster *c, const char *ns, const char *name);
+/* The Kubernetes objects themselves come in through cluster/objects.h. */
 
 /*
  * Whether cfg needs this node's Pods: autopath or mesh.istio (who is
  * asking: a mesh host's exportTo and alias depend on the client's
- * namespace) or verified pod names (pods that back no Service). Otherwise
- * they are not watched at all, so the service account needs no right to
- * read Pod specs.
+ * namespace), verified pod names (pods that back no Service), or dnstap's
+ * client messages (which name the pod that asked). Otherwise they are not
+ * watched at all, so the service account needs no right to read Pod specs.
  */
 bool cluster_needs_pods(const struct config *cfg);
 

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <urcu/urcu-memb.h>
 
+#include "cluster/objects.h"
 #include "log/log.h"
+#include "mesh/objects.h"
 
 static void on_upsert(void *ctx, enum kube_resource r, const struct kube_json *obj)
 {

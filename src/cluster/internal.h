@@ -19,6 +19,7 @@
 #define LOCALDNS_CLUSTER_INTERNAL_H
 
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 
 #include <stdatomic.h>
 

@@ -20,20 +20,19 @@
  */
 #include "cluster/internal.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "util/tsan.h"
 #include "zone/zone.h"
-
-#define field kube_json_get
-#define text kube_json_get_text
-#define array_len kube_json_len
 
 _Static_assert(LIMIT_KINDS == CLUSTER_LIMITS, "cluster_stats.limited has one count per bound");
 
@@ -50,11 +49,46 @@ static bool make_key(char key[512], const char *ns, const char *name)
 /* "ns/name" from an object's metadata; false when either is missing. */
 static bool object_key(const struct kube_json *obj, bool namespaced, char key[512])
 {
-	const struct kube_json *meta = field(obj, "metadata");
-	const char *ns = namespaced ? text(meta, "namespace") : "";
-	const char *name = text(meta, "name");
+	const struct kube_json *meta = kube_json_get(obj, "metadata");
+	const char *ns = namespaced ? kube_json_get_text(meta, "namespace") : "";
+	const char *name = kube_json_get_text(meta, "name");
 
 	return ns && name && *name && make_key(key, ns, name);
+}
+
+/*
+ * The string tables (namespaces, this node's pods, pod references) hold
+ * names tenants choose, so they are keyed like every other table outside
+ * input fills: SipHash-1-3 under a key drawn once. json-c's own string hash
+ * is lookup3 under a 32-bit seed, or no seed at all when a program sets
+ * JSON_C_STR_HASH_PERLLIKE for the process, and its tables probe linearly:
+ * names chosen to collide would make every lookup walk them all. One key
+ * for the process, since json-c's hash function takes no argument.
+ */
+static uint8_t string_key[16];
+static bool string_keyed;
+static pthread_once_t string_key_once = PTHREAD_ONCE_INIT;
+
+static void draw_string_key(void)
+{
+	string_keyed = getrandom(string_key, sizeof string_key, 0) == (ssize_t)sizeof string_key;
+}
+
+static unsigned long string_hash(const void *k)
+{
+	return (unsigned long)dns_siphash13(string_key, k, strlen(k));
+}
+
+static int string_equal(const void *a, const void *b)
+{
+	return strcmp(a, b) == 0;
+}
+
+/* NULL when out of memory or without a key. */
+static struct lh_table *string_table(void)
+{
+	pthread_once(&string_key_once, draw_string_key);
+	return string_keyed ? lh_table_new(64, NULL, string_hash, string_equal) : NULL;
 }
 
 static void *lookup_entry(struct lh_table *t, const char *key)
@@ -184,8 +218,9 @@ static void forget_service_if_unused(struct cluster *c, struct cluster_service *
 
 void cluster_service_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	const struct kube_json *meta = field(obj, "metadata");
-	const char *ns = text(meta, "namespace"), *name = text(meta, "name");
+	const struct kube_json *meta = kube_json_get(obj, "metadata");
+	const char *ns = kube_json_get_text(meta, "namespace");
+	const char *name = kube_json_get_text(meta, "name");
 	struct cluster_service *s;
 	struct cluster_spec *spec;
 	uint8_t limited = 0;
@@ -196,7 +231,7 @@ void cluster_service_upsert(struct cluster *c, const struct kube_json *obj)
 	change_begin();
 	if (!(s = service_entry(c, ns, name, key)))
 		goto out;
-	if (!(spec = cluster_parse_spec(c, s, field(obj, "spec"), key, &limited))) {
+	if (!(spec = cluster_parse_spec(c, s, kube_json_get(obj, "spec"), key, &limited))) {
 		log_error("out of memory", "service", key);
 		forget_service_if_unused(c, s);
 		goto out;
@@ -347,11 +382,11 @@ static uint32_t room_for(const struct cluster *c, const struct cluster_service *
 
 void cluster_slice_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	const struct kube_json *meta = field(obj, "metadata");
-	const char *svc_name = text(field(meta, "labels"), c->multicluster
+	const struct kube_json *meta = kube_json_get(obj, "metadata");
+	const char *svc_name = kube_json_get_text(kube_json_get(meta, "labels"), c->multicluster
 								  ? "multicluster.kubernetes.io/service-name"
 								  : "kubernetes.io/service-name");
-	const char *ns = text(meta, "namespace");
+	const char *ns = kube_json_get_text(meta, "namespace");
 	char key[512], svc_key[512];
 	struct cluster_slice *sl;
 	struct cluster_service *s;
@@ -429,7 +464,7 @@ static void namespace_names(struct cluster *c, const char *name, bool exists)
 
 void cluster_namespace_upsert(struct cluster *c, const struct kube_json *obj)
 {
-	const char *name = text(field(obj, "metadata"), "name");
+	const char *name = kube_json_get_text(kube_json_get(obj, "metadata"), "name");
 	char *key;
 
 	if (!name || !*name || lookup_entry(c->namespaces, name))
@@ -463,19 +498,23 @@ void cluster_namespace_remove(struct cluster *c, const char *name)
 
 bool cluster_needs_pods(const struct config *cfg)
 {
-	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED || cfg->mesh.istio;
+	bool dnstap = (*cfg->dnstap.socket || *cfg->dnstap.address) &&
+		      (cfg->dnstap.messages & DNSTAP_CLIENT);
+
+	return cfg->cluster.autopath || cfg->cluster.pods == CONFIG_PODS_VERIFIED || cfg->mesh.istio ||
+	       dnstap;
 }
 
 static void pod_ips(const struct kube_json *status, struct cluster_ip **ips, size_t *n)
 {
-	const struct kube_json *list = field(status, "podIPs");
-	const char *ip = text(status, "podIP");
-	size_t count = array_len(list);
+	const struct kube_json *list = kube_json_get(status, "podIPs");
+	const char *ip = kube_json_get_text(status, "podIP");
+	size_t count = kube_json_len(list);
 
 	*n = 0;
 	*ips = calloc(count ? count : 1, sizeof **ips);
 	for (const struct kube_json *e = *ips ? kube_json_first(list) : NULL; e; e = e->next)
-		*n += cluster_parse_ip(text(e, "ip") ?: "", &(*ips)[*n]);
+		*n += cluster_parse_ip(kube_json_get_text(e, "ip") ?: "", &(*ips)[*n]);
 	if (*ips && !count && ip)
 		*n += cluster_parse_ip(ip, &(*ips)[0]);
 }
@@ -581,12 +620,13 @@ static void free_pod(struct cluster_pod *p)
 /* Whether the pod queries from addresses of its own (see clients.c). */
 static bool pod_is_client(const struct kube_json *obj)
 {
-	const struct kube_json *host_network = field(field(obj, "spec"), "hostNetwork");
-	const char *phase = text(field(obj, "status"), "phase");
+	const struct kube_json *spec = kube_json_get(obj, "spec");
+	const struct kube_json *host_network = kube_json_get(spec, "hostNetwork");
+	const char *phase = kube_json_get_text(kube_json_get(obj, "status"), "phase");
 
 	if (kube_json_true(host_network))
 		return false;
-	if (field(field(obj, "metadata"), "deletionTimestamp"))
+	if (kube_json_get(kube_json_get(obj, "metadata"), "deletionTimestamp"))
 		return false;
 	return !phase || (strcmp(phase, "Succeeded") != 0 && strcmp(phase, "Failed") != 0);
 }
@@ -597,7 +637,7 @@ void cluster_pod_upsert(struct cluster *c, const struct kube_json *obj)
 	struct cluster_pod *p;
 	struct cluster_ip *ips;
 	size_t n;
-	const char *ns = text(field(obj, "metadata"), "namespace");
+	const char *ns = kube_json_get_text(kube_json_get(obj, "metadata"), "namespace");
 
 	if (!object_key(obj, true, key))
 		return;
@@ -611,7 +651,7 @@ void cluster_pod_upsert(struct cluster *c, const struct kube_json *obj)
 		}
 		atomic_fetch_add(&c->n_pods, 1);
 	}
-	pod_ips(field(obj, "status"), &ips, &n);
+	pod_ips(kube_json_get(obj, "status"), &ips, &n);
 	set_pod_names(c, p, ns, ips, n);
 	change_begin();
 	cluster_clients_set(c, p, ns, ips, pod_is_client(obj) ? n : 0);
@@ -755,9 +795,9 @@ static struct cluster *make_table(const struct config *cfg, bool clusterset, cha
 	/* this node's pods: few, and written rarely; liburcu sizes it */
 	c->clients = cds_lfht_new_flavor(64, 64, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 					 &urcu_memb_flavor, NULL);
-	c->namespaces = lh_kchar_table_new(64, NULL);
-	c->local_pods = lh_kchar_table_new(64, NULL);
-	c->pod_refs = lh_kchar_table_new(64, NULL);
+	c->namespaces = string_table();
+	c->local_pods = string_table();
+	c->pod_refs = string_table();
 	if (!c->ht || !c->endpoints || !c->vips || !c->slices || !c->clients || !c->namespaces ||
 	    !c->local_pods || !c->pod_refs || publish_fixed_names(c) < 0) {
 		cluster_free(c);

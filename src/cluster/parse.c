@@ -15,10 +15,6 @@
 
 #include "log/log.h"
 
-#define field kube_json_get
-#define text kube_json_get_text
-#define array_len kube_json_len
-
 /* ---- ports ----------------------------------------------------------------------- */
 
 /* text as one lower-case wire label of at most max characters; false otherwise. */
@@ -46,8 +42,9 @@ static int parse_ports(const struct kube_json *arr, struct cluster_port *out, si
 	size_t kept = 0;
 
 	for (const struct kube_json *p = kube_json_first(arr); p; p = p->next) {
-		const char *name = text(p, "name"), *proto = text(p, "protocol");
-		const struct kube_json *num = field(p, "port");
+		const char *name = kube_json_get_text(p, "name");
+		const char *proto = kube_json_get_text(p, "protocol");
+		const struct kube_json *num = kube_json_get(p, "port");
 		struct cluster_port port = {0};
 		if (!num || !label_of(port.name, sizeof port.name - 1, name ? name : "") ||
 		    !label_of(port.proto, sizeof port.proto - 1, proto && *proto ? proto : "TCP"))
@@ -64,7 +61,7 @@ static int parse_ports(const struct kube_json *arr, struct cluster_port *out, si
 
 static size_t count_ports(const struct kube_json *arr, size_t max)
 {
-	size_t n = array_len(arr);
+	size_t n = kube_json_len(arr);
 
 	return n < max ? n : max;
 }
@@ -76,9 +73,9 @@ static size_t count_ports(const struct kube_json *arr, size_t max)
 static uint8_t parse_cluster_ips(const struct kube_json *spec, bool import,
 				 struct cluster_ip *out)
 {
-	const struct kube_json *list = field(spec, import ? "ips" : "clusterIPs");
-	const char *one = import ? NULL : text(spec, "clusterIP");
-	size_t n = array_len(list);
+	const struct kube_json *list = kube_json_get(spec, import ? "ips" : "clusterIPs");
+	const char *one = import ? NULL : kube_json_get_text(spec, "clusterIP");
+	size_t n = kube_json_len(list);
 	uint8_t kept = 0;
 
 	for (const struct kube_json *v = kube_json_first(list);
@@ -95,7 +92,8 @@ static uint8_t parse_cluster_ips(const struct kube_json *spec, bool import,
 /* A ServiceImport (KEP-1645) is ClusterSetIP or Headless. */
 static enum cluster_service_kind service_kind(const struct kube_json *spec, bool import)
 {
-	const char *type = text(spec, "type"), *cluster_ip = text(spec, "clusterIP");
+	const char *type = kube_json_get_text(spec, "type");
+	const char *cluster_ip = kube_json_get_text(spec, "clusterIP");
 
 	if (import)
 		return type && strcmp(type, "Headless") == 0 ? SVC_HEADLESS : SVC_CLUSTER_IP;
@@ -110,7 +108,7 @@ static enum cluster_service_kind service_kind(const struct kube_json *spec, bool
 static size_t external_target(const struct kube_json *spec, const char *key,
 			      uint8_t out[DNS_MAX_NAME])
 {
-	const char *ext = text(spec, "externalName");
+	const char *ext = kube_json_get_text(spec, "externalName");
 	int len = ext ? dns_name_from_text(ext, out) : -1;
 
 	if (len <= 1) {
@@ -125,7 +123,7 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 					const struct kube_json *spec, const char *key, uint8_t *limited)
 {
 	enum cluster_service_kind kind = service_kind(spec, c->multicluster);
-	const struct kube_json *ports = field(spec, "ports");
+	const struct kube_json *ports = kube_json_get(spec, "ports");
 	struct cluster_ip ips[CLUSTER_MAX_CLUSTER_IPS];
 	uint8_t target[DNS_MAX_NAME];
 	uint8_t n_ips = kind == SVC_CLUSTER_IP ? parse_cluster_ips(spec, c->multicluster, ips) : 0;
@@ -144,7 +142,7 @@ struct cluster_spec *cluster_parse_spec(struct cluster *c, struct cluster_servic
 	s->ports = (struct cluster_port *)(s->ips + n_ips);
 	s->svc = svc;
 	s->kind = (uint8_t)kind;
-	s->publish_not_ready = kube_json_true(field(spec, "publishNotReadyAddresses"));
+	s->publish_not_ready = kube_json_true(kube_json_get(spec, "publishNotReadyAddresses"));
 	s->n_ips = n_ips;
 	memcpy(s->ips, ips, n_ips * sizeof *ips);
 	if ((n_ports = parse_ports(ports, s->ports, max_ports, &cut)) < 0) {
@@ -201,7 +199,7 @@ static int compare_by_address(const void *a, const void *b)
 /* Absent conditions.ready means ready (the API's documented default). */
 static bool endpoint_ready(const struct kube_json *ep)
 {
-	const struct kube_json *ready = field(field(ep, "conditions"), "ready");
+	const struct kube_json *ready = kube_json_get(kube_json_get(ep, "conditions"), "ready");
 
 	return !ready || kube_json_true(ready);
 }
@@ -214,8 +212,8 @@ static bool endpoint_ready(const struct kube_json *ep)
 static const char *endpoint_name(const struct cluster *c, const struct kube_json *ep,
 				 size_t owner_len, char buf[DNS_MAX_LABEL + 1], bool *too_long)
 {
-	const char *hostname = text(ep, "hostname");
-	const char *target = text(field(ep, "targetRef"), "name");
+	const char *hostname = kube_json_get_text(ep, "hostname");
+	const char *target = kube_json_get_text(kube_json_get(ep, "targetRef"), "name");
 
 	if (hostname && *hostname)
 		target = hostname;
@@ -248,8 +246,8 @@ static size_t read_entries(const struct cluster *c, const struct kube_json *eps,
 	bool too_long = false;
 
 	for (const struct kube_json *ep = kube_json_first(eps); ep; ep = ep->next) {
-		const struct kube_json *addrs = field(ep, "addresses");
-		const char *kind = text(field(ep, "targetRef"), "kind");
+		const struct kube_json *addrs = kube_json_get(ep, "addresses");
+		const char *kind = kube_json_get_text(kube_json_get(ep, "targetRef"), "kind");
 		uint8_t flags = (uint8_t)((endpoint_ready(ep) ? EP_READY : 0) |
 					  (kind && strcmp(kind, "Pod") == 0 ? EP_POD : 0));
 		const char *host = endpoint_name(c, ep, owner_len, names->v[names->n], &too_long);
@@ -382,8 +380,8 @@ static struct cluster_eps *alloc_eps(size_t n, size_t groups, size_t ports, size
  */
 static bool source_cluster(const struct kube_json *obj, uint8_t out[1 + DNS_MAX_LABEL])
 {
-	const char *id = text(field(field(obj, "metadata"), "labels"),
-			      "multicluster.kubernetes.io/source-cluster");
+	const struct kube_json *labels = kube_json_get(kube_json_get(obj, "metadata"), "labels");
+	const char *id = kube_json_get_text(labels, "multicluster.kubernetes.io/source-cluster");
 
 	return id && cluster_is_label(id) && label_of(out, DNS_MAX_LABEL, id);
 }
@@ -416,8 +414,9 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 				      size_t owner_len, uint32_t max_entries, uint8_t *limited,
 				      bool *oom)
 {
-	const char *type = text(obj, "addressType");
-	const struct kube_json *eps = field(obj, "endpoints"), *ports = field(obj, "ports");
+	const char *type = kube_json_get_text(obj, "addressType");
+	const struct kube_json *eps = kube_json_get(obj, "endpoints");
+	const struct kube_json *ports = kube_json_get(obj, "ports");
 	int family = type && strcmp(type, "IPv4") == 0 ? AF_INET
 		     : type && strcmp(type, "IPv6") == 0 ? AF_INET6 : 0;
 	size_t total = 0, n, named, groups, labels = 0, max_ports = count_ports(ports, c->max_ports);
@@ -437,13 +436,13 @@ struct cluster_eps *cluster_parse_eps(struct cluster *c, const struct kube_json 
 		owner_len += 1u + cluster[0]; /* names are <ep>.<cluster>.<svc> */
 	}
 	for (const struct kube_json *ep = kube_json_first(eps); ep; ep = ep->next)
-		total += array_len(field(ep, "addresses"));
+		total += kube_json_len(kube_json_get(ep, "addresses"));
 	if (total > max_entries)
 		total = max_entries + 1; /* one more tells that some were left out */
 	if (!total)
 		return NULL;
 	v = malloc(total * sizeof *v);
-	names.v = malloc(array_len(eps) * sizeof *names.v);
+	names.v = malloc(kube_json_len(eps) * sizeof *names.v);
 	if (!v || !names.v)
 		goto oom;
 	n = read_entries(c, eps, family, owner_len, v, &names, max_entries, limited);

@@ -4,7 +4,9 @@
  * The format is described by tables, not code: each mapping (the top level,
  * every section, a static record, an SRV entry, a forward zone) has a
  * schema listing its keys with their value type, where the value lives in
- * the struct, its default written in the key's own syntax, and its limits.
+ * the struct, its default written in the key's own syntax, its limits, and
+ * how a reload applies a change to it (enum config_reload: restart-only, or
+ * which of daemon/reload.c's steps take it in).
  * One walker checks every mapping against its schema, so unknown keys,
  * duplicate keys, type errors and defaults behave the same everywhere, and
  * config_free walks the same tables, so a new string or list field is freed
@@ -21,8 +23,10 @@
  * freed, so a bad reload leaves the running configuration alone.
  */
 #include "config/config.h"
+#include "util/file.h"
 #include "util/hash.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -70,6 +74,7 @@ enum vtype {
 	V_IP,       /* struct config_ip */
 	V_CIDR,     /* struct config_cidr */
 	V_HOSTPORT, /* struct config_hostport, port 53 unless given */
+	V_SERVER,   /* the same, with an optional "#TLS-NAME" (upstream servers) */
 	V_MAPPING,  /* a nested mapping described by key->sub */
 };
 
@@ -108,6 +113,9 @@ struct key {
 	const char *def;  /* default in the key's own syntax; NULL = zero/empty/NULL.
 			     For a LIST: its single element. */
 	unsigned flags;
+	unsigned reload;  /* enum config_reload; every key of a section has one
+			     (test_config.c checks), keys inside a list of
+			     mappings have none (their list is the key) */
 };
 
 struct schema {
@@ -139,6 +147,9 @@ static int static_check(struct loader *, const yaml_node_t *, const char *, void
 static int cache_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int cluster_check(struct loader *, const yaml_node_t *, const char *, void *);
 static int top_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int upstream_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int dnstap_check(struct loader *, const yaml_node_t *, const char *, void *);
+static int dns64_check(struct loader *, const yaml_node_t *, const char *, void *);
 
 static const char *const interface_kinds[] = {"dummy", "loopback", NULL};
 static const char *const pods_modes[] = {"disabled", "insecure", "verified", NULL};
@@ -147,92 +158,115 @@ static const char *const log_formats[] = {"logfmt", "json", NULL};
 
 static const struct key listen_keys[] = {
 	{"addresses", V_IP, CFG_LIST(listen.addresses, listen.n_addresses),
-	 .def = "169.254.20.10", .flags = F_NONEMPTY | F_NO_WILDCARD | F_UNIQUE},
-	{"allow", V_CIDR, CFG_LIST(listen.allow, listen.n_allow), .flags = F_NONEMPTY},
-	{"port", V_UINT, CFG(listen.port), .min = 1, .def = "53"},
-	{"workers", V_UINT, CFG(listen.workers), .max = 1024, .def = "0"},
+	 .def = "169.254.20.10", .flags = F_NONEMPTY | F_NO_WILDCARD | F_UNIQUE,
+	 .reload = CONFIG_APPLY_LISTEN},
+	{"allow", V_CIDR, CFG_LIST(listen.allow, listen.n_allow), .flags = F_NONEMPTY,
+	 .reload = CONFIG_APPLY_SOURCES},
+	{"port", V_UINT, CFG(listen.port), .min = 1, .def = "53", .reload = CONFIG_APPLY_LISTEN},
+	{"workers", V_UINT, CFG(listen.workers), .max = 1024, .def = "0",
+	 .reload = CONFIG_RESTART_ONLY},
 	{"tcp_max_connections", V_UINT, CFG(listen.tcp_max_connections), .min = 1,
-	 .max = 1000000, .def = "1024"},
+	 .max = 1000000, .def = "1024", .reload = CONFIG_RESTART_ONLY},
 	{"tcp_idle_timeout", V_DURATION, CFG(listen.tcp_idle_timeout_ms), .min = 1,
-	 .def = "10s"},
+	 .def = "10s", .reload = CONFIG_APPLY_SERVER},
 	{"tcp_max_connections_per_client", V_UINT, CFG(listen.tcp_max_connections_per_client),
-	 .min = 1, .max = 65535, .def = "64"},
+	 .min = 1, .max = 65535, .def = "64", .reload = CONFIG_APPLY_SERVER},
+	{"ipv6_client_prefix_length", V_UINT, CFG(listen.ipv6_client_prefix_length), .min = 32,
+	 .max = 128, .def = "128", .reload = CONFIG_RESTART_ONLY},
 	{"tcp_max_pending_queries", V_UINT, CFG(listen.tcp_max_pending_queries), .min = 1,
-	 .max = 65535, .def = "64"},
+	 .max = 65535, .def = "64", .reload = CONFIG_APPLY_SERVER},
 	{"tcp_output_budget", V_SIZE, CFG(listen.tcp_output_budget), .min = 65536,
-	 .max = 1ull << 32, .def = "4MiB"},
+	 .max = 1ull << 32, .def = "4MiB", .reload = CONFIG_APPLY_SERVER},
 	{"tcp_query_timeout", V_DURATION, CFG(listen.tcp_query_timeout_ms), .min = 1,
-	 .def = "2s"},
+	 .def = "2s", .reload = CONFIG_APPLY_SERVER},
 	{"udp_max_payload", V_UINT, CFG(listen.udp_max_payload), .min = 512, .max = 4096,
-	 .def = "1232"},
+	 .def = "1232", .reload = CONFIG_APPLY_SOURCES},
 	/* SO_RCVBUF takes an int and the kernel doubles it. */
 	{"udp_rcvbuf", V_SIZE, CFG(listen.udp_rcvbuf), .min = 4096, .max = 1u << 30,
-	 .def = "4MiB"},
+	 .def = "4MiB", .reload = CONFIG_APPLY_SERVER},
 };
 
 static const struct key interface_keys[] = {
-	{"manage", V_BOOL, CFG(interface.manage), .def = "true"},
+	{"manage", V_BOOL, CFG(interface.manage), .def = "true", .reload = CONFIG_RESTART_ONLY},
 	/* IFNAMSIZ - 1 */
-	{"name", V_STRING, CFG(interface.name), .min = 1, .max = 15, .def = "localdns"},
-	{"kind", V_ENUM, CFG(interface.kind), .names = interface_kinds, .def = "dummy"},
+	{"name", V_STRING, CFG(interface.name), .min = 1, .max = 15, .def = "localdns",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"kind", V_ENUM, CFG(interface.kind), .names = interface_kinds, .def = "dummy",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key nftables_keys[] = {
-	{"enabled", V_BOOL, CFG(nftables.enabled), .def = "true"},
-	{"table", V_STRING, CFG(nftables.table), .min = 1, .max = 255, .def = "localdns"},
+	{"enabled", V_BOOL, CFG(nftables.enabled), .def = "true", .reload = CONFIG_RESTART_ONLY},
+	{"table", V_STRING, CFG(nftables.table), .min = 1, .max = 255, .def = "localdns",
+	 .reload = CONFIG_RESTART_ONLY},
 	{"intercept", V_IP, CFG_LIST(nftables.intercept, nftables.n_intercept),
-	 .flags = F_NO_WILDCARD | F_UNIQUE},
-	{"teardown", V_BOOL, CFG(nftables.teardown), .def = "false"},
+	 .flags = F_NO_WILDCARD | F_UNIQUE, .reload = CONFIG_APPLY_LISTEN},
+	{"teardown", V_BOOL, CFG(nftables.teardown), .def = "false", .reload = CONFIG_APPLY_NODE},
 	{"reassert_interval", V_DURATION, CFG(nftables.reassert_interval_ms), .min = 1000,
-	 .def = "30s"},
+	 .def = "30s", .reload = CONFIG_APPLY_NODE},
 	{"fallback_endpoints", V_IP,
 	 CFG_LIST(nftables.fallback_endpoints, nftables.n_fallback_endpoints),
-	 .flags = F_NO_WILDCARD | F_UNIQUE},
+	 .flags = F_NO_WILDCARD | F_UNIQUE, .reload = CONFIG_RESTART_ONLY},
 	{"fallback_service", V_OBJECT, CFG(nftables.fallback_service),
-	 .def = "kube-system/kube-dns"},
+	 .def = "kube-system/kube-dns", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key cluster_keys[] = {
-	{"domain", V_NAME, CFG(cluster.domain), .def = "cluster.local"},
-	{"ttl", V_SECONDS, CFG(cluster.ttl), .max = TTL_MAX, .def = "5s"},
-	{"pods", V_ENUM, CFG(cluster.pods), .names = pods_modes, .def = "insecure"},
+	{"domain", V_NAME, CFG(cluster.domain), .def = "cluster.local",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"ttl", V_SECONDS, CFG(cluster.ttl), .max = TTL_MAX, .def = "5s",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"pods", V_ENUM, CFG(cluster.pods), .names = pods_modes, .def = "insecure",
+	 .reload = CONFIG_RESTART_ONLY},
+	/* They become forward zones, and send unsynced cluster names upstream. */
 	{"fallback_servers", V_HOSTPORT,
-	 CFG_LIST(cluster.fallback_servers, cluster.n_fallback_servers)},
-	{"autopath", V_BOOL, CFG(cluster.autopath), .def = "false"},
-	{"endpoint_pod_names", V_BOOL, CFG(cluster.endpoint_pod_names), .def = "false"},
-	{"noendpoints", V_BOOL, CFG(cluster.noendpoints), .def = "false"},
-	{"ignore_empty_service", V_BOOL, CFG(cluster.ignore_empty_service), .def = "false"},
+	 CFG_LIST(cluster.fallback_servers, cluster.n_fallback_servers),
+	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_SOURCES},
+	/* Autopath needs this node's Pods: the watch follows it (pods is restart-only). */
+	{"autopath", V_BOOL, CFG(cluster.autopath), .def = "false",
+	 .reload = CONFIG_APPLY_SOURCES | CONFIG_APPLY_PODS},
+	{"endpoint_pod_names", V_BOOL, CFG(cluster.endpoint_pod_names), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"noendpoints", V_BOOL, CFG(cluster.noendpoints), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"ignore_empty_service", V_BOOL, CFG(cluster.ignore_empty_service), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
 	{"max_ports_per_service", V_UINT, CFG(cluster.max_ports_per_service), .min = 1,
-	 .max = 65535, .def = "1024"},
+	 .max = 65535, .def = "1024", .reload = CONFIG_RESTART_ONLY},
 	{"max_endpoints_per_service", V_UINT, CFG(cluster.max_endpoints_per_service), .min = 1,
-	 .max = 10000000, .def = "20000"},
+	 .max = 10000000, .def = "20000", .reload = CONFIG_RESTART_ONLY},
 	{"fallthrough", V_NAME, CFG_LIST(cluster.fallthrough, cluster.n_fallthrough),
-	 .def = "in-addr.arpa ip6.arpa"},
+	 .def = "in-addr.arpa ip6.arpa", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key kubernetes_keys[] = {
-	{"enabled", V_BOOL, CFG(kubernetes.enabled), .def = "true"},
-	{"kubeconfig", V_PATH, CFG(kubernetes.kubeconfig), .def = ""},
-	{"node_name", V_STRING, CFG(kubernetes.node_name), .max = 253, .def = ""},
+	{"enabled", V_BOOL, CFG(kubernetes.enabled), .def = "true", .reload = CONFIG_RESTART_ONLY},
+	{"kubeconfig", V_PATH, CFG(kubernetes.kubeconfig), .def = "",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"node_name", V_STRING, CFG(kubernetes.node_name), .max = 253, .def = "",
+	 .reload = CONFIG_RESTART_ONLY},
 	/* Where the in-cluster token and ca.crt are; tests point it elsewhere. */
 	{"service_account_dir", V_PATH, CFG(kubernetes.service_account_dir), .min = 1,
-	 .def = "/var/run/secrets/kubernetes.io/serviceaccount"},
+	 .def = "/var/run/secrets/kubernetes.io/serviceaccount", .reload = CONFIG_RESTART_ONLY},
 	/* Streamed past, not held: it bounds the parser's buffer for one long
 	 * token; etcd's own limit on an object is 1.5 MiB, in protobuf. */
 	{"object_max_bytes", V_SIZE, CFG(kubernetes.object_max_bytes), .min = 65536,
-	 .max = 1u << 30, .def = "16MiB"},
+	 .max = 1u << 30, .def = "16MiB", .reload = CONFIG_RESTART_ONLY},
 	{"crd_retry_interval", V_DURATION, CFG(kubernetes.crd_retry_interval_ms), .min = 1000,
-	 .def = "60s"},
+	 .def = "60s", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key mesh_keys[] = {
-	{"istio", V_BOOL, CFG(mesh.istio), .def = "false"},
-	{"ttl", V_SECONDS, CFG(mesh.ttl), .max = TTL_MAX, .def = "30s"},
+	{"istio", V_BOOL, CFG(mesh.istio), .def = "false", .reload = CONFIG_RESTART_ONLY},
+	{"ttl", V_SECONDS, CFG(mesh.ttl), .max = TTL_MAX, .def = "30s",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key multicluster_keys[] = {
-	{"enabled", V_BOOL, CFG(multicluster.enabled), .def = "false"},
-	{"domain", V_NAME, CFG(multicluster.domain), .def = "clusterset.local"},
+	{"enabled", V_BOOL, CFG(multicluster.enabled), .def = "false",
+	 .reload = CONFIG_RESTART_ONLY},
+	{"domain", V_NAME, CFG(multicluster.domain), .def = "clusterset.local",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key srv_keys[] = {
@@ -259,84 +293,137 @@ static const struct schema record_schema = SCHEMA(record_keys, record_check);
 
 static const struct key static_keys[] = {
 	{"records", V_MAPPING, CFG_LIST(statics.records, statics.n_records),
-	 .sub = &record_schema},
-	{"files", V_PATH, CFG_LIST(statics.files, statics.n_files)},
+	 .sub = &record_schema, .reload = CONFIG_APPLY_SOURCES},
+	{"files", V_PATH, CFG_LIST(statics.files, statics.n_files), .reload = CONFIG_APPLY_SOURCES},
 };
 
 static const struct key forward_zone_keys[] = {
 	{"zone", V_NAME, FIELD(struct config_forward_zone, zone)},
-	{"servers", V_HOSTPORT, .shape = LIST,
+	{"servers", V_SERVER, .shape = LIST,
 	 ARRAY(struct config_forward_zone, servers, n_servers), .flags = F_NONEMPTY},
 };
 static const struct schema forward_zone_schema = SCHEMA(forward_zone_keys, NULL);
 
 static const struct key upstream_keys[] = {
-	{"servers", V_HOSTPORT, CFG_LIST(upstream.servers, upstream.n_servers)},
-	{"resolv_conf", V_PATH, CFG(upstream.resolv_conf), .def = "/etc/resolv.conf"},
-	{"recursive", V_BOOL, CFG(upstream.recursive), .def = "false"},
-	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false"},
-	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s"},
-	{"max_rate", V_UINT, CFG(upstream.max_rate), .max = 10000000, .def = "5000"},
+	{"servers", V_SERVER, CFG_LIST(upstream.servers, upstream.n_servers),
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	/* Also where autopath reads the node's search domains. */
+	{"resolv_conf", V_PATH, CFG(upstream.resolv_conf), .def = "/etc/resolv.conf",
+	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_SOURCES},
+	/* It makes resolver messages RESOLVER_* rather than FORWARDER_*. */
+	{"recursive", V_BOOL, CFG(upstream.recursive), .def = "false",
+	 .reload = CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_DNSTAP},
+	{"dnssec", V_BOOL, CFG(upstream.dnssec), .def = "false", .reload = CONFIG_APPLY_UPSTREAM},
+	{"timeout", V_DURATION, CFG(upstream.timeout_ms), .min = 1, .def = "2s",
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	{"max_rate", V_UINT, CFG(upstream.max_rate), .max = 10000000, .def = "5000",
+	 .reload = CONFIG_APPLY_UPSTREAM},
 	{"max_pending_per_client", V_UINT, CFG(upstream.max_pending_per_client), .min = 1,
-	 .max = 65535, .def = "1000"},
-	{"trust_anchor", V_PATH, CFG(upstream.trust_anchor), .def = "/usr/share/dns/root.key"},
-	{"root_hints", V_PATH, CFG(upstream.root_hints), .def = ""},
+	 .max = 65535, .def = "1000", .reload = CONFIG_APPLY_UPSTREAM},
+	{"trust_anchor", V_PATH, CFG(upstream.trust_anchor), .def = "/usr/share/dns/root.key",
+	 .reload = CONFIG_APPLY_UPSTREAM},
+	{"root_hints", V_PATH, CFG(upstream.root_hints), .def = "",
+	 .reload = CONFIG_APPLY_UPSTREAM},
 	{"forward_zones", V_MAPPING, .shape = MAP,
 	 ARRAY(struct config, upstream.forward_zones, upstream.n_forward_zones),
-	 .sub = &forward_zone_schema},
+	 .sub = &forward_zone_schema, .reload = CONFIG_APPLY_UPSTREAM},
+	{"tls", V_BOOL, CFG(upstream.tls), .def = "false", .reload = CONFIG_APPLY_UPSTREAM},
+	{"tls_ca_file", V_PATH, CFG(upstream.tls_ca_file), .def = "",
+	 .reload = CONFIG_APPLY_UPSTREAM},
 };
 
 static const struct key cache_keys[] = {
-	{"size", V_SIZE, CFG(cache.size), .min = 65536, .def = "64MiB"},
-	{"min_ttl", V_SECONDS, CFG(cache.min_ttl), .max = TTL_MAX, .def = "0s"},
-	{"max_ttl", V_SECONDS, CFG(cache.max_ttl), .max = TTL_MAX, .def = "1d"},
-	{"serve_stale", V_BOOL, CFG(cache.serve_stale), .def = "true"},
-	{"stale_max_age", V_SECONDS, CFG(cache.stale_max_age), .max = TTL_MAX, .def = "1d"},
+	{"size", V_SIZE, CFG(cache.size), .min = 65536, .def = "64MiB",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"min_ttl", V_SECONDS, CFG(cache.min_ttl), .max = TTL_MAX, .def = "0s",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"max_ttl", V_SECONDS, CFG(cache.max_ttl), .max = TTL_MAX, .def = "1d",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"serve_stale", V_BOOL, CFG(cache.serve_stale), .def = "true",
+	 .reload = CONFIG_APPLY_CACHE},
+	{"stale_max_age", V_SECONDS, CFG(cache.stale_max_age), .max = TTL_MAX, .def = "1d",
+	 .reload = CONFIG_APPLY_CACHE},
 	{"stale_answer_timeout", V_DURATION, CFG(cache.stale_answer_timeout_ms), .max = 60000,
-	 .def = "400ms"},
-	{"prefetch", V_BOOL, CFG(cache.prefetch), .def = "true"},
+	 .def = "400ms", .reload = CONFIG_APPLY_CACHE},
+	{"prefetch", V_BOOL, CFG(cache.prefetch), .def = "true", .reload = CONFIG_APPLY_CACHE},
 };
 
 static const struct key health_keys[] = {
-	{"listen", V_LISTEN, CFG(health.listen), .def = "127.0.0.1:8080"},
+	{"listen", V_LISTEN, CFG(health.listen), .def = "127.0.0.1:8080",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key metrics_keys[] = {
-	{"listen", V_LISTEN, CFG(metrics.listen), .def = "127.0.0.1:9253"},
+	{"listen", V_LISTEN, CFG(metrics.listen), .def = "127.0.0.1:9253",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key log_keys[] = {
-	{"level", V_ENUM, CFG(log.level), .names = log_levels, .def = "info"},
-	{"format", V_ENUM, CFG(log.format), .names = log_formats, .def = "logfmt"},
-	{"queries", V_UINT, CFG(log.queries), .max = 1000000000, .def = "0"},
+	{"level", V_ENUM, CFG(log.level), .names = log_levels, .def = "info",
+	 .reload = CONFIG_APPLY_LOG},
+	{"format", V_ENUM, CFG(log.format), .names = log_formats, .def = "logfmt",
+	 .reload = CONFIG_APPLY_LOG},
+	{"queries", V_UINT, CFG(log.queries), .max = 1000000000, .def = "0",
+	 .reload = CONFIG_APPLY_LOG},
 	/* A record is about 300 bytes; pages are only touched once used. */
 	{"query_buffer", V_UINT, CFG(log.query_buffer), .min = 16, .max = 1u << 20,
-	 .def = "4096"},
+	 .def = "4096", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key control_keys[] = {
 	/* sizeof sun_path - 1 */
 	{"socket", V_PATH, CFG(control.socket), .max = 107,
-	 .def = "/run/localdns/control.sock"},
+	 .def = "/run/localdns/control.sock", .reload = CONFIG_RESTART_ONLY},
+};
+
+static const struct key keeper_keys[] = {
+	/* sizeof sun_path - 1; "" = no keeper (needs nftables.enabled) */
+	{"socket", V_PATH, CFG(keeper.socket), .max = 107, .def = "",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key security_keys[] = {
-	{"seccomp", V_BOOL, CFG(security.seccomp), .def = "true"},
+	{"seccomp", V_BOOL, CFG(security.seccomp), .def = "true", .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key chaos_keys[] = {
-	{"enabled", V_BOOL, CFG(chaos.enabled), .def = "false"},
+	{"enabled", V_BOOL, CFG(chaos.enabled), .def = "false", .reload = CONFIG_APPLY_SOURCES},
 	/* Answered as one TXT character-string. */
-	{"version", V_STRING, CFG(chaos.version), .max = 255, .def = DEFAULT_CHAOS_VERSION},
-	{"id", V_STRING, CFG(chaos.id), .max = 255, .def = ""},
+	{"version", V_STRING, CFG(chaos.version), .max = 255, .def = DEFAULT_CHAOS_VERSION,
+	 .reload = CONFIG_APPLY_SOURCES},
+	{"id", V_STRING, CFG(chaos.id), .max = 255, .def = "", .reload = CONFIG_APPLY_SOURCES},
+};
+
+#define DNSTAP_RELOAD (CONFIG_APPLY_DNSTAP | CONFIG_APPLY_PODS)
+static const struct key dnstap_keys[] = {
+	/* sizeof sun_path - 1 */
+	/* Its client messages name the pod that asked: the Pods watch follows. */
+	{"socket", V_PATH, CFG(dnstap.socket), .max = 107, .def = "", .reload = DNSTAP_RELOAD},
+	{"address", V_LISTEN, CFG(dnstap.address), .def = "", .reload = DNSTAP_RELOAD},
+	{"identity", V_STRING, CFG(dnstap.identity), .max = 255, .def = "",
+	 .reload = DNSTAP_RELOAD},
+	{"messages", V_ENUM, CFG_LIST(dnstap.message_list, dnstap.n_message_list),
+	 .names = config_dnstap_messages, .def = "client_query client_response",
+	 .reload = DNSTAP_RELOAD},
+	/* A cached answer's record is about 200 bytes; pages are touched once used.
+	 * The rings are sized at start. */
+	{"buffer", V_SIZE, CFG(dnstap.buffer), .min = 65536, .max = 1u << 30, .def = "1MiB",
+	 .reload = CONFIG_RESTART_ONLY},
+};
+
+static const struct key dns64_keys[] = {
+	{"prefix", V_STRING, CFG(dns64.prefix), .max = 60, .def = "",
+	 .reload = CONFIG_APPLY_SOURCES},
 };
 
 static const struct key rrl_keys[] = {
 	{"responses_per_second", V_UINT, CFG(rrl.responses_per_second), .max = 1000000,
-	 .def = "0"},
-	{"slip", V_UINT, CFG(rrl.slip), .max = 10, .def = "2"},
-	{"ipv4_prefix_length", V_UINT, CFG(rrl.ipv4_prefix_length), .max = 32, .def = "24"},
-	{"ipv6_prefix_length", V_UINT, CFG(rrl.ipv6_prefix_length), .max = 128, .def = "56"},
+	 .def = "0", .reload = CONFIG_APPLY_SERVER},
+	{"slip", V_UINT, CFG(rrl.slip), .max = 10, .def = "2", .reload = CONFIG_APPLY_SERVER},
+	{"ipv4_prefix_length", V_UINT, CFG(rrl.ipv4_prefix_length), .max = 32, .def = "24",
+	 .reload = CONFIG_APPLY_SERVER},
+	{"ipv6_prefix_length", V_UINT, CFG(rrl.ipv6_prefix_length), .max = 128, .def = "56",
+	 .reload = CONFIG_APPLY_SERVER},
 };
 
 static const struct schema listen_schema = SCHEMA(listen_keys, NULL);
@@ -348,12 +435,15 @@ static const struct schema kubernetes_schema = SCHEMA(kubernetes_keys, NULL);
 static const struct schema mesh_schema = SCHEMA(mesh_keys, NULL);
 static const struct schema multicluster_schema = SCHEMA(multicluster_keys, NULL);
 static const struct schema static_schema = SCHEMA(static_keys, static_check);
-static const struct schema upstream_schema = SCHEMA(upstream_keys, NULL);
+static const struct schema upstream_schema = SCHEMA(upstream_keys, upstream_check);
+static const struct schema dnstap_schema = SCHEMA(dnstap_keys, dnstap_check);
+static const struct schema dns64_schema = SCHEMA(dns64_keys, dns64_check);
 static const struct schema cache_schema = SCHEMA(cache_keys, cache_check);
 static const struct schema health_schema = SCHEMA(health_keys, NULL);
 static const struct schema metrics_schema = SCHEMA(metrics_keys, NULL);
 static const struct schema log_schema = SCHEMA(log_keys, NULL);
 static const struct schema control_schema = SCHEMA(control_keys, NULL);
+static const struct schema keeper_schema = SCHEMA(keeper_keys, NULL);
 static const struct schema security_schema = SCHEMA(security_keys, NULL);
 static const struct schema chaos_schema = SCHEMA(chaos_keys, NULL);
 
@@ -367,8 +457,10 @@ static const struct key top_keys[] = {
 	SECTION("health", health_schema),     SECTION("metrics", metrics_schema),
 	SECTION("log", log_schema),           SECTION("control", control_schema),
 	SECTION("security", security_schema), SECTION("chaos", chaos_schema),
-	SECTION("rrl", rrl_schema),
-	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),};
+	SECTION("rrl", rrl_schema),           SECTION("dnstap", dnstap_schema),
+	SECTION("dns64", dns64_schema),
+	SECTION("mesh", mesh_schema),         SECTION("multicluster", multicluster_schema),
+	SECTION("keeper", keeper_schema),};
 static const struct schema top_schema = SCHEMA(top_keys, top_check);
 
 /* ---- messages ---------------------------------------------------------- */
@@ -749,6 +841,36 @@ static int set_hostport(const char *text, uint16_t default_port, struct config_h
 	return 0;
 }
 
+/*
+ * An upstream server: a host and port, then optionally "#" and the name its
+ * TLS certificate must carry. Whether a port was written is kept, since
+ * the default (53, or 853 with upstream.tls) depends on another key.
+ */
+static int set_server(const char *text, struct config_hostport *hp, char *why, size_t len)
+{
+	const char *hash = strchr(text, '#'), *phrase;
+	char host[80], name[256];
+
+	if (!hash)
+		return set_hostport(text, 53, hp, why, len);
+	if ((size_t)(hash - text) >= sizeof host || strlen(hash + 1) >= sizeof name) {
+		snprintf(why, len, QUOTE_FMT " is not IP[:PORT][#TLS-NAME]", QUOTE(text));
+		return -1;
+	}
+	snprintf(host, sizeof host, "%.*s", (int)(hash - text), text);
+	snprintf(name, sizeof name, "%s", hash + 1);
+	if (set_hostport(host, 53, hp, why, len) < 0)
+		return -1;
+	if (config_value_name(name, &phrase) < 0) {
+		snprintf(why, len, QUOTE_FMT ": the TLS name %s", QUOTE(text), phrase);
+		return -1;
+	}
+	snprintf(hp->tls_name, sizeof hp->tls_name, "%.253s", name); /* <= 253: checked */
+	size_t used = strlen(hp->text);
+	snprintf(hp->text + used, sizeof hp->text - used, "#%s", name);
+	return 0;
+}
+
 static bool is_env_name(const char *s, size_t n)
 {
 	if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
@@ -875,6 +997,8 @@ static int set_scalar(struct loader *ld, const struct key *k, const char *text, 
 		return -1;
 	case V_HOSTPORT:
 		return set_hostport(text, 53, field, why, len);
+	case V_SERVER:
+		return set_server(text, field, why, len);
 	case V_MAPPING:
 		break;
 	}
@@ -899,6 +1023,7 @@ static const char *expectation(const struct key *k)
 		[V_IP] = "an IP address",
 		[V_CIDR] = "an IP network",
 		[V_HOSTPORT] = "\"ip\" or \"ip:port\"",
+		[V_SERVER] = "\"ip\", \"ip:port\" or \"ip[:port]#tls-name\"",
 		[V_MAPPING] = "a mapping",
 	};
 	return what[k->type];
@@ -1213,6 +1338,146 @@ static int cache_check(struct loader *ld, const yaml_node_t *map, const char *pa
 		    cfg->cache.max_ttl, cfg->cache.min_ttl);
 }
 
+/* ---- upstream, dnstap, dns64 ----------------------------------------------- */
+
+/* The node of item i of the sequence under key name in map (map itself when absent). */
+static const yaml_node_t *item_at(struct loader *ld, const yaml_node_t *map, const char *name,
+				  size_t i)
+{
+	const yaml_node_t *seq = find_value(ld, map, name);
+
+	if (!seq || seq->type != YAML_SEQUENCE_NODE || i >= n_items(seq))
+		return map;
+	return node_at(ld, seq->data.sequence.items.start[i]);
+}
+
+/* A TLS server without a port of its own goes to 853 (RFC 7858). */
+static void use_tls_port(struct config_hostport *hp)
+{
+	char ip[INET6_ADDRSTRLEN];
+	bool v4 = hp->addr.ss_family == AF_INET;
+
+	if (hp->port_given)
+		return;
+	if (v4) {
+		((struct sockaddr_in *)&hp->addr)->sin_port = htons(853);
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&hp->addr)->sin_addr, ip, sizeof ip);
+	} else {
+		((struct sockaddr_in6 *)&hp->addr)->sin6_port = htons(853);
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&hp->addr)->sin6_addr, ip, sizeof ip);
+	}
+	snprintf(hp->text, sizeof hp->text, v4 ? "%s:853#%s" : "[%s]:853#%s", ip, hp->tls_name);
+}
+
+/*
+ * With upstream.tls every server needs a TLS name (the certificate is
+ * checked against it; without one libunbound would encrypt to anybody)
+ * and gets port 853 unless it says otherwise; without it a TLS name is a
+ * mistake (the query would go out in the clear). Returns the index of the
+ * first server that breaks the rule, or n.
+ */
+static size_t check_tls_servers(struct config_hostport *servers, size_t n, bool tls)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (tls != (servers[i].tls_name[0] != '\0'))
+			return i;
+		if (tls)
+			use_tls_port(&servers[i]);
+	}
+	return n;
+}
+
+static int tls_server_fail(struct loader *ld, const yaml_node_t *at, const char *path,
+			   const struct config_hostport *hp, bool tls)
+{
+	if (tls)
+		return fail(ld, at, "%s: \"%s\" has no TLS name (IP[:PORT]#TLS-NAME): with "
+			    "upstream.tls the upstream's certificate is checked against it",
+			    path, hp->text);
+	return fail(ld, at, "%s: \"%s\" has a TLS name but upstream.tls is false: its "
+		    "queries would go out unencrypted", path, hp->text);
+}
+
+static int upstream_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	struct config *cfg = base;
+	const yaml_node_t *tls = find_key(ld, map, "tls");
+	bool on = cfg->upstream.tls;
+	char where[PATH_LEN];
+	size_t bad;
+
+	if (on && cfg->upstream.recursive)
+		return fail(ld, tls ? tls : map, "%s.tls: DNS-over-TLS is for forwarding and cannot "
+			    "be used with upstream.recursive (recursion asks authoritative servers, "
+			    "which do not serve TLS)", path);
+	if (on && cfg->upstream.n_servers == 0)
+		return fail(ld, tls ? tls : map, "%s.tls needs upstream.servers written "
+			    "IP[:PORT]#TLS-NAME: resolv.conf's nameservers have no TLS names to "
+			    "check certificates against", path);
+	bad = check_tls_servers(cfg->upstream.servers, cfg->upstream.n_servers, on);
+	if (bad < cfg->upstream.n_servers) {
+		snprintf(where, sizeof where, "%s.servers[%zu]", path, bad);
+		return tls_server_fail(ld, item_at(ld, map, "servers", bad), where,
+				       &cfg->upstream.servers[bad], on);
+	}
+	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
+		struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
+		bad = check_tls_servers(z->servers, z->n_servers, on);
+		if (bad == z->n_servers)
+			continue;
+		const yaml_node_t *zones = find_value(ld, map, "forward_zones");
+		snprintf(where, sizeof where, "%s.forward_zones.%s[%zu]", path, z->zone, bad);
+		return tls_server_fail(ld, zones ? zones : map, where, &z->servers[bad], on);
+	}
+	return 0;
+}
+
+const char *const config_dnstap_messages[] = {"client_query", "client_response",
+					      "resolver_query", "resolver_response", NULL};
+
+static int dnstap_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	struct config *cfg = base;
+
+	if (*cfg->dnstap.socket && *cfg->dnstap.address)
+		return fail(ld, find_key(ld, map, "address"), "%s: socket and address are both "
+			    "set: a collector is on one or the other", path);
+	cfg->dnstap.messages = 0;
+	for (size_t i = 0; i < cfg->dnstap.n_message_list; i++)
+		cfg->dnstap.messages |= 1u << cfg->dnstap.message_list[i];
+	return 0;
+}
+
+/*
+ * RFC 6052 section 2.2: a prefix of 32, 40, 48, 56, 64 or 96 bits; bits 64
+ * to 71 (the "u" octet) must be zero, which a /96 prefix covers.
+ */
+static int dns64_check(struct loader *ld, const yaml_node_t *map, const char *path, void *base)
+{
+	struct config *cfg = base;
+	const yaml_node_t *at = find_value(ld, map, "prefix");
+	const char *phrase;
+	struct config_cidr *net = &cfg->dns64.net;
+
+	memset(net, 0, sizeof *net);
+	if (!*cfg->dns64.prefix)
+		return 0;
+	if (config_value_cidr(cfg->dns64.prefix, net, &phrase) < 0)
+		return fail(ld, at ? at : map, "%s.prefix: \"%s\" %s", path, cfg->dns64.prefix,
+			    phrase);
+	if (net->ip.family != AF_INET6 || !strchr(cfg->dns64.prefix, '/'))
+		return fail(ld, at ? at : map, "%s.prefix: \"%s\" is not an IPv6 prefix like "
+			    "64:ff9b::/96", path, cfg->dns64.prefix);
+	if (net->prefix % 8 != 0 || net->prefix < 32 || net->prefix > 96 ||
+	    (net->prefix > 64 && net->prefix < 96))
+		return fail(ld, at ? at : map, "%s.prefix: /%u is not an RFC 6052 prefix length "
+			    "(32, 40, 48, 56, 64 or 96)", path, net->prefix);
+	if (net->ip.v6.s6_addr[8] != 0)
+		return fail(ld, at ? at : map, "%s.prefix: bits 64 to 71 of \"%s\" must be zero "
+			    "(RFC 6052 section 2.2)", path, cfg->dns64.prefix);
+	return 0;
+}
+
 static bool is_reverse_zone(const char *zone)
 {
 	static const char *const roots[] = {"in-addr.arpa", "ip6.arpa"};
@@ -1307,6 +1572,12 @@ static int top_check(struct loader *ld, const yaml_node_t *map, const char *path
 				    "(intercepted addresses are served without being listed there)",
 				    cfg->nftables.intercept[i].text);
 		}
+	/* The keeper takes the heartbeat out and relays to the fallback: both nftables'. */
+	if (cfg->keeper.socket[0] && !cfg->nftables.enabled) {
+		const yaml_node_t *at = find_value(ld, map, "keeper");
+		return fail(ld, at ? at : map, "keeper.socket needs nftables.enabled: the keeper "
+			    "takes the nftables heartbeat out and relays to its fallback endpoints");
+	}
 	return 0;
 }
 
@@ -1342,10 +1613,12 @@ static int record_check(struct loader *ld, const yaml_node_t *map, const char *p
 
 /* ---- files ------------------------------------------------------------------ */
 
-/* The whole file in a NUL-terminated buffer; errno set on failure. */
-static int read_file(const char *path, char **out, size_t *len)
+/* The whole file in a NUL-terminated buffer; -1 with why set on failure.
+ * Only a regular file (util/file.h), at most FILE_MAX bytes. */
+static int read_file(const char *path, char **out, size_t *len, const char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = file_open_regular(path, &st, why);
 	size_t cap = 0, n = 0;
 	char *buf = NULL;
 	int e;
@@ -1383,7 +1656,7 @@ static int read_file(const char *path, char **out, size_t *len)
 	}
 	close(fd);
 	free(buf);
-	errno = e;
+	*why = strerror(e);
 	return -1;
 }
 
@@ -1440,16 +1713,52 @@ static int yaml_failure(struct loader *ld, const yaml_parser_t *p, const char *t
 	return fail_mark(ld, &mark, "%s", p->problem ? p->problem : "invalid YAML");
 }
 
+bool config_yaml_shallow(const char *text, size_t len, unsigned *line, unsigned *col)
+{
+	yaml_parser_t p;
+	yaml_event_t ev;
+	unsigned depth = 0;
+	bool shallow = true;
+
+	if (!yaml_parser_initialize(&p))
+		return true; /* out of memory: the load itself says so */
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	/* A syntax error ends the walk: the load reports it, having gone no deeper. */
+	while (yaml_parser_parse(&p, &ev)) {
+		yaml_event_type_t type = ev.type;
+		if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+			if (++depth > CONFIG_YAML_DEPTH_MAX) {
+				*line = (unsigned)ev.start_mark.line + 1;
+				*col = (unsigned)ev.start_mark.column + 1;
+				shallow = false;
+			}
+		} else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+			depth--;
+		}
+		yaml_event_delete(&ev);
+		if (!shallow || type == YAML_STREAM_END_EVENT)
+			break;
+	}
+	yaml_parser_delete(&p);
+	return shallow;
+}
+
 /*
  * Parse text into doc (ld->doc points at it). Exactly one document: a
- * second one would be silently ignored, so it is an error.
+ * second one would be silently ignored, so it is an error. Nesting is
+ * bounded first (config_yaml_shallow).
  */
 static int parse_document(struct loader *ld, const char *text, size_t len, yaml_document_t *doc)
 {
 	yaml_parser_t p;
 	yaml_document_t extra;
+	unsigned line, col;
 	int rc = 0;
 
+	if (!config_yaml_shallow(text, len, &line, &col)) {
+		yaml_mark_t at = {.line = line - 1, .column = col - 1};
+		return fail_mark(ld, &at, "nested deeper than %d levels", CONFIG_YAML_DEPTH_MAX);
+	}
 	if (!yaml_parser_initialize(&p))
 		return fail_nopos(ld, "out of memory");
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -1504,12 +1813,13 @@ static int load_static_file(struct loader *ld, const char *file, const yaml_node
 {
 	yaml_document_t *main_doc = ld->doc, doc;
 	const char *main_file = ld->file;
+	const char *why;
 	char *text;
 	size_t len;
 	int rc;
 
-	if (read_file(file, &text, &len) < 0)
-		return fail(ld, at, "static.files: cannot read %s: %s", file, strerror(errno));
+	if (read_file(file, &text, &len, &why) < 0)
+		return fail(ld, at, "static.files: cannot read %s: %s", file, why);
 	ld->file = add_file(ld, file, text, len);
 	rc = ld->file ? parse_document(ld, text, len, &doc) : -1;
 	if (rc == 0) {
@@ -1646,11 +1956,12 @@ int config_load_string(const char *name, const char *yaml, size_t len, struct co
 
 int config_load(const char *path, struct config **out, char *err, size_t errlen)
 {
+	const char *why;
 	char *text;
 	size_t len;
 
-	if (read_file(path, &text, &len) < 0) {
-		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+	if (read_file(path, &text, &len, &why) < 0) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, why);
 		return -1;
 	}
 	int rc = config_load_string(path, text, len, out, err, errlen);
@@ -1690,7 +2001,7 @@ static bool same_element(const struct key *k, const void *a, const void *b)
 	}
 	if (k->type == V_IP)
 		return ip_equal(a, b);
-	if (k->type == V_HOSTPORT)
+	if (k->type == V_HOSTPORT || k->type == V_SERVER)
 		return strcmp(((const struct config_hostport *)a)->text,
 			      ((const struct config_hostport *)b)->text) == 0;
 	if (k->type == V_CIDR)
@@ -1730,8 +2041,10 @@ static bool same_fields(const struct schema *s, const void *a, const void *b)
 	return true;
 }
 
-static void report_changes(const struct schema *s, const void *a, const void *b,
-			   const char *path, void (*fn)(const char *key, void *arg), void *arg)
+/* The keys under s (at path) as config_each_key names them; with a and b,
+ * only those whose values differ. */
+static void report_keys(const struct schema *s, const void *a, const void *b,
+			const char *path, config_key_fn fn, void *arg)
 {
 	char kpath[PATH_LEN];
 
@@ -1739,17 +2052,21 @@ static void report_changes(const struct schema *s, const void *a, const void *b,
 		const struct key *k = &s->keys[i];
 		join_path(kpath, path, k->name);
 		if (k->shape == ONE && k->type == V_MAPPING)
-			report_changes(k->sub, (const char *)a + k->off, (const char *)b + k->off,
-				       kpath, fn, arg);
-		else if (!same_value(k, a, b))
-			fn(kpath, arg);
+			report_keys(k->sub, a ? (const char *)a + k->off : NULL,
+				    b ? (const char *)b + k->off : NULL, kpath, fn, arg);
+		else if (!a || !same_value(k, a, b))
+			fn(kpath, k->reload, arg);
 	}
 }
 
-void config_diff(const struct config *a, const struct config *b,
-		 void (*fn)(const char *key, void *arg), void *arg)
+void config_each_key(config_key_fn fn, void *arg)
 {
-	report_changes(&top_schema, a, b, "", fn, arg);
+	report_keys(&top_schema, NULL, NULL, "", fn, arg);
+}
+
+void config_diff(const struct config *a, const struct config *b, config_key_fn fn, void *arg)
+{
+	report_keys(&top_schema, a, b, "", fn, arg);
 }
 
 /* The key at a "section.key" path, and where its offsets count from; NULL if none. */

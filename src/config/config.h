@@ -49,11 +49,17 @@ struct config_cidr {
 	char text[52];             /* normalised "ip/prefix" */
 };
 
-/* "ip", "ip:port" or "[ipv6]:port"; the port defaults per use (53). */
+/*
+ * "ip", "ip:port" or "[ipv6]:port"; the port defaults per use (53). An
+ * upstream server may add "#TLS-NAME" (upstream.tls): the name its
+ * certificate must carry; its port then defaults to 853.
+ */
 struct config_hostport {
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
-	char text[64]; /* normalised "ip:port" / "[ip6]:port" */
+	bool port_given;      /* the text had a port: no default applies */
+	char tls_name[254];   /* "" = none; a normalised DNS name */
+	char text[320];       /* normalised "ip:port" / "[ip6]:port", "#name" appended */
 };
 
 struct config_srv {
@@ -101,7 +107,8 @@ struct config {
 		unsigned workers;              /* 0 = one per CPU we may run on */
 		unsigned tcp_max_connections;  /* 1024, across all workers */
 		uint64_t tcp_idle_timeout_ms;  /* 10s */
-		unsigned tcp_max_connections_per_client; /* 64: per IPv4 address or IPv6 /64 */
+		unsigned tcp_max_connections_per_client; /* 64: per client (util/client.h) */
+		unsigned ipv6_client_prefix_length; /* 128: IPv6 clients told apart at this length */
 		unsigned tcp_max_pending_queries; /* 64: per connection, waiting for the upstream */
 		uint64_t tcp_output_budget;    /* 4MiB: unsent TCP replies, all connections */
 		uint64_t tcp_query_timeout_ms; /* 2s: from a query's first byte to its last */
@@ -180,10 +187,14 @@ struct config {
 		bool dnssec;                   /* false */
 		uint64_t timeout_ms;           /* 2s */
 		uint64_t max_rate;             /* 5000: new questions a second; 0 = no limit */
-		unsigned max_pending_per_client; /* 1000: per IPv4 address or IPv6 /64 */
+		unsigned max_pending_per_client; /* 1000: per client (util/client.h) */
 		char *trust_anchor;            /* "/usr/share/dns/root.key" (dnssec) */
 		char *root_hints;              /* "" = libunbound's built-in (recursive) */
 		struct config_forward_zone *forward_zones; size_t n_forward_zones;
+		/* DNS-over-TLS to upstream.servers and forward_zones (not to
+		 * cluster.fallback_servers); every server then has a TLS name. */
+		bool tls;                      /* false */
+		char *tls_ca_file;             /* "" = the system's CA bundle */
 	} upstream;
 
 	struct {
@@ -208,6 +219,9 @@ struct config {
 
 	struct { char *socket; } control;  /* "/run/localdns/control.sock" */
 
+	/* The keeper (`localdns keeper`, src/keeper/): "" = none. */
+	struct { char *socket; } keeper;
+
 	struct {
 		bool seccomp;                  /* true: each thread gets its syscall allow-list */
 	} security;
@@ -217,6 +231,20 @@ struct config {
 		char *version;                 /* answer to version.bind */
 		char *id;                      /* answer to id.server; "" = hostname */
 	} chaos;
+
+	struct {
+		char *socket;                  /* "" = off: a collector's unix socket */
+		char *address;                 /* "" = off, or a collector's normalised ip:port */
+		char *identity;                /* "" = the node name, else the host name */
+		unsigned *message_list; size_t n_message_list; /* dnstap.messages as written */
+		uint32_t messages;             /* the same as bits: 1 << index in config_dnstap_messages */
+		uint64_t buffer;               /* 1MiB: bytes of records each thread may hold unsent */
+	} dnstap;
+
+	struct {
+		char *prefix;                  /* "" = off; else the text as written */
+		struct config_cidr net;        /* the parsed prefix (RFC 6052 lengths) */
+	} dns64;
 
 	struct {
 		unsigned responses_per_second; /* 0 = off */
@@ -233,6 +261,19 @@ struct config {
  * err, and *out untouched.
  */
 int config_load(const char *path, struct config **out, char *err, size_t errlen);
+
+/*
+ * Whether YAML text nests its collections at most CONFIG_YAML_DEPTH_MAX
+ * deep; if not, where the first one too deep opens (from 1). libyaml's
+ * scanner costs the current depth for each token, so a document of deeply
+ * nested flow sequences takes time quadratic in its size (400 KB: 98 s)
+ * before it is even built; this walks the parser's events and stops at the
+ * first level too deep, in time linear in what it read. Every YAML input
+ * the daemon parses (the config, static files, kubeconfigs) passes here
+ * first. Files are read whole only when regular and at most 16 MiB.
+ */
+#define CONFIG_YAML_DEPTH_MAX 64
+bool config_yaml_shallow(const char *text, size_t len, unsigned *line, unsigned *col);
 
 /*
  * The same from a string; `name` stands in for the file name in messages,
@@ -283,6 +324,9 @@ int config_value_name(char *name, const char **why);
  */
 uint64_t config_file_hash(uint64_t h, const char *path, const char *text, size_t len);
 
+/* dnstap.messages' names, in the order of their bits (dnstap/dnstap.h's enum dnstap_kind). */
+extern const char *const config_dnstap_messages[];
+
 /* listen.allow when the config gives none: the private and local address
  * ranges, where pods and the node's own processes query from. */
 extern const char *const config_default_allow[];
@@ -296,14 +340,40 @@ size_t config_served_count(const struct config *cfg);
 const struct config_ip *config_served_address(const struct config *cfg, size_t i);
 
 /*
- * Live reload. config_diff calls fn once for each key whose value differs
- * between a and b, in table order, named "section.key" (a list of mappings,
- * such as static.records or upstream.forward_zones, is one key; records
- * from static.files count as static.records). Where a value was written
- * (FILE:LINE:COL) is not part of it.
+ * How a reload applies a changed key, declared once per key in the schema
+ * (config.c) and read by daemon/reload.c: either CONFIG_RESTART_ONLY (the
+ * running value stays until a restart) or the CONFIG_APPLY_* steps that
+ * take the new value in, ORed. docs/configuration.md, "Live reload", says
+ * the same to operators (test_chart.py holds the two together).
  */
-void config_diff(const struct config *a, const struct config *b,
-		 void (*fn)(const char *key, void *arg), void *arg);
+enum config_reload {
+	CONFIG_RESTART_ONLY = 1 << 0,
+	CONFIG_APPLY_LISTEN = 1 << 1,   /* served addresses and port: link, sockets, nftables sets */
+	CONFIG_APPLY_SERVER = 1 << 2,   /* settings of open sockets and connections, rrl */
+	CONFIG_APPLY_SOURCES = 1 << 3,  /* the answer sources, rebuilt and swapped in */
+	CONFIG_APPLY_UPSTREAM = 1 << 4, /* a new libunbound context */
+	CONFIG_APPLY_CACHE = 1 << 5,    /* the cache, reconfigured in place */
+	CONFIG_APPLY_LOG = 1 << 6,      /* log and query log settings */
+	CONFIG_APPLY_NODE = 1 << 7,     /* nothing to redo: the node reads its config as it goes */
+	CONFIG_APPLY_PODS = 1 << 8,     /* whether the Kubernetes client watches this node's Pods */
+	CONFIG_APPLY_DNSTAP = 1 << 9,   /* the dnstap collector, identity and messages */
+};
+
+/*
+ * The keys a reload compares, each once, in table order, named
+ * "section.key" (a list of mappings, such as static.records or
+ * upstream.forward_zones, is one key), with their enum config_reload.
+ */
+typedef void (*config_key_fn)(const char *key, unsigned reload, void *arg);
+void config_each_key(config_key_fn fn, void *arg);
+
+/*
+ * Live reload. config_diff calls fn for each of those keys whose value
+ * differs between a and b (records from static.files count as
+ * static.records). Where a value was written (FILE:LINE:COL) is not part
+ * of it.
+ */
+void config_diff(const struct config *a, const struct config *b, config_key_fn fn, void *arg);
 
 /*
  * Give dst's key ("section.key") a copy of src's value: how a reload keeps

@@ -301,6 +301,7 @@ int config_value_hostport(const char *text, uint16_t default_port,
 
 	memset(out, 0, sizeof *out);
 	out->addr_len = config_ip_sockaddr(&ip, (uint16_t)port, &out->addr);
+	out->port_given = port_text != NULL;
 	snprintf(out->text, sizeof out->text, ip.family == AF_INET ? "%s:%u" : "[%s]:%u",
 		 ip.text, (unsigned)port);
 	return 0;

@@ -46,7 +46,8 @@ static void write_stats(struct control *ctl, struct stats_out *out)
 
 	counters_read(ctl->d, &v);
 	for (int i = 0; i < CONTROL_THREADS; i++)
-		v.control_lookups += ctl->threads[i].lookup_stats.received;
+		v.control_lookups += atomic_load_explicit(&ctl->threads[i].lookups,
+							  memory_order_relaxed);
 	counters_each_stat(&v, stat_line, out);
 }
 
@@ -99,8 +100,6 @@ static void cmd_flush(struct control_thread *t, struct conn *c, int argc, char *
 }
 
 /* ---- top ------------------------------------------------------------------ */
-
-#define TOP_SHOWN_MAX 100
 
 static const char *const top_kind_names[TOP_KINDS] = {
 	[TOP_CLIENTS] = "clients", [TOP_NAMES] = "names",
@@ -199,7 +198,7 @@ static void top_json(struct control *ctl, struct conn *c, enum top_kind kind,
 static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
 	struct control *ctl = t->ctl;
-	static struct top_item items[TOP_SHOWN_MAX]; /* the control thread is the only caller */
+	struct top_item *items = t->top_items; /* each control thread its own */
 	enum top_kind kind;
 	uint64_t since_ms = TOP_SLOT_SECONDS * 1000, shown = 10;
 	const char *why;

@@ -6,6 +6,7 @@
 #include <ldns/ldns.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,9 +15,11 @@
 #include "control/control.h"
 #include "dns/dns.h"
 #include "query/query.h"
+#include "top/top.h"
 
 /* A command, "--json" and five arguments (top's). */
 #define CONTROL_MAX_ARGS 7
+#define TOP_SHOWN_MAX 100 /* ctl top -n, at most */
 
 struct control;
 
@@ -32,7 +35,10 @@ struct control_thread {
 	unsigned producer;               /* its request ring to the resolver */
 	int reply_fd[2];                 /* a datagram socket pair: the resolver sends
 					    a lookup's answer into [0], we read [1] */
-	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers' */
+	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers'
+					  * (this thread's own: stats reads lookups) */
+	_Atomic uint64_t lookups;        /* its lookups, for every control thread's stats */
+	struct top_item top_items[TOP_SHOWN_MAX]; /* its `top` reply, while it writes it */
 	struct upstream_request request;
 	uint8_t answer[DNS_MAX_MESSAGE];
 };

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <ldns/ldns.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -76,6 +77,7 @@ static size_t answer_here(struct control_thread *t, const uint8_t *query, size_t
 		.serve_stale = upstream_failing(t->ctl->d->upstream),
 		.request = &t->request,
 	};
+	atomic_fetch_add_explicit(&t->lookups, 1, memory_order_relaxed);
 	urcu_memb_read_lock();
 	size_t n = query_handle(query, len, t->answer, sizeof t->answer, ctx);
 	urcu_memb_read_unlock();
@@ -182,6 +184,8 @@ static void print_answer_json(struct conn *c, enum query_source source, size_t l
 	reply_json(c, &doc);
 }
 
+static pthread_mutex_t ldns_print_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void print_answer(struct conn *c, enum query_source source, size_t len, uint32_t ms,
 			 const uint8_t *msg)
 {
@@ -200,7 +204,11 @@ static void print_answer(struct conn *c, enum query_source source, size_t len, u
 	gettimeofday(&now, NULL);
 	ldns_pkt_set_timestamp(pkt, now);
 	ldns_pkt_set_querytime(pkt, ms);
+	/* ldns prints ";; WHEN:" with ctime(), whose one buffer (and glibc's
+	 * time zone state it refreshes) every control thread would share. */
+	pthread_mutex_lock(&ldns_print_lock);
 	char *text = ldns_pkt2str(pkt);
+	pthread_mutex_unlock(&ldns_print_lock);
 	ldns_pkt_free(pkt);
 	if (!text) {
 		reply_error(c, "out of memory");

@@ -101,7 +101,7 @@ static int64_t heartbeat_left_ms(const struct node_status *st, uint64_t now)
 {
 	if (!st->heartbeat_renewed_ms)
 		return 0;
-	int64_t left = (int64_t)(st->heartbeat_renewed_ms + NFT_LIVE_TIMEOUT_MS) - (int64_t)now;
+	int64_t left = (int64_t)(st->heartbeat_renewed_ms + st->heartbeat_timeout_ms) - (int64_t)now;
 	return left > 0 ? left : 0;
 }
 

@@ -33,6 +33,7 @@
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "http/http.h"
+#include "keeper/keeper.h"
 #include "kube/kube.h"
 #include "node/node.h"
 #include "query/query.h"
@@ -65,7 +66,10 @@ struct counter_values {
 	uint64_t reload_last_success_time; /* Unix seconds; 0: never */
 	int64_t reload_last_ok_ms;  /* the same, wall clock milliseconds */
 	uint64_t query_log_dropped;
+	uint64_t dnstap_sent, dnstap_dropped, dnstap_connects, dnstap_connected;
 	struct http_stats http;
+	uint64_t keeper_enabled;    /* 0 or 1 (keeper.socket): without it, keeper is all zeros */
+	struct keeper_stats keeper;
 };
 
 /* Read every subsystem's counters into out (control_lookups left 0). Any
@@ -118,7 +122,7 @@ struct counter_table {
 /* The tables, in ctl order (table.c). */
 extern const struct counter_table counter_queries, counter_tcp, counter_cache,
 	counter_upstream, counter_kubernetes, counter_cluster, counter_node, counter_config,
-	counter_query_log, counter_http;
+	counter_query_log, counter_dnstap, counter_http, counter_keeper;
 extern const struct counter_table *const counter_tables[];
 extern const size_t counter_n_tables;
 

@@ -10,6 +10,7 @@
 #include "cluster/cluster.h"
 #include "mesh/mesh.h"
 #include "daemon/daemon.h"
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 
 /* A reply is counted once, by whoever sent it: a worker, or the resolver
@@ -19,6 +20,9 @@ static void add_resolver_replies(struct query_stats *q, const struct upstream_st
 	for (size_t i = 0; i < DNS_RCODE_SLOTS; i++)
 		q->rcode[i] += u->rcode[i];
 	q->truncated += u->truncated;
+	q->rrl_slipped += u->rrl_slipped;
+	q->rrl_dropped += u->rrl_dropped;
+	q->dns64_synthesized += u->dns64_synthesized;
 }
 
 void counters_read(const struct daemon *d, struct counter_values *out)
@@ -57,7 +61,13 @@ void counters_read(const struct daemon *d, struct counter_values *out)
 	out->reload_last_ok_ms = rs.last_ok_ms;
 	out->reload_last_success_time = (uint64_t)(rs.last_ok_ms / 1000);
 	out->query_log_dropped = querylog_dropped();
+	out->dnstap_sent = dnstap_sent();
+	out->dnstap_dropped = dnstap_dropped();
+	out->dnstap_connects = dnstap_connects();
+	out->dnstap_connected = dnstap_connected();
 	http_stats(&out->http);
+	out->keeper_enabled = d->keeper != NULL;
+	keeper_link_stats(d->keeper, &out->keeper); /* zeros without a keeper */
 }
 
 /* A row's ctl lines: one for a single value or a stat_sum run, else one per

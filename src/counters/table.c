@@ -64,19 +64,22 @@ PLAIN_COUNTER(not_allowed, "localdns_not_allowed_total",
 	"DNS queries answered REFUSED because the client's address is outside "
 	"listen.allow.");
 LABELLED_COUNTER(rrl_limited, "localdns_rrl_limited_total",
-	"UDP responses over rrl.responses_per_second for their client network: sent "
-	"truncated (slipped, so the client retries over TCP) or not sent (dropped).",
+	"UDP responses over rrl.responses_per_second for their client network and answer, "
+	"by the workers and the resolver thread: sent truncated (slipped, so the client "
+	"retries over TCP) or not sent (dropped).",
 	"action", rrl_actions, N(rrl_actions));
 PLAIN_COUNTER(autopath, "localdns_autopath_answers_total",
 	"Queries a worker answered for another name of the client's search list "
 	"(cluster.autopath: a CNAME to the name that exists).");
+PLAIN_COUNTER(dns64_synthesized, "localdns_dns64_synthesized_total",
+	"AAAA answers made from A records under dns64.prefix (RFC 6147).");
 PLAIN_COUNTER(udp_busy_wakeups, "localdns_udp_busy_wakeups_total",
 	"Worker wake-ups whose first read of a UDP socket filled a whole batch (64 "
 	"queries): the worker was behind, at or near the queries a core can answer.");
 
 static const struct counter_family *const query_families[] = {
 	&requests, &requests_by_qtype, &responses, &answers, &dropped, &truncated,
-	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups};
+	&not_allowed, &rrl_limited, &autopath, &udp_busy_wakeups, &dns64_synthesized};
 
 static const struct counter query_rows[] = {
 	{.stat = "queries", .at = AT(queries.received), .log = "queries"},
@@ -94,29 +97,33 @@ static const struct counter query_rows[] = {
 	{.family = &requests_by_qtype, .n = QUERY_QTYPE_COUNT, .at = AT(queries.qtype)},
 	{.family = &autopath, .at = AT(queries.autopath)},
 	{.stat = "udp_busy_wakeups", .family = &udp_busy_wakeups, .at = AT(queries.udp_busy_wakeups)},
+	/* /metrics only: a ctl line here would move every line after it (append only) */
+	{.family = &dns64_synthesized, .at = AT(queries.dns64_synthesized)},
 };
 
 TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
 
 /* ---- TCP: the workers' connections (server/tcp.c) -------------------------------- */
 
-static const char *const tcp_refusals[] = {"max_connections", "per_client"};
-static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget"};
+static const char *const tcp_refusals[] = {"max_connections", "per_client", "not_allowed"};
+static const char *const tcp_closes[] = {"idle", "slow_query", "output_budget", "silent"};
 
 PLAIN_GAUGE(tcp_connections, "localdns_tcp_connections",
 	"TCP connections open now.");
 PLAIN_GAUGE_IN(tcp_output_bytes, "localdns_tcp_output_bytes", "bytes",
-	"TCP reply bytes the clients' sockets have not taken yet, all connections "
-	"(listen.tcp_output_budget caps it).");
+	"TCP reply bytes the clients have not taken yet, all connections: held by localdns "
+	"and in the kernel's send queues once full (listen.tcp_output_budget caps it).");
 LABELLED_COUNTER(tcp_refused, "localdns_tcp_refused_total",
-	"TCP connections closed at accept: listen.tcp_max_connections reached, or "
-	"listen.tcp_max_connections_per_client for the client's address (IPv6: /64).",
+	"TCP connections closed at accept: listen.tcp_max_connections reached, "
+	"listen.tcp_max_connections_per_client for the client (IPv6: its address cut to "
+	"listen.ipv6_client_prefix_length), or "
+	"the client outside listen.allow.",
 	"reason", tcp_refusals, N(tcp_refusals));
 LABELLED_COUNTER(tcp_closed, "localdns_tcp_closed_total",
 	"TCP connections localdns closed: idle (listen.tcp_idle_timeout), slow_query (a "
 	"query not complete within listen.tcp_query_timeout of its first byte), "
 	"output_budget (it held the most unsent bytes when listen.tcp_output_budget was "
-	"exceeded).",
+	"exceeded), silent (not a byte within listen.tcp_query_timeout of the connection).",
 	"reason", tcp_closes, N(tcp_closes));
 
 static const struct counter_family *const tcp_families[] = {
@@ -229,8 +236,8 @@ PLAIN_COUNTER(upstream_paced, "localdns_upstream_paced_total",
 	"Questions that had to wait because upstream.max_rate was reached.");
 PLAIN_COUNTER(upstream_client_limited, "localdns_upstream_client_limited_total",
 	"Requests answered at once (stale or SERVFAIL), and background refreshes not "
-	"sent, because their client (an IPv4 address, an IPv6 /64) already had its "
-	"share: upstream.max_pending_per_client questions (refreshes of its hits "
+	"sent, because their client (an IPv4 address, an IPv6 address cut to "
+	"listen.ipv6_client_prefix_length) already had its share: upstream.max_pending_per_client questions (refreshes of its hits "
 	"included), 1,024 queries joining questions asked, or, with every waiting "
 	"place taken, the most waiting queries of any client.");
 PLAIN_COUNTER(upstream_evicted, "localdns_upstream_evicted_total",
@@ -421,9 +428,76 @@ static const struct counter query_log_rows[] = {
 
 TABLE(counter_query_log, "query_log", query_log_rows, query_log_families, COUNTERS_ALWAYS);
 
+/* ---- dnstap (dnstap/) ---------------------------------------------------------------- */
+
+PLAIN_COUNTER(dnstap_sent, "localdns_dnstap_sent_total",
+	"dnstap messages written to the collector (dnstap.socket or dnstap.address).");
+PLAIN_COUNTER(dnstap_dropped, "localdns_dnstap_dropped_total",
+	"Queries and replies not sent to the dnstap collector: a thread's ring was full "
+	"(the collector slow or away), or a write to the collector failed.");
+PLAIN_COUNTER(dnstap_connects, "localdns_dnstap_connections_total",
+	"Connections made to the dnstap collector (the first, and each reconnect).");
+PLAIN_GAUGE(dnstap_connected, "localdns_dnstap_connected",
+	"1 while a dnstap collector is connected, else 0.");
+
+static const struct counter_family *const dnstap_families[] = {
+	&dnstap_sent, &dnstap_dropped, &dnstap_connects, &dnstap_connected};
+
+static const struct counter dnstap_rows[] = {
+	{.stat = "dnstap_sent", .family = &dnstap_sent, .at = AT(dnstap_sent)},
+	{.stat = "dnstap_dropped", .family = &dnstap_dropped, .at = AT(dnstap_dropped)},
+	{.stat = "dnstap_connections", .family = &dnstap_connects, .at = AT(dnstap_connects)},
+	{.stat = "dnstap_connected", .family = &dnstap_connected, .at = AT(dnstap_connected)},
+};
+
+TABLE(counter_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
+
+/* ---- the keeper (keeper/): ctl shows zeros without it, /metrics nothing ------------ */
+
+static const char *const keeper_reasons[KEEPER_REASONS] = {[KEEPER_DEATH] = "death",
+							  [KEEPER_HANG] = "hang"};
+static const char *const keeper_failures[KEEPER_FAILURES] = {[KEEPER_NOT_SENT] = "not_sent",
+							    [KEEPER_NO_ANSWER] = "no_answer"};
+
+PLAIN_GAUGE(keeper_connected, "localdns_keeper_connected",
+	"1 while the keeper (keeper.socket) holds a copy of every listening socket of this "
+	"process; 0 while it does not, when what the sockets had queued would be lost if "
+	"this process died or hung.");
+LABELLED_COUNTER(keeper_rescues, "localdns_keeper_rescues_total",
+	"Times the keeper took over this pod's DNS sockets: a localdns died (death) or one "
+	"of its workers stood still (hang). The keeper's counts since it started, so a "
+	"localdns started after a crash shows the crash.",
+	"reason", keeper_reasons, KEEPER_REASONS);
+LABELLED_COUNTER(keeper_relayed, "localdns_keeper_relayed_total",
+	"Queries the keeper took from localdns's sockets and asked of the cluster DNS, by why "
+	"(death, hang); since the keeper started.",
+	"reason", keeper_reasons, KEEPER_REASONS);
+LABELLED_COUNTER(keeper_failed, "localdns_keeper_relay_failures_total",
+	"Queries the keeper took that got no answer through it: not_sent (no fallback "
+	"endpoint, no room, a send or connect error), no_answer (the endpoint did not answer "
+	"in time, or the connection ended first); since the keeper started.",
+	"failure", keeper_failures, KEEPER_FAILURES);
+
+static const struct counter_family *const keeper_families[] = {
+	&keeper_connected, &keeper_rescues, &keeper_relayed, &keeper_failed};
+
+static const struct counter keeper_rows[] = {
+	{.stat = "keeper_enabled", .at = AT(keeper_enabled)},
+	{.stat = "keeper_connected", .family = &keeper_connected, .at = AT(keeper.connected)},
+	{.stat = "keeper_rescues_", .family = &keeper_rescues, .n = KEEPER_REASONS,
+	 .at = AT(keeper.rescues)},
+	{.stat = "keeper_relayed_", .family = &keeper_relayed, .n = KEEPER_REASONS,
+	 .at = AT(keeper.relayed)},
+	{.stat = "keeper_failed_", .family = &keeper_failed, .n = KEEPER_FAILURES,
+	 .at = AT(keeper.failed)},
+};
+
+TABLE(counter_keeper, "keeper", keeper_rows, keeper_families, AT(keeper_enabled));
+
 /* ---- all of them, in ctl order ------------------------------------------------------ */
 
 const struct counter_table *const counter_tables[] = {
 	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
-	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_http};
+	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap,
+	&counter_http, &counter_keeper};
 const size_t counter_n_tables = N(counter_tables);

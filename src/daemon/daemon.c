@@ -18,7 +18,10 @@
 #include "server/server.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
+#include "util/file.h"
 #include "util/hash.h"
+#include "util/stall.h"
+#include "util/task.h"
 
 #define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
 #define KUBE_STUCK_MS 30000  /* the Kubernetes thread may parse and apply a big page in one turn */
@@ -55,6 +58,8 @@ void daemon_destroy(struct daemon *d)
 	pthread_cond_destroy(&d->ask_done);
 	pthread_mutex_destroy(&d->ask_lock);
 	pthread_mutex_destroy(&d->reload_lock);
+	free(d->capture_judges);
+	d->capture_judges = NULL;
 }
 
 size_t daemon_served_addresses(struct daemon *d, struct config_ip *out, size_t cap,
@@ -211,6 +216,39 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 	return true;
 }
 
+/*
+ * Every worker turning, as the monitor sees it at its looks (every
+ * NFT_LIVE_REFRESH_MS): a worker counts as stuck once its heartbeat stood
+ * still for DAEMON_WORKER_STALL_MS over looks that came on time
+ * (util/stall.h), so a process starved of CPU, its monitor with it, keeps
+ * DNS. Only the monitor thread calls this.
+ */
+static bool workers_turning(struct daemon *d, char *why, size_t whylen)
+{
+	unsigned n = server_workers(d->server);
+	uint64_t now = (uint64_t)monotonic_ms();
+
+	if (!d->capture_judges && !(d->capture_judges = calloc(n, sizeof *d->capture_judges)))
+		return server_turning(d->server, DAEMON_WORKER_STALL_MS, why, whylen);
+	for (unsigned i = 0; i < n; i++) {
+		struct stall_judge *j = &d->capture_judges[i];
+		uint64_t beat = server_heartbeat_ms(d->server, i);
+		struct stall_task task, *t = NULL;
+		/* Standing still: is it waiting for a CPU (util/stall.h)? */
+		if (j->seen && beat == j->beat) {
+			task_sched(getpid(), server_worker_tid(d->server, i), &task);
+			t = &task;
+		}
+		uint64_t still = stall_judge_look(j, beat, now, DAEMON_LOOK_ON_TIME_MS, t);
+		if (still >= DAEMON_WORKER_STALL_MS) {
+			snprintf(why, whylen, "worker %u has not gone round its loop for %llu ms", i,
+				 (unsigned long long)still);
+			return false;
+		}
+	}
+	return true;
+}
+
 bool daemon_may_capture(void *daemon, char *why, size_t whylen)
 {
 	struct daemon *d = daemon;
@@ -224,9 +262,10 @@ bool daemon_may_capture(void *daemon, char *why, size_t whylen)
 		return false;
 	}
 	/* An idle worker turns every SERVER_IDLE_TURN_MS: 250 ms is two
-	 * missed turns, so a stuck worker (or process) fails open within
-	 * DAEMON_WORKER_STALL_MS + NFT_LIVE_TIMEOUT_MS. */
-	return server_turning(d->server, DAEMON_WORKER_STALL_MS, why, whylen);
+	 * missed turns, so a stuck worker fails open within about
+	 * DAEMON_WORKER_STALL_MS + one look + NFT_LIVE_TIMEOUT_MS (a stopped
+	 * process, whose monitor stops too, within NFT_LIVE_TIMEOUT_MS). */
+	return workers_turning(d, why, whylen);
 }
 
 static void open_sockets(struct daemon *d)
@@ -254,11 +293,13 @@ static uint64_t hash_file(uint64_t h, const char *path)
 {
 	char buf[8192];
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	const char *why;
+	int fd = file_open_regular(path, &st, &why); /* a FIFO would block the main thread */
 
 	h = config_file_hash(h, path, "", 0);
 	if (fd < 0)
-		return fnv1a(h, &errno, sizeof errno);
+		return fnv1a(h, why, strlen(why));
 	while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
 		if (n > 0)
 			h = fnv1a(h, buf, (size_t)n);

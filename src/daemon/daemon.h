@@ -39,6 +39,8 @@
 
 struct cache;
 struct cluster;
+struct keeper_link;
+struct stall_judge;
 struct kube_client;
 struct mesh;
 struct node;
@@ -56,6 +58,7 @@ struct daemon {
 	struct mesh *mesh;           /* NULL: mesh.istio is false */
 	struct kube_client *kube;    /* NULL: kubernetes.enabled is false */
 	struct node *node;           /* NULL: no interface or nftables work */
+	struct keeper_link *keeper;  /* NULL: no keeper.socket */
 
 	pthread_mutex_t reload_lock;
 	struct config *running;      /* reload_lock: applied now (cfg until a reload) */
@@ -75,6 +78,7 @@ struct daemon {
 	char ask_err[CONFIG_ERR_MAX];
 	bool refusing;               /* ask_lock: the main thread serves no more */
 	atomic_bool open_asked;      /* daemon_may_capture: open the held sockets */
+	struct stall_judge *capture_judges; /* daemon_may_capture's, one per worker */
 };
 
 struct daemon_reload_stats {
@@ -164,10 +168,12 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen);
  * Should the node's DNS come to this process now (node_capture's test, on
  * the node monitor's thread)? Once ready (daemon_ready) it asks the main
  * thread to open the held sockets (daemon_serve_asks); once they are open,
- * while every worker has gone round its loop within DAEMON_WORKER_STALL_MS.
- * false with why.
+ * until a worker's heartbeat stood still for DAEMON_WORKER_STALL_MS over the
+ * monitor's on-time looks (util/stall.h: a process starved of CPU together
+ * with its monitor is not stuck). The monitor thread only. false with why.
  */
 #define DAEMON_WORKER_STALL_MS 250
+#define DAEMON_LOOK_ON_TIME_MS 150 /* the monitor looks every 100 ms: 50 ms late still counts */
 bool daemon_may_capture(void *daemon, char *why, size_t whylen);
 
 /*

@@ -2,10 +2,12 @@
  * daemon/reload.c — applying a new configuration to the running daemon.
  *
  * What changed is decided per key (config_diff against the running
- * config). Keys in live_keys are applied; every other key only takes
- * effect at a restart: the log names it and the new config gets the
- * running value back (config_copy_key), so the applied config always
- * describes what really runs and the next reload warns again.
+ * config), and what to redo by how the schema says each key is applied
+ * (enum config_reload, declared beside the key in config/config.c). A
+ * restart-only key only takes effect at a restart: the log names it and
+ * the new config gets the running value back (config_copy_key), so the
+ * applied config always describes what really runs and the next reload
+ * warns again.
  *
  * Order, so that no query is dropped and a failure changes nothing:
  *  1. build what can fail without touching anything running: the answer
@@ -32,83 +34,28 @@
 
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "dnstap/dnstap.h"
 #include "kube/kube.h"
 #include "log/log.h"
 #include "node/node.h"
 #include "query/query.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
+#include "privs/privs.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
-
-/* What a reload has to redo. */
-enum part {
-	PART_LISTEN = 1 << 0,    /* served addresses and port */
-	PART_SERVER = 1 << 1,    /* listener settings */
-	PART_SOURCES = 1 << 2,   /* the answer sources */
-	PART_UPSTREAM = 1 << 3,  /* the libunbound context */
-	PART_CACHE = 1 << 4,
-	PART_LOG = 1 << 5,
-	PART_NODE = 1 << 6,      /* read by the node from its config: nothing to redo */
-	PART_PODS = 1 << 7,      /* whether the Kubernetes client watches this node's Pods */
-};
-
-/* The keys a reload applies; a name ending in '.' is a whole section. */
-static const struct {
-	const char *key;
-	unsigned parts;
-} live_keys[] = {
-	{"listen.addresses", PART_LISTEN},
-	{"listen.port", PART_LISTEN},
-	{"nftables.intercept", PART_LISTEN},
-	{"listen.tcp_idle_timeout", PART_SERVER},
-	{"listen.tcp_query_timeout", PART_SERVER},
-	{"listen.tcp_output_budget", PART_SERVER},
-	{"listen.tcp_max_pending_queries", PART_SERVER},
-	{"listen.tcp_max_connections_per_client", PART_SERVER},
-	{"rrl.", PART_SERVER},
-	{"listen.udp_rcvbuf", PART_SERVER},
-	{"listen.udp_max_payload", PART_SOURCES},
-	{"listen.allow", PART_SOURCES},
-	{"static.", PART_SOURCES},
-	{"chaos.", PART_SOURCES},
-	/* Autopath needs this node's Pods: the watch follows it (cluster.pods is restart-only). */
-	{"cluster.autopath", PART_SOURCES | PART_PODS},
-	/* Also where autopath reads the node's search domains. */
-	{"upstream.resolv_conf", PART_UPSTREAM | PART_SOURCES},
-	{"upstream.", PART_UPSTREAM},
-	/* They become forward zones, and send unsynced cluster names upstream. */
-	{"cluster.fallback_servers", PART_UPSTREAM | PART_SOURCES},
-	{"cache.", PART_CACHE},
-	{"log.level", PART_LOG},
-	{"log.format", PART_LOG},
-	{"log.queries", PART_LOG},
-	{"nftables.teardown", PART_NODE},
-	{"nftables.reassert_interval", PART_NODE},
-};
 
 #define MAX_KEYS 64
 #define KEY_LEN 48
 #define LIST_LEN (MAX_KEYS * KEY_LEN)
 
 struct changes {
-	unsigned parts;
+	unsigned parts;          /* the CONFIG_APPLY_* steps the changed keys need */
 	char live[LIST_LEN];     /* "a,b,c" */
 	char restart[LIST_LEN];
 	char keep[MAX_KEYS][KEY_LEN]; /* restart-only keys: the running value stays */
 	size_t n_keep;
 };
-
-static unsigned parts_of(const char *key)
-{
-	for (size_t i = 0; i < sizeof live_keys / sizeof live_keys[0]; i++) {
-		const char *k = live_keys[i].key;
-		size_t len = strlen(k);
-		if (k[len - 1] == '.' ? strncmp(key, k, len) == 0 : strcmp(key, k) == 0)
-			return live_keys[i].parts;
-	}
-	return 0;
-}
 
 static void append(char *list, const char *key)
 {
@@ -117,10 +64,10 @@ static void append(char *list, const char *key)
 	snprintf(list + used, LIST_LEN - used, "%s%s", used ? "," : "", key);
 }
 
-static void note_change(const char *key, void *arg)
+static void note_change(const char *key, unsigned reload, void *arg)
 {
 	struct changes *c = arg;
-	unsigned parts = parts_of(key);
+	unsigned parts = reload & ~(unsigned)CONFIG_RESTART_ONLY;
 
 	if (parts) {
 		c->parts |= parts;
@@ -172,9 +119,25 @@ static void log_addresses(const char *msg, const struct config *from, const stru
 	}
 }
 
+/* libunbound reads these on the resolver thread, which may read only what it could at start. */
+static void warn_unreadable(const char *key, const char *path)
+{
+	if (!privs_resolver_may_read(path))
+		log_warn("the resolver thread may not read this file until localdns restarts (it may "
+			 "read only the directories the files were in at start)", "key", key,
+			 "path", path);
+}
+
 static void log_upstream(const struct config *cfg)
 {
 	char servers[512] = "";
+
+	if (cfg->upstream.dnssec)
+		warn_unreadable("upstream.trust_anchor", cfg->upstream.trust_anchor);
+	if (cfg->upstream.recursive)
+		warn_unreadable("upstream.root_hints", cfg->upstream.root_hints);
+	if (cfg->upstream.tls)
+		warn_unreadable("upstream.tls_ca_file", cfg->upstream.tls_ca_file);
 
 	for (size_t i = 0; i < cfg->upstream.n_servers; i++)
 		append(servers, cfg->upstream.servers[i].text);
@@ -278,14 +241,14 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 	struct config *prev = d->running;
 	struct query_sources *sources = NULL;
 	struct upstream_context *ctx = NULL;
-	bool listen = parts & PART_LISTEN;
+	bool listen = parts & CONFIG_APPLY_LISTEN;
 
-	if ((parts & PART_SOURCES) &&
+	if ((parts & CONFIG_APPLY_SOURCES) &&
 	    !(sources = query_sources_build(next, &(struct query_names){d->cluster, d->clusterset,
 									 d->mesh},
 					    d->cache, err, errlen)))
 		return -1;
-	if ((parts & PART_UPSTREAM) && !(ctx = upstream_prepare(next, err, errlen))) {
+	if ((parts & CONFIG_APPLY_UPSTREAM) && !(ctx = upstream_prepare(next, err, errlen))) {
 		query_sources_free(sources);
 		return -1;
 	}
@@ -297,14 +260,16 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 	if (listen)
 		log_addresses("listening", next, prev);
 	switch_upstream_and_sources(d, next, ctx, sources);
-	if ((parts & PART_PODS) && d->kube)
+	if ((parts & CONFIG_APPLY_PODS) && d->kube)
 		kube_watch_pods(d->kube, cluster_needs_pods(next));
-	if (parts & PART_CACHE)
+	if (parts & CONFIG_APPLY_CACHE)
 		apply_cache(d->cache, next);
-	if (parts & PART_SERVER)
+	if (parts & CONFIG_APPLY_SERVER)
 		apply_listener_settings(d->server, next);
-	if (parts & PART_LOG)
+	if (parts & CONFIG_APPLY_LOG)
 		apply_log_settings(next);
+	if (parts & CONFIG_APPLY_DNSTAP)
+		dnstap_configure(next);
 	if (listen) {
 		server_unlisten_others(d->server, next);
 		if (d->node)
@@ -320,8 +285,8 @@ static int apply(struct daemon *d, struct config *next, unsigned parts, char *er
 /* Listen changes may turn a resolv.conf nameserver into ourselves: check them again. */
 static unsigned also_needed(const struct config *next, unsigned parts)
 {
-	if ((parts & PART_LISTEN) && next->upstream.n_servers == 0 && !next->upstream.recursive)
-		parts |= PART_UPSTREAM;
+	if ((parts & CONFIG_APPLY_LISTEN) && next->upstream.n_servers == 0 && !next->upstream.recursive)
+		parts |= CONFIG_APPLY_UPSTREAM;
 	return parts;
 }
 
@@ -358,16 +323,16 @@ static int reload_locked(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
-static int count(struct daemon *d, int rc, const char *err)
+/* A reload's outcome into the reload counters; a failure is logged with its reason. */
+static void count_outcome(struct daemon *d, bool ok, const char *err)
 {
-	if (rc < 0) {
+	if (!ok) {
 		atomic_fetch_add(&d->reloads_failed, 1);
 		log_error("reload failed; keeping the running configuration", "error", err);
-		return -1;
+		return;
 	}
 	atomic_fetch_add(&d->reloads_ok, 1);
 	atomic_store(&d->last_reload_ok_ms, wall_ms());
-	return rc;
 }
 
 int daemon_reload(struct daemon *d, char *err, size_t errlen)
@@ -376,7 +341,8 @@ int daemon_reload(struct daemon *d, char *err, size_t errlen)
 	pthread_mutex_lock(&d->reload_lock);
 	int rc = reload_locked(d, err, errlen);
 	pthread_mutex_unlock(&d->reload_lock);
-	return count(d, rc, err);
+	count_outcome(d, rc >= 0, err);
+	return rc;
 }
 
 int daemon_reload_if_changed(struct daemon *d, char *err, size_t errlen)
@@ -389,5 +355,6 @@ int daemon_reload_if_changed(struct daemon *d, char *err, size_t errlen)
 	log_info("configuration files changed; reloading", "config", d->config_path);
 	int rc = reload_locked(d, err, errlen);
 	pthread_mutex_unlock(&d->reload_lock);
-	return count(d, rc < 0 ? -1 : 1, err);
+	count_outcome(d, rc >= 0, err);
+	return rc < 0 ? -1 : 1;
 }

@@ -86,28 +86,38 @@ static bool is_dnssec_type(uint16_t type)
 	return type == T_RRSIG || type == T_NSEC || type == T_NSEC3;
 }
 
+bool dns_rr_read(const uint8_t *msg, size_t len, size_t *pos, struct dns_rr *rr)
+{
+	struct out o = {.buf = rr->rdata, .cap = sizeof rr->rdata};
+
+	if (dns_name_read(msg, len, pos, rr->owner, false) < 0 || len - *pos < RR_FIXED)
+		return false;
+	const uint8_t *fixed = msg + *pos;
+	uint16_t rdlen = get16(fixed + 8);
+	rr->type = get16(fixed);
+	rr->rclass = get16(fixed + 2);
+	rr->ttl = (uint32_t)get16(fixed + 4) << 16 | get16(fixed + 6);
+	size_t rd = *pos + RR_FIXED;
+	if (len - rd < rdlen || !expand_rdata(msg, rr->type, rd, rdlen, &o) || o.len > UINT16_MAX)
+		return false;
+	rr->rdlen = (uint16_t)o.len;
+	*pos = rd + rdlen;
+	return true;
+}
+
 /* Read one record at msg[*pos] and add it to w unless it is dropped. */
 static bool rewrite_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_section sec,
 		       bool drop_dnssec, uint16_t qtype, struct dns_writer *w)
 {
-	uint8_t owner[DNS_MAX_NAME];
-	uint8_t rdata[DNS_MAX_MESSAGE];
-	struct out o = {.buf = rdata, .cap = sizeof rdata};
+	struct dns_rr rr;
 
-	if (dns_name_read(msg, len, pos, owner, false) < 0 || len - *pos < RR_FIXED)
+	if (!dns_rr_read(msg, len, pos, &rr))
 		return false;
-	const uint8_t *fixed = msg + *pos;
-	uint16_t type = get16(fixed), rclass = get16(fixed + 2), rdlen = get16(fixed + 8);
-	uint32_t ttl = (uint32_t)get16(fixed + 4) << 16 | get16(fixed + 6);
-	size_t rd = *pos + RR_FIXED;
-	if (len - rd < rdlen || !expand_rdata(msg, type, rd, rdlen, &o) || o.len > UINT16_MAX)
-		return false;
-	*pos = rd + rdlen;
-	if (type == DNS_T_OPT || (drop_dnssec && is_dnssec_type(type) && type != qtype &&
-				  qtype != DNS_T_ANY))
+	if (rr.type == DNS_T_OPT || (drop_dnssec && is_dnssec_type(rr.type) && rr.type != qtype &&
+				     qtype != DNS_T_ANY))
 		return true; /* OPT is per exchange; the other is not for this client */
 	size_t before = w->count[sec];
-	dns_response_add_rr(w, sec, owner, type, rclass, ttl, rdata, (uint16_t)o.len);
+	dns_response_add_rr(w, sec, rr.owner, rr.type, rr.rclass, rr.ttl, rr.rdata, rr.rdlen);
 	return w->count[sec] == before + 1; /* nothing may be left out here */
 }
 

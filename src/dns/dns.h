@@ -104,6 +104,26 @@ static inline bool dns_reply_truncated(const uint8_t *reply)
 	return (reply[2] & (DNS_F_TC >> 8)) != 0;
 }
 
+/*
+ * What response rate limiting (src/rrl/) counts a reply under, as BIND's
+ * and Knot's RRL do: the kind of answer and the name and type it is about.
+ * An answer and a no-data reply: the question's name and type. NXDOMAIN:
+ * the zone, the owner of the SOA record in the authority section (the
+ * question's name when there is none), and no type, so random names in one
+ * zone count together. Any other rcode (an error): no name and no type.
+ */
+enum dns_reply_kind { DNS_REPLY_ANSWER, DNS_REPLY_NODATA, DNS_REPLY_NXDOMAIN, DNS_REPLY_ERROR };
+struct dns_reply_key {
+	uint8_t kind;            /* enum dns_reply_kind */
+	uint16_t type;
+	size_t name_len;         /* 0: none */
+	uint8_t name[DNS_MAX_NAME]; /* lower-cased wire form */
+};
+
+/* The key of reply[0..len) (one we wrote: a header and one question); a
+ * reply without a readable question is an error without a name. */
+void dns_reply_key(const uint8_t *reply, size_t len, struct dns_reply_key *out);
+
 /* EDNS0 option codes we understand; every other option is ignored. */
 #define DNS_EDNS_OPT_COOKIE 10
 #define DNS_EDNS_DO 0x8000 /* in the OPT record's TTL field, low 16 bits */
@@ -157,6 +177,23 @@ enum dns_parse_result dns_parse_query(const uint8_t *pkt, size_t len,
  */
 int dns_name_read(const uint8_t *pkt, size_t len, size_t *pos,
 		  uint8_t out[DNS_MAX_NAME], bool lower);
+
+/* One resource record of a message, as dns_rr_read gives it. */
+struct dns_rr {
+	uint8_t owner[DNS_MAX_NAME];   /* expanded, in the message's letter case */
+	uint16_t type, rclass;
+	uint32_t ttl;
+	uint16_t rdlen;
+	uint8_t rdata[DNS_MAX_MESSAGE]; /* its names expanded (dns_rdata_names' types) */
+};
+
+/*
+ * Read the record at msg[*pos] into rr, its owner and the names in its
+ * rdata expanded (a compressed message's records can then be written
+ * again, elsewhere, by dns_response_add_rr), and move *pos past it. false
+ * when the record is malformed or runs past len.
+ */
+bool dns_rr_read(const uint8_t *msg, size_t len, size_t *pos, struct dns_rr *rr);
 
 /*
  * Text to lower-cased wire name ("db.prod.svc.cluster.local" or with a

@@ -10,9 +10,11 @@
  * certificate and key, token, tokenFile). Credentials we cannot use (exec
  * plugins, auth-provider, basic auth) stop start-up with a message rather
  * than produce a client that can only get 401s, and so does a token that
- * would go to a plain http:// server.
+ * would go to a plain http:// server or to one whose certificate is not
+ * checked (insecure-skip-tls-verify).
  */
 #include "kube/internal.h"
+#include "util/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,17 +31,18 @@
 
 /* ---- reading files ---------------------------------------------------------- */
 
-/* The whole file, NUL-terminated, in *out; -1 with errno set on failure. */
-static int read_small_file(const char *path, char **out, size_t *out_len, struct stat *st)
+/* The whole file, NUL-terminated, in *out; -1 with why set on failure.
+ * Only a regular file (util/file.h): a FIFO would block the thread. */
+static int read_small_file(const char *path, char **out, size_t *out_len, struct stat *st,
+			   const char **why)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat sb;
+	int fd = file_open_regular(path, &sb, why);
 	if (fd < 0)
 		return -1;
-	struct stat sb;
-	int e = fstat(fd, &sb) < 0 ? errno : (size_t)sb.st_size > FILE_MAX ? EFBIG : 0;
-	if (e) {
+	if ((size_t)sb.st_size > FILE_MAX) {
 		close(fd);
-		errno = e;
+		*why = strerror(EFBIG);
 		return -1;
 	}
 	char *buf = malloc((size_t)sb.st_size + 1);
@@ -47,11 +50,11 @@ static int read_small_file(const char *path, char **out, size_t *out_len, struct
 	ssize_t n = 1;
 	while (buf && len < (size_t)sb.st_size && (n = read(fd, buf + len, (size_t)sb.st_size - len)) > 0)
 		len += (size_t)n;
-	e = errno;
+	int e = errno;
 	close(fd);
 	if (!buf || n < 0) {
 		free(buf);
-		errno = buf ? e : ENOMEM;
+		*why = strerror(buf ? e : ENOMEM);
 		return -1;
 	}
 	buf[len] = '\0';
@@ -156,9 +159,10 @@ int kube_token_refresh(struct kube_token *t, const char *path, bool force)
 	if (!force && t->value && st.st_dev == t->dev && st.st_ino == t->ino &&
 	    st.st_size == t->size && mtime_of(&st) == t->mtime_ns)
 		return 0;
+	const char *why;
 	char *text;
 	size_t len;
-	if (read_small_file(path, &text, &len, &st) < 0)
+	if (read_small_file(path, &text, &len, &st, &why) < 0)
 		return -1;
 	/* A NUL would cut the token short without anyone noticing. */
 	const char *tok = memchr(text, '\0', len) ? "" : trim(text);
@@ -320,6 +324,10 @@ static int take_cluster(struct kc *kc, const yaml_node_t *root, const char *name
 		return kc_fail(kc, "cluster \"%s\" has no server", name);
 	if (strncmp(server, "https://", 8) != 0 && strncmp(server, "http://", 7) != 0)
 		return kc_fail(kc, "cluster \"%s\": server \"%s\" is not an http(s) URL", name, server);
+	/* "https://" alone would be trimmed to "https:/" below, a URL no check knows */
+	const char *host = server + (server[4] == 's' ? 8 : 7);
+	if (*host == '\0' || *host == '/')
+		return kc_fail(kc, "cluster \"%s\": server \"%s\" names no host", name, server);
 	if (has_userinfo(server))
 		return kc_fail(kc, "cluster \"%s\": the server URL holds credentials (user@); "
 			       "put them in the user entry", name);
@@ -366,18 +374,27 @@ static int take_user(struct kc *kc, const yaml_node_t *root, const char *name, s
 /*
  * A bearer token is a password for the whole service account: over plain
  * http:// anyone on the path (the node's network, a proxy) could read it
- * and use it. A client certificate is different (its key never leaves us,
- * and curl does not offer it without TLS); an anonymous client has nothing
- * to hide.
+ * and use it, and with insecure-skip-tls-verify anyone on the path could
+ * answer in the server's place and be handed it. A client certificate is
+ * different (its key never leaves us: TLS proves possession of it without
+ * sending it, and curl does not offer it without TLS); an anonymous client
+ * has nothing to hide.
  */
 static int refuse_token_in_clear(struct kc *kc, const struct kube_conn *c, const char *cluster,
 				 const char *user)
 {
-	if (strncmp(c->server, "http://", 7) != 0 || !(c->token || c->token_file))
+	if (!(c->token || c->token_file))
 		return 0;
-	return kc_fail(kc, "cluster \"%s\": server \"%s\" is plain http://, and user \"%s\" has a "
-		       "bearer token, which would cross the network unencrypted; use https:// (or a "
-		       "user without a token)", cluster, c->server, user);
+	if (strncmp(c->server, "http://", 7) == 0)
+		return kc_fail(kc, "cluster \"%s\": server \"%s\" is plain http://, and user \"%s\" "
+			       "has a bearer token, which would cross the network unencrypted; use "
+			       "https:// (or a user without a token)", cluster, c->server, user);
+	if (c->insecure)
+		return kc_fail(kc, "cluster \"%s\" has insecure-skip-tls-verify, and user \"%s\" has "
+			       "a bearer token, which would go to whoever answers in the server's "
+			       "place; give the cluster its certificate-authority (or use a user "
+			       "without a token)", cluster, user);
+	return 0;
 }
 
 static int take_current_context(struct kc *kc, struct kube_conn *c)
@@ -421,6 +438,13 @@ int kube_conn_from_kubeconfig(const char *path, const char *yaml, size_t len,
 		return kc_fail(&kc, "out of memory");
 	}
 	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+	unsigned line, col;
+	if (!config_yaml_shallow(yaml, len, &line, &col)) {
+		kc_fail(&kc, "%u:%u: nested deeper than %d levels", line, col, CONFIG_YAML_DEPTH_MAX);
+		yaml_parser_delete(&parser);
+		free(kc.dir);
+		return -1;
+	}
 	if (!yaml_parser_load(&parser, &kc.doc)) {
 		kc_fail(&kc, "%zu:%zu: %s", parser.problem_mark.line + 1,
 			parser.problem_mark.column + 1, parser.problem ? parser.problem : "YAML error");
@@ -442,11 +466,12 @@ int kube_conn_from_kubeconfig(const char *path, const char *yaml, size_t len,
 
 int kube_conn_load_kubeconfig(const char *path, struct kube_conn *out, char *err, size_t errlen)
 {
+	const char *why;
 	char *text;
 	size_t len;
 
-	if (read_small_file(path, &text, &len, NULL) < 0) {
-		snprintf(err, errlen, "kubeconfig %s: %s", path, strerror(errno));
+	if (read_small_file(path, &text, &len, NULL, &why) < 0) {
+		snprintf(err, errlen, "kubeconfig %s: %s", path, why);
 		return -1;
 	}
 	int rc = kube_conn_from_kubeconfig(path, text, len, out, err, errlen);

@@ -219,12 +219,19 @@ uint64_t kube_gone_next(struct kube_gone *g, int64_t now_ms, uint32_t rnd);
  * that last saw it. A relist starts a new generation; after its last page
  * every key still tagged with an older one is gone.
  */
-struct kube_key;
+struct kube_key {
+	struct kube_key *next;
+	uint64_t hash;
+	uint32_t gen;
+	size_t ns_len;       /* the '/' is at key[ns_len] */
+	char key[];
+};
 struct kube_keys {
 	struct kube_key **buckets;
 	size_t n_buckets;    /* a power of two, or 0 before the first insert */
 	size_t count;
 	uint32_t gen;
+	uint8_t hash_key[16]; /* SipHash-1-3, drawn at the first insert */
 };
 
 void kube_keys_init(struct kube_keys *s);

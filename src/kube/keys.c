@@ -5,28 +5,34 @@
  * A chained hash table of "ns/name" strings, each with the generation of
  * the LIST that last saw it. It exists only so a relist can tell which
  * objects vanished while we were not watching; the objects themselves are
- * the consumer's. 100,000 keys cost about 100 bytes each.
+ * the consumer's. 100,000 keys cost about 100 bytes each. Tenants choose
+ * the names, so the table is keyed like every other table outside input
+ * fills (docs/security.md, "Hash flooding"): SipHash-1-3 under a key drawn
+ * when the set first holds something.
  */
 #include "kube/internal.h"
-#include "util/hash.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
-struct kube_key {
-	struct kube_key *next;
-	uint64_t hash;
-	uint32_t gen;
-	size_t ns_len;       /* the '/' is at key[ns_len] */
-	char key[];
-};
+#include "dns/dns.h"
 
-static uint64_t key_hash(const char *ns, const char *name)
+/* "ns/name" under the set's key. */
+static uint64_t key_hash(const struct kube_keys *s, const char *ns, const char *name)
 {
-	uint64_t h = fnv1a(FNV1A_SEED, ns, strlen(ns));
+	size_t ns_len = strlen(ns), name_len = strlen(name);
+	char joined[512];
 
-	h = fnv1a_byte(h, '/');
-	return fnv1a(h, name, strlen(name));
+	if (ns_len + 1 + name_len > sizeof joined) { /* longer than Kubernetes allows: in parts */
+		uint64_t h = dns_siphash13(s->hash_key, (const uint8_t *)ns, ns_len);
+		return h ^ dns_siphash13(s->hash_key, (const uint8_t *)name, name_len) *
+				   0x9e3779b97f4a7c15ull;
+	}
+	memcpy(joined, ns, ns_len);
+	joined[ns_len] = '/';
+	memcpy(joined + ns_len + 1, name, name_len);
+	return dns_siphash13(s->hash_key, (const uint8_t *)joined, ns_len + 1 + name_len);
 }
 
 static bool key_equal(const struct kube_key *k, const char *ns, size_t ns_len, const char *name)
@@ -40,13 +46,17 @@ void kube_keys_init(struct kube_keys *s)
 	*s = (struct kube_keys){0};
 }
 
-/* Doubles the bucket array when the load passes 1; a failed grow keeps the old one. */
+/* Doubles the bucket array when the load passes 1 (the first one also
+ * draws the key); a failed grow keeps the old one. */
 static void grow(struct kube_keys *s)
 {
 	size_t n = s->n_buckets ? s->n_buckets * 2 : 64;
-	struct kube_key **b = calloc(n, sizeof *b);
+	struct kube_key **b;
 
-	if (!b)
+	if (!s->n_buckets &&
+	    getrandom(s->hash_key, sizeof s->hash_key, 0) != (ssize_t)sizeof s->hash_key)
+		return;
+	if (!(b = calloc(n, sizeof *b)))
 		return;
 	for (size_t i = 0; i < s->n_buckets; i++) {
 		struct kube_key *k = s->buckets[i];
@@ -75,12 +85,11 @@ static struct kube_key **find(const struct kube_keys *s, const char *ns, const c
 
 int kube_keys_mark(struct kube_keys *s, const char *ns, const char *name)
 {
-	uint64_t h = key_hash(ns, name);
-
 	if (s->count >= s->n_buckets)
 		grow(s);
 	if (!s->n_buckets)
 		return -1;
+	uint64_t h = key_hash(s, ns, name);
 	struct kube_key **p = find(s, ns, name, h);
 	if (*p) {
 		(*p)->gen = s->gen;
@@ -106,7 +115,7 @@ bool kube_keys_remove(struct kube_keys *s, const char *ns, const char *name)
 {
 	if (!s->n_buckets)
 		return false;
-	struct kube_key **p = find(s, ns, name, key_hash(ns, name));
+	struct kube_key **p = find(s, ns, name, key_hash(s, ns, name));
 	struct kube_key *k = *p;
 	if (!k)
 		return false;

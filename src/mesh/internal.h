@@ -15,6 +15,7 @@
 #define LOCALDNS_MESH_INTERNAL_H
 
 #include "mesh/mesh.h"
+#include "mesh/objects.h"
 
 #include <stdatomic.h>
 

@@ -55,7 +55,6 @@
 
 #include "config/config.h"
 #include "dns/dns.h"
-#include "kube/kube.h"
 
 struct mesh;
 
@@ -84,15 +83,8 @@ struct mesh_watcher {
 };
 void mesh_bind(struct mesh *m, const struct mesh_watcher *w);
 
-/* A ServiceEntry / WorkloadEntry added or changed, or gone. Objects without
- * a name are ignored; fields Istio's name table does not use are never read. */
-void mesh_entry_upsert(struct mesh *m, const struct kube_json *se);
-void mesh_entry_remove(struct mesh *m, const char *ns, const char *name);
-void mesh_workload_upsert(struct mesh *m, const struct kube_json *we);
-void mesh_workload_remove(struct mesh *m, const char *ns, const char *name);
-/* A Pod of the selector watch tag added, changed or gone. */
-void mesh_pod_upsert(struct mesh *m, void *tag, const struct kube_json *pod);
-void mesh_pod_remove(struct mesh *m, void *tag, const char *ns, const char *name);
+/* The objects themselves (ServiceEntries, WorkloadEntries, the Pods of a
+ * selector watch) come in through mesh/objects.h. */
 
 struct mesh_stats {
 	size_t entries;    /* ServiceEntries held */

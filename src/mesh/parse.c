@@ -16,9 +16,6 @@
 
 #include "log/log.h"
 
-#define field kube_json_get
-#define text kube_json_get_text
-
 bool mesh_parse_ip(const char *s, struct mesh_ip *ip)
 {
 	memset(ip, 0, sizeof *ip);
@@ -135,7 +132,7 @@ static bool read_ips(const struct kube_json *list, const char *key, struct mesh_
 	if (n && !(d->ips = calloc(n, sizeof *d->ips)))
 		return false;
 	for (const struct kube_json *v = kube_json_first(list); v; v = v->next) {
-		const char *s = key ? text(v, key) : kube_json_text(v);
+		const char *s = key ? kube_json_get_text(v, key) : kube_json_text(v);
 		if (s && (key ? mesh_parse_ip(s, &d->ips[d->n_ips]) : address_of(s, &d->ips[d->n_ips])))
 			d->n_ips++;
 	}
@@ -149,7 +146,8 @@ static bool read_allocated(const struct kube_json *list, struct mesh_draft *d)
 	if (d->n_hosts && !(d->allocated = calloc(d->n_hosts, sizeof *d->allocated)))
 		return false;
 	for (const struct kube_json *a = kube_json_first(list); a; a = a->next) {
-		const char *host = text(a, "host"), *value = text(a, "value");
+		const char *host = kube_json_get_text(a, "host");
+		const char *value = kube_json_get_text(a, "value");
 		uint8_t name[DNS_MAX_NAME];
 		struct mesh_ip ip;
 		if (!host || !value || dns_name_from_text(host, name) <= 1 || !mesh_parse_ip(value, &ip))
@@ -171,7 +169,8 @@ static bool read_allocated(const struct kube_json *list, struct mesh_draft *d)
 /* Istio uses istiod's allocation unless resolution is NONE or the entry opts out. */
 static bool uses_allocation(const struct kube_json *meta, const char *resolution)
 {
-	const char *opt = text(field(meta, "labels"), "networking.istio.io/enable-autoallocate-ip");
+	const struct kube_json *labels = kube_json_get(meta, "labels");
+	const char *opt = kube_json_get_text(labels, "networking.istio.io/enable-autoallocate-ip");
 
 	return strcmp(resolution, "NONE") != 0 && !(opt && strcasecmp(opt, "false") == 0);
 }
@@ -242,10 +241,11 @@ int mesh_labels(const struct kube_json *labels, const struct kube_json *over, ch
 /* Where the entry's addresses come from, and what it needs for them. */
 static bool read_addresses(const struct kube_json *se, struct mesh_draft *d)
 {
-	const struct kube_json *meta = field(se, "metadata"), *spec = field(se, "spec");
-	const struct kube_json *addresses = field(spec, "addresses");
-	const struct kube_json *selector = field(spec, "workloadSelector");
-	const char *resolution = text(spec, "resolution") ?: "NONE";
+	const struct kube_json *meta = kube_json_get(se, "metadata");
+	const struct kube_json *spec = kube_json_get(se, "spec");
+	const struct kube_json *addresses = kube_json_get(spec, "addresses");
+	const struct kube_json *selector = kube_json_get(spec, "workloadSelector");
+	const char *resolution = kube_json_get_text(spec, "resolution") ?: "NONE";
 
 	if (kube_json_len(addresses)) {
 		d->kind = KIND_ADDRESSES;
@@ -253,7 +253,7 @@ static bool read_addresses(const struct kube_json *se, struct mesh_draft *d)
 	}
 	if (uses_allocation(meta, resolution)) {
 		d->kind = KIND_ALLOCATED;
-		return read_allocated(field(field(se, "status"), "addresses"), d);
+		return read_allocated(kube_json_get(kube_json_get(se, "status"), "addresses"), d);
 	}
 	if (strcmp(resolution, "NONE") != 0) {
 		d->kind = KIND_UPSTREAM;
@@ -261,15 +261,17 @@ static bool read_addresses(const struct kube_json *se, struct mesh_draft *d)
 	}
 	d->kind = KIND_HEADLESS;
 	if (selector)
-		return mesh_labels(field(selector, "labels"), NULL, &d->pairs, &d->pairs_len,
-				   &d->selector) == 0;
-	return read_ips(field(spec, "endpoints"), "address", d);
+		return mesh_labels(kube_json_get(selector, "labels"), NULL, &d->pairs,
+				   &d->pairs_len, &d->selector) == 0;
+	return read_ips(kube_json_get(spec, "endpoints"), "address", d);
 }
 
 bool mesh_parse_entry(const struct kube_json *se, struct mesh_draft *d)
 {
-	const struct kube_json *meta = field(se, "metadata"), *spec = field(se, "spec");
-	const char *ns = text(meta, "namespace"), *name = text(meta, "name");
+	const struct kube_json *meta = kube_json_get(se, "metadata");
+	const struct kube_json *spec = kube_json_get(se, "spec");
+	const char *ns = kube_json_get_text(meta, "namespace");
+	const char *name = kube_json_get_text(meta, "name");
 	size_t ns_len = ns ? strlen(ns) : 0;
 
 	memset(d, 0, sizeof *d);
@@ -279,9 +281,9 @@ bool mesh_parse_entry(const struct kube_json *se, struct mesh_draft *d)
 	d->ns[0] = (uint8_t)ns_len;
 	for (size_t i = 0; i < ns_len; i++)
 		d->ns[1 + i] = (uint8_t)(ns[i] >= 'A' && ns[i] <= 'Z' ? ns[i] + 32 : ns[i]);
-	d->created = creation_time(text(meta, "creationTimestamp"));
-	read_export(field(spec, "exportTo"), d);
-	if (!read_hosts(field(spec, "hosts"), d) || !read_addresses(se, d)) {
+	d->created = creation_time(kube_json_get_text(meta, "creationTimestamp"));
+	read_export(kube_json_get(spec, "exportTo"), d);
+	if (!read_hosts(kube_json_get(spec, "hosts"), d) || !read_addresses(se, d)) {
 		log_error("out of memory; serviceentry not served", "serviceentry", d->key);
 		return false;
 	}

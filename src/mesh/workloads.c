@@ -23,9 +23,6 @@
 
 #include "log/log.h"
 
-#define field kube_json_get
-#define text kube_json_get_text
-
 /* ---- selectors --------------------------------------------------------------------- */
 
 static void free_pod(struct mesh_pod *p)
@@ -212,31 +209,41 @@ void mesh_selector_refresh(struct mesh *m, struct mesh_selector *sel)
 
 /* ---- Pods of a selector ------------------------------------------------------------- */
 
-/* Ready: the Ready condition is True and the Pod neither finished nor going. */
-static bool pod_ready(const struct kube_json *pod)
+/* Whether a status (a Pod's, a WorkloadEntry's) holds the condition of this
+ * type, and it is True. */
+static bool condition_true(const struct kube_json *status, const char *type)
 {
-	const struct kube_json *status = field(pod, "status");
-	const char *phase = text(status, "phase");
+	const struct kube_json *conditions = kube_json_get(status, "conditions");
 
-	if (field(field(pod, "metadata"), "deletionTimestamp") ||
-	    (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
-		return false;
-	for (const struct kube_json *c = kube_json_first(field(status, "conditions")); c; c = c->next) {
-		const char *type = text(c, "type"), *st = text(c, "status");
-		if (type && st && strcmp(type, "Ready") == 0)
+	for (const struct kube_json *c = kube_json_first(conditions); c; c = c->next) {
+		const char *t = kube_json_get_text(c, "type");
+		const char *st = kube_json_get_text(c, "status");
+		if (t && st && strcmp(t, type) == 0)
 			return strcmp(st, "True") == 0;
 	}
 	return false;
 }
 
+/* Ready: the Ready condition is True and the Pod neither finished nor going. */
+static bool pod_ready(const struct kube_json *pod)
+{
+	const struct kube_json *status = kube_json_get(pod, "status");
+	const char *phase = kube_json_get_text(status, "phase");
+
+	if (kube_json_get(kube_json_get(pod, "metadata"), "deletionTimestamp") ||
+	    (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+		return false;
+	return condition_true(status, "Ready");
+}
+
 static uint8_t pod_ips(const struct kube_json *status, struct mesh_ip ips[2])
 {
-	const struct kube_json *list = field(status, "podIPs");
-	const char *one = text(status, "podIP");
+	const struct kube_json *list = kube_json_get(status, "podIPs");
+	const char *one = kube_json_get_text(status, "podIP");
 	uint8_t n = 0;
 
 	for (const struct kube_json *e = kube_json_first(list); e && n < 2; e = e->next)
-		n += mesh_parse_ip(text(e, "ip") ?: "", &ips[n]);
+		n += mesh_parse_ip(kube_json_get_text(e, "ip") ?: "", &ips[n]);
 	if (!kube_json_len(list) && one)
 		n += mesh_parse_ip(one, &ips[0]);
 	return n;
@@ -264,8 +271,9 @@ static void change_end(struct mesh *m)
 void mesh_pod_upsert(struct mesh *m, void *tag, const struct kube_json *pod)
 {
 	struct mesh_selector *sel = tag;
-	const struct kube_json *meta = field(pod, "metadata");
-	const char *ns = text(meta, "namespace"), *name = text(meta, "name");
+	const struct kube_json *meta = kube_json_get(pod, "metadata");
+	const char *ns = kube_json_get_text(meta, "namespace");
+	const char *name = kube_json_get_text(meta, "name");
 	struct mesh_ip ips[2];
 	uint8_t n;
 	char key[512];
@@ -274,7 +282,7 @@ void mesh_pod_upsert(struct mesh *m, void *tag, const struct kube_json *pod)
 	if (!is_selector(m, sel) || !ns || !name ||
 	    snprintf(key, sizeof key, "%s/%s", ns, name) >= (int)sizeof key)
 		return;
-	n = pod_ready(pod) ? pod_ips(field(pod, "status"), ips) : 0;
+	n = pod_ready(pod) ? pod_ips(kube_json_get(pod, "status"), ips) : 0;
 	if (!lh_table_lookup_ex(sel->pods, key, (void **)&p)) {
 		if (!(p = calloc(1, sizeof *p)) || !(p->key = strdup(key)) ||
 		    lh_table_insert(sel->pods, p->key, p) < 0) {
@@ -327,20 +335,14 @@ static void free_workload(struct mesh_workload *w)
  * Healthy condition says so; otherwise always. */
 static bool workload_healthy(const struct kube_json *we)
 {
-	const char *on = text(field(field(we, "metadata"), "annotations"),
-			      "proxy.istio.io/health-checks-enabled");
+	const struct kube_json *annotations = kube_json_get(kube_json_get(we, "metadata"), "annotations");
+	const char *on = kube_json_get_text(annotations, "proxy.istio.io/health-checks-enabled");
 
 	if (!on || !(strcmp(on, "true") == 0 || strcmp(on, "True") == 0 ||
 		     strcmp(on, "TRUE") == 0 || strcmp(on, "1") == 0 || strcmp(on, "t") == 0 ||
 		     strcmp(on, "T") == 0))
 		return true;
-	for (const struct kube_json *c = kube_json_first(field(field(we, "status"), "conditions")); c;
-	     c = c->next) {
-		const char *type = text(c, "type"), *st = text(c, "status");
-		if (type && st && strcmp(type, "Healthy") == 0)
-			return strcmp(st, "True") == 0;
-	}
-	return false;
+	return condition_true(kube_json_get(we, "status"), "Healthy");
 }
 
 /* The selectors of w's namespace that pick it: their entries are refreshed. */
@@ -355,8 +357,10 @@ static void refresh_selecting(struct mesh *m, const struct mesh_workload *w)
 
 void mesh_workload_upsert(struct mesh *m, const struct kube_json *we)
 {
-	const struct kube_json *meta = field(we, "metadata"), *spec = field(we, "spec");
-	const char *ns = text(meta, "namespace"), *name = text(meta, "name");
+	const struct kube_json *meta = kube_json_get(we, "metadata");
+	const struct kube_json *spec = kube_json_get(we, "spec");
+	const char *ns = kube_json_get_text(meta, "namespace");
+	const char *name = kube_json_get_text(meta, "name");
 	struct mesh_workload *w = calloc(1, sizeof *w), *old = NULL;
 	char key[512];
 
@@ -366,10 +370,10 @@ void mesh_workload_upsert(struct mesh *m, const struct kube_json *we)
 	}
 	w->ns_len = strlen(ns);
 	w->healthy = workload_healthy(we);
-	mesh_parse_ip(text(spec, "address") ?: "", &w->ip);
+	mesh_parse_ip(kube_json_get_text(spec, "address") ?: "", &w->ip);
 	if (!(w->key = strdup(key)) ||
-	    mesh_labels(field(spec, "labels"), field(meta, "labels"), &w->labels, &w->labels_len,
-			NULL) < 0) {
+	    mesh_labels(kube_json_get(spec, "labels"), kube_json_get(meta, "labels"), &w->labels,
+			&w->labels_len, NULL) < 0) {
 		free_workload(w);
 		log_error("out of memory; workloadentry not served", "workloadentry", key);
 		return;

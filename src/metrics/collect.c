@@ -346,10 +346,12 @@ char *metrics_collect(const struct daemon *d, size_t *len)
 		collect_table(&t, &counter_cluster, &v);
 	}
 	collect_table(&t, &counter_node, &v);
+	collect_table(&t, &counter_keeper, &v);
 	collect_state(&t, d);
 	collect_table(&t, &counter_config, &v);
 	collect_last_reload(&t, &v, proc.start_time);
 	collect_table(&t, &counter_query_log, &v);
+	collect_table(&t, &counter_dnstap, &v);
 	collect_table(&t, &counter_http, &v);
 	collect_build(&t);
 	if (have_proc)

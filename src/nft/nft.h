@@ -26,6 +26,9 @@
  *
  * Threads: every function taking a struct nft may be called from any
  * thread; a mutex serialises them (one netlink socket, one plan).
+ *
+ * How the folder's files share this (the pure message building and
+ * judging apart from the socket): src/nft/internal.h.
  */
 #ifndef LOCALDNS_NFT_NFT_H
 #define LOCALDNS_NFT_NFT_H
@@ -71,6 +74,20 @@ int nft_apply(struct nft *n, char *err, size_t errlen);
 int nft_set_fallback_endpoints(struct nft *n, const struct config_ip *ips, size_t n_ips,
 			       char *err, size_t errlen);
 
+/* The endpoints installed now, the first max copied to out; how many there are. */
+size_t nft_fallback_endpoints(struct nft *n, struct config_ip *out, size_t max);
+
+/*
+ * Forget the UDP flows to the link-local addresses (listen.addresses, on
+ * listen.port) that the fallback DNAT sent to one of gone, endpoints just
+ * taken out of the maps (conntrack.c): a new query that reuses such a flow's
+ * source port would go to the old endpoint, which may no longer be there
+ * ("port unreachable"). kube-proxy does the same for a Service's removed UDP
+ * endpoints. How many were deleted, or -1 with err.
+ */
+int nft_forget_flows(const struct config *cfg, const struct config_ip *gone, size_t n_gone,
+		     char *err, size_t errlen);
+
 /*
  * Start-up, with our table in the kernel (left by a localdns before us, or
  * one still running beside us): the endpoints its fallback maps hold become
@@ -103,6 +120,26 @@ int nft_heartbeat(struct nft *n, char *err, size_t errlen);
  * heartbeat is gone, 1: another process keeps it, -1: err.
  */
 int nft_leave(struct nft *n, char *err, size_t errlen);
+
+/*
+ * How long this process's heartbeat outlives its last renewal (set before
+ * the first nft_heartbeat): NFT_LIVE_TIMEOUT_MS, or NFT_LIVE_TIMEOUT_KEPT_MS
+ * when a keeper takes it out at once on death and hang (src/keeper/).
+ */
+void nft_live_timeout(struct nft *n, uint64_t ms);
+uint64_t nft_live_timeout_ms(struct nft *n);
+
+/* This process's token in set instances (nft_open draws it). */
+uint32_t nft_token(struct nft *n);
+
+/*
+ * nft_leave on behalf of the process whose token this is (the keeper,
+ * src/keeper/, for a serving process that died or stopped): same outcome.
+ */
+int nft_leave_for(struct nft *n, uint32_t token, char *err, size_t errlen);
+
+/* No events wanted (the keeper): the event socket is closed; nft_event_fd is -1 after. */
+void nft_mute(struct nft *n);
 
 /*
  * Compare the kernel's table with the plan (table, sets, element counts,

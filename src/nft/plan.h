@@ -5,7 +5,7 @@
  * the current fallback endpoints into the list of sets, chains and rules of
  * the table, and a fingerprint of it all. Pure: no netlink, no allocation
  * beyond the plan itself, so it is unit-tested (tests/unit/test_nft_plan.c)
- * and src/nft/nft.c only translates it into libnftnl objects.
+ * and src/nft/rule.c and batch.c only translate it into libnftnl objects.
  *
  * The table (family inet), and why each part is there:
  *
@@ -74,6 +74,14 @@
  */
 #define NFT_LIVE_TIMEOUT_MS 300
 #define NFT_LIVE_REFRESH_MS 100
+
+/*
+ * With a keeper (src/keeper/), which takes the heartbeat out within
+ * milliseconds of a death or a judged hang, the timeout is the last resort
+ * for the case where both processes are gone: long enough that a node
+ * monitor starved of CPU for most of a second does not drop capture.
+ */
+#define NFT_LIVE_TIMEOUT_KEPT_MS 1000
 
 /* A flow entry outlives the connection's idle timeout by this much. */
 #define NFT_FLOW_MARGIN_MS 5000

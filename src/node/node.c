@@ -38,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "keeper/keeper.h"
 #include "log/log.h"
 #include "netlink/iface.h"
 #include "nft/plan.h"
@@ -65,6 +66,7 @@ struct node {
 	node_capture_fn *capture; /* lock: NULL until node_capture, after node_release */
 	void *capture_arg;
 	bool capturing;           /* the last heartbeat was renewed (monitor thread) */
+	_Atomic(struct keeper_link *) keeper; /* node_keep; driven by the monitor */
 	atomic_uint_fast64_t heartbeat_ms; /* each turn of the monitor loop, for /health */
 	atomic_uint_fast64_t link_repairs;
 	atomic_uint_fast64_t table_repairs;
@@ -208,6 +210,41 @@ static void join_ips(const struct config_ip *ips, size_t n, char *out, size_t le
 	}
 }
 
+#define OLD_ENDPOINTS 64
+
+/* Which of old[0..n_old) are not in ips; into gone, how many. */
+static size_t gone_endpoints(const struct config_ip *old, size_t n_old, const struct config_ip *ips,
+			     size_t n, struct config_ip *gone)
+{
+	size_t n_gone = 0;
+
+	for (size_t i = 0; i < n_old; i++) {
+		bool kept = false;
+		for (size_t j = 0; j < n && !kept; j++)
+			kept = old[i].family == ips[j].family && strcmp(old[i].text, ips[j].text) == 0;
+		if (!kept)
+			gone[n_gone++] = old[i];
+	}
+	return n_gone;
+}
+
+/* The UDP flows the fallback DNAT sent to endpoints now gone: forgotten (nft_forget_flows). */
+static void forget_flows(struct node *node, const struct config_ip *gone, size_t n_gone)
+{
+	char err[CONFIG_ERR_MAX], list[512], count[24];
+	int forgotten = nft_forget_flows(node->cfg, gone, n_gone, err, sizeof err);
+
+	if (forgotten < 0) {
+		log_warn("cannot forget the flows sent to the old fallback endpoints; they go there "
+			 "until they time out", "error", err);
+	} else if (forgotten > 0) {
+		join_ips(gone, n_gone, list, sizeof list);
+		snprintf(count, sizeof count, "%d", forgotten);
+		log_info("forgot the UDP flows the fallback sent to endpoints that are gone",
+			 "endpoints", list, "flows", count);
+	}
+}
+
 /*
  * On the monitor thread, which keeps CAP_NET_ADMIN, under node->lock (a
  * reload may replace cfg).
@@ -217,6 +254,8 @@ static void use_endpoints(struct node *node, const struct config_ip *ips, size_t
 	const struct config *cfg = node->cfg;
 	char err[CONFIG_ERR_MAX], list[512];
 	const char *from = "kubernetes";
+	struct config_ip old[OLD_ENDPOINTS], gone[OLD_ENDPOINTS];
+	size_t n_old = nft_fallback_endpoints(node->nft, old, OLD_ENDPOINTS);
 
 	if (n == 0) {
 		/* Nothing ready: the static list is the best guess left. */
@@ -233,6 +272,8 @@ static void use_endpoints(struct node *node, const struct config_ip *ips, size_t
 	saw_endpoints(node, from, ips, n);
 	log_info("fallback endpoints for the link-local addresses", "service",
 		 cfg->nftables.fallback_service, "source", from, "endpoints", n ? list : "none");
+	forget_flows(node, gone, gone_endpoints(old, n_old < OLD_ENDPOINTS ? n_old : OLD_ENDPOINTS,
+						ips, n, gone));
 }
 
 /* The endpoints the Kubernetes watch left, if any, installed. */
@@ -306,6 +347,8 @@ static void *monitor(void *arg)
 			break;
 		now = (uint64_t)monotonic_ms();
 		atomic_store(&node->heartbeat_ms, now);
+		/* Before the heartbeat: the keeper has the sockets it opens. */
+		keeper_link_turn(atomic_load(&node->keeper), now);
 		pthread_mutex_lock(&node->lock);
 		if (ready > 0)
 			on_events(node, fds, &s, now);
@@ -544,6 +587,12 @@ void node_drop_addresses(struct node *node, const struct config *prev)
 	pthread_mutex_unlock(&node->lock);
 }
 
+void node_keep(struct node *node, struct keeper_link *link)
+{
+	if (node)
+		atomic_store(&node->keeper, link);
+}
+
 void node_capture(struct node *node, node_capture_fn *fn, void *arg)
 {
 	if (!node)
@@ -607,6 +656,7 @@ void node_status(struct node *node, struct node_status *out)
 	status_from_config(node->cfg, out);
 	pthread_mutex_unlock(&node->lock);
 	out->monitor_turned_ms = node_heartbeat_ms(node);
+	out->heartbeat_timeout_ms = node->nft ? nft_live_timeout_ms(node->nft) : 0;
 	node_stats(node, &out->repairs);
 }
 

@@ -104,7 +104,8 @@ struct node_status {
 	bool teardown;                /* nftables.teardown: removed at a clean exit */
 	uint64_t table_checked_ms;
 	char table_problem[CONFIG_ERR_MAX];
-	uint64_t heartbeat_renewed_ms; /* capture lives until + NFT_LIVE_TIMEOUT_MS */
+	uint64_t heartbeat_renewed_ms; /* capture lives until + heartbeat_timeout_ms */
+	uint64_t heartbeat_timeout_ms; /* nft_live_timeout_ms */
 	char heartbeat_problem[CONFIG_ERR_MAX];
 	bool capturing;               /* the daemon says DNS should come here (node_capture) */
 	char not_capturing[CONFIG_ERR_MAX]; /* why not, when it does not */
@@ -129,6 +130,15 @@ void node_status(struct node *node, struct node_status *out);
  */
 typedef bool node_capture_fn(void *arg, char *why, size_t whylen);
 void node_capture(struct node *node, node_capture_fn *fn, void *arg);
+
+/*
+ * The monitor drives the link to the keeper (src/keeper/) from now on,
+ * each turn before the heartbeat, so the keeper holds every socket before
+ * the heartbeat opens it to traffic. link must outlive node_stop. NULL
+ * node or link: nothing.
+ */
+struct keeper_link;
+void node_keep(struct node *node, struct keeper_link *link);
 
 /*
  * SIGTERM, before the server's sockets stop: no more renewals, and this

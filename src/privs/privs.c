@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 
 #include "log/log.h"
+#include "privs/internal.h"
 
 static const struct {
 	cap_value_t cap;
@@ -166,11 +167,20 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen)
 	}
 	if (drop(want, &bounding_reduced, err, errlen) < 0)
 		goto out;
+	/* Before the first thread: every thread inherits it, beneath its own list. */
+	if (cfg->security.seccomp && privs_deny_never_used(err, errlen) < 0)
+		goto out;
 	privs_use_seccomp(cfg->security.seccomp);
+	privs_read_for(cfg);
 	log_info("privileges dropped", "kept", have[0] ? have : "none", "missing",
 		 missing[0] ? missing : "none", "bounding_set",
 		 bounding_reduced ? "reduced" : "unchanged (no CAP_SETPCAP)", "no_new_privs",
-		 "true", "seccomp", cfg->security.seccomp ? "per thread" : "off (security.seccomp)");
+		 "true", "seccomp",
+		 cfg->security.seccomp ? "per thread, over a process-wide deny-list"
+				       : "off (security.seccomp)",
+		 "files", !cfg->security.seccomp ? "off (security.seccomp)"
+			  : privs_files_limited() ? "per thread (landlock)"
+						  : "not limited (no landlock in this kernel)");
 	rc = 0;
 out:
 	cap_free(want);

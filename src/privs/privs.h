@@ -5,9 +5,11 @@
  *
  * Owns: dropping every other capability from the effective, permitted,
  * inheritable and bounding sets (the inheritable set ends up empty: we
- * never exec), clearing the ambient set, and setting no_new_privs; starting
- * every other thread restricted to its kind's capabilities and seccomp
- * allow-list (thread.c).
+ * never exec), clearing the ambient set, and setting no_new_privs; the
+ * main thread's seccomp deny-list of what localdns never does (deny.c),
+ * which every thread started after it inherits; starting every other
+ * thread restricted to its kind's capabilities and seccomp allow-list
+ * (thread.c).
  *
  * Must never: let a thread run its function before it is restricted; drop
  * process-wide (privs_drop) once a second thread exists (it checks and
@@ -39,7 +41,9 @@
 
 /*
  * Keep CAP_NET_ADMIN and CAP_NET_BIND_SERVICE (those of them the process
- * has), drop the rest, set no_new_privs, and log what was kept. Without
+ * has), drop the rest, set no_new_privs, install the deny-list on the
+ * calling (main) thread when cfg->security.seccomp, and log what was
+ * kept. Without
  * CAP_SETPCAP the bounding set stays as it is (logged; no_new_privs still
  * stops execve from granting anything). -1 with err set when the drop
  * fails, when a thread already runs, or when cfg needs CAP_NET_ADMIN
@@ -54,18 +58,23 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  * does not need before its function runs:
  *
  *   kind         capabilities    seccomp allow-list
- *   node         CAP_NET_ADMIN   none (netlink is its job)
+ *   node         CAP_NET_ADMIN   netlink, unix (the keeper) sockets, reading /proc
  *   worker       none            its sockets and epoll; no socket(), no files
  *   resolver     none            + IPv4/IPv6 sockets, reading files, threads
  *   control      none            + IPv4/IPv6 sockets (lookup asks the daemon)
  *   http         none            + reading files (/proc), threads
  *   kubernetes   none            + IPv4/IPv6 sockets, reading files, threads
  *   querylog     none            writing its lines
+ *   keeper       CAP_NET_ADMIN   its sockets, the link's messages, nftables,
+ *                                TCP to the cluster DNS (IPv4/IPv6 sockets)
+ *                                (the keeper process's working thread)
+ *   dnstap       none            + unix and IPv4/IPv6 sockets to its collector
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
  * No list allows execve, a new process, netlink or packet sockets, opening
  * a file for writing, or making memory executable. Threads a library starts
- * inherit the list and capabilities of the thread that starts them.
+ * inherit the list and capabilities of the thread that starts them. Beneath
+ * each list, every thread also has the main thread's deny-list (privs_drop).
  */
 enum privs_thread {
 	PRIVS_WORKER,
@@ -75,6 +84,8 @@ enum privs_thread {
 	PRIVS_KUBERNETES,
 	PRIVS_QUERYLOG,
 	PRIVS_NODE,
+	PRIVS_KEEPER,      /* the keeper process's working thread (src/keeper/) */
+	PRIVS_DNSTAP,
 };
 
 /*
@@ -83,6 +94,27 @@ enum privs_thread {
  * either way.
  */
 void privs_use_seccomp(bool on);
+
+/*
+ * The files each kind of thread may read at all (Landlock, per thread like
+ * seccomp; with security.seccomp): workers and the query log nothing, the
+ * resolver /etc, /usr, /proc/self, /dev/urandom and the directories of
+ * upstream.resolv_conf, trust_anchor, root_hints and tls_ca_file (so not
+ * the service-account token), control and HTTP /proc and /sys/fs/cgroup, the
+ * node monitor /proc/self and /etc, the keeper /proc; main and Kubernetes
+ * are not limited. privs_read_for takes the configured files (privs_drop
+ * calls it); privs_files_limited says whether the kernel can (Landlock).
+ */
+void privs_read_for(const struct config *cfg);
+bool privs_files_limited(void);
+
+/*
+ * May the resolver thread, limited since start, read path? (A reload that
+ * points upstream.trust_anchor or root_hints to another directory needs a
+ * restart: libunbound reads them on the resolver thread.) true when files
+ * are not limited.
+ */
+bool privs_resolver_may_read(const char *path);
 
 /*
  * pthread_create for fn(arg) in a thread named name (at most 15 bytes

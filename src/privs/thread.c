@@ -19,19 +19,27 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <linux/landlock.h>
+#include <linux/sockios.h>
 #include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/capability.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <termios.h>
+#include <unistd.h>
 
 static atomic_bool seccomp_on = true;
 
@@ -58,7 +66,8 @@ static int drop_capabilities(enum privs_thread kind, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read capabilities: %s", strerror(errno));
 		goto out;
 	}
-	if (kind == PRIVS_NODE && cap_get_flag(now, admin, CAP_PERMITTED, &has) == 0 &&
+	if ((kind == PRIVS_NODE || kind == PRIVS_KEEPER) &&
+	    cap_get_flag(now, admin, CAP_PERMITTED, &has) == 0 &&
 	    has == CAP_SET &&
 	    (cap_set_flag(want, CAP_EFFECTIVE, 1, &admin, CAP_SET) < 0 ||
 	     cap_set_flag(want, CAP_PERMITTED, 1, &admin, CAP_SET) < 0)) {
@@ -85,10 +94,14 @@ out:
 #define HTTP K(PRIVS_HTTP)
 #define KUBE K(PRIVS_KUBERNETES)
 #define QUERYLOG K(PRIVS_QUERYLOG)
-#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG)
+#define KEEPER K(PRIVS_KEEPER)
+#define NODE K(PRIVS_NODE)
+#define DNSTAP K(PRIVS_DNSTAP)
+#define FILTERED (WORKER | RESOLVER | CONTROL | HTTP | KUBE | QUERYLOG | KEEPER | NODE | DNSTAP)
 /* Who reads files: trust anchors and unbound.conf, tokens and CA files,
- * /proc for /metrics, openssl.cnf (OpenSSL's first use, ldns's random ID). */
-#define READERS (RESOLVER | CONTROL | HTTP | KUBE)
+ * /proc for /metrics and for the keeper's and the node monitor's look at a
+ * worker's thread, openssl.cnf (OpenSSL's first use, ldns's random ID). */
+#define READERS (RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE)
 /* Who starts threads: libunbound's, libmicrohttpd's, libcurl's and liburcu's. */
 #define SPAWNS (RESOLVER | HTTP | KUBE)
 
@@ -151,14 +164,14 @@ static const struct rule rules[] = {
 	 * malloc reads /proc/sys/vm/overcommit_memory once, in whichever thread
 	 * first gives memory back, and does without it: elsewhere that fails. */
 	ALLOW_IF(READERS, openat, 2, WRITE_FLAGS, 0),
-	FAIL_IF(WORKER | QUERYLOG, openat, EACCES, 2, WRITE_FLAGS, 0),
+	FAIL_IF(WORKER | QUERYLOG | DNSTAP, openat, EACCES, 2, WRITE_FLAGS, 0),
 	ALLOW(READERS, newfstatat),
 	ALLOW(READERS, fstat),
 	ALLOW(READERS, lseek),
 	ALLOW(HTTP, getdents64),           /* /proc/self/fd */
 	ALLOW(HTTP, prlimit64),            /* process_max_fds */
 	ALLOW_IF(READERS, ioctl, 1, INT_ARG, TCGETS), /* stdio's isatty */
-	ALLOW(RESOLVER | KUBE | CONTROL, getuid),     /* OpenSSL, libunbound */
+	ALLOW(RESOLVER | KUBE | CONTROL | KEEPER, getuid), /* OpenSSL, libunbound; the keeper's peers */
 	ALLOW(RESOLVER | KUBE | CONTROL, geteuid),
 	ALLOW(RESOLVER | KUBE | CONTROL, getgid),
 	ALLOW(RESOLVER | KUBE | CONTROL, getegid),
@@ -171,27 +184,48 @@ static const struct rule rules[] = {
 	ALLOW(RESOLVER, pipe2),            /* libunbound's pipes to its thread */
 	ALLOW(RESOLVER | KUBE, socketpair),
 	/* Sockets: traffic on those the thread has or accepts. */
-	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE, recvfrom),
-	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE, sendto),
-	ALLOW(RESOLVER | HTTP | KUBE, recvmsg),
-	ALLOW(RESOLVER | HTTP | KUBE, sendmsg),
+	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE | DNSTAP, recvfrom),
+	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE, sendto),
+	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE, recvmsg),
+	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE | DNSTAP, sendmsg),
+	/* The node monitor: a netlink socket to forget conntrack flows (src/nft/conntrack.c,
+	 * bound to read its port id), the link to the keeper (src/keeper/link.c), and a
+	 * duplicate of each listening socket it hands the keeper. Nothing else new. */
+	ALLOW_IF(NODE, socket, 0, INT_ARG, AF_NETLINK),
+	ALLOW_IF(NODE, socket, 0, INT_ARG, AF_UNIX),
+	ALLOW(NODE, bind),
+	ALLOW(NODE, getsockname),
+	ALLOW(NODE, connect),
+	ALLOW_IF(NODE, fcntl, 1, INT_ARG, F_DUPFD_CLOEXEC),
+	/* The keeper: the links and rescued listeners it accepts on, what it is sent;
+	 * a TCP connection to the cluster DNS for each rescued TCP connection
+	 * (keeper/stream.c: an answer too large for UDP comes back whole). */
+	ALLOW(KEEPER, accept4),
+	ALLOW(KEEPER, getsockopt),
+	ALLOW_IF(KEEPER, socket, 0, INT_ARG, AF_INET),
+	ALLOW_IF(KEEPER, socket, 0, INT_ARG, AF_INET6),
+	ALLOW(KEEPER, connect),
+	ALLOW(KEEPER, shutdown),
 	ALLOW(WORKER, recvmmsg),
 	/* glibc's resolver asks A and AAAA at once; the resolver sends a turn's UDP replies */
 	ALLOW(WORKER | RESOLVER | KUBE, sendmmsg),
 	ALLOW(RESOLVER, writev),
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
-	ALLOW(HTTP, shutdown),
-	ALLOW(RESOLVER | HTTP | KUBE, getsockopt),
+	/* A worker shuts a retired listener down: the keeper holds a copy (server/worker.c). */
+	ALLOW(WORKER | HTTP, shutdown),
+	ALLOW(RESOLVER | HTTP | KUBE | DNSTAP, getsockopt),
 	ALLOW(RESOLVER | HTTP | KUBE, setsockopt),
 	/* A worker fixes an accepted connection's send buffer (server/tcp.c). */
 	ALLOW_IF(WORKER, setsockopt, 2, INT_ARG, SO_SNDBUF),
-	ALLOW(HTTP | KUBE, getsockname),
+	ALLOW(WORKER | HTTP | KUBE, getsockname), /* workers: dnstap's response_address */
 	ALLOW(KUBE, getpeername),
 	ALLOW(KUBE, uname),                     /* glibc's getaddrinfo: the host's name */
 	ALLOW(RESOLVER | HTTP | KUBE, fcntl),
 	ALLOW_IF(KUBE, ioctl, 1, INT_ARG, FIONREAD),
+	/* A worker asks how much of a connection's output the kernel holds (tcp.c). */
+	ALLOW_IF(WORKER, ioctl, 1, INT_ARG, SIOCOUTQ),
 	/* A worker connects a retired UDP socket to itself (server/worker.c). */
-	ALLOW(WORKER | RESOLVER | KUBE, connect),
+	ALLOW(WORKER | RESOLVER | KUBE | DNSTAP, connect),
 	ALLOW(RESOLVER, bind),             /* libunbound's random source ports */
 	/* New sockets: IPv4 and IPv6 only, for those that ask over the network:
 	 * never netlink (the node's), packet or raw sockets. glibc's getaddrinfo
@@ -200,6 +234,10 @@ static const struct rule rules[] = {
 	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET),
 	ALLOW_IF(RESOLVER | KUBE, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_UNIX),
+	/* The dnstap writer's collector: a unix socket (dnstap.socket) or TCP (dnstap.address). */
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_UNIX),
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_INET),
+	ALLOW_IF(DNSTAP, socket, 0, INT_ARG, AF_INET6),
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_NETLINK),
 	/* A renewed libunbound context reads its unbound.conf text from a memfd. */
 	ALLOW(RESOLVER, memfd_create),
@@ -261,14 +299,192 @@ out:
 	return rc < 0 ? -1 : 0;
 }
 
+/* ---- files (Landlock) ------------------------------------------------------------------ */
+
+/*
+ * Which files each kind of thread may open at all, beyond what its seccomp
+ * list says about how: Landlock, which like seccomp acts on the calling
+ * thread and those it starts later. Reading is deny-by-default below the
+ * roots a kind lists; a kind without a list is not restricted (the main
+ * thread, which reloads whatever the config names, and the Kubernetes
+ * thread, which reads what the kubeconfig names). So the resolver, which
+ * speaks to the network, cannot read the service-account token in
+ * /var/run/secrets, and a worker can read nothing.
+ */
+#define READ_ACCESS (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
+#define MAX_ROOTS 12
+#define CONFIG_ROOTS 8   /* four files, each by name and as its symlinks resolve */
+
+/* Directories of the files the resolver is configured to read (privs_read_for). */
+static char config_roots[CONFIG_ROOTS][PATH_MAX];
+static atomic_int n_config_roots;
+
+static void add_config_root(const char *dir)
+{
+	int n = atomic_load(&n_config_roots);
+
+	for (int i = 0; i < n; i++)
+		if (strcmp(config_roots[i], dir) == 0)
+			return;
+	if (n < CONFIG_ROOTS) {
+		snprintf(config_roots[n], sizeof config_roots[n], "%s", dir);
+		atomic_store(&n_config_roots, n + 1);
+	}
+}
+
+/* The file's directory, as named and as its symlinks resolve (a resolv.conf is often one). */
+static void add_dir_of(const char *path)
+{
+	char copy[PATH_MAX], real[PATH_MAX];
+
+	if (!path || !path[0])
+		return;
+	snprintf(copy, sizeof copy, "%s", path);
+	add_config_root(dirname(copy));
+	if (realpath(path, real))
+		add_config_root(dirname(real));
+}
+
+void privs_read_for(const struct config *cfg)
+{
+	add_dir_of(cfg->upstream.resolv_conf);
+	add_dir_of(cfg->upstream.trust_anchor);
+	add_dir_of(cfg->upstream.root_hints);
+	add_dir_of(cfg->upstream.tls_ca_file);
+}
+
+/* The roots kind may read below; NULL: not restricted. */
+static const char *const *read_roots(enum privs_thread kind)
+{
+	static const char *const nothing[] = {NULL};
+	/* resolv.conf, hosts, openssl.cnf, the root key; its unbound.conf is a memfd */
+	static const char *const resolver[] = {"/etc", "/usr", "/proc/self", "/dev/urandom", NULL};
+	/* /proc and the cgroup's memory limit for /metrics and ctl stats */
+	static const char *const reporters[] = {"/proc", "/sys/fs/cgroup", NULL};
+	/* its workers' state, libnl's configuration */
+	static const char *const node[] = {"/proc/self", "/etc", NULL};
+	/* the serving process's threads (/proc/PID/task) */
+	static const char *const keeper[] = {"/proc", NULL};
+
+	switch (kind) {
+	case PRIVS_WORKER:
+	case PRIVS_QUERYLOG:
+	case PRIVS_DNSTAP:
+		return nothing;
+	case PRIVS_RESOLVER:
+		return resolver;
+	case PRIVS_CONTROL:
+	case PRIVS_HTTP:
+		return reporters;
+	case PRIVS_NODE:
+		return node;
+	case PRIVS_KEEPER:
+		return keeper;
+	case PRIVS_KUBERNETES:
+		break;
+	}
+	return NULL;
+}
+
+static int allow_reading(int ruleset, const char *root)
+{
+	struct stat st;
+	int fd = open(root, O_PATH | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0; /* nothing there to read */
+	struct landlock_path_beneath_attr rule = {
+		.allowed_access = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)
+					  ? READ_ACCESS : LANDLOCK_ACCESS_FS_READ_FILE,
+		.parent_fd = fd,
+	};
+	int rc = (int)syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+	close(fd);
+	return rc;
+}
+
+/*
+ * Restrict what the calling thread may read. A kernel without Landlock
+ * (before 5.13, or not in its lsm= list) restricts nothing: the seccomp
+ * lists still decide how files may be opened.
+ */
+static int restrict_files(enum privs_thread kind, char *err, size_t errlen)
+{
+	const char *const *roots = read_roots(kind);
+	struct landlock_ruleset_attr attr = {.handled_access_fs = READ_ACCESS};
+	const char *all[MAX_ROOTS];
+	size_t n = 0;
+
+	if (!roots)
+		return 0;
+	int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+	if (ruleset < 0)
+		return errno == ENOSYS || errno == EOPNOTSUPP ? 0 : -1;
+	for (; roots[n] && n < MAX_ROOTS; n++)
+		all[n] = roots[n];
+	for (int i = 0; kind == PRIVS_RESOLVER && i < atomic_load(&n_config_roots) && n < MAX_ROOTS;
+	     i++)
+		all[n++] = config_roots[i];
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++)
+		rc = allow_reading(ruleset, all[i]);
+	if (rc == 0)
+		rc = (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot limit the files the thread may read (Landlock): %s (set "
+			 "security.seccomp: false to run without)", strerror(errno));
+	close(ruleset);
+	return rc < 0 ? -1 : 0;
+}
+
+static bool beneath(const char *path, const char *root)
+{
+	size_t n = strlen(root);
+
+	return strncmp(path, root, n) == 0 && (path[n] == '/' || path[n] == '\0' || n == 1);
+}
+
+bool privs_resolver_may_read(const char *path)
+{
+	const char *const *roots = read_roots(PRIVS_RESOLVER);
+	char real[PATH_MAX];
+
+	if (!path || !path[0] || !atomic_load(&seccomp_on) || !privs_files_limited() ||
+	    !realpath(path, real))
+		return true; /* not limited, or nothing to read there */
+	for (size_t i = 0; roots[i]; i++)
+		if (beneath(real, roots[i]))
+			return true;
+	for (int i = 0; i < atomic_load(&n_config_roots); i++)
+		if (beneath(real, config_roots[i]))
+			return true;
+	return false;
+}
+
+bool privs_files_limited(void)
+{
+	return syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) >= 1;
+}
+
 static int restrict_self(enum privs_thread kind, char *err, size_t errlen)
 {
 	if (drop_capabilities(kind, err, errlen) < 0)
 		return -1;
-	if (kind == PRIVS_NODE || !atomic_load(&seccomp_on))
+	if (!atomic_load(&seccomp_on))
 		return 0;
+	/* Landlock, like seccomp, needs no_new_privs once the thread has no
+	 * CAP_SYS_ADMIN. privs_drop sets it for the whole process; a process
+	 * that starts threads without it (the unit tests) gets it here, per
+	 * thread, as libseccomp's seccomp_load would set it a step later. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
+		return -1;
+	}
+	if (restrict_files(kind, err, errlen) < 0)
+		return -1;
 	return install_filter(kind, err, errlen);
 }
+
 
 /* ---- starting threads ----------------------------------------------------------------- */
 

@@ -48,6 +48,31 @@ bool query_chain_append(struct upstream_request *r, const uint8_t *name);
 void query_autopath(const struct dns_query *q, const struct query_sources *s,
 		    struct dns_writer *w, struct query_ctx *ctx);
 
+/*
+ * dns64.c (dns64.prefix). query_dns64_local: out[0..len) is the finished
+ * answer to q, an AAAA question; when local data gave it and DNS64 applies
+ * (dns64/dns64.h), out is rewritten with the AAAA records made from q's
+ * name's A records (within limit, with the client's cookie when not NULL).
+ * The new length, or len. query_dns64_ptr: a PTR question for an address
+ * under the prefix gets a CNAME to its in-addr.arpa name, answered from
+ * local data or chased like an ExternalName; false when q is no such
+ * question (w untouched).
+ */
+size_t query_dns64_local(const struct query_sources *s, const struct dns_query *q,
+			 const struct query_ctx *ctx, uint8_t *out, size_t len, size_t limit,
+			 const uint8_t *cookie);
+bool query_dns64_ptr(const struct query_sources *s, const struct dns_query *q,
+		     struct dns_writer *w, struct query_ctx *ctx);
+/*
+ * query_dns64_cached: the same for an answer the cache gave (live or
+ * stale), with the cache's A answer for the last name of its CNAME chain;
+ * when the cache has none, the query goes to the resolver instead
+ * (ctx->upstream set to QUERY_UPSTREAM_ASK, 0 returned), which asks it.
+ */
+size_t query_dns64_cached(const struct query_sources *s, const struct dns_query *q,
+			  struct query_ctx *ctx, uint8_t *out, size_t len, size_t limit,
+			  const uint8_t *cookie);
+
 /* allow.c: listen.allow into s (the default ranges when the config names none). */
 int query_allow_build(struct query_sources *s, const struct config *cfg, char *err,
 		      size_t errlen);

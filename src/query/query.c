@@ -93,6 +93,10 @@ struct query_sources *query_sources_build(const struct config *cfg, const struct
 	s->cluster_fallback = cfg->cluster.n_fallback_servers > 0;
 	s->autopath = cfg->cluster.autopath && cluster;
 	s->autopath_ttl = cfg->cluster.ttl;
+	if (*cfg->dns64.prefix) { /* checked by the loader: IPv6, an RFC 6052 length */
+		memcpy(s->dns64.addr, &cfg->dns64.net.ip.v6, 16);
+		s->dns64.len = cfg->dns64.net.prefix;
+	}
 	if (s->autopath)
 		load_search_domains(s, cfg->upstream.resolv_conf);
 	s->cache = cache;
@@ -359,6 +363,8 @@ static void answer_in(const struct query_prepared *p, const struct query_sources
 		ctx->request->search = false;
 		ctx->request->nxdomain_len = 0;
 	}
+	if (s->dns64.len && query_dns64_ptr(s, q, w, ctx)) /* dns64.c */
+		return;
 	if (answer_from_zone(p, s, w) == ZONE_ANSWERED) {
 		ctx->source = QUERY_SOURCE_STATIC;
 		return;
@@ -422,10 +428,15 @@ static bool make_cookie(uint8_t cookie[DNS_SERVER_COOKIE_LEN], const struct dns_
 
 /* Everything the resolver needs to write this client's reply later. */
 static void fill_request(struct upstream_request *r, const struct dns_query *q,
-			 const struct query_sources *s, size_t limit, bool has_cookie,
-			 const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
+			 const struct query_sources *s, const struct sockaddr_storage *peer,
+			 size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
 {
+	static const struct dns64_prefix off;
+
 	r->q = *q;
+	/* the resolver synthesizes for this client too (dns64.c, upstream/flight.c) */
+	r->dns64 = dns64_applies(&s->dns64, q, peer) ? s->dns64 : off;
+	r->dns64_a = false;
 	r->reply_limit = (uint32_t)limit;
 	r->udp_payload = s->udp_max_payload;
 	r->has_cookie = has_cookie;
@@ -459,11 +470,19 @@ static size_t answer(const struct query_prepared *p, bool bad_version,
 		answer_in(p, s, &w, ctx);
 	else
 		dns_response_set_rcode(&w, DNS_R_REFUSED);
+	size_t len = 0;
+	if (ctx->upstream != QUERY_UPSTREAM_ASK) {
+		len = dns_response_finish(&w, s->udp_max_payload);
+		if (s->dns64.len && q->qtype == DNS_T_AAAA) { /* dns64.c: answers without AAAA */
+			len = query_dns64_local(s, q, ctx, out, len, limit,
+						has_cookie ? cookie : NULL);
+			len = query_dns64_cached(s, q, ctx, out, len, limit,
+						 has_cookie ? cookie : NULL);
+		}
+	}
 	if (ctx->upstream != QUERY_UPSTREAM_NONE)
-		fill_request(ctx->request, q, s, limit, has_cookie, cookie);
-	if (ctx->upstream == QUERY_UPSTREAM_ASK)
-		return 0;
-	return dns_response_finish(&w, s->udp_max_payload);
+		fill_request(ctx->request, q, s, ctx->peer, limit, has_cookie, cookie);
+	return ctx->upstream == QUERY_UPSTREAM_ASK ? 0 : len;
 }
 
 static size_t reply_limit(const struct dns_query *q, const struct query_sources *s,
@@ -491,6 +510,18 @@ static bool asks_tables(const struct query_prepared *p)
 {
 	return p->sources && p->parsed == DNS_PARSE_OK && p->q.qclass == DNS_C_IN &&
 	       p->q.qtype != DNS_T_AXFR && p->q.qtype != DNS_T_IXFR;
+}
+
+bool query_client_may_ask(const struct sockaddr_storage *peer)
+{
+	const struct query_sources *s = rcu_dereference(current_sources);
+
+	if (!s) /* only between start-up steps: sources are published first */
+		return true;
+	TSAN_SUBSCRIBE(s);
+	bool allowed = query_client_allowed(s, peer);
+	TSAN_GRACE_RELEASE(); /* done with the sources */
+	return allowed;
 }
 
 void query_prepare(const uint8_t *in, size_t inlen, struct query_prepared *p)

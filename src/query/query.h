@@ -38,6 +38,7 @@
 #include "cluster/cluster.h"
 #include "config/config.h"
 #include "dns/dns.h"
+#include "dns64/dns64.h"
 #include "query/kinds.h"
 #include "upstream/request.h"
 #include "zone/zone.h"
@@ -68,6 +69,7 @@ struct query_stats {
 	uint64_t rrl_slipped;      /* rrl: sent truncated instead (server/udp.c) */
 	uint64_t rrl_dropped;      /* rrl: not sent (server/udp.c) */
 	uint64_t udp_busy_wakeups; /* a wake-up's first read filled a batch (server/udp.c) */
+	uint64_t dns64_synthesized; /* AAAA answers made from A records (dns64.prefix) */
 };
 
 /* Bytes of the node's search domains autopath keeps (wire names). */
@@ -116,6 +118,7 @@ struct query_sources {
 	struct query_net4 allow4[QUERY_ALLOW_MAX]; /* listen.allow: who may query */
 	struct query_net6 allow6[QUERY_ALLOW_MAX];
 	unsigned n_allow4, n_allow6;
+	struct dns64_prefix dns64; /* dns64.prefix; len 0: off */
 };
 
 /*
@@ -135,6 +138,12 @@ void query_sources_publish(struct query_sources *s);
 
 /* Free the current set at shutdown, after every worker has stopped. */
 void query_sources_retire(void);
+
+/*
+ * May peer query at all (listen.allow of the current sources)? For a
+ * connection, before it costs anything. The caller holds the RCU read lock.
+ */
+bool query_client_may_ask(const struct sockaddr_storage *peer);
 
 /* What the upstream should do after query_handle. */
 enum query_upstream {

@@ -18,8 +18,8 @@
 
 #include "config/config.h"
 
-/* Largest text form of a nameserver ("ip@port"). */
-#define RESOLVCONF_ADDR_TEXT 64
+/* Largest text form of a forwarder ("ip@port", or upstream.tls's "ip@port#name"). */
+#define RESOLVCONF_ADDR_TEXT 320
 
 /*
  * The usable nameservers of the resolv.conf at path, as "ip@53" strings

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "dns/dns.h"
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
 #include "top/top.h"
@@ -25,17 +26,17 @@
 #define TCP_QUERY_MAX 4096    /* larger TCP queries close the connection */
 #define TCP_OUT_SCRATCH (4 * (DNS_MAX_MESSAGE + 2))
 #define TCP_SOURCE_SLOTS 4096 /* a power of two */
-#define TCP_SNDBUF 65536      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_SNDBUF 16384      /* SO_SNDBUF of a client connection (the kernel doubles it) */
+#define TCP_RCVBUF 8192       /* SO_RCVBUF of one: a few queries (the kernel doubles it) */
 #define TCP_TURN_QUERIES 128  /* TCP queries a worker answers per loop turn, all connections */
 #define TCP_CONN_QUERIES 16   /* of those, from one connection before the others' turn */
-#define RRL_SLOTS 65536       /* a power of two: 512 KiB, touched only with rrl on */
 
 /*
  * What an epoll event is about: kind in the high half, in the low half the
  * socket (EV_UDP, EV_LISTEN: listeners come and go at reloads, so events
  * name the descriptor, not a slot) or the connection slot (EV_CONN).
  */
-enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE };
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE, EV_SHED };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -59,11 +60,16 @@ struct tcp_conn {
 	uint16_t waiting;       /* queries sent to the resolver, reply not yet here */
 	bool ready;             /* in worker.ready: complete queries left for a later turn */
 	struct sockaddr_storage peer; /* keys the client's DNS cookies */
+	struct sockaddr_storage local; /* the address it connected to (dnstap) */
 	uint64_t last_active_ms;
-	uint64_t partial_since_ms; /* an incomplete query's first bytes came then; 0: none */
+	uint64_t partial_since_ms; /* an incomplete query's first bytes came then (the
+				    * first query's clock starts at accept); 0: none */
+	bool asked;             /* a whole query has come on it (else, with nothing in
+				 * in[], it has been silent since accept) */
 	size_t in_len;
 	struct out_chunk *out_head, *out_tail;
 	size_t out_bytes;       /* unsent bytes in the list */
+	size_t kernel_bytes;    /* in the kernel's send queue, when last asked (SIOCOUTQ) */
 	uint8_t in[2 + TCP_QUERY_MAX];
 };
 
@@ -71,9 +77,11 @@ struct tcp_conn {
 enum tcp_event {
 	TCP_REFUSED_MAX_CONNECTIONS = SERVER_TCP_REFUSED_MAX_CONNECTIONS,
 	TCP_REFUSED_PER_CLIENT = SERVER_TCP_REFUSED_PER_CLIENT,
+	TCP_REFUSED_NOT_ALLOWED = SERVER_TCP_REFUSED_NOT_ALLOWED,
 	TCP_CLOSED_IDLE = SERVER_TCP_CLOSED_IDLE,
 	TCP_CLOSED_SLOW_QUERY = SERVER_TCP_CLOSED_SLOW_QUERY,
 	TCP_CLOSED_OUTPUT_BUDGET = SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	TCP_CLOSED_SILENT = SERVER_TCP_CLOSED_SILENT,
 	TCP_EVENTS = SERVER_TCP_EVENTS
 };
 
@@ -111,6 +119,8 @@ struct worker {
 	unsigned id;
 	pthread_t thread;
 	int epfd;
+	int tap_local_fd;        /* dnstap: the UDP socket whose address tap_local holds (-1) */
+	struct sockaddr_storage tap_local;
 	/* Under server.reconf_lock: what is in epfd (the reloading thread adds
 	 * and takes out), and what was taken out for this worker to close. */
 	struct listener *listeners;
@@ -118,6 +128,12 @@ struct worker {
 	struct listener *retiring;
 	size_t n_retiring;
 	int retire_fd;           /* eventfd: retiring has entries, or release_pending */
+	/* The output budget across workers (tcp.c): what this worker's heaviest
+	 * connection holds, as last counted, and another worker's request that
+	 * it close that one (shed_fd, an eventfd, wakes it). */
+	_Atomic uint64_t heaviest;
+	atomic_bool shed_asked;
+	int shed_fd;
 	bool release_pending;    /* server_release: steer every listener away */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
@@ -131,7 +147,11 @@ struct worker {
 	int detached_udp;
 	bool rewatch_failed;     /* worker only: put detached_udp back at the next turn */
 	uint64_t now_ms;         /* CLOCK_MONOTONIC_COARSE: per loop turn and per receive */
-	_Atomic uint64_t heartbeat_ms; /* now_ms again, for /health on another thread */
+	/* now_ms again, for /health on another thread and for the keeper in
+	 * another process, with the thread id: a slot of server_start's beats,
+	 * or own_beat */
+	struct server_beat *beat;
+	struct server_beat own_beat;
 	struct query_stats stats;
 	uint64_t tcp_events[TCP_EVENTS];
 	uint32_t next_gen;       /* for tcp_conn.gen */
@@ -164,21 +184,20 @@ struct server {
 	_Atomic uint64_t tcp_idle_timeout_ms;
 	_Atomic uint64_t tcp_query_timeout_ms;
 	_Atomic uint64_t tcp_output_budget;
-	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections */
+	_Atomic uint64_t tcp_output_bytes; /* unsent TCP reply bytes, all connections: ours
+					    * and the kernel's send queues (tcp_conn.kernel_bytes) */
 	_Atomic unsigned tcp_max_waiting;  /* listen.tcp_max_pending_queries */
 	_Atomic unsigned tcp_max_per_source;
-	/* Open connections per client (IPv4 address, IPv6 /64), counted in
+	/* Open connections per client (util/client.h), counted in
 	 * slots picked by a keyed hash: two clients may share a slot (and a
 	 * limit), but nobody can aim at another's. */
 	_Atomic uint16_t tcp_per_source[TCP_SOURCE_SLOTS];
 	uint8_t source_key[16];      /* keys every per-client table of the server */
-	_Atomic unsigned rrl_rate;   /* rrl.responses_per_second; 0 = off */
-	_Atomic unsigned rrl_slip;
-	_Atomic unsigned rrl_v4_prefix, rrl_v6_prefix;
-	_Atomic(_Atomic uint64_t *) rrl_slots; /* RRL_SLOTS of (second << 32 | count);
-					   made by the first config that turns rrl on */
+	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
-	bool held;                    /* bound, taking no traffic yet (server_open) */
+	bool held;                    /* bound, taking no traffic: not yet (server_open),
+					 * or no more (server_release) */
+	atomic_uint_fast64_t sockets_generation; /* the listening sockets changed (keeper) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };
 
@@ -216,17 +235,20 @@ bool worker_submit(struct worker *w, enum query_upstream what);
  */
 void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
+/*
+ * With dnstap's client messages on (dnstap_client_on), after query_handle:
+ * the query and its reply recorded now, or the query now and the reply by
+ * the resolver when it sends it (w->request marked).
+ */
+void worker_tap(struct worker *w, const struct query_ctx *ctx,
+		const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
+		const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len);
+/* dnstap's response_address for a UDP socket: its bound address (getsockname once per socket). */
+const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd);
 void worker_wake_upstream(struct worker *w);
 /* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,
 		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
-
-/* Response rate limiting (rrl.c). */
-enum rrl_verdict { RRL_PASS, RRL_SLIP, RRL_DROP };
-/* Count one UDP response to peer in second now_s; what to do with it. */
-enum rrl_verdict rrl_check(struct server *s, const struct sockaddr_storage *peer, uint64_t now_s);
-/* Cut a reply to header and question with TC set (a slip); its new length, 0 if it cannot be. */
-size_t rrl_truncate(uint8_t *reply, size_t len);
 
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);
@@ -264,6 +286,8 @@ void tcp_new_turn(struct worker *w);
 void tcp_close_all(struct worker *w);
 /* An upstream reply (framed, malloc'd) for connection slot index, gen. */
 void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);
+/* Another worker asked this one (shed_fd) to keep to the output budget. */
+void tcp_shed(struct worker *w);
 
 uint64_t server_now_ms(void);
 /*

@@ -24,6 +24,7 @@
 
 #include "log/log.h"
 #include "privs/privs.h"
+#include "rrl/rrl.h"
 #include "util/clock.h"
 
 #define TCP_BACKLOG 1024
@@ -71,6 +72,13 @@ static int open_socket(const struct sockaddr_storage *ss, int type, const struct
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
 	if (type == SOCK_DGRAM)
 		set_receive_buffer(fd, cfg->listen.udp_rcvbuf);
+	/* Accepted connections inherit these: fixed, small kernel buffers for
+	 * clients that do not read (or stop being read), instead of ones that
+	 * grow to megabytes of node memory. tcp.c counts the send queue. */
+	if (type == SOCK_STREAM &&
+	    (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){TCP_SNDBUF}, sizeof(int)) < 0 ||
+	     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){TCP_RCVBUF}, sizeof(int)) < 0))
+		goto fail;
 	if (bind(fd, (const struct sockaddr *)ss, len) < 0)
 		goto fail;
 	if (held && type == SOCK_DGRAM && server_udp_steer_away(fd, ss) < 0)
@@ -140,6 +148,8 @@ static void free_worker(struct worker *w)
 		close(w->epfd);
 	if (w->retire_fd >= 0)
 		close(w->retire_fd);
+	if (w->shed_fd >= 0)
+		close(w->shed_fd);
 	pthread_mutex_destroy(&w->epoll_lock);
 	free(w->listeners);
 	free(w->retiring);
@@ -167,7 +177,7 @@ static int alloc_connections(struct worker *w, uint32_t max_conns)
 	return 0;
 }
 
-/* The per-client limits a reload may change (tcp.c, rrl.c). */
+/* The per-client limits a reload may change (tcp.c, rrl/). */
 static void tune_limits(struct server *s, const struct config *cfg)
 {
 	atomic_store(&s->tcp_idle_timeout_ms, cfg->listen.tcp_idle_timeout_ms);
@@ -175,15 +185,7 @@ static void tune_limits(struct server *s, const struct config *cfg)
 	atomic_store(&s->tcp_output_budget, cfg->listen.tcp_output_budget);
 	atomic_store(&s->tcp_max_waiting, cfg->listen.tcp_max_pending_queries);
 	atomic_store(&s->tcp_max_per_source, cfg->listen.tcp_max_connections_per_client);
-	atomic_store(&s->rrl_slip, cfg->rrl.slip);
-	atomic_store(&s->rrl_v4_prefix, cfg->rrl.ipv4_prefix_length);
-	atomic_store(&s->rrl_v6_prefix, cfg->rrl.ipv6_prefix_length);
-	/* the table only when it is used; kept once made (a reload may turn it on again) */
-	if (cfg->rrl.responses_per_second && !atomic_load(&s->rrl_slots))
-		atomic_store_explicit(&s->rrl_slots, calloc(RRL_SLOTS, sizeof(uint64_t)),
-				      memory_order_release);
-	atomic_store(&s->rrl_rate,
-		     atomic_load(&s->rrl_slots) ? cfg->rrl.responses_per_second : 0);
+	rrl_configure(cfg);
 }
 
 static struct worker *new_worker(struct server *s, unsigned id, char *err, size_t errlen)
@@ -196,7 +198,7 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->server = s;
 	w->id = id;
-	w->epfd = w->retire_fd = -1;
+	w->epfd = w->retire_fd = w->shed_fd = w->tap_local_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
 	udp_batch_init(&w->udp);
@@ -207,9 +209,11 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	}
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	w->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (w->epfd < 0 || w->retire_fd < 0 ||
+	w->shed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->epfd < 0 || w->retire_fd < 0 || w->shed_fd < 0 ||
 	    watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
 	    watch(w->epfd, w->retire_fd, EV_DATA(EV_RETIRE, 0)) < 0 ||
+	    watch(w->epfd, w->shed_fd, EV_DATA(EV_SHED, 0)) < 0 ||
 	    watch(w->epfd, upstream_completion_fd(s->upstream, id), EV_DATA(EV_UPSTREAM, 0)) < 0) {
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
@@ -320,6 +324,7 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 		free(w->retiring);
 		w->retiring = NULL;
 	}
+	atomic_fetch_add(&s->sockets_generation, 1);
 }
 
 static bool index_at_least(const struct listener *l, size_t index, const void *first)
@@ -386,6 +391,7 @@ static int add_listeners(struct server *s, const struct config *cfg, bool live, 
 			retire_where(s, index_at_least, &before);
 		goto out;
 	}
+	atomic_fetch_add(&s->sockets_generation, 1);
 	rc = 0;
 out:
 	free(addrs);
@@ -408,7 +414,7 @@ static void free_server(struct server *s)
 	for (unsigned i = 0; i < s->n_workers; i++)
 		free_worker(s->workers[i]);
 	free(s->workers);
-	free((void *)atomic_load(&s->rrl_slots));
+	rrl_free(); /* the resolver thread, which also sends UDP replies, has stopped */
 	if (s->stop_fd >= 0)
 		close(s->stop_fd);
 	pthread_cond_destroy(&s->retired);
@@ -417,7 +423,7 @@ static void free_server(struct server *s)
 }
 
 struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
-			    char *err, size_t errlen)
+			    struct server_beat *beats, char *err, size_t errlen)
 {
 	struct server *s = calloc(1, sizeof *s);
 	unsigned started = 0;
@@ -430,6 +436,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	s->held = held;
 	s->n_workers = server_worker_count(cfg);
 	s->tcp_max_conns = cfg->listen.tcp_max_connections;
+	s->client_ipv6_bits = cfg->listen.ipv6_client_prefix_length;
 	tune_limits(s, cfg);
 	pthread_mutex_init(&s->reconf_lock, NULL);
 	pthread_cond_init(&s->retired, NULL);
@@ -452,7 +459,9 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		goto fail;
 	for (; started < s->n_workers; started++) {
 		/* alive from the start: a thread not yet scheduled is not stuck */
-		atomic_init(&s->workers[started]->heartbeat_ms, server_now_ms());
+		struct worker *w = s->workers[started];
+		w->beat = beats ? &beats[started] : &w->own_beat;
+		atomic_store(&w->beat->ms, server_now_ms());
 		/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
 		char name[24];
 		snprintf(name, sizeof name, "worker/%u", started);
@@ -525,6 +534,7 @@ void server_open(struct server *s, const struct config *cfg)
 		}
 	}
 	s->held = false;
+	atomic_fetch_add(&s->sockets_generation, 1); /* each UDP socket is a new one */
 	pthread_mutex_unlock(&s->reconf_lock);
 }
 
@@ -548,7 +558,45 @@ void server_release(struct server *s)
 	for (unsigned i = 0; i < s->n_workers; i++)
 		while (s->workers[i]->release_pending)
 			pthread_cond_wait(&s->retired, &s->reconf_lock);
+	s->held = true; /* steered away: no socket takes traffic any more */
+	atomic_fetch_add(&s->sockets_generation, 1);
 	pthread_mutex_unlock(&s->reconf_lock);
+}
+
+uint64_t server_sockets_generation(struct server *s)
+{
+	return atomic_load(&s->sockets_generation);
+}
+
+static size_t dup_socket(unsigned worker, int type, int fd, const struct sockaddr_storage *addr,
+			 struct server_socket *out, size_t n, size_t max)
+{
+	if (fd < 0)
+		return n;
+	if (n < max) {
+		out[n] = (struct server_socket){.worker = worker, .type = type, .addr = *addr};
+		out[n].fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	}
+	return n + 1;
+}
+
+size_t server_dup_sockets(struct server *s, struct server_socket *out, size_t max,
+			  uint64_t *generation)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&s->reconf_lock);
+	*generation = atomic_load(&s->sockets_generation);
+	for (unsigned i = 0; !s->held && i < s->n_workers; i++) {
+		const struct worker *w = s->workers[i];
+		for (size_t k = 0; k < w->n_listeners; k++) {
+			const struct listener *l = &w->listeners[k];
+			n = dup_socket(i, SOCK_DGRAM, l->udp_fd, &l->addr, out, n, max);
+			n = dup_socket(i, SOCK_STREAM, l->tcp_fd, &l->addr, out, n, max);
+		}
+	}
+	pthread_mutex_unlock(&s->reconf_lock);
+	return n;
 }
 
 bool server_turning(const struct server *s, uint64_t max_age_ms, char *why, size_t whylen)
@@ -624,6 +672,7 @@ void server_stats(const struct server *s, struct query_stats *sum)
 		sum->dropped += st->dropped;
 		sum->truncated += st->truncated;
 		sum->autopath += st->autopath;
+		sum->dns64_synthesized += st->dns64_synthesized;
 		sum->not_allowed += st->not_allowed;
 		sum->rrl_slipped += st->rrl_slipped;
 		sum->rrl_dropped += st->rrl_dropped;
@@ -646,5 +695,10 @@ unsigned server_workers(const struct server *s)
 
 uint64_t server_heartbeat_ms(const struct server *s, unsigned worker)
 {
-	return atomic_load_explicit(&s->workers[worker]->heartbeat_ms, memory_order_relaxed);
+	return atomic_load_explicit(&s->workers[worker]->beat->ms, memory_order_relaxed);
+}
+
+int server_worker_tid(const struct server *s, unsigned worker)
+{
+	return atomic_load_explicit(&s->workers[worker]->beat->tid, memory_order_relaxed);
 }

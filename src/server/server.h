@@ -15,6 +15,7 @@
 #ifndef LOCALDNS_SERVER_H
 #define LOCALDNS_SERVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,14 +39,25 @@ unsigned server_worker_count(const struct config *cfg);
  * for server_worker_count(cfg) workers; borrowed, and must stay allocated
  * until server_stop returns). Sources must already be published.
  *
+ * beats: where worker i stores its loop's heartbeat and its thread id (an
+ * array of server_worker_count(cfg), which the keeper reads from another
+ * process); NULL: in the server's own memory.
+ *
  * held: take no traffic until server_open. Each UDP socket is connected to
  * its own address (SO_REUSEPORT never picks a connected socket, and the
  * nftables socket test does not find it), each TCP socket is bound but not
  * listening: a localdns that is not ready yet neither shares the traffic of
  * one already serving beside it nor captures DNS from the node's fallback.
  */
+/* A worker's loop heartbeat and its thread, for watchers (below). */
+struct server_beat {
+	_Atomic uint64_t ms;          /* CLOCK_MONOTONIC_COARSE ms of its last loop turn */
+	_Atomic int32_t tid;          /* the worker's thread id, once it runs */
+	int32_t unused;
+};
+
 struct server *server_start(const struct config *cfg, struct upstream *upstream, bool held,
-			    char *err, size_t errlen);
+			    struct server_beat *beats, char *err, size_t errlen);
 
 /*
  * Take traffic on every socket from now on (the main thread: each UDP
@@ -101,7 +113,9 @@ void server_stats(const struct server *s, struct query_stats *sum);
 /* TCP: connections open now, unsent reply bytes, refusals and closes by reason. */
 enum server_tcp_event {
 	SERVER_TCP_REFUSED_MAX_CONNECTIONS, SERVER_TCP_REFUSED_PER_CLIENT,
+	SERVER_TCP_REFUSED_NOT_ALLOWED,
 	SERVER_TCP_CLOSED_IDLE, SERVER_TCP_CLOSED_SLOW_QUERY, SERVER_TCP_CLOSED_OUTPUT_BUDGET,
+	SERVER_TCP_CLOSED_SILENT,
 	SERVER_TCP_EVENTS
 };
 struct server_tcp_stats {
@@ -121,6 +135,28 @@ unsigned server_workers(const struct server *s);
  * stuck worker. Any thread.
  */
 uint64_t server_heartbeat_ms(const struct server *s, unsigned worker);
+
+/* The worker's thread id (gettid), 0 until it runs. Any thread. */
+int server_worker_tid(const struct server *s, unsigned worker);
+
+/*
+ * The listening sockets that take traffic, for the keeper (src/keeper/),
+ * which holds a copy of each. The generation changes whenever the set
+ * does (server_open, a reload adding or retiring an address,
+ * server_release). server_dup_sockets fills out with duplicates (the
+ * caller closes each fd; -1 where dup failed) of the first max and returns
+ * how many there are, with the generation they belong to; none while the
+ * sockets are held or released. Any thread.
+ */
+struct server_socket {
+	unsigned worker;
+	int type;                     /* SOCK_DGRAM or SOCK_STREAM */
+	int fd;
+	struct sockaddr_storage addr;
+};
+uint64_t server_sockets_generation(struct server *s);
+size_t server_dup_sockets(struct server *s, struct server_socket *out, size_t max,
+			  uint64_t *generation);
 
 /* Has every worker gone round its loop within max_age_ms? If not, why says which. */
 bool server_turning(const struct server *s, uint64_t max_age_ms, char *why, size_t whylen);

@@ -11,19 +11,29 @@
  * stops reading until the list drains.
  *
  * What one client can cost (docs/security.md):
- * - connections: listen.tcp_max_connections in all, and
- *   listen.tcp_max_connections_per_client from one address (an IPv6 /64);
+ * - connections: none from outside listen.allow (checked at accept, so an
+ *   outsider cannot hold a place an allowed client needs);
+ *   listen.tcp_max_connections in all, and
+ *   listen.tcp_max_connections_per_client from one client (util/client.h);
  *   past either, a new connection is closed at accept;
  * - queries waiting for the upstream on one connection: at most
  *   listen.tcp_max_pending_queries; at the cap the connection is not read
  *   until a reply comes back (a reply the resolver lost leaves it idle, and
  *   the idle timeout closes it);
  * - unsent reply bytes: one budget for all connections of all workers
- *   (listen.tcp_output_budget, as Unbound's stream-wait-size); when an
- *   addition takes the total past it, this worker closes its connections
- *   that hold the most until the total is back under it, or it has none;
+ *   (listen.tcp_output_budget, as Unbound's stream-wait-size), counting
+ *   what waits in localdns and what the kernel holds in the connection's
+ *   send queue (SIOCOUTQ, asked when a send was not taken whole, then at
+ *   every drain and sweep until it is empty: a queue never full holds at
+ *   most the small fixed SO_SNDBUF every connection gets, as its receive
+ *   queue holds at most SO_RCVBUF); when an addition takes the total past
+ *   it, the connection that holds the most, on whichever worker, is closed
+ *   until the total is back under it: each worker publishes what its
+ *   heaviest holds, and one that is not the heaviest asks the worker that
+ *   is (shed_fd) instead of closing a lighter one of its own;
  * - time: a query must be complete within listen.tcp_query_timeout of its
- *   first byte (a byte-at-a-time client is closed), and a connection with
+ *   first byte (a byte-at-a-time client is closed), the first one within
+ *   that of the connection (a silent one is closed), and a connection with
  *   nothing to do is closed after listen.tcp_idle_timeout.
  */
 #include "server/internal.h"
@@ -31,7 +41,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
@@ -80,6 +92,8 @@ static void close_conn(struct worker *w, uint32_t index)
 
 	close(c->fd); /* also leaves the epoll set */
 	free_output(s, c);
+	atomic_fetch_sub_explicit(&s->tcp_output_bytes, c->kernel_bytes, memory_order_relaxed);
+	c->kernel_bytes = 0;
 	c->open = false;
 	c->ready = false; /* its entry in worker.ready is skipped */
 	uint32_t last = w->active[--w->n_active];
@@ -119,13 +133,21 @@ static bool reserve_source(_Atomic uint16_t *count, unsigned cap)
 	return true;
 }
 
-/* The client's slot: its IPv4 address or IPv6 /64, through the server's key. */
+/* The client's slot: who it is (util/client.h), through the server's key. */
 static uint16_t source_slot(const struct server *s, const struct sockaddr_storage *peer)
 {
 	uint8_t prefix[CLIENT_PREFIX_MAX];
-	size_t n = client_prefix(peer, prefix);
+	size_t n = client_prefix(peer, s->client_ipv6_bits, prefix);
 
 	return (uint16_t)(dns_siphash13(s->source_key, prefix, n) & (TCP_SOURCE_SLOTS - 1));
+}
+
+static bool allowed(const struct sockaddr_storage *peer)
+{
+	urcu_memb_read_lock();
+	bool ok = query_client_may_ask(peer);
+	urcu_memb_read_unlock();
+	return ok;
 }
 
 /* May this client open one more connection? Counts it when so. */
@@ -133,6 +155,10 @@ static bool admit(struct worker *w, const struct sockaddr_storage *peer, uint16_
 {
 	struct server *s = w->server;
 
+	if (!allowed(peer)) {
+		w->tcp_events[TCP_REFUSED_NOT_ALLOWED]++;
+		return false;
+	}
 	if (w->n_free == 0 || !reserve(&s->tcp_conns, s->tcp_max_conns)) {
 		w->tcp_events[TCP_REFUSED_MAX_CONNECTIONS]++;
 		return false;
@@ -162,47 +188,134 @@ void tcp_accept(struct worker *w, int listen_fd)
 			close(fd); /* over a cap: UDP and open connections are unaffected */
 			continue;
 		}
-		/* Without a fixed size the kernel grows a send buffer to megabytes for
-		 * a client that does not read: node memory outside our budget. */
-		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){TCP_SNDBUF}, sizeof(int));
+		/* Its kernel buffers are the listener's: small and fixed (server.c). */
 		uint32_t index = w->free_slots[--w->n_free];
 		struct tcp_conn *c = &w->conns[index];
+		/* its first query is due within tcp_query_timeout, as a query's last byte is */
 		*c = (struct tcp_conn){.open = true, .fd = fd, .last_active_ms = w->now_ms,
-				       .active_pos = w->n_active, .peer = peer, .source_slot = slot,
-				       .interest = EPOLLIN, .gen = ++w->next_gen};
+				       .partial_since_ms = w->now_ms, .active_pos = w->n_active,
+				       .peer = peer, .source_slot = slot, .interest = EPOLLIN,
+				       .gen = ++w->next_gen};
 		w->active[w->n_active++] = index;
 		struct epoll_event ev = {.events = EPOLLIN, .data.u64 = EV_DATA(EV_CONN, index)};
-		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 			close_conn(w, index);
+			continue;
+		}
+		/* dnstap's response_address: one syscall per connection, only while it is on */
+		socklen_t local_len = sizeof c->local;
+		if (dnstap_client_on() &&
+		    getsockname(fd, (struct sockaddr *)&c->local, &local_len) < 0)
+			c->local.ss_family = AF_UNSPEC;
 	}
 }
 
-/* ---- output ------------------------------------------------------------------ */
+/* ---- the output budget ------------------------------------------------------------- */
+
+/* What a connection holds of listen.tcp_output_budget. */
+static uint64_t weight(const struct tcp_conn *c)
+{
+	return c->out_bytes + c->kernel_bytes;
+}
+
+/* How much of c's output the kernel still holds (SIOCOUTQ), counted in the total. */
+static void count_kernel_bytes(struct worker *w, struct tcp_conn *c)
+{
+	_Atomic uint64_t *total = &w->server->tcp_output_bytes;
+	int queued = 0;
+	size_t now = ioctl(c->fd, SIOCOUTQ, &queued) == 0 && queued > 0 ? (size_t)queued : 0;
+
+	if (now >= c->kernel_bytes)
+		atomic_fetch_add_explicit(total, now - c->kernel_bytes, memory_order_relaxed);
+	else
+		atomic_fetch_sub_explicit(total, c->kernel_bytes - now, memory_order_relaxed);
+	c->kernel_bytes = now;
+}
+
+/* This worker's heaviest connection (*worst, UINT32_MAX: none holds
+ * anything): what it holds, published for the other workers. */
+static uint64_t find_heaviest(struct worker *w, uint32_t *worst)
+{
+	uint64_t most = 0;
+
+	*worst = UINT32_MAX;
+	for (uint32_t i = 0; i < w->n_active; i++) {
+		uint64_t held = weight(&w->conns[w->active[i]]);
+		if (held > most) {
+			most = held;
+			*worst = w->active[i];
+		}
+	}
+	atomic_store_explicit(&w->heaviest, most, memory_order_relaxed);
+	return most;
+}
+
+/* The worker whose heaviest connection holds more than most (as each last
+ * said), or NULL. */
+static struct worker *heavier_elsewhere(const struct worker *w, uint64_t most)
+{
+	const struct server *s = w->server;
+	struct worker *heavier = NULL;
+
+	for (unsigned i = 0; i < s->n_workers; i++) {
+		struct worker *o = s->workers[i];
+		uint64_t held = atomic_load_explicit(&o->heaviest, memory_order_relaxed);
+		if (o != w && held > most) {
+			most = held;
+			heavier = o;
+		}
+	}
+	return heavier;
+}
+
+static void ask_to_shed(struct worker *o)
+{
+	const uint64_t one = 1;
+
+	if (!atomic_exchange(&o->shed_asked, true) &&
+	    write(o->shed_fd, &one, sizeof one) != sizeof one)
+		atomic_store(&o->shed_asked, false); /* cannot fail: a counter far from full */
+}
 
 /*
- * Past the budget: close this worker's connections that hold the most
- * unsent bytes until the total is under it again, or none here holds any.
+ * Past the budget: close the connection that holds the most, while the
+ * total is over it. When another worker's holds more, that worker is asked
+ * to close it (it then does this itself, with fresh figures), so a light
+ * connection is never closed for a heavy one elsewhere.
  */
 static void keep_to_output_budget(struct worker *w)
 {
 	struct server *s = w->server;
 	uint64_t budget = atomic_load_explicit(&s->tcp_output_budget, memory_order_relaxed);
+	bool closed = false;
+	uint32_t worst;
 
 	while (atomic_load_explicit(&s->tcp_output_bytes, memory_order_relaxed) > budget) {
-		uint32_t worst = UINT32_MAX;
-		size_t most = 0;
-		for (uint32_t i = 0; i < w->n_active; i++) {
-			const struct tcp_conn *c = &w->conns[w->active[i]];
-			if (c->out_bytes > most) {
-				most = c->out_bytes;
-				worst = w->active[i];
-			}
+		struct worker *other = heavier_elsewhere(w, find_heaviest(w, &worst));
+		if (other) {
+			ask_to_shed(other);
+			break;
 		}
 		if (worst == UINT32_MAX)
-			return;
+			break;
 		close_for(w, worst, TCP_CLOSED_OUTPUT_BUDGET);
+		closed = true;
 	}
+	if (closed)
+		find_heaviest(w, &worst); /* what the others see: after the closes */
 }
+
+void tcp_shed(struct worker *w)
+{
+	uint64_t ignored;
+
+	if (read(w->shed_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+		return;
+	atomic_store(&w->shed_asked, false);
+	keep_to_output_budget(w);
+}
+
+/* ---- output ------------------------------------------------------------------ */
 
 /*
  * Put data[off..len) at the end of the connection's unsent list: adopted
@@ -238,6 +351,7 @@ static bool queue_output(struct worker *w, uint32_t index, uint8_t *data, size_t
 	c->out_bytes += k->len - k->off;
 	atomic_fetch_add_explicit(&w->server->tcp_output_bytes, k->len - k->off,
 				  memory_order_relaxed);
+	count_kernel_bytes(w, c); /* the socket took less than we had: its queue is full */
 	update_interest(w, index);
 	keep_to_output_budget(w);
 	return c->open && c->out_tail == k;
@@ -360,9 +474,13 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 					  DNS_MAX_MESSAGE, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+		if (dnstap_client_on())
+			worker_tap(w, &ctx, &c->peer, &c->local, c->in + off + 2, mlen,
+				   w->tcp_out + out + 2, len);
 		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;
+		c->asked = true;
 		w->tcp_turn_left--;
 		if (len) {
 			w->tcp_out[out] = (uint8_t)(len >> 8);
@@ -422,14 +540,17 @@ static void drain_output(struct worker *w, uint32_t index)
 			return;
 		}
 		c->last_active_ms = w->now_ms;
-		if (r == SENT_PART)
+		if (r == SENT_PART) {
+			count_kernel_bytes(w, c);
 			return;
+		}
 		c->out_head = k->next;
 		if (k->data != k->bytes)
 			free(k->data);
 		free(k);
 	}
 	c->out_tail = NULL;
+	count_kernel_bytes(w, c); /* the sweep follows it until the client has read it all */
 	answer_buffered(w, index);
 }
 
@@ -468,21 +589,28 @@ void tcp_new_turn(struct worker *w)
 
 /* ---- time -------------------------------------------------------------------- */
 
-/* Walk backwards: closing moves the last active entry into the hole. */
+/* Walk backwards: closing moves the last active entry into the hole. Also
+ * follows the kernel's send queues still counted (the client reads them
+ * without an event of ours), and publishes the heaviest connection. */
 void tcp_sweep_idle(struct worker *w)
 {
 	struct server *s = w->server;
 	uint64_t idle = atomic_load_explicit(&s->tcp_idle_timeout_ms, memory_order_relaxed);
 	uint64_t query = atomic_load_explicit(&s->tcp_query_timeout_ms, memory_order_relaxed);
+	uint32_t worst;
 
 	for (uint32_t i = w->n_active; i-- > 0;) {
 		uint32_t index = w->active[i];
-		const struct tcp_conn *c = &w->conns[index];
+		struct tcp_conn *c = &w->conns[index];
+		if (c->kernel_bytes)
+			count_kernel_bytes(w, c);
 		if (c->partial_since_ms && w->now_ms - c->partial_since_ms >= query)
-			close_for(w, index, TCP_CLOSED_SLOW_QUERY);
+			close_for(w, index, c->asked || c->in_len ? TCP_CLOSED_SLOW_QUERY
+								   : TCP_CLOSED_SILENT);
 		else if (w->now_ms - c->last_active_ms >= idle)
 			close_for(w, index, TCP_CLOSED_IDLE);
 	}
+	find_heaviest(w, &worst);
 }
 
 bool tcp_flush_all(struct worker *w)

@@ -11,6 +11,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
+#include "rrl/rrl.h"
 
 void udp_batch_init(struct udp_batch *b)
 {
@@ -64,20 +65,17 @@ static void defer(struct worker *w, const struct query_ctx *ctx, int fd, int i)
 static size_t rate_limited(struct worker *w, const struct sockaddr_storage *peer,
 			   uint8_t *reply, size_t len)
 {
-	switch (rrl_check(w->server, peer, w->now_ms / 1000)) {
+	switch (rrl_apply(peer, reply, &len, w->now_ms / 1000)) {
 	case RRL_PASS:
-		return len;
+		break;
 	case RRL_SLIP:
-		if ((len = rrl_truncate(reply, len)) > 0) {
-			w->stats.rrl_slipped++;
-			return len;
-		}
+		w->stats.rrl_slipped++;
 		break;
 	case RRL_DROP:
+		w->stats.rrl_dropped++;
 		break;
 	}
-	w->stats.rrl_dropped++;
-	return 0;
+	return len;
 }
 
 /* Answer rx[0..n) into tx; returns how many replies there are to send. */
@@ -95,6 +93,9 @@ static int answer_batch(struct worker *w, int fd, int n)
 		else
 			query_prepare(query_bytes(b, i), b->rx[i].msg_len, &b->prepared[i]);
 	query_prefetch(b->prepared, (size_t)n);
+	bool tap = dnstap_client_on();
+	if (tap)
+		dnstap_batch_begin(w->id); /* one clock read for the batch's records */
 	for (int i = 0; i < n; i++) {
 		if (b->rx[i].msg_hdr.msg_flags & MSG_TRUNC) {
 			w->stats.received++;
@@ -108,6 +109,9 @@ static int answer_batch(struct worker *w, int fd, int n)
 						   b->rx[i].msg_len, reply, UDP_OUT_MAX, &ctx);
 		if (querylog_sample(&w->querylog_count))
 			worker_log_query(w, &ctx, &b->peer[i], reply, len);
+		if (dnstap_client_on())
+			worker_tap(w, &ctx, &b->peer[i], worker_udp_local(w, fd),
+				   query_bytes(b, i), b->rx[i].msg_len, reply, len);
 		worker_note_top(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
 		if (len == 0 || (len = rate_limited(w, &b->peer[i], reply, len)) == 0)
@@ -122,6 +126,8 @@ static int answer_batch(struct worker *w, int fd, int n)
 		};
 		out++;
 	}
+	if (tap)
+		dnstap_batch_end(w->id);
 	urcu_memb_read_unlock();
 	return out;
 }

@@ -121,6 +121,7 @@ bool worker_submit(struct worker *w, enum query_upstream what)
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
 	w->request.log_reply = false;
+	w->request.tap_reply = false;
 	return queued;
 }
 
@@ -134,6 +135,38 @@ void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 	} else if (len > 0) {
 		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
 	}
+}
+
+void worker_tap(struct worker *w, const struct query_ctx *ctx,
+		const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
+		const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len)
+{
+	bool deferred = ctx->upstream == QUERY_UPSTREAM_ASK;
+
+	if (deferred) {
+		/* the resolver writes this reply later: it records it */
+		w->request.tap_reply = true;
+		w->request.peer = *peer;
+		if (local)
+			w->request.local = *local;
+		else
+			w->request.local.ss_family = AF_UNSPEC;
+		len = 0;
+	}
+	dnstap_client(w->id, peer, local, ctx->transport, query, query_len, reply, len);
+}
+
+const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd)
+{
+	socklen_t len = sizeof w->tap_local;
+
+	if (fd != w->tap_local_fd) {
+		/* once per socket, not per query: the worker's sockets are few */
+		if (getsockname(fd, (struct sockaddr *)&w->tap_local, &len) < 0)
+			return NULL;
+		w->tap_local_fd = fd;
+	}
+	return &w->tap_local;
 }
 
 void worker_note_top(struct worker *w, const struct query_ctx *ctx,
@@ -181,6 +214,9 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 	case EV_UPSTREAM:
 		take_completions(w);
 		break;
+	case EV_SHED:
+		tcp_shed(w);
+		break;
 	case EV_STOP:
 	case EV_RETIRE:
 		break; /* handled after the batch */
@@ -225,11 +261,16 @@ static void retire_udp(struct worker *w, const struct listener *l)
 	w->unhanded[w->n_unhanded++] = l->udp_fd;
 }
 
-/* New connections go elsewhere; the ones already queued are taken first. */
+/*
+ * New connections go elsewhere; the ones already queued are taken first.
+ * Shut down, not only closed: the keeper holds a copy of the descriptor
+ * (src/keeper/), and a listener stops listening only when the socket does.
+ */
 static void close_listener(struct worker *w, int fd)
 {
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
 	tcp_accept(w, fd);
+	shutdown(fd, SHUT_RDWR);
 	close(fd);
 }
 
@@ -268,6 +309,7 @@ void worker_retire_listeners(struct worker *w)
 		close_listener(w, list[i].tcp_fd);
 		retire_udp(w, &list[i]);
 	}
+	w->tap_local_fd = -1; /* a socket number may come back with another address */
 	if (release)
 		release_listeners(w);
 	worker_wake_upstream(w);
@@ -292,7 +334,7 @@ static void serve(struct worker *w)
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, wait_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
-		atomic_store_explicit(&w->heartbeat_ms, w->now_ms, memory_order_relaxed);
+		atomic_store_explicit(&w->beat->ms, w->now_ms, memory_order_relaxed);
 		if (n < 0 && errno != EINTR)
 			break;
 		tcp_new_turn(w);
@@ -350,6 +392,7 @@ void *worker_main(void *arg)
 
 	urcu_memb_register_thread();
 	w->now_ms = server_now_ms();
+	atomic_store(&w->beat->tid, (int32_t)gettid());
 	serve(w);
 	shut_down(w);
 	urcu_memb_unregister_thread();

@@ -8,8 +8,8 @@
  * about. Nothing is written to disk. This file never calls libunbound.
  *
  * Choices that are not the operator's to make, and why (and, in
- * upstream.c, threads rather than a forked process, so results come back
- * through ub_fd into the resolver thread):
+ * upstream.c and loop.c, libunbound on the resolver thread's own event
+ * loop, neither a thread nor a forked process of its own):
  * - do-not-query-localhost: no, since a node's resolver (or a test's) may
  *   live on a loopback address;
  * - no message cache to speak of (one slab of size 0 keeps only the last
@@ -47,7 +47,21 @@
  *   and every peer we replace forwards them. The other special-use names
  *   (localhost., test., invalid., onion., home.arpa., ...) keep unbound's
  *   answers, except in a zone the operator forwards (upstream.forward_zones,
- *   and the fallback zones): there the listed servers answer.
+ *   and the fallback zones): there the listed servers answer;
+ * - upstream.tls (DNS-over-TLS, RFC 7858) is per forward zone
+ *   (forward-tls-upstream), not unbound's global tls-upstream: the
+ *   cluster.fallback_servers zones go to kube-dns, which serves no TLS.
+ *   Each forward-addr carries "#name", which libunbound checks the
+ *   certificate against (set_auth_name); the CA bundle is tls_ca_file or
+ *   the system's (tls-system-cert). libunbound never falls back to plain
+ *   DNS for a TLS zone: a handshake or certificate failure is a failed
+ *   query. Debian 12's libunbound8 is built with nettle, without
+ *   OpenSSL, and cannot do TLS at all (its worker fails to start, so every
+ *   query would fail): localdns links its own build of libunbound with
+ *   OpenSSL (deploy/libunbound/build.sh), and upstream.c refuses
+ *   upstream.tls on a libunbound without TLS all the same, with a message
+ *   that says so (tls_supported, a probe that answers a local name and
+ *   sends nothing).
  */
 #include "upstream/context.h"
 
@@ -66,7 +80,8 @@
 
 /* ---- the unbound.conf text ------------------------------------------------ */
 
-/* "ip:port" / "[ip6]:port" (normalised by the config loader) to "ip@port". */
+/* "ip:port" / "[ip6]:port" (normalised by the config loader) to "ip@port",
+ * and "ip@port#name" for a server with a TLS name. */
 static void forward_addr(const struct config_hostport *hp, char out[UPSTREAM_ADDR_TEXT])
 {
 	char ip[INET6_ADDRSTRLEN] = "";
@@ -81,7 +96,8 @@ static void forward_addr(const struct config_hostport *hp, char out[UPSTREAM_ADD
 		inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof ip);
 		port = ntohs(v6->sin6_port);
 	}
-	snprintf(out, UPSTREAM_ADDR_TEXT, "%s@%u", ip, port);
+	snprintf(out, UPSTREAM_ADDR_TEXT, hp->tls_name[0] ? "%s@%u#%s" : "%s@%u", ip, port,
+		 hp->tls_name);
 }
 
 /* The zones cluster.fallback_servers answer: the cluster domain, then the reverse zones. */
@@ -159,6 +175,10 @@ static void write_server_clause(FILE *f, const struct config *cfg, unsigned fami
 		fputs("  do-ip4: no\n", f);
 	if (cfg->upstream.recursive && *cfg->upstream.root_hints)
 		fprintf(f, "  root-hints: \"%s\"\n", cfg->upstream.root_hints);
+	if (cfg->upstream.tls && *cfg->upstream.tls_ca_file)
+		fprintf(f, "  tls-cert-bundle: \"%s\"\n", cfg->upstream.tls_ca_file);
+	else if (cfg->upstream.tls)
+		fputs("  tls-system-cert: yes\n", f);
 	if (cfg->upstream.dnssec) {
 		fprintf(f, "  trust-anchor-file: \"%s\"\n", cfg->upstream.trust_anchor);
 		for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++)
@@ -181,12 +201,16 @@ static void write_server_clause(FILE *f, const struct config *cfg, unsigned fami
 			fprintf(f, "  local-zone: \"%s.\" transparent\n", fallback_zone(cfg, i));
 }
 
+enum zone_transport { ZONE_UDP, ZONE_TCP, ZONE_TLS };
+
 static void write_forward_zone(FILE *f, const char *zone,
-			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n, bool tcp)
+			       char addrs[][UPSTREAM_ADDR_TEXT], size_t n, enum zone_transport how)
 {
 	fprintf(f, "forward-zone:\n  name: \"%s\"\n", zone);
-	if (tcp)
+	if (how == ZONE_TCP)
 		fprintf(f, "  forward-tcp-upstream: yes\n");
+	else if (how == ZONE_TLS)
+		fprintf(f, "  forward-tls-upstream: yes\n");
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "  forward-addr: %s\n", addrs[i]);
 }
@@ -210,7 +234,7 @@ static void write_fallback_zones(FILE *f, const struct config *cfg)
 		forward_addr(&cfg->cluster.fallback_servers[i], addrs[i]);
 	for (size_t i = 0; n && i < 3; i++)
 		if (!is_forward_zone(cfg, fallback_zone(cfg, i)))
-			write_forward_zone(f, fallback_zone(cfg, i), addrs, n, true);
+			write_forward_zone(f, fallback_zone(cfg, i), addrs, n, ZONE_TCP);
 }
 
 /* The forwarders for ".": upstream.servers, else resolv.conf's nameservers. */
@@ -244,14 +268,16 @@ static int write_conf(FILE *f, const struct config *cfg, char *err, size_t errle
 	}
 	write_server_clause(f, cfg, cfg->upstream.recursive ? 0 :
 				    forwarder_families(cfg, addrs, (size_t)n_root));
+	enum zone_transport how = cfg->upstream.tls ? ZONE_TLS : ZONE_UDP;
+
 	if (n_root > 0)
-		write_forward_zone(f, ".", addrs, (size_t)n_root, false);
+		write_forward_zone(f, ".", addrs, (size_t)n_root, how);
 	for (size_t i = 0; i < cfg->upstream.n_forward_zones; i++) {
 		const struct config_forward_zone *z = &cfg->upstream.forward_zones[i];
 		size_t n = z->n_servers < MAX_FORWARDERS ? z->n_servers : MAX_FORWARDERS;
 		for (size_t j = 0; j < n; j++)
 			forward_addr(&z->servers[j], addrs[j]);
-		write_forward_zone(f, z->zone, addrs, n, false);
+		write_forward_zone(f, z->zone, addrs, n, how);
 	}
 	write_fallback_zones(f, cfg);
 	return 0;
@@ -285,6 +311,9 @@ static int check_files(const struct config *cfg, char *err, size_t errlen)
 		return -1;
 	if (cfg->upstream.recursive && *cfg->upstream.root_hints &&
 	    check_file("upstream.root_hints", cfg->upstream.root_hints, err, errlen) < 0)
+		return -1;
+	if (cfg->upstream.tls && *cfg->upstream.tls_ca_file &&
+	    check_file("upstream.tls_ca_file", cfg->upstream.tls_ca_file, err, errlen) < 0)
 		return -1;
 	return 0;
 }

@@ -2,13 +2,14 @@
  * upstream/deliver.c — the resolver thread's replies to waiting clients.
  *
  * UDP replies go out on the socket the query came in on, from this thread
- * (the worker keeps reading it), a turn's replies for one socket together:
- * one sendmmsg at the end of the loop's turn (deliver_flush) or when 32
- * are waiting. A sendto per reply cost a syscall each, and woke the client
- * once per reply: a load generator (or a busy stub) that answers each reply
- * with its next query then woke the worker, which shares the resolver's
- * core, as often, each time taking the core from the resolver and giving
- * it back (docs/performance.md, "Cold misses"). A TCP connection's byte
+ * (the worker keeps reading it), within rrl.* as the workers' own
+ * (src/rrl/), a turn's replies for one socket together: one sendmmsg at
+ * the end of the loop's turn (deliver_flush) or when 32 are waiting. A
+ * sendto per reply cost a syscall each, and woke the client once per
+ * reply: a load generator (or a busy stub) that answers each reply with
+ * its next query then woke the worker, which shares the resolver's core,
+ * as often, each time taking the core from the resolver and giving it back
+ * (docs/performance.md, "Cold misses"). A TCP connection's byte
  * stream belongs to its worker, so a TCP reply is framed into a malloc'd
  * buffer and put on that worker's completion ring (ring.c; single
  * producer: this thread; single consumer: the worker), whose eventfd is
@@ -32,7 +33,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
+#include "rrl/rrl.h"
 
 /* The workers count the replies they send; these are the resolver's,
  * counted before the client can see the reply (a scrape after it includes it). */
@@ -85,6 +88,24 @@ static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstrea
 	}
 }
 
+/* rrl.*: the UDP reply[0..len) to r's client as it may go out (whole, or
+ * cut to a TC slip), or 0 when dropped. */
+static size_t rate_limited(struct deliver *d, const struct upstream_request *r, uint8_t *reply,
+			   size_t len, uint64_t now_ms)
+{
+	switch (rrl_apply(&r->peer, reply, &len, now_ms / 1000)) {
+	case RRL_PASS:
+		break;
+	case RRL_SLIP:
+		upstream_bump(&d->n->rrl_slipped);
+		break;
+	case RRL_DROP:
+		upstream_bump(&d->n->rrl_dropped);
+		break;
+	}
+	return len;
+}
+
 /* The UDP replies waiting go out; a full socket buffer drops the rest, as the network would. */
 static void send_udp(struct deliver *d)
 {
@@ -105,18 +126,27 @@ static void send_udp(struct deliver *d)
 	o->used = 0;
 }
 
-/* The reply built in d->buf (len bytes) joins the UDP replies waiting for r's socket. */
-static void queue_udp(struct deliver *d, const struct upstream_request *r, size_t len)
+/*
+ * The reply built in d->buf (len bytes) joins the UDP replies waiting for
+ * r's socket, as rrl.* lets it go: rrl_apply cuts or drops the copy, so
+ * d->buf stays the reply as built for the query log and dnstap (what a
+ * worker records too: the reply before rrl).
+ */
+static void queue_udp(struct deliver *d, const struct upstream_request *r, size_t len,
+		      uint64_t now_ms)
 {
 	struct udp_out *o = &d->udp;
 
 	if (o->n && (o->fd != r->fd || o->n == UDP_OUT_REPLIES || o->used + len > UDP_OUT_BYTES))
 		send_udp(d);
+	uint8_t *reply = o->bytes + o->used;
+	memcpy(reply, d->buf, len);
+	if ((len = rate_limited(d, r, reply, len, now_ms)) == 0)
+		return;
 	unsigned i = o->n++;
 	o->fd = r->fd;
-	memcpy(o->bytes + o->used, d->buf, len);
 	memcpy(&o->peers[i], &r->peer, r->peer_len);
-	o->iov[i] = (struct iovec){.iov_base = o->bytes + o->used, .iov_len = len};
+	o->iov[i] = (struct iovec){.iov_base = reply, .iov_len = len};
 	o->msgs[i].msg_hdr = (struct msghdr){.msg_name = &o->peers[i], .msg_namelen = r->peer_len,
 					     .msg_iov = &o->iov[i], .msg_iovlen = 1};
 	o->used += len;
@@ -124,22 +154,24 @@ static void queue_udp(struct deliver *d, const struct upstream_request *r, size_
 
 /* The reply built in d->buf (len bytes; none when 0) goes to r's client. */
 static void send_reply(struct deliver *d, unsigned worker, const struct upstream_request *r,
-		       size_t len)
+		       size_t len, uint64_t now_ms)
 {
 	if (len == 0)
 		return;
 	if (r->transport == UPSTREAM_UDP) {
 		count_reply(d);
-		queue_udp(d, r, len);
+		queue_udp(d, r, len, now_ms);
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(d, worker, r, len);
 	}
 	if (top_sample(&d->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
 		top_note_reply(TOP_RESOLVER, NULL, d->buf, len);
+	enum query_transport how = r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP;
 	if (r->log_reply)
-		querylog_add(QUERYLOG_RESOLVER, &r->peer,
-			     r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP,
-			     QUERY_SOURCE_UPSTREAM, d->buf, len);
+		querylog_add(QUERYLOG_RESOLVER, &r->peer, how, QUERY_SOURCE_UPSTREAM, d->buf, len);
+	if (r->tap_reply) /* dnstap: the worker recorded the query; this is its reply */
+		dnstap_client(DNSTAP_PRODUCER_RESOLVER, &r->peer, &r->local, how, NULL, 0, d->buf,
+			      len);
 }
 
 /* Held replies for worker into its ring, as far as it has room. */
@@ -252,11 +284,75 @@ static size_t reply_answer(struct deliver *d, const struct upstream_request *r,
 	return len;
 }
 
+/* q's answer in the cache (stale too), whole, into out: its length, or 0. */
+static size_t cached_message(struct deliver *d, const struct dns_query *q, uint8_t *out,
+			     uint64_t now_ms)
+{
+	struct dns_writer w;
+
+	dns_response_begin(&w, out, DNS_MAX_MESSAGE, q, DNS_R_NOERROR);
+	if (cache_replay(d->cache, &w, now_ms / 1000, true) == CACHE_MISS)
+		return 0;
+	return dns_response_finish(&w, 0);
+}
+
+/*
+ * DNS64: r waited for the A answer (a) of its AAAA answer's chain end: the
+ * AAAA answer (the cache's: the resolver put it there, or a worker found
+ * it) with AAAA records made from a's A records; without any, the AAAA
+ * answer as it is. Neither is ever cached as synthesized: the cache keeps
+ * each answer under its own question (docs/operations.md, "DNS64").
+ */
+static size_t reply_dns64(struct deliver *d, const struct upstream_request *r,
+			  const uint8_t *a, size_t a_len, uint64_t now_ms)
+{
+	size_t aaaa_len = cached_message(d, &r->q, d->aaaa, now_ms);
+	struct dns_writer w;
+
+	if (aaaa_len == 0)
+		return reply_failed(d, r, now_ms);
+	begin_reply(&w, d, r);
+	if (!dns64_synthesize_chain(&r->dns64, d->aaaa, aaaa_len, a, a_len, &w))
+		return reply_failed(d, r, now_ms); /* the AAAA answer, from the cache */
+	upstream_bump(&d->n->dns64_synthesized);
+	return dns_response_finish(&w, r->udp_payload);
+}
+
+/* DNS64: r->chain is the name whose A answer r waited for (a, or the cache's). */
+static size_t build_dns64_reply(struct deliver *d, const struct upstream_request *r,
+				const struct flight_reply *a, uint64_t now_ms)
+{
+	struct dns_query qa = r->q;
+	size_t len;
+
+	dns_query_set_name(&qa, r->chain);
+	qa.qtype = DNS_T_A;
+	switch (a->kind) {
+	case FLIGHT_REPLY_ANSWER:
+		if (!a->cached)
+			return reply_dns64(d, r, a->msg, a->len, now_ms);
+		__attribute__((fallthrough)); /* the cache's copy */
+	case FLIGHT_REPLY_CACHED:
+		len = cached_message(d, &qa, d->a, now_ms);
+		return len ? reply_dns64(d, r, d->a, len, now_ms) : reply_failed(d, r, now_ms);
+	case FLIGHT_REPLY_SERVFAIL:
+		upstream_bump(&d->n->servfail);
+		return reply_servfail(d, r);
+	case FLIGHT_REPLY_FAILED:
+	case FLIGHT_REPLY_NXDOMAIN:
+		break;
+	}
+	return reply_failed(d, r, now_ms); /* the AAAA answer (or stale, or SERVFAIL) */
+}
+
 static size_t build_reply(struct deliver *d, const struct upstream_request *r,
 			  const struct flight_reply *a, uint64_t now_ms)
 {
 	enum cache_result how;
 	size_t len;
+
+	if (r->dns64_a)
+		return build_dns64_reply(d, r, a, now_ms);
 
 	switch (a->kind) {
 	case FLIGHT_REPLY_CACHED:
@@ -281,7 +377,7 @@ void deliver_reply(void *env, unsigned worker, const struct upstream_request *r,
 {
 	struct deliver *d = env;
 
-	send_reply(d, worker, r, build_reply(d, r, a, now_ms));
+	send_reply(d, worker, r, build_reply(d, r, a, now_ms), now_ms);
 }
 
 int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counters *n,

@@ -52,6 +52,8 @@ struct deliver {
 	struct top_sampler top_sampler;       /* the top talkers' (top_sample) */
 	struct udp_out udp;                   /* UDP replies not sent yet */
 	uint8_t buf[DNS_MAX_MESSAGE];         /* the reply being built */
+	uint8_t aaaa[DNS_MAX_MESSAGE];        /* DNS64: the AAAA answer ... */
+	uint8_t a[DNS_MAX_MESSAGE];           /* ... and the A answer it is made from */
 };
 
 /* d replies for these workers, through their completion rings for TCP. -1 without memory. */

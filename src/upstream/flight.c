@@ -53,7 +53,7 @@
  * mark and the cool-downs are about the new upstream.
  *
  * Shares. Outside input decides how much of the table one client takes, so
- * each client (an IPv4 address, an IPv6 /64; UDP sources can be forged)
+ * each client (an IPv4 address, an IPv6 address cut to listen.ipv6_client_prefix_length; UDP sources can be forged)
  * has a share: of questions started (upstream.max_pending_per_client, a
  * quarter of it while places are scarce), its hits' background refreshes
  * counting as its own; and of queries joining questions already asked
@@ -74,6 +74,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "dns64/dns64.h"
 #include "log/log.h"
 #include "util/client.h"
 
@@ -254,8 +255,12 @@ static enum cache_result cache_probe(struct flights *t, const struct dns_query *
 {
 	struct dns_writer w;
 
+	enum cache_result r;
+
 	dns_response_begin(&w, t->probe, sizeof t->probe, q, DNS_R_NOERROR);
-	return cache_replay(t->cache, &w, t->now_ms / 1000, allow_stale);
+	r = cache_replay(t->cache, &w, t->now_ms / 1000, allow_stale);
+	t->probe_len = r == CACHE_MISS ? 0 : dns_response_finish(&w, 0);
+	return r;
 }
 
 /* A SERVFAIL reply to f's question, for the cache (header + question only). */
@@ -290,7 +295,7 @@ static uint16_t client_of(const struct flights *t, const struct upstream_request
 
 	if (r->peer_len == 0)
 		return NO_CLIENT;
-	n = client_prefix(&r->peer, prefix);
+	n = client_prefix(&r->peer, t->set.client_ipv6_bits, prefix);
 	return (uint16_t)(dns_siphash13(t->client_key, prefix, n) & (CLIENT_SLOTS - 1));
 }
 
@@ -449,13 +454,16 @@ static bool stale_soon(struct flights *t, const struct upstream_request *r, uint
 	return true;
 }
 
-/* false when the table or memory has no room (the caller answers r at once). */
+/*
+ * false when the table or memory has no room (the caller answers r at
+ * once). deadline_ms: a wait that began on another flight (DNS64), or 0.
+ */
 static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
-		       const struct upstream_request *r, uint16_t client)
+		       const struct upstream_request *r, uint16_t client, uint64_t deadline_ms)
 {
 	struct waiter *w;
 	uint64_t wait = t->set.timeout_ms;
-	bool soon = stale_soon(t, r, &wait);
+	bool soon = !deadline_ms && stale_soon(t, r, &wait);
 
 	if (t->n_waiters >= MAX_WAITERS ||
 	    !(w = malloc(sizeof *w + upstream_request_packed_size(r))))
@@ -466,7 +474,7 @@ static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
 		slot_add(t, w);
 	w->worker = worker;
 	w->flight = f;
-	w->deadline_ms = t->now_ms + wait;
+	w->deadline_ms = deadline_ms ? deadline_ms : t->now_ms + wait;
 	w->prev = NULL;
 	w->next = f->waiters;
 	if (f->waiters)
@@ -510,6 +518,36 @@ static void answer_waiters(struct flights *t, struct flight *f, const struct fli
 }
 
 static const struct flight_reply failed_reply = {.kind = FLIGHT_REPLY_FAILED};
+
+static bool follow_to_a(struct flights *t, unsigned worker, const struct upstream_request *r,
+			const uint8_t *aaaa, size_t len, uint64_t deadline_ms);
+
+/*
+ * f's answer a for every waiter; a DNS64 waiter (its request's dns64 set)
+ * whose AAAA answer has no AAAA record goes on to wait for the A answer of
+ * the chain's end instead (follow_to_a), within its own deadline.
+ */
+static void answer_or_follow(struct flights *t, struct flight *f, const struct flight_reply *a)
+{
+	bool wanted = f->q.qtype == DNS_T_AAAA && dns64_wanted(a->msg, a->len);
+
+	while (f->waiters) {
+		struct waiter *w = f->waiters;
+		unsigned worker = w->worker;
+		uint64_t deadline_ms = w->deadline_ms;
+
+		upstream_request_unpack(w->req, &t->waiting);
+		if (!wanted || !t->waiting.dns64.len || t->waiting.dns64_a) {
+			t->io.reply(t->io.reply_env, worker, &t->waiting, a, t->now_ms);
+			remove_waiter(t, w);
+			continue;
+		}
+		t->following = t->waiting; /* t->waiting is reused by what follows */
+		remove_waiter(t, w);
+		if (!follow_to_a(t, worker, &t->following, a->msg, a->len, deadline_ms))
+			t->io.reply(t->io.reply_env, worker, &t->following, a, t->now_ms);
+	}
+}
 
 /* ---- the queue ------------------------------------------------------------------ */
 
@@ -744,7 +782,7 @@ void flights_result(struct flights *t, struct flight *f, const struct flight_res
 		break;
 	case FLIGHT_ANSWERED:
 		answer_came(t, f, current);
-		answer_waiters(t, f, &answer);
+		answer_or_follow(t, f, &answer);
 		break;
 	}
 	maybe_free_flight(t, f);
@@ -820,33 +858,40 @@ static bool make_room(struct flights *t, uint16_t client)
 	return true;
 }
 
-void flights_client(struct flights *t, unsigned worker, const struct upstream_request *r,
-		    uint64_t now_ms)
+/*
+ * r waits for the flight of key's question (r's own, or for DNS64 the A
+ * question of its chain's end), asked now unless it is asked already or
+ * the cache answers it; deadline_ms as add_waiter's.
+ */
+static void join_or_ask(struct flights *t, unsigned worker, const struct upstream_request *key,
+			const struct upstream_request *r, uint64_t deadline_ms)
 {
-	uint64_t h = flight_table_hash(&t->table, &r->q);
+	uint64_t h = flight_table_hash(&t->table, &key->q);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
-	t->now_ms = now_ms;
 	/* before any flight is looked up: making room may let one go */
 	if (t->n_waiters >= MAX_WAITERS && !make_room(t, client)) {
 		limit_client(t, worker, r);
 		return;
 	}
-	f = find_flight(t, &r->q, h);
+	f = find_flight(t, &key->q, h);
 	if (f && (f->asked || f->queued)) {
 		if (client_full(t, client, false)) {
 			limit_client(t, worker, r);
 			return;
 		}
 		upstream_bump(&t->n->coalesced);
-		if (!add_waiter(t, f, worker, r, client))
+		if (!add_waiter(t, f, worker, r, client, deadline_ms))
 			reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
-	/* Answered since the worker looked? */
-	if (cache_probe(t, &r->q, false) != CACHE_MISS) {
-		reply(t, worker, r, FLIGHT_REPLY_CACHED);
+	/* Answered since the worker looked? (For DNS64, a live AAAA answer
+	 * without AAAA records means the A question.) */
+	if (cache_probe(t, &key->q, false) != CACHE_MISS) {
+		if (r->dns64_a || !r->dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
+		    !follow_to_a(t, worker, r, t->probe, t->probe_len, deadline_ms))
+			reply(t, worker, r, FLIGHT_REPLY_CACHED);
 		return;
 	}
 	if (f && f->failed_until_ms > t->now_ms) {
@@ -857,18 +902,57 @@ void flights_client(struct flights *t, unsigned worker, const struct upstream_re
 		limit_client(t, worker, r);
 		return;
 	}
-	if (!f && !(f = new_flight(t, r, h, client))) {
+	if (!f && !(f = new_flight(t, key, h, client))) {
 		upstream_bump(&t->n->shed[UPSTREAM_SHED_TABLE_FULL]);
 		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
-	if (!add_waiter(t, f, worker, r, client)) {
+	if (!add_waiter(t, f, worker, r, client, deadline_ms)) {
 		maybe_free_flight(t, f);
 		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
 	start_flight(t, f);
 	maybe_free_flight(t, f);
+}
+
+void flights_client(struct flights *t, unsigned worker, const struct upstream_request *r,
+		    uint64_t now_ms)
+{
+	t->now_ms = now_ms;
+	join_or_ask(t, worker, r, r, 0);
+}
+
+/*
+ * DNS64 (RFC 6147 5.1.6): aaaa, the answer to r's AAAA question, has no
+ * AAAA record, so r waits for the A answer of the last name of its CNAME
+ * chain: a question like any other, keyed as one (a client asking A for
+ * that name joins it, and the cache keeps its answer under it), never the
+ * synthesized answer, which deliver.c makes for r from the two answers.
+ * false when aaaa is unreadable (r is answered with it as it is).
+ */
+static bool follow_to_a(struct flights *t, unsigned worker, const struct upstream_request *r,
+			const uint8_t *aaaa, size_t len, uint64_t deadline_ms)
+{
+	struct upstream_request *wait = &t->dns64_wait, *key = &t->dns64_key;
+	uint8_t end[DNS_MAX_NAME];
+	size_t n = dns64_chain_end(aaaa, len, r->q.qname, end);
+
+	if (n == 0)
+		return false;
+	*wait = *r;
+	memcpy(wait->chain, end, n);
+	wait->chain_len = (uint16_t)n;
+	wait->search = false;
+	wait->dns64_a = true;
+	*key = *wait;
+	dns_query_set_name(&key->q, end);
+	key->q.qtype = DNS_T_A;
+	key->chain_len = 0;
+	key->dns64.len = 0;
+	key->dns64_a = false;
+	join_or_ask(t, worker, key, wait, deadline_ms);
+	return true;
 }
 
 /* ---- time ------------------------------------------------------------------------------ */

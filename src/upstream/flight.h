@@ -117,6 +117,7 @@ struct flight_settings {
 	uint64_t max_rate;       /* upstream.max_rate: questions a second, 0 = no limit */
 	unsigned max_per_client; /* upstream.max_pending_per_client */
 	unsigned max_asked;      /* questions one upstream may have at once */
+	unsigned client_ipv6_bits; /* listen.ipv6_client_prefix_length: who a client is */
 };
 
 /* Waiters by deadline (see flight.c). */
@@ -125,7 +126,7 @@ struct waiter_list {
 };
 
 /*
- * What one client (an IPv4 address, an IPv6 /64) has pending upstream: the
+ * What one client (an IPv4 address, an IPv6 address cut to listen.ipv6_client_prefix_length) has pending upstream: the
  * clients waiting and the questions it started (or its hits' refreshes
  * started) that are not over. Slots are picked by a keyed hash, so two
  * clients may share one (and its limits), but nobody can aim at another's.
@@ -178,7 +179,10 @@ struct flights {
 	uint64_t swept_ms;
 	uint64_t full_logged_ms;
 	struct upstream_request waiting; /* a waiter's request, unpacked */
-	uint8_t probe[DNS_MAX_MESSAGE]; /* what a look at the cache writes */
+	uint8_t probe[DNS_MAX_MESSAGE]; /* what a look at the cache writes ... */
+	size_t probe_len;                /* ... and its length (0: a miss) */
+	/* DNS64: a waiter going on to the A question, its request and the question's */
+	struct upstream_request following, dns64_wait, dns64_key;
 };
 
 /* 0, or -1 without memory or randomness. The table keeps io, cache and n. */

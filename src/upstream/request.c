@@ -61,12 +61,17 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	FIELD(conn);
 	FIELD(conn_gen);
 	FIELD(log_reply);
+	FIELD(tap_reply);
+	FIELD(dns64.len);
+	FIELD(dns64_a);
 	MOVE(q.qname, r->q.qname_len);
 	MOVE(q.qname_orig, r->q.qname_len);
 	MOVE(q.cookie, r->q.cookie_len);
 	MOVE(chain, r->chain_len);
 	MOVE(nxdomain, r->nxdomain_len);
 	MOVE(peer, r->peer_len);
+	MOVE(local, r->tap_reply ? sizeof r->local : 0);
+	MOVE(dns64.addr, r->dns64.len ? sizeof r->dns64.addr : 0);
 #undef FIELD
 #undef MOVE
 	return n;
@@ -91,5 +96,5 @@ bool upstream_request_fits(const struct upstream_request *r)
 {
 	return r->q.qname_len <= sizeof r->q.qname && r->q.cookie_len <= sizeof r->q.cookie &&
 	       r->chain_len <= sizeof r->chain && r->nxdomain_len <= sizeof r->nxdomain &&
-	       r->peer_len <= sizeof r->peer;
+	       r->peer_len <= sizeof r->peer && r->dns64.len <= 128;
 }

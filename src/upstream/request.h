@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "dns/dns.h"
+#include "dns64/dns64.h"
 
 /* Where a deferred reply goes. */
 enum upstream_transport {
@@ -55,10 +56,20 @@ struct upstream_request {
 	int fd;                /* UDP: the socket the query came in on */
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
+	struct sockaddr_storage local; /* the address the client asked (dnstap, with tap_reply) */
 	uint32_t conn;         /* TCP: the worker's connection slot ... */
 	uint32_t conn_gen;     /* ... and which connection held it */
 	bool log_reply;        /* sampled for the query log (peer set for TCP too):
 				  the resolver logs the reply it sends */
+	bool tap_reply;        /* the same for dnstap's client_response */
+	/* DNS64 (dns64.prefix): set (len > 0) when the client's AAAA question
+	 * may be synthesized (dns64_applies). When its AAAA answer has no AAAA
+	 * records (and is not NXDOMAIN), the resolver asks the A question of
+	 * the last name of its CNAME chain and answers with AAAA records made
+	 * from it; dns64_a then marks the request as waiting for that A answer,
+	 * with the name in chain (search false). */
+	struct dns64_prefix dns64;
+	bool dns64_a;
 };
 
 /*

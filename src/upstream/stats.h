@@ -59,12 +59,14 @@ struct upstream_stats {
 	uint64_t client_limited; /* requests answered at once (refreshes not sent): their
 				    client had too many pending */
 	uint64_t evicted;      /* waiting clients answered early to make room for another's */
+	uint64_t dns64_synthesized; /* replies the resolver made AAAA from A records (DNS64) */
 	uint64_t results[UPSTREAM_RESULTS]; /* libunbound's results */
 	uint64_t resolving;    /* gauge: libunbound queries running now */
 	uint64_t queued;       /* gauge: questions waiting for room or pace */
 	uint64_t flights;      /* gauge: questions known (running, queued, cooling down) */
 	uint64_t rcode[DNS_RCODE_SLOTS]; /* replies the resolver sent (dns_reply_rcode_slot) */
 	uint64_t truncated;    /* of those, with TC=1 */
+	uint64_t rrl_slipped, rrl_dropped; /* of the UDP ones, past rrl.*: truncated / not sent */
 	/* From asking libunbound to its result (any result): how many took at
 	 * most each bound (cumulative), all of them, and their total time. */
 	uint64_t latency_le[UPSTREAM_LATENCY_BUCKETS];
@@ -75,7 +77,9 @@ struct upstream_stats {
 /* The resolver's counters: the same figures, as the resolver thread keeps them. */
 struct upstream_counters {
 	_Atomic uint64_t queries, coalesced, answers, failures, timeouts, stale,
-		servfail, dropped, bogus, renewals, paced, retries, client_limited, evicted;
+		servfail, dropped, bogus, renewals, paced, retries, client_limited, evicted,
+		rrl_slipped, rrl_dropped, /* UDP replies past rrl.* (deliver.c) */
+		dns64_synthesized;
 	_Atomic uint64_t shed[UPSTREAM_SHEDS];
 	_Atomic uint64_t results[UPSTREAM_RESULTS];
 	_Atomic uint64_t resolving;  /* gauge: libunbound queries running, all contexts */

@@ -76,6 +76,7 @@
 #include <unbound.h>
 #include <unbound-event.h>
 
+#include "dnstap/dnstap.h"
 #include "log/log.h"
 #include "privs/privs.h"
 #include "upstream/context.h"
@@ -149,6 +150,7 @@ struct upstream {
 	struct retired_socket *retired_sockets;
 	uint64_t now_ms;
 	uint64_t renewal_logged_ms;
+	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint32_t sockets_seen;       /* sockets_handed when the socket rings were last read */
 	struct upstream_request taken; /* the request take_requests unpacked last */
@@ -339,11 +341,13 @@ static int wait_ms(const struct upstream *u)
 /* ---- contexts ------------------------------------------------------------------------ */
 
 /* What the flight table is to do with the upstream c. */
-static struct flight_settings settings_of(const struct upstream_context *c)
+static struct flight_settings settings_of(const struct upstream *u,
+					       const struct upstream_context *c)
 {
 	return (struct flight_settings){.timeout_ms = c->timeout_ms, .max_rate = c->max_rate,
 					.max_per_client = c->max_per_client,
-					.max_asked = MAX_RESOLVING};
+					.max_asked = MAX_RESOLVING,
+					.client_ipv6_bits = u->client_ipv6_bits};
 }
 
 /* The context the flight table numbers so: the current one, or a retired one. */
@@ -384,7 +388,7 @@ static void delete_finished_contexts(struct upstream *u)
 static void replace_context(struct upstream *u, struct upstream_context *c, bool forget)
 {
 	struct upstream_context *old = u->ctx;
-	struct flight_settings s = settings_of(c);
+	struct flight_settings s = settings_of(u, c);
 
 	flights_new_upstream(&u->flights, &s, forget, u->now_ms);
 	c->number = flights_upstream(&u->flights);
@@ -499,6 +503,8 @@ static void take_result(struct upstream *u, struct flight *f, struct upstream_an
 	u->now_ms = (uint64_t)coarse_ms();
 	if (c && counted)
 		c->outstanding--;
+	if (a->msg && dnstap_resolver_on()) /* dnstap: resolver_response */
+		dnstap_resolver_response(a->msg, a->len);
 	result_take(&u->results, f, a, u->now_ms);
 }
 
@@ -598,6 +604,8 @@ static bool ask_now(struct upstream *u, struct flight *f)
 		forget_early(u, before, f);
 		return false;
 	}
+	if (dnstap_resolver_on()) /* dnstap: resolver_query */
+		dnstap_resolver_query(flight_name(f), f->q.qtype, f->q.qclass);
 	u->ctx->outstanding++;
 	return true;
 }
@@ -888,13 +896,48 @@ static struct upstream_context *context_like(const struct upstream_context *mode
 				 model->max_per_client, err, errlen);
 }
 
+#define TLS_PROBE_NAME "localdns-tls-probe.invalid"
+
+/*
+ * Whether this libunbound can make TLS connections: a context with
+ * tls-upstream that answers one local name. A libunbound without TLS
+ * cannot start its worker ("initialization failure"); one with TLS
+ * answers from the local zone without sending anything. Asked once.
+ */
+static bool tls_supported(void)
+{
+	static int known = -1; /* main thread only: start, reloads, --check-config */
+	struct ub_ctx *ctx;
+	struct ub_result *res = NULL;
+
+	if (known >= 0)
+		return known;
+	ctx = ub_ctx_create();
+	known = ctx && ub_ctx_set_option(ctx, "tls-upstream:", "yes") == 0 &&
+		ub_ctx_set_option(ctx, "local-zone:", TLS_PROBE_NAME ". static") == 0 &&
+		ub_ctx_set_option(ctx, "local-data:", TLS_PROBE_NAME ". A 127.0.0.1") == 0 &&
+		ub_resolve(ctx, TLS_PROBE_NAME, 1, 1, &res) == 0;
+	if (res)
+		ub_resolve_free(res);
+	if (ctx)
+		ub_ctx_delete(ctx);
+	return known;
+}
+
 struct upstream_context *upstream_prepare(const struct config *cfg, char *err, size_t errlen)
 {
-	char *conf = upstream_conf_text(cfg, err, errlen);
 	struct upstream_context *c;
+	char *conf;
 
-	if (!conf)
+	if (!(conf = upstream_conf_text(cfg, err, errlen)))
 		return NULL;
+	if (cfg->upstream.tls && !tls_supported()) {
+		snprintf(err, errlen, "upstream.tls: this libunbound (%s) was built without TLS "
+			 "support (Debian 12's libunbound8 uses nettle, not OpenSSL): DNS-over-TLS "
+			 "upstreams need a libunbound built with OpenSSL", ub_version());
+		free(conf);
+		return NULL;
+	}
 	c = context_from_text(conf, cfg->upstream.timeout_ms, cfg->upstream.max_rate,
 			      cfg->upstream.max_pending_per_client, err, errlen);
 	free(conf);
@@ -960,12 +1003,13 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	if (!u->ctx)
 		goto fail;
 	u->now_ms = (uint64_t)coarse_ms();
+	u->client_ipv6_bits = cfg->listen.ipv6_client_prefix_length;
 	if (make_rings(u) < 0 || make_loop(u) < 0) {
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;
 	}
 	loop_base_attach(&u->ctx->base, &u->loop);
-	struct flight_settings s = settings_of(u->ctx);
+	struct flight_settings s = settings_of(u, u->ctx);
 	const struct flight_io io = {.ask = ask_libunbound, .ask_env = u,
 				     .reply = deliver_reply, .reply_env = &u->deliver};
 	if (flights_init(&u->flights, &io, cache, &u->n, &s, u->now_ms) < 0) {

@@ -1,7 +1,10 @@
 /*
- * util/client — who a client is, for the limits that apply per client: its
- * IPv4 address, or its IPv6 /64 (one host usually holds a whole /64, so a
- * limit per IPv6 address would be a limit per 2^64 addresses).
+ * util/client — who a client is, for the limits that apply per client (TCP
+ * connections per client, the upstream share): its IPv4 address, or its
+ * IPv6 address cut to listen.ipv6_client_prefix_length (128 by default: a
+ * pod has one address, and Kubernetes puts a node's pods, sometimes several
+ * nodes' pods, in one /64; 64 where clients are hosts that each hold a
+ * whole /64 and may send from any of it).
  *
  * Owns: nothing; a pure function the per-client tables hash (with their
  * own keys) to find a client's slot.
@@ -17,10 +20,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define CLIENT_PREFIX_MAX 9
+#define CLIENT_PREFIX_MAX 17
 
-/* The family and the address (IPv4) or its first 64 bits (IPv6) into out; the length. */
-static inline size_t client_prefix(const struct sockaddr_storage *ss,
+/* The family and the address (IPv4), or its first ipv6_bits bits with the
+ * rest cleared (IPv6), into out; the length. */
+static inline size_t client_prefix(const struct sockaddr_storage *ss, unsigned ipv6_bits,
 				   uint8_t out[CLIENT_PREFIX_MAX])
 {
 	out[0] = (uint8_t)ss->ss_family;
@@ -29,8 +33,13 @@ static inline size_t client_prefix(const struct sockaddr_storage *ss,
 		return 5;
 	}
 	if (ss->ss_family == AF_INET6) {
-		memcpy(out + 1, &((const struct sockaddr_in6 *)ss)->sin6_addr, 8);
-		return 9;
+		const uint8_t *a = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
+		unsigned bits = ipv6_bits > 128 ? 128 : ipv6_bits;
+		memset(out + 1, 0, 16);
+		memcpy(out + 1, a, bits / 8);
+		if (bits % 8)
+			out[1 + bits / 8] = a[bits / 8] & (uint8_t)(0xff << (8 - bits % 8));
+		return 17;
 	}
 	return 1;
 }

@@ -41,6 +41,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "config/config.h"
 
 static double now_s(void)

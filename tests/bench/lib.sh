@@ -113,18 +113,10 @@ bench_cleanup() {
 	rm -rf "$TMP"
 }
 
+# A port free on 127.0.0.1 for UDP and TCP: the integration harness's pick.
 free_port() {
-	python3 - <<'EOF'
-import socket
-for _ in range(50):
-    t = socket.socket(); t.bind(("127.0.0.1", 0)); p = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", p))
-    except OSError:
-        t.close(); u.close(); continue
-    t.close(); u.close(); print(p); break
-EOF
+	python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import harness; print(harness.free_port())' \
+		"$REPO/tests/integration"
 }
 
 busy_pct() {
@@ -431,7 +423,9 @@ bare_rounds_and_ratio() { # [bare_responder option...]
 # each round. Both stay up (pinned to the same CPU; the one not measured
 # sleeps), so each round compares two runs seconds apart on a machine whose
 # load drifts. Sets ROUNDS_TEXT (empty with ROUNDS=0 or without the bare
-# responder's figures) and prints it.
+# responder's figures) and prints it. ROUND_LABELS ("localdns;bare
+# responder" unless set) names the two in it: dnstap_qps.sh sets it for
+# localdns with dnstap against the same build without.
 alternate_rounds() { # lport lpid
 	local lport=$1 lpid=$2 r tag port pid c0 c1 out problems="" k
 	local -a lq=() bq=() lc=() bc=() ln=() bn=()
@@ -454,18 +448,20 @@ alternate_rounds() { # lport lpid
 			fi
 		done
 	done
-	ROUNDS_TEXT=$(AR="${lq[*]};${bq[*]};${lc[*]};${bc[*]};${ln[*]};${bn[*]}" AR_SECS=$ROUND_SECS python3 - <<'EOF'
+	ROUNDS_TEXT=$(AR="${lq[*]};${bq[*]};${lc[*]};${bc[*]};${ln[*]};${bn[*]}" AR_SECS=$ROUND_SECS \
+		AR_LABELS=${ROUND_LABELS:-localdns;bare responder} python3 - <<'EOF'
 import os
 lq, bq, lc, bc, ln, bn = ([float(x or 0) for x in part.split()] for part in os.environ["AR"].split(";"))
+a, b = os.environ["AR_LABELS"].split(";")
 q = [l / b if b else 0 for l, b in zip(lq, bq)]
 # CPU per query: ticks / answered; the bare responder's over localdns's, so higher is better like q
 u = [(b / nb) / (l / nl) if l and nl and nb else 0 for l, b, nl, nb in zip(lc, bc, ln, bn)]
-print("%d alternating %s s max-rate rounds: localdns / bare responder max QPS %s (%.2f-%.2f), "
-      "bare responder's CPU per query / localdns's %s (%.2f-%.2f); localdns %s QPS, "
-      "bare responder %s QPS"
-      % (len(q), os.environ["AR_SECS"], ", ".join("%.2f" % x for x in q), min(q), max(q),
-         ", ".join("%.2f" % x for x in u), min(u), max(u),
-         " / ".join("{:,}".format(int(x)) for x in lq), " / ".join("{:,}".format(int(x)) for x in bq)))
+print("%d alternating %s s max-rate rounds: %s / %s max QPS %s (%.2f-%.2f), "
+      "%s's CPU per query / %s's %s (%.2f-%.2f); %s %s QPS, %s %s QPS"
+      % (len(q), os.environ["AR_SECS"], a, b, ", ".join("%.2f" % x for x in q), min(q), max(q),
+         b, a, ", ".join("%.2f" % x for x in u), min(u), max(u),
+         a, " / ".join("{:,}".format(int(x)) for x in lq), b,
+         " / ".join("{:,}".format(int(x)) for x in bq)))
 EOF
 )
 	[ -z "$problems" ] || ROUNDS_TEXT="$ROUNDS_TEXT; NOT all right${problems}"
@@ -473,12 +469,15 @@ EOF
 }
 
 # The ratio lines: localdns (L) against Unbound (U) and the bare responder
-# (B), whichever ran (see figures).
+# (B), whichever ran (see figures). RATIO_U_LABEL and RATIO_U_TARGET name
+# the U peer and its target when it is not Unbound (dnstap_qps.sh).
 bench_ratio() {
-	BR_L="${L[*]}" BR_U="${U[*]}" BR_B="${B[*]}" python3 - <<'EOF'
+	BR_L="${L[*]}" BR_U="${U[*]}" BR_B="${B[*]}" BR_UL=${RATIO_U_LABEL:-unbound} \
+		BR_UT=${RATIO_U_TARGET:->= 1.25} python3 - <<'EOF'
 import os
 L = os.environ["BR_L"].split()
-for label, env, target in (("unbound", "BR_U", ">= 1.25"), ("bare responder", "BR_B", ">= 0.90")):
+for label, env, target in ((os.environ["BR_UL"], "BR_U", os.environ["BR_UT"]),
+                           ("bare responder", "BR_B", ">= 0.90")):
     P = os.environ[env].split()
     if L and P and float(P[0]) > 0 and float(P[3]) > 0:
         print("localdns / %s: max QPS %.2f (target %s), CPU per query %.2f (lower is better)." % (

@@ -32,26 +32,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "integration"))
 import rss_breakdown  # noqa: E402
+from harness import free_port  # noqa: E402  (the integration tests' own)
 
 ZONE = "bench.example"
-
-
-def free_port():
-    for _ in range(50):
-        t = socket.socket()
-        t.bind(("127.0.0.1", 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    sys.exit("memory: no free port")
 
 
 def write_zone(tmp, n):

@@ -40,6 +40,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from harness import free_port  # noqa: E402  (the integration tests' own)
 DOC = os.path.join(REPO, "docs", "performance.md")
 ZONE = "rl.example"
 BEGIN, END = "<!-- ratelimit:begin -->", "<!-- ratelimit:end -->"
@@ -55,23 +57,6 @@ METRICS = ("localdns_upstream_queries_total", "localdns_upstream_coalesced_total
            'localdns_upstream_results_total{result="error"}',
            'localdns_upstream_fallback_replies_total{reply="servfail"}',
            "localdns_upstream_duration_seconds_sum", "localdns_upstream_duration_seconds_count")
-
-
-def free_port():
-    for _ in range(50):
-        t = socket.socket()
-        t.bind(("127.0.0.1", 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    sys.exit("ratelimit: no free port")
 
 
 def answers(port, name):

@@ -1,15 +1,19 @@
 /*
  * fuzz.h — what the libFuzzer targets in tests/fuzz/ share: CHECK (abort,
- * so libFuzzer keeps the input) and a strict reader of the DNS messages the
- * code under test writes. Header-only; each target is one file.
+ * so libFuzzer keeps the input), a wait for a socket of ours, and a strict
+ * reader of the DNS messages the code under test writes. Header-only; each
+ * target is one file.
  */
 #ifndef LOCALDNS_FUZZ_H
 #define LOCALDNS_FUZZ_H
 
+#include <errno.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "dns/dns.h"
 
@@ -18,6 +22,29 @@
 		if (!(cond)) \
 			abort(); \
 	} while (0)
+
+/* Whether fd turns readable within ms: for the targets that talk to a
+ * server of ours over a socket (libFuzzer's -timeout alarm interrupts
+ * poll every few seconds, so an EINTR waits on). */
+static inline bool fuzz_readable_in_time(int fd, long ms)
+{
+	struct timespec start, now;
+
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long spent = (now.tv_sec - start.tv_sec) * 1000 +
+			     (now.tv_nsec - start.tv_nsec) / 1000000;
+		if (spent >= ms)
+			return false;
+		int rc = poll(&p, 1, (int)(ms - spent));
+		if (rc == 1)
+			return true;
+		if (rc < 0 && errno != EINTR)
+			return false;
+	}
+}
 
 static inline uint16_t fuzz_get16(const uint8_t *p)
 {

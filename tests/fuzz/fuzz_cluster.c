@@ -31,6 +31,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "cluster/internal.h"
 #include "config/config.h"
 #include "dns/dns.h"

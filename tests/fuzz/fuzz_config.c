@@ -72,9 +72,10 @@ static bool positioned(const char *err)
 	return false;
 }
 
-static void never_differs(const char *key, void *arg)
+static void never_differs(const char *key, unsigned reload, void *arg)
 {
 	(void)key;
+	(void)reload;
 	(void)arg;
 	abort();
 }

@@ -27,10 +27,12 @@
 
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "config/config.h"
 #include "dns/dns.h"
 #include "fuzz.h"
 #include "mesh/mesh.h"
+#include "mesh/objects.h"
 #include "query/query.h"
 
 #define NOW 1000

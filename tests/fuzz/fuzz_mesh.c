@@ -30,6 +30,7 @@
 #include "kube/internal.h"
 #include "kube/kube.h"
 #include "mesh/mesh.h"
+#include "mesh/objects.h"
 
 #define OBJECT_MAX (16u << 20)
 #define UDP_MAX 1232

@@ -174,6 +174,18 @@ static void compact_twice(const uint8_t *data, size_t size, const struct dns_que
 	}
 }
 
+/* What RRL keys a message by, read as if it were one of our replies: any
+ * name it copies is a whole name, and errors carry none. */
+static void reply_key(const uint8_t *data, size_t size)
+{
+	struct dns_reply_key k;
+
+	dns_reply_key(data, size, &k);
+	CHECK(k.name_len <= DNS_MAX_NAME);
+	CHECK(k.kind != DNS_REPLY_ERROR || (k.name_len == 0 && k.type == 0));
+	CHECK(k.name_len == 0 || dns_name_len(k.name) == k.name_len);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct dns_query q;
@@ -200,5 +212,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	names_at_offsets(data, size);
 	text_to_name(data, size);
+	reply_key(data, size);
 	return 0;
 }

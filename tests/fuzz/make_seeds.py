@@ -3,7 +3,8 @@
 sources, so every seed is an input some real peer sends or some real file
 holds. Run as root from the repository (NSD is started on loopback):
 
-    tests/fuzz/make_seeds.py [cache|handle|cluster|mesh|config]...   (default: all)
+    tests/fuzz/make_seeds.py [cache|handle|cluster|mesh|config|http|kubeconfig|control]...
+                                                                     (default: all)
 
   seeds/cache/     replies of NSD (the integration tests' authority) serving
                    the committed zones, secure.example. signed: answers,
@@ -27,6 +28,16 @@ holds. Run as root from the repository (NSD is started on loopback):
   seeds/config/    the shipped configs (deploy/examples, deploy/vm, the
                    chart's ConfigMap in deploy/kubernetes/localdns.yaml) and
                    the integration tests' standard config.
+  seeds/kubeconfig/ kubeconfigs as the fake API server writes them for the
+                   integration tests (token, tokenFile, client certificates
+                   as files and inline, a CA, insecure-skip-tls-verify with
+                   a certificate), and kind's shape with several contexts.
+  seeds/control/   every `localdns ctl` request, as ctl.c writes it: the
+                   words joined by single spaces, then a newline.
+  seeds/http/      requests to the health and metrics endpoints: curl's and
+                   wget's as they send them (captured on a loopback socket),
+                   and the kubelet's probe and Prometheus's scrape as their
+                   sources write them.
 
 Files are named by what they hold; re-running rewrites them all, except
 the regress-* files: inputs that once found a bug, kept by hand.
@@ -340,9 +351,129 @@ def config_seeds():
     print("config: %d files" % len(os.listdir(d)))
 
 
+def captured_request(argv_for_url):
+    """The bytes a client tool sends for one request, up to the end of its
+    headers (and the body its Content-Length announces), caught on a
+    loopback socket that then closes."""
+    import subprocess
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        url = "http://127.0.0.1:%d" % srv.getsockname()[1]
+        tool = subprocess.Popen(argv_for_url(url), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        conn, _ = srv.accept()
+        data = b""
+        with conn:
+            conn.settimeout(5)
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            m = re.search(rb"(?im)^content-length: *(\d+)", head)
+            while m and len(body) < int(m.group(1)):
+                body += conn.recv(65536)
+        tool.kill()
+        tool.wait()
+        return head + b"\r\n\r\n" + body
+
+
+def http_seeds():
+    d = fresh_dir("http")
+    tools = {
+        "curl-metrics": lambda u: ["curl", "-s", u + "/metrics"],
+        "curl-head-health": lambda u: ["curl", "-sI", u + "/health"],
+        "curl-post-ready": lambda u: ["curl", "-s", "-d", "probe=1", u + "/ready"],
+        "wget-health": lambda u: ["wget", "-q", "-O-", u + "/health"],
+    }
+    for name, argv in tools.items():
+        write(d, name, captured_request(argv))
+    # The kubelet's httpGet probe (pkg/probe/http: Go's net/http, keep-alive
+    # off) and Prometheus's scrape (scrape/scrape.go), as they write them.
+    write(d, "kubelet-probe",
+          b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: kube-probe/1.29\r\n"
+          b"Accept: */*\r\nConnection: close\r\nAccept-Encoding: gzip\r\n\r\n")
+    write(d, "prometheus-scrape",
+          b"GET /metrics HTTP/1.1\r\nHost: 10.0.0.7:9253\r\nUser-Agent: Prometheus/2.42.0\r\n"
+          b"Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+          b"version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n"
+          b"Accept-Encoding: gzip\r\nX-Prometheus-Scrape-Timeout-Seconds: 10\r\n\r\n")
+    # a kept-alive connection: a scrape, then a probe on the same connection
+    with open(os.path.join(d, "prometheus-scrape"), "rb") as a, \
+            open(os.path.join(d, "kubelet-probe"), "rb") as b:
+        write(d, "pipelined-scrape-then-probe", a.read() + b.read())
+    print("http: %d files" % len(os.listdir(d)))
+
+
+def kubeconfig_seeds():
+    import tempfile
+    import types
+    d = fresh_dir("kubeconfig")
+    api = types.SimpleNamespace(url="https://10.0.0.1:6443")
+    variants = {
+        "token": {"token": "abc.def"},
+        "token-file": {"token_file": "/var/run/secrets/token"},
+        "ca-and-token": {"ca": "ca.crt", "token": "abc.def"},
+        "client-cert-files": {"client_cert": "client.crt", "client_key": "client.key"},
+        "insecure-client-cert": {"insecure": True, "client_cert": "/etc/k/c.crt",
+                                 "client_key": "/etc/k/c.key"},
+        "anonymous": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in ("ca.crt", "client.crt", "client.key"):
+            with open(os.path.join(tmp, f), "w") as out:
+                out.write("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        variants["embedded"] = {"ca": os.path.join(tmp, "ca.crt"),
+                                "client_cert": os.path.join(tmp, "client.crt"),
+                                "client_key": os.path.join(tmp, "client.key"), "embed": True}
+        for name, kw in variants.items():
+            path = os.path.join(tmp, name)
+            fakeapi.FakeAPI.kubeconfig(api, path, **kw)
+            with open(path) as f:
+                write(d, name, f.read())
+    # kind's shape: several clusters, users and contexts, the current one last
+    write(d, "kind-several-contexts", """apiVersion: v1
+kind: Config
+preferences: {}
+current-context: kind-b
+clusters:
+- cluster:
+    certificate-authority-data: QUJD
+    server: https://127.0.0.1:37001
+  name: kind-a
+- cluster:
+    certificate-authority-data: REVG
+    server: https://[::1]:37002/prefix/
+  name: kind-b
+contexts:
+- context: {cluster: kind-a, user: kind-a}
+  name: kind-a
+- context: {cluster: kind-b, user: kind-b, namespace: dns}
+  name: kind-b
+users:
+- name: kind-a
+  user: {client-certificate-data: Q0VSVA==, client-key-data: S0VZ}
+- name: kind-b
+  user: {token: kind-b-token}
+""")
+    print("kubeconfig: %d files" % len(os.listdir(d)))
+
+
+def control_seeds():
+    d = fresh_dir("control")
+    requests = ["stats", "stats --json", "lookup db.prod.svc.cluster.local",
+                "lookup n3.prod.svc.cluster.local AAAA", "lookup --json www.example.com MX",
+                "flush", "flush www.example.com", "dump-cache", "dump-cache --json",
+                "dump-cache --records", "reload", "top clients", "top names --since 5m -n 20",
+                "top --json nxdomain", "top servfail -n 100", "node", "help"]
+    for r in requests:
+        write(d, re.sub(r"[^a-z0-9]+", "-", r).strip("-"), r + "\n")
+    print("control: %d files" % len(os.listdir(d)))
+
+
 def main():
     makers = {"cache": cache_seeds, "handle": handle_seeds, "cluster": cluster_seeds,
-              "mesh": mesh_seeds, "config": config_seeds}
+              "mesh": mesh_seeds, "config": config_seeds, "http": http_seeds,
+              "kubeconfig": kubeconfig_seeds, "control": control_seeds}
     for name in sys.argv[1:] or makers:
         if name not in makers:
             raise SystemExit("usage: make_seeds.py [%s]..." % "|".join(makers))

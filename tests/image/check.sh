@@ -183,9 +183,11 @@ check_packages() {
 	dev=$(grep -E -- '-dev$|^(gcc|cpp)(-[0-9]+)?$|^binutils|^make$|^libcap2-bin$|^(bash|dash|apt|dpkg)$' \
 		<<<"$packages" || true)
 	[ -z "$dev" ] || fail "build-only packages in the package list: ${dev//$'\n'/ }"
-	for pkg in libc6 libunbound8 libcurl4 libssl3 libldns3 libjson-c5 ca-certificates dns-root-data; do
+	for pkg in libc6 libevent-2.1-7 libcurl4 libssl3 libldns3 libjson-c5 ca-certificates dns-root-data; do
 		grep -qx "$pkg" <<<"$packages" || fail "$pkg is not in the package list"
 	done
+	# libunbound is linked in (with OpenSSL): Debian's libunbound8 (nettle, no TLS) is not used
+	! grep -qx libunbound8 <<<"$packages" || fail "libunbound8 is in the package list"
 	for file in "$list"/*; do
 		pkg=${file##*/}
 		grep -qx "$pkg" <<<"$packages" || fail "$file is not the status of an installed $pkg with a version"

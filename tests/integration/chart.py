@@ -1,7 +1,9 @@
 """chart: render the Helm chart with tests/chart's renderer (built next to
 the daemon as tests/chart-render) and read the references its output is
-checked against: the keys and defaults of docs/configuration.md, the key
-table of src/config/config.c, and the values table of the chart's README.
+checked against: the keys and defaults of docs/configuration.md (and
+which of them its "Live reload" section says apply live), the key table of
+src/config/config.c (and what each key's .reload declares), and the values
+table of the chart's README.
 
     r = chart.render(env, values={"config": {...}}, sets=["a.b=1"])
     r.one("DaemonSet")["spec"]...     r.config (config.yaml, parsed)
@@ -61,9 +63,33 @@ class Rendered:
 
     @property
     def container(self):
+        """The localdns container."""
+        return self.named_container("localdns")
+
+    @property
+    def keeper(self):
+        """The keeper container, or None."""
+        found = [c for c in self.pod["spec"]["containers"] if c["name"] == "keeper"]
+        return found[0] if found else None
+
+    def container_env(self, name, node_name, pod_ip):
+        """The environment the kubelet gives container name on a node:
+        its env list, fieldRefs resolved (on the host network the pod's IP
+        is the node's address)."""
+        fields = {"spec.nodeName": node_name, "status.podIP": pod_ip}
+        env = {}
+        for e in self.named_container(name).get("env", []):
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            else:
+                env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        return env
+
+    def named_container(self, name):
         containers = self.pod["spec"]["containers"]
-        assert len(containers) == 1, "containers: %r" % containers
-        return containers[0]
+        assert {c["name"] for c in containers} <= {"localdns", "keeper"}, \
+            "containers: %r" % containers
+        return [c for c in containers if c["name"] == name][0]
 
 
 def run_renderer(env, values=None, sets=(), args=()):
@@ -130,7 +156,7 @@ def documented_defaults():
     with open(os.path.join(harness.REPO, "docs", "configuration.md")) as f:
         for line in f:
             if line.startswith("## "):
-                m = re.fullmatch(r"## ([a-z_]+)\s*", line)
+                m = re.fullmatch(r"## ([a-z0-9_]+)\s*", line)
                 section = m.group(1) if m else None
                 continue
             if not section or not line.startswith("| `"):
@@ -155,6 +181,53 @@ def source_keys():
     assert sections, "no SECTION(...) in config.c"
     return {"%s.%s" % (name, key)
             for name, schema in sections for key in arrays[schemas[schema]]}
+
+
+def source_restart_only():
+    """{"section.key": restart_only} from the key table of src/config/config.c:
+    whether each key's .reload says CONFIG_RESTART_ONLY (the schema's
+    declaration that daemon/reload.c reads)."""
+    with open(os.path.join(harness.REPO, "src", "config", "config.c")) as f:
+        src = f.read()
+    arrays = {}
+    for m in re.finditer(r"static const struct key (\w+)\[\] = \{(.*?)\n\};", src, re.S):
+        entries = re.split(r'^\s*\{"', m.group(2), flags=re.M)[1:]
+        arrays[m.group(1)] = {e.split('"', 1)[0]: re.search(r"\.reload = ([A-Z_ |]+)\}", e)
+                              for e in entries}
+    schemas = dict(re.findall(r"static const struct schema (\w+) = SCHEMA\((\w+),", src))
+    out = {}
+    for name, schema in re.findall(r'SECTION\("(\w+)", (\w+)\)', src):
+        for key, reload in arrays[schemas[schema]].items():
+            assert reload, "%s.%s: no .reload in config.c" % (name, key)
+            out["%s.%s" % (name, key)] = reload.group(1).strip() == "CONFIG_RESTART_ONLY"
+    return out
+
+
+def documented_reload(keys):
+    """(live, restart_only) sets of keys that docs/configuration.md's "Live
+    reload" section names: the keys of its table, and its "Everything else
+    needs a restart" list; `section.*` stands for every key of keys in it."""
+    with open(os.path.join(harness.REPO, "docs", "configuration.md")) as f:
+        text = f.read()
+    section = text[text.index("\n## Live reload\n"):]
+    section = section[:section.index("\n## ", 1)]
+
+    def expand(names):
+        out = set()
+        for n in names:
+            if n.endswith(".*"):
+                matched = {k for k in keys if k.startswith(n[:-1])}
+                assert matched, "%s matches no key" % n
+                out |= matched
+            else:
+                out.add(n)
+        return out
+
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    live = expand(n for row in rows for n in re.findall(r"`([^`]+)`", row))
+    rest = section[section.index("Everything else needs a restart:"):]
+    rest = rest[:rest.index("A reload that changes them")]
+    return live, expand(re.findall(r"`([^`]+)`", rest))
 
 
 def readme_example(heading):

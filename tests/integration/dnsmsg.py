@@ -301,6 +301,9 @@ def udp_exchange(host, port, pkt, timeout=2.0, tries=1, source=None):
                     break
                 except ConnectionRefusedError:
                     return None
+                # another daemon's late reply to a socket that had our port before
+                if _addr[:2] != (host, port):
+                    continue
                 if qid is None or data[:2] == qid:
                     return data
     return None

@@ -132,6 +132,7 @@ def test_every_metric_the_alerts_and_the_dashboard_use_is_documented_and_scraped
     n = Node(env)
     cfg = n.config()
     cfg["metrics"] = {"listen": "127.0.0.1:9253"}
+    cfg["keeper"] = {"socket": os.path.join(env.tmp, "keeper.sock")}  # none there: connected 0
     n.start(config=cfg)
     text = n.run(n.node, sys.executable, "-c", "import urllib.request as u; print(u.urlopen("
                  "'http://127.0.0.1:9253/metrics', timeout=5).read().decode(), end='')").stdout

@@ -118,6 +118,46 @@ def test_chart_daemonset_pod_spec(env):
     assert "emptyDir" in volumes["run"], volumes["run"]
 
 
+def test_chart_keeper_container(env):
+    r = chart.render(env)
+    spec, c, k = r.pod["spec"], r.container, r.keeper
+    assert k is not None, "no keeper container by default"
+    # The same image and config file, the keeper subcommand.
+    assert k["image"] == c["image"] and k["args"] == ["keeper", "--config",
+                                                      "/etc/localdns/config.yaml"], k
+    sock = r.config["keeper"]["socket"]
+    assert sock == "/run/localdns-keeper/keeper.sock", sock
+    # Both containers mount the pod's own in-memory emptyDir the socket is in.
+    for container in (c, k):
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts.get("keeper") == os.path.dirname(sock), container["volumeMounts"]
+        assert mounts.get("config") == "/etc/localdns", container["volumeMounts"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["keeper"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}, volumes
+    # The keeper asks the kernel about localdns's threads: one PID namespace.
+    assert spec["shareProcessNamespace"] is True, spec
+    # NET_ADMIN alone (the heartbeat, the fallback maps), nothing to gain.
+    sc = k["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}, sc
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, sc
+    assert "livenessProbe" not in k and "ports" not in k, k
+    # It loads the same config, which may name the pod's environment
+    # (metrics.listen: "${POD_IP}:9253" by default): the same env.
+    assert k["env"] == c["env"], (k.get("env"), c["env"])
+    assert k["resources"] == {"requests": {"cpu": "5m", "memory": "8Mi"},
+                              "limits": {"memory": "32Mi"}}, k["resources"]
+    chart.check_config(env, r, "with the keeper")
+
+    # Off, or nothing to keep (no nftables table): the single-container pod of before.
+    for values in ({"keeper": {"enabled": False}},
+                   {"config": {"nftables": {"enabled": False}}}):
+        r = chart.render(env, values)
+        assert r.keeper is None and "shareProcessNamespace" not in r.pod["spec"], values
+        assert r.config["keeper"]["socket"] == "", values
+        assert "keeper" not in {v["name"] for v in r.pod["spec"]["volumes"]}, values
+        assert "keeper" not in {m["name"] for m in r.container["volumeMounts"]}, values
+
+
 def _probes(r):
     c = r.container
     return c.get("livenessProbe"), c.get("readinessProbe")
@@ -166,15 +206,21 @@ def _rules(rendered):
 
 def test_chart_rbac_is_list_watch_only(env):
     r = chart.render(env, args=["--namespace", "kube-system"])
-    # No Pods by default: only autopath and verified pod names read them.
+    # No Pods by default: only autopath, verified pod names and dnstap read them.
     want = {("", "services"): ["list", "watch"], ("", "namespaces"): ["list", "watch"],
             ("discovery.k8s.io", "endpointslices"): ["list", "watch"]}
     assert _rules(r) == want, _rules(r)
     for sets in (["config.cluster.autopath=true"], ["config.cluster.pods=verified"],
-                 ["config.cluster.autopath=true", "config.cluster.pods=disabled"]):
+                 ["config.cluster.autopath=true", "config.cluster.pods=disabled"],
+                 ["config.dnstap.socket=/run/dnstap/tap.sock"],
+                 ["config.dnstap.address=10.0.0.9:6000",
+                  "config.dnstap.messages={client_response}"]):
         rules = _rules(chart.render(env, sets=sets))
         assert rules == {**want, ("", "pods"): ["list", "watch"]}, (sets, rules)
-    for sets in (["config.cluster.pods=disabled"], ["config.cluster.pods=insecure"]):
+    for sets in (["config.cluster.pods=disabled"], ["config.cluster.pods=insecure"],
+                 # dnstap without client messages names no pod
+                 ["config.dnstap.socket=/run/dnstap/tap.sock",
+                  "config.dnstap.messages={resolver_query}"]):
         assert _rules(chart.render(env, sets=sets)) == want, sets
     # Istio's and MCS's resources only with the feature that reads them
     # (mesh.istio reads Pods too: who asks, and what a selector picks).
@@ -217,10 +263,31 @@ def test_chart_config_has_every_key_with_its_default(env):
             default = default.replace("VERSION", app_version)
         if path == "metrics.listen":   # the pod's (the node's) address, for Prometheus
             default = default.replace("127.0.0.1", "${POD_IP}")
+        if path == "keeper.socket":    # the pod's keeper container (keeper.enabled)
+            default = "/run/localdns-keeper/keeper.sock"
         got = config[section][key]
         assert got == default, "%s: rendered %r, documented default %r" % (path, got, default)
     extra = {"%s.%s" % (s, k) for s, keys in config.items() for k in keys} - set(documented)
     assert not extra, "rendered keys the daemon does not know: %s" % sorted(extra)
+
+
+def test_live_reload_docs_say_what_the_schema_declares(env):
+    # The schema's .reload per key is what daemon/reload.c does; the docs'
+    # "Live reload" section is what operators read.
+    restart_only = chart.source_restart_only()
+    assert set(restart_only) == chart.source_keys()
+    live, restart = chart.documented_reload(set(restart_only))
+    both = live & restart
+    assert not both, "docs/configuration.md calls these both live and restart-only: %s" % (
+        sorted(both))
+    for documented, want, says in ((live, False, "live"), (restart, True, "restart-only")):
+        unknown = documented - set(restart_only)
+        assert not unknown, "Live reload names keys the schema lacks: %s" % sorted(unknown)
+        wrong = sorted(k for k in documented if restart_only[k] != want)
+        assert not wrong, "Live reload calls these %s, config.c's .reload does not: %s" % (
+            says, wrong)
+    missing = set(restart_only) - live - restart
+    assert not missing, "Live reload says nothing of: %s" % sorted(missing)
 
 
 def test_chart_configs_pass_check_config(env):
@@ -348,7 +415,8 @@ def test_chart_kubeconfig_instead_of_in_cluster(env):
     r = chart.render(env)
     assert r.config["kubernetes"]["kubeconfig"] == "", r.config["kubernetes"]
     assert r.config["kubernetes"]["node_name"] == "", "node name comes from $NODE_NAME"
-    assert not [m for m in r.container["volumeMounts"] if m["name"] not in ("config", "run")]
+    assert not [m for m in r.container["volumeMounts"]
+                if m["name"] not in ("config", "run", "keeper")]
 
     r = chart.render(env, {
         "config": {"kubernetes": {"kubeconfig": "/etc/localdns-kube/kubeconfig"}},

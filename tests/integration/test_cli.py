@@ -235,6 +235,23 @@ def test_check_config_missing_static_file(env):
         "no %s:21:COL (the files entry) in %r" % (path, p.stderr)
 
 
+def test_check_config_refuses_a_fifo_and_deep_nesting(env):
+    # Issue 22, item 11: a FIFO in static.files blocked the load for ever
+    # (until someone wrote it), and 400 KB of nested flow sequences took
+    # libyaml 98 s to reject: both on the thread that handles signals.
+    fifo = os.path.join(env.tmp, "records.fifo")
+    os.mkfifo(fifo)
+    text = VALID.replace("static:\n  records:\n",
+                         "static:\n  files: [records.fifo]\n  records:\n")
+    path = _write(env, "fifo.yaml", text)
+    p = env.run(["--check-config", path], timeout=10)
+    assert p.returncode == 1 and "%s: not a regular file" % fifo in p.stderr, p.stderr
+    deep = _write(env, "deep.yaml", "[" * 200000 + "]" * 200000 + "\n")
+    p = env.run(["--check-config", deep], timeout=10)   # not minutes
+    assert p.returncode == 1 and "%s:1:65: nested deeper than 64 levels" % deep in p.stderr, \
+        p.stderr
+
+
 def test_check_config_cname_with_other_data(env):
     text = VALID.replace(
         "    - {name: legacy.corp.internal, cname: db.prod.svc.cluster.local}",

@@ -52,6 +52,10 @@ STAT_NAMES = [
     "kube_events", "kube_relists", "kube_errors", "kube_last_contact_time",
     "node_link_repairs", "node_table_repairs",
     "reloads_ok", "reloads_failed", "reload_last_success_time",
+    "dnstap_sent", "dnstap_dropped", "dnstap_connections", "dnstap_connected",
+    "keeper_enabled", "keeper_connected", "keeper_rescues_death", "keeper_rescues_hang",
+    "keeper_relayed_death", "keeper_relayed_hang", "keeper_failed_not_sent",
+    "keeper_failed_no_answer",
 ]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3

@@ -1,6 +1,7 @@
 """deploy/: the plain manifests generated from the chart (must match a fresh
 render), the VM example config (must pass --check-config) and the systemd
-unit (systemd-analyze verify, and its hardening)."""
+units, localdns's and its keeper's (systemd-analyze verify, and their
+hardening)."""
 
 import os
 import re
@@ -15,6 +16,7 @@ import harness
 DEPLOY = os.path.join(harness.REPO, "deploy")
 MANIFEST = os.path.join(DEPLOY, "kubernetes", "localdns.yaml")
 UNIT = os.path.join(DEPLOY, "systemd", "localdns.service")
+KEEPER_UNIT = os.path.join(DEPLOY, "systemd", "localdns-keeper.service")
 
 
 def test_deploy_manifests_match_the_chart(env):
@@ -47,9 +49,9 @@ def test_deploy_vm_config_is_valid(env):
     assert config["control"]["socket"].startswith("/run/localdns/"), "the unit's RuntimeDirectory"
 
 
-def _unit_settings():
+def _unit_settings(unit=UNIT):
     settings = {}
-    with open(UNIT) as f:
+    with open(unit) as f:
         for line in f:
             line = line.strip()
             if line and not line.startswith(("#", "[")):
@@ -73,28 +75,68 @@ def test_deploy_systemd_unit_settings(env):
     assert "ExecStopPost" not in s and "ExecStop" not in s, s.keys()
 
 
-def test_deploy_systemd_unit_verifies(env):
+def test_deploy_systemd_keeper_unit_settings(env):
+    s, daemon = _unit_settings(KEEPER_UNIT), _unit_settings()
+    # CAP_NET_ADMIN alone: it takes the heartbeat out and reads the fallback maps.
+    assert s["CapabilityBoundingSet"] == ["CAP_NET_ADMIN"], s["CapabilityBoundingSet"]
+    assert s["AmbientCapabilities"] == ["CAP_NET_ADMIN"], s["AmbientCapabilities"]
+    assert s["ExecStart"] == ["/usr/local/bin/localdns keeper --config "
+                              "/etc/localdns/config.yaml"], s["ExecStart"]
+    # It takes sockets only from its own uid: the same transient user.
+    assert s["DynamicUser"] == daemon["DynamicUser"] == ["yes"]
+    assert s["User"] == daemon["User"] == ["localdns"], (s.get("User"), daemon.get("User"))
+    assert s["Before"] == ["localdns.service"] and s["WantedBy"] == ["localdns.service"], s
+    for key, want in {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "Restart": "always",
+                      "RuntimeDirectory": "localdns-keeper"}.items():
+        assert s.get(key) == [want], "%s=%s, want %s" % (key, s.get(key), want)
+    # The same hardening as localdns's unit, but for what only localdns needs.
+    own = {"ExecStart", "ExecReload", "CapabilityBoundingSet", "AmbientCapabilities",
+           "RuntimeDirectory", "RuntimeDirectoryMode", "LoadCredential", "LimitNOFILE",
+           "Description", "Wants", "After", "Before", "WantedBy"}
+    for key in set(daemon) - own:
+        assert s.get(key) == daemon[key], "%s=%s in the keeper's unit, %s in localdns's" % (
+            key, s.get(key), daemon[key])
+    # The socket the unit's directory holds is the one the config must name.
+    with open(KEEPER_UNIT) as f:
+        assert "socket: /run/localdns-keeper/keeper.sock" in f.read()
+
+
+def _verify(env, path):
+    """systemd-analyze verify and security of the unit at path, run on the
+    binary under test (verify checks that ExecStart's binary exists): its
+    exposure level."""
     analyze = shutil.which("systemd-analyze")
     if not analyze:
         raise harness.Skip("systemd-analyze is not installed (Debian package systemd)")
-    # verify checks that ExecStart's binary exists: use the one under test.
     d = os.path.join(env.tmp, "units")
-    os.makedirs(d)
-    unit = os.path.join(d, "localdns.service")
-    with open(UNIT) as f:
+    os.makedirs(d, exist_ok=True)
+    name = os.path.basename(path)
+    unit = os.path.join(d, name)
+    with open(path) as f:
         text = f.read().replace("/usr/local/bin/localdns", env.binary)
     with open(unit, "w") as f:
         f.write(text)
     p = subprocess.run([analyze, "verify", unit], capture_output=True, text=True, timeout=60)
     # Unknown or misspelt settings are only warnings: any output is a failure.
     assert p.returncode == 0 and not p.stderr.strip() and not p.stdout.strip(), \
-        "systemd-analyze verify: exit %d: %s%s" % (p.returncode, p.stdout, p.stderr)
+        "systemd-analyze verify %s: exit %d: %s%s" % (name, p.returncode, p.stdout, p.stderr)
 
     p = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", unit],
                        capture_output=True, text=True, timeout=60)
-    m = re.search(r"Overall exposure level for localdns\.service: ([0-9.]+)", p.stdout)
+    m = re.search(r"Overall exposure level for %s: ([0-9.]+)" % re.escape(name), p.stdout)
     assert m, "systemd-analyze security: exit %d: %s" % (p.returncode, p.stdout + p.stderr)
+    return float(m.group(1)), p.stdout
+
+
+def test_deploy_systemd_unit_verifies(env):
+    exposure, report = _verify(env, UNIT)
     # 0 is a fully locked-down unit, 10 an unconfined one; systemd calls
     # anything below 3 "OK". This unit is at 2.0; its network access and
     # two capabilities are what it is for.
-    assert float(m.group(1)) <= 2.5, "exposure %s:\n%s" % (m.group(1), p.stdout)
+    assert exposure <= 2.5, "exposure %s:\n%s" % (exposure, report)
+
+
+def test_deploy_systemd_keeper_unit_verifies(env):
+    exposure, report = _verify(env, KEEPER_UNIT)
+    # One capability fewer than localdns's unit: no more exposed than it.
+    assert exposure <= 2.5, "exposure %s:\n%s" % (exposure, report)

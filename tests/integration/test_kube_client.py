@@ -859,6 +859,22 @@ def test_kube_start_errors_are_clear(env):
         assert p.returncode == 1 and want in p.stderr, (kube, p.returncode, p.stderr)
 
 
+def refused_by_the_daemon(env, kubeconfig, name, want):
+    """--check-config and start-up both refuse the kubeconfig with want,
+    and neither prints the token."""
+    daemon_cfg = os.path.join(env.tmp, "daemon-%s.yaml" % name)
+    with open(daemon_cfg, "w") as f:
+        f.write(harness.to_yaml(env.config(
+            kubernetes={"enabled": True, "kubeconfig": kubeconfig, "node_name": NODE},
+            static={"records": [], "files": []})) + "\n")
+    p = env.run(["--check-config", daemon_cfg])
+    assert p.returncode == 1 and want in p.stderr, (name, p.stderr)
+    p = env.run(["--config", daemon_cfg])     # logfmt escapes the quotes
+    assert p.returncode == 1 and 'msg="cannot start"' in p.stderr and \
+        want.replace('"', '\\"') in p.stderr, (name, p.stderr)
+    assert "secret-token" not in p.stderr, p.stderr
+
+
 def test_kube_token_never_sent_over_plain_http(env):
     """A kubeconfig pairing an http:// server with a token (inline or a
     file) is refused by the client, by --check-config and by the daemon's
@@ -880,22 +896,33 @@ def test_kube_token_never_sent_over_plain_http(env):
             p = subprocess.run([binary, "--config", dump_cfg], capture_output=True,
                                text=True, timeout=5)
             assert p.returncode == 1 and want in p.stderr, (name, p.returncode, p.stderr)
-            daemon_cfg = os.path.join(env.tmp, "daemon-%s.yaml" % name)
-            with open(daemon_cfg, "w") as f:
-                f.write(harness.to_yaml(env.config(
-                    kubernetes={"enabled": True, "kubeconfig": path, "node_name": NODE},
-                    static={"records": [], "files": []})) + "\n")
-            p = env.run(["--check-config", daemon_cfg])
-            assert p.returncode == 1 and want in p.stderr, (name, p.stderr)
-            p = env.run(["--config", daemon_cfg])     # logfmt escapes the quotes
-            assert p.returncode == 1 and 'msg="cannot start"' in p.stderr and \
-                want.replace('"', '\\"') in p.stderr, (name, p.stderr)
-            assert "secret-token" not in p.stderr, p.stderr
+            refused_by_the_daemon(env, path, name, want)
         assert api.count() == 0, api.requests()
         # No token, nothing to leak: an anonymous client may use http://.
         d = start_synced(env, api)
         assert users(api) == {"anonymous"}, users(api)
         d.stop()
+
+
+def test_kube_token_never_sent_to_an_unchecked_server(env):
+    """A kubeconfig pairing insecure-skip-tls-verify with a token (inline or
+    a file) is refused by --check-config and at start-up: whoever answers in
+    the server's place would be handed the token. A client certificate may
+    go there."""
+    token_file = os.path.join(env.tmp, "token")
+    write_token(token_file, "secret-token")
+    want = ('cluster "k" has insecure-skip-tls-verify, and user "u" has a bearer token, '
+            'which would go to whoever answers in the server\'s place; give the cluster its '
+            'certificate-authority (or use a user without a token)')
+    head = ("current-context: x\ncontexts: [{name: x, context: {cluster: k, user: u}}]\n"
+            "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443', "
+            "insecure-skip-tls-verify: true}}]\n")
+    for name, user in (("inline", "{token: secret-token}"),
+                       ("file", "{tokenFile: %s}" % token_file)):
+        kc = os.path.join(env.tmp, "kc-" + name)
+        with open(kc, "w") as f:
+            f.write(head + "users: [{name: u, user: %s}]\n" % user)
+        refused_by_the_daemon(env, kc, name, want)
 
 
 def big_services(n, size=30000):

@@ -54,12 +54,17 @@ def wait_for(pred, what, timeout=5.0):
 
 
 def udp_from_own_port(d, pkt):
-    """Send pkt from a socket of our own; (reply, our port)."""
+    """Send pkt from a socket of our own; (reply, our port). Only the
+    daemon's reply with pkt's ID counts: the kernel may give us a port
+    another test's socket left with a reply still on its way to it."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         s.settimeout(3)
         s.sendto(pkt, (d.host, d.port))
-        return dnsmsg.parse(s.recv(65535)), s.getsockname()[1]
+        while True:
+            data, addr = s.recvfrom(65535)
+            if addr == (d.host, d.port) and data[:2] == pkt[:2]:
+                return dnsmsg.parse(data), s.getsockname()[1]
 
 
 def tcp_from_own_port(d, pkt):

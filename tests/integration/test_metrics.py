@@ -413,8 +413,9 @@ def test_promtool_accepts_the_whole_exposition(env):
     assert abs(s.value("process_start_time_seconds") - time.time()) < 60
     assert s.value("process_resident_memory_bytes") > 1 << 20
     assert s.value("process_open_fds") > 3
-    # no Kubernetes and no node integration here: their families are left out
-    assert not any(n.startswith(("localdns_kubernetes_", "localdns_node_")) for n in s.types)
+    # no Kubernetes, no node integration and no keeper here: their families are left out
+    assert not any(n.startswith(("localdns_kubernetes_", "localdns_node_", "localdns_keeper_"))
+                   for n in s.types)
 
     os.kill(d.proc.pid, 1)  # SIGHUP: a reload is counted
     wait_until(lambda: scrape(port).value("localdns_config_reloads_total",
@@ -468,6 +469,10 @@ def shared_counters():
         "upstream_failing": ("localdns_upstream_failing", {}),
         "reloads_ok": ("localdns_config_reloads_total", {"result": "success"}),
         "reloads_failed": ("localdns_config_reloads_total", {"result": "failure"}),
+        "dnstap_sent": ("localdns_dnstap_sent_total", {}),
+        "dnstap_dropped": ("localdns_dnstap_dropped_total", {}),
+        "dnstap_connections": ("localdns_dnstap_connections_total", {}),
+        "dnstap_connected": ("localdns_dnstap_connected", {}),
     }
     for rcode in ("NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "other"):
         pairs["rcode_" + rcode.lower()] = ("localdns_responses_total", {"rcode": rcode})
@@ -519,7 +524,10 @@ def test_ctl_stats_and_metrics_agree_on_every_counter_they_share(env):
                         "kube_objects_serviceimports", "kube_objects_selectedpods", "kube_events",
                         "kube_relists", "kube_errors", "kube_last_contact_time",
                         "node_link_repairs", "node_table_repairs",
-                        "reload_last_success_time"}, unshared
+                        "reload_last_success_time", "keeper_enabled", "keeper_connected",
+                        "keeper_rescues_death", "keeper_rescues_hang", "keeper_relayed_death",
+                        "keeper_relayed_hang", "keeper_failed_not_sent",
+                        "keeper_failed_no_answer"}, unshared
 
 
 test_ctl_stats_and_metrics_agree_on_every_counter_they_share.timeout = 30

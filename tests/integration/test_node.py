@@ -45,26 +45,38 @@ _ids = itertools.count()
 CAPTURING = "taking DNS: the nftables heartbeat is renewed"
 
 # The stand-in CoreDNS: UDP and TCP on port 53 of one address (IPv4 or
-# IPv6), A 192.0.2.99 (or argv[2]) for anything.
+# IPv6), A 192.0.2.99 (or argv[2]) for anything, but BIG_NAME: BIG_RECORDS
+# A records, more than a UDP reply holds, so over UDP its answer is
+# truncated (TC=1, no records) past 512 bytes or the query's EDNS size,
+# as CoreDNS truncates.
+BIG_NAME, BIG_RECORDS = "big.example", 100
 STANDIN = r'''
 import socket, struct, sys, threading
 addr = sys.argv[1]
 family = socket.AF_INET6 if ":" in addr else socket.AF_INET
 rdata = socket.inet_aton(sys.argv[2] if len(sys.argv) > 2 else "192.0.2.99")
-def answer(q):
+def answer(q, udp=False):
     end = 12
     while q[end]:
         end += q[end] + 1
+    big = q[12:end + 1] == b"\x03big\x07example\x00"
     end += 5
-    head = q[:2] + struct.pack("!HHHHH", 0x8180, 1, 1, 0, 0)
-    rr = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) + rdata
-    return head + q[12:end] + rr
+    limit = 512 if udp else 65535
+    if udp and q[end:end + 3] == b"\x00\x00\x29":  # an OPT record: its payload size
+        limit = max(512, struct.unpack("!H", q[end + 3:end + 5])[0])
+    rrs = [b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 0, 4) +
+           (bytes([10, 77, i // 256, i % 256]) if big else rdata)
+           for i in range(100 if big else 1)]
+    reply = q[:2] + struct.pack("!HHHHH", 0x8180, 1, len(rrs), 0, 0) + q[12:end] + b"".join(rrs)
+    if len(reply) > limit:
+        return q[:2] + struct.pack("!HHHHH", 0x8380, 1, 0, 0, 0) + q[12:end]
+    return reply
 def udp():
     s = socket.socket(family, socket.SOCK_DGRAM)
     s.bind((addr, 53))
     while True:
         q, peer = s.recvfrom(4096)
-        s.sendto(answer(q), peer)
+        s.sendto(answer(q, udp=True), peer)
 def tcp_client(c):
     with c:
         n = struct.unpack("!H", c.recv(2))[0]

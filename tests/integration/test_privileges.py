@@ -5,10 +5,13 @@ file only another user may read is now refused (CAP_DAC_OVERRIDE is gone).
 Per thread (docs/ARCHITECTURE.md, "Privileges"): the main thread keeps both,
 the node monitor CAP_NET_ADMIN alone, and every thread that parses traffic
 (workers, resolver, control, HTTP, Kubernetes, query log, and the threads
-libraries start from them) nothing, under a seccomp allow-list. A worker
-that makes a forbidden syscall kills the process (tests/privs/forbidden.c
-is the daemon with a worker that does so on cue); with security.seccomp
-off it would have got through. Started without privileges (uid 65534) it
+libraries start from them) nothing, under a seccomp allow-list; the main
+thread runs under a deny-list of what localdns never does, which every
+other thread inherits beneath its own. A worker, or the main thread, that
+makes a forbidden syscall kills the process (tests/privs/forbidden.c is
+the daemon with a worker and a main thread that do so on cue), and so does
+the keeper's main thread; with security.seccomp off the same call would
+have got through. Started without privileges (uid 65534) it
 runs and says what is missing; asked to manage the node without
 CAP_NET_ADMIN it refuses to start and says why."""
 
@@ -40,7 +43,7 @@ def status_of(path):
             key, _, value = line.partition(":")
             if key.startswith("Cap"):
                 out[key] = int(value.strip(), 16)
-            elif key in ("NoNewPrivs", "Uid", "Seccomp"):
+            elif key in ("NoNewPrivs", "Uid", "Seccomp", "Seccomp_filters"):
                 out[key] = value.split()[0]
     return out
 
@@ -59,28 +62,32 @@ def thread_statuses(pid):
 # a library starts carry the name of the one that started them (libcurl's
 # resolver threads and liburcu's call_rcu thread: kubernetes). libunbound
 # runs on our "resolver" thread, libmicrohttpd on our "http" threads.
-RESTRICTED = ("resolver", "http", "kubernetes", "querylog")
+RESTRICTED = ("resolver", "http", "kubernetes", "querylog", "dnstap")
 SECCOMP_FILTER = "2"
 
 
 def expected(name, kept):
-    """(capabilities, seccomp mode) the docs give the thread named name."""
+    """(capabilities, seccomp mode, filters) the docs give the thread named
+    name: the main thread's deny-list, and every other thread's own list
+    over the deny-list it inherited."""
     if name == "localdns":                  # main: reloads bind and change the node
-        return kept, "0"
-    if name == "node":
-        return kept & (1 << NET_ADMIN), "0"
+        return kept, SECCOMP_FILTER, "1"
+    if name == "node":                      # netlink is its job, under its own list
+        return kept & (1 << NET_ADMIN), SECCOMP_FILTER, "2"
     assert name.startswith(("worker/", "control/")) or name in RESTRICTED, \
         "unexpected thread " + name
-    return 0, SECCOMP_FILTER
+    return 0, SECCOMP_FILTER, "2"
 
 
 def check_threads(pid, kept):
     """Every thread as documented; returns how many there are of each name."""
     names = {}
     for tid, (name, st) in thread_statuses(pid).items():
-        caps, mode = expected(name, kept)
-        assert (st["CapEff"], st["CapPrm"], st["Seccomp"]) == (caps, caps, mode), \
-            (tid, name, hex(st["CapEff"]), hex(st["CapPrm"]), st["Seccomp"])
+        caps, mode, filters = expected(name, kept)
+        assert (st["CapEff"], st["CapPrm"], st["Seccomp"], st["Seccomp_filters"]) == \
+            (caps, caps, mode, filters), \
+            (tid, name, hex(st["CapEff"]), hex(st["CapPrm"]), st["Seccomp"],
+             st["Seccomp_filters"])
         # The bounding set needs CAP_SETPCAP to shrink and stays the process's:
         # it grants nothing without execve, which no_new_privs and the filters close.
         assert st["CapBnd"] == kept, (tid, name, hex(st["CapBnd"]))
@@ -140,14 +147,15 @@ def test_each_thread_holds_what_the_docs_say(env):
         # one: libunbound runs on the resolver thread and starts none (src/upstream/loop.c)
         assert names.get("resolver") == 1, names
         assert names.get("control") == 4, names
-        for name in ("http", "kubernetes", "querylog"):
+        for name in ("http", "kubernetes", "querylog", "dnstap"):
             assert names.get(name, 0) >= 1, names
         deadline = time.monotonic() + 5    # the query log thread writes every 100 ms
         while "msg=query" not in d.stderr():
             assert d.alive() and time.monotonic() < deadline, "no query logged: " + d.tail()
             time.sleep(0.05)
         assert 'msg="privileges dropped" kept=net_admin,net_bind_service missing=none ' \
-               'bounding_set=reduced no_new_privs=true seccomp="per thread"' in d.stderr(), \
+               'bounding_set=reduced no_new_privs=true ' \
+               'seccomp="per thread, over a process-wide deny-list"' in d.stderr(), \
             d.stderr()
 
 
@@ -223,6 +231,147 @@ def test_with_seccomp_off_the_same_syscall_gets_through(env):
     for tid, (name, st) in thread_statuses(d.proc.pid).items():
         if name.startswith("worker/"):
             assert st["Seccomp"] == "0" and st["CapEff"] == 0, (name, st)
+
+
+def start_forbidden_main(env, syscall, **over):
+    """The daemon of tests/privs/forbidden.c, whose main thread makes
+    syscall at a reload (SIGHUP, as an operator or the config watcher
+    starts one); returns it once the signal is sent."""
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "localdns-forbidden")
+    files = {harness.STANDARD_FILE_NAME: harness.static_file_yaml(harness.STANDARD_FILE_RECORDS)}
+    d = harness.Daemon(binary, env.config(**over), files=files, wait=False,
+                       extra_env={"LOCALDNS_TEST_MAIN_SYSCALL": syscall})
+    env._daemons.append(d)
+    d.wait_ready()
+    assert d.udp(DB, "A").answer, "no answer before the cue"
+    d.proc.send_signal(signal.SIGHUP)
+    return d
+
+
+def test_a_forbidden_syscall_from_the_main_thread_kills_the_process(env):
+    need_root()
+    # Code that took the main thread over (it shares the workers' memory):
+    # a program, a process, another process's memory, a user namespace,
+    # io_uring (whose operations seccomp does not see). Each kills.
+    for syscall in ("execve", "fork", "ptrace-peek", "unshare-user", "io-uring"):
+        d = start_forbidden_main(env, syscall)
+        assert wait_exit(d) == -signal.SIGSYS, (syscall, d.proc.returncode, d.tail())
+        assert "forbidden syscall" not in d.stderr(), d.tail()   # it never returned
+
+
+def test_with_seccomp_off_the_main_thread_gets_through_and_reloads(env):
+    need_root()
+    # The cue works: with the filter, personality kills; without it, the
+    # call returns, the reload runs and the daemon serves on.
+    d = start_forbidden_main(env, "personality")
+    assert wait_exit(d) == -signal.SIGSYS, (d.proc.returncode, d.tail())
+    d = start_forbidden_main(env, "personality", security={"seccomp": False})
+    deadline = time.monotonic() + 5
+    while not any(o in d.stderr() for o in RELOAD_OUTCOMES):
+        assert d.alive() and time.monotonic() < deadline, d.tail()
+        time.sleep(0.02)
+    assert "forbidden syscall personality returned 0 (ok)" in d.stderr(), d.tail()
+    assert d.alive() and d.udp(DB, "A").answer
+    st = status_of("/proc/%d/status" % d.proc.pid)
+    assert st["Seccomp"] == "0", st
+
+
+def _keeper(env, ns, syscall, **over):
+    """`localdns keeper` of tests/privs/forbidden.c in network namespace ns,
+    its main thread making syscall once it waits for its working thread."""
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "localdns-forbidden")
+    cfg = env.config(nftables={"enabled": True, "table": "ldpriv"},
+                     keeper={"socket": os.path.join(env.tmp, "keeper.sock")}, **over)
+    path = os.path.join(env.tmp, "keeper.yaml")
+    with open(path, "w") as f:
+        f.write(harness.to_yaml(cfg) + "\n")
+    with open(os.path.join(env.tmp, harness.STANDARD_FILE_NAME), "w") as f:
+        f.write(harness.static_file_yaml(harness.STANDARD_FILE_RECORDS))
+    log = open(os.path.join(env.tmp, "keeper.log"), "w+")
+    p = harness.track_process(subprocess.Popen(
+        harness.netns_argv(ns, [binary, "keeper", "--config", path]), stdin=subprocess.DEVNULL,
+        stdout=log, stderr=log, env=dict(os.environ, LOCALDNS_TEST_KEEPER_SYSCALL=syscall)))
+    return p, log
+
+
+def _log_of(log):
+    log.seek(0)
+    return log.read()
+
+
+def test_the_keepers_main_thread_is_filtered_too(env):
+    need_root()
+    ns = harness.netns_name("ldkeep")
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True, timeout=10)
+    harness.track_netns(ns)
+    try:
+        p, log = _keeper(env, ns, "execve")
+        try:
+            rc = p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait(5)
+        harness.untrack_process(p)
+        assert rc == -signal.SIGSYS, (rc, _log_of(log))
+        assert "forbidden syscall" not in _log_of(log)
+        # The cue works: without the filter its main thread gets through and
+        # waits on; its working thread runs (and stops at SIGTERM).
+        p, log = _keeper(env, ns, "personality", security={"seccomp": False})
+        deadline = time.monotonic() + 10
+        while "forbidden syscall personality returned 0 (ok)" not in _log_of(log):
+            assert p.poll() is None and time.monotonic() < deadline, _log_of(log)
+            time.sleep(0.05)
+        assert "keeper: waiting for localdns" in _log_of(log), _log_of(log)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(10) == 0, _log_of(log)
+        harness.untrack_process(p)
+    finally:
+        harness.delete_netns(ns)
+
+
+def _resolver_reads(env, path, **over):
+    """What the resolver thread of tests/privs/forbidden.c gets when, asked a
+    miss, it opens path: its stderr line."""
+    binary = os.path.join(os.path.dirname(env.binary), "tests", "localdns-forbidden")
+    files = {harness.STANDARD_FILE_NAME: harness.static_file_yaml(harness.STANDARD_FILE_RECORDS)}
+    # A silent upstream: the miss reaches libunbound and stays there.
+    d = harness.Daemon(binary, env.config(upstream={"servers": ["127.0.0.1:9"]}, **over),
+                       files=files, wait=False, extra_env={"LOCALDNS_TEST_READ": path})
+    env._daemons.append(d)
+    d.wait_ready()
+    d.udp_raw(dnsmsg.build_query("read-a-file.test", "A"), timeout=0.2)
+    deadline = time.monotonic() + 5
+    while "resolver read" not in d.stderr():
+        assert time.monotonic() < deadline, d.tail()
+        time.sleep(0.02)
+    line = [l for l in d.stderr().splitlines() if l.startswith("resolver read")][0]
+    d.stop()
+    return line
+
+
+def test_the_resolver_cannot_read_the_service_account_token(env):
+    need_root()
+    if "files=\"per thread (landlock)\"" not in _privileges_line(env):
+        raise harness.Skip("no Landlock in this kernel: files are not limited per thread")
+    # The in-cluster token lives in /var/run/secrets: outside what the
+    # resolver, which speaks to the network, may read.
+    secrets = os.path.join(env.tmp, "serviceaccount")
+    os.makedirs(secrets)
+    token = os.path.join(secrets, "token")
+    with open(token, "w") as f:
+        f.write("eyJhbGciOi-not-a-real-token\n")
+    assert _resolver_reads(env, token).endswith("returned -1 (Permission denied)")
+    # What it needs stays readable: /etc (resolv.conf, hosts, openssl.cnf)...
+    assert _resolver_reads(env, "/etc/hosts").endswith("(ok)")
+    # ... and the cue works: without the limits the same open succeeds.
+    assert _resolver_reads(env, token, security={"seccomp": False}).endswith("(ok)")
+
+
+def _privileges_line(env):
+    d = env.start()
+    line = [l for l in d.stderr().splitlines() if "privileges dropped" in l][0]
+    d.stop()
+    return line
 
 
 # The lines that end a reload (its first line, "reloading configuration", does not).

@@ -17,11 +17,14 @@ example's own advice when resolv.conf names localdns), and the link kind
 systemd-analyze verify of the unit is test_deploy.py's.
 """
 
+import contextlib
 import ctypes
 import os
+import signal
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -68,21 +71,28 @@ def getent(netns, name):
         else "exit %d" % p.returncode
 
 
-def vm_config(env, api, up):
-    """deploy/vm/config.yaml, changed only where this machine is no VM."""
+def vm_config(env, api, up, **over):
+    """deploy/vm/config.yaml, changed only where this machine is no VM
+    (and by over: {section: {key: value}})."""
     with open(VM_CONFIG) as f:
         cfg = yaml.safe_load(f)
     cfg["kubernetes"]["kubeconfig"] = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
     cfg["interface"]["kind"] = "loopback"          # no dummy links on this kernel
     cfg["upstream"]["servers"] = [up.addr]         # the VM's real resolver
     cfg["control"]["socket"] = os.path.join(env.tmp, "run", "control.sock")
+    for section, keys in over.items():
+        cfg[section].update(keys)
     path = os.path.join(env.tmp, "config.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
     return cfg, path
 
 
-def test_vm_resolves_cluster_mesh_and_external_names_with_getent(env):
+@contextlib.contextmanager
+def vm_machine(env):
+    """The VM: its network namespace (resolv.conf naming localdns only),
+    the fake API server with a Service and a ServiceEntry, and NSD as its
+    real resolver for site.example. Yields (netns, api, nsd)."""
     if not shutil.which("getent"):
         raise harness.Skip("getent (libc-bin) is not installed")
     vm = harness.netns_name("ldns-vm")
@@ -105,29 +115,152 @@ def test_vm_resolves_cluster_mesh_and_external_names_with_getent(env):
                       F.service_entry("prod", "billing", ["billing.mesh.example"],
                                       addresses=["192.0.2.80"], resolution="STATIC"))
             with authority.Authority({"site.example.": SITE}, netns=vm) as up:
-                cfg, path = vm_config(env, api, up)
-                assert cfg["mesh"]["istio"] and not cfg["kubernetes"]["node_name"], cfg
-                d = env.start_file(path, port=53, host=LINK, netns=vm)
-                deadline = time.monotonic() + 10
-                want = {"db.prod.svc.cluster.local": ["10.96.0.5"],
-                        "billing.mesh.example": ["192.0.2.80"],
-                        "www.site.example": ["192.0.2.1"]}
-                got = {}
-                while time.monotonic() < deadline:
-                    got = {name: getent(vm, name) for name in want}
-                    if got == want:
-                        break
-                    time.sleep(0.2)
-                assert got == want, "%r\n%s" % (got, d.tail())
-                # the table the config asks for is there
-                nft = subprocess.run(harness.netns_argv(vm, ["nft", "list", "tables"]),
-                                     capture_output=True, text=True, timeout=10)
-                assert "inet localdns" in nft.stdout, nft.stdout + nft.stderr
-                d.stop()
+                yield vm, api, up
         finally:
             api.stop()
     finally:
         shutil.rmtree(etc, ignore_errors=True)
 
 
+def test_vm_resolves_cluster_mesh_and_external_names_with_getent(env):
+    with vm_machine(env) as (vm, api, up):
+        cfg, path = vm_config(env, api, up)
+        assert cfg["mesh"]["istio"] and not cfg["kubernetes"]["node_name"], cfg
+        assert cfg["keeper"]["socket"] == "", "the keeper is off in the example"
+        d = env.start_file(path, port=53, host=LINK, netns=vm)
+        deadline = time.monotonic() + 10
+        want = {"db.prod.svc.cluster.local": ["10.96.0.5"],
+                "billing.mesh.example": ["192.0.2.80"],
+                "www.site.example": ["192.0.2.1"]}
+        got = {}
+        while time.monotonic() < deadline:
+            got = {name: getent(vm, name) for name in want}
+            if got == want:
+                break
+            time.sleep(0.2)
+        assert got == want, "%r\n%s" % (got, d.tail())
+        # the table the config asks for is there
+        nft = subprocess.run(harness.netns_argv(vm, ["nft", "list", "tables"]),
+                             capture_output=True, text=True, timeout=10)
+        assert "inet localdns" in nft.stdout, nft.stdout + nft.stderr
+        d.stop()
+
+
 test_vm_resolves_cluster_mesh_and_external_names_with_getent.timeout = 60
+
+
+# ------------------------------------------------------------------ the keeper
+
+KEEPER_UNIT = os.path.join(harness.REPO, "deploy", "systemd", "localdns-keeper.service")
+
+
+class Keeper:
+    """`localdns keeper`, as deploy/systemd/localdns-keeper.service runs it
+    (its ExecStart's arguments), inside the VM's namespace."""
+
+    def __init__(self, env, netns, config_path):
+        with open(KEEPER_UNIT) as f:
+            argv = [l.split("=", 1)[1].split()[1:] for l in f
+                    if l.startswith("ExecStart=")][0]
+        assert argv[:2] == ["keeper", "--config"], argv
+        self.log = open(os.path.join(env.tmp, "keeper.log"), "w+")
+        self.proc = harness.track_process(subprocess.Popen(
+            harness.netns_argv(netns, [env.binary] + argv[:2] + [config_path]),
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log))
+
+    def text(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def until(self, line, seconds=10.0):
+        deadline = time.monotonic() + seconds
+        while line not in self.text():
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                "no %r from the keeper:\n%s" % (line, self.text())
+            time.sleep(0.02)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(10)
+        harness.untrack_process(self.proc)
+        assert rc == 0, (rc, self.text())
+
+
+def keeper_socket(env):
+    return {"socket": os.path.join(env.tmp, "keeper", "keeper.sock")}
+
+
+def start_with_keeper(env, vm, path):
+    os.makedirs(os.path.join(env.tmp, "keeper"), exist_ok=True)
+    keeper = Keeper(env, vm, path)
+    keeper.until("keeper: waiting for localdns")
+    d = env.start_file(path, port=53, host=LINK, netns=vm)
+    keeper.until("keeper: holding the serving process's sockets")
+    return keeper, d
+
+
+def dig_later(vm, name):
+    """dig for name in the VM, not waited for; answer_of() reads it."""
+    out = tempfile.TemporaryFile("w+")
+    p = harness.track_process(subprocess.Popen(
+        harness.netns_argv(vm, ["dig", "@" + LINK, "-t", "A", "-q", name, "+time=4",
+                                "+tries=1"]),
+        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+    return p, out
+
+
+def answer_of(asked):
+    p, out = asked
+    p.wait(15)
+    harness.untrack_process(p)
+    out.seek(0)
+    return harness.ToolReply(out.read(), p.returncode)
+
+
+def test_vm_keeper_answers_through_the_fallback_endpoints_through_a_hang_and_a_crash(env):
+    # The keeper unit on a VM whose fallback is a resolver it reaches (here
+    # the VM's own, NSD): what queues while localdns hangs, and what comes
+    # while it is dead, is answered there; glibc never notices.
+    with vm_machine(env) as (vm, api, up):
+        _, path = vm_config(env, api, up, keeper=keeper_socket(env),
+                            nftables={"fallback_endpoints": [up.host]})
+        keeper, d = start_with_keeper(env, vm, path)
+        assert getent(vm, "www.site.example") == ["192.0.2.1"]
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            assert getent(vm, "www.site.example") == ["192.0.2.1"], keeper.text()
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        assert "a worker stands still" in keeper.text(), keeper.text()
+        d.proc.kill()
+        d.proc.wait(5)
+        keeper.until("keeper: the serving process is gone")
+        assert getent(vm, "www.site.example") == ["192.0.2.1"], keeper.text()
+        keeper.stop()
+
+
+def test_vm_keeper_without_fallback_endpoints_leaves_a_hang_to_localdns_and_a_crash_refused(env):
+    # With nowhere to send them, the keeper neither drops a stuck worker's
+    # queries (it answers them when it turns again) nor keeps a dead
+    # process's sockets (clients are refused at once and ask elsewhere,
+    # as without a keeper).
+    with vm_machine(env) as (vm, api, up):
+        _, path = vm_config(env, api, up, keeper=keeper_socket(env))
+        keeper, d = start_with_keeper(env, vm, path)
+        assert getent(vm, "www.site.example") == ["192.0.2.1"]
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        asked = dig_later(vm, "www.site.example")
+        try:
+            keeper.until("a worker stands still")
+            time.sleep(0.3)                 # the keeper's looks go on: six of them
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        r = answer_of(asked)
+        assert r.status == "NOERROR" and r.rdatas("A") == ["192.0.2.1"], r.text + keeper.text()
+        d.proc.kill()
+        d.proc.wait(5)
+        keeper.until("with no fallback endpoint its sockets are closed at once")
+        r = harness.dig(LINK, 53, "www.site.example", "A", timeout=2, netns=vm)
+        assert "connection refused" in r.text, r.text
+        keeper.stop()
+

@@ -23,9 +23,17 @@
 static volatile _Atomic bool counting;
 static volatile _Atomic unsigned long forbidden_calls;
 
+/* With count_one_thread set, only calls made by count_thread count (a test
+ * whose code under test has a thread of its own that may run meanwhile). */
+static volatile _Atomic bool count_one_thread;
+static pthread_t count_thread;
+
 /* One more forbidden call, if we are counting. */
 static void count_call(void)
 {
+	if (atomic_load_explicit(&count_one_thread, memory_order_relaxed) &&
+	    !pthread_equal(pthread_self(), count_thread))
+		return;
 	if (atomic_load_explicit(&counting, memory_order_relaxed))
 		atomic_fetch_add_explicit(&forbidden_calls, 1, memory_order_relaxed);
 }

@@ -27,6 +27,7 @@
 #include "alloc_count.h"
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "config/config.h"
 #include "query/query.h"
 #include "reply.h"

@@ -61,49 +61,14 @@ static void reply_start(struct pkt *p, const char *qname, uint16_t qtype,
 			uint16_t qclass, uint16_t flags)
 {
 	put_header(p, 0x4242, (uint16_t)(DNS_F_QR | DNS_F_RD | DNS_F_RA | flags), 1, 0, 0, 0);
-	put_name(p, qname);
-	put_u16(p, qtype);
-	put_u16(p, qclass);
+	put_question(p, qname, qtype, qclass);
 }
 
-/* What follows a record's owner; counted in section. */
-static void reply_rr_body(struct pkt *p, int section, uint16_t type, uint32_t ttl,
-			  const void *rdata, uint16_t rdlen)
-{
-	put_u16(p, type);
-	put_u16(p, DNS_C_IN);
-	put_u32(p, ttl);
-	put_u16(p, rdlen);
-	put_raw(p, rdata, rdlen);
-	bump_count(p, 1 + section);
-}
-
-/* One record whose owner is a pointer to offset at. */
-static void reply_rr_at(struct pkt *p, int section, size_t at, uint16_t type,
-			uint32_t ttl, const void *rdata, uint16_t rdlen)
-{
-	put_u16(p, (uint16_t)(0xC000 | at));
-	reply_rr_body(p, section, type, ttl, rdata, rdlen);
-}
-
-/* One record; owner NULL = pointer to the question name (offset 12). */
-static void reply_rr(struct pkt *p, int section, const char *owner,
-		     uint16_t type, uint32_t ttl, const void *rdata,
-		     uint16_t rdlen)
-{
-	if (!owner) {
-		reply_rr_at(p, section, DNS_HEADER_LEN, type, ttl, rdata, rdlen);
-		return;
-	}
-	put_name(p, owner);
-	reply_rr_body(p, section, type, ttl, rdata, rdlen);
-}
-
-static void reply_a(struct pkt *p, int section, const char *owner, uint32_t ttl,
+static void reply_a(struct pkt *p, enum dns_section section, const char *owner, uint32_t ttl,
 		    uint8_t last)
 {
 	uint8_t a[4] = {192, 0, 2, last};
-	reply_rr(p, section, owner, DNS_T_A, ttl, a, 4);
+	put_rr(p, section, owner, DNS_T_A, ttl, a, 4);
 }
 
 static void reply_soa(struct pkt *p, const char *zone, uint32_t ttl,
@@ -119,22 +84,19 @@ static void reply_soa(struct pkt *p, const char *zone, uint32_t ttl,
 		rd[n++] = (uint8_t)(fixed[i] >> 8);
 		rd[n++] = (uint8_t)fixed[i];
 	}
-	reply_rr(p, DNS_SEC_AUTHORITY, zone, DNS_T_SOA, ttl, rd, (uint16_t)n);
+	put_rr(p, DNS_SEC_AUTHORITY, zone, DNS_T_SOA, ttl, rd, (uint16_t)n);
 }
 
 /* A parsed client query. */
 static void make_query(struct dns_query *q, const char *name, uint16_t qtype,
 		       uint16_t qclass, bool edns, bool dnssec_ok, bool cd)
 {
-	struct pkt p;
-
-	put_header(&p, 0xBEEF, (uint16_t)(DNS_F_RD | (cd ? DNS_F_CD : 0)), 1, 0, 0, 0);
-	put_name(&p, name);
-	put_u16(&p, qtype);
-	put_u16(&p, qclass);
-	if (edns)
-		put_opt(&p, 1232, dnssec_ok ? DNS_EDNS_DO : 0, NULL, 0);
-	assert_int_equal(dns_parse_query(p.b, p.len, q), DNS_PARSE_OK);
+	pkt_parse_query(&(struct pkt_query){.id = 0xBEEF,
+					    .flags = (uint16_t)(DNS_F_RD | (cd ? DNS_F_CD : 0)),
+					    .qname = name, .qtype = qtype, .qclass = qclass,
+					    .opts = edns, .udp = 1232,
+					    .ttl = dnssec_ok ? DNS_EDNS_DO : 0},
+			q);
 }
 
 static void query_a(struct dns_query *q, const char *name)
@@ -280,11 +242,11 @@ static void test_insert_and_hit_round_trip(void **state)
 	reply_start(&f->p, "www.example.com", DNS_T_A, DNS_C_IN, 0);
 	/* CNAME www -> web.example.com written as "\3web" + pointer to the
 	 * question's "example.com" (offset 16) */
-	reply_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 300, "\3web\xC0\x10", 6);
+	put_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 300, "\3web\xC0\x10", 6);
 	size_t cname_rdata = f->p.len - 6;
 	/* owner: web.example.com */
-	reply_rr_at(&f->p, DNS_SEC_ANSWER, cname_rdata, DNS_T_A, 300, "\xC0\x00\x02\x07", 4);
-	reply_rr(&f->p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300, "\3ns1\xC0\x10", 6);
+	put_rr_at(&f->p, DNS_SEC_ANSWER, cname_rdata, DNS_T_A, 300, "\xC0\x00\x02\x07", 4);
+	put_rr(&f->p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300, "\3ns1\xC0\x10", 6);
 	reply_a(&f->p, DNS_SEC_ADDITIONAL, "ns1.example.com", 300, 53);
 	size_t sections_end = f->p.len;
 	put_opt(&f->p, 4096, 0, NULL, 0);
@@ -455,7 +417,7 @@ static void test_negative_without_soa_not_cached(void **state)
 
 	/* a referral (NOERROR, NS in authority, no SOA) is not an answer */
 	reply_start(&f->p, "nosoa.example.com", DNS_T_A, DNS_C_IN, DNS_R_NOERROR);
-	reply_rr(&f->p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300,
+	put_rr(&f->p, DNS_SEC_AUTHORITY, "example.com", DNS_T_NS, 300,
 		 "\3ns1\7example\3com\0", 17);
 	assert_int_equal(insert(f, 0), -1);
 	assert_int_equal(ask(f, 0, false), CACHE_MISS);
@@ -616,7 +578,7 @@ static void test_do_cd_type_class_are_distinct_keys(void **state)
 		}
 		reply_start(&f->p, "k.example.com", keys[i].type, keys[i].rclass, 0);
 		uint8_t rd[4] = {10, 0, 0, (uint8_t)i};
-		reply_rr(&f->p, DNS_SEC_ANSWER, NULL, keys[i].type, 60, rd, 4);
+		put_rr(&f->p, DNS_SEC_ANSWER, NULL, keys[i].type, 60, rd, 4);
 		assert_int_equal(insert(f, 0), 0);
 	}
 	/* EDNS without DO is the same key as no EDNS */
@@ -751,12 +713,12 @@ static void test_malformed_or_mismatched_rejected(void **state)
 
 	/* owner pointer into the header, which we rewrite */
 	reply_start(&f->p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
-	reply_rr_at(&f->p, DNS_SEC_ANSWER, 2, DNS_T_A, 60, "\1\2\3\4", 4);
+	put_rr_at(&f->p, DNS_SEC_ANSWER, 2, DNS_T_A, 60, "\1\2\3\4", 4);
 	assert_int_equal(insert(f, 0), -1);
 
 	/* forward pointer inside CNAME rdata */
 	reply_start(&f->p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
-	reply_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 60, "\xC0\x7F", 2);
+	put_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, 60, "\xC0\x7F", 2);
 	assert_int_equal(insert(f, 0), -1);
 
 	/* extended rcode in OPT (BADCOOKIE): about that exchange only */
@@ -793,8 +755,8 @@ static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
 	 * OPT record: its root is OPT's owner byte, which is not stored */
 	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
 	size_t txt_rdata = p.len + 12;
-	reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 60, "\023abc", 4);
-	reply_rr_at(&p, DNS_SEC_ANSWER, txt_rdata, DNS_T_A, 60, "\1\2\3\4", 4);
+	put_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 60, "\023abc", 4);
+	put_rr_at(&p, DNS_SEC_ANSWER, txt_rdata, DNS_T_A, 60, "\1\2\3\4", 4);
 	put_opt(&p, 1232, 0, NULL, 0);
 	assert_int_equal(p.b[txt_rdata + 1 + 0x13], 0); /* OPT's owner ends the name */
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
@@ -806,7 +768,7 @@ static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
 	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
 	size_t ttl_field = p.len + 6;
 	reply_a(&p, DNS_SEC_ANSWER, NULL, 0x01780030, 1);
-	reply_rr_at(&p, DNS_SEC_ANSWER, ttl_field, DNS_T_A, 60, "\1\2\3\4", 4);
+	put_rr_at(&p, DNS_SEC_ANSWER, ttl_field, DNS_T_A, 60, "\1\2\3\4", 4);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), -1);
 	dns_response_begin(&w, out, sizeof out, &q, DNS_R_NOERROR);
 	assert_false(cache_write_message(&w, p.b, p.len));
@@ -814,7 +776,7 @@ static void test_names_through_rewritten_or_dropped_bytes_rejected(void **state)
 	/* the same names pointing at names are fine */
 	reply_start(&p, "m.example.com", DNS_T_A, DNS_C_IN, 0);
 	reply_a(&p, DNS_SEC_ANSWER, NULL, 60, 1);
-	reply_rr_at(&p, DNS_SEC_ANSWER, 0x0E, DNS_T_A, 60, "\1\2\3\4", 4); /* "example.com", inside the question */
+	put_rr_at(&p, DNS_SEC_ANSWER, 0x0E, DNS_T_A, 60, "\1\2\3\4", 4); /* "example.com", inside the question */
 	put_opt(&p, 1232, 0, NULL, 0);
 	assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 
@@ -928,7 +890,7 @@ static void test_flush_all_and_one_name(void **state)
 	assert_int_equal(cache_insert(f->c, &a, f->p.b, f->p.len, 0), 0);
 	make_query(&aaaa, "www.example.com", DNS_T_AAAA, DNS_C_IN, false, false, false);
 	reply_start(&f->p, "www.example.com", DNS_T_AAAA, DNS_C_IN, 0);
-	reply_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_AAAA, 60,
+	put_rr(&f->p, DNS_SEC_ANSWER, NULL, DNS_T_AAAA, 60,
 		 "\x20\x01\x0d\xb8\0\0\0\0\0\0\0\0\0\0\0\1", 16);
 	assert_int_equal(cache_insert(f->c, &aaaa, f->p.b, f->p.len, 0), 0);
 	query_a(&other, "example.com");
@@ -1124,7 +1086,7 @@ static void test_walk_covers_many_and_large_entries(void **state)
 		snprintf(name, sizeof name, "big%d.large.example", i);
 		reply_start(&p, name, DNS_T_TXT, DNS_C_IN, 0);
 		for (int r = 0; r < 63; r++)
-			reply_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 300, txt, 256);
+			put_rr(&p, DNS_SEC_ANSWER, NULL, DNS_T_TXT, 300, txt, 256);
 		make_query(&q, name, DNS_T_TXT, DNS_C_IN, false, false, false);
 		assert_int_equal(cache_insert(c, &q, p.b, p.len, 0), 0);
 	}
@@ -1263,10 +1225,8 @@ static void *reader_main(void *argp)
 		snprintf(name, sizeof(name), "T%u.Threads.example.org", i);
 		snprintf(expect, sizeof(expect), "%s.", name);
 		struct pkt p;
-		put_header(&p, 7, DNS_F_RD, 1, 0, 0, 0);
-		put_name(&p, name);
-		put_u16(&p, DNS_T_A);
-		put_u16(&p, DNS_C_IN);
+		pkt_build_query(&p, &(struct pkt_query){.id = 7, .flags = DNS_F_RD, .qname = name,
+							.qtype = DNS_T_A});
 		if (dns_parse_query(p.b, p.len, &q) != DNS_PARSE_OK) {
 			arg->bad++;
 			continue;

@@ -19,10 +19,13 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <json-c/json.h>
 #include <urcu/urcu-memb.h>
 
 #include "alloc_count.h"
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
+#include "cluster/internal.h"
 #include "config/config.h"
 #include "reply.h"
 #include "cluster_fixture.h"
@@ -1515,12 +1518,67 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 	assert_true(forbidden_calls > 0);
 }
 
+/*
+ * Namespaces are named by tenants: 2,048 names whose unkeyed string hash
+ * agrees (json-c's "perl-like" one, which a program may pick for every
+ * json-c table of the process: json_global_set_string_hash) would all
+ * start at one slot of a linear-probing table, about two million probes
+ * in all. The model's tables hash with their own key, whatever json-c's
+ * setting: about one probe per name.
+ */
+/* The slots a lookup of every key of t steps over past its own (linear probing). */
+static unsigned long probes(const struct lh_table *t)
+{
+	unsigned long sum = 0;
+	struct lh_entry *e;
+
+	lh_foreach(t, e) {
+		unsigned long home = t->hash_fn(lh_entry_k(e)) % (unsigned long)t->size;
+		unsigned long at = (unsigned long)(e - t->table);
+		sum += (at + (unsigned long)t->size - home) % (unsigned long)t->size;
+	}
+	return sum;
+}
+
+static void test_namespaces_chosen_to_collide_spread(void **state)
+{
+	struct cluster *c = *state;
+	int before = lh_table_length(c->namespaces);
+	char name[32];
+
+	/* "az" and "c8" add the same to the hash at any place: 2^11 names of 22 bytes */
+	for (unsigned i = 0; i < 2048; i++) {
+		for (unsigned b = 0; b < 11; b++)
+			memcpy(name + 2 * b, i >> b & 1 ? "c8" : "az", 2);
+		name[22] = '\0';
+		add_namespace(c, name);
+	}
+	assert_int_equal(lh_table_length(c->namespaces), before + 2048);
+	unsigned long n = probes(c->namespaces);
+	if (n >= 4 * 2048)
+		fail_msg("%lu probes for 2,048 namespaces", n);
+}
+
+static int setup_perllike(void **state)
+{
+	json_global_set_string_hash(JSON_C_STR_HASH_PERLLIKE);
+	return setup(state);
+}
+
+static int teardown_perllike(void **state)
+{
+	json_global_set_string_hash(JSON_C_STR_HASH_DFLT);
+	return free_cluster_and_unregister(state);
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, free_cluster_and_unregister)
 #define T_RCU_ONLY(name) cmocka_unit_test_setup_teardown(name, register_thread, unregister_thread)
 	const struct CMUnitTest tests[] = {
 		T(test_cluster_ip_service_has_every_cluster_ip),
+		cmocka_unit_test_setup_teardown(test_namespaces_chosen_to_collide_spread,
+						setup_perllike, teardown_perllike),
 		T(test_any_gets_one_rrset),
 		T(test_named_ports_get_srv_with_target_addresses),
 		T(test_headless_service_lists_ready_endpoints),

@@ -26,6 +26,7 @@
 
 #include "alloc_count.h"
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "config/config.h"
 #include "reply.h"
 #include "cluster_fixture.h"

@@ -12,11 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "util/client.h"
 #include "util/hash.h"
 
 static struct config *load_ok(const char *yaml)
@@ -121,6 +123,7 @@ static void check_defaults(const struct config *c)
 	assert_string_equal(c->chaos.id, "");
 	assert_int_equal(c->listen.n_allow, 0); /* config_default_allow applies */
 	assert_int_equal(c->listen.tcp_max_connections_per_client, 64);
+	assert_int_equal(c->listen.ipv6_client_prefix_length, 128);
 	assert_int_equal(c->listen.tcp_max_pending_queries, 64);
 	assert_int_equal(c->listen.tcp_output_budget, 4 << 20);
 	assert_int_equal(c->listen.tcp_query_timeout_ms, 2000);
@@ -567,6 +570,51 @@ static void test_error_wildcard_address(void **state)
 	expect_error("nftables:\n  intercept:\n    - \"::\"\n",
 		     "t.yaml:3:7: nftables.intercept[0]: wildcard address not allowed: "
 		     "localdns binds specific addresses");
+}
+
+/* listen.ipv6_client_prefix_length as util/client.h applies it: IPv6
+ * clients equal when their first bits are; IPv4 clients by address. */
+static size_t client_of(const char *ip, unsigned bits, uint8_t out[CLIENT_PREFIX_MAX])
+{
+	struct sockaddr_storage ss = {0};
+
+	if (strchr(ip, ':')) {
+		ss.ss_family = AF_INET6;
+		assert_int_equal(inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr), 1);
+	} else {
+		ss.ss_family = AF_INET;
+		assert_int_equal(inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr), 1);
+	}
+	return client_prefix(&ss, bits, out);
+}
+
+static bool same_client(const char *a, const char *b, unsigned bits)
+{
+	uint8_t ka[CLIENT_PREFIX_MAX], kb[CLIENT_PREFIX_MAX];
+	size_t na = client_of(a, bits, ka), nb = client_of(b, bits, kb);
+
+	return na == nb && memcmp(ka, kb, na) == 0;
+}
+
+static void test_ipv6_clients_cut_at_the_configured_length(void **state)
+{
+	(void)state;
+	assert_false(same_client("fd00::2", "fd00::3", 128));
+	assert_true(same_client("fd00::2", "fd00::2", 128));
+	assert_true(same_client("fd00::2", "fd00::3", 64));
+	assert_false(same_client("fd00:0:0:1::2", "fd00::2", 64));
+	assert_true(same_client("fd00:0:0:1::2", "fd00::2", 56));
+	/* a length inside a byte: fd00:: and fd01:: agree in their first 15 bits */
+	assert_true(same_client("fd00::1", "fd01::1", 15));
+	assert_false(same_client("fd00::1", "fd01::1", 16));
+	/* IPv4: the address, whatever the IPv6 length */
+	assert_false(same_client("10.0.0.1", "10.0.0.2", 32));
+	assert_true(same_client("10.0.0.1", "10.0.0.1", 32));
+	struct config *c = load_ok("listen: {ipv6_client_prefix_length: 64}\n");
+	assert_int_equal(c->listen.ipv6_client_prefix_length, 64);
+	config_free(c);
+	expect_error("listen: {ipv6_client_prefix_length: 129}\n",
+		     "t.yaml:1:37: listen.ipv6_client_prefix_length: \"129\" is above the maximum 128");
 }
 
 /* The chart's metrics.listen: the pod's address (the node's, on the host
@@ -1037,6 +1085,55 @@ static void test_static_file_errors_name_that_file(void **state)
 	assert_null(c);
 }
 
+/* A FIFO (or a device) named as a file would block the load, on the main
+ * thread, until someone writes it: only regular files are read. */
+static void test_only_regular_files_are_read(void **state)
+{
+	struct tmpdir *t = *state;
+	char main_path[128], fifo[128], want[CONFIG_ERR_MAX], err[CONFIG_ERR_MAX] = "";
+	struct config *c = NULL;
+
+	snprintf(main_path, sizeof main_path, "%s/main.yaml", t->path);
+	snprintf(fifo, sizeof fifo, "%s/records.fifo", t->path);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	write_file(t->path, "main.yaml", "static:\n  files: [records.fifo]\n");
+	snprintf(want, sizeof want, "%s:2:11: static.files: cannot read %s: not a regular file",
+		 main_path, fifo);
+	assert_int_equal(config_load(main_path, &c, err, sizeof err), -1);
+	assert_string_equal(err, want);
+	snprintf(want, sizeof want, "%s: cannot read: not a regular file", fifo);
+	assert_int_equal(config_load(fifo, &c, err, sizeof err), -1);
+	assert_string_equal(err, want);
+	write_file(t->path, "main.yaml", "static:\n  files: [/dev/zero]\n");
+	snprintf(want, sizeof want, "%s:2:11: static.files: cannot read /dev/zero: not a regular "
+		 "file", main_path);
+	assert_int_equal(config_load(main_path, &c, err, sizeof err), -1);
+	assert_string_equal(err, want);
+	assert_null(c);
+}
+
+/* libyaml's scanner costs the nesting depth per token: 400 KB of nested
+ * flow sequences took 98 s to reject. The depth is bounded before the
+ * document is built, where the 65th level opens. */
+static void test_nesting_is_bounded(void **state)
+{
+	size_t n = 20000;
+	char *text = malloc(2 * n + 2);
+
+	(void)state;
+	assert_non_null(text);
+	memset(text, '[', n);
+	memset(text + n, ']', n);
+	memcpy(text + 2 * n, "\n", 2);
+	struct config *c = NULL;
+	char err[CONFIG_ERR_MAX] = "";
+	assert_int_equal(config_load_string("t.yaml", text, 2 * n + 1, &c, err, sizeof err), -1);
+	free(text);
+	assert_string_equal(err, "t.yaml:1:65: nested deeper than 64 levels");
+	expect_error("listen:\n  allow: [[[[[10.0.0.0/8]]]]]\n",
+		     "t.yaml:2:11: listen.allow[0]: expected an IP network, got a sequence");
+}
+
 static void test_unreadable_config_file(void **state)
 {
 	struct tmpdir *t = *state;
@@ -1194,14 +1291,16 @@ static void test_parse_hostport_and_name(void **state)
 
 struct changed {
 	char keys[16][64];
+	unsigned reload[16];
 	size_t n;
 };
 
-static void note_change(const char *key, void *arg)
+static void note_change(const char *key, unsigned reload, void *arg)
 {
 	struct changed *c = arg;
 
 	assert_true(c->n < 16);
+	c->reload[c->n] = reload;
 	snprintf(c->keys[c->n++], sizeof c->keys[0], "%s", key);
 }
 
@@ -1230,18 +1329,68 @@ static void test_diff_names_each_changed_key(void **state)
 		"  servers: [127.0.0.1:5300]\n"
 		"  forward_zones: {corp.internal: [10.1.0.2]}\n"
 		"kubernetes: {node_name: n2}\n");
-	static const char *const want[] = {
-		"listen.addresses", "listen.workers", "kubernetes.node_name",
-		"static.records", "upstream.forward_zones", "cache.size",
+	static const struct {
+		const char *key;
+		unsigned reload; /* as the schema declares it */
+	} want[] = {
+		{"listen.addresses", CONFIG_APPLY_LISTEN},
+		{"listen.workers", CONFIG_RESTART_ONLY},
+		{"kubernetes.node_name", CONFIG_RESTART_ONLY},
+		{"static.records", CONFIG_APPLY_SOURCES},
+		{"upstream.forward_zones", CONFIG_APPLY_UPSTREAM},
+		{"cache.size", CONFIG_APPLY_CACHE},
 	};
 	struct changed c = {0};
 
 	config_diff(a, b, note_change, &c);
 	assert_int_equal(c.n, sizeof want / sizeof want[0]);
-	for (size_t i = 0; i < c.n; i++)
-		assert_string_equal(c.keys[i], want[i]);
+	for (size_t i = 0; i < c.n; i++) {
+		assert_string_equal(c.keys[i], want[i].key);
+		assert_int_equal(c.reload[i], want[i].reload);
+	}
 	config_free(b);
 	config_free(a);
+}
+
+struct declared {
+	const struct config *running;
+	struct config *next;
+	size_t keys, restart_only;
+};
+
+static void check_declared(const char *key, unsigned reload, void *arg)
+{
+	static const unsigned apply_steps =
+		CONFIG_APPLY_LISTEN | CONFIG_APPLY_SERVER | CONFIG_APPLY_SOURCES |
+		CONFIG_APPLY_UPSTREAM | CONFIG_APPLY_CACHE | CONFIG_APPLY_LOG | CONFIG_APPLY_NODE |
+		CONFIG_APPLY_PODS | CONFIG_APPLY_DNSTAP;
+	struct declared *d = arg;
+
+	d->keys++;
+	if (reload == CONFIG_RESTART_ONLY) {
+		/* A reload must be able to keep its running value. */
+		if (config_copy_key(d->next, d->running, key) != 0)
+			fail_msg("%s is restart-only, but its running value cannot be kept", key);
+		d->restart_only++;
+		return;
+	}
+	if (!reload || (reload & ~apply_steps))
+		fail_msg("%s: reload %#x: declare CONFIG_RESTART_ONLY or the CONFIG_APPLY_* steps "
+			 "that take it in (config.c)",
+			 key, reload);
+}
+
+/* Every key says how a reload applies it: none is live or restart-only by omission. */
+static void test_every_key_declares_how_a_reload_applies_it(void **state)
+{
+	(void)state;
+	struct declared d = {.running = load_ok(reload_base), .next = load_ok("")};
+
+	config_each_key(check_declared, &d);
+	assert_true(d.keys > 70);
+	assert_true(d.restart_only > 0 && d.restart_only < d.keys);
+	config_free(d.next);
+	config_free((struct config *)d.running);
 }
 
 static void test_diff_of_equal_configs_is_empty(void **state)
@@ -1341,9 +1490,13 @@ int main(void)
 						remove_tmpdir),
 		cmocka_unit_test_setup_teardown(test_static_file_errors_name_that_file,
 						make_tmpdir, remove_tmpdir),
+		cmocka_unit_test_setup_teardown(test_only_regular_files_are_read, make_tmpdir,
+						remove_tmpdir),
+		cmocka_unit_test(test_nesting_is_bounded),
 		cmocka_unit_test_setup_teardown(test_unreadable_config_file, make_tmpdir,
 						remove_tmpdir),
 		cmocka_unit_test(test_listen_address_from_the_environment),
+		cmocka_unit_test(test_ipv6_clients_cut_at_the_configured_length),
 		cmocka_unit_test(test_intercept_and_fallback_endpoints),
 		cmocka_unit_test(test_fallback_service),
 		cmocka_unit_test(test_cluster_coredns_options),
@@ -1354,6 +1507,7 @@ int main(void)
 		cmocka_unit_test(test_parse_hostport_and_name),
 		cmocka_unit_test(test_diff_names_each_changed_key),
 		cmocka_unit_test(test_diff_of_equal_configs_is_empty),
+		cmocka_unit_test(test_every_key_declares_how_a_reload_applies_it),
 		cmocka_unit_test(test_copy_key_keeps_a_running_value),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

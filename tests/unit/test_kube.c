@@ -21,6 +21,7 @@
 
 #include "alloc_count.h"
 #include "kube/internal.h"
+#include "util/hash.h"
 
 /* ---- the streaming decoder ------------------------------------------------------ */
 
@@ -811,20 +812,33 @@ static void test_kubeconfig_files_token_insecure(void **state)
 		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
 		"clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443', "
 		"insecure-skip-tls-verify: true, certificate-authority-data: QUJD}}]\n"
+		"users: [{name: u, user: {client-certificate: c.crt, client-key: /k/c.key}}]\n";
+	static const char with_token[] =
+		"current-context: c\n"
+		"contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+		"clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443', "
+		"certificate-authority-data: QUJD}}]\n"
 		"users: [{name: u, user: {token: abc.def, client-certificate: c.crt, "
 		"client-key: /k/c.key}}]\n";
 	struct kube_conn c;
 	char err[256] = "";
 
-	/* No directory part: relative paths stay relative to the working directory. */
+	/* No directory part: relative paths stay relative to the working directory.
+	 * A client certificate may go to an unchecked server (its key never leaves us). */
 	assert_int_equal(kube_conn_from_kubeconfig("kc", text, strlen(text), &c, err, sizeof err), 0);
 	assert_string_equal(c.server, "https://127.0.0.1:6443");
 	assert_true(c.insecure);
 	assert_memory_equal(c.ca_data.data, "ABC", 3);
-	assert_string_equal(c.token, "abc.def");
+	assert_null(c.token);
 	assert_null(c.token_file);
 	assert_string_equal(c.cert_file, "c.crt");
 	assert_string_equal(c.key_file, "/k/c.key");
+	kube_conn_free(&c);
+	assert_int_equal(kube_conn_from_kubeconfig("kc", with_token, strlen(with_token), &c, err,
+						   sizeof err), 0);
+	assert_false(c.insecure);
+	assert_string_equal(c.token, "abc.def");
+	assert_string_equal(c.cert_file, "c.crt");
 	kube_conn_free(&c);
 }
 
@@ -889,6 +903,29 @@ static void test_kubeconfig_errors(void **state)
 					      "\"u\" has a bearer token, which would cross the network "
 					      "unencrypted; use https:// (or a user without a token)");
 	}
+	/* ...nor to a server whose certificate goes unchecked (anyone on the path can
+	 * pose as it), while a client certificate or no user at all may go there. */
+	static const char unchecked[] =
+		"current-context: x\n"
+		"contexts: [{name: x, context: {cluster: k, user: u}}]\n"
+		"clusters: [{name: k, cluster: {server: 'https://10.0.0.1:6443', "
+		"insecure-skip-tls-verify: true}}]\n";
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(text, sizeof text, "%susers: [{name: u, user: %s}]\n", unchecked, tokens[i]);
+		expect_kubeconfig_error(text, "kubeconfig /k/config: cluster \"k\" has "
+					      "insecure-skip-tls-verify, and user \"u\" has a bearer "
+					      "token, which would go to whoever answers in the server's "
+					      "place; give the cluster its certificate-authority (or use "
+					      "a user without a token)");
+	}
+	/* fuzz_kubeconfig: "http://" alone was trimmed to "http:/", which the
+	 * plain-http check did not know, and its token went through */
+	snprintf(text, sizeof text, "current-context: x\n"
+		 "contexts: [{name: x, context: {cluster: k, user: u}}]\n"
+		 "clusters: [{name: k, cluster: {server: 'http://'}}]\n"
+		 "users: [{name: u, user: {token: abc}}]\n");
+	expect_kubeconfig_error(text, "kubeconfig /k/config: cluster \"k\": server \"http://\" names "
+				      "no host");
 	expect_kubeconfig_error("a: [\n", "kubeconfig /k/config: 2:1: did not find expected node "
 					  "content");
 	expect_kubeconfig_error("- 1\n", "kubeconfig /k/config: not a YAML mapping");
@@ -921,6 +958,28 @@ static void test_kubeconfig_unreadable(void **state)
 
 	assert_int_equal(kube_conn_load_kubeconfig("/nonexistent/kc", &c, err, sizeof err), -1);
 	assert_string_equal(err, "kubeconfig /nonexistent/kc: No such file or directory");
+	/* a FIFO would block the open until someone writes it */
+	char dir[] = "/tmp/localdns-kc-XXXXXX", fifo[64], want[128];
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof fifo, "%s/kc", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(kube_conn_load_kubeconfig(fifo, &c, err, sizeof err), -1);
+	snprintf(want, sizeof want, "kubeconfig %s: not a regular file", fifo);
+	assert_string_equal(err, want);
+	unlink(fifo);
+	rmdir(dir);
+}
+
+/* Nested deeper than any kubeconfig is: refused before libyaml builds it. */
+static void test_kubeconfig_nesting_is_bounded(void **state)
+{
+	(void)state;
+	char text[2 * 5000 + 2];
+
+	memset(text, '[', 5000);
+	memset(text + 5000, ']', 5000);
+	memcpy(text + 10000, "\n", 2);
+	expect_kubeconfig_error(text, "kubeconfig /k/config: 1:65: nested deeper than 64 levels");
 }
 
 static void test_in_cluster(void **state)
@@ -1039,6 +1098,47 @@ static void test_keys_relist_sweep(void **state)
 	kube_keys_free(&k);
 }
 
+/* The longest chain of k's buckets. */
+static size_t longest_chain(const struct kube_keys *k)
+{
+	size_t longest = 0;
+
+	for (size_t i = 0; i < k->n_buckets; i++) {
+		size_t n = 0;
+		for (const struct kube_key *e = k->buckets[i]; e; e = e->next)
+			n++;
+		longest = n > longest ? n : longest;
+	}
+	return longest;
+}
+
+/*
+ * Tenants choose namespace/name: 1,000 names whose unkeyed FNV-1a (what the
+ * set used before) agrees in its low 10 bits, all of one bucket of the
+ * 1,024 they end in. Keyed, they spread like any others.
+ */
+static void test_keys_chosen_to_collide_spread(void **state)
+{
+	(void)state;
+	struct kube_keys k;
+	char name[32];
+	int found = 0;
+
+	kube_keys_init(&k);
+	for (unsigned i = 0; found < 1000; i++) {
+		snprintf(name, sizeof name, "svc-%u", i);
+		uint64_t h = fnv1a(fnv1a_byte(fnv1a(FNV1A_SEED, "ns", 2), '/'), name, strlen(name));
+		if ((h & 1023) != 0)
+			continue;
+		assert_int_equal(kube_keys_mark(&k, "ns", name), 0);
+		found++;
+	}
+	assert_int_equal(k.n_buckets, 1024);
+	size_t longest = longest_chain(&k);
+	kube_keys_free(&k);
+	assert_true(longest <= 8);
+}
+
 static void test_keys_many(void **state)
 {
 	(void)state;
@@ -1089,10 +1189,12 @@ int main(void)
 		cmocka_unit_test(test_kubeconfig_errors),
 		cmocka_unit_test(test_kubeconfig_plain_http_without_token),
 		cmocka_unit_test(test_kubeconfig_unreadable),
+		cmocka_unit_test(test_kubeconfig_nesting_is_bounded),
 		cmocka_unit_test(test_in_cluster),
 		cmocka_unit_test(test_token_rotation),
 		cmocka_unit_test(test_keys_relist_sweep),
 		cmocka_unit_test(test_keys_many),
+		cmocka_unit_test(test_keys_chosen_to_collide_spread),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

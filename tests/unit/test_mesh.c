@@ -30,8 +30,10 @@
 #include "alloc_count.h"
 #include "cache/cache.h"
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "config/config.h"
 #include "mesh/mesh.h"
+#include "mesh/objects.h"
 #include "query/query.h"
 #include "reply.h"
 

@@ -24,6 +24,7 @@
 #include "alloc_count.h"
 #include "reply.h"
 #include "cluster_fixture.h"
+#include "cluster/objects.h"
 #include "query/query.h"
 
 static const char config_yaml[] =

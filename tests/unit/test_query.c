@@ -30,6 +30,7 @@ static const char config_yaml[] =
 	"kubernetes: {enabled: false}\n"
 	"listen: {addresses: [127.0.0.1], port: 5353, udp_max_payload: 1232}\n"
 	"chaos: {enabled: true, version: \"test-version\", id: \"node-a\"}\n"
+	"dns64: {prefix: \"64:ff9b::/96\"}\n"
 	"static:\n"
 	"  records:\n"
 	"    - {name: db.prod.svc.cluster.local, a: [10.0.0.5], aaaa: [\"fd00::5\"]}\n"
@@ -537,10 +538,78 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 	assert_true(forbidden_calls >= 2);
 }
 
+/*
+ * DNS64 on local data (dns64.prefix; the synthesis is test_dns64's): an
+ * IPv6 client's AAAA question for a name with A records only gets them
+ * made AAAA, over UDP and TCP, with no allocation and no mutex; the same
+ * question from an IPv4 client, and a name with AAAA of its own, are
+ * answered as they are; a PTR under the prefix is chased to its
+ * in-addr.arpa name.
+ */
+static void test_dns64_on_local_data_allocates_nothing(void **state)
+{
+	static struct sockaddr_storage v6;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&v6;
+	struct query_stats st = {0};
+	struct query_ctx ctx = {.peer = &v6, .stats = &st, .now = NOW, .request = &last_request};
+	struct msg m;
+	struct answer a;
+	(void)state;
+
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_addr.s6_addr[15] = 1; /* ::1 */
+	assert_true(alloc_counting_works());
+	forbidden_calls = 0;
+	for (int round = 0; round < 20; round++) {
+		build_query(&m, "big.prod.svc.cluster.local", DNS_T_AAAA, DNS_C_IN, 0, 0, 4096);
+		ctx.transport = round % 2 ? QUERY_TCP : QUERY_UDP;
+		counting = true;
+		urcu_memb_read_lock();
+		a.len = query_handle(m.buf, m.len, a.buf, sizeof a.buf, &ctx);
+		urcu_memb_read_unlock();
+		counting = false;
+		struct msg_view *v = read_msg(a.buf, a.len);
+		assert_int_equal(v->an, 32);
+		assert_int_equal(v->rr[0].type, DNS_T_AAAA);
+		static const uint8_t first[16] = {0, 0x64, 0xff, 0x9b, [12] = 10, 0, 1, 1};
+		assert_memory_equal(a.buf + v->rr[0].rdoff, first, 16);
+	}
+	assert_int_equal(forbidden_calls, 0);
+	assert_int_equal(st.dns64_synthesized, 20);
+	build_query(&m, "db.prod.svc.cluster.local", DNS_T_AAAA, DNS_C_IN, 0, 0, 1232);
+	urcu_memb_read_lock();
+	a.len = query_handle(m.buf, m.len, a.buf, sizeof a.buf, &ctx);
+	urcu_memb_read_unlock();
+	struct msg_view *v = read_msg(a.buf, a.len);
+	assert_int_equal(v->an, 1);
+	assert_string_equal(v->rr[0].owner, "db.prod.svc.cluster.local.");
+	static const uint8_t own[16] = {0xfd, 0, [15] = 5};
+	assert_memory_equal(a.buf + v->rr[0].rdoff, own, 16); /* its own AAAA */
+	build_query(&m, "big.prod.svc.cluster.local", DNS_T_AAAA, DNS_C_IN, 0, 0, 4096);
+	ctx.peer = test_peer(); /* IPv4: CoreDNS's rule */
+	urcu_memb_read_lock();
+	a.len = query_handle(m.buf, m.len, a.buf, sizeof a.buf, &ctx);
+	urcu_memb_read_unlock();
+	assert_int_equal(read_msg(a.buf, a.len)->an, 0);
+	assert_int_equal(st.dns64_synthesized, 20);
+	build_query(&m, "5.0.0.0.0.0.a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.b.9.f.f.4.6.0.0.ip6.arpa",
+		    DNS_T_PTR, DNS_C_IN, 0, 0, 1232);
+	urcu_memb_read_lock();
+	a.len = query_handle(m.buf, m.len, a.buf, sizeof a.buf, &ctx);
+	urcu_memb_read_unlock();
+	/* not local here: chased like an ExternalName, the CNAME's target in the chain */
+	assert_int_equal(ctx.upstream, QUERY_UPSTREAM_ASK);
+	uint8_t target[DNS_MAX_NAME];
+	int n = dns_name_from_text("5.0.0.10.in-addr.arpa", target);
+	assert_int_equal(last_request.chain_len, n);
+	assert_memory_equal(last_request.chain, target, (size_t)n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_static_answer),
+		cmocka_unit_test(test_dns64_on_local_data_allocates_nothing),
 		cmocka_unit_test(test_cache_miss_is_handed_to_the_upstream),
 		cmocka_unit_test(test_cached_answer_is_served_with_the_clients_id_and_case),
 		cmocka_unit_test(test_without_a_cache_non_local_names_are_refused),

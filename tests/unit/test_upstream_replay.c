@@ -12,7 +12,8 @@
  * Covered: coalescing, deadlines, stale answers at the client response
  * timer, retries and their budget, the cool-down, shedding (queue and
  * table full), the queue (newest first, pace, leaving it), the per-client
- * shares, a new upstream, a stalled one, and autopath's candidates.
+ * shares, a new upstream, a stalled one, autopath's candidates, and
+ * DNS64's A question after an AAAA answer without AAAA records.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +45,8 @@ struct seen {
 	enum flight_reply_kind kind;
 	bool cached;
 	uint64_t at_ms;
+	bool dns64_a;                  /* DNS64: it waited for the A answer of ... */
+	char a_name[64];               /* ... this name (r->chain) */
 };
 
 /* The world the table sees (static: far too large for cmocka's stacks). */
@@ -83,9 +86,12 @@ static void fake_reply(void *env, unsigned worker, const struct upstream_request
 	assert_ptr_equal(env, &fk);
 	assert_int_equal(now_ms, fk.now);
 	assert_true(fk.n_replies < REPLIES_MAX);
-	fk.replies[fk.n_replies++] = (struct seen){
+	fk.replies[fk.n_replies] = (struct seen){
 		.worker = worker, .id = r->q.id, .client = ntohl(in->sin_addr.s_addr),
-		.kind = a->kind, .cached = a->cached, .at_ms = now_ms};
+		.kind = a->kind, .cached = a->cached, .at_ms = now_ms, .dns64_a = r->dns64_a};
+	if (r->dns64_a)
+		assert_true(dns_name_to_text(r->chain, fk.replies[fk.n_replies].a_name, 64) > 0);
+	fk.n_replies++;
 }
 
 static void start(const struct flight_settings *s, bool serve_stale)
@@ -111,7 +117,8 @@ static void start(const struct flight_settings *s, bool serve_stale)
 }
 
 static const struct flight_settings defaults = {
-	.timeout_ms = TIMEOUT_MS, .max_rate = 0, .max_per_client = 1000, .max_asked = 1024};
+	.timeout_ms = TIMEOUT_MS, .max_rate = 0, .max_per_client = 1000, .max_asked = 1024,
+	.client_ipv6_bits = 128};
 
 static int setup(void **state)
 {
@@ -246,6 +253,179 @@ static void cached(const char *name, uint32_t ttl)
 	assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_A, DNS_C_IN, ttl, addr, 4));
 	assert_int_equal(cache_insert(fk.cache, &q, msg, dns_response_finish(&w, 0), fk.now / 1000),
 			 0);
+}
+
+/* ---- DNS64 ---------------------------------------------------------------------- */
+
+static const struct dns64_prefix nat64 = {.addr = {0, 0x64, 0xff, 0x9b}, .len = 96};
+
+/* An AAAA request from client, as a worker sends it for an IPv6 client when dns64.prefix is set. */
+static void ask_aaaa64(uint32_t client, const char *name, uint16_t id)
+{
+	struct upstream_request *r = (struct upstream_request *)request(client, name, DNS_T_AAAA,
+								      id);
+	r->dns64 = nat64;
+	flights_client(&fk.t, client % 4, r, fk.now);
+}
+
+static void ask_type(uint32_t client, const char *name, uint16_t qtype, uint16_t id)
+{
+	flights_client(&fk.t, client % 4, request(client, name, qtype, id), fk.now);
+}
+
+/*
+ * An answer to q: rcode, a CNAME to cname (when not NULL), then one AAAA
+ * record when aaaa, one A record when a; an SOA in the authority section
+ * when the answer has no record of q's type.
+ */
+static size_t answer_message(const struct dns_query *question, uint8_t rcode, const char *cname,
+			     bool aaaa, bool a, uint8_t *out, size_t cap)
+{
+	static const uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, [15] = 1}, v4[4] = {192, 0, 2, 7};
+	uint8_t soa[2 * DNS_MAX_NAME + 20] = {0};
+	struct dns_query q = *question;
+	struct dns_writer w;
+	const uint8_t *owner = NULL;
+	size_t n = 0;
+
+	q.has_edns = false;
+	q.cookie_len = 0;
+	dns_response_begin(&w, out, cap, &q, rcode);
+	if (cname) {
+		assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, NULL, DNS_T_CNAME, DNS_C_IN, 300,
+						wire(cname), (uint16_t)dns_name_len(wire(cname))));
+		owner = wire(cname);
+	}
+	if (aaaa)
+		assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, owner, DNS_T_AAAA, DNS_C_IN, 300,
+						v6, sizeof v6));
+	if (a)
+		assert_true(dns_response_add_rr(&w, DNS_SEC_ANSWER, owner, DNS_T_A, DNS_C_IN, 300,
+						v4, sizeof v4));
+	if (!aaaa && !a) {
+		n = dns_name_len(wire("ns.example.com"));
+		memcpy(soa, wire("ns.example.com"), n);
+		memcpy(soa + n, wire("host.example.com"), dns_name_len(wire("host.example.com")));
+		n += dns_name_len(wire("host.example.com")) + 20;
+		soa[n - 1] = 60; /* minimum */
+		assert_true(dns_response_add_rr(&w, DNS_SEC_AUTHORITY, wire("example.com"), DNS_T_SOA,
+						DNS_C_IN, 60, soa, (uint16_t)n));
+	}
+	return dns_response_finish(&w, 0);
+}
+
+/* The upstream answers the i-th question it was asked with that answer. */
+static void upstream_answers_with(unsigned i, uint8_t rcode, const char *cname, bool aaaa, bool a)
+{
+	static uint8_t msg[1024];
+	assert_true(i < fk.n_asked && fk.asked[i]);
+	struct flight *f = fk.asked[i];
+	struct upstream_answer ans = {
+		.kind = rcode == DNS_R_NOERROR ? UPSTREAM_RESULT_NOERROR : UPSTREAM_RESULT_NXDOMAIN,
+		.msg = msg, .len = answer_message(&f->q, rcode, cname, aaaa, a, msg, sizeof msg)};
+
+	fk.asked[i] = NULL;
+	result_take(&fk.rs, f, &ans, fk.now);
+}
+
+static void test_dns64_asks_a_after_an_aaaa_answer_without_aaaa(void **state)
+{
+	(void)state;
+	ask_aaaa64(1, "v4only.example.com", 1);
+	ask_type(2, "v4only.example.com", DNS_T_AAAA, 2); /* an IPv4 client: no DNS64 */
+	assert_int_equal(fk.n_asked, 1);
+	assert_int_equal(fk.asked[0]->q.qtype, DNS_T_AAAA);
+
+	pass(20);
+	upstream_answers_with(0, DNS_R_NOERROR, NULL, false, false); /* NODATA */
+	/* the plain client has its NODATA; the DNS64 one waits for the A question */
+	assert_int_equal(fk.n_replies, 1);
+	assert_int_equal(fk.replies[0].client, 0x0a000002u);
+	assert_int_equal(fk.replies[0].kind, FLIGHT_REPLY_ANSWER);
+	assert_int_equal(fk.n_asked, 2);
+	assert_string_equal(fk.asked_name[1], "v4only.example.com.");
+	assert_int_equal(fk.asked[1]->q.qtype, DNS_T_A);
+	assert_int_equal(flights_waiting(&fk.t), 1);
+
+	/* the A question is one like any other: a client asking it joins */
+	ask_type(3, "v4only.example.com", DNS_T_A, 3);
+	assert_int_equal(fk.n_asked, 2);
+	pass(20);
+	upstream_answers_with(1, DNS_R_NOERROR, NULL, false, true);
+	assert_int_equal(fk.n_replies, 3);
+	for (unsigned i = 1; i < 3; i++) {
+		assert_int_equal(fk.replies[i].kind, FLIGHT_REPLY_ANSWER);
+		assert_true(fk.replies[i].cached);
+		assert_int_equal(fk.replies[i].dns64_a, fk.replies[i].client == 0x0a000001u);
+	}
+	assert_string_equal(fk.replies[1].dns64_a ? fk.replies[1].a_name : fk.replies[2].a_name,
+			    "v4only.example.com.");
+	/* both answers are in the cache under their own questions, nothing else */
+	struct dns_query q;
+	make_query(&q, "v4only.example.com", DNS_T_AAAA);
+	uint8_t buf[512];
+	struct dns_writer w;
+	dns_response_begin(&w, buf, sizeof buf, &q, DNS_R_NOERROR);
+	assert_int_equal(cache_replay(fk.cache, &w, fk.now / 1000, false), CACHE_HIT);
+	assert_int_equal(dns_response_finish(&w, 0) > 0 && buf[7] == 0, true); /* no answer */
+	assert_int_equal(count(&fk.n.flights), 0);
+	assert_int_equal(flights_waiting(&fk.t), 0);
+
+	/* later: both in the cache, a DNS64 client is answered at once from it */
+	ask_aaaa64(4, "v4only.example.com", 4);
+	assert_int_equal(fk.n_asked, 2);
+	assert_int_equal(fk.replies[3].kind, FLIGHT_REPLY_CACHED);
+	assert_true(fk.replies[3].dns64_a);
+}
+
+static void test_dns64_asks_a_for_the_end_of_the_cname_chain(void **state)
+{
+	(void)state;
+	ask_aaaa64(1, "www.example.com", 1);
+	upstream_answers_with(0, DNS_R_NOERROR, "edge.cdn.example.net", false, false);
+	assert_int_equal(fk.n_asked, 2);
+	assert_string_equal(fk.asked_name[1], "edge.cdn.example.net.");
+	assert_int_equal(fk.asked[1]->q.qtype, DNS_T_A);
+	upstream_answers_with(1, DNS_R_NOERROR, NULL, false, true);
+	assert_int_equal(fk.n_replies, 1);
+	assert_true(fk.replies[0].dns64_a);
+	assert_string_equal(fk.replies[0].a_name, "edge.cdn.example.net.");
+}
+
+static void test_dns64_keeps_aaaa_answers_and_nxdomain(void **state)
+{
+	(void)state;
+	ask_aaaa64(1, "dual.example.com", 1);
+	upstream_answers_with(0, DNS_R_NOERROR, "dual.cdn.example.net", true, false);
+	ask_aaaa64(2, "gone.example.com", 2);
+	upstream_answers_with(1, DNS_R_NXDOMAIN, NULL, false, false);
+	assert_int_equal(fk.n_asked, 2); /* no A question for either */
+	assert_int_equal(fk.n_replies, 2);
+	for (unsigned i = 0; i < 2; i++) {
+		assert_int_equal(fk.replies[i].kind, FLIGHT_REPLY_ANSWER);
+		assert_false(fk.replies[i].dns64_a);
+	}
+}
+
+static void test_dns64_a_question_keeps_the_clients_deadline(void **state)
+{
+	(void)state;
+	ask_aaaa64(1, "slow-a.example.com", 1);
+	pass(1500);
+	upstream_answers_with(0, DNS_R_NOERROR, NULL, false, false);
+	assert_int_equal(fk.n_asked, 2);
+	/* the A question is slow: the client's deadline is the one it came with */
+	pass(TIMEOUT_MS - 1500 - 1);
+	assert_int_equal(fk.n_replies, 0);
+	pass(1);
+	assert_int_equal(fk.n_replies, 1);
+	assert_int_equal(fk.replies[0].kind, FLIGHT_REPLY_FAILED); /* deliver: the NODATA, cached */
+	assert_true(fk.replies[0].dns64_a);
+	assert_int_equal(fk.replies[0].at_ms, fk.now);
+	/* the A answer still fills the cache when it comes */
+	upstream_answers_with(1, DNS_R_NOERROR, NULL, false, true);
+	assert_int_equal(fk.n_replies, 1);
+	assert_int_equal(count(&fk.n.flights), 0);
 }
 
 /* ---- coalescing ----------------------------------------------------------------- */
@@ -435,7 +615,7 @@ static void test_the_queue_starts_newest_first_and_drops_the_unwaited(void **sta
 {
 	(void)state;
 	const struct flight_settings two = {.timeout_ms = TIMEOUT_MS, .max_per_client = 1000,
-					    .max_asked = 2};
+					    .max_asked = 2, .client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&two, false);
@@ -465,7 +645,7 @@ static void test_a_question_that_waited_in_the_queue_says_nothing_of_the_upstrea
 {
 	(void)state;
 	const struct flight_settings one = {.timeout_ms = TIMEOUT_MS, .max_per_client = 1000,
-					    .max_asked = 1};
+					    .max_asked = 1, .client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&one, false);
@@ -492,7 +672,7 @@ static void test_a_full_queue_gives_up_its_oldest_question(void **state)
 {
 	(void)state;
 	const struct flight_settings one = {.timeout_ms = TIMEOUT_MS, .max_per_client = 65535,
-					    .max_asked = 1};
+					    .max_asked = 1, .client_ipv6_bits = 128};
 	char name[64];
 
 	teardown(state);
@@ -544,7 +724,8 @@ static void test_max_rate_paces_new_questions(void **state)
 {
 	(void)state;
 	const struct flight_settings paced = {.timeout_ms = TIMEOUT_MS, .max_rate = 10,
-					      .max_per_client = 1000, .max_asked = 1024};
+					      .max_per_client = 1000, .max_asked = 1024,
+	.client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&paced, false);
@@ -679,7 +860,7 @@ static void test_a_full_silent_upstream_is_stalled_and_its_questions_can_be_drop
 {
 	(void)state;
 	const struct flight_settings two = {.timeout_ms = TIMEOUT_MS, .max_per_client = 1000,
-					    .max_asked = 2};
+					    .max_asked = 2, .client_ipv6_bits = 128};
 
 	teardown(state);
 	start(&two, false);
@@ -930,6 +1111,10 @@ int main(void)
 		T(test_a_full_waiter_table_refuses_its_heaviest_client),
 		T(test_a_refresh_counts_against_the_client_whose_hit_triggered_it),
 		T(test_refreshes_are_bounded_globally),
+		T(test_dns64_asks_a_after_an_aaaa_answer_without_aaaa),
+		T(test_dns64_asks_a_for_the_end_of_the_cname_chain),
+		T(test_dns64_keeps_aaaa_answers_and_nxdomain),
+		T(test_dns64_a_question_keeps_the_clients_deadline),
 #undef T
 	};
 	int failed;

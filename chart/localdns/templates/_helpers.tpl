@@ -77,7 +77,20 @@ version answered to version.bind). A copy: templates must not change
 {{- if not $config.chaos.version -}}
 {{- $_ := set $config.chaos "version" (printf "localdns %s" (include "localdns.imageTag" .)) -}}
 {{- end -}}
+{{- if include "localdns.keeper" . -}}
+{{- $_ := set $config.keeper "socket" (include "localdns.keeperSocket" .) -}}
+{{- end -}}
 {{- toYaml $config -}}
+{{- end -}}
+
+{{/* "true" when the pod has the keeper container: keeper.enabled, with the nftables table it works on. */}}
+{{- define "localdns.keeper" -}}
+{{- if and .Values.keeper.enabled .Values.config.nftables.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* keeper.socket in the pod's own in-memory emptyDir, which both containers mount. */}}
+{{- define "localdns.keeperSocket" -}}
+/run/localdns-keeper/keeper.sock
 {{- end -}}
 
 {{/*
@@ -113,4 +126,20 @@ kubelet cannot read.
 {{- define "localdns.metricsSelectorLabels" -}}
 {{ include "localdns.selectorLabels" . }}
 app.kubernetes.io/component: metrics
+{{- end -}}
+
+{{/*
+The environment the config may name, for both containers (they read the
+same file): NODE_NAME (kubernetes.node_name ""), POD_IP ("${POD_IP}:port" in
+a listen key: the node's address on the host network).
+*/}}
+{{- define "localdns.env" -}}
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
 {{- end -}}

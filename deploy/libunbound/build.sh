@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# deploy/libunbound/build.sh — libunbound with TLS, from Debian's own source.
+#
+#   build.sh sources         add deb-src entries beside the system's deb ones (root; make deps,
+#                            the Dockerfile's build stage), then apt-get update once
+#   build.sh build PREFIX    build and install the library into PREFIX (the Makefile's
+#                            $(UNBOUND_PC) rule; the Dockerfile through make)
+#
+# Why: Debian 12 builds libunbound8 with nettle (--with-nettle), which has no
+# TLS, so that library cannot forward over DNS-over-TLS (upstream.tls). The
+# unbound daemon Debian ships from the same source is built with OpenSSL.
+# This builds the library from the very source package of the installed
+# libunbound-dev (same version, Debian's patches applied by dpkg-source),
+# configured as debian/rules configures its library build, except OpenSSL
+# for nettle: libevent and the event API (ub_ctx_create_ub_event,
+# ub_ctx_create_event), the same hardening flags (dpkg-buildflags). Only the
+# library, static and PIC, is built: every localdns build (plain, sanitize,
+# tsan, fuzz, bench, the image) links it statically through pkg-config, and
+# OpenSSL and libevent stay shared libraries from Debian.
+#
+# PREFIX appears whole or not at all (installed beside it, then renamed), so an
+# interrupted build is started again rather than half used.
+set -euo pipefail
+
+fail() {
+	echo "libunbound: $*" >&2
+	exit 1
+}
+
+# deb-src twins of the system's Debian entries (deb822 .sources files and
+# one-line sources.list), in a file of our own; nothing is changed in theirs.
+add_sources() {
+	local out=/etc/apt/sources.list.d/localdns-deb-src.sources tmp
+	tmp=$(mktemp)
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -e "$f" ] && [ "$f" != "$out" ] || continue
+		# only the stanzas of Debian's archive (deb.debian.org or a mirror's /debian paths)
+		awk 'BEGIN { RS = ""; ORS = "\n\n" }
+		     {
+			 n = split($0, line, "\n"); deb = 0; debian = 0
+			 for (i = 1; i <= n; i++) {
+				 if (line[i] ~ /^Types:/ && (" " line[i] " ") ~ /[ \t]deb[ \t]/) deb = i
+				 if (line[i] ~ /^URIs:.*debian/) debian = 1
+			 }
+			 if (!deb || !debian) next
+			 line[deb] = "Types: deb-src"; out = line[1]
+			 for (i = 2; i <= n; i++) out = out "\n" line[i]
+			 print out
+		     }' "$f"
+	done >"$tmp"
+	if [ -f /etc/apt/sources.list ]; then
+		# deb [options] URI SUITE COMPONENT...: the options (arch=, signed-by=) are left out
+		awk '$1 == "deb" && $0 ~ /debian/ {
+			 i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+			 printf "Types: deb-src\nURIs: %s\nSuites: %s\nComponents:", $i, $(i + 1)
+			 for (j = i + 2; j <= NF; j++) printf " %s", $j; printf "\n\n" }' \
+			/etc/apt/sources.list >>"$tmp"
+	fi
+	[ -s "$tmp" ] || { rm -f "$tmp"; fail "no Debian deb entry in /etc/apt/sources.list{,.d} to take deb-src from"; }
+	if cmp -s "$tmp" "$out"; then
+		rm -f "$tmp"
+	else
+		install -m 0644 "$tmp" "$out"
+		rm -f "$tmp"
+		echo "libunbound: added $out; apt-get update"
+		apt-get update -q
+	fi
+}
+
+# A static archive exports every global of every object: unbound's internals
+# (mesh_stats, log_info, verbose, its compat strlcpy...) would clash with, or
+# worse silently stand in for, functions of ours and of other libraries. The
+# shared library exports only the API (libunbound/ubsyms.def, its
+# -export-symbols list); so does this archive: its objects linked into one
+# (ld -r) whose other defined globals are made local.
+only_public_symbols() {
+	local archive=$1 api=$2 work=$3 extra
+	ld -r -o "$work/libunbound.o" --whole-archive "$archive"
+	nm --defined-only --extern-only "$work/libunbound.o" | awk '{print $3}' |
+		grep -vxFf "$api" >"$work/localize.txt" || true
+	objcopy --localize-symbols="$work/localize.txt" "$work/libunbound.o"
+	rm -f "$archive"
+	ar rcs "$archive" "$work/libunbound.o"
+	extra=$(nm --defined-only --extern-only "$archive" | awk 'NF == 3 {print $3}' | grep -vxFf "$api" || true)
+	[ -z "$extra" ] || fail "libunbound.a still exports non-API symbols: $extra"
+	grep -qx ub_ctx_create_ub_event <(nm --defined-only --extern-only "$archive" | awk '{print $3}') ||
+		fail "libunbound.a lacks the event API (ub_ctx_create_ub_event)"
+}
+
+build() {
+	local prefix=$1 version work src flags
+	version=$(dpkg-query -W -f '${Version}' libunbound-dev 2>/dev/null) ||
+		fail "libunbound-dev is not installed (make deps): its version picks the source"
+	[ -n "$version" ] || fail "libunbound-dev has no version"
+	work=$prefix.work
+	rm -rf "$work"
+	mkdir -p "$work"
+	echo "libunbound: Debian's unbound $version source, built with OpenSSL into $prefix"
+	(cd "$work" && apt-get source -q --download-only "unbound=$version") >"$work/fetch.log" 2>&1 ||
+		{ cat "$work/fetch.log" >&2; fail "cannot fetch the unbound $version source (make deps adds deb-src entries)"; }
+	dpkg-source -x "$work"/unbound_*.dsc "$work/src" >"$work/extract.log" 2>&1 ||
+		{ cat "$work/extract.log" >&2; fail "dpkg-source -x failed"; }
+	src=$work/src
+	mkdir -p "$src/b"
+	export DEB_BUILD_MAINT_OPTIONS=hardening=+all
+	flags=(CFLAGS="$(cd "$src" && dpkg-buildflags --get CFLAGS)"
+	       CPPFLAGS="$(cd "$src" && dpkg-buildflags --get CPPFLAGS)"
+	       LDFLAGS="$(cd "$src" && dpkg-buildflags --get LDFLAGS)")
+	# debian/rules' CONFIGURE_ARGS and its libunbound build's flags, but --with-ssl for
+	# --with-nettle; static and PIC only, installed under prefix.
+	(cd "$src/b" && ../configure --prefix="$prefix" \
+		--with-libunbound-only --with-ssl --enable-event-api --with-libevent \
+		--without-pythonmodule --without-pyunbound \
+		--disable-rpath --with-pidfile=/run/unbound.pid --enable-tfo-client --enable-tfo-server \
+		--with-rootkey-file=/usr/share/dns/root.key \
+		--enable-static --disable-shared --with-pic "${flags[@]}") >"$work/configure.log" 2>&1 ||
+		{ tail -30 "$work/configure.log" >&2; fail "configure failed ($work/configure.log)"; }
+	grep -q '^#define HAVE_SSL ' "$src/b/config.h" || fail "configure found no OpenSSL (libssl-dev)"
+	grep -q '^#define USE_LIBEVENT 1' "$src/b/config.h" || fail "configure found no libevent (libevent-dev)"
+	# MAKEFLAGS: not the calling make's jobserver, which this script cannot join.
+	env -u MAKEFLAGS -u MFLAGS make -C "$src/b" -j"$(nproc)" lib >"$work/make.log" 2>&1 ||
+		{ tail -30 "$work/make.log" >&2; fail "make lib failed ($work/make.log)"; }
+	env -u MAKEFLAGS -u MFLAGS make -C "$src/b" install-lib DESTDIR="$work/dest" \
+		>"$work/install.log" 2>&1 || { tail -30 "$work/install.log" >&2; fail "make install-lib failed"; }
+	only_public_symbols "$work/dest$prefix/lib/libunbound.a" "$src/libunbound/ubsyms.def" "$work"
+	# The .pc names prefix; the files come there in one rename. No man pages, no libtool archive.
+	rm -rf "$work/dest$prefix/share" "$work/dest$prefix/lib/libunbound.la"
+	rm -rf "$prefix"
+	mv "$work/dest$prefix" "$prefix"
+	rm -rf "$work"
+}
+
+case ${1:-} in
+sources) add_sources ;;
+build) build "${2:?usage: build.sh build PREFIX}" ;;
+*) fail "usage: build.sh sources | build PREFIX" ;;
+esac

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""tls_miss.py BIN [--rounds N] [--names N] [--seconds S] [--doc] — what a cache
+miss costs when localdns forwards over DNS-over-TLS instead of UDP.
+
+    tests/bench/tls_miss.py build/localdns --doc
+
+The upstream is a local Unbound (one thread, iterator only) that answers
+every name under miss.example (a redirect zone) on one port: over TLS on TCP
+(tls-port, a certificate from a CA made here with openssl) and plain on UDP.
+localdns (one worker) forwards to it either way: `upstream.servers:
+[127.0.0.1:PORT]` (UDP) or `[127.0.0.1:PORT#dot.test]` with `upstream.tls`.
+Every name is asked once, so every query is a miss. Per round and mode, a
+fresh daemon, then:
+
+  - sequential: --names names one after another, each sent once and waited
+    for (a stub resolver's pattern): latency percentiles, the first query
+    apart (it opens the connection: TCP and TLS handshakes over TLS);
+  - load: dnsgen asks new names at --rate for --seconds, at most
+    --outstanding in flight (upstream.max_rate off): misses answered a
+    second, and localdns's CPU time per answered miss (/proc/PID/stat,
+    utime + stime, over the run).
+
+Modes alternate (udp, tls, udp, tls, ...) so a neighbour's load on the shared
+machine falls on both; the table has each mode's median over the rounds.
+--doc rewrites the marked block in docs/performance.md. Traffic stays on
+127.0.0.1; every process started is stopped on exit.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DOC = os.path.join(REPO, "docs", "performance.md")
+ZONE = "miss.example"
+TLS_NAME = "dot.test"
+BEGIN, END = "<!-- tls_miss:begin -->", "<!-- tls_miss:end -->"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    for _ in range(50):
+        t = socket.socket()
+        t.bind(("127.0.0.1", 0))
+        port = t.getsockname()[1]
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            t.close()
+            u.close()
+    sys.exit("tls_miss: no free port")
+
+
+def query(name, qid):
+    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
+    return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + b"\x00\x01\x00\x01"
+
+
+def ask(sock, port, name, timeout):
+    """One A query over UDP, sent once; (seconds, rcode) or None without an answer."""
+    qid = random.randrange(65536)
+    sock.settimeout(timeout)
+    t0 = time.perf_counter()
+    sock.sendto(query(name, qid), ("127.0.0.1", port))
+    while True:
+        try:
+            data = sock.recv(4096)
+        except socket.timeout:
+            return None
+        if len(data) >= 12 and struct.unpack(">H", data[:2])[0] == qid:
+            return time.perf_counter() - t0, data[3] & 0xF
+
+
+def make_ca(tmp):
+    def run(*a):
+        subprocess.run(a, cwd=tmp, check=True, capture_output=True, timeout=60)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns bench CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
+        "srv.csr", "-subj", "/CN=" + TLS_NAME)
+    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:%s\n" % TLS_NAME)
+    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
+    return os.path.join(tmp, "ca.pem")
+
+
+def start_unbound(tmp, port, procs):
+    conf = os.path.join(tmp, "unbound.conf")
+    with open(conf, "w") as f:
+        f.write("""server:
+  interface: 127.0.0.1@%(port)d
+  tls-port: %(port)d
+  tls-service-key: "%(tmp)s/srv.key"
+  tls-service-pem: "%(tmp)s/srv.pem"
+  num-threads: 1
+  do-daemonize: no
+  username: ""
+  chroot: ""
+  directory: "%(tmp)s"
+  pidfile: ""
+  use-syslog: no
+  logfile: ""
+  verbosity: 0
+  do-ip6: no
+  access-control: 127.0.0.0/8 allow
+  module-config: "iterator"
+  incoming-num-tcp: 100
+  local-zone: "%(zone)s." redirect
+  local-data: "%(zone)s. 300 IN A 192.0.2.53"
+""" % {"port": port, "tmp": tmp, "zone": ZONE})
+    p = subprocess.Popen([shutil.which("unbound") or "/usr/sbin/unbound", "-d", "-c", conf],
+                         stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "unbound.log"),
+                                                                 "w"))
+    procs.append(p)
+    return p
+
+
+def start_localdns(binary, tmp, mode, label, up_port, ca, procs):
+    """localdns forwarding to the Unbound at up_port over mode (udp or tls); max_rate off."""
+    port = free_port()
+    server = "127.0.0.1:%d" % up_port
+    upstream = '{servers: ["%s"], max_rate: 0}' % server
+    if mode == "tls":
+        upstream = '{servers: ["%s#%s"], tls: true, tls_ca_file: "%s", max_rate: 0}' % (
+            server, TLS_NAME, ca)
+    conf = os.path.join(tmp, "localdns-%s.yaml" % label)
+    with open(conf, "w") as f:
+        f.write("listen: {addresses: [127.0.0.1], port: %d, workers: 1}\n"
+                "interface: {manage: false}\nnftables: {enabled: false}\n"
+                "kubernetes: {enabled: false}\nhealth: {listen: \"\"}\nmetrics: {listen: \"\"}\n"
+                "control: {socket: \"\"}\nlog: {level: warn}\nupstream: %s\n" % (port, upstream))
+    log = open(os.path.join(tmp, "localdns-%s.log" % label), "w")
+    p = subprocess.Popen([os.path.abspath(binary), "--config", conf], stdout=log, stderr=log)
+    procs.append(p)
+    return p, port
+
+
+def wait_answer(proc, port, what):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for i in range(100):
+            if proc.poll() is not None:
+                sys.exit("tls_miss: %s exited at start" % what)
+            if ask(s, port, "warmup%d.%s" % (i, ZONE), 0.3):
+                return
+            time.sleep(0.1)
+    finally:
+        s.close()
+    sys.exit("tls_miss: %s did not answer within 10 s" % what)
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def sequential(port, prefix, n):
+    """The first query (it opens the connection) and the next n-1, one at a time."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    times, lost = [], 0
+    try:
+        for i in range(n):
+            r = ask(s, port, "%s%06d.%s" % (prefix, i, ZONE), 5)
+            if r is None or r[1] != 0:
+                lost += 1
+            else:
+                times.append(r[0])
+    finally:
+        s.close()
+    return times, lost
+
+
+def dnsgen(binary, port, tmp, prefix, args):
+    path = os.path.join(tmp, prefix + "-queries.txt")
+    with open(path, "w") as f:
+        f.write("".join("%s%07d.%s A\n" % (prefix, i, ZONE)
+                        for i in range(args.rate * args.seconds + 1000)))
+    gen = os.path.join(os.path.dirname(os.path.abspath(binary)), "bench", "dnsgen")
+    argv = [gen, "-s", "127.0.0.1", "-p", str(port), "-d", path, "-c", "8",
+            "-Q", str(args.rate), "-l", str(args.seconds), "-q", str(args.outstanding),
+            "-t", "5"]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=args.seconds + 70)
+    if p.returncode != 0:
+        sys.exit("tls_miss: dnsgen failed: " + p.stderr)
+    r = {}
+    for kv in p.stdout.split():
+        k, v = kv.split("=", 1)
+        try:
+            r[k] = float(v)
+        except ValueError:
+            r[k] = v
+    return r
+
+
+def one_round(binary, tmp, label, up_port, ca, procs, rnd, args):
+    p, port = start_localdns(binary, tmp, label, label, up_port, ca, procs)
+    try:
+        wait_answer(p, port, "localdns (%s)" % label)
+        # The warm-up opened the connection, so these misses reuse it; what opening
+        # one costs is measured below, by a daemon that has asked the upstream nothing.
+        times, lost = sequential(port, "%s%ds" % (label[0], rnd), args.names)
+        cpu0 = cpu_seconds(p.pid)
+        g = dnsgen(binary, port, tmp, "%s%dg" % (label[0], rnd), args)
+        cpu = cpu_seconds(p.pid) - cpu0
+    finally:
+        stop(p)
+    # The first miss of a daemon that has not yet talked to the upstream.
+    p, port = start_localdns(binary, tmp, label, label + "-first", up_port, ca, procs)
+    try:
+        first = None
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(100):
+            if p.poll() is not None:
+                sys.exit("tls_miss: localdns (%s) exited at start" % label)
+            try:
+                # libunbound answers localhost itself: serving, and nothing asked upstream yet
+                s.settimeout(0.2)
+                s.sendto(query("localhost", 1), ("127.0.0.1", port))
+                s.recv(4096)
+                break
+            except OSError:
+                time.sleep(0.1)
+        r = ask(s, port, "%s%dfirst.%s" % (label[0], rnd, ZONE), 5)
+        first = r[0] if r and r[1] == 0 else None
+        s.close()
+    finally:
+        stop(p)
+    times.sort()
+    return {
+        "first_ms": first * 1000 if first else float("nan"),
+        "p50_ms": statistics.median(times) * 1000,
+        "p99_ms": times[int(len(times) * 0.99) - 1] * 1000,
+        "lost": lost,
+        "qps": g["noerror"] / g["elapsed_s"],
+        "gen_lost": g["sent"] - g["noerror"],
+        "cpu_us": cpu / max(g["noerror"], 1) * 1e6,
+    }
+
+
+def median_of(rounds, key):
+    return statistics.median(r[key] for r in rounds)
+
+
+def report(results, args):
+    load = os.getloadavg()
+    lines = ["%s, commit %s, %d CPUs (load average %.1f at the end): %d rounds, modes "
+             "alternating; each %d names one at a time, then dnsgen at %d new names/s for %d s "
+             "(at most %d in flight); Unbound %s with one thread answering every name from a "
+             "redirect zone, localdns with one worker. Medians over the rounds."
+             % (time.strftime("%Y-%m-%d"), git_rev(), os.cpu_count(), load[0], args.rounds,
+                args.names, args.rate, args.seconds, args.outstanding, unbound_version()),
+             "",
+             "| upstream | first miss (connects) ms | miss p50 ms | miss p99 ms | misses/s "
+             "under load | CPU per miss (localdns) µs | unanswered |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label in ("udp", "tls"):
+        rs = results[label]
+        lines.append("| %s | %.2f | %.3f | %.3f | %.0f | %.1f | %d |" % (
+            "UDP" if label == "udp" else "TLS (one connection)",
+            median_of(rs, "first_ms"), median_of(rs, "p50_ms"), median_of(rs, "p99_ms"),
+            median_of(rs, "qps"), median_of(rs, "cpu_us"),
+            sum(r["lost"] + r["gen_lost"] for r in rs)))
+    lines.append("")
+    lines.append("Each round: " + "; ".join(
+        "%s %s" % (label, ", ".join("p50 %.3f ms, %.0f/s, %.1f µs" % (r["p50_ms"], r["qps"],
+                                                                      r["cpu_us"])
+                                    for r in results[label]))
+        for label in ("udp", "tls")) + ".")
+    return "\n".join(lines)
+
+
+def git_rev():
+    p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                       text=True)
+    return p.stdout.strip() or "unknown"
+
+
+def unbound_version():
+    p = subprocess.run([shutil.which("unbound") or "/usr/sbin/unbound", "-V"],
+                       capture_output=True, text=True)
+    for line in (p.stdout + p.stderr).splitlines():
+        if line.startswith("Version"):
+            return line.split()[1]
+    return "?"
+
+
+def write_doc(text):
+    with open(DOC) as f:
+        doc = f.read()
+    if BEGIN not in doc or END not in doc:
+        sys.exit("tls_miss: %s has no %s ... %s block" % (DOC, BEGIN, END))
+    head, rest = doc.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(DOC, "w") as f:
+        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("binary")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--names", type=int, default=2000)
+    ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--outstanding", type=int, default=200)
+    ap.add_argument("--doc", action="store_true", help="rewrite the block in docs/performance.md")
+    args = ap.parse_args()
+    procs = []
+    tmp = tempfile.mkdtemp(prefix="tls-miss-")
+    try:
+        ca = make_ca(tmp)
+        up_port = free_port()
+        up = start_unbound(tmp, up_port, procs)
+        time.sleep(0.5)
+        if up.poll() is not None:
+            sys.exit("tls_miss: unbound exited at start (%s/unbound.log)" % tmp)
+        results = {"udp": [], "tls": []}
+        for rnd in range(args.rounds):
+            for label in ("udp", "tls"):
+                r = one_round(args.binary, tmp, label, up_port, ca, procs, rnd, args)
+                print("round %d %s: %s" % (rnd, label, r), flush=True)
+                results[label].append(r)
+        text = report(results, args)
+        print(text)
+        if args.doc:
+            write_doc(text)
+    finally:
+        for p in procs:
+            stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
