@@ -51,7 +51,7 @@ KUBE_DUMP := $(BUILD)/tests/kube_dump
 # The daemon with a worker, a main thread (at a reload; the keeper's as it waits) that
 # make a forbidden syscall, and a resolver that opens a file, on cue
 # (tests/privs/forbidden.c, for test_privileges.py): the same objects, recvmmsg,
-# ub_resolve_async, daemon_reload and pthread_join wrapped. Never installed.
+# ub_resolve_event, daemon_reload and pthread_join wrapped. Never installed.
 FORBIDDEN := $(BUILD)/tests/localdns-forbidden
 
 # The daemon linked with Debian's own libunbound8 (shared, nettle, no TLS), for
@@ -140,7 +140,7 @@ $(KUBE_DUMP): tests/kube/kube_dump.c $(LIB)
 $(FORBIDDEN): tests/privs/forbidden.c $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BIN_OBJ) $(LIB) $(LDFLAGS) -Wl,--wrap=recvmmsg \
-	    -Wl,--wrap=ub_resolve_async -Wl,--wrap=daemon_reload -Wl,--wrap=pthread_join $(LDLIBS)
+	    -Wl,--wrap=ub_resolve_event -Wl,--wrap=daemon_reload -Wl,--wrap=pthread_join $(LDLIBS)
 
 $(NETTLE_DAEMON): $(BIN_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
@@ -301,6 +301,7 @@ bench: $(BIN) $(BENCH_TOOLS) $(BUILD)/bench/cluster_model
 	tests/bench/cache_qps.sh $(BIN)
 	tests/bench/search_qps.sh $(BIN)
 	tests/bench/srv_qps.sh $(BIN)
+	tests/bench/miss_qps.sh $(BIN)
 	tests/bench/dnstap_qps.sh $(BIN)
 	$(BUILD)/bench/cluster_model
 	tests/bench/cluster_sync.py $(BIN) $(if $(BENCH_NO_DOC),,--doc)

@@ -10,7 +10,7 @@
  * The allow-lists are what each kind of thread was seen to call (strace
  * -f of the whole integration suite, one list per thread name; the suite
  * passes with them, plain and under ASan and UBSan), grouped by purpose.
- * Threads that libraries start (libunbound's, libcurl's resolver threads,
+ * Threads that libraries start (libcurl's resolver threads,
  * libmicrohttpd's, liburcu's call_rcu and hash table resize threads)
  * inherit the list of the thread that started them, so a list covers
  * those too.
@@ -102,8 +102,9 @@ out:
  * /proc for /metrics and for the keeper's and the node monitor's look at a
  * worker's thread, openssl.cnf (OpenSSL's first use, ldns's random ID). */
 #define READERS (RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE)
-/* Who starts threads: libunbound's, libmicrohttpd's, libcurl's and liburcu's. */
-#define SPAWNS (RESOLVER | HTTP | KUBE)
+/* Who starts threads: libmicrohttpd's, libcurl's and liburcu's. libunbound
+ * runs on the resolver thread's own loop and starts none (upstream/loop.c). */
+#define SPAWNS (HTTP | KUBE)
 
 #define WRITE_FLAGS (O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND)
 #define INT_ARG 0xffffffffull  /* an int argument: the register's upper half is not its */
@@ -179,10 +180,9 @@ static const struct rule rules[] = {
 	ALLOW(WORKER | RESOLVER | HTTP, epoll_wait),
 	ALLOW(WORKER | RESOLVER | HTTP, epoll_pwait),
 	ALLOW(WORKER | RESOLVER | HTTP, epoll_ctl),
-	ALLOW(RESOLVER | HTTP, epoll_create1),
+	ALLOW(HTTP, epoll_create1),        /* the resolver's epoll set is made before it starts */
 	ALLOW(HTTP, eventfd2),
-	ALLOW(RESOLVER, pipe2),            /* libunbound's pipes to its thread */
-	ALLOW(RESOLVER | KUBE, socketpair),
+	ALLOW(KUBE, socketpair),
 	/* Sockets: traffic on those the thread has or accepts. */
 	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE | DNSTAP, recvfrom),
 	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE, sendto),
@@ -207,7 +207,8 @@ static const struct rule rules[] = {
 	ALLOW(KEEPER, connect),
 	ALLOW(KEEPER, shutdown),
 	ALLOW(WORKER, recvmmsg),
-	ALLOW(WORKER | KUBE, sendmmsg),    /* glibc's resolver asks A and AAAA at once */
+	/* glibc's resolver asks A and AAAA at once; the resolver sends a turn's UDP replies */
+	ALLOW(WORKER | RESOLVER | KUBE, sendmmsg),
 	ALLOW(RESOLVER, writev),
 	ALLOW(WORKER | CONTROL | HTTP, accept4),
 	/* A worker shuts a retired listener down: the keeper holds a copy (server/worker.c). */
@@ -240,8 +241,6 @@ static const struct rule rules[] = {
 	FAIL_IF(KUBE, socket, EACCES, 0, INT_ARG, AF_NETLINK),
 	/* A renewed libunbound context reads its unbound.conf text from a memfd. */
 	ALLOW(RESOLVER, memfd_create),
-	/* libunbound asks whether its thread is still there: pthread_kill(t, 0). */
-	ALLOW_IF(RESOLVER, tgkill, 2, INT_ARG, 0),
 	/* Threads, never processes: clone must carry CLONE_THREAD. clone3 passes
 	 * its flags in memory, where a filter cannot look, so it fails with
 	 * ENOSYS and glibc falls back to clone. */

@@ -8,8 +8,8 @@
  * about. Nothing is written to disk. This file never calls libunbound.
  *
  * Choices that are not the operator's to make, and why (and, in
- * upstream.c, threads rather than a forked process, so results come back
- * through ub_fd into the resolver thread):
+ * upstream.c and loop.c, libunbound on the resolver thread's own event
+ * loop, neither a thread nor a forked process of its own):
  * - do-not-query-localhost: no, since a node's resolver (or a test's) may
  *   live on a loopback address;
  * - no message cache to speak of (one slab of size 0 keeps only the last

@@ -1,9 +1,15 @@
 /*
  * upstream/deliver.c — the resolver thread's replies to waiting clients.
  *
- * UDP replies go straight out on the socket the query came in on (sendto
- * from this thread; the worker keeps reading it), within rrl.* as the
- * workers' own (src/rrl/). A TCP connection's byte
+ * UDP replies go out on the socket the query came in on, from this thread
+ * (the worker keeps reading it), within rrl.* as the workers' own
+ * (src/rrl/), a turn's replies for one socket together: one sendmmsg at
+ * the end of the loop's turn (deliver_flush) or when 32 are waiting. A
+ * sendto per reply cost a syscall each, and woke the client once per
+ * reply: a load generator (or a busy stub) that answers each reply with
+ * its next query then woke the worker, which shares the resolver's core,
+ * as often, each time taking the core from the resolver and giving it back
+ * (docs/performance.md, "Cold misses"). A TCP connection's byte
  * stream belongs to its worker, so a TCP reply is framed into a malloc'd
  * buffer and put on that worker's completion ring (ring.c; single
  * producer: this thread; single consumer: the worker), whose eventfd is
@@ -22,6 +28,7 @@
  */
 #include "upstream/deliver.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -81,12 +88,12 @@ static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstrea
 	}
 }
 
-/* rrl.*: the UDP reply in d->buf as it may go out (whole, or cut to a TC
- * slip), or 0 when dropped. */
-static size_t rate_limited(struct deliver *d, const struct upstream_request *r, size_t len,
-			   uint64_t now_ms)
+/* rrl.*: the UDP reply[0..len) to r's client as it may go out (whole, or
+ * cut to a TC slip), or 0 when dropped. */
+static size_t rate_limited(struct deliver *d, const struct upstream_request *r, uint8_t *reply,
+			   size_t len, uint64_t now_ms)
 {
-	switch (rrl_apply(&r->peer, d->buf, &len, now_ms / 1000)) {
+	switch (rrl_apply(&r->peer, reply, &len, now_ms / 1000)) {
 	case RRL_PASS:
 		break;
 	case RRL_SLIP:
@@ -99,6 +106,52 @@ static size_t rate_limited(struct deliver *d, const struct upstream_request *r, 
 	return len;
 }
 
+/* The UDP replies waiting go out; a full socket buffer drops the rest, as the network would. */
+static void send_udp(struct deliver *d)
+{
+	struct udp_out *o = &d->udp;
+
+	for (unsigned sent = 0; sent < o->n;) {
+		int rc = sendmmsg(o->fd, o->msgs + sent, o->n - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (rc > 0)
+			sent += (unsigned)rc;
+		else if (rc < 0 && errno == EINTR)
+			continue;
+		else if (rc < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			sent++; /* this one's peer is unreachable: the next */
+		else
+			break;
+	}
+	o->n = 0;
+	o->used = 0;
+}
+
+/*
+ * The reply built in d->buf (len bytes) joins the UDP replies waiting for
+ * r's socket, as rrl.* lets it go: rrl_apply cuts or drops the copy, so
+ * d->buf stays the reply as built for the query log and dnstap (what a
+ * worker records too: the reply before rrl).
+ */
+static void queue_udp(struct deliver *d, const struct upstream_request *r, size_t len,
+		      uint64_t now_ms)
+{
+	struct udp_out *o = &d->udp;
+
+	if (o->n && (o->fd != r->fd || o->n == UDP_OUT_REPLIES || o->used + len > UDP_OUT_BYTES))
+		send_udp(d);
+	uint8_t *reply = o->bytes + o->used;
+	memcpy(reply, d->buf, len);
+	if ((len = rate_limited(d, r, reply, len, now_ms)) == 0)
+		return;
+	unsigned i = o->n++;
+	o->fd = r->fd;
+	memcpy(&o->peers[i], &r->peer, r->peer_len);
+	o->iov[i] = (struct iovec){.iov_base = reply, .iov_len = len};
+	o->msgs[i].msg_hdr = (struct msghdr){.msg_name = &o->peers[i], .msg_namelen = r->peer_len,
+					     .msg_iov = &o->iov[i], .msg_iovlen = 1};
+	o->used += len;
+}
+
 /* The reply built in d->buf (len bytes; none when 0) goes to r's client. */
 static void send_reply(struct deliver *d, unsigned worker, const struct upstream_request *r,
 		       size_t len, uint64_t now_ms)
@@ -107,10 +160,7 @@ static void send_reply(struct deliver *d, unsigned worker, const struct upstream
 		return;
 	if (r->transport == UPSTREAM_UDP) {
 		count_reply(d);
-		size_t sent = rate_limited(d, r, len, now_ms);
-		if (sent)
-			sendto(r->fd, d->buf, sent, MSG_DONTWAIT | MSG_NOSIGNAL,
-			       (const struct sockaddr *)&r->peer, r->peer_len);
+		queue_udp(d, r, len, now_ms);
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(d, worker, r, len);
 	}
@@ -144,6 +194,8 @@ static void put_held(struct deliver *d, unsigned worker)
 
 void deliver_flush(struct deliver *d)
 {
+	if (d->udp.n)
+		send_udp(d);
 	for (unsigned i = 0; d->n_held && i < d->n_workers; i++)
 		put_held(d, i);
 	if (!d->signal_owed)
@@ -338,6 +390,8 @@ int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counter
 	d->n_held = 0;
 	d->signal_owed = false;
 	d->top_sampler = (struct top_sampler){0, 0};
+	d->udp.n = 0;
+	d->udp.used = 0;
 	d->held = calloc(n_workers, sizeof *d->held);
 	return d->held ? 0 : -1;
 }

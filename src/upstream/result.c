@@ -2,8 +2,8 @@
  * upstream/result.c — what the upstream answered, into the cache and on
  * to the flight table, which answers the clients that waited. Pure: it
  * rewrites messages and writes the cache, and nothing else; upstream.c
- * brings libunbound's results here (from inside ub_process) and
- * flight.c's flights_result does the rest.
+ * brings libunbound's results here (from its callbacks, on the resolver
+ * thread) and flight.c's flights_result does the rest.
  *
  * A result from the upstream asked now goes into the cache ("remember");
  * a replaced upstream's results answer their own waiters only (they

@@ -106,6 +106,12 @@ bool request_ring_take(struct request_ring *ring, struct upstream_request *out)
 	return true;
 }
 
+bool request_ring_empty(struct request_ring *ring)
+{
+	return atomic_load_explicit(&ring->head, memory_order_relaxed) ==
+	       atomic_load_explicit(&ring->tail, memory_order_acquire);
+}
+
 /* ---- completions ------------------------------------------------------------ */
 
 /*

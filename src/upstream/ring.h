@@ -22,6 +22,8 @@ struct request_ring *request_ring_new(void);
 void request_ring_free(struct request_ring *ring);
 bool request_ring_put(struct request_ring *ring, const struct upstream_request *r);
 bool request_ring_take(struct request_ring *ring, struct upstream_request *out);
+/* Resolver side: nothing to take (the worker may be putting a record right now). */
+bool request_ring_empty(struct request_ring *ring);
 
 /*
  * A worker's completion ring: TCP replies from the resolver

@@ -11,10 +11,11 @@
  * Flow. A worker that cannot answer from local data or the cache packs an
  * upstream_request into its ring (single producer, single consumer, see
  * ring.c: no allocation, no lock) and, once per batch, writes the shared
- * request eventfd. The resolver thread sleeps in epoll on that eventfd,
- * libunbound's ub_fd and the stop eventfd, with a timeout set by the
- * earliest client deadline (and by upstream.max_rate while questions wait
- * for it). For each request it first looks at the cache again (a query for
+ * request eventfd. The resolver thread sleeps in its loop (loop.c) on
+ * that eventfd, the stop and control eventfds and libunbound's own sockets
+ * and timers (libunbound runs on this thread, on the loop's event base:
+ * no thread or pipe of its own), with a timeout set by the earliest client
+ * deadline (and by upstream.max_rate while questions wait for it). For each request it first looks at the cache again (a query for
  * the same name may have been answered since the worker missed), then at
  * the flights: at most one libunbound query per (qname, qtype, qclass, DO,
  * CD) is in flight, and later identical requests wait on it. When
@@ -25,8 +26,8 @@
  * may be slow: resolv.conf's loopback stubs are probed) and handed over
  * with a mutex-and-condition handshake: from then on every new query
  * starts on it, with the new timeout and rate, and a new client never
- * joins a query still running on the old one. The old context stays in
- * the epoll set until its queries have come back, answering the clients
+ * joins a query still running on the old one. The old context's sockets
+ * stay in the loop until its queries have come back, answering the clients
  * that waited on them, or until its timeout has passed once more since the
  * switch: by then each of those clients has had its answer at its
  * deadline, and the old context is deleted with whatever it still runs.
@@ -48,7 +49,8 @@
  * what libunbound has learned about the servers (round-trip times, which
  * need TCP, EDNS). One case needs more: libunbound keeps a query to a
  * forwarder that has stopped answering for minutes (about 12 KB each; 60,000
- * names were 700 MiB) and ub_cancel frees nothing in threaded mode, so a
+ * names were 700 MiB) and ub_cancel frees nothing (it only drops the
+ * result), so a
  * full context from which nothing has come back for its whole timeout,
  * while questions wait for room (flights_stalled), is renewed: a fresh one
  * built from the same unbound.conf text takes the new queries and the
@@ -65,7 +67,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -73,6 +74,7 @@
 #include <urcu/urcu-memb.h>
 
 #include <unbound.h>
+#include <unbound-event.h>
 
 #include "dnstap/dnstap.h"
 #include "log/log.h"
@@ -80,6 +82,7 @@
 #include "upstream/context.h"
 #include "upstream/deliver.h"
 #include "upstream/flight.h"
+#include "upstream/loop.h"
 #include "upstream/result.h"
 #include "upstream/ring.h"
 #include "util/clock.h"
@@ -92,15 +95,12 @@
 #define HELD_TURN_MS 1           /* the longest while TCP replies wait for a completion ring */
 #define RENEWAL_LOG_MS 60000
 
-/*
- * What an epoll event is about: its data.ptr points at one of these, the
- * first member of a struct upstream_context for libunbound's descriptors.
- */
-enum source { SRC_REQUESTS, SRC_STOP, SRC_CONTROL, SRC_UNBOUND };
+/* Our own descriptors in the loop (loop.c's tags); libunbound's are its own. */
+enum source { SRC_REQUESTS = 1, SRC_STOP, SRC_CONTROL };
 
 /* A libunbound context and the queries still running on it. */
 struct upstream_context {
-	enum source source;          /* SRC_UNBOUND: epoll data points here */
+	struct loop_base base;       /* its event base: the resolver's loop once it asks */
 	struct ub_ctx *ub;
 	char *conf;                  /* its unbound.conf text, to build a fresh one */
 	uint64_t timeout_ms;         /* upstream.timeout of the config it came from */
@@ -127,10 +127,12 @@ struct upstream {
 	struct completion_ring **completions;
 	struct socket_ring **sockets;
 	_Atomic uint32_t sockets_handed; /* bumped after each socket put in a socket ring */
+	_Atomic bool idle;           /* the resolver may be asleep: upstream_wake writes request_efd */
 	int request_efd;
 	int stop_efd;
 	int control_efd;             /* upstream_switch has a context waiting */
-	int epfd;
+	struct loop loop;            /* our descriptors and libunbound's sockets and timers */
+	bool loop_made;
 	pthread_t thread;
 	bool running;
 
@@ -152,15 +154,18 @@ struct upstream {
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
 	uint32_t sockets_seen;       /* sockets_handed when the socket rings were last read */
 	struct upstream_request taken; /* the request take_requests unpacked last */
+	/* Keeping libunbound and the flight table out of each other's way
+	 * (see "Inside libunbound's callbacks" below). */
+	bool asking;                 /* inside ub_resolve_event */
+	bool in_result;              /* inside libunbound's callback with a result */
+	struct flight **deferred;    /* asked from inside a result, asked after it */
+	size_t n_deferred, deferred_cap;
+	struct early_result *early, *early_tail; /* results given inside ub_resolve_event */
 	struct upstream_counters n;
 	struct flights flights;      /* the questions and their clients (flight.c) */
 	struct results results;      /* libunbound's results into the cache (result.c) */
 	struct deliver deliver;      /* the replies (deliver.c) */
 };
-
-static const enum source requests_source = SRC_REQUESTS;
-static const enum source stop_source = SRC_STOP;
-static const enum source control_source = SRC_CONTROL;
 
 static void signal_fd(int fd)
 {
@@ -188,9 +193,31 @@ bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_
 	return false;
 }
 
+/*
+ * The wake-up is owed only while the resolver may be asleep: it sets idle,
+ * then looks at the rings before it sleeps; a worker puts its requests,
+ * then looks at idle. With a full fence between each side's store and
+ * load, at least one of them sees the other's: the resolver does not
+ * sleep, or the worker writes the eventfd. A resolver that is awake takes
+ * every ring at every turn, so a busy one costs its workers no syscall.
+ */
 void upstream_wake(struct upstream *u)
 {
-	signal_fd(u->request_efd);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&u->idle, memory_order_relaxed))
+		signal_fd(u->request_efd);
+}
+
+/* Resolver side, idle set: is there anything a worker put that a turn should take now? */
+static bool requests_waiting(struct upstream *u)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&u->sockets_handed, memory_order_acquire) != u->sockets_seen)
+		return true;
+	for (unsigned i = 0; i < u->n_workers; i++)
+		if (!request_ring_empty(u->requests[i]))
+			return true;
+	return false;
 }
 
 bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
@@ -290,7 +317,6 @@ static void take_requests(struct upstream *u)
 	struct upstream_request *r = &u->taken;
 	struct retired_socket *sockets = take_sockets(u);
 
-	drain_fd(u->request_efd);
 	for (unsigned i = 0; i < u->n_workers; i++) {
 		while (request_ring_take(u->requests[i], r)) {
 			/* read after the request arrived: TTLs aged by an older
@@ -337,8 +363,8 @@ static struct upstream_context *context_numbered(struct upstream *u, uint32_t nu
 
 static void delete_context(struct upstream *u, struct upstream_context *c)
 {
-	epoll_ctl(u->epfd, EPOLL_CTL_DEL, ub_fd(c->ub), NULL);
-	upstream_discard(c); /* cancels what is outstanding; no callbacks follow */
+	(void)u;
+	upstream_discard(c); /* its sockets and timers leave the loop; no result follows */
 }
 
 /* Retired contexts go once their queries are back, or at their deadline. */
@@ -366,6 +392,7 @@ static void replace_context(struct upstream *u, struct upstream_context *c, bool
 
 	flights_new_upstream(&u->flights, &s, forget, u->now_ms);
 	c->number = flights_upstream(&u->flights);
+	loop_base_attach(&c->base, &u->loop);
 	u->ctx = c;
 	old->delete_by_ms = u->now_ms + old->timeout_ms;
 	old->next = u->retired;
@@ -387,7 +414,6 @@ static void install_context(struct upstream *u, struct upstream_context *c)
 		cache_make_all_stale(u->cache, u->now_ms / 1000);
 }
 
-static int watch(int epfd, int fd, const enum source *source);
 static struct upstream_context *context_like(const struct upstream_context *model,
 					     char *err, size_t errlen);
 
@@ -398,10 +424,8 @@ static void renew_context(struct upstream *u)
 	char err[CONFIG_ERR_MAX], running[16];
 
 	fresh = context_like(clogged, err, sizeof err);
-	if (!fresh || watch(u->epfd, ub_fd(fresh->ub), &fresh->source) < 0) {
-		log_error("cannot renew the libunbound context", "error",
-			  fresh ? strerror(errno) : err);
-		upstream_discard(fresh);
+	if (!fresh) {
+		log_error("cannot renew the libunbound context", "error", err);
 		return;
 	}
 	replace_context(u, fresh, false);
@@ -418,13 +442,44 @@ static void renew_context(struct upstream *u)
 
 /* ---- asking libunbound ------------------------------------------------------------------ */
 
-static enum upstream_result result_kind(int err, const struct ub_result *result)
+/*
+ * Inside libunbound's callbacks. libunbound runs on this thread, inside
+ * calls we make: loop_wait (its sockets and timers), ub_resolve_event and
+ * ub_ctx_delete. Two of the ways these nest are kept apart:
+ * - A result given from inside ub_resolve_event (libunbound answers some
+ *   questions at once: its local zones, its own caches) would reach the
+ *   flight table from inside flight_io.ask, which promises never to do
+ *   that. It is copied and taken up after the call (early results).
+ * - A question asked from inside a result (a retry, autopath's next
+ *   candidate) would go to libunbound from inside its own callback, where
+ *   the question's own query state is still being finished: a retry would
+ *   join the very query that just failed and fail with it. It is asked once
+ *   the callback has returned (deferred asks, right after the loop's turn).
+ * Contexts deleted with queries still running (a retired context past its
+ * deadline, shutdown) call back with SERVFAIL for each from inside
+ * ub_ctx_delete; by then their flights are gone (flights_drop_upstream,
+ * flights_free), so those results are dropped (discarding).
+ */
+struct early_result {
+	struct flight *f;
+	struct upstream_answer a;    /* its msg and why_bogus point into data */
+	bool counted;                /* its context counts it as running */
+	struct early_result *next;
+	uint8_t data[];
+};
+
+static _Thread_local bool discarding; /* inside upstream_discard's ub_ctx_delete */
+
+/* What libunbound's event callback says, as our kind of result. */
+static enum upstream_result result_kind(int rcode, const uint8_t *msg, int len, int sec)
 {
-	if (err != 0 || !result || !result->answer_packet || result->answer_len < DNS_HEADER_LEN)
+	if (rcode != 0) /* no answer was made: the message is not one */
+		return rcode == DNS_R_SERVFAIL ? UPSTREAM_RESULT_SERVFAIL : UPSTREAM_RESULT_ERROR;
+	if (!msg || len < DNS_HEADER_LEN)
 		return UPSTREAM_RESULT_ERROR;
-	if (result->bogus)
+	if (sec == 1)
 		return UPSTREAM_RESULT_BOGUS;
-	switch (result->rcode) {
+	switch (msg[3] & 0xf) {
 	case DNS_R_NOERROR: return UPSTREAM_RESULT_NOERROR;
 	case DNS_R_NXDOMAIN: return UPSTREAM_RESULT_NXDOMAIN;
 	case DNS_R_SERVFAIL: return UPSTREAM_RESULT_SERVFAIL;
@@ -432,48 +487,177 @@ static enum upstream_result result_kind(int err, const struct ub_result *result)
 	}
 }
 
-/* libunbound's callback (inside ub_process, on this thread): a flight's result. */
-static void on_result(void *arg, int err, struct ub_result *result)
+static struct upstream *upstream_of(const struct flight *f)
 {
-	struct flight *f = arg;
-	struct upstream *u = (struct upstream *)((char *)f->table - offsetof(struct upstream, flights));
-	struct upstream_context *c = context_numbered(u, f->upstream);
-	struct upstream_answer a = {.kind = result_kind(err, result)};
-
-	upstream_observe_latency(&u->n, monotonic_ns() - f->asked_ns);
-	upstream_bump(&u->n.results[a.kind]);
-	u->now_ms = (uint64_t)coarse_ms();
-	if (c)
-		c->outstanding--;
-	if (result && dnstap_resolver_on()) /* dnstap: resolver_response */
-		dnstap_resolver_response(result->answer_packet, (size_t)result->answer_len);
-	if (a.kind != UPSTREAM_RESULT_ERROR) {
-		a.msg = result->answer_packet;
-		a.len = (size_t)result->answer_len;
-		a.secure = result->secure;
-		a.why_bogus = result->why_bogus;
-	}
-	result_take(&u->results, f, &a, u->now_ms);
-	if (result)
-		ub_resolve_free(result);
+	return (struct upstream *)((char *)f->table - offsetof(struct upstream, flights));
 }
 
-/* flight_io.ask: f's question to the current context. */
-static bool ask_libunbound(void *env, struct flight *f)
+/* f's result, into the cache and to its waiters. counted: its context counts it as running. */
+static void take_result(struct upstream *u, struct flight *f, struct upstream_answer *a,
+			bool counted)
 {
-	struct upstream *u = env;
+	struct upstream_context *c = context_numbered(u, f->upstream);
+
+	upstream_observe_latency(&u->n, monotonic_ns() - f->asked_ns);
+	upstream_bump(&u->n.results[a->kind]);
+	u->now_ms = (uint64_t)coarse_ms();
+	if (c && counted)
+		c->outstanding--;
+	if (a->msg && dnstap_resolver_on()) /* dnstap: resolver_response */
+		dnstap_resolver_response(a->msg, a->len);
+	result_take(&u->results, f, a, u->now_ms);
+}
+
+/* A result to take up after the call it came from: a copy (its message is libunbound's). */
+static bool keep_early(struct upstream *u, struct flight *f, const struct upstream_answer *a,
+		       bool counted)
+{
+	size_t why = a->why_bogus ? strlen(a->why_bogus) + 1 : 0;
+	struct early_result *e = malloc(sizeof *e + a->len + why);
+
+	if (!e)
+		return false;
+	e->f = f;
+	e->a = *a;
+	e->counted = counted;
+	e->next = NULL;
+	if (a->msg) {
+		memcpy(e->data, a->msg, a->len);
+		e->a.msg = e->data;
+	}
+	if (why) {
+		memcpy(e->data + a->len, a->why_bogus, why);
+		e->a.why_bogus = (const char *)e->data + a->len;
+	}
+	if (u->early_tail)
+		u->early_tail->next = e;
+	else
+		u->early = e;
+	u->early_tail = e;
+	return true;
+}
+
+/* libunbound's callback (ub_resolve_event's): a flight's result, as the wire message it built. */
+static void on_result(void *arg, int rcode, void *packet, int len, int sec, char *why_bogus,
+		      int was_ratelimited)
+{
+	struct flight *f = arg;
+	struct upstream *u;
+	struct upstream_answer a = {.kind = result_kind(rcode, packet, len, sec)};
+
+	(void)was_ratelimited;
+	if (discarding)
+		return;
+	u = upstream_of(f);
+	if (a.kind != UPSTREAM_RESULT_ERROR && rcode == 0) {
+		a.msg = packet;
+		a.len = (size_t)len;
+		a.secure = sec == 2;
+		a.why_bogus = why_bogus;
+	}
+	if (u->asking) {
+		if (!keep_early(u, f, &a, true)) {
+			/* no memory for a copy: as a failure, which needs none */
+			a = (struct upstream_answer){.kind = UPSTREAM_RESULT_ERROR};
+			keep_early(u, f, &a, true);
+		}
+		return;
+	}
+	u->in_result = true;
+	take_result(u, f, &a, true);
+	u->in_result = false;
+}
+
+/* Early results for f kept after `after` (NULL: all) go: f was not asked after all. */
+static void forget_early(struct upstream *u, struct early_result *after, const struct flight *f)
+{
+	struct early_result **p = after ? &after->next : &u->early;
+
+	while (*p) {
+		struct early_result *e = *p;
+		if (e->f != f) {
+			p = &e->next;
+			continue;
+		}
+		*p = e->next;
+		free(e);
+	}
+	u->early_tail = NULL;
+	for (struct early_result *e = u->early; e; e = e->next)
+		u->early_tail = e;
+}
+
+/* f's question to the current context, now. */
+static bool ask_now(struct upstream *u, struct flight *f)
+{
+	struct early_result *before = u->early_tail;
 	char name[1024];
-	int id;
+	int id, rc;
 
 	if (dns_name_to_text(flight_name(f), name, sizeof name) < 0)
 		return false;
 	f->asked_ns = monotonic_ns();
-	if (ub_resolve_async(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id) != 0)
+	u->asking = true;
+	rc = ub_resolve_event(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id);
+	u->asking = false;
+	if (rc != 0) {
+		forget_early(u, before, f);
 		return false;
+	}
 	if (dnstap_resolver_on()) /* dnstap: resolver_query */
 		dnstap_resolver_query(flight_name(f), f->q.qtype, f->q.qclass);
 	u->ctx->outstanding++;
 	return true;
+}
+
+/* flight_io.ask: f's question to the current context (after the callback, from inside one). */
+static bool ask_libunbound(void *env, struct flight *f)
+{
+	struct upstream *u = env;
+
+	if (!u->in_result)
+		return ask_now(u, f);
+	if (u->n_deferred == u->deferred_cap) {
+		size_t cap = u->deferred_cap ? 2 * u->deferred_cap : 64;
+		struct flight **d = realloc(u->deferred, cap * sizeof *d);
+		if (!d)
+			return false;
+		u->deferred = d;
+		u->deferred_cap = cap;
+	}
+	u->deferred[u->n_deferred++] = f;
+	return true;
+}
+
+/*
+ * The questions asked from inside results, then the results given inside
+ * ub_resolve_event, until neither is left (taking a result may ask again).
+ * A deferred question libunbound refuses fails as a result: the table was
+ * told it was asked.
+ */
+static void run_deferred(struct upstream *u)
+{
+	static const struct upstream_answer refused = {.kind = UPSTREAM_RESULT_ERROR};
+
+	while (u->n_deferred || u->early) {
+		for (size_t i = 0; i < u->n_deferred; i++) {
+			struct flight *f = u->deferred[i];
+			if (!ask_now(u, f) && !keep_early(u, f, &refused, false)) {
+				/* no memory even for that: at once, outside libunbound all the same */
+				struct upstream_answer a = refused;
+				take_result(u, f, &a, false);
+			}
+		}
+		u->n_deferred = 0;
+		while (u->early) {
+			struct early_result *e = u->early;
+			u->early = e->next;
+			if (!u->early)
+				u->early_tail = NULL;
+			take_result(u, e->f, &e->a, e->counted);
+			free(e);
+		}
+	}
 }
 
 /* upstream_switch's hand-over, on the resolver thread. */
@@ -491,14 +675,14 @@ static void take_incoming(struct upstream *u)
 
 /*
  * upstream_settle's answer, at the end of a turn: once requests have been
- * taken after the settle was asked (the ask wakes the request eventfd, so
- * everything queued before it is in), and no client waits any more.
+ * taken after the settle was seen (so everything queued before the ask is
+ * in), and no client waits any more.
  */
-static void report_settled(struct upstream *u, bool took_requests)
+static void report_settled(struct upstream *u, bool asked_before_take)
 {
-	if (!atomic_load_explicit(&u->settle_asked, memory_order_acquire))
+	if (!asked_before_take)
 		return;
-	u->settle_taken = u->settle_taken || took_requests;
+	u->settle_taken = true;
 	if (!u->settle_taken || flights_waiting(&u->flights) > 0)
 		return;
 	pthread_mutex_lock(&u->control_lock);
@@ -522,24 +706,23 @@ static void stop_accepting(struct upstream *u)
 static void *resolver_main(void *arg)
 {
 	struct upstream *u = arg;
-	struct epoll_event events[8];
+	unsigned ready[4];
 	bool stop = false;
 
 	urcu_memb_register_thread();
 	while (!stop) {
-		bool took_requests = false;
-		int n = epoll_wait(u->epfd, events, 8, wait_ms(u));
+		/* asleep as far as the workers know (upstream_wake), unless they left work */
+		atomic_store_explicit(&u->idle, true, memory_order_relaxed);
+		int timeout = requests_waiting(u) ? 0 : wait_ms(u);
+		/* libunbound's sockets and timers are served inside */
+		int n = loop_wait(&u->loop, timeout, ready, 4);
+		atomic_store_explicit(&u->idle, false, memory_order_relaxed);
+		run_deferred(u);
 		u->now_ms = (uint64_t)coarse_ms();
 		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
 		for (int i = 0; i < n; i++) {
-			const enum source *src = events[i].data.ptr;
-			switch (*src) {
-			case SRC_UNBOUND:
-				ub_process(((struct upstream_context *)events[i].data.ptr)->ub);
-				break;
-			case SRC_REQUESTS:
-				take_requests(u);
-				took_requests = true;
+			switch ((enum source)ready[i]) {
+			case SRC_REQUESTS: /* taken below, at every turn */
 				break;
 			case SRC_CONTROL:
 				take_incoming(u);
@@ -551,16 +734,21 @@ static void *resolver_main(void *arg)
 		}
 		if (stop)
 			break;
+		bool settle_asked = atomic_load_explicit(&u->settle_asked, memory_order_acquire);
+		take_requests(u);
 		u->now_ms = (uint64_t)coarse_ms();
 		flights_expire(&u->flights, u->now_ms);
 		if (flights_stalled(&u->flights, u->now_ms))
 			renew_context(u);
 		flights_start_queued(&u->flights, u->now_ms);
+		run_deferred(u);
+		deliver_flush(&u->deliver); /* the UDP replies out before a socket of theirs is closed */
 		close_retired_sockets(u, false);
 		delete_finished_contexts(u);
 		deliver_flush(&u->deliver);
-		report_settled(u, took_requests);
+		report_settled(u, settle_asked);
 	}
+	deliver_flush(&u->deliver); /* the replies built in the last turn */
 	stop_accepting(u);
 	urcu_memb_unregister_thread();
 	return NULL;
@@ -594,13 +782,6 @@ int upstream_check(const struct config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-static int watch(int epfd, int fd, const enum source *source)
-{
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = (void *)source};
-
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-}
-
 static int make_rings(struct upstream *u)
 {
 	u->requests = calloc(u->n_workers, sizeof *u->requests);
@@ -623,13 +804,14 @@ static int make_loop(struct upstream *u)
 	u->request_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	u->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	u->control_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	u->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (u->request_efd < 0 || u->stop_efd < 0 || u->control_efd < 0 || u->epfd < 0)
+	if (u->request_efd < 0 || u->stop_efd < 0 || u->control_efd < 0 ||
+	    loop_init(&u->loop) < 0)
 		return -1;
-	if (watch(u->epfd, u->request_efd, &requests_source) < 0 ||
-	    watch(u->epfd, u->stop_efd, &stop_source) < 0 ||
-	    watch(u->epfd, u->control_efd, &control_source) < 0 ||
-	    watch(u->epfd, ub_fd(u->ctx->ub), &u->ctx->source) < 0)
+	u->loop_made = true;
+	/* edge-triggered: each write wakes the loop once, and it is never read */
+	if (loop_watch(&u->loop, u->request_efd, SRC_REQUESTS, true) < 0 ||
+	    loop_watch(&u->loop, u->stop_efd, SRC_STOP, false) < 0 ||
+	    loop_watch(&u->loop, u->control_efd, SRC_CONTROL, false) < 0)
 		return -1;
 	return 0;
 }
@@ -663,22 +845,16 @@ static int apply_conf_text(struct ub_ctx *ctx, const char *text, char *err, size
 	return 0;
 }
 
-/* A libunbound context (threads, not a forked process, so results come back
- * through ub_fd into this thread) configured by text; it reads no file but
- * those text names. NULL with err set. */
-static struct ub_ctx *ub_from_text(const char *text, char *err, size_t errlen)
+/* A libunbound context on the event base b (no thread, no pipe: its sockets
+ * and timers go into the loop b is attached to, see loop.c) configured by
+ * text; it reads no file but those text names. NULL with err set. */
+static struct ub_ctx *ub_from_text(struct loop_base *b, const char *text, char *err,
+				   size_t errlen)
 {
-	struct ub_ctx *ctx = ub_ctx_create();
-	int rc;
+	struct ub_ctx *ctx = ub_ctx_create_ub_event(&b->super);
 
 	if (!ctx) {
 		snprintf(err, errlen, "cannot create the libunbound context");
-		return NULL;
-	}
-	rc = ub_ctx_async(ctx, 1);
-	if (rc != 0) {
-		snprintf(err, errlen, "libunbound: %s", ub_strerror(rc));
-		ub_ctx_delete(ctx);
 		return NULL;
 	}
 	if (apply_conf_text(ctx, text, err, errlen) < 0) {
@@ -700,11 +876,11 @@ static struct upstream_context *context_from_text(const char *conf, uint64_t tim
 		free(c);
 		return NULL;
 	}
-	c->source = SRC_UNBOUND;
+	loop_base_init(&c->base);
 	c->timeout_ms = timeout_ms;
 	c->max_rate = max_rate;
 	c->max_per_client = max_per_client;
-	c->ub = ub_from_text(conf, err, errlen);
+	c->ub = ub_from_text(&c->base, conf, err, errlen);
 	if (!c->ub) {
 		free(c->conf);
 		free(c);
@@ -772,7 +948,9 @@ void upstream_discard(struct upstream_context *c)
 {
 	if (!c)
 		return;
+	discarding = true; /* the SERVFAILs for what it still runs are nobody's */
 	ub_ctx_delete(c->ub);
+	discarding = false;
 	free(c->conf);
 	free(c);
 }
@@ -787,8 +965,7 @@ static void log_resolving(const struct config *cfg)
 void upstream_switch(struct upstream *u, struct upstream_context *c, const struct config *cfg)
 {
 	pthread_mutex_lock(&u->control_lock);
-	if (!u->accepting ||
-	    watch(u->epfd, ub_fd(c->ub), &c->source) < 0) {
+	if (!u->accepting) {
 		pthread_mutex_unlock(&u->control_lock);
 		log_error("the resolver is stopping: the new upstream settings are not used");
 		upstream_discard(c);
@@ -802,7 +979,6 @@ void upstream_switch(struct upstream *u, struct upstream_context *c, const struc
 	u->incoming = NULL;
 	pthread_mutex_unlock(&u->control_lock);
 	if (!taken) {
-		epoll_ctl(u->epfd, EPOLL_CTL_DEL, ub_fd(c->ub), NULL);
 		upstream_discard(c);
 		return;
 	}
@@ -820,7 +996,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	}
 	u->cache = cache;
 	u->n_workers = n_workers;
-	u->request_efd = u->stop_efd = u->control_efd = u->epfd = -1;
+	u->request_efd = u->stop_efd = u->control_efd = -1;
 	pthread_mutex_init(&u->control_lock, NULL);
 	pthread_cond_init(&u->control_done, NULL);
 	u->ctx = upstream_prepare(cfg, err, errlen);
@@ -832,6 +1008,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		snprintf(err, errlen, "cannot set up the resolver: %s", strerror(errno));
 		goto fail;
 	}
+	loop_base_attach(&u->ctx->base, &u->loop);
 	struct flight_settings s = settings_of(u, u->ctx);
 	const struct flight_io io = {.ask = ask_libunbound, .ask_env = u,
 				     .reply = deliver_reply, .reply_env = &u->deliver};
@@ -846,8 +1023,9 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		goto fail;
 	}
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
+	atomic_init(&u->idle, true);
 	u->accepting = true;
-	/* libunbound's own thread starts from this one, at its first query: same limits. */
+	/* libunbound runs on this thread (loop.c): it starts none of its own */
 	if (privs_thread_create(&u->thread, PRIVS_RESOLVER, "resolver", resolver_main, u, err,
 				errlen) < 0) {
 		u->accepting = false;
@@ -891,7 +1069,7 @@ void upstream_stop(struct upstream *u)
 	signal_fd(u->stop_efd);
 	pthread_join(u->thread, NULL);
 	u->running = false;
-	upstream_discard(u->ctx); /* cancels what is outstanding; no callbacks follow */
+	upstream_discard(u->ctx); /* cancels what is outstanding; no result follows */
 	u->ctx = NULL;
 	while (u->retired) {
 		struct upstream_context *c = u->retired;
@@ -899,6 +1077,13 @@ void upstream_stop(struct upstream *u)
 		delete_context(u, c);
 	}
 	close_retired_sockets(u, true);
+	while (u->early) { /* results nobody takes up now */
+		struct early_result *e = u->early;
+		u->early = e->next;
+		free(e);
+	}
+	u->early_tail = NULL;
+	u->n_deferred = 0;
 	flights_free(&u->flights); /* the clients still waiting get no reply */
 }
 
@@ -936,8 +1121,9 @@ void upstream_free(struct upstream *u)
 		close(u->stop_efd);
 	if (u->control_efd >= 0)
 		close(u->control_efd);
-	if (u->epfd >= 0)
-		close(u->epfd);
+	free(u->deferred);
+	if (u->loop_made) /* after every context: their events were the loop's */
+		loop_free(&u->loop);
 	pthread_cond_destroy(&u->control_done);
 	pthread_mutex_destroy(&u->control_lock);
 	free(u);

@@ -4,7 +4,8 @@
  *
  * Owns: the libunbound context (forwarding to upstream.servers or the
  * node's resolv.conf nameservers, or full recursion; forward_zones; DNSSEC
- * validation); the resolver thread and its epoll loop over ub_fd; the
+ * validation); the resolver thread and its event loop, on which libunbound
+ * runs (its sockets and timers, loop.c); the
  * questions in flight, so identical misses share one libunbound query;
  * each waiting client's deadline (upstream.timeout), after which it gets a
  * stale answer or SERVFAIL; storing answers in the cache; sending the
@@ -48,18 +49,19 @@ struct upstream;
  * starts (main's first step): one malloc arena for every thread.
  * Debian 12's libunbound (1.17) finds an open TCP connection to a server by
  * looking its address up in a tree ordered by address, then by the
- * records' own pointers, with a key on its own thread's stack; a record
- * only matches when it lies below that key (fixed upstream in 1.18.0,
- * unbound commit 52581f86). The records are allocated by the thread that
- * first asks (ours), so with a malloc arena per thread, mapped wherever
- * the kernel put it, whether any was ever found depended on where that
- * arena and libunbound's thread stack landed: where it lay above, every
+ * records' own pointers, with a key on the stack of the thread it runs
+ * on; a record only matches when it lies below that key (fixed upstream in
+ * 1.18.0, unbound commit 52581f86). With a malloc arena per thread, mapped
+ * wherever the kernel put it, whether any was ever found depended on where
+ * the allocating thread's arena and that stack landed (libunbound's own
+ * thread's once, the resolver thread's since libunbound runs on it): where
+ * the arena lay above, every
  * truncated answer opened a TCP connection of its own, hundreds a second,
  * and against a forwarder that refuses or resets them every such question
  * failed in milliseconds. The main arena grows with brk, below every
  * thread's stack. The cost: threads that allocate at once (the resolver,
- * libunbound's thread, the Kubernetes client) take turns at one lock;
- * the workers allocate nothing on the query path.
+ * the Kubernetes client) take turns at one lock; the workers allocate
+ * nothing on the query path.
  */
 void upstream_prepare_process(void);
 
@@ -116,7 +118,9 @@ void upstream_free(struct upstream *u);
 /*
  * Worker side. Queue r (copied) for the resolver; false when the ring is
  * full (the query is dropped and counted). upstream_wake must follow, once
- * per batch, for the resolver to notice.
+ * per batch, for the resolver to notice: it writes the resolver's eventfd
+ * only while the resolver may be asleep (an awake one looks at every ring
+ * at every turn).
  */
 bool upstream_submit(struct upstream *u, unsigned worker,
 		     const struct upstream_request *r);

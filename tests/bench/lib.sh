@@ -83,6 +83,7 @@ bench_init() {
 		PINNING="not pinned (fewer than 2 CPUs or no taskset)"
 	fi
 	CLK_TCK=$(getconf CLK_TCK)
+	NSD_PIN=() # nsd_start's placement: none unless the caller sets one
 
 	# How busy is the machine before we start? Other work on these CPUs
 	# skews every figure (p99 most of all), so it is printed and written to
@@ -562,7 +563,8 @@ EOF
 
 # ------------------------------------------------------------------ NSD, the upstream
 
-# NSD (unpinned; it only works during the warm-ups) on 127.0.0.1 at a free
+# NSD (unpinned unless NSD_PIN says where; it only works during the
+# warm-ups, except in miss_qps.sh) on 127.0.0.1 at a free
 # port, one server process, no rate limiting, serving each zone from its
 # file in $TMP, with nsd-control on a local socket for its query counter.
 # Sets NPORT and NPID (killed on exit) and NSD_CONTROL; waits until it
@@ -597,7 +599,7 @@ EOF
 		printf 'zone:\n  name: "%s."\n  zonefile: "%s"\n' "$1" "$2" >>"$TMP/nsd.conf"
 		shift 2
 	done
-	bench_spawn nsd "$nsd" -d -c "$TMP/nsd.conf"
+	bench_spawn nsd "${NSD_PIN[@]}" "$nsd" -d -c "$TMP/nsd.conf"
 	NPID=$SPID
 	wait_answer "$NPORT" "$NPID" nsd
 }

@@ -6,7 +6,8 @@
  *   - a worker that receives a query for forbidden-syscall.test makes the
  *     syscall named by $LOCALDNS_TEST_SYSCALL at once;
  *   - the resolver thread, asked for read-a-file.test (a cache miss, so it
- *     reaches libunbound), tries to open $LOCALDNS_TEST_READ for reading;
+ *     asks libunbound: ub_resolve_event, on that thread, whose loop runs
+ *     libunbound too), tries to open $LOCALDNS_TEST_READ for reading;
  *   - the main thread, at a reload (SIGHUP), makes the syscall named by
  *     $LOCALDNS_TEST_MAIN_SYSCALL before it reloads, as code that took the
  *     main thread over through memory it shares with a worker would;
@@ -14,7 +15,7 @@
  *     runs and it waits for it, makes $LOCALDNS_TEST_KEEPER_SYSCALL.
  *
  * Linked from the daemon's own objects with -Wl,--wrap for recvmmsg,
- * ub_resolve_async, daemon_reload and pthread_join, so every call of those
+ * ub_resolve_event, daemon_reload and pthread_join, so every call of those
  * comes here first;
  * build/localdns is linked without them and has no such path. The syscall is made with syscall(2),
  * so the filter sees exactly it and no glibc wrapper's extra calls. If the
@@ -34,6 +35,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unbound.h>
+#include <unbound-event.h>
 #include <unistd.h>
 
 #define PATH_MAX_LINE 512
@@ -98,11 +100,11 @@ int __wrap_recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct tim
 	return got;
 }
 
-int __real_ub_resolve_async(struct ub_ctx *ctx, const char *name, int rrtype, int rrclass,
-			    void *mydata, ub_callback_type callback, int *async_id);
+int __real_ub_resolve_event(struct ub_ctx *ctx, const char *name, int rrtype, int rrclass,
+			    void *mydata, ub_event_callback_type callback, int *async_id);
 
-int __wrap_ub_resolve_async(struct ub_ctx *ctx, const char *name, int rrtype, int rrclass,
-			    void *mydata, ub_callback_type callback, int *async_id)
+int __wrap_ub_resolve_event(struct ub_ctx *ctx, const char *name, int rrtype, int rrclass,
+			    void *mydata, ub_event_callback_type callback, int *async_id)
 {
 	const char *path = getenv("LOCALDNS_TEST_READ");
 
@@ -116,7 +118,7 @@ int __wrap_ub_resolve_async(struct ub_ctx *ctx, const char *name, int rrtype, in
 		if (rc >= 0)
 			close((int)rc);
 	}
-	return __real_ub_resolve_async(ctx, name, rrtype, rrclass, mydata, callback, async_id);
+	return __real_ub_resolve_event(ctx, name, rrtype, rrclass, mydata, callback, async_id);
 }
 
 struct daemon;

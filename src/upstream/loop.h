@@ -1,0 +1,91 @@
+/*
+ * upstream/loop.h — the resolver thread's event loop (loop.c): one epoll
+ * set and a timer heap, with libunbound's pluggable event API
+ * (unbound-event.h) on top of them, so that libunbound runs inside the
+ * resolver thread, on its sockets and timers, instead of in a thread of
+ * its own behind a pipe.
+ *
+ * Owns: the epoll descriptor, the events libunbound makes through a
+ * struct loop_base (their memory, their epoll registrations, their
+ * timers). Borrows: the descriptors it watches (libunbound's and the
+ * caller's; it closes none).
+ *
+ * Must never: run libunbound's callback for an event libunbound deleted or
+ * freed (not even one whose readiness came in the same epoll_wait); free an
+ * event while a dispatch may still reach it; be used from two threads (the
+ * resolver thread owns it; contexts are made elsewhere, but attached here
+ * before they ask anything).
+ */
+#ifndef LOCALDNS_UPSTREAM_LOOP_H
+#define LOCALDNS_UPSTREAM_LOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <unbound-event.h>
+
+struct loop_event;
+
+struct loop {
+	int epfd;
+	struct loop_event **timers;  /* a binary heap by deadline */
+	size_t n_timers, timers_cap;
+	struct loop_event **by_fd;   /* the event registered in epoll for each descriptor */
+	size_t by_fd_len;
+	struct loop_event *run_head, *run_tail; /* the turn's events with something to run */
+	struct loop_event *dead;     /* freed while dispatching, released after it */
+	struct loop_event *spare;    /* released events, made again before malloc is asked */
+	size_t n_spare;
+	bool dispatching;
+	bool skipped_poll;           /* the last turn ran a due timer without epoll_wait */
+	size_t live;                 /* events made and not freed */
+};
+
+/*
+ * The event base a libunbound context is made with (ub_ctx_create_ub_event).
+ * libunbound only keeps the pointer until the context first asks, so a
+ * context can be made on another thread with an unattached base, and
+ * attached to the resolver's loop when the resolver takes it.
+ */
+struct loop_base {
+	struct ub_event_base super;
+	struct loop *loop;
+};
+
+/* The caller's own descriptors are told apart from libunbound's events by
+ * their tag: a small number, below LOOP_MAX_TAG (no event's address is). */
+#define LOOP_MAX_TAG 4096
+
+/* 0, or -1 with errno. */
+int loop_init(struct loop *l);
+/* Close the epoll set; every libunbound event must have been freed (its contexts deleted). */
+void loop_free(struct loop *l);
+
+/*
+ * Watch fd (readable) for the caller: loop_wait reports tag. Level-
+ * triggered, or with edge once per change (an eventfd written again and
+ * again, never read: each write is reported once). -1 with errno.
+ */
+int loop_watch(struct loop *l, int fd, unsigned tag, bool edge);
+
+/*
+ * Sleep until something is ready, at most timeout_ms (less when a timer of
+ * libunbound's is due sooner), run libunbound's events that are ready and
+ * its timers that are due, and give back the tags of the caller's
+ * descriptors that are readable (at most max). When a timer is already
+ * due, a turn runs it without asking epoll first, and the next one asks
+ * (libunbound starts each query from a timer of no delay: one epoll_wait
+ * less per question). The count, or -1 with errno (EINTR).
+ */
+int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max);
+
+/* A base for a context that is not attached to a loop yet. */
+void loop_base_init(struct loop_base *b);
+/* From now on the context of b makes its events in l. */
+void loop_base_attach(struct loop_base *b, struct loop *l);
+
+/* Events libunbound has made and not freed (tests, and a leak check). */
+size_t loop_events(const struct loop *l);
+
+#endif
