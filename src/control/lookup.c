@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
+#include "dns/wire.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
 
@@ -122,7 +123,7 @@ static size_t ask_resolver(struct control_thread *t, uint16_t id, char *err, siz
 		    !control_wait(t->reply_fd[1], POLLIN, t->ctl->stop_fd, (int)left))
 			break;
 		ssize_t n = recv(t->reply_fd[1], t->answer, sizeof t->answer, MSG_DONTWAIT);
-		if (n >= DNS_HEADER_LEN && ((t->answer[0] << 8) | t->answer[1]) == id)
+		if (n >= DNS_HEADER_LEN && dns_get16(t->answer) == id)
 			return (size_t)n;
 	}
 	snprintf(err, errlen, "no answer from the resolver in time");
@@ -239,7 +240,7 @@ void control_lookup(struct control_thread *t, struct conn *c, const char *name, 
 		return;
 	}
 	int64_t start = monotonic_ms();
-	uint16_t id = (uint16_t)(query[0] << 8 | query[1]);
+	uint16_t id = dns_get16(query);
 	size_t len = answer_here(t, query, query_len, &ctx);
 	if (len == 0 && ctx.upstream == QUERY_UPSTREAM_ASK)
 		len = ask_resolver(t, id, err, sizeof err);

@@ -41,6 +41,7 @@
 
 #include "dnstap/dnstap.pb-c.h"
 #include "dns/dns.h"
+#include "dns/wire.h"
 
 size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap)
 {
@@ -53,10 +54,8 @@ size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap
 	out[5] = 1;    /* QDCOUNT */
 	memcpy(out + DNS_HEADER_LEN, e->bytes, e->first_len);
 	uint8_t *t = out + DNS_HEADER_LEN + e->first_len;
-	t[0] = (uint8_t)(e->qtype >> 8);
-	t[1] = (uint8_t)e->qtype;
-	t[2] = (uint8_t)(e->qclass >> 8);
-	t[3] = (uint8_t)e->qclass;
+	dns_put16(t, e->qtype);
+	dns_put16(t + 2, e->qclass);
 	return need;
 }
 

@@ -27,6 +27,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "dns/wire.h"
+
 #define RELAY_PORTS 4          /* sockets per family */
 #define RELAY_SLOTS 4096       /* queries in flight */
 #define RELAY_TIMEOUT_MS 2000  /* no answer by then: forgotten */
@@ -206,15 +208,14 @@ bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *cli
 		return false;
 	}
 	memcpy(out, q, len);
-	out[0] = (uint8_t)(id >> 8);
-	out[1] = (uint8_t)id;
+	dns_put16(out, id);
 	if (sendto(out_fd, out, len, MSG_DONTWAIT, (const struct sockaddr *)ep, sockaddr_len(ep)) !=
 	    (ssize_t)len) {
 		r->stats.dropped++;
 		return false;
 	}
 	*s = (struct slot){.used = true, .reply_fd = reply_fd, .out_fd = out_fd,
-			   .client_id = (uint16_t)(q[0] << 8 | q[1]), .wire_id = id,
+			   .client_id = dns_get16(q), .wire_id = id,
 			   .client = *client, .endpoint = *ep,
 			   .deadline_ms = now_ms + RELAY_TIMEOUT_MS};
 	r->by_id[id] = (uint16_t)(s - r->slots + 1);
@@ -252,8 +253,7 @@ size_t relay_fds(const struct relay *r, int *fds, size_t max)
 /* The answer, under the client's ID, from the socket the query came in on. */
 static void answer(struct slot *s, uint8_t *m, size_t len)
 {
-	m[0] = (uint8_t)(s->client_id >> 8);
-	m[1] = (uint8_t)s->client_id;
+	dns_put16(m, s->client_id);
 	sendto(s->reply_fd, m, len, MSG_DONTWAIT, (const struct sockaddr *)&s->client,
 	       sockaddr_len(&s->client));
 }
@@ -272,7 +272,7 @@ void relay_read(struct relay *r, int fd)
 			return;
 		if (n < 12 || !(m[2] & 0x80))
 			continue;
-		uint16_t slot = r->by_id[(uint16_t)(m[0] << 8 | m[1])];
+		uint16_t slot = r->by_id[dns_get16(m)];
 		struct slot *s = slot ? &r->slots[slot - 1] : NULL;
 		if (!s || s->out_fd != fd || !same_address(&from, &s->endpoint))
 			continue; /* not an answer we wait for */

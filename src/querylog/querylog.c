@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dns/dns.h"
+#include "dns/wire.h"
 #include "log/log.h"
 #include "privs/privs.h"
 #include "util/clock.h"
@@ -112,7 +113,7 @@ static void take_question(struct record *r, const uint8_t *reply, size_t len)
 		return;
 	memcpy(r->qname, reply + DNS_HEADER_LEN, name_len);
 	r->qname_len = (uint16_t)name_len;
-	r->qtype = (uint16_t)(reply[pos + 1] << 8 | reply[pos + 2]);
+	r->qtype = dns_get16(reply + pos + 1);
 }
 
 static struct ring *ring_of(unsigned producer)
