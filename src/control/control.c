@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,6 +27,7 @@
 
 #include "log/log.h"
 #include "privs/privs.h"
+#include "util/wake.h"
 
 #define SOCKET_MODE 0660
 #define DIR_MODE 0755
@@ -243,7 +243,7 @@ int control_open(const struct config *cfg, struct control **out, char *err, size
 	for (int i = 0; i < CONTROL_THREADS; i++)
 		ctl->threads[i].reply_fd[0] = ctl->threads[i].reply_fd[1] = -1;
 	ctl->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	ctl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ctl->stop_fd = wake_open();
 	if (ctl->listen_fd < 0 || ctl->stop_fd < 0) {
 		snprintf(err, errlen, "control.socket: %s", strerror(errno));
 		goto fail;
@@ -461,7 +461,7 @@ static void *control_main(void *arg)
 
 static void stop_threads(struct control *ctl)
 {
-	eventfd_write(ctl->stop_fd, 1);
+	wake_send(ctl->stop_fd);
 	for (int i = 0; i < CONTROL_THREADS; i++) {
 		struct control_thread *t = &ctl->threads[i];
 		if (t->started)

@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +46,7 @@
 #include "log/log.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/wake.h"
 
 static uint64_t now_ms(void)
 {
@@ -155,11 +155,8 @@ static void publish(struct ring *r, uint32_t tail)
 
 	atomic_store_explicit(&r->tail, tail, memory_order_release);
 	if (tail - head > (r->mask + 1) / 2 &&
-	    !atomic_exchange_explicit(&r->wake_asked, true, memory_order_relaxed)) {
-		uint64_t one = 1;
-		ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
-		(void)ignored; /* EAGAIN: a wake-up is pending already */
-	}
+	    !atomic_exchange_explicit(&r->wake_asked, true, memory_order_relaxed))
+		wake_send(tap.wake_fd);
 }
 
 static void stamp(struct ring *r, struct tap_entry *e)
@@ -547,7 +544,6 @@ static void *writer_thread(void *arg)
 	struct pollfd wake = {.fd = tap.wake_fd, .events = POLLIN};
 	struct writer w = {.next_try_ms = 0};
 	bool busy = false;
-	uint64_t value;
 
 	(void)arg;
 	if (tap.pods)
@@ -559,8 +555,7 @@ static void *writer_thread(void *arg)
 		if (on && !tap.out && w.next_try_ms > now_ms() &&
 		    w.next_try_ms - now_ms() < (uint64_t)IDLE_POLL_MS)
 			timeout = (int)(w.next_try_ms - now_ms());
-		if (poll(&wake, 1, timeout) > 0 && read(tap.wake_fd, &value, sizeof value) < 0 &&
-		    errno != EAGAIN)
+		if (poll(&wake, 1, timeout) > 0 && wake_take(tap.wake_fd) < 0)
 			break;
 		take_settings(&w);
 		if (w.s.messages == 0 || !w.s.has_target) {
@@ -644,11 +639,8 @@ void dnstap_configure(const struct config *cfg)
 	}
 	pthread_mutex_unlock(&tap.settings_lock);
 	atomic_store(&dnstap_messages, tap.started ? next.messages : 0);
-	if (changed && tap.wake_fd >= 0) {
-		uint64_t one = 1;
-		ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
-		(void)ignored;
-	}
+	if (changed && tap.wake_fd >= 0)
+		wake_send(tap.wake_fd);
 }
 
 static void free_rings(void)
@@ -675,8 +667,8 @@ int dnstap_start(const struct config *cfg, unsigned n_workers, dnstap_pod_fn pod
 	tap.n_rings = n_workers + 1;
 	tap.rings = calloc(tap.n_rings, sizeof *tap.rings);
 	tap.buf = malloc(OUT_BYTES);
-	tap.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	tap.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	tap.wake_fd = wake_open();
+	tap.stop_fd = wake_open();
 	tap.pods = pods;
 	tap.pods_arg = pods_arg;
 	atomic_store(&tap.stopping, false);
@@ -743,10 +735,8 @@ void dnstap_stop(void)
 		return;
 	atomic_store(&dnstap_messages, 0);
 	atomic_store(&tap.stopping, true);
-	uint64_t one = 1;
-	ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
-	ignored = write(tap.stop_fd, &one, sizeof one); /* a wait on the collector ends too */
-	(void)ignored;
+	wake_send(tap.wake_fd);
+	wake_send(tap.stop_fd); /* a wait on the collector ends too */
 	pthread_join(tap.thread, NULL);
 	tap.started = false;
 	uint64_t dropped = dnstap_dropped();

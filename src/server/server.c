@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 #include "privs/privs.h"
 #include "rrl/rrl.h"
 #include "util/clock.h"
+#include "util/wake.h"
 
 #define TCP_BACKLOG 1024
 
@@ -208,8 +208,8 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 		goto fail;
 	}
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
-	w->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	w->shed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->retire_fd = wake_open();
+	w->shed_fd = wake_open();
 	if (w->epfd < 0 || w->retire_fd < 0 || w->shed_fd < 0 ||
 	    watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
 	    watch(w->epfd, w->retire_fd, EV_DATA(EV_RETIRE, 0)) < 0 ||
@@ -311,11 +311,8 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 		w->n_listeners = kept;
 		w->retiring = out;
 		w->n_retiring = n;
-		if (n) {
-			uint64_t one = 1;
-			ssize_t ignored = write(w->retire_fd, &one, sizeof one);
-			(void)ignored;
-		}
+		if (n)
+			wake_send(w->retire_fd);
 	}
 	for (unsigned i = 0; i < s->n_workers; i++) {
 		struct worker *w = s->workers[i];
@@ -401,10 +398,7 @@ out:
 
 static void stop_and_join(struct server *s, unsigned started)
 {
-	uint64_t one = 1;
-	ssize_t ignored = write(s->stop_fd, &one, sizeof one);
-
-	(void)ignored;
+	wake_send(s->stop_fd);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(s->workers[i]->thread, NULL);
 }
@@ -440,7 +434,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	tune_limits(s, cfg);
 	pthread_mutex_init(&s->reconf_lock, NULL);
 	pthread_cond_init(&s->retired, NULL);
-	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->stop_fd = wake_open();
 	s->workers = calloc(s->n_workers, sizeof *s->workers);
 	if (getrandom(s->source_key, sizeof s->source_key, 0) != (ssize_t)sizeof s->source_key) {
 		snprintf(err, errlen, "cannot key the per-client tables: %s", strerror(errno));
@@ -550,10 +544,8 @@ void server_release(struct server *s)
 {
 	pthread_mutex_lock(&s->reconf_lock);
 	for (unsigned i = 0; i < s->n_workers; i++) {
-		uint64_t one = 1;
 		s->workers[i]->release_pending = true;
-		ssize_t ignored = write(s->workers[i]->retire_fd, &one, sizeof one);
-		(void)ignored;
+		wake_send(s->workers[i]->retire_fd);
 	}
 	for (unsigned i = 0; i < s->n_workers; i++)
 		while (s->workers[i]->release_pending)

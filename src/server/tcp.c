@@ -48,6 +48,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "util/client.h"
+#include "util/wake.h"
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -270,10 +271,7 @@ static struct worker *heavier_elsewhere(const struct worker *w, uint64_t most)
 
 static void ask_to_shed(struct worker *o)
 {
-	const uint64_t one = 1;
-
-	if (!atomic_exchange(&o->shed_asked, true) &&
-	    write(o->shed_fd, &one, sizeof one) != sizeof one)
+	if (!atomic_exchange(&o->shed_asked, true) && !wake_send(o->shed_fd))
 		atomic_store(&o->shed_asked, false); /* cannot fail: a counter far from full */
 }
 
@@ -307,9 +305,7 @@ static void keep_to_output_budget(struct worker *w)
 
 void tcp_shed(struct worker *w)
 {
-	uint64_t ignored;
-
-	if (read(w->shed_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+	if (wake_take(w->shed_fd) < 0)
 		return;
 	atomic_store(&w->shed_asked, false);
 	keep_to_output_budget(w);

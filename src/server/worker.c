@@ -25,6 +25,7 @@
 
 #include "log/log.h"
 #include "top/top.h"
+#include "util/wake.h"
 
 #define MAX_EVENTS 64
 #define SHUTDOWN_FLUSH_MS 1000
@@ -294,9 +295,8 @@ static void release_listeners(struct worker *w)
 void worker_retire_listeners(struct worker *w)
 {
 	struct server *s = w->server;
-	uint64_t ignored;
 
-	if (read(w->retire_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+	if (wake_take(w->retire_fd) < 0)
 		return;
 	/* The reloading (or stopping) thread waits until we are done and
 	 * changes nothing meanwhile. */
