@@ -41,28 +41,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from harness import free_port  # noqa: E402  (the integration tests' own)
 DOC = os.path.join(REPO, "docs", "performance.md")
 ZONE = "miss.example"
 TLS_NAME = "dot.test"
 BEGIN, END = "<!-- tls_miss:begin -->", "<!-- tls_miss:end -->"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    for _ in range(50):
-        t = socket.socket()
-        t.bind(("127.0.0.1", 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    sys.exit("tls_miss: no free port")
 
 
 def query(name, qid):
