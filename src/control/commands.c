@@ -17,7 +17,7 @@
 #include "cluster/cluster.h"
 #include "counters/counters.h"
 #include "log/log.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "util/clock.h"
 
 /* ---- stats -------------------------------------------------------------- */
@@ -101,15 +101,15 @@ static void cmd_flush(struct control_thread *t, struct conn *c, int argc, char *
 
 /* ---- top ------------------------------------------------------------------ */
 
-static const char *const top_kind_names[TOP_KINDS] = {
-	[TOP_CLIENTS] = "clients", [TOP_NAMES] = "names",
-	[TOP_NXDOMAIN] = "nxdomain", [TOP_SERVFAIL] = "servfail"};
+static const char *const top_kind_names[TALKERS_KINDS] = {
+	[TALKERS_CLIENTS] = "clients", [TALKERS_NAMES] = "names",
+	[TALKERS_NXDOMAIN] = "nxdomain", [TALKERS_SERVFAIL] = "servfail"};
 
-static bool top_kind_of(const char *name, enum top_kind *out)
+static bool top_kind_of(const char *name, enum talkers_kind *out)
 {
-	for (int k = 0; k < TOP_KINDS; k++)
+	for (int k = 0; k < TALKERS_KINDS; k++)
 		if (strcmp(name, top_kind_names[k]) == 0) {
-			*out = (enum top_kind)k;
+			*out = (enum talkers_kind)k;
 			return true;
 		}
 	return false;
@@ -117,11 +117,11 @@ static bool top_kind_of(const char *name, enum top_kind *out)
 
 /* An item's key as text: the client address (and its pod into pod, "" if
  * none), or the name's whole labels (it->cut: more followed). */
-static void top_key_text(struct control *ctl, enum top_kind kind, const struct top_item *it,
+static void top_key_text(struct control *ctl, enum talkers_kind kind, const struct talkers_item *it,
 			 char *text, size_t textlen, char *pod, size_t podlen)
 {
 	pod[0] = '\0';
-	if (kind == TOP_CLIENTS) {
+	if (kind == TALKERS_CLIENTS) {
 		struct sockaddr_storage ss = {.ss_family = it->key[0]};
 		bool v4 = it->key[0] == AF_INET;
 		memcpy(v4 ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
@@ -144,28 +144,28 @@ static void top_key_text(struct control *ctl, enum top_kind kind, const struct t
 }
 
 /* One line: the estimate, the client address and its pod, or the name ("..." if cut). */
-static void top_line(struct control *ctl, struct conn *c, enum top_kind kind,
-		     const struct top_item *it)
+static void top_line(struct control *ctl, struct conn *c, enum talkers_kind kind,
+		     const struct talkers_item *it)
 {
 	char text[1024], pod[320];
 
 	top_key_text(ctl, kind, it, text, sizeof text, pod, sizeof pod);
-	if (kind == TOP_CLIENTS)
+	if (kind == TALKERS_CLIENTS)
 		conn_printf(c, "%" PRIu64 " %s%s%s\n", it->count, text, pod[0] ? " pod=" : "", pod);
 	else
 		conn_printf(c, "%" PRIu64 " %s%s\n", it->count, text, it->cut ? "..." : "");
 }
 
 /* {"count", "client", "pod"} (pod null when unknown) or {"count", "name", "cut"}. */
-static json_object *top_item_json(struct control *ctl, struct jdoc *d, enum top_kind kind,
-				  const struct top_item *it)
+static json_object *top_item_json(struct control *ctl, struct jdoc *d, enum talkers_kind kind,
+				  const struct talkers_item *it)
 {
 	char text[1024], pod[320];
 	json_object *o = jdoc_object(d);
 
 	top_key_text(ctl, kind, it, text, sizeof text, pod, sizeof pod);
 	jdoc_put(d, o, "count", json_object_new_uint64(it->count));
-	if (kind == TOP_CLIENTS) {
+	if (kind == TALKERS_CLIENTS) {
 		jdoc_put(d, o, "client", json_object_new_string(text));
 		if (pod[0])
 			jdoc_put(d, o, "pod", json_object_new_string(pod));
@@ -179,8 +179,8 @@ static json_object *top_item_json(struct control *ctl, struct jdoc *d, enum top_
 }
 
 /* One document: {"kind", "since_seconds", "items": [...]}, most first. */
-static void top_json(struct control *ctl, struct conn *c, enum top_kind kind,
-		     uint64_t since_seconds, const struct top_item *items, size_t n)
+static void top_json(struct control *ctl, struct conn *c, enum talkers_kind kind,
+		     uint64_t since_seconds, const struct talkers_item *items, size_t n)
 {
 	struct jdoc doc = {0};
 
@@ -198,9 +198,9 @@ static void top_json(struct control *ctl, struct conn *c, enum top_kind kind,
 static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
 	struct control *ctl = t->ctl;
-	struct top_item *items = t->top_items; /* each control thread its own */
-	enum top_kind kind;
-	uint64_t since_ms = TOP_SLOT_SECONDS * 1000, shown = 10;
+	struct talkers_item *items = t->top_items; /* each control thread its own */
+	enum talkers_kind kind;
+	uint64_t since_ms = TALKERS_SLOT_SECONDS * 1000, shown = 10;
 	const char *why;
 
 	if (!top_kind_of(argv[1], &kind)) {
@@ -219,14 +219,14 @@ static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **a
 			return;
 		}
 	}
-	if (since_ms > (uint64_t)TOP_SLOTS * TOP_SLOT_SECONDS * 1000 || shown == 0 ||
+	if (since_ms > (uint64_t)TALKERS_SLOTS * TALKERS_SLOT_SECONDS * 1000 || shown == 0 ||
 	    shown > TOP_SHOWN_MAX) {
-		reply_error(c, "--since goes back at most %d minutes and -n to %d", TOP_SLOTS,
+		reply_error(c, "--since goes back at most %d minutes and -n to %d", TALKERS_SLOTS,
 			    TOP_SHOWN_MAX);
 		return;
 	}
 	uint64_t since_seconds = (since_ms + 999) / 1000;
-	size_t n = top_read(kind, since_seconds, items, shown);
+	size_t n = talkers_read(kind, since_seconds, items, shown);
 	if (c->json) {
 		top_json(ctl, c, kind, since_seconds, items, n);
 		return;

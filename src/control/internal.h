@@ -15,7 +15,7 @@
 #include "control/control.h"
 #include "dns/dns.h"
 #include "query/query.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 
 /* A command, "--json" and five arguments (top's). */
 #define CONTROL_MAX_ARGS 7
@@ -38,7 +38,7 @@ struct control_thread {
 	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers'
 					  * (this thread's own: stats reads lookups) */
 	_Atomic uint64_t lookups;        /* its lookups, for every control thread's stats */
-	struct top_item top_items[TOP_SHOWN_MAX]; /* its `top` reply, while it writes it */
+	struct talkers_item top_items[TOP_SHOWN_MAX]; /* its `top` reply, while it writes it */
 	struct upstream_request request;
 	uint8_t answer[DNS_MAX_MESSAGE];
 };

@@ -15,7 +15,7 @@
 #include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "upstream/upstream.h"
 
 #define UDP_BATCH 64          /* datagrams per recvmmsg/sendmmsg */
@@ -157,7 +157,7 @@ struct worker {
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
-	struct top_sampler top_sampler; /* the top talkers' (top_sample) */
+	struct talkers_sampler talkers_sampler; /* the top talkers' (talkers_sample) */
 	struct upstream_request request; /* filled by query_handle, copied on submit */
 
 	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
@@ -246,9 +246,9 @@ void worker_tap(struct worker *w, const struct query_ctx *ctx,
 /* dnstap's response_address for a UDP socket: its bound address (getsockname once per socket). */
 const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd);
 void worker_wake_upstream(struct worker *w);
-/* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
-void worker_note_top(struct worker *w, const struct query_ctx *ctx,
-		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
+/* The top talkers (src/talkers/): one query in TALKERS_SAMPLE, after query_handle. */
+void worker_note_talkers(struct worker *w, const struct query_ctx *ctx,
+			 const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 
 /* UDP (udp.c). */
 void udp_batch_init(struct udp_batch *b);

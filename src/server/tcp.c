@@ -473,7 +473,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 		if (dnstap_client_on())
 			worker_tap(w, &ctx, &c->peer, &c->local, c->in + off + 2, mlen,
 				   w->tcp_out + out + 2, len);
-		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+		worker_note_talkers(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;
 		c->asked = true;

@@ -112,7 +112,7 @@ static int answer_batch(struct worker *w, int fd, int n)
 		if (dnstap_client_on())
 			worker_tap(w, &ctx, &b->peer[i], worker_udp_local(w, fd),
 				   query_bytes(b, i), b->rx[i].msg_len, reply, len);
-		worker_note_top(w, &ctx, &b->peer[i], reply, len);
+		worker_note_talkers(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
 		if (len == 0 || (len = rate_limited(w, &b->peer[i], reply, len)) == 0)
 			continue;

@@ -24,7 +24,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "util/wake.h"
 
 #define MAX_EVENTS 64
@@ -170,15 +170,15 @@ const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd)
 	return &w->tap_local;
 }
 
-void worker_note_top(struct worker *w, const struct query_ctx *ctx,
-		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
+void worker_note_talkers(struct worker *w, const struct query_ctx *ctx,
+			 const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
 {
-	if (!top_sample(&w->top_sampler))
+	if (!talkers_sample(&w->talkers_sampler))
 		return;
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) /* its rcode comes with the resolver's reply */
-		top_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
+		talkers_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
 	else
-		top_note_reply(w->id, peer, reply, len);
+		talkers_note_reply(w->id, peer, reply, len);
 }
 
 void worker_wake_upstream(struct worker *w)
