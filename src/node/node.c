@@ -39,7 +39,7 @@
 
 #include "keeper/keeper.h"
 #include "log/log.h"
-#include "netlink/iface.h"
+#include "iface/iface.h"
 #include "nft/plan.h"
 #include "privs/privs.h"
 #include "util/clock.h"
