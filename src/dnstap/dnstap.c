@@ -310,13 +310,13 @@ static void log_count(const char *msg, const char *key, uint64_t n)
 
 static bool flush(struct batch *b)
 {
-	bool ok = b->n == 0 || (tap.out && tap_output_write(tap.out, b->frames, b->n));
+	bool ok = b->n == 0 || (tap.out && dnstap_output_write(tap.out, b->frames, b->n));
 
 	if (ok) {
 		atomic_fetch_add_explicit(&tap.sent, (uint64_t)b->n, memory_order_relaxed);
 	} else {
 		atomic_fetch_add_explicit(&tap.unsent, b->records, memory_order_relaxed);
-		tap_output_close(tap.out);
+		dnstap_output_close(tap.out);
 		tap.out = NULL;
 		atomic_store(&tap.connected, false);
 		log_count("dnstap collector lost: reconnecting (records of the failed write dropped)",
@@ -348,7 +348,7 @@ static const char *pod_extra(const struct tap_entry *e, char *out, size_t cap)
 	return out;
 }
 
-/* The envelope of a turn's messages without extra (tap_envelope), packed once per turn. */
+/* The envelope of a turn's messages without extra (dnstap_envelope), packed once per turn. */
 struct envelope {
 	uint8_t bytes[TAP_ENVELOPE_MAX];
 	size_t len;
@@ -368,7 +368,7 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 	size_t used_before = b->used;
 
 	if (extra) { /* the pod's: once for the record's messages */
-		own.len = tap_envelope(meta, extra, own.bytes, sizeof own.bytes);
+		own.len = dnstap_envelope(meta, extra, own.bytes, sizeof own.bytes);
 		env = &own;
 	}
 	for (size_t i = 0; env->len && i < sizeof kinds / sizeof kinds[0]; i++) {
@@ -380,8 +380,8 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 			b->used = used_before;
 			return false;
 		}
-		len = tap_encode_after(e, kinds[i], meta, env->bytes, env->len, tap.buf + b->used,
-				       OUT_BYTES - b->used, &start);
+		len = dnstap_encode_after(e, kinds[i], meta, env->bytes, env->len,
+					  tap.buf + b->used, OUT_BYTES - b->used, &start);
 		if (len == 0)
 			continue;
 		b->frames[b->n++] =
@@ -479,7 +479,7 @@ struct writer {
 
 static void disconnect(void)
 {
-	tap_output_close(tap.out);
+	dnstap_output_close(tap.out);
 	tap.out = NULL;
 	atomic_store(&tap.connected, false);
 }
@@ -494,7 +494,7 @@ static void connect_if_due(struct writer *w)
 	if (tap.out || !w->s.has_target || now_ms() < w->next_try_ms)
 		return;
 	target_text(&w->s.target, where, sizeof where);
-	tap.out = tap_output_open(&w->s.target, tap.stop_fd, err, sizeof err);
+	tap.out = dnstap_output_open(&w->s.target, tap.stop_fd, err, sizeof err);
 	if (!tap.out) {
 		if (!w->failing)
 			log_warn("dnstap collector unreachable: retrying with backoff", "collector",
@@ -523,7 +523,7 @@ static bool write_turn(struct writer *w)
 	connect_if_due(w);
 	if (!tap.out)
 		return false;
-	w->plain.len = tap_envelope(&meta, NULL, w->plain.bytes, sizeof w->plain.bytes);
+	w->plain.len = dnstap_envelope(&meta, NULL, w->plain.bytes, sizeof w->plain.bytes);
 	for (unsigned i = 0; i < tap.n_rings; i++)
 		if (!drain(&tap.rings[i], w->s.messages, &meta, &w->plain, &had_records)) {
 			w->next_try_ms = now_ms() + BACKOFF_MIN_MS;
