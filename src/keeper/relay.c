@@ -57,7 +57,7 @@ struct relay {
 	unsigned n_used;
 	struct slot slots[RELAY_SLOTS];
 	uint16_t by_id[65536];     /* wire ID -> slot + 1; 0: free */
-	struct relay_stats stats;
+	struct keeper_relay_stats stats;
 };
 
 static int relay_socket(int family)
@@ -70,7 +70,7 @@ static int relay_socket(int family)
 	return fd; /* unbound: the first sendto picks a random port */
 }
 
-struct relay *relay_new(char *err, size_t errlen)
+struct relay *keeper_relay_new(char *err, size_t errlen)
 {
 	struct relay *r = calloc(1, sizeof *r);
 
@@ -97,13 +97,13 @@ struct relay *relay_new(char *err, size_t errlen)
 	if (r->n_fds == 0) {
 		snprintf(err, errlen, "keeper: cannot open a UDP socket to relay queries: %s",
 			 strerror(errno));
-		relay_free(r);
+		keeper_relay_free(r);
 		return NULL;
 	}
 	return r;
 }
 
-void relay_free(struct relay *r)
+void keeper_relay_free(struct relay *r)
 {
 	if (!r)
 		return;
@@ -113,7 +113,8 @@ void relay_free(struct relay *r)
 	free(r);
 }
 
-void relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n, uint16_t port)
+void keeper_relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n,
+				uint16_t port)
 {
 	struct sockaddr_storage *copy = n ? calloc(n, sizeof *copy) : NULL;
 
@@ -126,7 +127,7 @@ void relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n,
 	r->n_endpoints = n;
 }
 
-size_t relay_endpoints(const struct relay *r)
+size_t keeper_relay_endpoints(const struct relay *r)
 {
 	return r->n_endpoints;
 }
@@ -180,13 +181,13 @@ static void release(struct relay *r, struct slot *s)
 	r->n_used--;
 }
 
-const struct sockaddr_storage *relay_next_endpoint(struct relay *r)
+const struct sockaddr_storage *keeper_relay_next_endpoint(struct relay *r)
 {
 	return r->n_endpoints ? &r->endpoints[r->next_endpoint++ % r->n_endpoints] : NULL;
 }
 
-bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
-	       const uint8_t *q, size_t len, uint64_t now_ms)
+bool keeper_relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
+		      const uint8_t *q, size_t len, uint64_t now_ms)
 {
 	uint8_t out[RELAY_MAX];
 	uint32_t random[2];
@@ -198,7 +199,7 @@ bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *cli
 		r->stats.dropped++;
 		return false;
 	}
-	const struct sockaddr_storage *ep = relay_next_endpoint(r);
+	const struct sockaddr_storage *ep = keeper_relay_next_endpoint(r);
 	int out_fd = pick_socket(r, ep->ss_family, random[0]);
 	uint16_t id = (uint16_t)random[1];
 	for (int tries = 0; r->by_id[id] && tries < 16; tries++)
@@ -224,7 +225,7 @@ bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *cli
 	return true;
 }
 
-unsigned relay_pending(const struct relay *r, int reply_fd)
+unsigned keeper_relay_pending(const struct relay *r, int reply_fd)
 {
 	unsigned n = 0;
 
@@ -233,7 +234,7 @@ unsigned relay_pending(const struct relay *r, int reply_fd)
 	return n;
 }
 
-void relay_forget(struct relay *r, int reply_fd)
+void keeper_relay_forget(struct relay *r, int reply_fd)
 {
 	for (size_t i = 0; r->n_used && i < RELAY_SLOTS; i++)
 		if (r->slots[i].used && r->slots[i].reply_fd == reply_fd) {
@@ -242,7 +243,7 @@ void relay_forget(struct relay *r, int reply_fd)
 		}
 }
 
-size_t relay_fds(const struct relay *r, int *fds, size_t max)
+size_t keeper_relay_fds(const struct relay *r, int *fds, size_t max)
 {
 	size_t n = r->n_fds < max ? r->n_fds : max;
 
@@ -258,7 +259,7 @@ static void answer(struct slot *s, uint8_t *m, size_t len)
 	       sockaddr_len(&s->client));
 }
 
-void relay_read(struct relay *r, int fd)
+void keeper_relay_read(struct relay *r, int fd)
 {
 	uint8_t m[RELAY_MAX];
 
@@ -282,7 +283,7 @@ void relay_read(struct relay *r, int fd)
 	}
 }
 
-void relay_expire(struct relay *r, uint64_t now_ms)
+void keeper_relay_expire(struct relay *r, uint64_t now_ms)
 {
 	for (size_t i = 0; r->n_used && i < RELAY_SLOTS; i++) {
 		struct slot *s = &r->slots[i];
@@ -293,7 +294,7 @@ void relay_expire(struct relay *r, uint64_t now_ms)
 	}
 }
 
-void relay_stats(const struct relay *r, struct relay_stats *out)
+void keeper_relay_stats(const struct relay *r, struct keeper_relay_stats *out)
 {
 	*out = r->stats;
 }
