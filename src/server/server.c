@@ -201,7 +201,7 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	w->epfd = w->retire_fd = w->shed_fd = w->tap_local_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
-	udp_batch_init(&w->udp);
+	server_udp_batch_init(&w->udp);
 	/* Any one worker may hold every connection: the cap is shared (server.c). */
 	if (alloc_connections(w, s->tcp_max_conns) < 0) {
 		snprintf(err, errlen, "out of memory");
@@ -283,7 +283,7 @@ static int open_listeners(struct server *s, const struct sockaddr_storage *addr,
 
 /*
  * Take the listeners that `retire` picks out of every worker's epoll set
- * and have each worker close them (worker_retire_listeners); returns once
+ * and have each worker close them (server_worker_retire_listeners); returns once
  * all have. Caller holds reconf_lock.
  */
 static void retire_where(struct server *s, bool (*retire)(const struct listener *, size_t index,
@@ -303,7 +303,7 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 				continue;
 			}
 			pthread_mutex_lock(&w->epoll_lock);
-			worker_unwatch_udp_locked(w, l->udp_fd);
+			server_worker_unwatch_udp_locked(w, l->udp_fd);
 			pthread_mutex_unlock(&w->epoll_lock);
 			epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->tcp_fd, NULL);
 			out[n++] = *l;
@@ -460,7 +460,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		char name[24];
 		snprintf(name, sizeof name, "worker/%u", started);
 		if (privs_thread_create(&s->workers[started]->thread, PRIVS_WORKER, name,
-					worker_main, s->workers[started], err, errlen) < 0)
+					server_worker_main, s->workers[started], err, errlen) < 0)
 			goto fail;
 	}
 	return s;
@@ -493,7 +493,7 @@ static int reopen_udp(struct worker *w, const struct listener *l, const struct c
 	if (fresh < 0)
 		return -1;
 	pthread_mutex_lock(&w->epoll_lock);
-	worker_unwatch_udp_locked(w, l->udp_fd);
+	server_worker_unwatch_udp_locked(w, l->udp_fd);
 	int rc = dup3(fresh, l->udp_fd, O_CLOEXEC); /* the fd number, or -1 */
 	close(fresh);
 	if (rc >= 0)
