@@ -204,15 +204,6 @@ struct server {
 void *server_worker_main(void *arg);
 
 /*
- * Close the listeners the reloading thread took out of this worker's epoll
- * set (worker thread, between event batches, so no event in hand still
- * names them): accept the connections already queued, close the TCP
- * listener, answer the datagrams already queued and hand the UDP socket to
- * the resolver, which closes it (upstream_retire_socket).
- */
-void server_worker_retire_listeners(struct worker *w);
-
-/*
  * Connect a bound UDP socket to its own address (server.c): SO_REUSEPORT
  * never picks a connected socket and the nftables socket test never finds
  * it, so no client's datagram comes to it any more; what is queued stays.

@@ -283,8 +283,8 @@ static int open_listeners(struct server *s, const struct sockaddr_storage *addr,
 
 /*
  * Take the listeners that `retire` picks out of every worker's epoll set
- * and have each worker close them (server_worker_retire_listeners); returns once
- * all have. Caller holds reconf_lock.
+ * and have each worker close them (worker.c's retire_listeners); returns once all
+ * have. Caller holds reconf_lock.
  */
 static void retire_where(struct server *s, bool (*retire)(const struct listener *, size_t index,
 							   const void *arg),

@@ -293,7 +293,14 @@ static void release_listeners(struct worker *w)
 	}
 }
 
-void server_worker_retire_listeners(struct worker *w)
+/*
+ * Close the listeners the reloading thread took out of this worker's epoll
+ * set (worker thread, between event batches, so no event in hand still
+ * names them): accept the connections already queued, close the TCP
+ * listener, answer the datagrams already queued and hand the UDP socket to
+ * the resolver, which closes it (upstream_retire_socket).
+ */
+static void retire_listeners(struct worker *w)
 {
 	struct server *s = w->server;
 
@@ -350,7 +357,7 @@ static void serve(struct worker *w)
 			handle_event(w, &events[i]);
 		}
 		if (retire)
-			server_worker_retire_listeners(w);
+			retire_listeners(w);
 		if (w->n_unhanded)
 			hand_over_unhanded(w);
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
