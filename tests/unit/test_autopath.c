@@ -25,12 +25,12 @@
 #include <urcu/urcu-memb.h>
 
 #include "alloc_count.h"
+#include "ask.h"
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
 #include "query/query.h"
-#include "reply.h"
 
 #define NOW 1000 /* the cache's clock, in seconds */
 
@@ -149,69 +149,15 @@ static int teardown(void **state)
 
 /* ---- asking ----------------------------------------------------------------- */
 
-static const struct sockaddr_storage *peer(const char *ip)
-{
-	static struct sockaddr_storage ss;
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-
-	memset(&ss, 0, sizeof ss);
-	v4->sin_family = AF_INET;
-	assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
-	return &ss;
-}
-
-/* A plain query (no EDNS) for name, in its letter case. */
-static size_t query_packet(uint8_t *buf, const char *name, uint16_t qtype)
-{
-	static const uint8_t header[DNS_HEADER_LEN] = {0xbe, 0xef, DNS_F_RD >> 8, 0, 0, 1};
-	size_t n = DNS_HEADER_LEN;
-
-	memcpy(buf, header, sizeof header);
-	for (const char *label = name; *label;) {
-		size_t len = strcspn(label, ".");
-		buf[n++] = (uint8_t)len;
-		memcpy(buf + n, label, len);
-		n += len;
-		label += len + (label[len] == '.');
-	}
-	buf[n++] = 0;
-	buf[n++] = (uint8_t)(qtype >> 8);
-	buf[n++] = (uint8_t)qtype;
-	buf[n++] = 0;
-	buf[n++] = DNS_C_IN;
-	return n;
-}
-
-struct outcome {
-	struct reply r;            /* the reply, when there is one now */
-	enum query_upstream upstream;
-	enum query_source source;
-	uint64_t autopath;         /* the stats counter */
-};
-
 static struct upstream_request request;
 
 /* Ask name/qtype from a client at ip (NULL: no address) over UDP. */
-static void ask(const char *name, uint16_t qtype, const char *ip, struct outcome *o)
+static void ask(const char *name, uint16_t qtype, const char *ip, struct asked *o)
 {
-	uint8_t in[512];
-	size_t inlen = query_packet(in, name, qtype);
-	struct query_stats st = {0};
-	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? peer(ip) : NULL,
-				.stats = &st, .now = NOW, .request = &request};
-
-	urcu_memb_read_lock();
-	o->r.len = query_handle(in, inlen, o->r.buf, sizeof o->r.buf, &ctx);
-	urcu_memb_read_unlock();
-	o->upstream = ctx.upstream;
-	o->source = ctx.source;
-	o->autopath = st.autopath;
-	o->r.v = NULL; /* no reply: nothing left of an earlier one to check */
-	if (o->r.len)
-		read_reply(&o->r);
+	ask_path(name, qtype, ip, NOW, &request, o);
 }
 
-static const char *owner(const struct outcome *o, size_t i)
+static const char *owner(const struct asked *o, size_t i)
 {
 	return o->r.v->rr[i].owner;
 }
@@ -254,7 +200,7 @@ static void cache_nxdomain(const char *name, uint16_t qtype)
 	assert_int_equal(cache_insert(cache, &q, msg, dns_response_finish(&w, 0), NOW), 0);
 }
 
-static void assert_cname(const struct outcome *o, const char *from, const char *to)
+static void assert_cname(const struct asked *o, const char *from, const char *to)
 {
 	assert_true(o->r.v->an >= 1);
 	assert_int_equal(o->r.v->rr[0].type, DNS_T_CNAME);
@@ -263,7 +209,7 @@ static void assert_cname(const struct outcome *o, const char *from, const char *
 	assert_name_equal(o->r.v->rr[0].target, to);
 }
 
-static void assert_original_nxdomain(const struct outcome *o)
+static void assert_original_nxdomain(const struct asked *o)
 {
 	assert_int_equal(o->upstream, QUERY_UPSTREAM_NONE);
 	assert_int_equal(o->r.v->flags & 0xf, DNS_R_NXDOMAIN);
@@ -278,7 +224,7 @@ static void assert_original_nxdomain(const struct outcome *o)
 
 static void test_service_of_another_namespace_answers_with_a_cname(void **state)
 {
-	struct outcome o;
+	struct asked o;
 	char ip[48];
 
 	(void)state;
@@ -293,7 +239,7 @@ static void test_service_of_another_namespace_answers_with_a_cname(void **state)
 	assert_string_equal(ip, "10.96.0.9");
 	assert_memory_equal(o.r.buf + DNS_HEADER_LEN, "\3API", 4); /* the client's question */
 	assert_int_equal(o.source, QUERY_SOURCE_CLUSTER);
-	assert_int_equal(o.autopath, 1);
+	assert_int_equal(o.stats.autopath, 1);
 
 	/* the candidate exists without the type: the CNAME and its NODATA */
 	ask("api.team.prod.svc.cluster.local", DNS_T_AAAA, prod_client, &o);
@@ -306,7 +252,7 @@ static void test_service_of_another_namespace_answers_with_a_cname(void **state)
 
 static void test_each_cluster_suffix_and_node_domain_is_tried(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	/* <zone>, the third suffix */
@@ -332,37 +278,37 @@ static void test_each_cluster_suffix_and_node_domain_is_tried(void **state)
 
 static void test_existing_names_unknown_clients_and_other_namespaces_are_left_alone(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	ask("web.prod.svc.cluster.local", DNS_T_A, prod_client, &o);
 	assert_int_equal(o.r.v->an, 1);
 	assert_int_equal(o.r.v->rr[0].type, DNS_T_A);
-	assert_int_equal(o.autopath, 0);
+	assert_int_equal(o.stats.autopath, 0);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, "10.1.0.99", &o);
 	assert_original_nxdomain(&o);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, NULL, &o);
 	assert_original_nxdomain(&o);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, team_client, &o); /* not team's first */
 	assert_original_nxdomain(&o);
-	assert_int_equal(o.autopath, 0);
+	assert_int_equal(o.stats.autopath, 0);
 }
 
 static void test_autopath_off_answers_nxdomain(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	publish(false, true);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, prod_client, &o);
 	assert_original_nxdomain(&o);
-	assert_int_equal(o.autopath, 0);
+	assert_int_equal(o.stats.autopath, 0);
 	teardown(state);
 	setup(state);
 }
 
 static void test_external_name_candidate_is_chased(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	memset(&request, 0, sizeof request);
@@ -371,14 +317,14 @@ static void test_external_name_candidate_is_chased(void **state)
 	assert_false(request.search);
 	assert_string_equal(chain_text(), "ext.prod.svc.cluster.local. www.example.org. ");
 	assert_int_equal(request.chain_ttl, 5);
-	assert_int_equal(o.autopath, 1);
+	assert_int_equal(o.stats.autopath, 1);
 }
 
 /* ---- external candidates ---------------------------------------------------- */
 
 static void test_external_candidates_go_to_the_resolver_in_one_request(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	memset(&request, 0, sizeof request);
@@ -386,7 +332,7 @@ static void test_external_candidates_go_to_the_resolver_in_one_request(void **st
 	assert_int_equal(o.upstream, QUERY_UPSTREAM_ASK);
 	assert_int_equal(o.r.len, 0);
 	assert_int_equal(o.source, QUERY_SOURCE_UPSTREAM);
-	assert_int_equal(o.autopath, 1);
+	assert_int_equal(o.stats.autopath, 1);
 	assert_true(request.search);
 	assert_int_equal(request.chain_ttl, 5);
 	assert_string_equal(chain_text(), "www.corp.internal. www.example.org. www. ");
@@ -415,7 +361,7 @@ static void test_external_candidates_go_to_the_resolver_in_one_request(void **st
 
 static void test_joined_answer_in_the_cache_is_served(void **state)
 {
-	struct outcome o;
+	struct asked o;
 	struct dns_query q;
 	struct dns_writer w;
 	uint8_t msg[512], target[DNS_MAX_NAME];
@@ -439,7 +385,7 @@ static void test_joined_answer_in_the_cache_is_served(void **state)
 
 static void test_every_candidate_nxdomain_keeps_the_original_answer(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	cache_nxdomain("nothing.corp.internal", DNS_T_A);
@@ -455,7 +401,7 @@ static void test_every_candidate_nxdomain_keeps_the_original_answer(void **state
 
 static void test_without_an_upstream_path_external_candidates_end_the_walk(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	publish(true, false);
 	ask("www.prod.svc.cluster.local", DNS_T_A, prod_client, &o);
@@ -483,7 +429,7 @@ static void test_the_walk_allocates_nothing_and_takes_no_mutex(void **state)
 		{"ext.prod.team.svc.cluster.local", DNS_T_A, "10.1.0.51"},   /* chase */
 		{"api.team.prod.svc.cluster.local", DNS_T_A, "10.1.0.99"},   /* unknown client */
 	};
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	if (!alloc_counting_works()) {

@@ -1,0 +1,81 @@
+/*
+ * ask.h — asking the query path (query_handle) as a worker does: a plain
+ * query built with packet.h, from a client's address, over UDP, under the
+ * RCU read lock; the reply read back with reply.h. The caller has
+ * registered its thread with RCU and published its query sources. Include
+ * after <cmocka.h>.
+ */
+#ifndef LOCALDNS_TEST_ASK_H
+#define LOCALDNS_TEST_ASK_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <urcu/urcu-memb.h>
+
+#include "packet.h"
+#include "query/query.h"
+#include "reply.h"
+
+/* What one query got. */
+struct asked {
+	struct reply r;                /* the reply, when there is one now */
+	enum query_upstream upstream;  /* what the path asks of the upstream */
+	enum query_source source;      /* who answered */
+	struct query_stats stats;      /* this query's counters */
+};
+
+/* A client's address from its text, IPv4 or IPv6. */
+static inline void ask_address(const char *ip, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof *ss);
+	if (strchr(ip, ':')) {
+		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+		v6->sin6_family = AF_INET6;
+		assert_int_equal(inet_pton(AF_INET6, ip, &v6->sin6_addr), 1);
+	} else {
+		struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+		v4->sin_family = AF_INET;
+		assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
+	}
+}
+
+/* A plain query (RD, no EDNS) for name, in its letter case. */
+static inline void ask_query(struct pkt *p, const char *name, uint16_t qtype)
+{
+	pkt_build_query(p, &(struct pkt_query){.id = 0xbeef, .flags = DNS_F_RD, .qname = name,
+					       .qtype = qtype});
+}
+
+/*
+ * Ask name/qtype from a client at ip (NULL: no address) at now (the
+ * cache's clock, in seconds); what the path asks of the upstream is put in
+ * *request. o->r is read when there is a reply now.
+ */
+static inline void ask_path(const char *name, uint16_t qtype, const char *ip, uint64_t now,
+			    struct upstream_request *request, struct asked *o)
+{
+	struct pkt in;
+	struct sockaddr_storage peer;
+
+	memset(&o->stats, 0, sizeof o->stats);
+	if (ip)
+		ask_address(ip, &peer);
+	ask_query(&in, name, qtype);
+	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? &peer : NULL,
+				.stats = &o->stats, .now = now, .request = request};
+
+	urcu_memb_read_lock();
+	o->r.len = query_handle(in.b, in.len, o->r.buf, sizeof o->r.buf, &ctx);
+	urcu_memb_read_unlock();
+	o->upstream = ctx.upstream;
+	o->source = ctx.source;
+	o->r.v = NULL; /* no reply: nothing left of an earlier one to check */
+	if (o->r.len)
+		read_reply(&o->r);
+}
+
+#endif
