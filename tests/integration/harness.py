@@ -168,6 +168,18 @@ def deep_merge(base, over):
     return out
 
 
+def wait_until(pred, what, timeout=5.0, step=0.01):
+    """Poll pred until it holds; returns the moment it did (time.monotonic),
+    so a caller can tell how long a change took to show. Fails naming what
+    did not come within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("no %s within %.1fs" % (what, timeout))
+        time.sleep(step)
+    return time.monotonic()
+
+
 # ------------------------------------------------------------- test data
 
 BIG_A = ["10.1.0.%d" % i for i in range(1, 41)]                  # 40 A
