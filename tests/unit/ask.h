@@ -9,7 +9,10 @@
 #define LOCALDNS_TEST_ASK_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,6 +22,19 @@
 #include "packet.h"
 #include "query/query.h"
 #include "reply.h"
+
+/* The node's resolv.conf (upstream.resolv_conf: its search list is the
+ * one autopath walks), holding text, in a new file whose name goes in
+ * path[ASK_PATH_MAX]; the caller unlinks it. */
+#define ASK_PATH_MAX 64
+static inline void ask_resolv_conf(char *path, const char *test, const char *text)
+{
+	snprintf(path, ASK_PATH_MAX, "/tmp/localdns-%s-resolv-XXXXXX", test);
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+}
 
 /* What one query got. */
 struct asked {

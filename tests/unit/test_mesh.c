@@ -42,7 +42,7 @@
 static struct cache *cache;
 static struct cluster *cluster;
 static struct mesh *mesh;
-static char resolv_conf[64];
+static char resolv_conf[ASK_PATH_MAX];
 
 static const char *prod_client = "10.1.0.50"; /* a pod of this node in prod */
 static const char *team_client = "10.1.0.51"; /* ... in team */
@@ -188,16 +188,10 @@ static int setup(void **state)
 				  .negative_max_ttl = 3600, .servfail_ttl = 5};
 	struct config *cfg;
 	char err[CONFIG_ERR_MAX];
-	int fd;
 
 	(void)state;
 	urcu_memb_register_thread();
-	snprintf(resolv_conf, sizeof resolv_conf, "/tmp/localdns-mesh-resolv-XXXXXX");
-	fd = mkstemp(resolv_conf);
-	assert_true(fd >= 0);
-	static const char text[] = "nameserver 192.0.2.53\nsearch corp.internal\n";
-	assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-	close(fd);
+	ask_resolv_conf(resolv_conf, "mesh", "nameserver 192.0.2.53\nsearch corp.internal\n");
 
 	cfg = load_config();
 	cluster = cluster_new(cfg, err, sizeof err);
