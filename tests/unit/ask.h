@@ -14,11 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <urcu/urcu-memb.h>
 
+#include "address.h"
 #include "packet.h"
 #include "query/query.h"
 #include "reply.h"
@@ -44,21 +42,6 @@ struct asked {
 	struct query_stats stats;      /* this query's counters */
 };
 
-/* A client's address from its text, IPv4 or IPv6. */
-static inline void ask_address(const char *ip, struct sockaddr_storage *ss)
-{
-	memset(ss, 0, sizeof *ss);
-	if (strchr(ip, ':')) {
-		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
-		v6->sin6_family = AF_INET6;
-		assert_int_equal(inet_pton(AF_INET6, ip, &v6->sin6_addr), 1);
-	} else {
-		struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
-		v4->sin_family = AF_INET;
-		assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
-	}
-}
-
 /* A plain query (RD, no EDNS) for name, in its letter case. */
 static inline void ask_query(struct pkt *p, const char *name, uint16_t qtype)
 {
@@ -79,7 +62,7 @@ static inline void ask_path(const char *name, uint16_t qtype, const char *ip, ui
 
 	memset(&o->stats, 0, sizeof o->stats);
 	if (ip)
-		ask_address(ip, &peer);
+		peer = address_of(ip);
 	ask_query(&in, name, qtype);
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? &peer : NULL,
 				.stats = &o->stats, .now = now, .request = request};

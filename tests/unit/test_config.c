@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <cmocka.h>
 
+#include "address.h"
 #include "config/config.h"
 #include "util/client.h"
 #include "util/hash.h"
@@ -576,15 +577,8 @@ static void test_error_wildcard_address(void **state)
  * clients equal when their first bits are; IPv4 clients by address. */
 static size_t client_of(const char *ip, unsigned bits, uint8_t out[CLIENT_PREFIX_MAX])
 {
-	struct sockaddr_storage ss = {0};
+	struct sockaddr_storage ss = address_of(ip);
 
-	if (strchr(ip, ':')) {
-		ss.ss_family = AF_INET6;
-		assert_int_equal(inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr), 1);
-	} else {
-		ss.ss_family = AF_INET;
-		assert_int_equal(inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr), 1);
-	}
 	return client_prefix(&ss, bits, out);
 }
 

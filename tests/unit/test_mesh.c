@@ -656,14 +656,13 @@ static enum query_source reader_ask(const char *name, const char *ip, char *text
 {
 	struct pkt in;
 	uint8_t out[1232];
-	struct sockaddr_storage ss;
+	struct sockaddr_storage ss = address_of(ip);
 	struct upstream_request req;
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &ss, .stats = &st, .now = NOW,
 				.request = &req};
 	size_t len, pos, used = 0;
 
-	ask_address(ip, &ss);
 	ask_query(&in, name, DNS_T_A);
 	urcu_memb_read_lock();
 	len = query_handle(in.b, in.len, out, sizeof out, &ctx);
