@@ -30,6 +30,7 @@
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "config_text.h"
 #include "query/query.h"
 
 #define NOW 1000 /* the cache's clock, in seconds */
@@ -63,8 +64,7 @@ static void add_pod(const char *ns, const char *name, const char *ip)
 
 static struct config *load_config(bool autopath)
 {
-	char yaml[1024], err[CONFIG_ERR_MAX];
-	struct config *cfg;
+	char yaml[1024];
 
 	snprintf(yaml, sizeof yaml,
 		 "cluster: {domain: cluster.local, ttl: 5s, autopath: %s}\n"
@@ -74,8 +74,7 @@ static struct config *load_config(bool autopath)
 		 "    - {name: legacy.corp.internal, a: [192.0.2.10]}\n"
 		 "    - {name: old.prod.svc.cluster.local, a: [10.0.0.5]}\n",
 		 autopath ? "true" : "false", resolv_conf);
-	assert_int_equal(config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	return cfg;
+	return config_of(yaml);
 }
 
 static void publish(bool autopath, bool with_cache)

@@ -18,21 +18,12 @@
 #include <cmocka.h>
 
 #include "alloc_count.h"
+#include "config_text.h"
 #include "config/config.h"
 #include "dnstap/dnstap.h"
 #include "dnstap/dnstap.pb-c.h"
 #include "dnstap/internal.h"
 #include "log/log.h"
-
-static struct config *config_with(const char *yaml)
-{
-	char err[CONFIG_ERR_MAX];
-	struct config *cfg = NULL;
-
-	if (config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err) < 0)
-		fail_msg("%s", err);
-	return cfg;
-}
 
 static void config_fails(const char *yaml, const char *want)
 {
@@ -231,11 +222,11 @@ static void config_keys(void **state)
 	struct config *cfg;
 
 	(void)state;
-	cfg = config_with("dnstap: {socket: /run/tap.sock}\n");
+	cfg = config_of("dnstap: {socket: /run/tap.sock}\n");
 	assert_int_equal(cfg->dnstap.messages, DNSTAP_CLIENT_QUERY | DNSTAP_CLIENT_RESPONSE);
 	assert_int_equal(cfg->dnstap.buffer, 1u << 20);
 	config_free(cfg);
-	cfg = config_with("dnstap: {address: \"127.0.0.1:6000\", identity: x,\n"
+	cfg = config_of("dnstap: {address: \"127.0.0.1:6000\", identity: x,\n"
 			  "  messages: [resolver_response, client_query]}\n");
 	assert_int_equal(cfg->dnstap.messages, DNSTAP_CLIENT_QUERY | DNSTAP_RESOLVER_RESPONSE);
 	assert_string_equal(cfg->dnstap.address, "127.0.0.1:6000");
@@ -243,7 +234,7 @@ static void config_keys(void **state)
 	dnstap_identity(cfg, identity, sizeof identity);
 	assert_string_equal(identity, "x");
 	config_free(cfg);
-	cfg = config_with("kubernetes: {node_name: node-7}\n");
+	cfg = config_of("kubernetes: {node_name: node-7}\n");
 	dnstap_identity(cfg, identity, sizeof identity);
 	assert_string_equal(identity, "node-7"); /* the default: the node's name */
 	config_free(cfg);
@@ -264,7 +255,7 @@ static void config_keys(void **state)
 static void producers_allocate_nothing_and_count_what_does_not_fit(void **state)
 {
 	char err[256];
-	struct config *cfg = config_with("dnstap: {socket: /nonexistent/tap.sock, buffer: 64KiB}\n");
+	struct config *cfg = config_of("dnstap: {socket: /nonexistent/tap.sock, buffer: 64KiB}\n");
 	struct sockaddr_storage client = {.ss_family = AF_INET};
 	uint8_t q[28] = {0}, r[28] = {0};
 

@@ -33,6 +33,7 @@
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "config_text.h"
 #include "mesh/mesh.h"
 #include "mesh/objects.h"
 #include "query/query.h"
@@ -169,15 +170,13 @@ static void workload(const char *ns, const char *name, const char *address,
 
 static struct config *load_config(void)
 {
-	char yaml[512], err[CONFIG_ERR_MAX];
-	struct config *cfg;
+	char yaml[512];
 
 	snprintf(yaml, sizeof yaml,
 		 "cluster: {domain: cluster.local, ttl: 5s, autopath: true}\n"
 		 "mesh: {istio: true, ttl: 30s}\n"
 		 "upstream: {resolv_conf: \"%s\"}\n", resolv_conf);
-	assert_int_equal(config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	return cfg;
+	return config_of(yaml);
 }
 
 /* Namespaces prod and team, a client pod in each, a Service shop/db; the
