@@ -46,6 +46,7 @@
 #include "log/log.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/pow2.h"
 #include "util/wake.h"
 
 static uint64_t now_ms(void)
@@ -578,15 +579,6 @@ static void *writer_thread(void *arg)
 
 /* ---- settings and life cycle ---------------------------------------------------- */
 
-static uint32_t round_up_pow2(uint64_t n)
-{
-	uint32_t p = 1;
-
-	while (p < n)
-		p <<= 1;
-	return p;
-}
-
 void dnstap_identity(const struct config *cfg, char *out, size_t cap)
 {
 	const char *node = getenv("NODE_NAME");
@@ -662,7 +654,7 @@ static void free_rings(void)
 int dnstap_start(const struct config *cfg, unsigned n_workers, dnstap_pod_fn pods,
 		 const void *pods_arg, char *err, size_t errlen)
 {
-	uint32_t bytes = round_up_pow2(cfg->dnstap.buffer);
+	uint32_t bytes = pow2_at_least(cfg->dnstap.buffer);
 
 	tap.n_rings = n_workers + 1;
 	tap.rings = calloc(tap.n_rings, sizeof *tap.rings);

@@ -33,6 +33,7 @@
 #include "log/log.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/pow2.h"
 #include "util/wake.h"
 
 #define DRAIN_MS 100
@@ -248,15 +249,6 @@ static void *log_thread(void *arg)
 
 /* ---- life cycle ----------------------------------------------------------------- */
 
-static uint32_t round_up_pow2(uint32_t n)
-{
-	uint32_t p = 1;
-
-	while (p < n)
-		p <<= 1;
-	return p;
-}
-
 static void free_rings(void)
 {
 	for (unsigned i = 0; ql.rings && i < ql.n_rings; i++)
@@ -271,7 +263,7 @@ static void free_rings(void)
 
 int querylog_start(const struct config *cfg, unsigned n_workers, char *err, size_t errlen)
 {
-	uint32_t slots = round_up_pow2(cfg->log.query_buffer);
+	uint32_t slots = pow2_at_least(cfg->log.query_buffer);
 
 	ql.n_rings = n_workers + 1;
 	ql.rings = calloc(ql.n_rings, sizeof *ql.rings);
