@@ -30,7 +30,6 @@ import argparse
 import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import struct
@@ -43,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from harness import free_port  # noqa: E402  (the integration tests' own)
-DOC = os.path.join(REPO, "docs", "performance.md")
+from benchlib import git_rev, stop, write_doc_block  # noqa: E402
 ZONE = "miss.example"
 TLS_NAME = "dot.test"
 BEGIN, END = "<!-- tls_miss:begin -->", "<!-- tls_miss:end -->"
@@ -147,16 +146,6 @@ def wait_answer(proc, port, what):
     finally:
         s.close()
     sys.exit("tls_miss: %s did not answer within 10 s" % what)
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def cpu_seconds(pid):
@@ -280,12 +269,6 @@ def report(results, args):
     return "\n".join(lines)
 
 
-def git_rev():
-    p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                       text=True)
-    return p.stdout.strip() or "unknown"
-
-
 def unbound_version():
     p = subprocess.run([shutil.which("unbound") or "/usr/sbin/unbound", "-V"],
                        capture_output=True, text=True)
@@ -293,17 +276,6 @@ def unbound_version():
         if line.startswith("Version"):
             return line.split()[1]
     return "?"
-
-
-def write_doc(text):
-    with open(DOC) as f:
-        doc = f.read()
-    if BEGIN not in doc or END not in doc:
-        sys.exit("tls_miss: %s has no %s ... %s block" % (DOC, BEGIN, END))
-    head, rest = doc.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(DOC, "w") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
 
 
 def main():
@@ -334,7 +306,7 @@ def main():
         text = report(results, args)
         print(text)
         if args.doc:
-            write_doc(text)
+            write_doc_block(BEGIN, END, text)
     finally:
         for p in procs:
             stop(p)
