@@ -51,7 +51,7 @@
 #include "query/query.h"
 #include "querylog/querylog.h"
 #include "dnstap/dnstap.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "server/server.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
@@ -432,7 +432,7 @@ static void stop_serving(struct serving *run)
 	node_stop(d->node);
 	keeper_link_free(d->keeper);
 	upstream_free(d->upstream);
-	top_stop();
+	talkers_stop();
 	querylog_stop();
 	dnstap_stop();
 	query_sources_retire();
@@ -469,7 +469,7 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 	if (dnstap_start(cfg, workers, d->cluster ? client_pod : NULL, d->cluster, err,
 			 errlen) < 0)
 		return -1;
-	if (top_start(workers) < 0) {
+	if (talkers_start(workers) < 0) {
 		snprintf(err, errlen, "top talkers: out of memory");
 		return -1;
 	}

@@ -113,6 +113,8 @@
  */
 #include "cache/cache.h"
 
+#include "dns/wire.h"
+
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -236,30 +238,6 @@ struct cache {
 static uint64_t name_hash(const struct cache *c, const uint8_t *name, size_t len)
 {
 	return dns_siphash13(c->hash_key, name, len);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-	       ((uint32_t)p[2] << 8) | p[3];
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static uint8_t ascii_lower(uint8_t c)
-{
-	return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + ('a' - 'A')) : c;
 }
 
 static uint64_t mix64(uint64_t h)
@@ -698,10 +676,10 @@ static bool question_matches(const uint8_t *msg, size_t len,
 	 * name, and label lengths (< 64) are never changed by lower-casing,
 	 * so this also proves the upstream's name is uncompressed. */
 	for (size_t i = 0; i < n; i++)
-		if (ascii_lower(msg[DNS_HEADER_LEN + i]) != q->qname[i])
+		if (dns_ascii_lower(msg[DNS_HEADER_LEN + i]) != q->qname[i])
 			return false;
-	return get16(msg + DNS_HEADER_LEN + n) == q->qtype &&
-	       get16(msg + DNS_HEADER_LEN + n + 2) == q->qclass;
+	return dns_get16(msg + DNS_HEADER_LEN + n) == q->qtype &&
+	       dns_get16(msg + DNS_HEADER_LEN + n + 2) == q->qclass;
 }
 
 static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q,
@@ -710,9 +688,9 @@ static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q
 	memset(r, 0, sizeof(*r));
 	if (len < DNS_HEADER_LEN || len > DNS_MAX_MESSAGE)
 		return false;
-	uint16_t flags = get16(msg + 2);
+	uint16_t flags = dns_get16(msg + 2);
 	if (!(flags & DNS_F_QR) || (flags & DNS_F_TC) ||
-	    DNS_OPCODE(flags) != DNS_OP_QUERY || get16(msg + 4) != 1 ||
+	    DNS_OPCODE(flags) != DNS_OP_QUERY || dns_get16(msg + 4) != 1 ||
 	    !question_matches(msg, len, q))
 		return false;
 
@@ -723,16 +701,16 @@ static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++) {
 		if (sec == DNS_SEC_ADDITIONAL)
 			r->add_off = pos - r->sec_start;
-		uint16_t count = get16(msg + 6 + 2 * sec);
+		uint16_t count = dns_get16(msg + 6 + 2 * sec);
 		for (uint16_t i = 0; i < count; i++) {
 			size_t rr_start = pos;
 			seen.n = r->nttl;
 			if (!skip_name(msg, len, &pos, &seen) || len - pos < RR_FIXED_LEN)
 				return false;
 			const uint8_t *fixed = msg + pos;
-			uint16_t type = get16(fixed);
-			uint32_t ttl = get32(fixed + 4);
-			size_t rd = pos + RR_FIXED_LEN, rdlen = get16(fixed + 8);
+			uint16_t type = dns_get16(fixed);
+			uint32_t ttl = dns_get32(fixed + 4);
+			size_t rd = pos + RR_FIXED_LEN, rdlen = dns_get16(fixed + 8);
 			if (len - rd < rdlen)
 				return false;
 			if (type == DNS_T_OPT) {
@@ -757,7 +735,7 @@ static bool scan_reply(const uint8_t *msg, size_t len, const struct dns_query *q
 			if (sec == DNS_SEC_AUTHORITY && type == DNS_T_SOA &&
 			    !r->have_soa) {
 				r->have_soa = true;
-				r->soa_ttl = min32(ttl, get32(msg + rd + rdlen - 4));
+				r->soa_ttl = min32(ttl, dns_get32(msg + rd + rdlen - 4));
 			}
 			r->counts[sec]++;
 			pos = rd + rdlen;
@@ -925,7 +903,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 
 	load_config(&c->cfg, &cfg);
 	if (!q->question_ok || !scan_reply(msg, len, q, &r, ttl_off) ||
-	    !entry_lifetime(&cfg, get16(msg + 2) & FLAGS_RCODE_MASK, &r, &ttl, &kind))
+	    !entry_lifetime(&cfg, dns_get16(msg + 2) & FLAGS_RCODE_MASK, &r, &ttl, &kind))
 		return reject(c);
 
 	size_t sec_len = r.sec_end - r.sec_start;
@@ -948,7 +926,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	e->expire = now + ttl;
 	e->ttl = ttl;
 	e->charge = (uint32_t)charge;
-	e->flags = get16(msg + 2);
+	e->flags = dns_get16(msg + 2);
 	memcpy(e->counts, r.counts, sizeof(e->counts));
 	e->sec_len = (uint16_t)sec_len;
 	e->add_off = (uint16_t)(r.add_off < sec_len ? r.add_off : sec_len);
@@ -965,12 +943,12 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	/* Every stored TTL is what a client may see at age 0: clamped for
 	 * positive answers, never beyond the entry's own lifetime. */
 	for (uint16_t i = 0; i < r.nttl; i++) {
-		uint32_t t = get32(sec + e->ttl_off[i]);
+		uint32_t t = dns_get32(sec + e->ttl_off[i]);
 		if (t > INT32_MAX)
 			t = 0;
 		if (kind == KIND_POSITIVE)
 			t = clamp32(t, cfg.min_ttl, cfg.max_ttl);
-		put32(sec + e->ttl_off[i], min32(t, ttl));
+		dns_put32(sec + e->ttl_off[i], min32(t, ttl));
 	}
 
 	pthread_mutex_lock(&s->lock);
@@ -1088,12 +1066,12 @@ static void write_entry(struct dns_writer *w, struct entry *e, bool stale,
 
 	uint8_t *base = w->buf + w->question_end;
 	for (uint16_t i = 0; i < e->nttl && e->ttl_off[i] + 4u <= n; i++) {
-		uint32_t t = get32(sec + e->ttl_off[i]);
+		uint32_t t = dns_get32(sec + e->ttl_off[i]);
 		if (stale)
 			t = CACHE_STALE_TTL;
 		else
 			t = t > age ? (uint32_t)(t - age) : 0;
-		put32(base + e->ttl_off[i], t);
+		dns_put32(base + e->ttl_off[i], t);
 	}
 }
 
@@ -1292,8 +1270,8 @@ bool cache_write_message(struct dns_writer *w, const uint8_t *msg, size_t len)
 
 	if (w->len == 0 || !q || !q->question_ok || !scan_reply(msg, len, q, &r, ttl_off))
 		return false;
-	dns_response_set_rcode(w, (enum dns_rcode)(get16(msg + 2) & FLAGS_RCODE_MASK));
-	if ((get16(msg + 2) & DNS_F_AD) && (q->edns_do || (q->flags & DNS_F_AD)))
+	dns_response_set_rcode(w, (enum dns_rcode)(dns_get16(msg + 2) & FLAGS_RCODE_MASK));
+	if ((dns_get16(msg + 2) & DNS_F_AD) && (q->edns_do || (q->flags & DNS_F_AD)))
 		w->buf[3] |= (uint8_t)DNS_F_AD;
 	append_sections(w, msg + r.sec_start, r.sec_end - r.sec_start, r.counts, r.add_off);
 	return true;
@@ -1347,8 +1325,8 @@ static void write_entry_message(uint8_t *m, struct entry *e, uint64_t now)
 	}
 	memcpy(p, entry_sections(e), e->sec_len);
 	for (uint16_t i = 0; i < e->nttl; i++) {
-		uint32_t t = get32(p + e->ttl_off[i]);
-		put32(p + e->ttl_off[i], t > age ? (uint32_t)(t - age) : 0);
+		uint32_t t = dns_get32(p + e->ttl_off[i]);
+		dns_put32(p + e->ttl_off[i], t > age ? (uint32_t)(t - age) : 0);
 	}
 }
 

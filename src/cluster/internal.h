@@ -174,7 +174,7 @@ static inline const uint8_t *eps_addr(const struct cluster_eps *e, uint32_t i)
 }
 
 /* The group of entry i (>= e->named). */
-const struct cluster_group *eps_group_of(const struct cluster_eps *e, uint32_t i);
+const struct cluster_group *cluster_eps_group_of(const struct cluster_eps *e, uint32_t i);
 
 /* ---- a Service ---------------------------------------------------------------- */
 

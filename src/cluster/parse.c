@@ -481,7 +481,7 @@ out:
 	return e;
 }
 
-const struct cluster_group *eps_group_of(const struct cluster_eps *e, uint32_t i)
+const struct cluster_group *cluster_eps_group_of(const struct cluster_eps *e, uint32_t i)
 {
 	uint32_t lo = 0, hi = e->n_groups;
 

@@ -100,7 +100,7 @@ static size_t entry_name(const struct cluster_service *s, const struct cluster_e
 	size_t cluster_len = e->cluster ? 1u + e->cluster[0] : 0, len = 0;
 
 	if (i >= e->named) {
-		label = e->labels + eps_group_of(e, i)->label;
+		label = e->labels + cluster_eps_group_of(e, i)->label;
 	} else {
 		struct cluster_ip ip = {.family = e->family};
 		memcpy(ip.addr, eps_addr(e, i), e->alen);
@@ -238,8 +238,8 @@ static unsigned add_entry_addresses(const struct cluster *c, struct dns_writer *
 {
 	if (i >= e->named)
 		return add_hostname_addresses(c, w, section, s, spec,
-					      e->labels + eps_group_of(e, i)->label, e->cluster, owner,
-					      qtype);
+					      e->labels + cluster_eps_group_of(e, i)->label,
+					      e->cluster, owner, qtype);
 	if (qtype && family_type(e->family) != qtype)
 		return 0;
 	return cluster_add_rr(c, w, section, owner, family_type(e->family), eps_addr(e, i), e->alen);
@@ -279,8 +279,9 @@ static bool target_in_earlier_slice(const struct cluster *c, const struct cluste
 	if (!may_repeat(s))
 		return false;
 	if (i >= e->named) {
-		for (bool ok = cluster_name_first(c, s, e->labels + eps_group_of(e, i)->label, &it, &t,
-						  &g);
+		for (bool ok = cluster_name_first(c, s,
+						  e->labels + cluster_eps_group_of(e, i)->label,
+						  &it, &t, &g);
 		     ok; ok = cluster_name_next(c, &it, &t, &g))
 			if (t->seq < e->seq && (spec->publish_not_ready || g->ready) &&
 			    same_cluster(t->cluster, e->cluster) && slice_has_port(pq, t, port))
@@ -710,7 +711,8 @@ bool cluster_reverse_answer(const struct cluster *c, struct dns_writer *w,
 	     ok = cluster_addr_next(c, &it, &t, &j)) {
 		const struct cluster_service *s = t->svc;
 		const struct cluster_spec *spec = spec_of(s);
-		const uint8_t *label = j >= t->named ? t->labels + eps_group_of(t, j)->label : NULL;
+		const uint8_t *label =
+			j >= t->named ? t->labels + cluster_eps_group_of(t, j)->label : NULL;
 		uint8_t target[DNS_MAX_NAME];
 		size_t len;
 		if (!spec || spec->kind == SVC_EXTERNAL_NAME || !serving(spec, t, j) ||

@@ -17,7 +17,7 @@
 #include "cluster/cluster.h"
 #include "counters/counters.h"
 #include "log/log.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "util/clock.h"
 
 /* ---- stats -------------------------------------------------------------- */
@@ -34,9 +34,9 @@ static void stat_line(const char *name, uint64_t value, void *arg)
 	struct stats_out *out = arg;
 
 	if (out->json)
-		jdoc_put(out->json, out->json->root, name, json_object_new_uint64(value));
+		control_jdoc_put(out->json, out->json->root, name, json_object_new_uint64(value));
 	else
-		conn_printf(out->c, "%s %" PRIu64 "\n", name, value);
+		control_conn_printf(out->c, "%s %" PRIu64 "\n", name, value);
 }
 
 /* Every ctl stats line of the registry (src/counters/), in its order. */
@@ -59,15 +59,15 @@ static void cmd_stats(struct control_thread *t, struct conn *c, int argc, char *
 	(void)argc;
 	(void)argv;
 	if (!c->json) {
-		reply_ok(c);
+		control_reply_ok(c);
 		write_stats(t->ctl, &out);
 		return;
 	}
 	/* About 70 members: built whole, so that out of memory is an error, not half a document. */
 	out.json = &doc;
-	doc.root = jdoc_object(&doc);
+	doc.root = control_jdoc_object(&doc);
 	write_stats(t->ctl, &out);
-	reply_json(c, &doc);
+	control_reply_json(c, &doc);
 }
 
 /* ---- lookup, flush ------------------------------------------------------ */
@@ -85,31 +85,31 @@ static void cmd_flush(struct control_thread *t, struct conn *c, int argc, char *
 	if (argc == 1) {
 		cache_flush(ctl->d->cache, NULL);
 		log_info("cache flushed by localdns ctl");
-		reply_ok(c);
-		conn_printf(c, "flushed every entry\n");
+		control_reply_ok(c);
+		control_conn_printf(c, "flushed every entry\n");
 		return;
 	}
 	if (dns_name_from_text(argv[1], wire) < 0) {
-		reply_error(c, "\"%s\" is not a domain name", argv[1]);
+		control_reply_error(c, "\"%s\" is not a domain name", argv[1]);
 		return;
 	}
 	cache_flush(ctl->d->cache, wire);
 	log_info("cache entries flushed by localdns ctl", "name", argv[1]);
-	reply_ok(c);
-	conn_printf(c, "flushed %s (every type)\n", argv[1]);
+	control_reply_ok(c);
+	control_conn_printf(c, "flushed %s (every type)\n", argv[1]);
 }
 
 /* ---- top ------------------------------------------------------------------ */
 
-static const char *const top_kind_names[TOP_KINDS] = {
-	[TOP_CLIENTS] = "clients", [TOP_NAMES] = "names",
-	[TOP_NXDOMAIN] = "nxdomain", [TOP_SERVFAIL] = "servfail"};
+static const char *const top_kind_names[TALKERS_KINDS] = {
+	[TALKERS_CLIENTS] = "clients", [TALKERS_NAMES] = "names",
+	[TALKERS_NXDOMAIN] = "nxdomain", [TALKERS_SERVFAIL] = "servfail"};
 
-static bool top_kind_of(const char *name, enum top_kind *out)
+static bool top_kind_of(const char *name, enum talkers_kind *out)
 {
-	for (int k = 0; k < TOP_KINDS; k++)
+	for (int k = 0; k < TALKERS_KINDS; k++)
 		if (strcmp(name, top_kind_names[k]) == 0) {
-			*out = (enum top_kind)k;
+			*out = (enum talkers_kind)k;
 			return true;
 		}
 	return false;
@@ -117,11 +117,11 @@ static bool top_kind_of(const char *name, enum top_kind *out)
 
 /* An item's key as text: the client address (and its pod into pod, "" if
  * none), or the name's whole labels (it->cut: more followed). */
-static void top_key_text(struct control *ctl, enum top_kind kind, const struct top_item *it,
+static void top_key_text(struct control *ctl, enum talkers_kind kind, const struct talkers_item *it,
 			 char *text, size_t textlen, char *pod, size_t podlen)
 {
 	pod[0] = '\0';
-	if (kind == TOP_CLIENTS) {
+	if (kind == TALKERS_CLIENTS) {
 		struct sockaddr_storage ss = {.ss_family = it->key[0]};
 		bool v4 = it->key[0] == AF_INET;
 		memcpy(v4 ? (void *)&((struct sockaddr_in *)&ss)->sin_addr
@@ -144,67 +144,69 @@ static void top_key_text(struct control *ctl, enum top_kind kind, const struct t
 }
 
 /* One line: the estimate, the client address and its pod, or the name ("..." if cut). */
-static void top_line(struct control *ctl, struct conn *c, enum top_kind kind,
-		     const struct top_item *it)
+static void top_line(struct control *ctl, struct conn *c, enum talkers_kind kind,
+		     const struct talkers_item *it)
 {
 	char text[1024], pod[320];
 
 	top_key_text(ctl, kind, it, text, sizeof text, pod, sizeof pod);
-	if (kind == TOP_CLIENTS)
-		conn_printf(c, "%" PRIu64 " %s%s%s\n", it->count, text, pod[0] ? " pod=" : "", pod);
+	if (kind == TALKERS_CLIENTS)
+		control_conn_printf(c, "%" PRIu64 " %s%s%s\n", it->count, text,
+				    pod[0] ? " pod=" : "", pod);
 	else
-		conn_printf(c, "%" PRIu64 " %s%s\n", it->count, text, it->cut ? "..." : "");
+		control_conn_printf(c, "%" PRIu64 " %s%s\n", it->count, text, it->cut ? "..." : "");
 }
 
 /* {"count", "client", "pod"} (pod null when unknown) or {"count", "name", "cut"}. */
-static json_object *top_item_json(struct control *ctl, struct jdoc *d, enum top_kind kind,
-				  const struct top_item *it)
+static json_object *top_item_json(struct control *ctl, struct jdoc *d, enum talkers_kind kind,
+				  const struct talkers_item *it)
 {
 	char text[1024], pod[320];
-	json_object *o = jdoc_object(d);
+	json_object *o = control_jdoc_object(d);
 
 	top_key_text(ctl, kind, it, text, sizeof text, pod, sizeof pod);
-	jdoc_put(d, o, "count", json_object_new_uint64(it->count));
-	if (kind == TOP_CLIENTS) {
-		jdoc_put(d, o, "client", json_object_new_string(text));
+	control_jdoc_put(d, o, "count", json_object_new_uint64(it->count));
+	if (kind == TALKERS_CLIENTS) {
+		control_jdoc_put(d, o, "client", json_object_new_string(text));
 		if (pod[0])
-			jdoc_put(d, o, "pod", json_object_new_string(pod));
+			control_jdoc_put(d, o, "pod", json_object_new_string(pod));
 		else if (o && json_object_object_add(o, "pod", NULL) < 0) /* null: no pod known */
 			d->failed = true;
 	} else {
-		jdoc_put(d, o, "name", json_object_new_string(text));
-		jdoc_put(d, o, "cut", json_object_new_boolean(it->cut));
+		control_jdoc_put(d, o, "name", json_object_new_string(text));
+		control_jdoc_put(d, o, "cut", json_object_new_boolean(it->cut));
 	}
 	return o;
 }
 
 /* One document: {"kind", "since_seconds", "items": [...]}, most first. */
-static void top_json(struct control *ctl, struct conn *c, enum top_kind kind,
-		     uint64_t since_seconds, const struct top_item *items, size_t n)
+static void top_json(struct control *ctl, struct conn *c, enum talkers_kind kind,
+		     uint64_t since_seconds, const struct talkers_item *items, size_t n)
 {
 	struct jdoc doc = {0};
 
-	doc.root = jdoc_object(&doc);
-	jdoc_put(&doc, doc.root, "kind", json_object_new_string(top_kind_names[kind]));
-	jdoc_put(&doc, doc.root, "since_seconds", json_object_new_uint64(since_seconds));
-	json_object *list = jdoc_array(&doc);
+	doc.root = control_jdoc_object(&doc);
+	control_jdoc_put(&doc, doc.root, "kind", json_object_new_string(top_kind_names[kind]));
+	control_jdoc_put(&doc, doc.root, "since_seconds", json_object_new_uint64(since_seconds));
+	json_object *list = control_jdoc_array(&doc);
 	for (size_t i = 0; i < n; i++)
-		jdoc_push(&doc, list, top_item_json(ctl, &doc, kind, &items[i]));
-	jdoc_put(&doc, doc.root, "items", list);
-	reply_json(c, &doc);
+		control_jdoc_push(&doc, list, top_item_json(ctl, &doc, kind, &items[i]));
+	control_jdoc_put(&doc, doc.root, "items", list);
+	control_reply_json(c, &doc);
 }
 
 /* top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT] */
 static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **argv)
 {
 	struct control *ctl = t->ctl;
-	struct top_item *items = t->top_items; /* each control thread its own */
-	enum top_kind kind;
-	uint64_t since_ms = TOP_SLOT_SECONDS * 1000, shown = 10;
+	struct talkers_item *items = t->top_items; /* each control thread its own */
+	enum talkers_kind kind;
+	uint64_t since_ms = TALKERS_SLOT_SECONDS * 1000, shown = 10;
 	const char *why;
 
 	if (!top_kind_of(argv[1], &kind)) {
-		reply_usage(c, "top clients|names|nxdomain|servfail [--since DURATION] [-n COUNT]");
+		control_reply_usage(c, "top clients|names|nxdomain|servfail [--since DURATION] "
+				    "[-n COUNT]");
 		return;
 	}
 	for (int i = 2; i < argc; i += 2) {
@@ -214,24 +216,24 @@ static void cmd_top(struct control_thread *t, struct conn *c, int argc, char **a
 		     : strcmp(argv[i], "-n") == 0
 			     ? config_value_uint(argv[i + 1], &shown, &why) < 0
 			     : true)) {
-			reply_usage(c, "top clients|names|nxdomain|servfail [--since DURATION] "
-				       "[-n COUNT]");
+			control_reply_usage(c, "top clients|names|nxdomain|servfail "
+					    "[--since DURATION] [-n COUNT]");
 			return;
 		}
 	}
-	if (since_ms > (uint64_t)TOP_SLOTS * TOP_SLOT_SECONDS * 1000 || shown == 0 ||
+	if (since_ms > (uint64_t)TALKERS_SLOTS * TALKERS_SLOT_SECONDS * 1000 || shown == 0 ||
 	    shown > TOP_SHOWN_MAX) {
-		reply_error(c, "--since goes back at most %d minutes and -n to %d", TOP_SLOTS,
-			    TOP_SHOWN_MAX);
+		control_reply_error(c, "--since goes back at most %d minutes and -n to %d",
+				    TALKERS_SLOTS, TOP_SHOWN_MAX);
 		return;
 	}
 	uint64_t since_seconds = (since_ms + 999) / 1000;
-	size_t n = top_read(kind, since_seconds, items, shown);
+	size_t n = talkers_read(kind, since_seconds, items, shown);
 	if (c->json) {
 		top_json(ctl, c, kind, since_seconds, items, n);
 		return;
 	}
-	reply_ok(c);
+	control_reply_ok(c);
 	for (size_t i = 0; i < n; i++)
 		top_line(ctl, c, kind, &items[i]);
 }
@@ -270,7 +272,7 @@ static void dump_records(struct conn *c, const struct cache_entry_info *e)
 	ldns_pkt *pkt;
 
 	if (ldns_wire2pkt(&pkt, e->msg, e->msg_len) != LDNS_STATUS_OK) {
-		conn_printf(c, "  ; records unreadable\n");
+		control_conn_printf(c, "  ; records unreadable\n");
 		return;
 	}
 	ldns_rr_list *sections[3] = {ldns_pkt_answer(pkt), ldns_pkt_authority(pkt),
@@ -280,8 +282,8 @@ static void dump_records(struct conn *c, const struct cache_entry_info *e)
 			char *text = ldns_rr2str(ldns_rr_list_rr(sections[s], i));
 			if (!text)
 				continue;
-			conn_write(c, "  ", 2);
-			conn_write(c, text, strlen(text));
+			control_conn_write(c, "  ", 2);
+			control_conn_write(c, text, strlen(text));
 			free(text);
 		}
 	}
@@ -297,9 +299,9 @@ static void dump_line(struct dump *dump, const struct cache_entry_info *e)
 
 	if (dns_name_to_text(e->name, name, sizeof name) < 0)
 		snprintf(name, sizeof name, "?");
-	conn_printf(dump->c, "%s %s %s %s %s %s=%u %u\n", name, type ? type : "?",
-		    class ? class : "?", key_flags(e), rcode ? rcode : "?",
-		    state_name(e->state, false), e->seconds, e->bytes);
+	control_conn_printf(dump->c, "%s %s %s %s %s %s=%u %u\n", name, type ? type : "?",
+			    class ? class : "?", key_flags(e), rcode ? rcode : "?",
+			    state_name(e->state, false), e->seconds, e->bytes);
 	free(type);
 	free(class);
 	free(rcode);
@@ -316,24 +318,27 @@ static bool dump_json(struct dump *dump, const struct cache_entry_info *e)
 
 	if (dns_name_to_text(e->name, name, sizeof name) < 0)
 		snprintf(name, sizeof name, "?");
-	doc.root = jdoc_object(&doc);
-	jdoc_put(&doc, doc.root, "name", json_object_new_string(name));
-	jdoc_put(&doc, doc.root, "type", jdoc_ldns_string(ldns_rr_type2str((ldns_rr_type)e->qtype)));
-	jdoc_put(&doc, doc.root, "class",
-		 jdoc_ldns_string(ldns_rr_class2str((ldns_rr_class)e->qclass)));
-	jdoc_put(&doc, doc.root, "dnssec_ok", json_object_new_boolean(e->dnssec_ok));
-	jdoc_put(&doc, doc.root, "checking_disabled", json_object_new_boolean(e->checking_disabled));
-	jdoc_put(&doc, doc.root, "rcode",
-		 jdoc_ldns_string(ldns_pkt_rcode2str((ldns_pkt_rcode)e->rcode)));
-	jdoc_put(&doc, doc.root, "state", json_object_new_string(state_name(e->state, true)));
-	jdoc_put(&doc, doc.root, "seconds", json_object_new_uint64(e->seconds));
-	jdoc_put(&doc, doc.root, "bytes", json_object_new_uint64(e->bytes));
+	doc.root = control_jdoc_object(&doc);
+	control_jdoc_put(&doc, doc.root, "name", json_object_new_string(name));
+	control_jdoc_put(&doc, doc.root, "type",
+			 control_jdoc_ldns_string(ldns_rr_type2str((ldns_rr_type)e->qtype)));
+	control_jdoc_put(&doc, doc.root, "class",
+			 control_jdoc_ldns_string(ldns_rr_class2str((ldns_rr_class)e->qclass)));
+	control_jdoc_put(&doc, doc.root, "dnssec_ok", json_object_new_boolean(e->dnssec_ok));
+	control_jdoc_put(&doc, doc.root, "checking_disabled",
+			 json_object_new_boolean(e->checking_disabled));
+	control_jdoc_put(&doc, doc.root, "rcode",
+			 control_jdoc_ldns_string(ldns_pkt_rcode2str((ldns_pkt_rcode)e->rcode)));
+	control_jdoc_put(&doc, doc.root, "state",
+			 json_object_new_string(state_name(e->state, true)));
+	control_jdoc_put(&doc, doc.root, "seconds", json_object_new_uint64(e->seconds));
+	control_jdoc_put(&doc, doc.root, "bytes", json_object_new_uint64(e->bytes));
 	/* No sections when the message does not parse (the text's "; records unreadable"). */
 	if (dump->records && ldns_wire2pkt(&pkt, e->msg, e->msg_len) == LDNS_STATUS_OK) {
-		jdoc_sections(&doc, doc.root, pkt);
+		control_jdoc_sections(&doc, doc.root, pkt);
 		ldns_pkt_free(pkt);
 	}
-	return jdoc_write(dump->c, &doc);
+	return control_jdoc_write(dump->c, &doc);
 }
 
 static int dump_entry(const struct cache_entry_info *e, void *arg)
@@ -355,10 +360,10 @@ static void cmd_dump_cache(struct control_thread *t, struct conn *c, int argc, c
 	struct dump dump = {.c = c, .records = argc > 1};
 
 	if (argc > 1 && strcmp(argv[1], "--records") != 0) {
-		reply_usage(c, "dump-cache [--records]");
+		control_reply_usage(c, "dump-cache [--records]");
 		return;
 	}
-	reply_ok(c);
+	control_reply_ok(c);
 	/* A failure after "ok" has gone out can only cut the reply short. */
 	if (cache_walk(ctl->d->cache, cache_clock_seconds(), dump_entry, &dump) < 0) {
 		log_error("dump-cache: out of memory");
@@ -377,11 +382,11 @@ static void cmd_reload(struct control_thread *t, struct conn *c, int argc, char 
 	(void)argv;
 	/* On the main thread: this one may not bind addresses or change the node. */
 	if (daemon_ask_reload(ctl->d, err, sizeof err) < 0) {
-		reply_error(c, "%s", err);
+		control_reply_error(c, "%s", err);
 		return;
 	}
-	reply_ok(c);
-	conn_printf(c, "reloaded %s\n", ctl->d->config_path);
+	control_reply_ok(c);
+	control_conn_printf(c, "reloaded %s\n", ctl->d->config_path);
 }
 
 /* ---- node --------------------------------------------------------------- */
@@ -432,14 +437,14 @@ void control_run(struct control_thread *t, struct conn *c, int argc, char **argv
 		if (strcmp(argv[0], cmd->name) != 0)
 			continue;
 		if (c->json && !cmd->json)
-			reply_usage(c, "%s has no --json output (stats, lookup, dump-cache and top have)",
-				    cmd->name);
+			control_reply_usage(c, "%s has no --json output (stats, lookup, dump-cache "
+					    "and top have)", cmd->name);
 		else if (argc - 1 < cmd->min_args || argc - 1 > cmd->max_args)
-			reply_usage(c, "%s", cmd->usage);
+			control_reply_usage(c, "%s", cmd->usage);
 		else
 			cmd->run(t, c, argc, argv);
 		return;
 	}
-	reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload, top, node)",
-		    argv[0]);
+	control_reply_usage(c, "unknown command \"%s\" (stats, lookup, flush, dump-cache, reload, "
+			    "top, node)", argv[0]);
 }

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -28,6 +27,7 @@
 
 #include "log/log.h"
 #include "privs/privs.h"
+#include "util/wake.h"
 
 #define SOCKET_MODE 0660
 #define DIR_MODE 0755
@@ -243,7 +243,7 @@ int control_open(const struct config *cfg, struct control **out, char *err, size
 	for (int i = 0; i < CONTROL_THREADS; i++)
 		ctl->threads[i].reply_fd[0] = ctl->threads[i].reply_fd[1] = -1;
 	ctl->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	ctl->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ctl->stop_fd = wake_open();
 	if (ctl->listen_fd < 0 || ctl->stop_fd < 0) {
 		snprintf(err, errlen, "control.socket: %s", strerror(errno));
 		goto fail;
@@ -297,13 +297,14 @@ static void send_all(struct conn *c, const char *p, size_t len)
 	}
 }
 
-void conn_flush(struct conn *c)
+/* Send what the buffer holds. */
+static void conn_flush(struct conn *c)
 {
 	send_all(c, c->buf, c->len);
 	c->len = 0;
 }
 
-void conn_write(struct conn *c, const void *data, size_t len)
+void control_conn_write(struct conn *c, const void *data, size_t len)
 {
 	const char *p = data;
 
@@ -325,10 +326,10 @@ static void conn_vprintf(struct conn *c, const char *fmt, va_list ap)
 	int n = vsnprintf(line, sizeof line, fmt, ap);
 
 	if (n > 0)
-		conn_write(c, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+		control_conn_write(c, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
-void conn_printf(struct conn *c, const char *fmt, ...)
+void control_conn_printf(struct conn *c, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -337,9 +338,9 @@ void conn_printf(struct conn *c, const char *fmt, ...)
 	va_end(ap);
 }
 
-void reply_ok(struct conn *c)
+void control_reply_ok(struct conn *c)
 {
-	conn_write(c, "ok\n", 3);
+	control_conn_write(c, "ok\n", 3);
 }
 
 /* "error MESSAGE" / "usage MESSAGE": one line, whatever the message holds. */
@@ -351,10 +352,10 @@ static void reply_status(struct conn *c, const char *status, const char *fmt, va
 	for (char *p = msg; *p; p++)
 		if (*p == '\n' || *p == '\r')
 			*p = ' ';
-	conn_printf(c, "%s %s\n", status, msg);
+	control_conn_printf(c, "%s %s\n", status, msg);
 }
 
-void reply_error(struct conn *c, const char *fmt, ...)
+void control_reply_error(struct conn *c, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -363,7 +364,7 @@ void reply_error(struct conn *c, const char *fmt, ...)
 	va_end(ap);
 }
 
-void reply_usage(struct conn *c, const char *fmt, ...)
+void control_reply_usage(struct conn *c, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -426,11 +427,11 @@ static void serve_connection(struct control_thread *t, int fd)
 		return;
 	line[strcspn(line, "\r")] = '\0';
 	if (!split_words(line, &argc, argv))
-		reply_usage(&c, "a request is a command and up to %d arguments, separated by single "
-			    "spaces", CONTROL_MAX_ARGS - 1);
+		control_reply_usage(&c, "a request is a command and up to %d arguments, separated "
+				    "by single spaces", CONTROL_MAX_ARGS - 1);
 	else
 		control_run(t, &c, argc, argv);
-	conn_write(&c, ".\n", 2);
+	control_conn_write(&c, ".\n", 2);
 	conn_flush(&c);
 }
 
@@ -461,7 +462,7 @@ static void *control_main(void *arg)
 
 static void stop_threads(struct control *ctl)
 {
-	eventfd_write(ctl->stop_fd, 1);
+	wake_send(ctl->stop_fd);
 	for (int i = 0; i < CONTROL_THREADS; i++) {
 		struct control_thread *t = &ctl->threads[i];
 		if (t->started)

@@ -15,7 +15,7 @@
 #include "control/control.h"
 #include "dns/dns.h"
 #include "query/query.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 
 /* A command, "--json" and five arguments (top's). */
 #define CONTROL_MAX_ARGS 7
@@ -38,7 +38,7 @@ struct control_thread {
 	struct query_stats lookup_stats; /* its query_handle calls, apart from the workers'
 					  * (this thread's own: stats reads lookups) */
 	_Atomic uint64_t lookups;        /* its lookups, for every control thread's stats */
-	struct top_item top_items[TOP_SHOWN_MAX]; /* its `top` reply, while it writes it */
+	struct talkers_item top_items[TOP_SHOWN_MAX]; /* its `top` reply, while it writes it */
 	struct upstream_request request;
 	uint8_t answer[DNS_MAX_MESSAGE];
 };
@@ -70,14 +70,16 @@ struct conn {
 bool control_wait(int fd, short events, int stop_fd, int timeout_ms);
 
 /* Reply output: buffered, sent as the buffer fills; a failure sets c->failed. */
-void conn_write(struct conn *c, const void *data, size_t len);
-void conn_printf(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void conn_flush(struct conn *c);
+void control_conn_write(struct conn *c, const void *data, size_t len);
+void control_conn_printf(struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* The status line (before any body). */
-void reply_ok(struct conn *c);
-void reply_error(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void reply_usage(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void control_reply_ok(struct conn *c);
+void control_reply_error(struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void control_reply_usage(struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* Run the request in argv[0..argc) (argc >= 1) and write the whole reply but the last line. */
 void control_run(struct control_thread *t, struct conn *c, int argc, char **argv);
@@ -97,25 +99,24 @@ struct jdoc {
 };
 
 /* A new object or array; NULL (and d failed) when out of memory. */
-json_object *jdoc_object(struct jdoc *d);
-json_object *jdoc_array(struct jdoc *d);
+json_object *control_jdoc_object(struct jdoc *d);
+json_object *control_jdoc_array(struct jdoc *d);
 /* Add value (owned by the call) to object o under key / to array; a NULL o
  * or value marks d failed and adds nothing. */
-void jdoc_put(struct jdoc *d, json_object *o, const char *key, json_object *value);
-void jdoc_push(struct jdoc *d, json_object *array, json_object *value);
+void control_jdoc_put(struct jdoc *d, json_object *o, const char *key, json_object *value);
+void control_jdoc_push(struct jdoc *d, json_object *array, json_object *value);
 /* A string ldns allocated (NULL: out of memory) as a JSON string; frees it. */
-json_object *jdoc_ldns_string(char *text);
+json_object *control_jdoc_ldns_string(char *text);
 /* The records of list as objects {name, ttl, class, type, data}; only
  * {name, class, type} for a question section. */
-json_object *jdoc_records(struct jdoc *d, const ldns_rr_list *list, bool question);
+json_object *control_jdoc_records(struct jdoc *d, const ldns_rr_list *list, bool question);
 /* o's "answer", "authority" and "additional": pkt's records. */
-void jdoc_sections(struct jdoc *d, json_object *o, const ldns_pkt *pkt);
+void control_jdoc_sections(struct jdoc *d, json_object *o, const ldns_pkt *pkt);
 /* Write d's root as one line and free it (d is empty after); false, and
  * nothing written, when d failed. */
-bool jdoc_write(struct conn *c, struct jdoc *d);
-void jdoc_free(struct jdoc *d);
+bool control_jdoc_write(struct conn *c, struct jdoc *d);
 /* A one-document reply: "ok" and d, or "error out of memory" when d failed.
  * Frees d. */
-void reply_json(struct conn *c, struct jdoc *d);
+void control_reply_json(struct conn *c, struct jdoc *d);
 
 #endif

@@ -13,7 +13,7 @@
 
 #include <stdlib.h>
 
-json_object *jdoc_object(struct jdoc *d)
+json_object *control_jdoc_object(struct jdoc *d)
 {
 	json_object *o = json_object_new_object();
 
@@ -22,7 +22,7 @@ json_object *jdoc_object(struct jdoc *d)
 	return o;
 }
 
-json_object *jdoc_array(struct jdoc *d)
+json_object *control_jdoc_array(struct jdoc *d)
 {
 	json_object *a = json_object_new_array();
 
@@ -31,7 +31,7 @@ json_object *jdoc_array(struct jdoc *d)
 	return a;
 }
 
-void jdoc_put(struct jdoc *d, json_object *o, const char *key, json_object *value)
+void control_jdoc_put(struct jdoc *d, json_object *o, const char *key, json_object *value)
 {
 	if (!o || !value || json_object_object_add(o, key, value) < 0) {
 		json_object_put(value);
@@ -39,7 +39,7 @@ void jdoc_put(struct jdoc *d, json_object *o, const char *key, json_object *valu
 	}
 }
 
-void jdoc_push(struct jdoc *d, json_object *array, json_object *value)
+void control_jdoc_push(struct jdoc *d, json_object *array, json_object *value)
 {
 	if (!array || !value || json_object_array_add(array, value) < 0) {
 		json_object_put(value);
@@ -47,7 +47,7 @@ void jdoc_push(struct jdoc *d, json_object *array, json_object *value)
 	}
 }
 
-json_object *jdoc_ldns_string(char *text)
+json_object *control_jdoc_ldns_string(char *text)
 {
 	json_object *s = text ? json_object_new_string(text) : NULL;
 
@@ -69,46 +69,50 @@ static json_object *rr_data(const ldns_rr *rr)
 	}
 	char *text = ldns_buffer_status_ok(buf) ? ldns_buffer_export2str(buf) : NULL;
 	ldns_buffer_free(buf);
-	return jdoc_ldns_string(text);
+	return control_jdoc_ldns_string(text);
 }
 
 static json_object *rr_object(struct jdoc *d, const ldns_rr *rr, bool question)
 {
-	json_object *o = jdoc_object(d);
+	json_object *o = control_jdoc_object(d);
 
-	jdoc_put(d, o, "name", jdoc_ldns_string(ldns_rdf2str(ldns_rr_owner(rr))));
+	control_jdoc_put(d, o, "name", control_jdoc_ldns_string(ldns_rdf2str(ldns_rr_owner(rr))));
 	if (!question)
-		jdoc_put(d, o, "ttl", json_object_new_int64(ldns_rr_ttl(rr)));
-	jdoc_put(d, o, "class", jdoc_ldns_string(ldns_rr_class2str(ldns_rr_get_class(rr))));
-	jdoc_put(d, o, "type", jdoc_ldns_string(ldns_rr_type2str(ldns_rr_get_type(rr))));
+		control_jdoc_put(d, o, "ttl", json_object_new_int64(ldns_rr_ttl(rr)));
+	control_jdoc_put(d, o, "class",
+			 control_jdoc_ldns_string(ldns_rr_class2str(ldns_rr_get_class(rr))));
+	control_jdoc_put(d, o, "type",
+			 control_jdoc_ldns_string(ldns_rr_type2str(ldns_rr_get_type(rr))));
 	if (!question)
-		jdoc_put(d, o, "data", rr_data(rr));
+		control_jdoc_put(d, o, "data", rr_data(rr));
 	return o;
 }
 
-json_object *jdoc_records(struct jdoc *d, const ldns_rr_list *list, bool question)
+json_object *control_jdoc_records(struct jdoc *d, const ldns_rr_list *list, bool question)
 {
-	json_object *a = jdoc_array(d);
+	json_object *a = control_jdoc_array(d);
 
 	for (size_t i = 0; i < ldns_rr_list_rr_count(list); i++)
-		jdoc_push(d, a, rr_object(d, ldns_rr_list_rr(list, i), question));
+		control_jdoc_push(d, a, rr_object(d, ldns_rr_list_rr(list, i), question));
 	return a;
 }
 
-void jdoc_sections(struct jdoc *d, json_object *o, const ldns_pkt *pkt)
+void control_jdoc_sections(struct jdoc *d, json_object *o, const ldns_pkt *pkt)
 {
-	jdoc_put(d, o, "answer", jdoc_records(d, ldns_pkt_answer(pkt), false));
-	jdoc_put(d, o, "authority", jdoc_records(d, ldns_pkt_authority(pkt), false));
-	jdoc_put(d, o, "additional", jdoc_records(d, ldns_pkt_additional(pkt), false));
+	control_jdoc_put(d, o, "answer", control_jdoc_records(d, ldns_pkt_answer(pkt), false));
+	control_jdoc_put(d, o, "authority",
+			 control_jdoc_records(d, ldns_pkt_authority(pkt), false));
+	control_jdoc_put(d, o, "additional",
+			 control_jdoc_records(d, ldns_pkt_additional(pkt), false));
 }
 
-void jdoc_free(struct jdoc *d)
+static void jdoc_free(struct jdoc *d)
 {
 	json_object_put(d->root);
 	*d = (struct jdoc){0};
 }
 
-bool jdoc_write(struct conn *c, struct jdoc *d)
+bool control_jdoc_write(struct conn *c, struct jdoc *d)
 {
 	size_t len = 0;
 	const char *text = NULL;
@@ -117,20 +121,20 @@ bool jdoc_write(struct conn *c, struct jdoc *d)
 		text = json_object_to_json_string_length(
 			d->root, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
 	if (text) {
-		conn_write(c, text, len);
-		conn_write(c, "\n", 1);
+		control_conn_write(c, text, len);
+		control_conn_write(c, "\n", 1);
 	}
 	jdoc_free(d);
 	return text != NULL;
 }
 
-void reply_json(struct conn *c, struct jdoc *d)
+void control_reply_json(struct conn *c, struct jdoc *d)
 {
 	if (d->failed || !d->root) {
 		jdoc_free(d);
-		reply_error(c, "out of memory");
+		control_reply_error(c, "out of memory");
 		return;
 	}
-	reply_ok(c);
-	jdoc_write(c, d);
+	control_reply_ok(c);
+	control_jdoc_write(c, d);
 }

@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <urcu/urcu-memb.h>
 
+#include "dns/wire.h"
 #include "upstream/upstream.h"
 #include "util/clock.h"
 
@@ -122,7 +123,7 @@ static size_t ask_resolver(struct control_thread *t, uint16_t id, char *err, siz
 		    !control_wait(t->reply_fd[1], POLLIN, t->ctl->stop_fd, (int)left))
 			break;
 		ssize_t n = recv(t->reply_fd[1], t->answer, sizeof t->answer, MSG_DONTWAIT);
-		if (n >= DNS_HEADER_LEN && ((t->answer[0] << 8) | t->answer[1]) == id)
+		if (n >= DNS_HEADER_LEN && dns_get16(t->answer) == id)
 			return (size_t)n;
 	}
 	snprintf(err, errlen, "no answer from the resolver in time");
@@ -142,11 +143,11 @@ static json_object *flags_json(struct jdoc *d, const ldns_pkt *pkt)
 		{"rd", ldns_pkt_rd(pkt)}, {"ra", ldns_pkt_ra(pkt)}, {"ad", ldns_pkt_ad(pkt)},
 		{"cd", ldns_pkt_cd(pkt)},
 	};
-	json_object *list = jdoc_array(d);
+	json_object *list = control_jdoc_array(d);
 
 	for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
 		if (flags[i].set)
-			jdoc_push(d, list, json_object_new_string(flags[i].name));
+			control_jdoc_push(d, list, json_object_new_string(flags[i].name));
 	return list;
 }
 
@@ -158,10 +159,10 @@ static void edns_json(struct jdoc *d, json_object *o, const ldns_pkt *pkt)
 			d->failed = true;
 		return;
 	}
-	json_object *edns = jdoc_object(d);
-	jdoc_put(d, edns, "udp_size", json_object_new_int(ldns_pkt_edns_udp_size(pkt)));
-	jdoc_put(d, edns, "do", json_object_new_boolean(ldns_pkt_edns_do(pkt)));
-	jdoc_put(d, o, "edns", edns);
+	json_object *edns = control_jdoc_object(d);
+	control_jdoc_put(d, edns, "udp_size", json_object_new_int(ldns_pkt_edns_udp_size(pkt)));
+	control_jdoc_put(d, edns, "do", json_object_new_boolean(ldns_pkt_edns_do(pkt)));
+	control_jdoc_put(d, o, "edns", edns);
 }
 
 /* One document: the source, then the reply as dig's text shows it. */
@@ -169,19 +170,22 @@ static void print_answer_json(struct conn *c, enum query_source source, size_t l
 			      uint32_t ms, const ldns_pkt *pkt)
 {
 	struct jdoc doc = {0};
-	json_object *o = doc.root = jdoc_object(&doc);
+	json_object *o = doc.root = control_jdoc_object(&doc);
 
-	jdoc_put(&doc, o, "source", json_object_new_string(query_source_name(source)));
-	jdoc_put(&doc, o, "id", json_object_new_int(ldns_pkt_id(pkt)));
-	jdoc_put(&doc, o, "opcode", jdoc_ldns_string(ldns_pkt_opcode2str(ldns_pkt_get_opcode(pkt))));
-	jdoc_put(&doc, o, "rcode", jdoc_ldns_string(ldns_pkt_rcode2str(ldns_pkt_get_rcode(pkt))));
-	jdoc_put(&doc, o, "flags", flags_json(&doc, pkt));
-	jdoc_put(&doc, o, "question", jdoc_records(&doc, ldns_pkt_question(pkt), true));
-	jdoc_sections(&doc, o, pkt);
+	control_jdoc_put(&doc, o, "source", json_object_new_string(query_source_name(source)));
+	control_jdoc_put(&doc, o, "id", json_object_new_int(ldns_pkt_id(pkt)));
+	control_jdoc_put(&doc, o, "opcode",
+			 control_jdoc_ldns_string(ldns_pkt_opcode2str(ldns_pkt_get_opcode(pkt))));
+	control_jdoc_put(&doc, o, "rcode",
+			 control_jdoc_ldns_string(ldns_pkt_rcode2str(ldns_pkt_get_rcode(pkt))));
+	control_jdoc_put(&doc, o, "flags", flags_json(&doc, pkt));
+	control_jdoc_put(&doc, o, "question",
+			 control_jdoc_records(&doc, ldns_pkt_question(pkt), true));
+	control_jdoc_sections(&doc, o, pkt);
 	edns_json(&doc, o, pkt);
-	jdoc_put(&doc, o, "query_time_ms", json_object_new_int64(ms));
-	jdoc_put(&doc, o, "size", json_object_new_uint64(len));
-	reply_json(c, &doc);
+	control_jdoc_put(&doc, o, "query_time_ms", json_object_new_int64(ms));
+	control_jdoc_put(&doc, o, "size", json_object_new_uint64(len));
+	control_reply_json(c, &doc);
 }
 
 static pthread_mutex_t ldns_print_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -193,7 +197,7 @@ static void print_answer(struct conn *c, enum query_source source, size_t len, u
 	struct timeval now;
 
 	if (ldns_wire2pkt(&pkt, msg, len) != LDNS_STATUS_OK) {
-		reply_error(c, "the answer does not parse (%zu bytes)", len);
+		control_reply_error(c, "the answer does not parse (%zu bytes)", len);
 		return;
 	}
 	if (c->json) {
@@ -211,12 +215,12 @@ static void print_answer(struct conn *c, enum query_source source, size_t len, u
 	pthread_mutex_unlock(&ldns_print_lock);
 	ldns_pkt_free(pkt);
 	if (!text) {
-		reply_error(c, "out of memory");
+		control_reply_error(c, "out of memory");
 		return;
 	}
-	reply_ok(c);
-	conn_printf(c, "source: %s\n", query_source_name(source));
-	conn_write(c, text, strlen(text));
+	control_reply_ok(c);
+	control_conn_printf(c, "source: %s\n", query_source_name(source));
+	control_conn_write(c, text, strlen(text));
 	free(text);
 }
 
@@ -229,17 +233,17 @@ void control_lookup(struct control_thread *t, struct conn *c, const char *name, 
 	ldns_pkt *q = build_query(name, type, err, sizeof err);
 
 	if (!q) {
-		reply_error(c, "%s", err);
+		control_reply_error(c, "%s", err);
 		return;
 	}
 	ldns_status st = ldns_pkt2wire(&query, q, &query_len);
 	ldns_pkt_free(q);
 	if (st != LDNS_STATUS_OK) {
-		reply_error(c, "cannot build the query: %s", ldns_get_errorstr_by_id(st));
+		control_reply_error(c, "cannot build the query: %s", ldns_get_errorstr_by_id(st));
 		return;
 	}
 	int64_t start = monotonic_ms();
-	uint16_t id = (uint16_t)(query[0] << 8 | query[1]);
+	uint16_t id = dns_get16(query);
 	size_t len = answer_here(t, query, query_len, &ctx);
 	if (len == 0 && ctx.upstream == QUERY_UPSTREAM_ASK)
 		len = ask_resolver(t, id, err, sizeof err);
@@ -247,7 +251,7 @@ void control_lookup(struct control_thread *t, struct conn *c, const char *name, 
 		snprintf(err, sizeof err, "the query was dropped");
 	free(query);
 	if (len == 0) {
-		reply_error(c, "%s", err);
+		control_reply_error(c, "%s", err);
 		return;
 	}
 	print_answer(c, ctx.source, len, (uint32_t)(monotonic_ms() - start), t->answer);

@@ -36,14 +36,15 @@ static void show_link(struct conn *c, const struct node_status *st, uint64_t now
 	char ago[32];
 
 	if (!st->link_managed) {
-		conn_printf(c, "link none (interface.manage: false; the addresses are the "
-			       "operator's)\n");
+		control_conn_printf(c, "link none (interface.manage: false; the addresses are "
+				    "the operator's)\n");
 		return;
 	}
-	conn_printf(c, "link %s (%s) checked %s: %s%s\n", st->link,
-		    st->loopback ? "loopback" : "dummy", age(st->link_checked_ms, now, ago, sizeof ago),
-		    st->link_problem[0] ? "cannot put it back: " : "in place",
-		    st->link_problem);
+	control_conn_printf(c, "link %s (%s) checked %s: %s%s\n", st->link,
+			    st->loopback ? "loopback" : "dummy",
+			    age(st->link_checked_ms, now, ago, sizeof ago),
+			    st->link_problem[0] ? "cannot put it back: " : "in place",
+			    st->link_problem);
 }
 
 static void show_table(struct conn *c, const struct node_status *st, uint64_t now)
@@ -52,20 +53,23 @@ static void show_table(struct conn *c, const struct node_status *st, uint64_t no
 	uint64_t renewed = st->heartbeat_renewed_ms;
 
 	if (!st->table_managed) {
-		conn_printf(c, "table none (nftables.enabled: false)\n");
+		control_conn_printf(c, "table none (nftables.enabled: false)\n");
 		return;
 	}
-	conn_printf(c, "table inet %s checked %s: %s%s\n", st->table,
-		    age(st->table_checked_ms, now, ago, sizeof ago),
-		    st->table_problem[0] ? "not as planned: " : "as planned", st->table_problem);
+	control_conn_printf(c, "table inet %s checked %s: %s%s\n", st->table,
+			    age(st->table_checked_ms, now, ago, sizeof ago),
+			    st->table_problem[0] ? "not as planned: " : "as planned",
+			    st->table_problem);
 	if (!st->capturing)
-		conn_printf(c, "heartbeat not renewed: %s (new DNS flows fail open; last renewed "
-			       "%s)\n", st->not_capturing, age(renewed, now, ago, sizeof ago));
+		control_conn_printf(c, "heartbeat not renewed: %s (new DNS flows fail open; "
+				    "last renewed %s)\n", st->not_capturing,
+				    age(renewed, now, ago, sizeof ago));
 	else if (st->heartbeat_problem[0])
-		conn_printf(c, "heartbeat failing: %s (last renewed %s)\n", st->heartbeat_problem,
-			    age(renewed, now, ago, sizeof ago));
+		control_conn_printf(c, "heartbeat failing: %s (last renewed %s)\n",
+				    st->heartbeat_problem, age(renewed, now, ago, sizeof ago));
 	else
-		conn_printf(c, "heartbeat renewed %s\n", age(renewed, now, ago, sizeof ago));
+		control_conn_printf(c, "heartbeat renewed %s\n",
+				    age(renewed, now, ago, sizeof ago));
 }
 
 static size_t endpoints_of_family(const struct node_status *st, int family)
@@ -82,18 +86,18 @@ static void show_fallback(struct conn *c, const struct node_status *st)
 {
 	if (!st->table_managed)
 		return;
-	conn_printf(c, "fallback");
+	control_conn_printf(c, "fallback");
 	for (size_t i = 0; i < st->n_fallback && i < NODE_STATUS_ENDPOINTS; i++)
-		conn_printf(c, " %s", st->fallback[i].text);
+		control_conn_printf(c, " %s", st->fallback[i].text);
 	if (st->n_fallback > NODE_STATUS_ENDPOINTS)
-		conn_printf(c, " (and %zu more)", st->n_fallback - NODE_STATUS_ENDPOINTS);
+		control_conn_printf(c, " (and %zu more)", st->n_fallback - NODE_STATUS_ENDPOINTS);
 	if (st->n_fallback == 0)
-		conn_printf(c, " none");
+		control_conn_printf(c, " none");
 	else if (strcmp(st->fallback_source, "kubernetes") == 0)
-		conn_printf(c, " (ready endpoints of %s)", st->fallback_service);
+		control_conn_printf(c, " (ready endpoints of %s)", st->fallback_service);
 	else
-		conn_printf(c, " (%s)", st->fallback_source);
-	conn_printf(c, "\n");
+		control_conn_printf(c, " (%s)", st->fallback_source);
+	control_conn_printf(c, "\n");
 }
 
 /* How long the output hook's notrack outlives us: the heartbeat elements' timeout. */
@@ -110,28 +114,28 @@ static void show_if_died(struct conn *c, const struct node_status *st, const str
 			 bool intercepted, uint64_t now)
 {
 	if (!st->table_managed) {
-		conn_printf(c, "if_died %s: fails closed: no nftables table sends it elsewhere "
-			       "(port unreachable)\n", a->text);
+		control_conn_printf(c, "if_died %s: fails closed: no nftables table sends it "
+				    "elsewhere (port unreachable)\n", a->text);
 		return;
 	}
 	if (intercepted) {
-		conn_printf(c, "if_died %s: pods fail open at once (kube-proxy's DNAT to the "
-			       "Service); host-network clients ", a->text);
+		control_conn_printf(c, "if_died %s: pods fail open at once (kube-proxy's DNAT "
+				    "to the Service); host-network clients ", a->text);
 	} else if (endpoints_of_family(st, a->family)) {
-		conn_printf(c, "if_died %s: pods fail open at once (DNAT to the fallback "
-			       "endpoints); host-network clients ", a->text);
+		control_conn_printf(c, "if_died %s: pods fail open at once (DNAT to the "
+				    "fallback endpoints); host-network clients ", a->text);
 	} else {
-		conn_printf(c, "if_died %s: fails closed: no %s fallback endpoints (port "
-			       "unreachable; clients try their next nameserver)\n", a->text,
-			    a->family == AF_INET6 ? "IPv6" : "IPv4");
+		control_conn_printf(c, "if_died %s: fails closed: no %s fallback endpoints "
+				    "(port unreachable; clients try their next nameserver)\n",
+				    a->text, a->family == AF_INET6 ? "IPv6" : "IPv4");
 		return;
 	}
 	int64_t left = heartbeat_left_ms(st, now);
 	if (left)
-		conn_printf(c, "within %" PRId64 ".%" PRId64 "s, when the heartbeat expires\n",
-			    left / 1000, left % 1000 / 100);
+		control_conn_printf(c, "within %" PRId64 ".%" PRId64 "s, when the heartbeat "
+				    "expires\n", left / 1000, left % 1000 / 100);
 	else
-		conn_printf(c, "at once (the heartbeat has expired)\n");
+		control_conn_printf(c, "at once (the heartbeat has expired)\n");
 }
 
 static void show_served(struct conn *c, struct daemon *d, const struct node_status *st,
@@ -142,10 +146,10 @@ static void show_served(struct conn *c, struct daemon *d, const struct node_stat
 	size_t shown = n < SHOWN_ADDRESSES ? n : SHOWN_ADDRESSES;
 
 	for (size_t i = 0; i < shown; i++)
-		conn_printf(c, "address %s %s\n", served[i].text,
-			    i < n_listen ? "listen" : "intercepted");
+		control_conn_printf(c, "address %s %s\n", served[i].text,
+				    i < n_listen ? "listen" : "intercepted");
 	if (n > shown)
-		conn_printf(c, "address (and %zu more)\n", n - shown);
+		control_conn_printf(c, "address (and %zu more)\n", n - shown);
 	for (size_t i = 0; i < shown; i++)
 		show_if_died(c, st, &served[i], i >= n_listen, now);
 }
@@ -157,17 +161,18 @@ void control_node(struct control_thread *t, struct conn *c)
 	char ago[32];
 
 	node_status(t->ctl->d->node, &st);
-	reply_ok(c);
+	control_reply_ok(c);
 	show_link(c, &st, now);
 	show_table(c, &st, now);
 	show_fallback(c, &st);
-	conn_printf(c, "repairs link %" PRIu64 " table %" PRIu64 "\n", st.repairs.link_repairs,
-		    st.repairs.table_repairs);
+	control_conn_printf(c, "repairs link %" PRIu64 " table %" PRIu64 "\n",
+			    st.repairs.link_repairs, st.repairs.table_repairs);
 	if (st.link_managed || st.table_managed) {
-		conn_printf(c, "monitor turned %s\n", age(st.monitor_turned_ms, now, ago, sizeof ago));
-		conn_printf(c, "at_exit %s\n",
-			    st.teardown ? "removed (nftables.teardown: true)"
-					: "left in place: it fails open without localdns");
+		control_conn_printf(c, "monitor turned %s\n",
+				    age(st.monitor_turned_ms, now, ago, sizeof ago));
+		control_conn_printf(c, "at_exit %s\n",
+				    st.teardown ? "removed (nftables.teardown: true)"
+						: "left in place: it fails open without localdns");
 	}
 	show_served(c, t->ctl->d, &st, now);
 }

@@ -120,11 +120,11 @@ struct counter_table {
 #define COUNTERS_ALWAYS SIZE_MAX
 
 /* The tables, in ctl order (table.c). */
-extern const struct counter_table counter_queries, counter_tcp, counter_cache,
-	counter_upstream, counter_kubernetes, counter_cluster, counter_node, counter_config,
-	counter_query_log, counter_dnstap, counter_http, counter_keeper;
-extern const struct counter_table *const counter_tables[];
-extern const size_t counter_n_tables;
+extern const struct counter_table counters_queries, counters_tcp, counters_cache,
+	counters_upstream, counters_kubernetes, counters_cluster, counters_node, counters_config,
+	counters_query_log, counters_dnstap, counters_http, counters_keeper;
+extern const struct counter_table *const counters_tables[];
+extern const size_t counters_n_tables;
 
 /* The value at a row's offset (plus i values into its run). */
 static inline uint64_t counter_value(const struct counter_values *v, size_t at, unsigned i)

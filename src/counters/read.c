@@ -96,8 +96,8 @@ static void row_stats(const struct counter *c, const struct counter_values *v,
 void counters_each_stat(const struct counter_values *v,
 			void (*fn)(const char *name, uint64_t value, void *arg), void *arg)
 {
-	for (size_t t = 0; t < counter_n_tables; t++) {
-		const struct counter_table *table = counter_tables[t];
+	for (size_t t = 0; t < counters_n_tables; t++) {
+		const struct counter_table *table = counters_tables[t];
 		for (size_t r = 0; r < table->n_rows; r++)
 			if (table->rows[r].stat)
 				row_stats(&table->rows[r], v, fn, arg);
@@ -107,8 +107,8 @@ void counters_each_stat(const struct counter_values *v,
 void counters_each_log(const struct counter_values *v,
 		       void (*fn)(const char *key, uint64_t value, void *arg), void *arg)
 {
-	for (size_t t = 0; t < counter_n_tables; t++) {
-		const struct counter_table *table = counter_tables[t];
+	for (size_t t = 0; t < counters_n_tables; t++) {
+		const struct counter_table *table = counters_tables[t];
 		for (size_t r = 0; r < table->n_rows; r++)
 			if (table->rows[r].log)
 				fn(table->rows[r].log, counter_value(v, table->rows[r].at, 0), arg);

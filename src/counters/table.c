@@ -101,7 +101,7 @@ static const struct counter query_rows[] = {
 	{.family = &dns64_synthesized, .at = AT(queries.dns64_synthesized)},
 };
 
-TABLE(counter_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
+TABLE(counters_queries, "queries", query_rows, query_families, COUNTERS_ALWAYS);
 
 /* ---- TCP: the workers' connections (server/tcp.c) -------------------------------- */
 
@@ -137,7 +137,7 @@ static const struct counter tcp_rows[] = {
 	{.family = &tcp_closed, .n = N(tcp_closes), .at = AT(tcp.events[SERVER_TCP_CLOSED_IDLE])},
 };
 
-TABLE(counter_tcp, "tcp", tcp_rows, tcp_families, COUNTERS_ALWAYS);
+TABLE(counters_tcp, "tcp", tcp_rows, tcp_families, COUNTERS_ALWAYS);
 
 /* ---- the health and metrics endpoints (http/) ------------------------------------ */
 
@@ -158,7 +158,7 @@ static const struct counter http_rows[] = {
 	{.family = &http_closed, .n = N(http_closes), .at = AT(http.closed_deadline)},
 };
 
-TABLE(counter_http, "http", http_rows, http_families, COUNTERS_ALWAYS);
+TABLE(counters_http, "http", http_rows, http_families, COUNTERS_ALWAYS);
 
 /* ---- the answer cache (cache/) --------------------------------------------------- */
 
@@ -203,7 +203,7 @@ static const struct counter cache_rows[] = {
 	 .log = "cache_evictions"},
 };
 
-TABLE(counter_cache, "cache", cache_rows, cache_families, COUNTERS_ALWAYS);
+TABLE(counters_cache, "cache", cache_rows, cache_families, COUNTERS_ALWAYS);
 
 /* ---- the resolver thread (upstream/) --------------------------------------------- */
 
@@ -308,7 +308,7 @@ static const struct counter upstream_rows[] = {
 	 .at = AT(upstream.results)},
 };
 
-TABLE(counter_upstream, "upstream", upstream_rows, upstream_families, COUNTERS_ALWAYS);
+TABLE(counters_upstream, "upstream", upstream_rows, upstream_families, COUNTERS_ALWAYS);
 
 /* ---- Kubernetes (kube/): ctl shows zeros without it, /metrics nothing ---------- */
 
@@ -350,7 +350,7 @@ static const struct counter kube_rows[] = {
 	 .at = AT(kube.objects_too_large)},
 };
 
-TABLE(counter_kubernetes, "kubernetes", kube_rows, kube_families, AT(kube_enabled));
+TABLE(counters_kubernetes, "kubernetes", kube_rows, kube_families, AT(kube_enabled));
 
 /* ---- the cluster table (cluster/), with Kubernetes ------------------------------- */
 
@@ -374,7 +374,7 @@ static const struct counter cluster_rows[] = {
 	{.family = &mesh_hosts, .at = AT(mesh_hosts)},
 };
 
-TABLE(counter_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enabled));
+TABLE(counters_cluster, "cluster", cluster_rows, cluster_families, AT(kube_enabled));
 
 /* ---- the node integration (node/): ctl shows zeros without it, /metrics nothing - */
 
@@ -394,7 +394,7 @@ static const struct counter node_rows[] = {
 	 .at = AT(node.table_repairs)},
 };
 
-TABLE(counter_node, "node", node_rows, node_families, AT(node_enabled));
+TABLE(counters_node, "node", node_rows, node_families, AT(node_enabled));
 
 /* ---- configuration reloads (daemon/reload.c) -------------------------------------- */
 
@@ -413,7 +413,7 @@ static const struct counter config_rows[] = {
 	{.stat = "reload_last_success_time", .at = AT(reload_last_success_time)},
 };
 
-TABLE(counter_config, "config", config_rows, config_families, COUNTERS_ALWAYS);
+TABLE(counters_config, "config", config_rows, config_families, COUNTERS_ALWAYS);
 
 /* ---- the query log (querylog/) ---------------------------------------------------- */
 
@@ -426,7 +426,7 @@ static const struct counter query_log_rows[] = {
 	{.family = &query_log_dropped, .at = AT(query_log_dropped)},
 };
 
-TABLE(counter_query_log, "query_log", query_log_rows, query_log_families, COUNTERS_ALWAYS);
+TABLE(counters_query_log, "query_log", query_log_rows, query_log_families, COUNTERS_ALWAYS);
 
 /* ---- dnstap (dnstap/) ---------------------------------------------------------------- */
 
@@ -450,7 +450,7 @@ static const struct counter dnstap_rows[] = {
 	{.stat = "dnstap_connected", .family = &dnstap_connected, .at = AT(dnstap_connected)},
 };
 
-TABLE(counter_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
+TABLE(counters_dnstap, "dnstap", dnstap_rows, dnstap_families, COUNTERS_ALWAYS);
 
 /* ---- the keeper (keeper/): ctl shows zeros without it, /metrics nothing ------------ */
 
@@ -492,12 +492,12 @@ static const struct counter keeper_rows[] = {
 	 .at = AT(keeper.failed)},
 };
 
-TABLE(counter_keeper, "keeper", keeper_rows, keeper_families, AT(keeper_enabled));
+TABLE(counters_keeper, "keeper", keeper_rows, keeper_families, AT(keeper_enabled));
 
 /* ---- all of them, in ctl order ------------------------------------------------------ */
 
-const struct counter_table *const counter_tables[] = {
-	&counter_queries, &counter_tcp, &counter_cache, &counter_upstream, &counter_kubernetes,
-	&counter_cluster, &counter_node, &counter_config, &counter_query_log, &counter_dnstap,
-	&counter_http, &counter_keeper};
-const size_t counter_n_tables = N(counter_tables);
+const struct counter_table *const counters_tables[] = {
+	&counters_queries, &counters_tcp, &counters_cache, &counters_upstream, &counters_kubernetes,
+	&counters_cluster, &counters_node, &counters_config, &counters_query_log, &counters_dnstap,
+	&counters_http, &counters_keeper};
+const size_t counters_n_tables = N(counters_tables);

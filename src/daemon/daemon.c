@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/eventfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "util/hash.h"
 #include "util/stall.h"
 #include "util/task.h"
+#include "util/wake.h"
 
 #define LOOP_STUCK_MS 5000   /* workers and the resolver: idle, they turn every second */
 #define KUBE_STUCK_MS 30000  /* the Kubernetes thread may parse and apply a big page in one turn */
@@ -38,7 +38,7 @@ int daemon_init(struct daemon *d, const char *config_path, struct config *cfg, c
 	pthread_mutex_init(&d->reload_lock, NULL);
 	pthread_mutex_init(&d->ask_lock, NULL);
 	pthread_cond_init(&d->ask_done, NULL);
-	d->ask_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	d->ask_fd = wake_open();
 	if (d->ask_fd < 0) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		daemon_destroy(d);
@@ -80,7 +80,7 @@ size_t daemon_served_addresses(struct daemon *d, struct config_ip *out, size_t c
 /* Wake the main thread: it looks at every kind of request (daemon_serve_asks). */
 static void wake_main(struct daemon *d)
 {
-	eventfd_write(d->ask_fd, 1);
+	wake_send(d->ask_fd);
 }
 
 int daemon_ask_reload(struct daemon *d, char *err, size_t errlen)
@@ -277,9 +277,7 @@ static void open_sockets(struct daemon *d)
 
 void daemon_serve_asks(struct daemon *d)
 {
-	eventfd_t ignored;
-
-	if (eventfd_read(d->ask_fd, &ignored) < 0)
+	if (wake_take(d->ask_fd) <= 0)
 		return;
 	if (atomic_exchange(&d->open_asked, false))
 		open_sockets(d);

@@ -14,6 +14,7 @@
  * its own letter case there too.
  */
 #include "dns/dns.h"
+#include "dns/wire.h"
 
 #include <string.h>
 
@@ -28,11 +29,6 @@ struct out {
 	size_t len;
 	bool full;
 };
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
 
 static void put(struct out *o, const void *data, size_t n)
 {
@@ -93,10 +89,10 @@ bool dns_rr_read(const uint8_t *msg, size_t len, size_t *pos, struct dns_rr *rr)
 	if (dns_name_read(msg, len, pos, rr->owner, false) < 0 || len - *pos < RR_FIXED)
 		return false;
 	const uint8_t *fixed = msg + *pos;
-	uint16_t rdlen = get16(fixed + 8);
-	rr->type = get16(fixed);
-	rr->rclass = get16(fixed + 2);
-	rr->ttl = (uint32_t)get16(fixed + 4) << 16 | get16(fixed + 6);
+	uint16_t rdlen = dns_get16(fixed + 8);
+	rr->type = dns_get16(fixed);
+	rr->rclass = dns_get16(fixed + 2);
+	rr->ttl = (uint32_t)dns_get16(fixed + 4) << 16 | dns_get16(fixed + 6);
 	size_t rd = *pos + RR_FIXED;
 	if (len - rd < rdlen || !expand_rdata(msg, rr->type, rd, rdlen, &o) || o.len > UINT16_MAX)
 		return false;
@@ -142,10 +138,10 @@ static bool question_is(const uint8_t *msg, size_t len, const uint8_t *name,
 	size_t name_len = dns_name_len(name);
 
 	*pos = DNS_HEADER_LEN;
-	if (len < DNS_HEADER_LEN || get16(msg + 4) != 1 ||
+	if (len < DNS_HEADER_LEN || dns_get16(msg + 4) != 1 ||
 	    dns_name_read(msg, len, pos, qname, true) != (int)name_len ||
 	    memcmp(qname, name, name_len) != 0 || len - *pos < 4 ||
-	    get16(msg + *pos) != q->qtype || get16(msg + *pos + 2) != q->qclass)
+	    dns_get16(msg + *pos) != q->qtype || dns_get16(msg + *pos + 2) != q->qclass)
 		return false;
 	*pos += 4;
 	return true;
@@ -166,7 +162,7 @@ static size_t rewrite(const uint8_t *msg, size_t len, size_t pos, const struct d
 			   (enum dns_rcode)(msg[3] & 0xf));
 	add_chain(&w, chain, chain_len, chain_ttl);
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
-		for (uint16_t i = get16(msg + 6 + 2 * sec); i > 0; i--)
+		for (uint16_t i = dns_get16(msg + 6 + 2 * sec); i > 0; i--)
 			if (!rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
 					q->qtype, &w))
 				return 0;

@@ -5,6 +5,7 @@
  * byte further than the buffer it sits in.
  */
 #include "dns/dns.h"
+#include "dns/wire.h"
 #include "util/hash.h"
 
 #include <string.h>
@@ -16,11 +17,6 @@
  * needs at most one hop per label.
  */
 #define MAX_POINTER_HOPS ((DNS_MAX_NAME + 1) / 2)
-
-static uint8_t ascii_lower(uint8_t c)
-{
-	return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + ('a' - 'A')) : c;
-}
 
 int dns_name_read(const uint8_t *pkt, size_t len, size_t *pos,
 		  uint8_t out[DNS_MAX_NAME], bool lower)
@@ -55,7 +51,7 @@ int dns_name_read(const uint8_t *pkt, size_t len, size_t *pos,
 			return -1;
 		out[out_len++] = b;
 		for (size_t i = 1; i <= b; i++)
-			out[out_len++] = lower ? ascii_lower(pkt[cur + i]) : pkt[cur + i];
+			out[out_len++] = lower ? dns_ascii_lower(pkt[cur + i]) : pkt[cur + i];
 		cur += 1 + b;
 	}
 	out[out_len++] = 0;
@@ -81,7 +77,7 @@ int dns_name_from_text(const char *text, uint8_t out[DNS_MAX_NAME])
 			return -1;
 		out[out_len++] = (uint8_t)label;
 		for (size_t i = 0; i < label; i++)
-			out[out_len++] = ascii_lower((uint8_t)p[i]);
+			out[out_len++] = dns_ascii_lower((uint8_t)p[i]);
 		p += label;
 		if (*p == '.')
 			p++; /* the trailing dot is optional, so "a." and "a" agree */

@@ -5,28 +5,18 @@
  * (AXFR, classes, ...) is the query layer's job, not this file's.
  */
 #include "dns/dns.h"
+#include "dns/wire.h"
 
 #include <string.h>
 
 #define RR_FIXED_LEN 10 /* type, class, TTL, rdlength */
 
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
-	       ((uint32_t)p[2] << 8) | p[3];
-}
-
 /* Only the fields the rest of the parser relies on being zero; the name
  * buffers are left alone because clearing 510 bytes per query is waste. */
 static void reset_query(struct dns_query *q, const uint8_t *pkt)
 {
-	q->id = get16(pkt);
-	q->flags = get16(pkt + 2);
+	q->id = dns_get16(pkt);
+	q->flags = dns_get16(pkt + 2);
 	q->question_ok = false;
 	q->qtype = 0;
 	q->qclass = 0;
@@ -98,8 +88,8 @@ static bool parse_question(const uint8_t *pkt, size_t len, size_t *pos,
 		return false;
 	dns_name_copy_lower(q->qname, q->qname_orig, (size_t)name_len);
 	q->qname_len = (uint16_t)name_len;
-	q->qtype = get16(pkt + *pos);
-	q->qclass = get16(pkt + *pos + 2);
+	q->qtype = dns_get16(pkt + *pos);
+	q->qclass = dns_get16(pkt + *pos + 2);
 	*pos += 4;
 	q->question_ok = true;
 	return true;
@@ -120,8 +110,8 @@ static bool parse_edns_options(const uint8_t *opt, size_t optlen,
 	while (pos < optlen) {
 		if (optlen - pos < 4)
 			return false;
-		uint16_t code = get16(opt + pos);
-		uint16_t len = get16(opt + pos + 2);
+		uint16_t code = dns_get16(opt + pos);
+		uint16_t len = dns_get16(opt + pos + 2);
 		pos += 4;
 		if (len > optlen - pos)
 			return false;
@@ -139,13 +129,13 @@ static bool parse_edns_options(const uint8_t *opt, size_t optlen,
 /* rr points at the fixed part (type..rdlength) of an OPT record. */
 static enum dns_parse_result parse_opt(const uint8_t *rr, struct dns_query *q)
 {
-	uint32_t ttl = get32(rr + 4);
-	uint16_t rdlen = get16(rr + 8);
+	uint32_t ttl = dns_get32(rr + 4);
+	uint16_t rdlen = dns_get16(rr + 8);
 
 	if (q->has_edns)
 		return DNS_PARSE_FORMERR; /* RFC 6891 6.1.1: at most one OPT */
 	q->has_edns = true;
-	q->edns_udp_size = get16(rr + 2);
+	q->edns_udp_size = dns_get16(rr + 2);
 	q->edns_version = (uint8_t)(ttl >> 16);
 	q->edns_do = (ttl & DNS_EDNS_DO) != 0;
 	/* Option syntax belongs to the EDNS version; we only know version 0. */
@@ -171,12 +161,12 @@ static enum dns_parse_result parse_record(const uint8_t *pkt, size_t len,
 	if (owner_len < 0 || len - *pos < RR_FIXED_LEN)
 		return DNS_PARSE_FORMERR;
 	const uint8_t *rr = pkt + *pos;
-	uint16_t rdlen = get16(rr + 8);
+	uint16_t rdlen = dns_get16(rr + 8);
 	if (len - *pos - RR_FIXED_LEN < rdlen)
 		return DNS_PARSE_FORMERR;
 	*pos += RR_FIXED_LEN + rdlen;
 
-	if (get16(rr) != DNS_T_OPT)
+	if (dns_get16(rr) != DNS_T_OPT)
 		return DNS_PARSE_OK;
 	if (section != DNS_SEC_ADDITIONAL || owner_len != 1)
 		return DNS_PARSE_FORMERR; /* RFC 6891 6.1.1: root-owned, additional only */
@@ -189,7 +179,7 @@ static enum dns_parse_result parse_records(const uint8_t *pkt, size_t len,
 	enum dns_parse_result verdict = DNS_PARSE_OK;
 
 	for (int section = DNS_SEC_ANSWER; section <= DNS_SEC_ADDITIONAL; section++) {
-		uint16_t count = get16(pkt + 6 + 2 * section);
+		uint16_t count = dns_get16(pkt + 6 + 2 * section);
 		for (uint16_t i = 0; i < count; i++) {
 			enum dns_parse_result r =
 				parse_record(pkt, len, &pos, (enum dns_section)section, q);
@@ -213,7 +203,7 @@ enum dns_parse_result dns_parse_query(const uint8_t *pkt, size_t len,
 	if (q->flags & DNS_F_QR)
 		return DNS_PARSE_DROP; /* answering responses invites reflection loops */
 
-	uint16_t qdcount = get16(pkt + 4);
+	uint16_t qdcount = dns_get16(pkt + 4);
 	size_t pos = DNS_HEADER_LEN;
 
 	if (DNS_OPCODE(q->flags) != DNS_OP_QUERY) {

@@ -5,13 +5,9 @@
  * copied besides the question's. No allocation.
  */
 #include "dns/dns.h"
+#include "dns/wire.h"
 
 #include <string.h>
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
 
 /* Step over one record at msg[*pos]; its owner into owner (lower-cased) and
  * its type into *type. false when it does not fit in len. */
@@ -21,8 +17,8 @@ static bool read_record(const uint8_t *msg, size_t len, size_t *pos, uint8_t own
 	*owner_len = dns_name_read(msg, len, pos, owner, true);
 	if (*owner_len < 0 || len - *pos < 10)
 		return false;
-	*type = get16(msg + *pos);
-	size_t rdlen = get16(msg + *pos + 8);
+	*type = dns_get16(msg + *pos);
+	size_t rdlen = dns_get16(msg + *pos + 8);
 	if (len - *pos - 10 < rdlen)
 		return false;
 	*pos += 10 + rdlen;
@@ -32,7 +28,7 @@ static bool read_record(const uint8_t *msg, size_t len, size_t *pos, uint8_t own
 /* The owner of the first SOA in the authority section, or 0 when none. */
 static size_t authority_soa(const uint8_t *msg, size_t len, size_t pos, uint8_t out[DNS_MAX_NAME])
 {
-	unsigned answers = get16(msg + 6), authority = get16(msg + 8);
+	unsigned answers = dns_get16(msg + 6), authority = dns_get16(msg + 8);
 	uint8_t owner[DNS_MAX_NAME];
 	uint16_t type;
 	int n;
@@ -57,7 +53,7 @@ void dns_reply_key(const uint8_t *reply, size_t len, struct dns_reply_key *out)
 	int n;
 
 	*out = (struct dns_reply_key){.kind = DNS_REPLY_ERROR};
-	if (len < DNS_HEADER_LEN || get16(reply + 4) != 1)
+	if (len < DNS_HEADER_LEN || dns_get16(reply + 4) != 1)
 		return;
 	unsigned rcode = reply[3] & 0xf;
 	if (rcode != DNS_R_NOERROR && rcode != DNS_R_NXDOMAIN)
@@ -73,6 +69,6 @@ void dns_reply_key(const uint8_t *reply, size_t len, struct dns_reply_key *out)
 		out->name_len = zone ? zone : out->name_len;
 		return;
 	}
-	out->kind = get16(reply + 6) ? DNS_REPLY_ANSWER : DNS_REPLY_NODATA;
-	out->type = get16(reply + pos - 4);
+	out->kind = dns_get16(reply + 6) ? DNS_REPLY_ANSWER : DNS_REPLY_NODATA;
+	out->type = dns_get16(reply + pos - 4);
 }

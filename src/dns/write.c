@@ -5,6 +5,7 @@
  * Every byte written is checked against the writer's limit first.
  */
 #include "dns/dns.h"
+#include "dns/wire.h"
 
 #include <string.h>
 
@@ -13,28 +14,6 @@
 #define MAX_POINTER 0x3FFF
 #define FLAGS_OPCODE_MASK 0x7800
 #define FLAGS_RCODE_MASK 0x000F
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)((p[0] << 8) | p[1]);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)(v >> 16));
-	put16(p + 2, (uint16_t)v);
-}
-
-static uint8_t ascii_lower(uint8_t c)
-{
-	return (c >= 'A' && c <= 'Z') ? (uint8_t)(c + ('a' - 'A')) : c;
-}
 
 /*
  * BADVERS and friends need OPT's extended-rcode byte. Without OPT the low
@@ -76,8 +55,8 @@ void dns_response_set_server_cookie(struct dns_writer *w,
 static void write_question(uint8_t *at, const struct dns_query *q)
 {
 	memcpy(at, q->qname_orig, q->qname_len);
-	put16(at + q->qname_len, q->qtype);
-	put16(at + q->qname_len + 2, q->qclass);
+	dns_put16(at + q->qname_len, q->qtype);
+	dns_put16(at + q->qname_len + 2, q->qclass);
 }
 
 /* A name we wrote at off, name_len bytes long uncompressed, as a pointer target. */
@@ -133,9 +112,9 @@ void dns_response_begin(struct dns_writer *w, uint8_t *buf, size_t limit,
 
 	uint16_t flags = DNS_F_QR | DNS_F_RA |
 			 (q->flags & (FLAGS_OPCODE_MASK | DNS_F_RD | DNS_F_CD));
-	put16(buf, q->id);
-	put16(buf + 2, flags);
-	put16(buf + 4, 1);
+	dns_put16(buf, q->id);
+	dns_put16(buf + 2, flags);
+	dns_put16(buf + 4, 1);
 	memset(buf + 6, 0, 6);
 	write_question(buf + DNS_HEADER_LEN, q);
 	w->len = w->question_end = DNS_HEADER_LEN + qname_len + 4;
@@ -160,8 +139,8 @@ void dns_response_set_aa(struct dns_writer *w, bool aa)
 {
 	if (w->len == 0)
 		return;
-	uint16_t flags = get16(w->buf + 2);
-	put16(w->buf + 2, aa ? (flags | DNS_F_AA) : (flags & ~DNS_F_AA));
+	uint16_t flags = dns_get16(w->buf + 2);
+	dns_put16(w->buf + 2, aa ? (flags | DNS_F_AA) : (flags & ~DNS_F_AA));
 }
 
 const uint8_t *dns_response_owner(const struct dns_writer *w, const struct dns_query *q)
@@ -181,7 +160,7 @@ static bool labels_equal_nocase(const uint8_t *a, const uint8_t *b, size_t n)
 	if (memcmp(a, b, n) == 0)
 		return true;
 	for (size_t i = 0; i < n; i++)
-		if (ascii_lower(a[i]) != ascii_lower(b[i]))
+		if (dns_ascii_lower(a[i]) != dns_ascii_lower(b[i]))
 			return false;
 	return true;
 }
@@ -250,7 +229,7 @@ static bool put_pointer(struct dns_writer *w, uint16_t target, size_t end)
 {
 	uint8_t ptr[2];
 
-	put16(ptr, (uint16_t)(0xC000 | target));
+	dns_put16(ptr, (uint16_t)(0xC000 | target));
 	return put_bytes(w, ptr, 2, end);
 }
 
@@ -360,16 +339,16 @@ static bool put_rr(struct dns_writer *w, const uint8_t *owner, uint16_t type,
 	if (!put_owner(w, owner, end) || RR_FIXED_LEN > end - w->len)
 		return false;
 	uint8_t *fixed = w->buf + w->len;
-	put16(fixed, type);
-	put16(fixed + 2, rclass);
-	put32(fixed + 4, ttl);
+	dns_put16(fixed, type);
+	dns_put16(fixed + 2, rclass);
+	dns_put32(fixed + 4, ttl);
 	w->len += RR_FIXED_LEN;
 
 	size_t rdata_start = w->len;
 	if (!put_rdata(w, type, rdata, rdlen, end))
 		return false;
 	/* compression only shrinks rdata, so this still fits in 16 bits */
-	put16(fixed + 8, (uint16_t)(w->len - rdata_start));
+	dns_put16(fixed + 8, (uint16_t)(w->len - rdata_start));
 	return true;
 }
 
@@ -506,9 +485,9 @@ static bool apex_rr_encode(struct dns_apex_rr *rr)
 	if (!apex_rr_put_name(rr, rr->apex) || rr->len + RR_FIXED_LEN > DNS_APEX_RR_MAX)
 		return false;
 	uint8_t *fixed = rr->bytes + rr->len;
-	put16(fixed, rr->type);
-	put16(fixed + 2, DNS_C_IN);
-	put32(fixed + 4, rr->ttl);
+	dns_put16(fixed, rr->type);
+	dns_put16(fixed + 2, DNS_C_IN);
+	dns_put32(fixed + 4, rr->ttl);
 	rr->len += RR_FIXED_LEN;
 	size_t rdata_start = rr->len;
 	if (names) {
@@ -525,7 +504,7 @@ static bool apex_rr_encode(struct dns_apex_rr *rr)
 		return false;
 	memcpy(rr->bytes + rr->len, rr->rdata + off, rr->rdlen - off);
 	rr->len = (uint16_t)(rr->len + (rr->rdlen - off));
-	put16(fixed + 8, (uint16_t)(rr->len - rdata_start));
+	dns_put16(fixed + 8, (uint16_t)(rr->len - rdata_start));
 	return true;
 }
 
@@ -593,7 +572,7 @@ bool dns_response_add_apex_rr(struct dns_writer *w, enum dns_section section,
 
 	memcpy(at, rr->bytes, rr->len);
 	for (uint8_t i = 0; i < rr->n_patches; i++)
-		put16(at + rr->patch[i], (uint16_t)(0xC000 | apex_at));
+		dns_put16(at + rr->patch[i], (uint16_t)(0xC000 | apex_at));
 	w->len += rr->len;
 	w->count[section]++;
 	return true;
@@ -634,16 +613,16 @@ static void put_opt(struct dns_writer *w, uint16_t udp_payload)
 		       (q->edns_do ? DNS_EDNS_DO : 0); /* version 0 in bits 16..23 */
 
 	p[0] = 0;
-	put16(p + 1, DNS_T_OPT);
-	put16(p + 3, udp_payload);
-	put32(p + 5, ttl);
-	put16(p + 9, 0);
+	dns_put16(p + 1, DNS_T_OPT);
+	dns_put16(p + 3, udp_payload);
+	dns_put32(p + 5, ttl);
+	dns_put16(p + 9, 0);
 	w->len += OPT_RR_LEN;
 	if (!w->has_server_cookie)
 		return;
-	put16(p + 9, COOKIE_OPTION_LEN);
-	put16(p + 11, DNS_EDNS_OPT_COOKIE);
-	put16(p + 13, DNS_CLIENT_COOKIE_LEN + DNS_SERVER_COOKIE_LEN);
+	dns_put16(p + 9, COOKIE_OPTION_LEN);
+	dns_put16(p + 11, DNS_EDNS_OPT_COOKIE);
+	dns_put16(p + 13, DNS_CLIENT_COOKIE_LEN + DNS_SERVER_COOKIE_LEN);
 	memcpy(p + 15, q->cookie, DNS_CLIENT_COOKIE_LEN);
 	memcpy(p + 15 + DNS_CLIENT_COOKIE_LEN, w->server_cookie, DNS_SERVER_COOKIE_LEN);
 	w->len += COOKIE_OPTION_LEN;
@@ -655,7 +634,7 @@ size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload)
 		return 0;
 
 	bool has_opt = w->q->has_edns;
-	uint16_t flags = get16(w->buf + 2) & ~FLAGS_RCODE_MASK;
+	uint16_t flags = dns_get16(w->buf + 2) & ~FLAGS_RCODE_MASK;
 	if (w->truncated) {
 		w->len = w->question_end;
 		memset(w->count, 0, sizeof(w->count));
@@ -668,10 +647,10 @@ size_t dns_response_finish(struct dns_writer *w, uint16_t udp_payload)
 		put_opt(w, udp_payload);
 		arcount++;
 	}
-	put16(w->buf + 2, flags);
-	put16(w->buf + 6, w->count[DNS_SEC_ANSWER]);
-	put16(w->buf + 8, w->count[DNS_SEC_AUTHORITY]);
-	put16(w->buf + 10, arcount);
+	dns_put16(w->buf + 2, flags);
+	dns_put16(w->buf + 6, w->count[DNS_SEC_ANSWER]);
+	dns_put16(w->buf + 8, w->count[DNS_SEC_AUTHORITY]);
+	dns_put16(w->buf + 10, arcount);
 	return w->len;
 }
 
@@ -683,8 +662,8 @@ size_t dns_error_reply(const uint8_t *pkt, size_t len,
 {
 	if (len < DNS_HEADER_LEN || outlen < DNS_HEADER_LEN)
 		return 0;
-	uint16_t id = get16(pkt);
-	uint16_t qflags = get16(pkt + 2);
+	uint16_t id = dns_get16(pkt);
+	uint16_t qflags = dns_get16(pkt + 2);
 	if (qflags & DNS_F_QR)
 		return 0; /* never answer a response: that is how reply loops start */
 
@@ -695,9 +674,9 @@ size_t dns_error_reply(const uint8_t *pkt, size_t len,
 		    q->qname_len <= DNS_MAX_NAME &&
 		    DNS_HEADER_LEN + (size_t)q->qname_len + 4 <= outlen;
 
-	put16(out, id);
-	put16(out + 2, flags);
-	put16(out + 4, echo ? 1 : 0);
+	dns_put16(out, id);
+	dns_put16(out + 2, flags);
+	dns_put16(out + 4, echo ? 1 : 0);
 	memset(out + 6, 0, 6);
 	if (echo) {
 		write_question(out + n, q);

@@ -8,15 +8,12 @@
  */
 #include "dns64/dns64.h"
 
+#include "dns/wire.h"
+
 #include <netinet/in.h>
 #include <string.h>
 
 #define U_OCTET 8 /* RFC 6052: bits 64-71 of the address are always zero */
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
 
 /* The byte positions of the four IPv4 bytes under a prefix of len bits. */
 static void v4_positions(unsigned len, unsigned pos[4])
@@ -71,9 +68,9 @@ static bool skip_question(const uint8_t *msg, size_t len, size_t *pos)
 	uint8_t name[DNS_MAX_NAME];
 
 	*pos = DNS_HEADER_LEN;
-	if (len < DNS_HEADER_LEN || get16(msg + 4) > 1)
+	if (len < DNS_HEADER_LEN || dns_get16(msg + 4) > 1)
 		return false;
-	if (get16(msg + 4) == 0)
+	if (dns_get16(msg + 4) == 0)
 		return true;
 	if (dns_name_read(msg, len, pos, name, false) < 0 || len - *pos < 4)
 		return false;
@@ -88,9 +85,9 @@ static bool skip_rr(const uint8_t *msg, size_t len, size_t *pos, uint16_t *type,
 
 	if (dns_name_read(msg, len, pos, name, false) < 0 || len - *pos < 10)
 		return false;
-	*type = get16(msg + *pos);
-	*ttl = (uint32_t)get16(msg + *pos + 4) << 16 | get16(msg + *pos + 6);
-	size_t rdlen = get16(msg + *pos + 8);
+	*type = dns_get16(msg + *pos);
+	*ttl = dns_get32(msg + *pos + 4);
+	size_t rdlen = dns_get16(msg + *pos + 8);
 	if (len - *pos - 10 < rdlen)
 		return false;
 	*pos += 10 + rdlen;
@@ -105,7 +102,7 @@ bool dns64_wanted(const uint8_t *reply, size_t len)
 
 	if (!skip_question(reply, len, &pos) || (reply[3] & 0xf) == DNS_R_NXDOMAIN)
 		return false;
-	for (uint16_t i = get16(reply + 6); i > 0; i--) {
+	for (uint16_t i = dns_get16(reply + 6); i > 0; i--) {
 		if (!skip_rr(reply, len, &pos, &type, &ttl))
 			return false;
 		if (type == DNS_T_AAAA)
@@ -120,14 +117,14 @@ static uint32_t ttl_cap(const uint8_t *aaaa, size_t len)
 	size_t pos;
 	uint16_t type;
 	uint32_t ttl;
-	uint16_t records = (uint16_t)(get16(aaaa + 6) + get16(aaaa + 8));
+	uint16_t records = (uint16_t)(dns_get16(aaaa + 6) + dns_get16(aaaa + 8));
 
 	if (!skip_question(aaaa, len, &pos))
 		return DNS64_TTL_WITHOUT_SOA;
 	for (uint16_t i = 0; i < records; i++) {
 		if (!skip_rr(aaaa, len, &pos, &type, &ttl))
 			break;
-		if (i >= get16(aaaa + 6) && type == DNS_T_SOA)
+		if (i >= dns_get16(aaaa + 6) && type == DNS_T_SOA)
 			return ttl;
 	}
 	return DNS64_TTL_WITHOUT_SOA;
@@ -142,7 +139,7 @@ static bool has_a_record(const uint8_t *a, size_t len)
 
 	if (!skip_question(a, len, &pos))
 		return false;
-	for (uint16_t i = get16(a + 6); i > 0; i--) {
+	for (uint16_t i = dns_get16(a + 6); i > 0; i--) {
 		if (!skip_rr(a, len, &pos, &type, &ttl))
 			return false;
 		if (type == DNS_T_A)
@@ -177,7 +174,7 @@ static bool copy_answer(const uint8_t *aaaa, size_t len, struct dns_writer *w)
 
 	if (!skip_question(aaaa, len, &pos))
 		return false;
-	for (uint16_t i = get16(aaaa + 6); i > 0; i--) {
+	for (uint16_t i = dns_get16(aaaa + 6); i > 0; i--) {
 		if (!dns_rr_read(aaaa, len, &pos, &rr))
 			return false;
 		dns_name_copy_lower(rr.owner, rr.owner, dns_name_len(rr.owner));
@@ -199,11 +196,11 @@ static bool synthesize(const struct dns64_prefix *p, const uint8_t *aaaa, size_t
 		return false;
 	cap = ttl_cap(aaaa, aaaa_len);
 	dns_response_set_rcode(w, (enum dns_rcode)(a[3] & 0xf));
-	dns_response_set_aa(w, (get16(a + 2) & DNS_F_AA) != 0);
+	dns_response_set_aa(w, (dns_get16(a + 2) & DNS_F_AA) != 0);
 	if (chain && !copy_answer(aaaa, aaaa_len, w))
 		return true; /* what fit is written; w marks a cut as truncated */
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
-		for (uint16_t i = get16(a + 6 + 2 * sec); i > 0; i--)
+		for (uint16_t i = dns_get16(a + 6 + 2 * sec); i > 0; i--)
 			if (!dns_rr_read(a, a_len, &pos, &rr) ||
 			    !add_record(p, &rr, (enum dns_section)sec, cap, w))
 				return true;
@@ -234,18 +231,18 @@ size_t dns64_chain_end(const uint8_t *reply, size_t len, const uint8_t *qname,
 	if (!skip_question(reply, len, &start))
 		return 0;
 	/* at most one step per record: a CNAME loop cannot keep it going */
-	for (uint16_t steps = get16(reply + 6); moved && steps > 0; steps--) {
+	for (uint16_t steps = dns_get16(reply + 6); moved && steps > 0; steps--) {
 		size_t pos = start;
 		moved = false;
-		for (uint16_t i = get16(reply + 6); i > 0 && !moved; i--) {
+		for (uint16_t i = dns_get16(reply + 6); i > 0 && !moved; i--) {
 			size_t rdata;
 			if (dns_name_read(reply, len, &pos, owner, true) < 0 || len - pos < 10)
 				return 0;
 			rdata = pos + 10;
-			pos = rdata + get16(reply + pos + 8);
+			pos = rdata + dns_get16(reply + pos + 8);
 			if (pos > len)
 				return 0;
-			if (get16(reply + rdata - 10) != DNS_T_CNAME || dns_name_len(owner) != n ||
+			if (dns_get16(reply + rdata - 10) != DNS_T_CNAME || dns_name_len(owner) != n ||
 			    memcmp(owner, out, n) != 0)
 				continue;
 			int m = dns_name_read(reply, len, &rdata, out, true);

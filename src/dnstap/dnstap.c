@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +46,8 @@
 #include "log/log.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/pow2.h"
+#include "util/wake.h"
 
 static uint64_t now_ms(void)
 {
@@ -155,11 +156,8 @@ static void publish(struct ring *r, uint32_t tail)
 
 	atomic_store_explicit(&r->tail, tail, memory_order_release);
 	if (tail - head > (r->mask + 1) / 2 &&
-	    !atomic_exchange_explicit(&r->wake_asked, true, memory_order_relaxed)) {
-		uint64_t one = 1;
-		ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
-		(void)ignored; /* EAGAIN: a wake-up is pending already */
-	}
+	    !atomic_exchange_explicit(&r->wake_asked, true, memory_order_relaxed))
+		wake_send(tap.wake_fd);
 }
 
 static void stamp(struct ring *r, struct tap_entry *e)
@@ -313,13 +311,13 @@ static void log_count(const char *msg, const char *key, uint64_t n)
 
 static bool flush(struct batch *b)
 {
-	bool ok = b->n == 0 || (tap.out && tap_output_write(tap.out, b->frames, b->n));
+	bool ok = b->n == 0 || (tap.out && dnstap_output_write(tap.out, b->frames, b->n));
 
 	if (ok) {
 		atomic_fetch_add_explicit(&tap.sent, (uint64_t)b->n, memory_order_relaxed);
 	} else {
 		atomic_fetch_add_explicit(&tap.unsent, b->records, memory_order_relaxed);
-		tap_output_close(tap.out);
+		dnstap_output_close(tap.out);
 		tap.out = NULL;
 		atomic_store(&tap.connected, false);
 		log_count("dnstap collector lost: reconnecting (records of the failed write dropped)",
@@ -351,7 +349,7 @@ static const char *pod_extra(const struct tap_entry *e, char *out, size_t cap)
 	return out;
 }
 
-/* The envelope of a turn's messages without extra (tap_envelope), packed once per turn. */
+/* The envelope of a turn's messages without extra (dnstap_envelope), packed once per turn. */
 struct envelope {
 	uint8_t bytes[TAP_ENVELOPE_MAX];
 	size_t len;
@@ -371,7 +369,7 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 	size_t used_before = b->used;
 
 	if (extra) { /* the pod's: once for the record's messages */
-		own.len = tap_envelope(meta, extra, own.bytes, sizeof own.bytes);
+		own.len = dnstap_envelope(meta, extra, own.bytes, sizeof own.bytes);
 		env = &own;
 	}
 	for (size_t i = 0; env->len && i < sizeof kinds / sizeof kinds[0]; i++) {
@@ -383,8 +381,8 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 			b->used = used_before;
 			return false;
 		}
-		len = tap_encode_after(e, kinds[i], meta, env->bytes, env->len, tap.buf + b->used,
-				       OUT_BYTES - b->used, &start);
+		len = dnstap_encode_after(e, kinds[i], meta, env->bytes, env->len,
+					  tap.buf + b->used, OUT_BYTES - b->used, &start);
 		if (len == 0)
 			continue;
 		b->frames[b->n++] =
@@ -482,7 +480,7 @@ struct writer {
 
 static void disconnect(void)
 {
-	tap_output_close(tap.out);
+	dnstap_output_close(tap.out);
 	tap.out = NULL;
 	atomic_store(&tap.connected, false);
 }
@@ -497,7 +495,7 @@ static void connect_if_due(struct writer *w)
 	if (tap.out || !w->s.has_target || now_ms() < w->next_try_ms)
 		return;
 	target_text(&w->s.target, where, sizeof where);
-	tap.out = tap_output_open(&w->s.target, tap.stop_fd, err, sizeof err);
+	tap.out = dnstap_output_open(&w->s.target, tap.stop_fd, err, sizeof err);
 	if (!tap.out) {
 		if (!w->failing)
 			log_warn("dnstap collector unreachable: retrying with backoff", "collector",
@@ -526,7 +524,7 @@ static bool write_turn(struct writer *w)
 	connect_if_due(w);
 	if (!tap.out)
 		return false;
-	w->plain.len = tap_envelope(&meta, NULL, w->plain.bytes, sizeof w->plain.bytes);
+	w->plain.len = dnstap_envelope(&meta, NULL, w->plain.bytes, sizeof w->plain.bytes);
 	for (unsigned i = 0; i < tap.n_rings; i++)
 		if (!drain(&tap.rings[i], w->s.messages, &meta, &w->plain, &had_records)) {
 			w->next_try_ms = now_ms() + BACKOFF_MIN_MS;
@@ -547,7 +545,6 @@ static void *writer_thread(void *arg)
 	struct pollfd wake = {.fd = tap.wake_fd, .events = POLLIN};
 	struct writer w = {.next_try_ms = 0};
 	bool busy = false;
-	uint64_t value;
 
 	(void)arg;
 	if (tap.pods)
@@ -559,8 +556,7 @@ static void *writer_thread(void *arg)
 		if (on && !tap.out && w.next_try_ms > now_ms() &&
 		    w.next_try_ms - now_ms() < (uint64_t)IDLE_POLL_MS)
 			timeout = (int)(w.next_try_ms - now_ms());
-		if (poll(&wake, 1, timeout) > 0 && read(tap.wake_fd, &value, sizeof value) < 0 &&
-		    errno != EAGAIN)
+		if (poll(&wake, 1, timeout) > 0 && wake_take(tap.wake_fd) < 0)
 			break;
 		take_settings(&w);
 		if (w.s.messages == 0 || !w.s.has_target) {
@@ -582,15 +578,6 @@ static void *writer_thread(void *arg)
 }
 
 /* ---- settings and life cycle ---------------------------------------------------- */
-
-static uint32_t round_up_pow2(uint64_t n)
-{
-	uint32_t p = 1;
-
-	while (p < n)
-		p <<= 1;
-	return p;
-}
 
 void dnstap_identity(const struct config *cfg, char *out, size_t cap)
 {
@@ -644,11 +631,8 @@ void dnstap_configure(const struct config *cfg)
 	}
 	pthread_mutex_unlock(&tap.settings_lock);
 	atomic_store(&dnstap_messages, tap.started ? next.messages : 0);
-	if (changed && tap.wake_fd >= 0) {
-		uint64_t one = 1;
-		ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
-		(void)ignored;
-	}
+	if (changed && tap.wake_fd >= 0)
+		wake_send(tap.wake_fd);
 }
 
 static void free_rings(void)
@@ -670,13 +654,13 @@ static void free_rings(void)
 int dnstap_start(const struct config *cfg, unsigned n_workers, dnstap_pod_fn pods,
 		 const void *pods_arg, char *err, size_t errlen)
 {
-	uint32_t bytes = round_up_pow2(cfg->dnstap.buffer);
+	uint32_t bytes = pow2_at_least(cfg->dnstap.buffer);
 
 	tap.n_rings = n_workers + 1;
 	tap.rings = calloc(tap.n_rings, sizeof *tap.rings);
 	tap.buf = malloc(OUT_BYTES);
-	tap.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	tap.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	tap.wake_fd = wake_open();
+	tap.stop_fd = wake_open();
 	tap.pods = pods;
 	tap.pods_arg = pods_arg;
 	atomic_store(&tap.stopping, false);
@@ -743,10 +727,8 @@ void dnstap_stop(void)
 		return;
 	atomic_store(&dnstap_messages, 0);
 	atomic_store(&tap.stopping, true);
-	uint64_t one = 1;
-	ssize_t ignored = write(tap.wake_fd, &one, sizeof one);
-	ignored = write(tap.stop_fd, &one, sizeof one); /* a wait on the collector ends too */
-	(void)ignored;
+	wake_send(tap.wake_fd);
+	wake_send(tap.stop_fd); /* a wait on the collector ends too */
 	pthread_join(tap.thread, NULL);
 	tap.started = false;
 	uint64_t dropped = dnstap_dropped();

@@ -32,8 +32,8 @@
  * That halved protobuf-c's share of the writer thread's time with every
  * query logged (docs/performance.md, "dnstap"). The envelope is the same
  * for every message of a record (and, without extra, of a connection), so
- * the writer packs it once (tap_envelope) and copies it in front of each
- * Message, which protobuf-c packs where it stays (tap_encode_after).
+ * the writer packs it once (dnstap_envelope) and copies it in front of each
+ * Message, which protobuf-c packs where it stays (dnstap_encode_after).
  */
 #include "dnstap/internal.h"
 
@@ -41,8 +41,10 @@
 
 #include "dnstap/dnstap.pb-c.h"
 #include "dns/dns.h"
+#include "dns/wire.h"
 
-size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap)
+/* The wire query (ID 0, RD set) for a resolver record's question; its length, 0 if cap is short. */
+static size_t resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap)
 {
 	size_t need = DNS_HEADER_LEN + e->first_len + 4u;
 
@@ -53,10 +55,8 @@ size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap
 	out[5] = 1;    /* QDCOUNT */
 	memcpy(out + DNS_HEADER_LEN, e->bytes, e->first_len);
 	uint8_t *t = out + DNS_HEADER_LEN + e->first_len;
-	t[0] = (uint8_t)(e->qtype >> 8);
-	t[1] = (uint8_t)e->qtype;
-	t[2] = (uint8_t)(e->qclass >> 8);
-	t[3] = (uint8_t)e->qclass;
+	dns_put16(t, e->qtype);
+	dns_put16(t + 2, e->qclass);
 	return need;
 }
 
@@ -134,7 +134,7 @@ static bool resolver_message(Dnstap__Message *m, const struct tap_entry *e,
 	if ((kind == DNSTAP_RESOLVER_QUERY) != (e->kind == TAP_RESOLVER_QUERY))
 		return false;
 	if (kind == DNSTAP_RESOLVER_QUERY) {
-		if (!(qlen = tap_resolver_question(e, question, cap)))
+		if (!(qlen = resolver_question(e, question, cap)))
 			return false;
 		m->has_query_message = true;
 		m->query_message = bytes(question, qlen);
@@ -162,7 +162,7 @@ static ProtobufCBinaryData text_bytes(const char *text)
 	return bytes(text, strlen(text));
 }
 
-size_t tap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out, size_t cap)
+size_t dnstap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out, size_t cap)
 {
 	Dnstap__Dnstap d = DNSTAP__DNSTAP__INIT;
 
@@ -184,9 +184,9 @@ size_t tap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out
 	return dnstap__dnstap__pack(&d, out);
 }
 
-size_t tap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
-			const struct tap_meta *meta, const uint8_t *env, size_t env_len,
-			uint8_t *out, size_t cap, size_t *start)
+size_t dnstap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
+			   const struct tap_meta *meta, const uint8_t *env, size_t env_len,
+			   uint8_t *out, size_t cap, size_t *start)
 {
 	Dnstap__Message m = DNSTAP__MESSAGE__INIT;
 	uint8_t question[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
@@ -216,13 +216,14 @@ size_t tap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
 	return env_len + 1 + n + body;
 }
 
-size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
-		  const char *extra, uint8_t *out, size_t cap)
+size_t dnstap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
+		     const char *extra, uint8_t *out, size_t cap)
 {
 	uint8_t env[TAP_ENVELOPE_MAX];
-	size_t env_len = tap_envelope(meta, extra, env, sizeof env), start, len;
+	size_t env_len = dnstap_envelope(meta, extra, env, sizeof env), start, len;
 
-	if (env_len == 0 || !(len = tap_encode_after(e, kind, meta, env, env_len, out, cap, &start)))
+	if (env_len == 0 ||
+	    !(len = dnstap_encode_after(e, kind, meta, env, env_len, out, cap, &start)))
 		return 0;
 	memmove(out, out + start, len);
 	return len;

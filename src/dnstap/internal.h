@@ -66,13 +66,13 @@ struct tap_meta {
  * message's length, or 0 when e holds no part of that kind or it does not
  * fit in cap.
  */
-size_t tap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
-		  const char *extra, uint8_t *out, size_t cap);
+size_t dnstap_encode(const struct tap_entry *e, enum dnstap_kind kind, const struct tap_meta *meta,
+		     const char *extra, uint8_t *out, size_t cap);
 
 /*
  * At most how many bytes one message of e takes (with an identity of at
  * most 255 bytes, a version of at most 63 and an extra of at most 299):
- * tap_encode into that much room never fails for want of it.
+ * dnstap_encode into that much room never fails for want of it.
  */
 static inline size_t tap_encoded_max(const struct tap_entry *e)
 {
@@ -84,17 +84,14 @@ static inline size_t tap_encoded_max(const struct tap_entry *e)
  * (identity, version, extra, type; no message) packed once for every
  * message that shares it, into out (0 when cap is short), then one Message
  * of e behind a copy of it: packed at out + *start, the length returned
- * (0 as tap_encode's), cap needing TAP_ENVELOPE_MAX + 4 more than
+ * (0 as dnstap_encode's), cap needing TAP_ENVELOPE_MAX + 4 more than
  * tap_encoded_max(e).
  */
 #define TAP_ENVELOPE_MAX 640
-size_t tap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out, size_t cap);
-size_t tap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
-			const struct tap_meta *meta, const uint8_t *env, size_t env_len,
-			uint8_t *out, size_t cap, size_t *start);
-
-/* The wire query (ID 0, RD set) for a resolver record's question; its length, 0 if cap is short. */
-size_t tap_resolver_question(const struct tap_entry *e, uint8_t *out, size_t cap);
+size_t dnstap_envelope(const struct tap_meta *meta, const char *extra, uint8_t *out, size_t cap);
+size_t dnstap_encode_after(const struct tap_entry *e, enum dnstap_kind kind,
+			   const struct tap_meta *meta, const uint8_t *env, size_t env_len,
+			   uint8_t *out, size_t cap, size_t *start);
 
 /*
  * output.c: a Frame Streams connection (bidirectional handshake, content
@@ -115,11 +112,11 @@ struct tap_target {
 struct tap_output;
 
 /* Connect and hand-shake; NULL with err set (errno's text, or the step that failed). */
-struct tap_output *tap_output_open(const struct tap_target *t, int stop_fd, char *err,
-				   size_t errlen);
+struct tap_output *dnstap_output_open(const struct tap_target *t, int stop_fd, char *err,
+				      size_t errlen);
 /* Write n frames; false when the connection failed (it is then useless: close it). */
-bool tap_output_write(struct tap_output *o, const struct iovec *frames, int n);
+bool dnstap_output_write(struct tap_output *o, const struct iovec *frames, int n);
 /* STOP, FINISH (bounded) and close; NULL is fine. */
-void tap_output_close(struct tap_output *o);
+void dnstap_output_close(struct tap_output *o);
 
 #endif

@@ -196,8 +196,8 @@ static struct fstrm_writer *new_writer(struct conn *c)
 	return w;
 }
 
-struct tap_output *tap_output_open(const struct tap_target *t, int stop_fd, char *err,
-				   size_t errlen)
+struct tap_output *dnstap_output_open(const struct tap_target *t, int stop_fd, char *err,
+				      size_t errlen)
 {
 	struct tap_output *o = calloc(1, sizeof *o);
 	struct conn *c = calloc(1, sizeof *c);
@@ -228,7 +228,7 @@ struct tap_output *tap_output_open(const struct tap_target *t, int stop_fd, char
 	return o;
 }
 
-bool tap_output_write(struct tap_output *o, const struct iovec *frames, int n)
+bool dnstap_output_write(struct tap_output *o, const struct iovec *frames, int n)
 {
 	if (fstrm_writer_writev(o->writer, frames, n) == fstrm_res_success)
 		return true;
@@ -236,7 +236,7 @@ bool tap_output_write(struct tap_output *o, const struct iovec *frames, int n)
 	return false;
 }
 
-void tap_output_close(struct tap_output *o)
+void dnstap_output_close(struct tap_output *o)
 {
 	if (!o)
 		return;

@@ -42,7 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,6 +51,7 @@
 #include "metrics/metrics.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/wake.h"
 
 #define MAX_CONNECTIONS 64   /* per endpoint; probes and scrapes only */
 #define MAX_PER_ADDRESS 8    /* of those, per client address */
@@ -359,7 +359,7 @@ static int start_endpoint(struct endpoint *ep, const char *key, const char *addr
 	if (fd < 0)
 		return -1;
 	snprintf(ep->address, sizeof ep->address, "%s", address);
-	ep->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ep->stop_fd = wake_open();
 	ep->mhd = ep->stop_fd < 0 ? NULL : start_mhd(ep, fd);
 	if (!ep->mhd) {
 		snprintf(err, errlen, "%s: cannot start the HTTP server on %s", key, address);
@@ -381,8 +381,7 @@ static int start_endpoint(struct endpoint *ep, const char *key, const char *addr
 static void stop_endpoint(struct endpoint *ep)
 {
 	if (ep->running) {
-		const uint64_t one = 1;
-		if (write(ep->stop_fd, &one, sizeof one) != sizeof one)
+		if (!wake_send(ep->stop_fd))
 			log_error("http endpoint: cannot stop its thread", "error", strerror(errno));
 		pthread_join(ep->thread, NULL);
 	}

@@ -87,18 +87,19 @@ struct keeper_msg {
 struct relay;
 
 /* Relay sockets (a few per family, random ports) made now: none later. */
-struct relay *relay_new(char *err, size_t errlen);
-void relay_free(struct relay *r);
+struct relay *keeper_relay_new(char *err, size_t errlen);
+void keeper_relay_free(struct relay *r);
 
 /*
  * Where queries go from now on: the table's fallback endpoints, on port
  * (listen.port: the fallback DNAT keeps the port); copied.
  */
-void relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n, uint16_t port);
-size_t relay_endpoints(const struct relay *r);
+void keeper_relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n,
+				uint16_t port);
+size_t keeper_relay_endpoints(const struct relay *r);
 
 /* The endpoint the next rescued query goes to (in turn); NULL: none. */
-const struct sockaddr_storage *relay_next_endpoint(struct relay *r);
+const struct sockaddr_storage *keeper_relay_next_endpoint(struct relay *r);
 
 /*
  * Ask the cluster DNS the query q (len bytes) that came on reply_fd (a
@@ -106,28 +107,28 @@ const struct sockaddr_storage *relay_next_endpoint(struct relay *r);
  * sendto on reply_fd. false when it cannot be asked (no endpoint, no room,
  * not a query): the client gets nothing.
  */
-bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
-	       const uint8_t *q, size_t len, uint64_t now_ms);
+bool keeper_relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
+		      const uint8_t *q, size_t len, uint64_t now_ms);
 
 /* Queries asked and not answered yet for reply_fd. */
-unsigned relay_pending(const struct relay *r, int reply_fd);
+unsigned keeper_relay_pending(const struct relay *r, int reply_fd);
 
 /* reply_fd is about to close: its pending queries are forgotten. */
-void relay_forget(struct relay *r, int reply_fd);
+void keeper_relay_forget(struct relay *r, int reply_fd);
 
 /* Descriptors to poll for answers (into fds, at most max); how many. */
-size_t relay_fds(const struct relay *r, int *fds, size_t max);
+size_t keeper_relay_fds(const struct relay *r, int *fds, size_t max);
 
 /* Answers on fd handed back; queries past their deadline forgotten. */
-void relay_read(struct relay *r, int fd);
-void relay_expire(struct relay *r, uint64_t now_ms);
+void keeper_relay_read(struct relay *r, int fd);
+void keeper_relay_expire(struct relay *r, uint64_t now_ms);
 
 /* asked: sent to an endpoint; dropped: not sent; expired: no answer in
  * time; forgotten: no answer before its socket closed. */
-struct relay_stats {
+struct keeper_relay_stats {
 	uint64_t asked, answered, dropped, expired, forgotten;
 };
-void relay_stats(const struct relay *r, struct relay_stats *out);
+void keeper_relay_stats(const struct relay *r, struct keeper_relay_stats *out);
 
 /* ---- stream.c: rescued TCP connections, carried to the cluster DNS over TCP --- */
 
@@ -135,32 +136,32 @@ void relay_stats(const struct relay *r, struct relay_stats *out);
 
 struct streams;
 
-struct streams *streams_new(void);
-void streams_free(struct streams *st); /* closes what is open, counted */
+struct streams *keeper_streams_new(void);
+void keeper_streams_free(struct streams *st); /* closes what is open, counted */
 
 /*
  * fd, a connection accepted from a rescued listener (non-blocking), is
- * carried to the next endpoint of r (relay_next_endpoint) over TCP. false
+ * carried to the next endpoint of r (keeper_relay_next_endpoint) over TCP. false
  * when there is no room: fd is closed (the client sees a reset).
  */
-bool streams_add(struct streams *st, struct relay *r, int fd, enum keeper_reason why,
-		 uint64_t now_ms);
-size_t streams_count(const struct streams *st);
+bool keeper_streams_add(struct streams *st, struct relay *r, int fd, enum keeper_reason why,
+			uint64_t now_ms);
+size_t keeper_streams_count(const struct streams *st);
 
 /* The descriptors to poll, with what each waits for (into fds, at most max); how many. */
-size_t streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max);
+size_t keeper_streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max);
 
 /* fd, one of those, is ready (revents): bytes moved; nothing closed here. */
-void streams_ready(struct streams *st, int fd, short revents);
+void keeper_streams_ready(struct streams *st, int fd, short revents);
 
 /* The connections that are over, or past their life, closed and counted. */
-void streams_sweep(struct streams *st, uint64_t now_ms);
+void keeper_streams_sweep(struct streams *st, uint64_t now_ms);
 
 /* Of the connections closed: queries relayed (by why), not sent, left without answer. */
 struct stream_stats {
 	uint64_t relayed[KEEPER_REASONS];
 	uint64_t not_sent, no_answer;
 };
-void streams_stats(const struct streams *st, struct stream_stats *out);
+void keeper_streams_stats(const struct streams *st, struct stream_stats *out);
 
 #endif

@@ -129,7 +129,7 @@ static const char *pid_text(const struct served *s, char *buf, size_t len)
 static void close_copies(struct keeper *k, struct copy *c, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		relay_forget(k->relay, c[i].fd);
+		keeper_relay_forget(k->relay, c[i].fd);
 		close(c[i].fd);
 	}
 }
@@ -174,7 +174,7 @@ static void read_endpoints(struct keeper *k, uint64_t now)
 		if (!ours) /* asked there, it would come back to us */
 			keep[n_keep++] = ips[i];
 	}
-	relay_use_endpoints(k->relay, keep, n_keep, k->cfg->listen.port);
+	keeper_relay_use_endpoints(k->relay, keep, n_keep, k->cfg->listen.port);
 	if (n_keep == 0) {
 		log_warn("keeper: the fallback maps have no endpoint; queued queries are left to a "
 			 "stuck localdns, and a dead one's refused (nftables.fallback_service, "
@@ -204,7 +204,7 @@ static unsigned drain_udp(struct keeper *k, enum keeper_reason why, const struct
 				       &flen);
 		if (len < 0)
 			break;
-		if (relay_ask(k->relay, c->fd, &from, buf, (size_t)len, now))
+		if (keeper_relay_ask(k->relay, c->fd, &from, buf, (size_t)len, now))
 			k->relayed[why]++;
 	}
 	return n;
@@ -220,7 +220,7 @@ static unsigned drain_tcp(struct keeper *k, enum keeper_reason why, const struct
 		int fd = accept4(c->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			break;
-		streams_add(k->streams, k->relay, fd, why, now); /* carried over TCP */
+		keeper_streams_add(k->streams, k->relay, fd, why, now); /* carried over TCP */
 	}
 	return n;
 }
@@ -248,7 +248,7 @@ static bool rescued(const struct served *s, const struct copy *c)
  */
 static bool reading(const struct keeper *k, const struct served *s, const struct copy *c)
 {
-	return rescued(s, c) && relay_endpoints(k->relay) > 0;
+	return rescued(s, c) && keeper_relay_endpoints(k->relay) > 0;
 }
 
 /* The link hung up without LEAVING: the process is gone (kill -9, OOM, a crash). */
@@ -270,7 +270,7 @@ static void died(struct keeper *k, struct served *s, uint64_t now)
 	k->endpoints_ms = 0;
 	read_endpoints(k, now);
 	snprintf(copies, sizeof copies, "%zu", s->n_copies);
-	if (relay_endpoints(k->relay) == 0) {
+	if (keeper_relay_endpoints(k->relay) == 0) {
 		/* Nowhere to send them (a VM without fallback endpoints): closed
 		 * now, a client is refused at once and asks elsewhere, as without a
 		 * keeper, instead of waiting for an answer that cannot come. */
@@ -295,7 +295,7 @@ static void finish_dead(struct keeper *k, struct served *s, uint64_t now)
 		if (now - s->last_read_ms < DEAD_QUIET_MS)
 			return;
 		for (size_t i = 0; i < s->n_copies; i++)
-			if (relay_pending(k->relay, s->copies[i].fd))
+			if (keeper_relay_pending(k->relay, s->copies[i].fd))
 				return; /* the answer goes out of that very socket */
 	}
 	snprintf(count, sizeof count, "%" PRIu64, s->rescued);
@@ -314,11 +314,11 @@ static void finish_dead(struct keeper *k, struct served *s, uint64_t now)
 /* The totals: UDP queries (relay.c) and TCP connections' (stream.c, once closed). */
 static void totals(const struct keeper *k, struct keeper_stats *t)
 {
-	struct relay_stats rs;
+	struct keeper_relay_stats rs;
 	struct stream_stats ss;
 
-	relay_stats(k->relay, &rs);
-	streams_stats(k->streams, &ss);
+	keeper_relay_stats(k->relay, &rs);
+	keeper_streams_stats(k->streams, &ss);
 	for (int i = 0; i < KEEPER_REASONS; i++) {
 		t->rescues[i] = k->rescues[i];
 		t->relayed[i] = k->relayed[i] + ss.relayed[i];
@@ -614,7 +614,7 @@ static void look(struct keeper *k, uint64_t now)
 		if (s->state == DEAD)
 			finish_dead(k, s, now);
 	}
-	relay_expire(k->relay, now);
+	keeper_relay_expire(k->relay, now);
 	publish(k);
 }
 
@@ -642,7 +642,7 @@ static size_t watch(struct pollfd *fds, struct slot_of *of, size_t n, int fd, in
 static size_t poll_set(struct keeper *k, struct pollfd *fds, struct slot_of *of)
 {
 	int relayed[16];
-	size_t n = 0, nr = relay_fds(k->relay, relayed, 16);
+	size_t n = 0, nr = keeper_relay_fds(k->relay, relayed, 16);
 
 	n = watch(fds, of, n, k->sig_fd, SLOT_SIGNAL, 0, 0);
 	n = watch(fds, of, n, k->listen_fd, SLOT_LISTEN, 0, 0);
@@ -657,7 +657,7 @@ static size_t poll_set(struct keeper *k, struct pollfd *fds, struct slot_of *of)
 			if (reading(k, s, &s->copies[c]))
 				n = watch(fds, of, n, s->copies[c].fd, SLOT_COPY, i, c);
 	}
-	size_t ns = streams_poll_set(k->streams, fds + n, MAX_POLL - n);
+	size_t ns = keeper_streams_poll_set(k->streams, fds + n, MAX_POLL - n);
 	for (size_t i = n; i < n + ns; i++)
 		of[i] = (struct slot_of){.kind = SLOT_STREAM};
 	return n + ns;
@@ -668,7 +668,7 @@ static bool anyone(const struct keeper *k)
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		if (k->served[i].used)
 			return true;
-	return streams_count(k->streams) > 0;
+	return keeper_streams_count(k->streams) > 0;
 }
 
 static void handle(struct keeper *k, const struct pollfd *p, const struct slot_of *of,
@@ -693,7 +693,7 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 			read_link(k, s, now);
 		break;
 	case SLOT_RELAY:
-		relay_read(k->relay, p->fd);
+		keeper_relay_read(k->relay, p->fd);
 		break;
 	case SLOT_COPY:
 		if (s->used && of->b < s->n_copies && s->copies[of->b].fd == p->fd &&
@@ -701,7 +701,7 @@ static void handle(struct keeper *k, const struct pollfd *p, const struct slot_o
 			drain(k, s, &s->copies[of->b], now);
 		break;
 	case SLOT_STREAM:
-		streams_ready(k->streams, p->fd, p->revents);
+		keeper_streams_ready(k->streams, p->fd, p->revents);
 		break;
 	}
 }
@@ -725,12 +725,12 @@ static void run(struct keeper *k)
 		/* Looks first: a link read below may free what fds still names. */
 		if (now >= k->next_look_ms) {
 			look(k, now);
-			streams_sweep(k->streams, now);
+			keeper_streams_sweep(k->streams, now);
 			k->next_look_ms = now + KEEPER_LOOK_MS;
 		}
 		for (size_t i = 0; i < n; i++)
 			handle(k, &fds[i], &of[i], now);
-		streams_sweep(k->streams, now);
+		keeper_streams_sweep(k->streams, now);
 	}
 }
 
@@ -781,10 +781,11 @@ static int set_up(struct keeper *k, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot receive signals: %s", strerror(errno));
 		return -1;
 	}
-	if (!(k->nft = nft_open(k->cfg, err, errlen)) || !(k->relay = relay_new(err, errlen)) ||
+	if (!(k->nft = nft_open(k->cfg, err, errlen)) ||
+	    !(k->relay = keeper_relay_new(err, errlen)) ||
 	    (k->listen_fd = listen_on(k->cfg->keeper.socket, err, errlen)) < 0)
 		return -1;
-	if (!(k->streams = streams_new())) {
+	if (!(k->streams = keeper_streams_new())) {
 		snprintf(err, errlen, "keeper: out of memory");
 		return -1;
 	}
@@ -825,7 +826,7 @@ int keeper_main(const char *config_path)
 		pthread_join(thread, NULL);
 		struct keeper_stats t;
 		char asked[24], unanswered[24], dropped[24], rescues[24], still[24], gap[24];
-		streams_sweep(k.streams, UINT64_MAX); /* counted before the totals */
+		keeper_streams_sweep(k.streams, UINT64_MAX); /* counted before the totals */
 		totals(&k, &t);
 		snprintf(asked, sizeof asked, "%" PRIu64, t.relayed[KEEPER_DEATH] + t.relayed[KEEPER_HANG]);
 		snprintf(unanswered, sizeof unanswered, "%" PRIu64, t.failed[KEEPER_NO_ANSWER]);
@@ -842,13 +843,13 @@ int keeper_main(const char *config_path)
 	for (size_t i = 0; i < MAX_SERVED; i++)
 		if (k.served[i].used)
 			forget_served(&k, &k.served[i]);
-	streams_free(k.streams);
+	keeper_streams_free(k.streams);
 	/* The socket file stays (the filter allows no unlink): the next keeper replaces it. */
 	if (k.listen_fd >= 0)
 		close(k.listen_fd);
 	if (k.sig_fd >= 0)
 		close(k.sig_fd);
-	relay_free(k.relay);
+	keeper_relay_free(k.relay);
 	nft_close(k.nft);
 	config_free(cfg);
 	return rc;

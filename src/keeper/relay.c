@@ -27,6 +27,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "dns/wire.h"
+
 #define RELAY_PORTS 4          /* sockets per family */
 #define RELAY_SLOTS 4096       /* queries in flight */
 #define RELAY_TIMEOUT_MS 2000  /* no answer by then: forgotten */
@@ -55,7 +57,7 @@ struct relay {
 	unsigned n_used;
 	struct slot slots[RELAY_SLOTS];
 	uint16_t by_id[65536];     /* wire ID -> slot + 1; 0: free */
-	struct relay_stats stats;
+	struct keeper_relay_stats stats;
 };
 
 static int relay_socket(int family)
@@ -68,7 +70,7 @@ static int relay_socket(int family)
 	return fd; /* unbound: the first sendto picks a random port */
 }
 
-struct relay *relay_new(char *err, size_t errlen)
+struct relay *keeper_relay_new(char *err, size_t errlen)
 {
 	struct relay *r = calloc(1, sizeof *r);
 
@@ -95,13 +97,13 @@ struct relay *relay_new(char *err, size_t errlen)
 	if (r->n_fds == 0) {
 		snprintf(err, errlen, "keeper: cannot open a UDP socket to relay queries: %s",
 			 strerror(errno));
-		relay_free(r);
+		keeper_relay_free(r);
 		return NULL;
 	}
 	return r;
 }
 
-void relay_free(struct relay *r)
+void keeper_relay_free(struct relay *r)
 {
 	if (!r)
 		return;
@@ -111,7 +113,8 @@ void relay_free(struct relay *r)
 	free(r);
 }
 
-void relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n, uint16_t port)
+void keeper_relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n,
+				uint16_t port)
 {
 	struct sockaddr_storage *copy = n ? calloc(n, sizeof *copy) : NULL;
 
@@ -124,7 +127,7 @@ void relay_use_endpoints(struct relay *r, const struct config_ip *ips, size_t n,
 	r->n_endpoints = n;
 }
 
-size_t relay_endpoints(const struct relay *r)
+size_t keeper_relay_endpoints(const struct relay *r)
 {
 	return r->n_endpoints;
 }
@@ -178,13 +181,13 @@ static void release(struct relay *r, struct slot *s)
 	r->n_used--;
 }
 
-const struct sockaddr_storage *relay_next_endpoint(struct relay *r)
+const struct sockaddr_storage *keeper_relay_next_endpoint(struct relay *r)
 {
 	return r->n_endpoints ? &r->endpoints[r->next_endpoint++ % r->n_endpoints] : NULL;
 }
 
-bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
-	       const uint8_t *q, size_t len, uint64_t now_ms)
+bool keeper_relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *client,
+		      const uint8_t *q, size_t len, uint64_t now_ms)
 {
 	uint8_t out[RELAY_MAX];
 	uint32_t random[2];
@@ -196,7 +199,7 @@ bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *cli
 		r->stats.dropped++;
 		return false;
 	}
-	const struct sockaddr_storage *ep = relay_next_endpoint(r);
+	const struct sockaddr_storage *ep = keeper_relay_next_endpoint(r);
 	int out_fd = pick_socket(r, ep->ss_family, random[0]);
 	uint16_t id = (uint16_t)random[1];
 	for (int tries = 0; r->by_id[id] && tries < 16; tries++)
@@ -206,15 +209,14 @@ bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *cli
 		return false;
 	}
 	memcpy(out, q, len);
-	out[0] = (uint8_t)(id >> 8);
-	out[1] = (uint8_t)id;
+	dns_put16(out, id);
 	if (sendto(out_fd, out, len, MSG_DONTWAIT, (const struct sockaddr *)ep, sockaddr_len(ep)) !=
 	    (ssize_t)len) {
 		r->stats.dropped++;
 		return false;
 	}
 	*s = (struct slot){.used = true, .reply_fd = reply_fd, .out_fd = out_fd,
-			   .client_id = (uint16_t)(q[0] << 8 | q[1]), .wire_id = id,
+			   .client_id = dns_get16(q), .wire_id = id,
 			   .client = *client, .endpoint = *ep,
 			   .deadline_ms = now_ms + RELAY_TIMEOUT_MS};
 	r->by_id[id] = (uint16_t)(s - r->slots + 1);
@@ -223,7 +225,7 @@ bool relay_ask(struct relay *r, int reply_fd, const struct sockaddr_storage *cli
 	return true;
 }
 
-unsigned relay_pending(const struct relay *r, int reply_fd)
+unsigned keeper_relay_pending(const struct relay *r, int reply_fd)
 {
 	unsigned n = 0;
 
@@ -232,7 +234,7 @@ unsigned relay_pending(const struct relay *r, int reply_fd)
 	return n;
 }
 
-void relay_forget(struct relay *r, int reply_fd)
+void keeper_relay_forget(struct relay *r, int reply_fd)
 {
 	for (size_t i = 0; r->n_used && i < RELAY_SLOTS; i++)
 		if (r->slots[i].used && r->slots[i].reply_fd == reply_fd) {
@@ -241,7 +243,7 @@ void relay_forget(struct relay *r, int reply_fd)
 		}
 }
 
-size_t relay_fds(const struct relay *r, int *fds, size_t max)
+size_t keeper_relay_fds(const struct relay *r, int *fds, size_t max)
 {
 	size_t n = r->n_fds < max ? r->n_fds : max;
 
@@ -252,13 +254,12 @@ size_t relay_fds(const struct relay *r, int *fds, size_t max)
 /* The answer, under the client's ID, from the socket the query came in on. */
 static void answer(struct slot *s, uint8_t *m, size_t len)
 {
-	m[0] = (uint8_t)(s->client_id >> 8);
-	m[1] = (uint8_t)s->client_id;
+	dns_put16(m, s->client_id);
 	sendto(s->reply_fd, m, len, MSG_DONTWAIT, (const struct sockaddr *)&s->client,
 	       sockaddr_len(&s->client));
 }
 
-void relay_read(struct relay *r, int fd)
+void keeper_relay_read(struct relay *r, int fd)
 {
 	uint8_t m[RELAY_MAX];
 
@@ -272,7 +273,7 @@ void relay_read(struct relay *r, int fd)
 			return;
 		if (n < 12 || !(m[2] & 0x80))
 			continue;
-		uint16_t slot = r->by_id[(uint16_t)(m[0] << 8 | m[1])];
+		uint16_t slot = r->by_id[dns_get16(m)];
 		struct slot *s = slot ? &r->slots[slot - 1] : NULL;
 		if (!s || s->out_fd != fd || !same_address(&from, &s->endpoint))
 			continue; /* not an answer we wait for */
@@ -282,7 +283,7 @@ void relay_read(struct relay *r, int fd)
 	}
 }
 
-void relay_expire(struct relay *r, uint64_t now_ms)
+void keeper_relay_expire(struct relay *r, uint64_t now_ms)
 {
 	for (size_t i = 0; r->n_used && i < RELAY_SLOTS; i++) {
 		struct slot *s = &r->slots[i];
@@ -293,7 +294,7 @@ void relay_expire(struct relay *r, uint64_t now_ms)
 	}
 }
 
-void relay_stats(const struct relay *r, struct relay_stats *out)
+void keeper_relay_stats(const struct relay *r, struct keeper_relay_stats *out)
 {
 	*out = r->stats;
 }

@@ -22,8 +22,8 @@
  * endpoint), a buffer each way (TO_ENDPOINT, TO_CLIENT bytes: a side that
  * does not read stops the reading of the other), STREAM_LIFE_MS from
  * accept to close whatever happens. No descriptor is closed while the
- * keeper walks its poll set (streams_ready only marks a stream done):
- * streams_sweep closes them.
+ * keeper walks its poll set (keeper_streams_ready only marks a stream done):
+ * keeper_streams_sweep closes them.
  */
 #include "keeper/internal.h"
 
@@ -97,7 +97,7 @@ struct streams {
 	struct stream_stats stats;
 };
 
-struct streams *streams_new(void)
+struct streams *keeper_streams_new(void)
 {
 	return calloc(1, sizeof(struct streams));
 }
@@ -118,7 +118,7 @@ static void close_stream(struct streams *st, size_t i)
 	st->s[i] = st->s[--st->n];
 }
 
-void streams_free(struct streams *st)
+void keeper_streams_free(struct streams *st)
 {
 	if (!st)
 		return;
@@ -127,7 +127,7 @@ void streams_free(struct streams *st)
 	free(st);
 }
 
-size_t streams_count(const struct streams *st)
+size_t keeper_streams_count(const struct streams *st)
 {
 	return st->n;
 }
@@ -146,11 +146,11 @@ static int connect_to(const struct sockaddr_storage *ep)
 	return fd;
 }
 
-bool streams_add(struct streams *st, struct relay *r, int fd, enum keeper_reason why,
-		 uint64_t now_ms)
+bool keeper_streams_add(struct streams *st, struct relay *r, int fd, enum keeper_reason why,
+			uint64_t now_ms)
 {
 	struct stream *s = st->n < STREAMS_MAX ? calloc(1, sizeof *s) : NULL;
-	const struct sockaddr_storage *ep = relay_next_endpoint(r);
+	const struct sockaddr_storage *ep = keeper_relay_next_endpoint(r);
 
 	if (!s) {
 		close(fd); /* the client sees a reset: better than a wait for nothing */
@@ -242,7 +242,7 @@ static void step(struct stream *s)
 		s->done = true;
 }
 
-size_t streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max)
+size_t keeper_streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max)
 {
 	size_t n = 0;
 
@@ -263,7 +263,7 @@ size_t streams_poll_set(const struct streams *st, struct pollfd *fds, size_t max
 	return n;
 }
 
-void streams_ready(struct streams *st, int fd, short revents)
+void keeper_streams_ready(struct streams *st, int fd, short revents)
 {
 	if (!revents)
 		return;
@@ -278,7 +278,7 @@ void streams_ready(struct streams *st, int fd, short revents)
 	}
 }
 
-void streams_sweep(struct streams *st, uint64_t now_ms)
+void keeper_streams_sweep(struct streams *st, uint64_t now_ms)
 {
 	for (size_t i = 0; i < st->n;) {
 		if (st->s[i]->done || now_ms >= st->s[i]->deadline_ms)
@@ -288,7 +288,7 @@ void streams_sweep(struct streams *st, uint64_t now_ms)
 	}
 }
 
-void streams_stats(const struct streams *st, struct stream_stats *out)
+void keeper_streams_stats(const struct streams *st, struct stream_stats *out)
 {
 	*out = st->stats;
 }

@@ -173,8 +173,6 @@ struct mesh {
 
 /* ---- table.c: the RCU hashes (writer calls hold the read lock) ---------------- */
 
-/* The tables' hash of bytes under m's key. */
-uint64_t mesh_hash(const struct mesh *m, const void *bytes, size_t len);
 /* Readers: the host named name (wire, lower-cased), or NULL. */
 const struct mesh_host *mesh_find_host(const struct mesh *m, const uint8_t *name, size_t len);
 /* Writer: the host, made (with no entry yet) if new; NULL when out of memory. */
@@ -187,8 +185,6 @@ const struct mesh_entry *mesh_find_entry(const struct mesh *m, const char *key);
 /* Writer: put e in the table (replacing old, NULL for none) / take old out;
  * old is freed after a grace period. */
 void mesh_entries_replace(struct mesh *m, const struct mesh_entry *old, struct mesh_entry *e);
-/* Hand what readers may still hold to free_fn after a grace period. */
-void mesh_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *));
 /* Writer, outside the read lock: size the tables to what they hold. */
 void mesh_fit_tables(struct mesh *m);
 /* A table the writer sizes, with its first buckets in *buckets. */
@@ -254,8 +250,6 @@ void mesh_selector_leave(struct mesh *m, struct mesh_selector *sel, const char *
  * array (*ips, free it); -1 when out of memory. */
 int mesh_selector_addresses(const struct mesh *m, const struct mesh_selector *sel,
 			    struct mesh_ip **ips, size_t *n);
-/* Every entry using sel gets the addresses it has now. */
-void mesh_selector_refresh(struct mesh *m, struct mesh_selector *sel);
 /* At mesh_free. */
 void mesh_workloads_free(struct mesh *m);
 

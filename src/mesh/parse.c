@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "dns/wire.h"
 #include "log/log.h"
 
 bool mesh_parse_ip(const char *s, struct mesh_ip *ip)
@@ -280,7 +281,7 @@ bool mesh_parse_entry(const struct kube_json *se, struct mesh_draft *d)
 		return false;
 	d->ns[0] = (uint8_t)ns_len;
 	for (size_t i = 0; i < ns_len; i++)
-		d->ns[1 + i] = (uint8_t)(ns[i] >= 'A' && ns[i] <= 'Z' ? ns[i] + 32 : ns[i]);
+		d->ns[1 + i] = dns_ascii_lower((uint8_t)ns[i]);
 	d->created = creation_time(kube_json_get_text(meta, "creationTimestamp"));
 	read_export(kube_json_get(spec, "exportTo"), d);
 	if (!read_hosts(kube_json_get(spec, "hosts"), d) || !read_addresses(se, d)) {

@@ -19,7 +19,8 @@
 
 #define TABLE_MIN_BUCKETS 256ul
 
-uint64_t mesh_hash(const struct mesh *m, const void *bytes, size_t len)
+/* The tables' hash of bytes under m's key. */
+static uint64_t hash_of(const struct mesh *m, const void *bytes, size_t len)
 {
 	return dns_siphash13(m->hash_key, bytes, len);
 }
@@ -41,7 +42,7 @@ const struct mesh_host *mesh_find_host(const struct mesh *m, const uint8_t *name
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *ht;
 
-	cds_lfht_lookup(m->hosts, mesh_hash(m, name, len), match_host, name, &it);
+	cds_lfht_lookup(m->hosts, hash_of(m, name, len), match_host, name, &it);
 	ht = cds_lfht_iter_get_node(&it);
 	return ht ? caa_container_of(ht, struct mesh_host, ht) : NULL;
 }
@@ -76,7 +77,7 @@ struct mesh_host *mesh_host_get(struct mesh *m, const uint8_t *name, size_t len)
 	h->len = (uint8_t)len;
 	memcpy(h->name, name, len);
 	TSAN_PUBLISH(h);
-	cds_lfht_add(m->hosts, mesh_hash(m, name, len), &h->ht);
+	cds_lfht_add(m->hosts, hash_of(m, name, len), &h->ht);
 	atomic_fetch_add(&m->n_hosts, 1);
 	count_labels(m, name, +1);
 	return h;
@@ -94,7 +95,8 @@ static void free_defs_now(struct rcu_head *head)
 	free(caa_container_of(head, struct mesh_defs, rcu));
 }
 
-void mesh_retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *))
+/* Hand what readers may still hold to free_fn after a grace period. */
+static void retire(struct rcu_head *head, void (*free_fn)(struct rcu_head *))
 {
 	TSAN_GRACE_RELEASE();
 	urcu_memb_call_rcu(head, free_fn);
@@ -108,13 +110,13 @@ void mesh_host_set_defs(struct mesh *m, struct mesh_host *h, uintptr_t defs)
 		TSAN_PUBLISH((void *)defs);
 	atomic_store_explicit(&h->defs, defs, memory_order_release);
 	if (old && !(old & 1))
-		mesh_retire(&((struct mesh_defs *)old)->rcu, free_defs_now);
+		retire(&((struct mesh_defs *)old)->rcu, free_defs_now);
 	if (defs)
 		return;
 	if (cds_lfht_del(m->hosts, &h->ht) == 0) {
 		atomic_fetch_sub(&m->n_hosts, 1);
 		count_labels(m, h->name, -1);
-		mesh_retire(&h->rcu, free_host_now);
+		retire(&h->rcu, free_host_now);
 	}
 }
 
@@ -130,7 +132,7 @@ const struct mesh_entry *mesh_find_entry(const struct mesh *m, const char *key)
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *ht;
 
-	cds_lfht_lookup(m->entries, mesh_hash(m, key, strlen(key)), match_entry, key, &it);
+	cds_lfht_lookup(m->entries, hash_of(m, key, strlen(key)), match_entry, key, &it);
 	ht = cds_lfht_iter_get_node(&it);
 	return ht ? caa_container_of(ht, struct mesh_entry, ht) : NULL;
 }
@@ -149,14 +151,14 @@ void mesh_entries_replace(struct mesh *m, const struct mesh_entry *old, struct m
 		cds_lfht_node_init(&e->ht);
 		TSAN_PUBLISH(e);
 		/* the one writer: the node replaced is old's */
-		if (!cds_lfht_add_replace(m->entries, mesh_hash(m, e->key, strlen(e->key)),
+		if (!cds_lfht_add_replace(m->entries, hash_of(m, e->key, strlen(e->key)),
 					  match_entry, e->key, &e->ht))
 			atomic_fetch_add(&m->n_entries, 1);
 	} else if (o && cds_lfht_del(m->entries, &o->ht) == 0) {
 		atomic_fetch_sub(&m->n_entries, 1);
 	}
 	if (o)
-		mesh_retire(&o->rcu, free_entry_now);
+		retire(&o->rcu, free_entry_now);
 }
 
 /* ---- sizing -------------------------------------------------------------------------- */

@@ -190,7 +190,8 @@ int mesh_selector_addresses(const struct mesh *m, const struct mesh_selector *se
 	return 0;
 }
 
-void mesh_selector_refresh(struct mesh *m, struct mesh_selector *sel)
+/* Every entry using sel gets the addresses it has now. */
+static void refresh_selector(struct mesh *m, struct mesh_selector *sel)
 {
 	struct mesh_ip *ips;
 	size_t n;
@@ -298,7 +299,7 @@ void mesh_pod_upsert(struct mesh *m, void *tag, const struct kube_json *pod)
 	memcpy(p->ips, ips, n * sizeof *ips);
 	p->n_ips = n;
 	change_begin();
-	mesh_selector_refresh(m, sel);
+	refresh_selector(m, sel);
 	change_end(m);
 }
 
@@ -318,7 +319,7 @@ void mesh_pod_remove(struct mesh *m, void *tag, const char *ns, const char *name
 	if (!served)
 		return;
 	change_begin();
-	mesh_selector_refresh(m, sel);
+	refresh_selector(m, sel);
 	change_end(m);
 }
 
@@ -351,7 +352,7 @@ static void refresh_selecting(struct mesh *m, const struct mesh_workload *w)
 	change_begin();
 	for (struct mesh_selector *s = m->selectors; s; s = s->next)
 		if (in_namespace(w, s->ns) && selects(s, w->labels, w->labels_len))
-			mesh_selector_refresh(m, s);
+			refresh_selector(m, s);
 	change_end(m);
 }
 

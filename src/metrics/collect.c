@@ -334,25 +334,25 @@ char *metrics_collect(const struct daemon *d, size_t *len)
 
 	metrics_text_init(&t);
 	counters_read(d, &v);
-	collect_table(&t, &counter_queries, &v);
-	collect_table(&t, &counter_tcp, &v);
+	collect_table(&t, &counters_queries, &v);
+	collect_table(&t, &counters_tcp, &v);
 	collect_heartbeats(&t, d);
-	collect_table(&t, &counter_cache, &v);
-	collect_table(&t, &counter_upstream, &v);
+	collect_table(&t, &counters_cache, &v);
+	collect_table(&t, &counters_upstream, &v);
 	collect_upstream_latency(&t, &v.upstream);
 	if (v.kube_enabled) {
-		collect_table(&t, &counter_kubernetes, &v);
+		collect_table(&t, &counters_kubernetes, &v);
 		collect_kubernetes_times(&t, &v.kube);
-		collect_table(&t, &counter_cluster, &v);
+		collect_table(&t, &counters_cluster, &v);
 	}
-	collect_table(&t, &counter_node, &v);
-	collect_table(&t, &counter_keeper, &v);
+	collect_table(&t, &counters_node, &v);
+	collect_table(&t, &counters_keeper, &v);
 	collect_state(&t, d);
-	collect_table(&t, &counter_config, &v);
+	collect_table(&t, &counters_config, &v);
 	collect_last_reload(&t, &v, proc.start_time);
-	collect_table(&t, &counter_query_log, &v);
-	collect_table(&t, &counter_dnstap, &v);
-	collect_table(&t, &counter_http, &v);
+	collect_table(&t, &counters_query_log, &v);
+	collect_table(&t, &counters_dnstap, &v);
+	collect_table(&t, &counters_http, &v);
 	collect_build(&t);
 	if (have_proc)
 		collect_process(&t, &proc);

@@ -34,16 +34,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "keeper/keeper.h"
 #include "log/log.h"
-#include "netlink/iface.h"
+#include "iface/iface.h"
 #include "nft/plan.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/wake.h"
 
 #define MIN_REBUILD_GAP_MS 200
 #define IDLE_TURN_MS 1000 /* an idle loop still turns: /health watches it */
@@ -280,9 +280,8 @@ static void use_endpoints(struct node *node, const struct config_ip *ips, size_t
 static void take_pending_endpoints(struct node *node)
 {
 	struct pending_endpoints p;
-	eventfd_t ignored;
 
-	eventfd_read(node->wake_fd, &ignored);
+	wake_take(node->wake_fd);
 	pthread_mutex_lock(&node->pending_lock);
 	p = node->pending;
 	node->pending = (struct pending_endpoints){0};
@@ -456,8 +455,8 @@ struct node *node_start(const struct config *cfg, char *err, size_t errlen)
 	node->cfg = cfg;
 	pthread_mutex_init(&node->lock, NULL);
 	pthread_mutex_init(&node->pending_lock, NULL);
-	node->stop_fd = eventfd(0, EFD_CLOEXEC);
-	node->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	node->stop_fd = wake_open();
+	node->wake_fd = wake_open();
 	if (node->stop_fd < 0 || node->wake_fd < 0) {
 		snprintf(err, errlen, "eventfd: %s", strerror(errno));
 		free_node(node);
@@ -499,13 +498,10 @@ static void teardown(struct node *node)
 
 void node_stop(struct node *node)
 {
-	uint64_t one = 1;
-
 	if (!node)
 		return;
 	if (node->running) {
-		ssize_t ignored = write(node->stop_fd, &one, sizeof one);
-		(void)ignored;
+		wake_send(node->stop_fd);
 		pthread_join(node->thread, NULL);
 	}
 	if (node->cfg->nftables.teardown)
@@ -536,7 +532,7 @@ void node_use_cluster_dns_endpoints(struct node *node, const struct config_ip *i
 	free(node->pending.ips); /* superseded before the monitor took it */
 	node->pending = (struct pending_endpoints){.set = true, .ips = copy, .n = n};
 	pthread_mutex_unlock(&node->pending_lock);
-	eventfd_write(node->wake_fd, 1);
+	wake_send(node->wake_fd);
 }
 
 

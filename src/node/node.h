@@ -1,6 +1,6 @@
 /*
  * node — localdns on a Kubernetes node: the link and addresses
- * (netlink/iface) and the nftables table (nft/), set up before the server
+ * (iface/) and the nftables table (nft/), set up before the server
  * binds and kept in place by a monitor thread.
  *
  * Owns: the start-up order (addresses, then the table; a table the kernel

@@ -25,14 +25,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "dns/dns.h"
+#include "dns/wire.h"
 #include "log/log.h"
 #include "privs/privs.h"
 #include "util/clock.h"
+#include "util/pow2.h"
+#include "util/wake.h"
 
 #define DRAIN_MS 100
 #define DROP_REPORT_MS 10000
@@ -112,7 +114,7 @@ static void take_question(struct record *r, const uint8_t *reply, size_t len)
 		return;
 	memcpy(r->qname, reply + DNS_HEADER_LEN, name_len);
 	r->qname_len = (uint16_t)name_len;
-	r->qtype = (uint16_t)(reply[pos + 1] << 8 | reply[pos + 2]);
+	r->qtype = dns_get16(reply + pos + 1);
 }
 
 static struct ring *ring_of(unsigned producer)
@@ -226,13 +228,11 @@ static void *log_thread(void *arg)
 {
 	struct pollfd wake = {.fd = ql.wake_fd, .events = POLLIN};
 	uint64_t last_report = monotonic_ms();
-	uint64_t value;
 
 	(void)arg;
 	while (!atomic_load(&ql.stopping)) {
 		bool on = atomic_load_explicit(&querylog_every, memory_order_relaxed) > 0;
-		if (poll(&wake, 1, on ? DRAIN_MS : -1) > 0 &&
-		    read(ql.wake_fd, &value, sizeof value) < 0 && errno != EAGAIN)
+		if (poll(&wake, 1, on ? DRAIN_MS : -1) > 0 && wake_take(ql.wake_fd) < 0)
 			break;
 		for (unsigned i = 0; i < ql.n_rings; i++)
 			drain(&ql.rings[i]);
@@ -249,23 +249,6 @@ static void *log_thread(void *arg)
 
 /* ---- life cycle ----------------------------------------------------------------- */
 
-static void wake_log_thread(void)
-{
-	uint64_t one = 1;
-	ssize_t ignored = write(ql.wake_fd, &one, sizeof one);
-
-	(void)ignored; /* EAGAIN: a wake-up is already pending */
-}
-
-static uint32_t round_up_pow2(uint32_t n)
-{
-	uint32_t p = 1;
-
-	while (p < n)
-		p <<= 1;
-	return p;
-}
-
 static void free_rings(void)
 {
 	for (unsigned i = 0; ql.rings && i < ql.n_rings; i++)
@@ -280,11 +263,11 @@ static void free_rings(void)
 
 int querylog_start(const struct config *cfg, unsigned n_workers, char *err, size_t errlen)
 {
-	uint32_t slots = round_up_pow2(cfg->log.query_buffer);
+	uint32_t slots = pow2_at_least(cfg->log.query_buffer);
 
 	ql.n_rings = n_workers + 1;
 	ql.rings = calloc(ql.n_rings, sizeof *ql.rings);
-	ql.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ql.wake_fd = wake_open();
 	ql.reported_drops = 0;
 	atomic_store(&ql.stopping, false);
 	if (!ql.rings || ql.wake_fd < 0)
@@ -319,7 +302,7 @@ void querylog_set_every(uint32_t every)
 {
 	atomic_store(&querylog_every, every);
 	if (ql.wake_fd >= 0)
-		wake_log_thread();
+		wake_send(ql.wake_fd);
 }
 
 uint64_t querylog_dropped(void)
@@ -337,7 +320,7 @@ void querylog_stop(void)
 		return;
 	atomic_store(&querylog_every, 0);
 	atomic_store(&ql.stopping, true);
-	wake_log_thread();
+	wake_send(ql.wake_fd);
 	pthread_join(ql.thread, NULL);
 	free_rings();
 }

@@ -15,7 +15,7 @@
 #include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "server/server.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "upstream/upstream.h"
 
 #define UDP_BATCH 64          /* datagrams per recvmmsg/sendmmsg */
@@ -139,7 +139,7 @@ struct worker {
 	size_t n_unhanded;
 	/*
 	 * A UDP socket out of epfd while the worker drains it under load
-	 * (udp_drain_polled), -1 when none. Under epoll_lock, which the
+	 * (server_udp_drain_polled), -1 when none. Under epoll_lock, which the
 	 * reloading thread also takes to take a UDP socket out of epfd: it then
 	 * clears this, so the worker never puts a retired socket back.
 	 */
@@ -157,7 +157,7 @@ struct worker {
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
-	struct top_sampler top_sampler; /* the top talkers' (top_sample) */
+	struct talkers_sampler talkers_sampler; /* the top talkers' (talkers_sample) */
 	struct upstream_request request; /* filled by query_handle, copied on submit */
 
 	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
@@ -201,16 +201,7 @@ struct server {
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };
 
-void *worker_main(void *arg);
-
-/*
- * Close the listeners the reloading thread took out of this worker's epoll
- * set (worker thread, between event batches, so no event in hand still
- * names them): accept the connections already queued, close the TCP
- * listener, answer the datagrams already queued and hand the UDP socket to
- * the resolver, which closes it (upstream_retire_socket).
- */
-void worker_retire_listeners(struct worker *w);
+void *server_worker_main(void *arg);
 
 /*
  * Connect a bound UDP socket to its own address (server.c): SO_REUSEPORT
@@ -220,74 +211,76 @@ void worker_retire_listeners(struct worker *w);
 int server_udp_steer_away(int fd, const struct sockaddr_storage *addr);
 
 /* Query handling shared by UDP and TCP (worker.c). */
-void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,
-		      const struct sockaddr_storage *peer);
+void server_worker_query_ctx(struct worker *w, struct query_ctx *ctx,
+			     enum query_transport transport, const struct sockaddr_storage *peer);
 /*
  * After query_handle said ASK or REFRESH and the caller filled in where
  * the reply goes (w->request.transport and fd/peer or conn): queue it.
- * The resolver is woken once per batch, by worker_wake_upstream. false
+ * The resolver is woken once per batch, by server_worker_wake_upstream. false
  * when nothing was queued (no upstream work, or the ring is full).
  */
-bool worker_submit(struct worker *w, enum query_upstream what);
+bool server_worker_submit(struct worker *w, enum query_upstream what);
 /*
  * A query the query log sampled, after query_handle: recorded now, or
  * marked in w->request so the resolver records the reply it sends.
  */
-void worker_log_query(struct worker *w, const struct query_ctx *ctx,
-		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
+void server_worker_log_query(struct worker *w, const struct query_ctx *ctx,
+			     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
 /*
  * With dnstap's client messages on (dnstap_client_on), after query_handle:
  * the query and its reply recorded now, or the query now and the reply by
  * the resolver when it sends it (w->request marked).
  */
-void worker_tap(struct worker *w, const struct query_ctx *ctx,
-		const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
-		const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len);
+void server_worker_tap(struct worker *w, const struct query_ctx *ctx,
+		       const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
+		       const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len);
 /* dnstap's response_address for a UDP socket: its bound address (getsockname once per socket). */
-const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd);
-void worker_wake_upstream(struct worker *w);
-/* The top talkers (src/top/): one query in TOP_SAMPLE, after query_handle. */
-void worker_note_top(struct worker *w, const struct query_ctx *ctx,
-		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len);
+const struct sockaddr_storage *server_worker_udp_local(struct worker *w, int fd);
+void server_worker_wake_upstream(struct worker *w);
+/* The top talkers (src/talkers/): one query in TALKERS_SAMPLE, after query_handle. */
+void server_worker_note_talkers(struct worker *w, const struct query_ctx *ctx,
+				const struct sockaddr_storage *peer, const uint8_t *reply,
+				size_t len);
 
 /* UDP (udp.c). */
-void udp_batch_init(struct udp_batch *b);
-void udp_drain(struct worker *w, int fd);
+void server_udp_batch_init(struct udp_batch *b);
+void server_udp_drain(struct worker *w, int fd);
 
 /*
- * udp_drain for a wake-up by epoll: under load (a full first batch) the
+ * server_udp_drain for a wake-up by epoll: under load (a full first batch) the
  * socket is out of the epoll set while it is drained, then put back
- * (worker_rewatch_udp). Every reply's send otherwise runs epoll's wake-up
+ * (server_worker_rewatch_udp). Every reply's send otherwise runs epoll's wake-up
  * callback on the socket's wait queue, about 4% of a cached answer's CPU
  * (docs/performance.md); two epoll_ctl calls per wake-up of up to
  * UDP_ROUNDS batches cost far less.
  */
-void udp_drain_polled(struct worker *w, int fd);
+void server_udp_drain_polled(struct worker *w, int fd);
 
-/* worker.c: fd out of the epoll set for udp_drain_polled; false when it
+/* worker.c: fd out of the epoll set for server_udp_drain_polled; false when it
  * was not in it (a reload took it out) or another socket is out already. */
-bool worker_unwatch_udp(struct worker *w, int fd);
+bool server_worker_unwatch_udp(struct worker *w, int fd);
 
-/* worker.c: the socket worker_unwatch_udp took out, back in the epoll set
+/* worker.c: the socket server_worker_unwatch_udp took out, back in the epoll set
  * unless a reload retired it meanwhile; false when epoll refused (the
  * worker tries again every turn, w->rewatch_failed). */
-bool worker_rewatch_udp(struct worker *w);
+bool server_worker_rewatch_udp(struct worker *w);
 
 /* The reloading thread takes fd out of w's epoll set (w->epoll_lock held). */
-void worker_unwatch_udp_locked(struct worker *w, int fd);
+void server_worker_unwatch_udp_locked(struct worker *w, int fd);
 
 /* TCP (tcp.c). */
-void tcp_accept(struct worker *w, int listen_fd);
-void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events);
-void tcp_sweep_idle(struct worker *w);
-bool tcp_flush_all(struct worker *w);
+void server_tcp_accept(struct worker *w, int listen_fd);
+void server_tcp_conn_event(struct worker *w, uint32_t index, uint32_t events);
+void server_tcp_sweep_idle(struct worker *w);
+bool server_tcp_flush_all(struct worker *w);
 /* A new loop turn: answer what connections had left over, within the turn's budget. */
-void tcp_new_turn(struct worker *w);
-void tcp_close_all(struct worker *w);
+void server_tcp_new_turn(struct worker *w);
+void server_tcp_close_all(struct worker *w);
 /* An upstream reply (framed, malloc'd) for connection slot index, gen. */
-void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len);
+void server_tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed,
+			size_t len);
 /* Another worker asked this one (shed_fd) to keep to the output budget. */
-void tcp_shed(struct worker *w);
+void server_tcp_shed(struct worker *w);
 
 uint64_t server_now_ms(void);
 /*
@@ -297,6 +290,6 @@ uint64_t server_now_ms(void);
  * aged that reply, on whichever worker: its TTLs never go up. (A clock read at
  * the top of a long loop turn could be a second older than another worker's.)
  */
-void worker_read_clock(struct worker *w);
+void server_worker_read_clock(struct worker *w);
 
 #endif

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 #include "privs/privs.h"
 #include "rrl/rrl.h"
 #include "util/clock.h"
+#include "util/wake.h"
 
 #define TCP_BACKLOG 1024
 
@@ -201,15 +201,15 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	w->epfd = w->retire_fd = w->shed_fd = w->tap_local_fd = -1;
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
-	udp_batch_init(&w->udp);
+	server_udp_batch_init(&w->udp);
 	/* Any one worker may hold every connection: the cap is shared (server.c). */
 	if (alloc_connections(w, s->tcp_max_conns) < 0) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
-	w->retire_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	w->shed_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	w->retire_fd = wake_open();
+	w->shed_fd = wake_open();
 	if (w->epfd < 0 || w->retire_fd < 0 || w->shed_fd < 0 ||
 	    watch(w->epfd, s->stop_fd, EV_DATA(EV_STOP, 0)) < 0 ||
 	    watch(w->epfd, w->retire_fd, EV_DATA(EV_RETIRE, 0)) < 0 ||
@@ -283,8 +283,8 @@ static int open_listeners(struct server *s, const struct sockaddr_storage *addr,
 
 /*
  * Take the listeners that `retire` picks out of every worker's epoll set
- * and have each worker close them (worker_retire_listeners); returns once
- * all have. Caller holds reconf_lock.
+ * and have each worker close them (worker.c's retire_listeners); returns once all
+ * have. Caller holds reconf_lock.
  */
 static void retire_where(struct server *s, bool (*retire)(const struct listener *, size_t index,
 							   const void *arg),
@@ -303,7 +303,7 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 				continue;
 			}
 			pthread_mutex_lock(&w->epoll_lock);
-			worker_unwatch_udp_locked(w, l->udp_fd);
+			server_worker_unwatch_udp_locked(w, l->udp_fd);
 			pthread_mutex_unlock(&w->epoll_lock);
 			epoll_ctl(w->epfd, EPOLL_CTL_DEL, l->tcp_fd, NULL);
 			out[n++] = *l;
@@ -311,11 +311,8 @@ static void retire_where(struct server *s, bool (*retire)(const struct listener 
 		w->n_listeners = kept;
 		w->retiring = out;
 		w->n_retiring = n;
-		if (n) {
-			uint64_t one = 1;
-			ssize_t ignored = write(w->retire_fd, &one, sizeof one);
-			(void)ignored;
-		}
+		if (n)
+			wake_send(w->retire_fd);
 	}
 	for (unsigned i = 0; i < s->n_workers; i++) {
 		struct worker *w = s->workers[i];
@@ -401,10 +398,7 @@ out:
 
 static void stop_and_join(struct server *s, unsigned started)
 {
-	uint64_t one = 1;
-	ssize_t ignored = write(s->stop_fd, &one, sizeof one);
-
-	(void)ignored;
+	wake_send(s->stop_fd);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(s->workers[i]->thread, NULL);
 }
@@ -440,7 +434,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 	tune_limits(s, cfg);
 	pthread_mutex_init(&s->reconf_lock, NULL);
 	pthread_cond_init(&s->retired, NULL);
-	s->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	s->stop_fd = wake_open();
 	s->workers = calloc(s->n_workers, sizeof *s->workers);
 	if (getrandom(s->source_key, sizeof s->source_key, 0) != (ssize_t)sizeof s->source_key) {
 		snprintf(err, errlen, "cannot key the per-client tables: %s", strerror(errno));
@@ -466,7 +460,7 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		char name[24];
 		snprintf(name, sizeof name, "worker/%u", started);
 		if (privs_thread_create(&s->workers[started]->thread, PRIVS_WORKER, name,
-					worker_main, s->workers[started], err, errlen) < 0)
+					server_worker_main, s->workers[started], err, errlen) < 0)
 			goto fail;
 	}
 	return s;
@@ -499,7 +493,7 @@ static int reopen_udp(struct worker *w, const struct listener *l, const struct c
 	if (fresh < 0)
 		return -1;
 	pthread_mutex_lock(&w->epoll_lock);
-	worker_unwatch_udp_locked(w, l->udp_fd);
+	server_worker_unwatch_udp_locked(w, l->udp_fd);
 	int rc = dup3(fresh, l->udp_fd, O_CLOEXEC); /* the fd number, or -1 */
 	close(fresh);
 	if (rc >= 0)
@@ -550,10 +544,8 @@ void server_release(struct server *s)
 {
 	pthread_mutex_lock(&s->reconf_lock);
 	for (unsigned i = 0; i < s->n_workers; i++) {
-		uint64_t one = 1;
 		s->workers[i]->release_pending = true;
-		ssize_t ignored = write(s->workers[i]->retire_fd, &one, sizeof one);
-		(void)ignored;
+		wake_send(s->workers[i]->retire_fd);
 	}
 	for (unsigned i = 0; i < s->n_workers; i++)
 		while (s->workers[i]->release_pending)

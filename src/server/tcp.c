@@ -48,6 +48,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "util/client.h"
+#include "util/wake.h"
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -173,7 +174,7 @@ static bool admit(struct worker *w, const struct sockaddr_storage *peer, uint16_
 	return true;
 }
 
-void tcp_accept(struct worker *w, int listen_fd)
+void server_tcp_accept(struct worker *w, int listen_fd)
 {
 	/* Bounded so a connect flood cannot keep this worker from its UDP. */
 	for (int i = 0; i < 64; i++) {
@@ -270,10 +271,7 @@ static struct worker *heavier_elsewhere(const struct worker *w, uint64_t most)
 
 static void ask_to_shed(struct worker *o)
 {
-	const uint64_t one = 1;
-
-	if (!atomic_exchange(&o->shed_asked, true) &&
-	    write(o->shed_fd, &one, sizeof one) != sizeof one)
+	if (!atomic_exchange(&o->shed_asked, true) && !wake_send(o->shed_fd))
 		atomic_store(&o->shed_asked, false); /* cannot fail: a counter far from full */
 }
 
@@ -305,11 +303,9 @@ static void keep_to_output_budget(struct worker *w)
 		find_heaviest(w, &worst); /* what the others see: after the closes */
 }
 
-void tcp_shed(struct worker *w)
+void server_tcp_shed(struct worker *w)
 {
-	uint64_t ignored;
-
-	if (read(w->shed_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+	if (wake_take(w->shed_fd) < 0)
 		return;
 	atomic_store(&w->shed_asked, false);
 	keep_to_output_budget(w);
@@ -407,7 +403,7 @@ static void defer(struct worker *w, const struct query_ctx *ctx, uint32_t index)
 	w->request.peer = w->conns[index].peer;
 	w->request.peer_len = w->conns[index].peer.ss_family == AF_INET6
 		? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-	if (worker_submit(w, ctx->upstream) && ctx->upstream == QUERY_UPSTREAM_ASK)
+	if (server_worker_submit(w, ctx->upstream) && ctx->upstream == QUERY_UPSTREAM_ASK)
 		w->conns[index].waiting++;
 }
 
@@ -422,7 +418,7 @@ static bool incomplete_query(const struct tcp_conn *c)
 	return c->in_len > 0 && (c->in_len < 2 || c->in_len - 2 < frame_length(c->in));
 }
 
-/* Leave the rest of c's complete queries for a later turn (tcp_new_turn). */
+/* Leave the rest of c's complete queries for a later turn (server_tcp_new_turn). */
 static void defer_rest(struct worker *w, uint32_t index)
 {
 	struct tcp_conn *c = &w->conns[index];
@@ -469,15 +465,15 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 			out = 0;
 			continue; /* re-check the output list before answering more */
 		}
-		worker_query_ctx(w, &ctx, QUERY_TCP, &c->peer);
+		server_worker_query_ctx(w, &ctx, QUERY_TCP, &c->peer);
 		size_t len = query_handle(c->in + off + 2, mlen, w->tcp_out + out + 2,
 					  DNS_MAX_MESSAGE, &ctx);
 		if (querylog_sample(&w->querylog_count))
-			worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+			server_worker_log_query(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		if (dnstap_client_on())
-			worker_tap(w, &ctx, &c->peer, &c->local, c->in + off + 2, mlen,
-				   w->tcp_out + out + 2, len);
-		worker_note_top(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
+			server_worker_tap(w, &ctx, &c->peer, &c->local, c->in + off + 2, mlen,
+					  w->tcp_out + out + 2, len);
+		server_worker_note_talkers(w, &ctx, &c->peer, w->tcp_out + out + 2, len);
 		defer(w, &ctx, index);
 		answered++;
 		c->asked = true;
@@ -490,7 +486,7 @@ static bool answer_buffered(struct worker *w, uint32_t index)
 		off += 2u + mlen;
 	}
 	urcu_memb_read_unlock();
-	worker_wake_upstream(w);
+	server_worker_wake_upstream(w);
 	memmove(c->in, c->in + off, c->in_len - off);
 	c->in_len -= off;
 	if (!incomplete_query(c))
@@ -518,7 +514,7 @@ static void read_queries(struct worker *w, uint32_t index)
 	if (n < 0)
 		return;
 	c->in_len += (size_t)n;
-	worker_read_clock(w);
+	server_worker_read_clock(w);
 	c->last_active_ms = w->now_ms;
 	answer_buffered(w, index);
 }
@@ -554,7 +550,7 @@ static void drain_output(struct worker *w, uint32_t index)
 	answer_buffered(w, index);
 }
 
-void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events)
+void server_tcp_conn_event(struct worker *w, uint32_t index, uint32_t events)
 {
 	struct tcp_conn *c = &w->conns[index];
 
@@ -570,7 +566,7 @@ void tcp_conn_event(struct worker *w, uint32_t index, uint32_t events)
 		read_queries(w, index);
 }
 
-void tcp_new_turn(struct worker *w)
+void server_tcp_new_turn(struct worker *w)
 {
 	uint32_t n = w->n_ready;
 
@@ -592,7 +588,7 @@ void tcp_new_turn(struct worker *w)
 /* Walk backwards: closing moves the last active entry into the hole. Also
  * follows the kernel's send queues still counted (the client reads them
  * without an event of ours), and publishes the heaviest connection. */
-void tcp_sweep_idle(struct worker *w)
+void server_tcp_sweep_idle(struct worker *w)
 {
 	struct server *s = w->server;
 	uint64_t idle = atomic_load_explicit(&s->tcp_idle_timeout_ms, memory_order_relaxed);
@@ -613,7 +609,7 @@ void tcp_sweep_idle(struct worker *w)
 	find_heaviest(w, &worst);
 }
 
-bool tcp_flush_all(struct worker *w)
+bool server_tcp_flush_all(struct worker *w)
 {
 	for (uint32_t i = 0; i < w->n_active; i++)
 		if (w->conns[w->active[i]].out_head)
@@ -621,7 +617,7 @@ bool tcp_flush_all(struct worker *w)
 	return true;
 }
 
-void tcp_close_all(struct worker *w)
+void server_tcp_close_all(struct worker *w)
 {
 	while (w->n_active > 0)
 		close_conn(w, w->active[w->n_active - 1]);
@@ -634,7 +630,7 @@ void tcp_close_all(struct worker *w)
  * replies (RFC 7766 section 7 allows it: clients match on the ID). A slot
  * whose connection closed, or now holds another one, drops it.
  */
-void tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len)
+void server_tcp_deliver(struct worker *w, uint32_t index, uint32_t gen, uint8_t *framed, size_t len)
 {
 	struct tcp_conn *c = index < w->max_conns ? &w->conns[index] : NULL;
 	size_t done = 0;

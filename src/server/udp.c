@@ -13,7 +13,7 @@
 #include "log/log.h"
 #include "rrl/rrl.h"
 
-void udp_batch_init(struct udp_batch *b)
+void server_udp_batch_init(struct udp_batch *b)
 {
 	for (int i = 0; i < UDP_BATCH; i++) {
 		b->rx_iov[i][0] = (struct iovec){.iov_base = b->in_head[i], .iov_len = UDP_IN_HEAD};
@@ -58,7 +58,7 @@ static void defer(struct worker *w, const struct query_ctx *ctx, int fd, int i)
 	r->fd = fd;
 	r->peer = w->udp.peer[i];
 	r->peer_len = w->udp.rx[i].msg_hdr.msg_namelen;
-	worker_submit(w, ctx->upstream);
+	server_worker_submit(w, ctx->upstream);
 }
 
 /* rrl.*: the reply as it may go out (whole, or cut to a TC slip), or 0 when dropped. */
@@ -102,17 +102,17 @@ static int answer_batch(struct worker *w, int fd, int n)
 			w->stats.dropped++; /* larger than any query we accept */
 			continue;
 		}
-		worker_query_ctx(w, &ctx, QUERY_UDP, &b->peer[i]);
+		server_worker_query_ctx(w, &ctx, QUERY_UDP, &b->peer[i]);
 		uint8_t *reply = b->out + used; /* room for UDP_OUT_MAX: at most UDP_BATCH replies */
 		/* query_bytes again: a longer query's joined bytes may be another's by now */
 		size_t len = query_handle_prepared(&b->prepared[i], query_bytes(b, i),
 						   b->rx[i].msg_len, reply, UDP_OUT_MAX, &ctx);
 		if (querylog_sample(&w->querylog_count))
-			worker_log_query(w, &ctx, &b->peer[i], reply, len);
+			server_worker_log_query(w, &ctx, &b->peer[i], reply, len);
 		if (dnstap_client_on())
-			worker_tap(w, &ctx, &b->peer[i], worker_udp_local(w, fd),
-				   query_bytes(b, i), b->rx[i].msg_len, reply, len);
-		worker_note_top(w, &ctx, &b->peer[i], reply, len);
+			server_worker_tap(w, &ctx, &b->peer[i], server_worker_udp_local(w, fd),
+					  query_bytes(b, i), b->rx[i].msg_len, reply, len);
+		server_worker_note_talkers(w, &ctx, &b->peer[i], reply, len);
 		defer(w, &ctx, fd, i);
 		if (len == 0 || (len = rate_limited(w, &b->peer[i], reply, len)) == 0)
 			continue;
@@ -156,9 +156,9 @@ static int receive(struct worker *w, int fd)
 /* n received queries answered and sent; true when the batch was full (more may wait). */
 static bool answer_received(struct worker *w, int fd, int n)
 {
-	worker_read_clock(w);
+	server_worker_read_clock(w);
 	send_batch(&w->udp, fd, answer_batch(w, fd, n));
-	worker_wake_upstream(w);
+	server_worker_wake_upstream(w);
 	reset_used_slots(&w->udp, n);
 	return n == UDP_BATCH;
 }
@@ -171,7 +171,7 @@ static void drain_from(struct worker *w, int fd, int n)
 			return;
 }
 
-void udp_drain(struct worker *w, int fd)
+void server_udp_drain(struct worker *w, int fd)
 {
 	int n = receive(w, fd);
 
@@ -179,7 +179,7 @@ void udp_drain(struct worker *w, int fd)
 		drain_from(w, fd, n);
 }
 
-void udp_drain_polled(struct worker *w, int fd)
+void server_udp_drain_polled(struct worker *w, int fd)
 {
 	int n = receive(w, fd);
 	bool unwatched = false;
@@ -188,11 +188,11 @@ void udp_drain_polled(struct worker *w, int fd)
 		return;
 	if (n == UDP_BATCH) {
 		w->stats.udp_busy_wakeups++;
-		unwatched = worker_unwatch_udp(w, fd);
+		unwatched = server_worker_unwatch_udp(w, fd);
 	}
 	drain_from(w, fd, n);
 	/* back in the set, which reports it at once if more came meanwhile */
-	if (unwatched && !worker_rewatch_udp(w) && !w->rewatch_failed) {
+	if (unwatched && !server_worker_rewatch_udp(w) && !w->rewatch_failed) {
 		w->rewatch_failed = true;
 		log_warn("a UDP socket could not go back into the worker's epoll set; trying again",
 			 "error", strerror(errno));

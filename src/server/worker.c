@@ -24,7 +24,8 @@
 #include <urcu/urcu-memb.h>
 
 #include "log/log.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
+#include "util/wake.h"
 
 #define MAX_EVENTS 64
 #define SHUTDOWN_FLUSH_MS 1000
@@ -52,7 +53,7 @@ static int wait_ms(const struct worker *w)
 	return sweep < SERVER_IDLE_TURN_MS ? sweep : SERVER_IDLE_TURN_MS;
 }
 
-bool worker_unwatch_udp(struct worker *w, int fd)
+bool server_worker_unwatch_udp(struct worker *w, int fd)
 {
 	bool out = false;
 
@@ -65,7 +66,7 @@ bool worker_unwatch_udp(struct worker *w, int fd)
 	return out;
 }
 
-bool worker_rewatch_udp(struct worker *w)
+bool server_worker_rewatch_udp(struct worker *w)
 {
 	bool back = true;
 
@@ -82,20 +83,20 @@ bool worker_rewatch_udp(struct worker *w)
 	return back;
 }
 
-void worker_unwatch_udp_locked(struct worker *w, int fd)
+void server_worker_unwatch_udp_locked(struct worker *w, int fd)
 {
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
 	if (w->detached_udp == fd)
 		w->detached_udp = -1; /* retired or reopened: not the worker's to put back */
 }
 
-void worker_read_clock(struct worker *w)
+void server_worker_read_clock(struct worker *w)
 {
 	w->now_ms = server_now_ms();
 }
 
-void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transport transport,
-		      const struct sockaddr_storage *peer)
+void server_worker_query_ctx(struct worker *w, struct query_ctx *ctx,
+			     enum query_transport transport, const struct sockaddr_storage *peer)
 {
 	*ctx = (struct query_ctx){
 		.transport = transport,
@@ -107,7 +108,7 @@ void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transp
 	};
 }
 
-bool worker_submit(struct worker *w, enum query_upstream what)
+bool server_worker_submit(struct worker *w, enum query_upstream what)
 {
 	bool queued;
 
@@ -125,8 +126,8 @@ bool worker_submit(struct worker *w, enum query_upstream what)
 	return queued;
 }
 
-void worker_log_query(struct worker *w, const struct query_ctx *ctx,
-		      const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
+void server_worker_log_query(struct worker *w, const struct query_ctx *ctx,
+			     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
 {
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) {
 		/* the resolver writes this reply later: it logs it, with its rcode */
@@ -137,9 +138,9 @@ void worker_log_query(struct worker *w, const struct query_ctx *ctx,
 	}
 }
 
-void worker_tap(struct worker *w, const struct query_ctx *ctx,
-		const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
-		const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len)
+void server_worker_tap(struct worker *w, const struct query_ctx *ctx,
+		       const struct sockaddr_storage *peer, const struct sockaddr_storage *local,
+		       const uint8_t *query, size_t query_len, const uint8_t *reply, size_t len)
 {
 	bool deferred = ctx->upstream == QUERY_UPSTREAM_ASK;
 
@@ -156,7 +157,7 @@ void worker_tap(struct worker *w, const struct query_ctx *ctx,
 	dnstap_client(w->id, peer, local, ctx->transport, query, query_len, reply, len);
 }
 
-const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd)
+const struct sockaddr_storage *server_worker_udp_local(struct worker *w, int fd)
 {
 	socklen_t len = sizeof w->tap_local;
 
@@ -169,18 +170,19 @@ const struct sockaddr_storage *worker_udp_local(struct worker *w, int fd)
 	return &w->tap_local;
 }
 
-void worker_note_top(struct worker *w, const struct query_ctx *ctx,
-		     const struct sockaddr_storage *peer, const uint8_t *reply, size_t len)
+void server_worker_note_talkers(struct worker *w, const struct query_ctx *ctx,
+				const struct sockaddr_storage *peer, const uint8_t *reply,
+				size_t len)
 {
-	if (!top_sample(&w->top_sampler))
+	if (!talkers_sample(&w->talkers_sampler))
 		return;
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) /* its rcode comes with the resolver's reply */
-		top_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
+		talkers_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
 	else
-		top_note_reply(w->id, peer, reply, len);
+		talkers_note_reply(w->id, peer, reply, len);
 }
 
-void worker_wake_upstream(struct worker *w)
+void server_worker_wake_upstream(struct worker *w)
 {
 	if (w->wake_upstream) {
 		w->wake_upstream = false;
@@ -194,7 +196,7 @@ static void take_completions(struct worker *w)
 	struct upstream_completion c;
 
 	while (upstream_take_completion(w->server->upstream, w->id, &c))
-		tcp_deliver(w, c.conn, c.conn_gen, c.framed, c.len);
+		server_tcp_deliver(w, c.conn, c.conn_gen, c.framed, c.len);
 }
 
 static void handle_event(struct worker *w, const struct epoll_event *ev)
@@ -203,19 +205,19 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 
 	switch (EV_KIND(ev->data.u64)) {
 	case EV_UDP:
-		udp_drain_polled(w, (int)index);
+		server_udp_drain_polled(w, (int)index);
 		break;
 	case EV_LISTEN:
-		tcp_accept(w, (int)index);
+		server_tcp_accept(w, (int)index);
 		break;
 	case EV_CONN:
-		tcp_conn_event(w, index, ev->events);
+		server_tcp_conn_event(w, index, ev->events);
 		break;
 	case EV_UPSTREAM:
 		take_completions(w);
 		break;
 	case EV_SHED:
-		tcp_shed(w);
+		server_tcp_shed(w);
 		break;
 	case EV_STOP:
 	case EV_RETIRE:
@@ -242,9 +244,9 @@ static void hand_over_unhanded(struct worker *w)
  */
 static void steer_udp_away(struct worker *w, const struct listener *l)
 {
-	udp_drain(w, l->udp_fd);
+	server_udp_drain(w, l->udp_fd);
 	server_udp_steer_away(l->udp_fd, &l->addr);
-	udp_drain(w, l->udp_fd);
+	server_udp_drain(w, l->udp_fd);
 }
 
 /* The last of one UDP socket; it stays open for the resolver's late replies. */
@@ -269,7 +271,7 @@ static void retire_udp(struct worker *w, const struct listener *l)
 static void close_listener(struct worker *w, int fd)
 {
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, fd, NULL);
-	tcp_accept(w, fd);
+	server_tcp_accept(w, fd);
 	shutdown(fd, SHUT_RDWR);
 	close(fd);
 }
@@ -291,12 +293,18 @@ static void release_listeners(struct worker *w)
 	}
 }
 
-void worker_retire_listeners(struct worker *w)
+/*
+ * Close the listeners the reloading thread took out of this worker's epoll
+ * set (worker thread, between event batches, so no event in hand still
+ * names them): accept the connections already queued, close the TCP
+ * listener, answer the datagrams already queued and hand the UDP socket to
+ * the resolver, which closes it (upstream_retire_socket).
+ */
+static void retire_listeners(struct worker *w)
 {
 	struct server *s = w->server;
-	uint64_t ignored;
 
-	if (read(w->retire_fd, &ignored, sizeof ignored) < 0 && errno != EAGAIN)
+	if (wake_take(w->retire_fd) < 0)
 		return;
 	/* The reloading (or stopping) thread waits until we are done and
 	 * changes nothing meanwhile. */
@@ -312,7 +320,7 @@ void worker_retire_listeners(struct worker *w)
 	w->tap_local_fd = -1; /* a socket number may come back with another address */
 	if (release)
 		release_listeners(w);
-	worker_wake_upstream(w);
+	server_worker_wake_upstream(w);
 	hand_over_unhanded(w);
 	pthread_mutex_lock(&s->reconf_lock);
 	w->n_retiring = 0;
@@ -337,8 +345,8 @@ static void serve(struct worker *w)
 		atomic_store_explicit(&w->beat->ms, w->now_ms, memory_order_relaxed);
 		if (n < 0 && errno != EINTR)
 			break;
-		tcp_new_turn(w);
-		if (w->rewatch_failed && worker_rewatch_udp(w)) {
+		server_tcp_new_turn(w);
+		if (w->rewatch_failed && server_worker_rewatch_udp(w)) {
 			w->rewatch_failed = false;
 			log_info("the UDP socket is back in the worker's epoll set");
 		}
@@ -349,11 +357,11 @@ static void serve(struct worker *w)
 			handle_event(w, &events[i]);
 		}
 		if (retire)
-			worker_retire_listeners(w);
+			retire_listeners(w);
 		if (w->n_unhanded)
 			hand_over_unhanded(w);
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
-			tcp_sweep_idle(w);
+			server_tcp_sweep_idle(w);
 			last_sweep = w->now_ms;
 		}
 	}
@@ -373,20 +381,20 @@ static void shut_down(struct worker *w)
 		if (w->listeners[i].tcp_fd >= 0)
 			epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listeners[i].tcp_fd, NULL);
 	for (size_t i = 0; i < w->n_listeners; i++)
-		udp_drain(w, w->listeners[i].udp_fd);
-	while (!tcp_flush_all(w) && (w->now_ms = server_now_ms()) < deadline) {
+		server_udp_drain(w, w->listeners[i].udp_fd);
+	while (!server_tcp_flush_all(w) && (w->now_ms = server_now_ms()) < deadline) {
 		urcu_memb_thread_offline();
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, 50);
 		urcu_memb_thread_online();
 		for (int i = 0; i < n; i++)
 			if (EV_KIND(events[i].data.u64) == EV_CONN)
-				tcp_conn_event(w, EV_INDEX(events[i].data.u64),
-					       events[i].events & ~(uint32_t)EPOLLIN);
+				server_tcp_conn_event(w, EV_INDEX(events[i].data.u64),
+						      events[i].events & ~(uint32_t)EPOLLIN);
 	}
-	tcp_close_all(w);
+	server_tcp_close_all(w);
 }
 
-void *worker_main(void *arg)
+void *server_worker_main(void *arg)
 {
 	struct worker *w = arg;
 

@@ -164,8 +164,8 @@ static void send_reply(struct deliver *d, unsigned worker, const struct upstream
 	} else if (r->transport == UPSTREAM_TCP) {
 		deliver_tcp(d, worker, r, len);
 	}
-	if (top_sample(&d->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
-		top_note_reply(TOP_RESOLVER, NULL, d->buf, len);
+	if (talkers_sample(&d->top_sampler)) /* its NXDOMAIN or SERVFAIL: the worker counted the query */
+		talkers_note_reply(TALKERS_RESOLVER, NULL, d->buf, len);
 	enum query_transport how = r->transport == UPSTREAM_TCP ? QUERY_TCP : QUERY_UDP;
 	if (r->log_reply)
 		querylog_add(QUERYLOG_RESOLVER, &r->peer, how, QUERY_SOURCE_UPSTREAM, d->buf, len);
@@ -389,7 +389,7 @@ int deliver_init(struct deliver *d, struct cache *cache, struct upstream_counter
 	d->n_workers = n_workers;
 	d->n_held = 0;
 	d->signal_owed = false;
-	d->top_sampler = (struct top_sampler){0, 0};
+	d->top_sampler = (struct talkers_sampler){0, 0};
 	d->udp.n = 0;
 	d->udp.used = 0;
 	d->held = calloc(n_workers, sizeof *d->held);

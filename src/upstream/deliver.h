@@ -11,7 +11,7 @@
 
 #include "cache/cache.h"
 #include "dns/dns.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "upstream/flight.h"
 #include "upstream/request.h"
 #include "upstream/ring.h"
@@ -49,7 +49,7 @@ struct deliver {
 	unsigned n_workers;
 	unsigned n_held;                      /* in all the lists */
 	bool signal_owed;                     /* a TCP reply was put since deliver_flush */
-	struct top_sampler top_sampler;       /* the top talkers' (top_sample) */
+	struct talkers_sampler top_sampler;   /* the top talkers' (talkers_sample) */
 	struct udp_out udp;                   /* UDP replies not sent yet */
 	uint8_t buf[DNS_MAX_MESSAGE];         /* the reply being built */
 	uint8_t aaaa[DNS_MAX_MESSAGE];        /* DNS64: the AAAA answer ... */

@@ -13,6 +13,8 @@
  */
 #include "zone/internal.h"
 
+#include "dns/wire.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,14 +261,6 @@ static size_t write_name_prefixed(uint8_t *out, const char *label1,
 	return n + alen;
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
 size_t zone_soa_rdata(const uint8_t *apex, uint32_t serial, uint32_t minimum,
 		      uint8_t out[ZONE_SOA_RDATA_MAX])
 {
@@ -276,11 +270,11 @@ size_t zone_soa_rdata(const uint8_t *apex, uint32_t serial, uint32_t minimum,
 	size_t mlen = write_name_prefixed(out, "ns", "dns", apex);
 	size_t rlen = write_name_prefixed(out + mlen, "hostmaster", NULL, apex);
 	uint8_t *p = out + mlen + rlen;
-	put32(p, serial);
-	put32(p + 4, 7200);   /* refresh */
-	put32(p + 8, 1800);   /* retry */
-	put32(p + 12, 86400); /* expire */
-	put32(p + 16, minimum);
+	dns_put32(p, serial);
+	dns_put32(p + 4, 7200);   /* refresh */
+	dns_put32(p + 8, 1800);   /* retry */
+	dns_put32(p + 12, 86400); /* expire */
+	dns_put32(p + 16, minimum);
 	return mlen + rlen + 20;
 }
 

@@ -18,9 +18,9 @@
 # (callgrind_control), dnsgen asks the whole query file $BENCH_CG_PASSES
 # (1) times with 64 queries in flight (so the worker reads batches, as
 # under load), every reply checked, and the counters are dumped. Printed
-# per query: the worker thread's instructions (worker_main, inclusive:
+# per query: the worker thread's instructions (server_worker_main, inclusive:
 # epoll, the recvmmsg and sendmmsg wrappers, everything around the
-# queries), those of udp_drain and of query_handle, and the functions
+# queries), those of server_udp_drain and of query_handle, and the functions
 # with the most instructions of their own. The kernel's work (most of a
 # query's CPU: performance.md, "Where a UDP query's CPU goes") is not
 # counted; perf shows it.
@@ -77,9 +77,10 @@ incl = {}
 for n, fn in rows("incl"):
     incl[fn] = max(n, incl.get(fn, 0))
 per = lambda n: n / queries
-print("%s: %d queries; per query: worker %.0f instructions (worker_main), udp_drain %.0f, "
-      "query_handle %.0f" % (mix, queries, per(incl.get("worker_main", 0)),
-                             per(incl.get("udp_drain", 0)), per(incl.get("query_handle", 0))))
+print("%s: %d queries; per query: worker %.0f instructions (server_worker_main), "
+      "server_udp_drain %.0f, query_handle %.0f"
+      % (mix, queries, per(incl.get("server_worker_main", 0)),
+         per(incl.get("server_udp_drain", 0)), per(incl.get("query_handle", 0))))
 if mix == "miss":
     total = 0
     for line in open(path + ".self"):
@@ -90,7 +91,7 @@ if mix == "miss":
           % (per(incl.get("resolver_main", 0)), per(total)))
 # A dump taken while threads run charges the functions on their stacks
 # (thread entry points, main) with their callees' costs: not their own.
-roots = {"clone", "start_thread", "trampoline", "worker_main", "main", "(below main)"}
+roots = {"clone", "start_thread", "trampoline", "server_worker_main", "main", "(below main)"}
 own = [(n, fn) for n, fn in rows("self")
        if fn not in roots and not fn.startswith(("__libc_start_main", "0x"))]
 print("  most instructions of their own, per query:")

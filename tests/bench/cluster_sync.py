@@ -49,7 +49,6 @@ the cluster-sync block of docs/performance.md.
 import argparse
 import gc
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -62,6 +61,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "kube"))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import dnsmsg  # noqa: E402
 import fakeapi as F  # noqa: E402
+from benchlib import proc_status, write_doc_block  # noqa: E402
 
 NAMESPACES = 10
 PER_SERVICE = 10           # endpoints in each Service's one slice
@@ -108,11 +108,6 @@ def objects(services):
 
 def last_name(services):
     return "hl%d.ns%d.svc.cluster.local" % (services - 1, (services - 1) % NAMESPACES)
-
-
-def proc_status(pid, field):
-    with open("/proc/%d/status" % pid) as f:
-        return int(re.search(field + r":\s+(\d+)", f.read()).group(1))
 
 
 def cpu_seconds(pid):
@@ -510,20 +505,6 @@ def report(results):
     return "\n".join(lines).rstrip()
 
 
-def write_doc(text):
-    path = os.path.join(REPO, "docs", "performance.md")
-    with open(path) as f:
-        doc = f.read()
-    begin, end = "<!-- cluster-sync:begin -->", "<!-- cluster-sync:end -->"
-    block = "%s\n%s\n%s" % (begin, text, end)
-    if begin in doc:
-        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
-    else:
-        doc += "\n## Cluster names: first sync at scale\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("binary")
@@ -544,7 +525,8 @@ def main():
         results[services] = scale_run(args.binary, services, tmp, dnsgen, parts[scenario])
         print(report({services: results[services]}), flush=True)
     if args.doc:
-        write_doc(report(results))
+        write_doc_block("<!-- cluster-sync:begin -->", "<!-- cluster-sync:end -->",
+                        report(results), heading="Cluster names: first sync at scale")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import argparse
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,6 +34,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "integration"))
 import rss_breakdown  # noqa: E402
 from harness import free_port  # noqa: E402  (the integration tests' own)
+from benchlib import stop  # noqa: E402
 
 ZONE = "bench.example"
 
@@ -199,12 +199,7 @@ def main():
                  log_path, args.malloc_stats)
     finally:
         for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+            stop(p)
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

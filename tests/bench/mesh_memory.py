@@ -29,7 +29,6 @@ of docs/performance.md.
 
 import argparse
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "kube"))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import dnsmsg  # noqa: E402
 import fakeapi as F  # noqa: E402
+from benchlib import proc_status, write_doc_block  # noqa: E402
 
 NAMESPACES = 10
 TARGET_MIB = 8.0
@@ -59,14 +59,6 @@ def entry(i):
 
 def last_host(n):
     return "svc-%d-b.mesh-%d.example" % (n - 1, (n - 1) % NAMESPACES)
-
-
-def proc_status(pid, field):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])  # kB
-    raise KeyError(field)
 
 
 def answers(port, name, qt="A"):
@@ -127,21 +119,6 @@ def report(n, rounds, load):
     return "\n".join(lines)
 
 
-def write_doc(text):
-    path = os.path.join(REPO, "docs", "performance.md")
-    with open(path) as f:
-        doc = f.read()
-    begin = "<!-- mesh-memory:begin (written by tests/bench/mesh_memory.py; do not edit by hand) -->"
-    end = "<!-- mesh-memory:end -->"
-    block = "%s\n%s\n%s" % (begin, text, end)
-    if begin in doc:
-        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
-    else:
-        doc += "\n## Mesh names: what ServiceEntries cost\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(doc)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("binary")
@@ -167,7 +144,9 @@ def main():
     text = report(args.entries, rounds, load)
     print(text)
     if args.doc:
-        write_doc(text)
+        write_doc_block("<!-- mesh-memory:begin (written by tests/bench/mesh_memory.py; "
+                        "do not edit by hand) -->", "<!-- mesh-memory:end -->", text,
+                        heading="Mesh names: what ServiceEntries cost")
     worst = max(w[0] - wo[0] for wo, w in rounds)
     return 0 if worst <= TARGET_MIB else 1
 

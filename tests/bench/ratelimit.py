@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -42,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from harness import free_port  # noqa: E402  (the integration tests' own)
-DOC = os.path.join(REPO, "docs", "performance.md")
+from benchlib import git_rev, proc_status, stop, write_doc_block  # noqa: E402
 ZONE = "rl.example"
 BEGIN, END = "<!-- ratelimit:begin -->", "<!-- ratelimit:end -->"
 
@@ -149,12 +148,6 @@ forward-zone:
 """ % (port, tmp, nsd_port)
 
 
-def peak_rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        m = re.search(r"^VmHWM:\s+(\d+) kB", f.read(), re.M)
-    return int(m.group(1)) if m else 0
-
-
 def scrape(mport):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=5) as h:
         text = h.read().decode()
@@ -177,16 +170,6 @@ class Run:
         p = subprocess.Popen(argv, stdout=log, stderr=log)
         self.procs.append(p)
         return p
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def dnsgen(binary, port, qfile, args):
@@ -233,7 +216,7 @@ def measure(label, binary, tmp, procs, nsd_port, args):
     wait_answer(port, p, label, "warmup." + ZONE)
     qfile = write_queries(tmp, label, int(args.rate * args.seconds) + 1000)
     r = dnsgen(binary, port, qfile, args)
-    r["peak_rss_kib"] = peak_rss_kib(p.pid)
+    r["peak_rss_kib"] = proc_status(p.pid, "VmHWM")
     if mport:
         r["metrics"] = scrape(mport)
     stop(p)
@@ -272,28 +255,11 @@ def report(results, args):
     return "\n".join(lines)
 
 
-def git_rev():
-    p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                       text=True)
-    return p.stdout.strip() or "unknown"
-
-
 def nsd_version():
     p = subprocess.run([shutil.which("nsd") or "/usr/sbin/nsd", "-v"], capture_output=True,
                        text=True)
     m = re.search(r"version (\S+)", p.stdout + p.stderr)
     return m.group(1) if m else "?"
-
-
-def write_doc(text):
-    with open(DOC) as f:
-        doc = f.read()
-    if BEGIN not in doc or END not in doc:
-        sys.exit("ratelimit: %s has no %s ... %s block" % (DOC, BEGIN, END))
-    head, rest = doc.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(DOC, "w") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
 
 
 def main():
@@ -343,7 +309,7 @@ def main():
     text = report(results, args)
     print("\n" + text)
     if args.doc:
-        write_doc(text)
+        write_doc_block(BEGIN, END, text)
     return 0
 
 

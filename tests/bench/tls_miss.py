@@ -30,7 +30,6 @@ import argparse
 import os
 import random
 import shutil
-import signal
 import socket
 import statistics
 import struct
@@ -41,28 +40,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-DOC = os.path.join(REPO, "docs", "performance.md")
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from harness import free_port  # noqa: E402  (the integration tests' own)
+from benchlib import git_rev, stop, write_doc_block  # noqa: E402
 ZONE = "miss.example"
 TLS_NAME = "dot.test"
 BEGIN, END = "<!-- tls_miss:begin -->", "<!-- tls_miss:end -->"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port():
-    for _ in range(50):
-        t = socket.socket()
-        t.bind(("127.0.0.1", 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-            return port
-        except OSError:
-            continue
-        finally:
-            t.close()
-            u.close()
-    sys.exit("tls_miss: no free port")
 
 
 def query(name, qid):
@@ -162,16 +146,6 @@ def wait_answer(proc, port, what):
     finally:
         s.close()
     sys.exit("tls_miss: %s did not answer within 10 s" % what)
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def cpu_seconds(pid):
@@ -295,12 +269,6 @@ def report(results, args):
     return "\n".join(lines)
 
 
-def git_rev():
-    p = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                       text=True)
-    return p.stdout.strip() or "unknown"
-
-
 def unbound_version():
     p = subprocess.run([shutil.which("unbound") or "/usr/sbin/unbound", "-V"],
                        capture_output=True, text=True)
@@ -308,17 +276,6 @@ def unbound_version():
         if line.startswith("Version"):
             return line.split()[1]
     return "?"
-
-
-def write_doc(text):
-    with open(DOC) as f:
-        doc = f.read()
-    if BEGIN not in doc or END not in doc:
-        sys.exit("tls_miss: %s has no %s ... %s block" % (DOC, BEGIN, END))
-    head, rest = doc.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    with open(DOC, "w") as f:
-        f.write(head + BEGIN + "\n" + text + "\n" + END + tail)
 
 
 def main():
@@ -349,7 +306,7 @@ def main():
         text = report(results, args)
         print(text)
         if args.doc:
-            write_doc(text)
+            write_doc_block(BEGIN, END, text)
     finally:
         for p in procs:
             stop(p)

@@ -37,10 +37,7 @@
 #include "dns/dns.h"
 #include "deferred_rcu.h"
 #include "fuzz.h"
-#include "kube/internal.h"
-#include "kube/kube.h"
-
-#define OBJECT_MAX (16u << 20) /* kubernetes.object_max_bytes' default */
+#include "kube_feed.h"
 
 static struct config *configs[3]; /* pods: disabled, insecure, verified */
 static struct cds_lfht *keep_worker; /* see LLVMFuzzerInitialize */
@@ -53,8 +50,7 @@ struct seen {
 
 struct stream {
 	struct cluster *c;
-	enum kube_resource res;
-	size_t items;          /* LIST items handed out */
+	struct fuzz_kube_feed feed;
 	struct seen *seen;
 	size_t n_seen, cap_seen;
 };
@@ -110,73 +106,25 @@ static void remember(struct stream *s, enum kube_resource r, const char *ns, con
 	s->seen[s->n_seen++] = (struct seen){r, strdup(ns), strdup(name)};
 }
 
-static void take_object(struct stream *s, const struct kube_json *obj)
+/* An object of the stream's resource into the table (fuzz_kube_feed's upsert). */
+static void take_object(void *ctx, const struct kube_json *obj)
 {
+	struct stream *s = ctx;
 	const struct kube_json *meta = kube_json_get(obj, "metadata");
 	const char *name = kube_json_get_text(meta, "name");
 	const char *ns = kube_json_get_text(meta, "namespace");
 
-	upsert(s->c, s->res, obj);
+	upsert(s->c, s->feed.res, obj);
 	if (name && *name)
-		remember(s, s->res, ns ? ns : "", name);
+		remember(s, s->feed.res, ns ? ns : "", name);
 }
 
-/* A LIST item, as the client takes it (client.c, take_list_item). */
-static int take_item(void *ctx, const struct kube_json *obj)
+/* A DELETED event's object out of the table (fuzz_kube_feed's remove). */
+static void take_removal(void *ctx, const char *ns, const char *name)
 {
 	struct stream *s = ctx;
 
-	s->items++;
-	take_object(s, obj);
-	return 0;
-}
-
-/* One watch event, as the client takes it (client.c, take_watch_event). */
-static int take_event(void *ctx, const struct kube_json *ev)
-{
-	struct stream *s = ctx;
-	const char *type = kube_json_get_text(ev, "type");
-	const struct kube_json *obj = kube_json_get(ev, "object");
-
-	if (!type || !obj || obj->type != KUBE_JSON_OBJECT || strcmp(type, "ERROR") == 0)
-		return 1;
-	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
-		take_object(s, obj);
-	} else if (strcmp(type, "DELETED") == 0) {
-		const struct kube_json *meta = kube_json_get(obj, "metadata");
-		const char *name = kube_json_get_text(meta, "name");
-		const char *ns = kube_json_get_text(meta, "namespace");
-		if (name && *name)
-			remove_object(s->c, s->res, ns ? ns : "", name);
-	}
-	return 0;
-}
-
-/* The next chunk of uneven size, as a response arrives; 0 at the end. */
-static size_t next_chunk(size_t size, size_t off, size_t *step)
-{
-	size_t n = size - off < *step ? size - off : *step;
-
-	*step = *step * 3 % 509 + 1;
-	return n;
-}
-
-/* The input through the client's decoder as a LIST (kind KUBE_DECODE_LIST) or a
- * watch stream; returns whether it decoded whole. */
-static bool decode(struct stream *s, enum kube_decode_kind kind, const uint8_t *data, size_t size)
-{
-	struct kube_decoder *d = kube_decoder_new(kind, kube_fields(s->res), OBJECT_MAX,
-						  kind == KUBE_DECODE_LIST ? take_item : take_event, s);
-	size_t step = 1 + size % 251;
-	int rc = 0;
-
-	CHECK(d);
-	for (size_t off = 0, n; rc == 0 && (n = next_chunk(size, off, &step)) > 0; off += n)
-		rc = kube_decoder_feed(d, (const char *)data + off, n);
-	CHECK(rc != KUBE_DECODE_NOMEM);
-	bool whole = rc == 0 && kube_decoder_finish(d) == 0;
-	kube_decoder_free(d);
-	return whole;
+	remove_object(s->c, s->feed.res, ns, name);
 }
 
 /* A record the table holds is what the specification says it is. */
@@ -392,9 +340,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(s.c);
 	cluster_watch_endpoints(s.c, "prod", "db", on_endpoints, NULL);
 	cluster_stats(s.c, &empty);
-	s.res = resource_of(data, size);
-	if (!decode(&s, KUBE_DECODE_LIST, data, size) || !s.items)
-		decode(&s, KUBE_DECODE_WATCH, data, size);
+	s.feed = (struct fuzz_kube_feed){.res = resource_of(data, size), .upsert = take_object,
+					 .remove = take_removal, .ctx = &s};
+	if (!fuzz_kube_decode(&s.feed, KUBE_DECODE_LIST, data, size) || !s.feed.items)
+		fuzz_kube_decode(&s.feed, KUBE_DECODE_WATCH, data, size);
 	cluster_set_synced(s.c);
 	read_everything(s.c);
 

@@ -27,12 +27,10 @@
 #include "dns/dns.h"
 #include "deferred_rcu.h"
 #include "fuzz.h"
-#include "kube/internal.h"
-#include "kube/kube.h"
+#include "kube_feed.h"
 #include "mesh/mesh.h"
 #include "mesh/objects.h"
 
-#define OBJECT_MAX (16u << 20)
 #define UDP_MAX 1232
 
 static struct config *config;
@@ -41,7 +39,7 @@ static struct cds_lfht *keep_worker; /* see LLVMFuzzerInitialize */
 /* What the stream upserted, to remove at the end. */
 struct stream {
 	struct mesh *m;
-	enum kube_resource res;
+	struct fuzz_kube_feed feed;
 	char keys[256][2][512];
 	size_t n_keys;
 	bool lost_key;         /* more objects than keys: not all can be removed */
@@ -83,12 +81,14 @@ static void collect_names(struct stream *s, const struct kube_json *v)
 		s->n_names++;
 }
 
-static void upsert(struct stream *s, const struct kube_json *obj)
+/* An object of the stream's resource into the mesh (fuzz_kube_feed's upsert). */
+static void upsert(void *ctx, const struct kube_json *obj)
 {
+	struct stream *s = ctx;
 	const struct kube_json *meta = kube_json_get(obj, "metadata");
 	const char *name = kube_json_get_text(meta, "name"), *ns = kube_json_get_text(meta, "namespace");
 
-	if (s->res == KUBE_SERVICEENTRIES)
+	if (s->feed.res == KUBE_SERVICEENTRIES)
 		mesh_entry_upsert(s->m, obj);
 	else
 		mesh_workload_upsert(s->m, obj);
@@ -106,59 +106,17 @@ static void upsert(struct stream *s, const struct kube_json *obj)
 	}
 }
 
-static void remove_object(struct stream *s, const char *ns, const char *name)
+/* Out of the mesh (fuzz_kube_feed's remove, and every object at the end). */
+static void remove_object(void *ctx, const char *ns, const char *name)
 {
-	if (s->res == KUBE_SERVICEENTRIES)
+	struct stream *s = ctx;
+
+	if (s->feed.res == KUBE_SERVICEENTRIES)
 		mesh_entry_remove(s->m, ns, name);
 	else
 		mesh_workload_remove(s->m, ns, name);
 	for (size_t i = 0; i < s->n_tags; i++)
 		mesh_pod_remove(s->m, s->tags[i], ns, name);
-}
-
-static int take_item(void *ctx, const struct kube_json *obj)
-{
-	upsert(ctx, obj);
-	return 0;
-}
-
-static int take_event(void *ctx, const struct kube_json *ev)
-{
-	struct stream *s = ctx;
-	const char *type = kube_json_get_text(ev, "type");
-	const struct kube_json *obj = kube_json_get(ev, "object");
-
-	if (!type || !obj || obj->type != KUBE_JSON_OBJECT || strcmp(type, "ERROR") == 0)
-		return 1;
-	if (strcmp(type, "ADDED") == 0 || strcmp(type, "MODIFIED") == 0) {
-		upsert(s, obj);
-	} else if (strcmp(type, "DELETED") == 0) {
-		const struct kube_json *meta = kube_json_get(obj, "metadata");
-		const char *name = kube_json_get_text(meta, "name");
-		const char *ns = kube_json_get_text(meta, "namespace");
-		if (name && *name)
-			remove_object(s, ns ? ns : "", name);
-	}
-	return 0;
-}
-
-static bool decode(struct stream *s, enum kube_decode_kind kind, const uint8_t *data, size_t size)
-{
-	struct kube_decoder *d = kube_decoder_new(kind, kube_fields(s->res), OBJECT_MAX,
-						  kind == KUBE_DECODE_LIST ? take_item : take_event, s);
-	size_t step = 1 + size % 251;
-	int rc = 0;
-
-	CHECK(d);
-	for (size_t off = 0, n; rc == 0 && off < size; off += n) {
-		n = size - off < step ? size - off : step;
-		step = step * 3 % 509 + 1;
-		rc = kube_decoder_feed(d, (const char *)data + off, n);
-	}
-	CHECK(rc != KUBE_DECODE_NOMEM);
-	bool whole = rc == 0 && kube_decoder_finish(d) == 0;
-	kube_decoder_free(d);
-	return whole;
 }
 
 /* The clients: namespace "prod", "team", unknown. */
@@ -228,11 +186,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mesh_bind(s.m, &(struct mesh_watcher){.watch = watch, .unwatch = unwatch});
 	const char *at_se = memmem(data, size, "\"ServiceEntry", 13);
 	const char *at_we = memmem(data, size, "\"WorkloadEntry", 14);
-	s.res = at_se && (!at_we || at_se < at_we) ? KUBE_SERVICEENTRIES
-		: at_we ? KUBE_WORKLOADENTRIES
-			: size % 2 ? KUBE_SERVICEENTRIES : KUBE_WORKLOADENTRIES;
-	if (!decode(&s, KUBE_DECODE_LIST, data, size))
-		decode(&s, KUBE_DECODE_WATCH, data, size);
+	s.feed = (struct fuzz_kube_feed){
+		.res = at_se && (!at_we || at_se < at_we) ? KUBE_SERVICEENTRIES
+		       : at_we ? KUBE_WORKLOADENTRIES
+			       : size % 2 ? KUBE_SERVICEENTRIES : KUBE_WORKLOADENTRIES,
+		.upsert = upsert, .remove = remove_object, .ctx = &s};
+	if (!fuzz_kube_decode(&s.feed, KUBE_DECODE_LIST, data, size))
+		fuzz_kube_decode(&s.feed, KUBE_DECODE_WATCH, data, size);
 	for (size_t i = 0; i < s.n_names; i++) {
 		uint8_t below[DNS_MAX_NAME + 2] = {1, 'x'}, alias[DNS_MAX_NAME];
 		size_t len = dns_name_len(s.names[i]);
@@ -258,7 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		remove_object(&s, s.keys[i][0], s.keys[i][1]);
 	mesh_stats(s.m, &st);
 	if (!s.lost_key)
-		CHECK(s.res == KUBE_SERVICEENTRIES
+		CHECK(s.feed.res == KUBE_SERVICEENTRIES
 			      ? st.entries == 0 && st.hosts == 0 && st.selectors == 0 && st.pods == 0
 			      : st.workloads == 0);
 	mesh_free(s.m);

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import dnsmsg
@@ -86,6 +87,28 @@ def delete_netns(name):
 def netns_argv(netns, argv):
     """argv run inside network namespace netns (as is when netns is None)."""
     return (["ip", "netns", "exec", netns] if netns else []) + list(argv)
+
+
+def run_in_netns(netns, fn):
+    """fn() on a thread of its own that enters network namespace netns
+    first (only that thread does: a socket fn binds is bound there, the
+    caller stays where it is); its exception is raised here."""
+    failure = []
+
+    def inside():
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            with open("/var/run/netns/" + netns) as f:
+                if libc.setns(f.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), "setns")
+            fn()
+        except Exception as e:  # reported by the caller's thread
+            failure.append(e)
+    t = threading.Thread(target=inside)
+    t.start()
+    t.join(10)
+    if failure:
+        raise failure[0]
 
 
 def _kill(p):
@@ -166,6 +189,18 @@ def deep_merge(base, over):
         else:
             out[k] = copy.deepcopy(v)
     return out
+
+
+def wait_until(pred, what, timeout=5.0, step=0.01):
+    """Poll pred until it holds; returns the moment it did (time.monotonic),
+    so a caller can tell how long a change took to show. Fails naming what
+    did not come within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("no %s within %.1fs" % (what, timeout))
+        time.sleep(step)
+    return time.monotonic()
 
 
 # ------------------------------------------------------------- test data

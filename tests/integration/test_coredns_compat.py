@@ -17,7 +17,8 @@ import sys
 
 import authority
 import harness
-from test_cluster import data, rcode_of, start, wait_until
+from harness import wait_until
+from test_cluster import data, rcode_of, start
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402

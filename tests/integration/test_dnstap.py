@@ -21,23 +21,13 @@ import urllib.request
 
 import authority
 import harness
+from harness import wait_until
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402
 
 NODE = "node-a"
 DB = "db.prod.svc.cluster.local"
-
-
-def wait_for(pred, what, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("no %s within %.1fs" % (what, timeout))
-        time.sleep(0.02)
 
 
 class Collector:
@@ -56,7 +46,7 @@ class Collector:
             os.unlink(path)
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         harness.track_process(self.proc)
-        wait_for(self._listening, "the collector listening")
+        wait_until(self._listening, "the collector listening")
 
     def _listening(self):
         if self.path:
@@ -197,8 +187,8 @@ def test_dnstap_every_query_and_reply_read_by_dnstap_read(env):
                           ("www.site.example", False)]:
             r = d.tcp(name, "A") if tcp else d.udp(name, "A")
             assert r.rcode_name in ("NOERROR", "NXDOMAIN"), r.describe()
-        wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
-                 >= 2 * queries_received(d), "every query's two messages sent")
+        wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
+                   >= 2 * queries_received(d), "every query's two messages sent")
         rc, _ = d.stop()
         assert rc == 0, d.tail()
     c.stop()
@@ -239,8 +229,8 @@ def test_dnstap_to_a_tcp_collector(env):
     d = start(env, {"address": "127.0.0.1:%d" % port, "messages": ["client_response"]})
     for _ in range(5):
         assert d.udp(DB, "A").rcode_name == "NOERROR"
-    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
-             >= queries_received(d), "the replies sent")
+    wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
+               >= queries_received(d), "the replies sent")
     d.stop()
     c.stop()
     msgs = read_bind(out)
@@ -255,8 +245,8 @@ def test_dnstap_to_golang_dnstap_over_tcp(env):
     c = Collector(out, port=port, tool="golang")
     d = start(env, {"address": "127.0.0.1:%d" % port})
     assert d.tcp(DB, "AAAA").rcode_name == "NOERROR"
-    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
-             >= 2 * queries_received(d), "every message sent")
+    wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
+               >= 2 * queries_received(d), "every message sent")
     d.stop()
     c.stop()
     got = [(m["message"]["type"], m["message"]["socket_protocol"]) for m in read_golang(out)
@@ -275,7 +265,7 @@ def test_dnstap_collector_away_and_back_loses_only_the_gap(env):
     sent = lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")  # noqa: E731
     for _ in range(20):
         assert d.udp(DB, "A").rcode_name == "NOERROR"
-    wait_for(lambda: sent() >= 2 * queries_received(d), "the first batch sent")
+    wait_until(lambda: sent() >= 2 * queries_received(d), "the first batch sent")
     c.stop()
     # the gap: no collector. DNS goes on; 64 KiB rings fill and drop.
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -283,17 +273,17 @@ def test_dnstap_collector_away_and_back_loses_only_the_gap(env):
         for i in range(600):
             s.sendto(harness.dnsmsg.build_query(DB, "A", qid=i), (d.host, d.port))
             assert harness.dnsmsg.parse(s.recv(4096)).rcode_name == "NOERROR"
-    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_dropped_total") > 0,
-             "drops counted while the collector is away")
+    wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_dropped_total") > 0,
+               "drops counted while the collector is away")
     assert metric(d.metrics_port, "localdns_dnstap_connected") == 0
     c2 = Collector(second, path=sock)
-    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_connections_total") == 2,
-             "the reconnect (backoff at most 30 s)", timeout=40)
+    wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_connections_total") == 2,
+               "the reconnect (backoff at most 30 s)", timeout=40)
     for _ in range(20):
         assert d.udp("after.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
     dropped = lambda: metric(d.metrics_port, "localdns_dnstap_dropped_total")  # noqa: E731
-    wait_for(lambda: sent() == 2 * (queries_received(d) - dropped()),
-             "every exchange sent or counted as dropped")
+    wait_until(lambda: sent() == 2 * (queries_received(d) - dropped()),
+               "every exchange sent or counted as dropped")
     dropped = dropped()
     rc, _ = d.stop()
     assert rc == 0, d.tail()
@@ -317,15 +307,15 @@ def test_dnstap_names_the_pod_that_asked(env):
         kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"))
         d = start(env, {"socket": sock}, kubernetes={"enabled": True, "kubeconfig": kc,
                                                      "node_name": NODE})
-        wait_for(lambda: d.udp("dns-version.cluster.local", "TXT").rcode_name == "NOERROR",
-                 "the first sync")
+        wait_until(lambda: d.udp("dns-version.cluster.local", "TXT").rcode_name == "NOERROR",
+                   "the first sync")
         # the Pods watch is on for dnstap alone (no autopath, no verified pods)
-        wait_for(lambda: metric(d.metrics_port, "localdns_kubernetes_objects",
-                                'resource="pods"') == 2, "this node's two Pods")
+        wait_until(lambda: metric(d.metrics_port, "localdns_kubernetes_objects",
+                                  'resource="pods"') == 2, "this node's two Pods")
         for src in ("127.0.0.55", "127.0.0.56", "127.0.0.1"):
             assert d.udp(DB, "A", source=src).rcode_name == "NOERROR"
-        wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
-                 >= 2 * queries_received(d), "every message sent")
+        wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total")
+                   >= 2 * queries_received(d), "every message sent")
         d.stop()
     c.stop()
     # dnstap-read and dnstap-ldns agree on who asked what ...
@@ -353,8 +343,8 @@ def test_dnstap_resolver_messages_when_asked(env):
                   upstream={"servers": [up.addr], "timeout": "2s"})
         assert d.udp("www.site.example", "A").rcode_name == "NOERROR"
         assert d.udp(DB, "A").rcode_name == "NOERROR"  # local: nothing for the resolver
-        wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total") >= 2,
-                 "the resolver's two messages")
+        wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total") >= 2,
+                   "the resolver's two messages")
         d.stop()
     c.stop()
     msgs = read_bind(out)
@@ -366,7 +356,7 @@ def test_dnstap_collector_absent_dns_answers(env):
     d = start(env, {"socket": os.path.join(env.tmp, "nobody.sock")})
     assert d.udp(DB, "A").rcode_name == "NOERROR"
     # a collector that is not there: DNS answers, the writer retries with backoff
-    wait_for(lambda: "dnstap collector unreachable" in d.stderr(), "the warning")
+    wait_until(lambda: "dnstap collector unreachable" in d.stderr(), "the warning")
     assert d.stderr().count("dnstap collector unreachable") == 1, d.stderr()
     assert metric(d.metrics_port, "localdns_dnstap_sent_total") == 0
 
@@ -381,9 +371,9 @@ def test_dnstap_turned_on_by_a_reload(env):
     with open(d.config_path, "w") as f:
         f.write(harness.to_yaml(cfg) + "\n")
     d.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_connected") == 1, "the collector")
+    wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_connected") == 1, "the collector")
     assert d.udp("after.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
-    wait_for(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total") >= 2, "two messages")
+    wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total") >= 2, "two messages")
     d.stop()
     c.stop()
     names = {m[3] for m in read_bind(out)}

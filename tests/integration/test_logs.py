@@ -17,6 +17,7 @@ import time
 
 import dnsmsg
 import harness
+from harness import wait_until
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402
@@ -43,14 +44,6 @@ def log_events(d, fmt="logfmt"):
 
 def queries_logged(d, fmt="logfmt"):
     return [e for e in log_events(d, fmt) if e.get("msg") == "query"]
-
-
-def wait_for(pred, what, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("no %s within %.1fs" % (what, timeout))
-        time.sleep(0.02)
 
 
 def udp_from_own_port(d, pkt):
@@ -134,8 +127,8 @@ def _check_every_field(env, fmt):
     m, ext_port = udp_from_own_port(d, dnsmsg.build_query("www.site.example", "A"))
     assert m.rcode_name == "SERVFAIL", m.describe()
     ports = {str(udp_port), str(tcp_port), str(ext_port)}
-    wait_for(lambda: len([e for e in queries_logged(d, fmt) if e["client_port"] in ports]) == 3,
-             "three query lines")
+    wait_until(lambda: len([e for e in queries_logged(d, fmt) if e["client_port"] in ports]) == 3,
+               "three query lines")
     d.stop()
     by_port = {e["client_port"]: e for e in queries_logged(d, fmt)}
     want = {
@@ -174,8 +167,8 @@ def test_query_log_reply_size_is_what_was_sent(env):
         s.sendto(dnsmsg.build_query("big.prod.svc.cluster.local", "A"), (d.host, d.port))
         size = len(s.recv(65535))
         port = s.getsockname()[1]
-    wait_for(lambda: any(e["client_port"] == str(port) for e in queries_logged(d)),
-             "the query line")
+    wait_until(lambda: any(e["client_port"] == str(port) for e in queries_logged(d)),
+               "the query line")
     e = [e for e in queries_logged(d) if e["client_port"] == str(port)][0]
     assert e["size"] == str(size), (e, size)
 
@@ -208,10 +201,10 @@ def test_query_log_turned_on_by_a_reload(env):
     with open(d.config_path, "w") as f:
         f.write(harness.to_yaml(cfg) + "\n")
     d.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: "reloaded" in d.stderr(), "the reload")
+    wait_until(lambda: "reloaded" in d.stderr(), "the reload")
     d.udp("after.prod.svc.cluster.local", "A")
-    wait_for(lambda: '"qname":"after.prod.svc.cluster.local."' in d.stderr(),
-             "the query line after the reload")
+    wait_until(lambda: '"qname":"after.prod.svc.cluster.local."' in d.stderr(),
+               "the query line after the reload")
     assert "before.prod" not in d.stderr(), d.stderr()
 
 
@@ -278,8 +271,8 @@ def test_no_token_or_client_key_in_the_log_at_debug_level(env):
                        key_b64))
         api.fail_next(2, 401)   # the refusal is logged, with the Status body
         d = _kube_daemon(env, api, kc)
-        wait_for(lambda: d.udp("db.shop.svc.cluster.local", "A").rcode_name == "NOERROR",
-                 "the first sync", timeout=15)
+        wait_until(lambda: d.udp("db.shop.svc.cluster.local", "A").rcode_name == "NOERROR",
+                   "the first sync", timeout=15)
         d.stop()
     assert "401" in d.stderr(), d.tail()
     _assert_secret_free(d, [token, key_b64] + key_lines)
@@ -299,12 +292,12 @@ def test_no_token_from_a_rotated_token_file_in_the_log(env):
         api.apply(F.namespace("shop"), F.service("shop", "db", cluster_ips=["10.96.0.5"]))
         kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), token_file=path, ca=tls.ca)
         d = _kube_daemon(env, api, kc)
-        wait_for(lambda: "401 Unauthorized" in d.stderr(), "the 401 in the log")
+        wait_until(lambda: "401 Unauthorized" in d.stderr(), "the 401 in the log")
         with open(path + ".new", "w") as f:
             f.write(good + "\n")
         os.rename(path + ".new", path)
-        wait_for(lambda: d.udp("db.shop.svc.cluster.local", "A").rcode_name == "NOERROR",
-                 "the sync with the rotated token", timeout=20)
+        wait_until(lambda: d.udp("db.shop.svc.cluster.local", "A").rcode_name == "NOERROR",
+                   "the sync with the rotated token", timeout=20)
         d.stop()
     _assert_secret_free(d, [good, bad])
 test_no_token_from_a_rotated_token_file_in_the_log.timeout = 40

@@ -22,6 +22,7 @@ import time
 
 import authority
 import harness
+from harness import wait_until
 import test_metrics
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
@@ -57,15 +58,6 @@ def start(env, api, up=None, **over):
     wait_until(lambda: d.udp("dns-version.cluster.local", "TXT").rcode_name == "NOERROR",
                "the first sync")
     return d
-
-
-def wait_until(pred, what, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("no %s within %.1fs" % (what, timeout))
-        time.sleep(0.01)
-    return time.monotonic()
 
 
 def data(m, rtype):

@@ -118,10 +118,7 @@ def delta(before, after, name, **labels):
 
 
 def wait_until(pred, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "no %s within %.0fs" % (what, timeout)
-        time.sleep(0.05)
+    harness.wait_until(pred, what, timeout, step=0.05)
 
 
 # ---------------------------------------------------------------- endpoints

@@ -16,14 +16,12 @@ each answer says who gave it. This kernel has no dummy link type, so the
 daemon runs with interface.kind: loopback through the same netlink code.
 """
 
-import ctypes
 import itertools
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import harness
@@ -305,22 +303,7 @@ class Node:
         node namespace (only the thread that binds it enters the namespace),
         so localdns there can reach it and nothing leaves the namespaces."""
         api = F.FakeAPI(control_port=False)
-        failure = []
-
-        def listen_inside():
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                with open("/var/run/netns/" + self.node) as f:
-                    if libc.setns(f.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
-                        raise OSError(ctypes.get_errno(), "setns")
-                api.start()
-            except Exception as e:  # reported by the caller's thread
-                failure.append(e)
-        t = threading.Thread(target=listen_inside)
-        t.start()
-        t.join(10)
-        if failure:
-            raise failure[0]
+        harness.run_in_netns(self.node, api.start)
         return api
 
 

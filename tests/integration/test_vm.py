@@ -18,14 +18,12 @@ systemd-analyze verify of the unit is test_deploy.py's.
 """
 
 import contextlib
-import ctypes
 import os
 import signal
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import yaml
@@ -44,22 +42,7 @@ LINK = "169.254.20.10"
 def api_server_in(netns, api):
     """Start api with its socket bound inside netns (only the binding
     thread enters it)."""
-    failure = []
-
-    def listen_inside():
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            with open("/var/run/netns/" + netns) as f:
-                if libc.setns(f.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
-                    raise OSError(ctypes.get_errno(), "setns")
-            api.start()
-        except Exception as e:  # reported by the caller's thread
-            failure.append(e)
-    t = threading.Thread(target=listen_inside)
-    t.start()
-    t.join(10)
-    if failure:
-        raise failure[0]
+    harness.run_in_netns(netns, api.start)
     return api
 
 

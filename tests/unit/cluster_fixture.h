@@ -19,17 +19,16 @@
 
 #include "cluster/cluster.h"
 #include "config/config.h"
+#include "config_text.h"
 #include "dns/dns.h"
 #include "kube/kube.h"
 
 static inline struct cluster *make_cluster_from(const char *yaml)
 {
 	char err[CONFIG_ERR_MAX];
-	struct config *cfg;
-	struct cluster *c;
+	struct config *cfg = config_of(yaml);
+	struct cluster *c = cluster_new(cfg, err, sizeof err);
 
-	assert_int_equal(config_load_string("test.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	c = cluster_new(cfg, err, sizeof err);
 	config_free(cfg);
 	assert_non_null(c);
 	return c;

@@ -32,7 +32,7 @@
 #include "daemon/daemon.h"
 #include "query/query.h"
 #include "server/server.h"
-#include "top/top.h"
+#include "talkers/talkers.h"
 #include "upstream/upstream.h"
 
 #define CORE_NAMES 8
@@ -150,7 +150,7 @@ static inline int daemon_core_start(struct daemon_core *k, char *err, size_t err
 	    !(sources = query_sources_build(k->cfg, NULL, k->d.cache, err, errlen)))
 		return -1;
 	query_sources_publish(sources);
-	if (top_start(1) < 0 ||
+	if (talkers_start(1) < 0 ||
 	    !(k->d.upstream = upstream_start(k->cfg, k->d.cache, 1 + CONTROL_THREADS, err,
 					     errlen)) ||
 	    !(k->d.server = server_start(k->cfg, k->d.upstream, false, NULL, err, errlen)) ||
@@ -176,7 +176,7 @@ static inline void daemon_core_stop(struct daemon_core *k)
 	if (k->d.server)
 		server_stop(k->d.server);
 	upstream_free(k->d.upstream);
-	top_stop();
+	talkers_stop();
 	query_sources_retire();
 	if (k->d.cache)
 		cache_free(k->d.cache);

@@ -25,18 +25,19 @@
 #include <urcu/urcu-memb.h>
 
 #include "alloc_count.h"
+#include "ask.h"
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "config_text.h"
 #include "query/query.h"
-#include "reply.h"
 
 #define NOW 1000 /* the cache's clock, in seconds */
 
 static struct cache *cache;
 static struct cluster *cluster;
-static char resolv_conf[64]; /* the node's resolv.conf, made by setup */
+static char resolv_conf[ASK_PATH_MAX]; /* the node's resolv.conf, made by setup */
 
 static const char *prod_client = "10.1.0.50"; /* a pod of this node in prod */
 static const char *team_client = "10.1.0.51"; /* ... in team */
@@ -63,8 +64,7 @@ static void add_pod(const char *ns, const char *name, const char *ip)
 
 static struct config *load_config(bool autopath)
 {
-	char yaml[1024], err[CONFIG_ERR_MAX];
-	struct config *cfg;
+	char yaml[1024];
 
 	snprintf(yaml, sizeof yaml,
 		 "cluster: {domain: cluster.local, ttl: 5s, autopath: %s}\n"
@@ -74,8 +74,7 @@ static struct config *load_config(bool autopath)
 		 "    - {name: legacy.corp.internal, a: [192.0.2.10]}\n"
 		 "    - {name: old.prod.svc.cluster.local, a: [10.0.0.5]}\n",
 		 autopath ? "true" : "false", resolv_conf);
-	assert_int_equal(config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	return cfg;
+	return config_of(yaml);
 }
 
 static void publish(bool autopath, bool with_cache)
@@ -101,16 +100,11 @@ static int setup(void **state)
 				  .negative_max_ttl = 3600, .servfail_ttl = 5};
 	struct config *cfg;
 	char err[CONFIG_ERR_MAX];
-	int fd;
 
 	(void)state;
 	urcu_memb_register_thread();
-	snprintf(resolv_conf, sizeof resolv_conf, "/tmp/localdns-autopath-resolv-XXXXXX");
-	fd = mkstemp(resolv_conf);
-	assert_true(fd >= 0);
-	static const char text[] = "nameserver 192.0.2.53\nsearch corp.internal example.org\n";
-	assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-	close(fd);
+	ask_resolv_conf(resolv_conf, "autopath",
+			"nameserver 192.0.2.53\nsearch corp.internal example.org\n");
 
 	cfg = load_config(true);
 	cluster = cluster_new(cfg, err, sizeof err);
@@ -149,69 +143,15 @@ static int teardown(void **state)
 
 /* ---- asking ----------------------------------------------------------------- */
 
-static const struct sockaddr_storage *peer(const char *ip)
-{
-	static struct sockaddr_storage ss;
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-
-	memset(&ss, 0, sizeof ss);
-	v4->sin_family = AF_INET;
-	assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
-	return &ss;
-}
-
-/* A plain query (no EDNS) for name, in its letter case. */
-static size_t query_packet(uint8_t *buf, const char *name, uint16_t qtype)
-{
-	static const uint8_t header[DNS_HEADER_LEN] = {0xbe, 0xef, DNS_F_RD >> 8, 0, 0, 1};
-	size_t n = DNS_HEADER_LEN;
-
-	memcpy(buf, header, sizeof header);
-	for (const char *label = name; *label;) {
-		size_t len = strcspn(label, ".");
-		buf[n++] = (uint8_t)len;
-		memcpy(buf + n, label, len);
-		n += len;
-		label += len + (label[len] == '.');
-	}
-	buf[n++] = 0;
-	buf[n++] = (uint8_t)(qtype >> 8);
-	buf[n++] = (uint8_t)qtype;
-	buf[n++] = 0;
-	buf[n++] = DNS_C_IN;
-	return n;
-}
-
-struct outcome {
-	struct reply r;            /* the reply, when there is one now */
-	enum query_upstream upstream;
-	enum query_source source;
-	uint64_t autopath;         /* the stats counter */
-};
-
 static struct upstream_request request;
 
 /* Ask name/qtype from a client at ip (NULL: no address) over UDP. */
-static void ask(const char *name, uint16_t qtype, const char *ip, struct outcome *o)
+static void ask(const char *name, uint16_t qtype, const char *ip, struct asked *o)
 {
-	uint8_t in[512];
-	size_t inlen = query_packet(in, name, qtype);
-	struct query_stats st = {0};
-	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? peer(ip) : NULL,
-				.stats = &st, .now = NOW, .request = &request};
-
-	urcu_memb_read_lock();
-	o->r.len = query_handle(in, inlen, o->r.buf, sizeof o->r.buf, &ctx);
-	urcu_memb_read_unlock();
-	o->upstream = ctx.upstream;
-	o->source = ctx.source;
-	o->autopath = st.autopath;
-	o->r.v = NULL; /* no reply: nothing left of an earlier one to check */
-	if (o->r.len)
-		read_reply(&o->r);
+	ask_path(name, qtype, ip, NOW, &request, o);
 }
 
-static const char *owner(const struct outcome *o, size_t i)
+static const char *owner(const struct asked *o, size_t i)
 {
 	return o->r.v->rr[i].owner;
 }
@@ -254,7 +194,7 @@ static void cache_nxdomain(const char *name, uint16_t qtype)
 	assert_int_equal(cache_insert(cache, &q, msg, dns_response_finish(&w, 0), NOW), 0);
 }
 
-static void assert_cname(const struct outcome *o, const char *from, const char *to)
+static void assert_cname(const struct asked *o, const char *from, const char *to)
 {
 	assert_true(o->r.v->an >= 1);
 	assert_int_equal(o->r.v->rr[0].type, DNS_T_CNAME);
@@ -263,7 +203,7 @@ static void assert_cname(const struct outcome *o, const char *from, const char *
 	assert_name_equal(o->r.v->rr[0].target, to);
 }
 
-static void assert_original_nxdomain(const struct outcome *o)
+static void assert_original_nxdomain(const struct asked *o)
 {
 	assert_int_equal(o->upstream, QUERY_UPSTREAM_NONE);
 	assert_int_equal(o->r.v->flags & 0xf, DNS_R_NXDOMAIN);
@@ -278,7 +218,7 @@ static void assert_original_nxdomain(const struct outcome *o)
 
 static void test_service_of_another_namespace_answers_with_a_cname(void **state)
 {
-	struct outcome o;
+	struct asked o;
 	char ip[48];
 
 	(void)state;
@@ -293,7 +233,7 @@ static void test_service_of_another_namespace_answers_with_a_cname(void **state)
 	assert_string_equal(ip, "10.96.0.9");
 	assert_memory_equal(o.r.buf + DNS_HEADER_LEN, "\3API", 4); /* the client's question */
 	assert_int_equal(o.source, QUERY_SOURCE_CLUSTER);
-	assert_int_equal(o.autopath, 1);
+	assert_int_equal(o.stats.autopath, 1);
 
 	/* the candidate exists without the type: the CNAME and its NODATA */
 	ask("api.team.prod.svc.cluster.local", DNS_T_AAAA, prod_client, &o);
@@ -306,7 +246,7 @@ static void test_service_of_another_namespace_answers_with_a_cname(void **state)
 
 static void test_each_cluster_suffix_and_node_domain_is_tried(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	/* <zone>, the third suffix */
@@ -332,37 +272,37 @@ static void test_each_cluster_suffix_and_node_domain_is_tried(void **state)
 
 static void test_existing_names_unknown_clients_and_other_namespaces_are_left_alone(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	ask("web.prod.svc.cluster.local", DNS_T_A, prod_client, &o);
 	assert_int_equal(o.r.v->an, 1);
 	assert_int_equal(o.r.v->rr[0].type, DNS_T_A);
-	assert_int_equal(o.autopath, 0);
+	assert_int_equal(o.stats.autopath, 0);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, "10.1.0.99", &o);
 	assert_original_nxdomain(&o);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, NULL, &o);
 	assert_original_nxdomain(&o);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, team_client, &o); /* not team's first */
 	assert_original_nxdomain(&o);
-	assert_int_equal(o.autopath, 0);
+	assert_int_equal(o.stats.autopath, 0);
 }
 
 static void test_autopath_off_answers_nxdomain(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	publish(false, true);
 	ask("api.team.prod.svc.cluster.local", DNS_T_A, prod_client, &o);
 	assert_original_nxdomain(&o);
-	assert_int_equal(o.autopath, 0);
+	assert_int_equal(o.stats.autopath, 0);
 	teardown(state);
 	setup(state);
 }
 
 static void test_external_name_candidate_is_chased(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	memset(&request, 0, sizeof request);
@@ -371,14 +311,14 @@ static void test_external_name_candidate_is_chased(void **state)
 	assert_false(request.search);
 	assert_string_equal(chain_text(), "ext.prod.svc.cluster.local. www.example.org. ");
 	assert_int_equal(request.chain_ttl, 5);
-	assert_int_equal(o.autopath, 1);
+	assert_int_equal(o.stats.autopath, 1);
 }
 
 /* ---- external candidates ---------------------------------------------------- */
 
 static void test_external_candidates_go_to_the_resolver_in_one_request(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	memset(&request, 0, sizeof request);
@@ -386,7 +326,7 @@ static void test_external_candidates_go_to_the_resolver_in_one_request(void **st
 	assert_int_equal(o.upstream, QUERY_UPSTREAM_ASK);
 	assert_int_equal(o.r.len, 0);
 	assert_int_equal(o.source, QUERY_SOURCE_UPSTREAM);
-	assert_int_equal(o.autopath, 1);
+	assert_int_equal(o.stats.autopath, 1);
 	assert_true(request.search);
 	assert_int_equal(request.chain_ttl, 5);
 	assert_string_equal(chain_text(), "www.corp.internal. www.example.org. www. ");
@@ -415,7 +355,7 @@ static void test_external_candidates_go_to_the_resolver_in_one_request(void **st
 
 static void test_joined_answer_in_the_cache_is_served(void **state)
 {
-	struct outcome o;
+	struct asked o;
 	struct dns_query q;
 	struct dns_writer w;
 	uint8_t msg[512], target[DNS_MAX_NAME];
@@ -439,7 +379,7 @@ static void test_joined_answer_in_the_cache_is_served(void **state)
 
 static void test_every_candidate_nxdomain_keeps_the_original_answer(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	cache_nxdomain("nothing.corp.internal", DNS_T_A);
@@ -455,7 +395,7 @@ static void test_every_candidate_nxdomain_keeps_the_original_answer(void **state
 
 static void test_without_an_upstream_path_external_candidates_end_the_walk(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	publish(true, false);
 	ask("www.prod.svc.cluster.local", DNS_T_A, prod_client, &o);
@@ -483,7 +423,7 @@ static void test_the_walk_allocates_nothing_and_takes_no_mutex(void **state)
 		{"ext.prod.team.svc.cluster.local", DNS_T_A, "10.1.0.51"},   /* chase */
 		{"api.team.prod.svc.cluster.local", DNS_T_A, "10.1.0.99"},   /* unknown client */
 	};
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	if (!alloc_counting_works()) {

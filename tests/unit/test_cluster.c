@@ -22,6 +22,7 @@
 #include <json-c/json.h>
 #include <urcu/urcu-memb.h>
 
+#include "address.h"
 #include "alloc_count.h"
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
@@ -658,16 +659,7 @@ static const struct sockaddr_storage *peer(const char *ip)
 {
 	static struct sockaddr_storage ss;
 
-	memset(&ss, 0, sizeof ss);
-	if (strchr(ip, ':')) {
-		struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
-		v6->sin6_family = AF_INET6;
-		assert_int_equal(inet_pton(AF_INET6, ip, &v6->sin6_addr), 1);
-	} else {
-		struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-		v4->sin_family = AF_INET;
-		assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
-	}
+	ss = address_of(ip);
 	return &ss;
 }
 

@@ -17,22 +17,11 @@
 #include <arpa/inet.h>
 #include <cmocka.h>
 
+#include "address.h"
+#include "config_text.h"
 #include "config/config.h"
 #include "util/client.h"
 #include "util/hash.h"
-
-static struct config *load_ok(const char *yaml)
-{
-	char err[CONFIG_ERR_MAX] = "";
-	struct config *cfg = NULL;
-	int rc = config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err);
-
-	if (rc != 0)
-		print_error("unexpected error: %s\n", err);
-	assert_int_equal(rc, 0);
-	assert_non_null(cfg);
-	return cfg;
-}
 
 /* The load must fail with exactly this message and leave *out alone. */
 static void expect_error(const char *yaml, const char *want)
@@ -138,7 +127,7 @@ static void check_defaults(const struct config *c)
 static void test_defaults_from_empty_document(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("");
+	struct config *c = config_of("");
 	check_defaults(c);
 	config_free(c);
 }
@@ -147,7 +136,7 @@ static void test_defaults_from_empty_document(void **state)
 static void test_null_sections_mean_defaults(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("# nothing yet\nlisten:\ncache: ~\nstatic:\n  records:\n");
+	struct config *c = config_of("# nothing yet\nlisten:\ncache: ~\nstatic:\n  records:\n");
 	check_defaults(c);
 	config_free(c);
 }
@@ -209,7 +198,7 @@ static const char brief_example[] =
 static void test_brief_contract_example(void **state)
 {
 	(void)state;
-	struct config *c = load_ok(brief_example);
+	struct config *c = config_of(brief_example);
 
 	assert_string_equal(c->listen.addresses[0].text, "169.254.20.10");
 	assert_int_equal(c->nftables.n_intercept, 1);
@@ -248,7 +237,7 @@ static void test_brief_contract_example(void **state)
 static void test_every_value_set(void **state)
 {
 	(void)state;
-	struct config *c = load_ok(
+	struct config *c = config_of(
 		"listen: {addresses: [127.0.0.1, \"::1\"], port: \"5353\", workers: 4,\n"
 		"  tcp_max_connections: 10, tcp_idle_timeout: 500ms, udp_max_payload: 4096,\n"
 		"  udp_rcvbuf: 512KiB}\n"
@@ -326,7 +315,7 @@ static void test_every_value_set(void **state)
 static void test_record_types(void **state)
 {
 	(void)state;
-	struct config *c = load_ok(
+	struct config *c = config_of(
 		"static:\n"
 		"  records:\n"
 		"  - name: Svc.Example.\n"
@@ -365,7 +354,7 @@ static void test_record_types(void **state)
 static void test_record_ttl_defaults_to_cluster_ttl(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("static:\n"
+	struct config *c = config_of("static:\n"
 				   "  records: [{name: a.example, a: [10.0.0.1]},\n"
 				   "            {name: b.example, a: [10.0.0.2], ttl: 7s}]\n"
 				   "cluster:\n"
@@ -379,7 +368,7 @@ static void test_record_ttl_defaults_to_cluster_ttl(void **state)
 static void test_hostport_forms(void **state)
 {
 	(void)state;
-	struct config *c = load_ok(
+	struct config *c = config_of(
 		"upstream:\n"
 		"  servers: [10.0.0.1, \"10.0.0.2:5353\", \"[fd00::1]:5353\", \"fd00::2\",\n"
 		"            \"[fd00::3]\"]\n"
@@ -411,7 +400,7 @@ static void test_hostport_forms(void **state)
 static void test_allow_networks(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("listen:\n  allow: [10.0.0.0/8, 192.0.2.7, \"fd00::/8\", \"::/0\",\n"
+	struct config *c = config_of("listen:\n  allow: [10.0.0.0/8, 192.0.2.7, \"fd00::/8\", \"::/0\",\n"
 				   "          172.16.0.0/12]\n");
 
 	assert_int_equal(c->listen.n_allow, 5);
@@ -451,12 +440,12 @@ static void test_files_hash_is_of_the_bytes_parsed(void **state)
 {
 	(void)state;
 	const char *yaml = "log:\n  level: debug\n";
-	struct config *c = load_ok(yaml);
+	struct config *c = config_of(yaml);
 
 	assert_true(c->files_hash ==
 		    config_file_hash(FNV1A_SEED, "t.yaml", yaml, strlen(yaml)));
 	config_free(c);
-	struct config *d = load_ok("log:\n  level: info\n");
+	struct config *d = config_of("log:\n  level: info\n");
 	assert_true(d->files_hash != config_file_hash(FNV1A_SEED, "t.yaml", yaml, strlen(yaml)));
 	config_free(d);
 }
@@ -576,15 +565,8 @@ static void test_error_wildcard_address(void **state)
  * clients equal when their first bits are; IPv4 clients by address. */
 static size_t client_of(const char *ip, unsigned bits, uint8_t out[CLIENT_PREFIX_MAX])
 {
-	struct sockaddr_storage ss = {0};
+	struct sockaddr_storage ss = address_of(ip);
 
-	if (strchr(ip, ':')) {
-		ss.ss_family = AF_INET6;
-		assert_int_equal(inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr), 1);
-	} else {
-		ss.ss_family = AF_INET;
-		assert_int_equal(inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr), 1);
-	}
 	return client_prefix(&ss, bits, out);
 }
 
@@ -610,7 +592,7 @@ static void test_ipv6_clients_cut_at_the_configured_length(void **state)
 	/* IPv4: the address, whatever the IPv6 length */
 	assert_false(same_client("10.0.0.1", "10.0.0.2", 32));
 	assert_true(same_client("10.0.0.1", "10.0.0.1", 32));
-	struct config *c = load_ok("listen: {ipv6_client_prefix_length: 64}\n");
+	struct config *c = config_of("listen: {ipv6_client_prefix_length: 64}\n");
 	assert_int_equal(c->listen.ipv6_client_prefix_length, 64);
 	config_free(c);
 	expect_error("listen: {ipv6_client_prefix_length: 129}\n",
@@ -625,13 +607,13 @@ static void test_listen_address_from_the_environment(void **state)
 
 	(void)state;
 	setenv("LOCALDNS_TEST_IP", "10.1.2.3", 1);
-	c = load_ok("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n"
+	c = config_of("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n"
 		    "health: {listen: \"${LOCALDNS_TEST_IP}:8080\"}\n");
 	assert_string_equal(c->metrics.listen, "10.1.2.3:9253");
 	assert_string_equal(c->health.listen, "10.1.2.3:8080");
 	config_free(c);
 	setenv("LOCALDNS_TEST_IP", "fd00::7", 1);
-	c = load_ok("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n");
+	c = config_of("metrics: {listen: \"${LOCALDNS_TEST_IP}:9253\"}\n");
 	assert_string_equal(c->metrics.listen, "[fd00::7]:9253");
 	config_free(c);
 	setenv("LOCALDNS_TEST_IP", "not-an-ip", 1);
@@ -650,7 +632,7 @@ static void test_listen_address_from_the_environment(void **state)
 static void test_intercept_and_fallback_endpoints(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("listen: {addresses: [169.254.20.10, \"fd00::10\"]}\n"
+	struct config *c = config_of("listen: {addresses: [169.254.20.10, \"fd00::10\"]}\n"
 				   "nftables:\n  intercept: [10.96.0.10]\n"
 				   "  fallback_endpoints: [10.244.1.5, \"fd00::53\"]\n");
 	assert_int_equal(c->nftables.n_fallback_endpoints, 2);
@@ -673,13 +655,13 @@ static void test_intercept_and_fallback_endpoints(void **state)
 static void test_fallback_service(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("");
+	struct config *c = config_of("");
 	assert_string_equal(c->nftables.fallback_service, "kube-system/kube-dns");
 	config_free(c);
-	c = load_ok("nftables: {fallback_service: dns/coredns-1}\n");
+	c = config_of("nftables: {fallback_service: dns/coredns-1}\n");
 	assert_string_equal(c->nftables.fallback_service, "dns/coredns-1");
 	config_free(c);
-	c = load_ok("nftables: {fallback_service: \"\"}\n");
+	c = config_of("nftables: {fallback_service: \"\"}\n");
 	assert_string_equal(c->nftables.fallback_service, "");
 	config_free(c);
 	expect_error("nftables: {fallback_service: kube-dns}\n",
@@ -697,11 +679,11 @@ static void test_fallback_service(void **state)
 static void test_cluster_coredns_options(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("cluster: {fallthrough: [], ignore_empty_service: true}\n");
+	struct config *c = config_of("cluster: {fallthrough: [], ignore_empty_service: true}\n");
 	assert_int_equal(c->cluster.n_fallthrough, 0);
 	assert_true(c->cluster.ignore_empty_service);
 	config_free(c);
-	c = load_ok("cluster: {fallthrough: [ip6.arpa, 168.192.in-addr.arpa]}\n");
+	c = config_of("cluster: {fallthrough: [ip6.arpa, 168.192.in-addr.arpa]}\n");
 	assert_int_equal(c->cluster.n_fallthrough, 2);
 	config_free(c);
 	expect_error("cluster:\n  fallthrough: [ip6.arpa, cluster.local]\n",
@@ -721,7 +703,7 @@ static void test_cluster_coredns_options(void **state)
 static void test_mesh_and_multicluster(void **state)
 {
 	(void)state;
-	struct config *c = load_ok("mesh: {istio: true, ttl: 10s}\n"
+	struct config *c = config_of("mesh: {istio: true, ttl: 10s}\n"
 				   "multicluster: {enabled: true, domain: ClusterSet.Example.}\n"
 				   "kubernetes: {crd_retry_interval: 5s}\n");
 	assert_true(c->mesh.istio);
@@ -742,7 +724,7 @@ static void test_mesh_and_multicluster(void **state)
 	expect_error("cluster: {domain: local}\nmulticluster: {enabled: true}\n",
 		     "t.yaml:2:15: multicluster.domain clusterset.local and cluster.domain local "
 		     "overlap: each is a zone of its own");
-	c = load_ok("cluster: {domain: xcluster.local}\nmulticluster: {enabled: true, domain: cluster.local}\n");
+	c = config_of("cluster: {domain: xcluster.local}\nmulticluster: {enabled: true, domain: cluster.local}\n");
 	config_free(c); /* labels, not bytes: neither lies below the other */
 	expect_error("kubernetes: {crd_retry_interval: 100ms}\n",
 		     "t.yaml:1:34: kubernetes.crd_retry_interval: \"100ms\" is below the minimum 1s");
@@ -881,7 +863,7 @@ static void test_error_label_and_name_too_long(void **state)
 	label[63] = '\0';
 	snprintf(yaml, sizeof yaml, "static:\n  records:\n    - {name: %s.example, txt: [x]}\n",
 		 label);
-	config_free(load_ok(yaml));
+	config_free(config_of(yaml));
 
 	/* 4 x 63 + 4 dots = 256 characters without the final dot: too long. */
 	snprintf(yaml, sizeof yaml, "cluster:\n  domain: %s.%s.%s.%s.\n", label, label, label,
@@ -907,7 +889,7 @@ static void test_error_txt_too_long(void **state)
 	txt[255] = '\0'; /* exactly 255 bytes is allowed */
 	snprintf(yaml, sizeof yaml, "static:\n  records:\n  - {name: t.example, txt: [%s]}\n",
 		 txt);
-	struct config *c = load_ok(yaml);
+	struct config *c = config_of(yaml);
 	assert_int_equal(strlen(c->statics.records[0].txt[0]), 255);
 	config_free(c);
 }
@@ -1318,8 +1300,8 @@ static const char reload_base[] =
 static void test_diff_names_each_changed_key(void **state)
 {
 	(void)state;
-	struct config *a = load_ok(reload_base);
-	struct config *b = load_ok(
+	struct config *a = config_of(reload_base);
+	struct config *b = config_of(
 		"listen: {addresses: [127.0.0.1, 127.0.0.2], port: 5353, workers: 3}\n"
 		"cache: {size: 2MiB}\n"
 		"static:\n"
@@ -1384,7 +1366,7 @@ static void check_declared(const char *key, unsigned reload, void *arg)
 static void test_every_key_declares_how_a_reload_applies_it(void **state)
 {
 	(void)state;
-	struct declared d = {.running = load_ok(reload_base), .next = load_ok("")};
+	struct declared d = {.running = config_of(reload_base), .next = config_of("")};
 
 	config_each_key(check_declared, &d);
 	assert_true(d.keys > 70);
@@ -1397,8 +1379,8 @@ static void test_diff_of_equal_configs_is_empty(void **state)
 {
 	(void)state;
 	/* Same values written differently and at other positions. */
-	struct config *a = load_ok(reload_base);
-	struct config *b = load_ok(
+	struct config *a = config_of(reload_base);
+	struct config *b = config_of(
 		"kubernetes: {node_name: n1}\n"
 		"upstream:\n"
 		"  forward_zones: {Corp.Internal.: ['10.1.0.1:53']}\n"
@@ -1418,8 +1400,8 @@ static void test_diff_of_equal_configs_is_empty(void **state)
 static void test_copy_key_keeps_a_running_value(void **state)
 {
 	(void)state;
-	struct config *running = load_ok(reload_base);
-	struct config *next = load_ok(
+	struct config *running = config_of(reload_base);
+	struct config *next = config_of(
 		"listen: {addresses: [127.0.0.3], port: 5353, workers: 4}\n"
 		"kubernetes: {node_name: other}\n"
 		"nftables: {fallback_endpoints: [10.96.0.20]}\n");

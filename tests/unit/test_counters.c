@@ -34,8 +34,8 @@ static bool ends_with(const char *s, const char *suffix)
 static void test_every_family_value_comes_from_exactly_one_row(void **state)
 {
 	(void)state;
-	for (size_t t = 0; t < counter_n_tables; t++) {
-		const struct counter_table *table = counter_tables[t];
+	for (size_t t = 0; t < counters_n_tables; t++) {
+		const struct counter_table *table = counters_tables[t];
 		for (size_t i = 0; i < table->n_families; i++) {
 			const struct counter_family *f = table->families[i];
 			unsigned n = f->label ? f->n_values : 1;
@@ -56,8 +56,8 @@ static void test_every_family_value_comes_from_exactly_one_row(void **state)
 static void test_rows_stay_inside_their_family_and_the_values(void **state)
 {
 	(void)state;
-	for (size_t t = 0; t < counter_n_tables; t++) {
-		const struct counter_table *table = counter_tables[t];
+	for (size_t t = 0; t < counters_n_tables; t++) {
+		const struct counter_table *table = counters_tables[t];
 		for (size_t r = 0; r < table->n_rows; r++) {
 			const struct counter *c = &table->rows[r];
 			const char *what = c->stat ? c->stat : c->family->name;
@@ -82,8 +82,8 @@ static void test_rows_stay_inside_their_family_and_the_values(void **state)
 static void test_family_names_follow_type_and_unit(void **state)
 {
 	(void)state;
-	for (size_t t = 0; t < counter_n_tables; t++) {
-		const struct counter_table *table = counter_tables[t];
+	for (size_t t = 0; t < counters_n_tables; t++) {
+		const struct counter_table *table = counters_tables[t];
 		for (size_t i = 0; i < table->n_families; i++) {
 			const struct counter_family *f = table->families[i];
 			char unit[32];
@@ -164,11 +164,11 @@ static void test_the_walks_read_what_the_rows_name(void **state)
 	assert_int_equal(seen_value(&s, "kube_objects_pods"), 0);
 
 	/* /metrics: the family's label order (resolution, bogus, timeout), not ctl's */
-	assert_true(counters_family_value(&counter_upstream, counter_upstream.families[2], 1, &v,
+	assert_true(counters_family_value(&counters_upstream, counters_upstream.families[2], 1, &v,
 					  &value));
-	assert_string_equal(counter_upstream.families[2]->values[1], "bogus");
+	assert_string_equal(counters_upstream.families[2]->values[1], "bogus");
 	assert_int_equal(value, 2);
-	assert_true(counters_family_value(&counter_upstream, counter_upstream.families[2], 2, &v,
+	assert_true(counters_family_value(&counters_upstream, counters_upstream.families[2], 2, &v,
 					  &value));
 	assert_int_equal(value, 5);
 

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <cmocka.h>
 
+#include "address.h"
 #include "dns/dns.h"
 #include "dns64/dns64.h"
 #include "reply.h"
@@ -64,25 +65,11 @@ static void embeds_as_rfc_6052_table(void **state)
 	assert_false(dns64_extract(&off, v6, (uint8_t[4]){0}));
 }
 
-static struct sockaddr_storage peer(const char *ip)
-{
-	struct sockaddr_storage ss = {0};
-
-	if (strchr(ip, ':')) {
-		ss.ss_family = AF_INET6;
-		assert_int_equal(inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&ss)->sin6_addr), 1);
-	} else {
-		ss.ss_family = AF_INET;
-		assert_int_equal(inet_pton(AF_INET, ip, &((struct sockaddr_in *)&ss)->sin_addr), 1);
-	}
-	return ss;
-}
-
 static void applies_to_aaaa_over_ipv6_unless_the_client_validates(void **state)
 {
 	struct dns64_prefix p = prefix("64:ff9b::", 96), off = {.len = 0};
-	struct sockaddr_storage v6 = peer("fd00::7"), v4 = peer("10.0.0.7"),
-				mapped = peer("::ffff:10.0.0.7");
+	struct sockaddr_storage v6 = address_of("fd00::7"), v4 = address_of("10.0.0.7"),
+				mapped = address_of("::ffff:10.0.0.7");
 	struct dns_query q;
 
 	(void)state;

@@ -18,21 +18,12 @@
 #include <cmocka.h>
 
 #include "alloc_count.h"
+#include "config_text.h"
 #include "config/config.h"
 #include "dnstap/dnstap.h"
 #include "dnstap/dnstap.pb-c.h"
 #include "dnstap/internal.h"
 #include "log/log.h"
-
-static struct config *config_with(const char *yaml)
-{
-	char err[CONFIG_ERR_MAX];
-	struct config *cfg = NULL;
-
-	if (config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err) < 0)
-		fail_msg("%s", err);
-	return cfg;
-}
 
 static void config_fails(const char *yaml, const char *want)
 {
@@ -96,7 +87,7 @@ static void client_messages_carry_every_recommended_field(void **state)
 	Dnstap__Dnstap *d;
 
 	(void)state;
-	len = tap_encode(e, DNSTAP_CLIENT_QUERY, &meta, "pod=shop/app", out, sizeof out);
+	len = dnstap_encode(e, DNSTAP_CLIENT_QUERY, &meta, "pod=shop/app", out, sizeof out);
 	assert_true(len > 0);
 	d = decode(out, len);
 	Dnstap__Message *m = d->message;
@@ -121,7 +112,7 @@ static void client_messages_carry_every_recommended_field(void **state)
 	assert_memory_equal(d->extra.data, "pod=shop/app", 12);
 	dnstap__dnstap__free_unpacked(d, NULL);
 
-	len = tap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, NULL, out, sizeof out);
+	len = dnstap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, NULL, out, sizeof out);
 	d = decode(out, len);
 	m = d->message;
 	assert_int_equal(m->type, DNSTAP__MESSAGE__TYPE__CLIENT_RESPONSE);
@@ -134,8 +125,9 @@ static void client_messages_carry_every_recommended_field(void **state)
 	dnstap__dnstap__free_unpacked(d, NULL);
 
 	/* nothing of a kind the record does not hold, or a resolver kind */
-	assert_int_equal(tap_encode(e, DNSTAP_RESOLVER_QUERY, &meta, NULL, out, sizeof out), 0);
-	assert_int_equal(tap_encode(e, DNSTAP_CLIENT_QUERY, &meta, NULL, out, 20), 0); /* no room */
+	assert_int_equal(dnstap_encode(e, DNSTAP_RESOLVER_QUERY, &meta, NULL, out, sizeof out), 0);
+	/* no room */
+	assert_int_equal(dnstap_encode(e, DNSTAP_CLIENT_QUERY, &meta, NULL, out, 20), 0);
 }
 
 static void a_reply_the_resolver_sent_has_no_query_part(void **state)
@@ -149,8 +141,8 @@ static void a_reply_the_resolver_sent_has_no_query_part(void **state)
 	e->family = AF_INET6;
 	inet_pton(AF_INET6, "fd00::7", e->addr);
 	e->transport = QUERY_UDP;
-	assert_int_equal(tap_encode(e, DNSTAP_CLIENT_QUERY, &meta, NULL, out, sizeof out), 0);
-	size_t len = tap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, NULL, out, sizeof out);
+	assert_int_equal(dnstap_encode(e, DNSTAP_CLIENT_QUERY, &meta, NULL, out, sizeof out), 0);
+	size_t len = dnstap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, NULL, out, sizeof out);
 	d = decode(out, len);
 	assert_false(d->has_identity);
 	assert_false(d->has_version);
@@ -173,7 +165,8 @@ static void long_messages_decode_whole(void **state)
 		big[i] = (uint8_t)(i * 7);
 	for (size_t len = 1; len <= sizeof big; len = len * 3 + 1) {
 		const struct tap_entry *e = entry(buf, TAP_CLIENT, query, sizeof query, big, len);
-		size_t n = tap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, "pod=a/b", out, sizeof out);
+		size_t n = dnstap_encode(e, DNSTAP_CLIENT_RESPONSE, &meta, "pod=a/b", out,
+					 sizeof out);
 		Dnstap__Dnstap *d = decode(out, n);
 		assert_int_equal(d->message->response_message.len, len);
 		assert_memory_equal(d->message->response_message.data, big, len);
@@ -194,7 +187,7 @@ static void resolver_messages_are_forwarder_or_resolver_ones(void **state)
 	e->qtype = 28;
 	e->qclass = 1;
 	e->family = 0;
-	size_t len = tap_encode(e, DNSTAP_RESOLVER_QUERY, &meta, NULL, out, sizeof out);
+	size_t len = dnstap_encode(e, DNSTAP_RESOLVER_QUERY, &meta, NULL, out, sizeof out);
 	d = decode(out, len);
 	assert_int_equal(d->message->type, DNSTAP__MESSAGE__TYPE__FORWARDER_QUERY);
 	assert_false(d->message->has_query_address);
@@ -207,15 +200,16 @@ static void resolver_messages_are_forwarder_or_resolver_ones(void **state)
 	dnstap__dnstap__free_unpacked(d, NULL);
 
 	meta.recursive = true;
-	len = tap_encode(e, DNSTAP_RESOLVER_QUERY, &meta, NULL, out, sizeof out);
+	len = dnstap_encode(e, DNSTAP_RESOLVER_QUERY, &meta, NULL, out, sizeof out);
 	d = decode(out, len);
 	assert_int_equal(d->message->type, DNSTAP__MESSAGE__TYPE__RESOLVER_QUERY);
 	dnstap__dnstap__free_unpacked(d, NULL);
-	assert_int_equal(tap_encode(e, DNSTAP_RESOLVER_RESPONSE, &meta, NULL, out, sizeof out), 0);
+	assert_int_equal(dnstap_encode(e, DNSTAP_RESOLVER_RESPONSE, &meta, NULL, out, sizeof out),
+			 0);
 
 	e = entry(buf, TAP_RESOLVER_RESPONSE, NULL, 0, reply, sizeof reply);
 	e->family = 0;
-	len = tap_encode(e, DNSTAP_RESOLVER_RESPONSE, &meta, NULL, out, sizeof out);
+	len = dnstap_encode(e, DNSTAP_RESOLVER_RESPONSE, &meta, NULL, out, sizeof out);
 	d = decode(out, len);
 	assert_int_equal(d->message->type, DNSTAP__MESSAGE__TYPE__RESOLVER_RESPONSE);
 	assert_int_equal(d->message->response_message.len, sizeof reply);
@@ -228,11 +222,11 @@ static void config_keys(void **state)
 	struct config *cfg;
 
 	(void)state;
-	cfg = config_with("dnstap: {socket: /run/tap.sock}\n");
+	cfg = config_of("dnstap: {socket: /run/tap.sock}\n");
 	assert_int_equal(cfg->dnstap.messages, DNSTAP_CLIENT_QUERY | DNSTAP_CLIENT_RESPONSE);
 	assert_int_equal(cfg->dnstap.buffer, 1u << 20);
 	config_free(cfg);
-	cfg = config_with("dnstap: {address: \"127.0.0.1:6000\", identity: x,\n"
+	cfg = config_of("dnstap: {address: \"127.0.0.1:6000\", identity: x,\n"
 			  "  messages: [resolver_response, client_query]}\n");
 	assert_int_equal(cfg->dnstap.messages, DNSTAP_CLIENT_QUERY | DNSTAP_RESOLVER_RESPONSE);
 	assert_string_equal(cfg->dnstap.address, "127.0.0.1:6000");
@@ -240,7 +234,7 @@ static void config_keys(void **state)
 	dnstap_identity(cfg, identity, sizeof identity);
 	assert_string_equal(identity, "x");
 	config_free(cfg);
-	cfg = config_with("kubernetes: {node_name: node-7}\n");
+	cfg = config_of("kubernetes: {node_name: node-7}\n");
 	dnstap_identity(cfg, identity, sizeof identity);
 	assert_string_equal(identity, "node-7"); /* the default: the node's name */
 	config_free(cfg);
@@ -261,7 +255,7 @@ static void config_keys(void **state)
 static void producers_allocate_nothing_and_count_what_does_not_fit(void **state)
 {
 	char err[256];
-	struct config *cfg = config_with("dnstap: {socket: /nonexistent/tap.sock, buffer: 64KiB}\n");
+	struct config *cfg = config_of("dnstap: {socket: /nonexistent/tap.sock, buffer: 64KiB}\n");
 	struct sockaddr_storage client = {.ss_family = AF_INET};
 	uint8_t q[28] = {0}, r[28] = {0};
 

@@ -28,21 +28,22 @@
 #include <urcu/urcu-memb.h>
 
 #include "alloc_count.h"
+#include "ask.h"
 #include "cache/cache.h"
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "config_text.h"
 #include "mesh/mesh.h"
 #include "mesh/objects.h"
 #include "query/query.h"
-#include "reply.h"
 
 #define NOW 1000
 
 static struct cache *cache;
 static struct cluster *cluster;
 static struct mesh *mesh;
-static char resolv_conf[64];
+static char resolv_conf[ASK_PATH_MAX];
 
 static const char *prod_client = "10.1.0.50"; /* a pod of this node in prod */
 static const char *team_client = "10.1.0.51"; /* ... in team */
@@ -169,15 +170,13 @@ static void workload(const char *ns, const char *name, const char *address,
 
 static struct config *load_config(void)
 {
-	char yaml[512], err[CONFIG_ERR_MAX];
-	struct config *cfg;
+	char yaml[512];
 
 	snprintf(yaml, sizeof yaml,
 		 "cluster: {domain: cluster.local, ttl: 5s, autopath: true}\n"
 		 "mesh: {istio: true, ttl: 30s}\n"
 		 "upstream: {resolv_conf: \"%s\"}\n", resolv_conf);
-	assert_int_equal(config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), 0);
-	return cfg;
+	return config_of(yaml);
 }
 
 /* Namespaces prod and team, a client pod in each, a Service shop/db; the
@@ -188,16 +187,10 @@ static int setup(void **state)
 				  .negative_max_ttl = 3600, .servfail_ttl = 5};
 	struct config *cfg;
 	char err[CONFIG_ERR_MAX];
-	int fd;
 
 	(void)state;
 	urcu_memb_register_thread();
-	snprintf(resolv_conf, sizeof resolv_conf, "/tmp/localdns-mesh-resolv-XXXXXX");
-	fd = mkstemp(resolv_conf);
-	assert_true(fd >= 0);
-	static const char text[] = "nameserver 192.0.2.53\nsearch corp.internal\n";
-	assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-	close(fd);
+	ask_resolv_conf(resolv_conf, "mesh", "nameserver 192.0.2.53\nsearch corp.internal\n");
 
 	cfg = load_config();
 	cluster = cluster_new(cfg, err, sizeof err);
@@ -241,66 +234,16 @@ static int teardown(void **state)
 
 /* ---- asking ----------------------------------------------------------------- */
 
-static const struct sockaddr_storage *peer(const char *ip)
-{
-	static struct sockaddr_storage ss;
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-
-	memset(&ss, 0, sizeof ss);
-	v4->sin_family = AF_INET;
-	assert_int_equal(inet_pton(AF_INET, ip, &v4->sin_addr), 1);
-	return &ss;
-}
-
-static size_t query_packet(uint8_t *buf, const char *name, uint16_t qtype)
-{
-	static const uint8_t header[DNS_HEADER_LEN] = {0xbe, 0xef, DNS_F_RD >> 8, 0, 0, 1};
-	size_t n = DNS_HEADER_LEN;
-
-	memcpy(buf, header, sizeof header);
-	for (const char *label = name; *label;) {
-		size_t len = strcspn(label, ".");
-		buf[n++] = (uint8_t)len;
-		memcpy(buf + n, label, len);
-		n += len;
-		label += len + (label[len] == '.');
-	}
-	buf[n++] = 0;
-	buf[n++] = (uint8_t)(qtype >> 8);
-	buf[n++] = (uint8_t)qtype;
-	buf[n++] = 0;
-	buf[n++] = DNS_C_IN;
-	return n;
-}
-
-struct outcome {
-	struct reply r;
-	enum query_upstream upstream;
-	enum query_source source;
-};
-
 static struct upstream_request request;
 
-static void ask(const char *name, uint16_t qtype, const char *ip, struct outcome *o)
+/* Ask name/qtype from a client at ip (NULL: no address) over UDP. */
+static void ask(const char *name, uint16_t qtype, const char *ip, struct asked *o)
 {
-	uint8_t in[512];
-	size_t inlen = query_packet(in, name, qtype);
-	struct query_stats st = {0};
-	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? peer(ip) : NULL,
-				.stats = &st, .now = NOW, .request = &request};
-
-	urcu_memb_read_lock();
-	o->r.len = query_handle(in, inlen, o->r.buf, sizeof o->r.buf, &ctx);
-	urcu_memb_read_unlock();
-	o->upstream = ctx.upstream;
-	o->source = ctx.source;
-	o->r.v = NULL;
-	if (o->r.len)
-		read_reply(&o->r);
+	ask_path(name, qtype, ip, NOW, &request, o);
 }
 
 /* The answer's addresses of the asked type, in order, space-separated. */
-static const char *addresses(const struct outcome *o)
+static const char *addresses(const struct asked *o)
 {
 	static char text[1024];
 	size_t used = 0;
@@ -322,7 +265,7 @@ static const char *addresses(const struct outcome *o)
 /* The mesh answered: AA, NOERROR, TTL 30, these addresses ("" for NODATA). */
 static void assert_mesh(const char *name, uint16_t qtype, const char *ip, const char *want)
 {
-	struct outcome o;
+	struct asked o;
 
 	ask(name, qtype, ip, &o);
 	if (o.source != QUERY_SOURCE_MESH)
@@ -338,7 +281,7 @@ static void assert_mesh(const char *name, uint16_t qtype, const char *ip, const 
 /* Not the mesh's: the name goes upstream like any external name. */
 static void assert_upstream(const char *name, uint16_t qtype, const char *ip)
 {
-	struct outcome o;
+	struct asked o;
 
 	ask(name, qtype, ip, &o);
 	assert_int_equal(o.source, QUERY_SOURCE_UPSTREAM);
@@ -347,7 +290,7 @@ static void assert_upstream(const char *name, uint16_t qtype, const char *ip)
 
 static void assert_nxdomain(const char *name, uint16_t qtype, const char *ip)
 {
-	struct outcome o;
+	struct asked o;
 
 	ask(name, qtype, ip, &o);
 	assert_int_equal(o.source, QUERY_SOURCE_CLUSTER);
@@ -521,7 +464,7 @@ static void test_own_namespace_wins_then_the_oldest(void **state)
 
 static void test_a_service_wins_over_entries(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	entry("prod", "k8s", T0, "",
@@ -542,7 +485,7 @@ static void test_a_service_wins_over_entries(void **state)
 
 static void test_wildcards_answer_names_below_them(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	entry("prod", "wild", T0, "", SE_HOSTS("\"*.example.net\"") ",\"addresses\":[\"192.0.2.30\"]",
@@ -604,7 +547,7 @@ static void test_export_to_by_the_clients_namespace(void **state)
 
 static void test_search_path_alias_for_pods_of_that_namespace(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	entry("prod", "api", T0, "",
@@ -638,7 +581,7 @@ static void test_search_path_alias_for_pods_of_that_namespace(void **state)
 
 static void test_autopath_candidates_include_mesh_hosts(void **state)
 {
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	entry("prod", "corp", T0, "",
@@ -710,22 +653,21 @@ static bool whole_state(const char *got)
  */
 static enum query_source reader_ask(const char *name, const char *ip, char *text, size_t cap)
 {
-	uint8_t in[512], out[1232];
-	struct sockaddr_storage ss = {0};
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
+	struct pkt in;
+	uint8_t out[1232];
+	struct sockaddr_storage ss = address_of(ip);
 	struct upstream_request req;
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &ss, .stats = &st, .now = NOW,
 				.request = &req};
-	size_t inlen = query_packet(in, name, DNS_T_A), len, pos, used = 0;
+	size_t len, pos, used = 0;
 
-	v4->sin_family = AF_INET;
-	inet_pton(AF_INET, ip, &v4->sin_addr);
+	ask_query(&in, name, DNS_T_A);
 	urcu_memb_read_lock();
-	len = query_handle(in, inlen, out, sizeof out, &ctx);
+	len = query_handle(in.b, in.len, out, sizeof out, &ctx);
 	urcu_memb_read_unlock();
 	text[0] = '\0';
-	pos = inlen;
+	pos = in.len;
 	for (unsigned an = len ? rd16(out + 6) : 0; an--;) {
 		pos += (out[pos] & 0xc0) == 0xc0 ? 2 : dns_name_len(out + pos);
 		uint16_t type = rd16(out + pos), rdlen = rd16(out + pos + 8);
@@ -836,7 +778,7 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 		{"www.elsewhere.org", DNS_T_A, NULL},                    /* no host */
 		{"db.vms.internal", DNS_T_A, "10.1.0.50"},               /* headless */
 	};
-	struct outcome o;
+	struct asked o;
 
 	(void)state;
 	if (!alloc_counting_works()) {

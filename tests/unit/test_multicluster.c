@@ -72,8 +72,7 @@ static int setup(void **state)
 
 	(void)state;
 	urcu_memb_register_thread();
-	assert_int_equal(config_load_string("t.yaml", config_yaml, strlen(config_yaml), &cfg, err,
-					    sizeof err), 0);
+	cfg = config_of(config_yaml);
 	set = cluster_new_clusterset(cfg, err, sizeof err);
 	config_free(cfg);
 	assert_non_null(set);
@@ -228,8 +227,7 @@ static void test_the_pipeline_asks_the_clusterset_after_the_cluster_zone(void **
 
 	(void)state;
 	cluster_set_synced(set);
-	assert_int_equal(config_load_string("t.yaml", config_yaml, strlen(config_yaml), &cfg, err,
-					    sizeof err), 0);
+	cfg = config_of(config_yaml);
 	zone = cluster_new(cfg, err, sizeof err);
 	assert_non_null(zone);
 	cluster_set_synced(zone);

@@ -13,18 +13,8 @@
 #include <cmocka.h>
 
 #include "config/config.h"
+#include "config_text.h"
 #include "nft/plan.h"
-
-static struct config *load(const char *yaml)
-{
-	char err[CONFIG_ERR_MAX] = "";
-	struct config *cfg = NULL;
-
-	if (config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err) != 0)
-		print_error("unexpected error: %s\n", err);
-	assert_non_null(cfg);
-	return cfg;
-}
 
 static void assert_set(const struct nft_plan *p, enum nft_set_role role, int family,
 		       const char *name, const char *const *texts, size_t n)
@@ -41,7 +31,7 @@ static void assert_set(const struct nft_plan *p, enum nft_set_role role, int fam
 static void test_sets_split_by_role_and_family(void **state)
 {
 	(void)state;
-	struct config *c = load("listen: {addresses: [169.254.20.10, \"fd00::10\"], port: 5353}\n"
+	struct config *c = config_of("listen: {addresses: [169.254.20.10, \"fd00::10\"], port: 5353}\n"
 				"nftables: {table: ldns, intercept: [10.96.0.10, \"fd00:96::a\"]}\n");
 	struct config_ip eps[2];
 	const char *why;
@@ -88,7 +78,7 @@ static size_t count_rules(const struct nft_plan *p, enum nft_chain_id chain, int
 static void test_rules_per_chain(void **state)
 {
 	(void)state;
-	struct config *c = load("listen: {addresses: [169.254.20.10]}\n");
+	struct config *c = config_of("listen: {addresses: [169.254.20.10]}\n");
 	struct config_ip ep;
 	const char *why;
 	struct nft_plan p;
@@ -149,10 +139,10 @@ static void test_rules_per_chain(void **state)
 static void test_fingerprint_follows_content(void **state)
 {
 	(void)state;
-	struct config *a = load("listen: {addresses: [169.254.20.10]}\n");
-	struct config *same = load("listen: {addresses: [169.254.20.10]}\n");
-	struct config *other_port = load("listen: {addresses: [169.254.20.10], port: 54}\n");
-	struct config *intercept = load("listen: {addresses: [169.254.20.10]}\n"
+	struct config *a = config_of("listen: {addresses: [169.254.20.10]}\n");
+	struct config *same = config_of("listen: {addresses: [169.254.20.10]}\n");
+	struct config *other_port = config_of("listen: {addresses: [169.254.20.10], port: 54}\n");
+	struct config *intercept = config_of("listen: {addresses: [169.254.20.10]}\n"
 					"nftables: {intercept: [10.96.0.10]}\n");
 	struct config_ip ep;
 	const char *why;

@@ -23,6 +23,7 @@
 #include "dns/dns.h"
 #include "query/query.h"
 
+#include "address.h"
 #include "alloc_count.h"
 #include "msg_view.h"
 
@@ -268,21 +269,13 @@ static void test_without_a_cache_non_local_names_are_refused(void **state)
 /* The rcode a client at addr (IPv4 or IPv6 text) gets for a static name. */
 static int rcode_from(const char *addr)
 {
-	struct sockaddr_storage peer = {0};
-	struct sockaddr_in *v4 = (struct sockaddr_in *)&peer;
-	struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&peer;
+	struct sockaddr_storage peer = address_of(addr);
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &peer, .stats = &st, .now = NOW,
 				.request = &last_request};
 	struct msg m;
 	struct answer a;
 
-	if (inet_pton(AF_INET, addr, &v4->sin_addr) == 1)
-		v4->sin_family = AF_INET;
-	else if (inet_pton(AF_INET6, addr, &v6->sin6_addr) == 1)
-		v6->sin6_family = AF_INET6;
-	else
-		fail_msg("bad address %s", addr);
 	build_query(&m, "db.prod.svc.cluster.local", DNS_T_A, DNS_C_IN, DNS_F_RD, -1, 0);
 	urcu_memb_read_lock();
 	a.len = query_handle(m.buf, m.len, a.buf, sizeof a.buf, &ctx);

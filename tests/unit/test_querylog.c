@@ -20,26 +20,17 @@
 #include <json-c/json.h>
 
 #include "alloc_count.h"
+#include "config_text.h"
 #include "config/config.h"
 #include "log/log.h"
 #include "querylog/querylog.h"
 
 #include "stderr_capture.h"
 
-static struct config *config_with(const char *yaml)
-{
-	char err[CONFIG_ERR_MAX];
-	struct config *cfg = NULL;
-
-	if (config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err) < 0)
-		fail_msg("%s", err);
-	return cfg;
-}
-
 static void start(const char *yaml, unsigned workers)
 {
 	char err[256];
-	struct config *cfg = config_with(yaml);
+	struct config *cfg = config_of(yaml);
 
 	log_setup((enum log_level)cfg->log.level, (enum log_format)cfg->log.format);
 	if (querylog_start(cfg, workers, err, sizeof err) < 0)

@@ -1,5 +1,5 @@
 /*
- * netlink/iface — the link and the addresses localdns serves on, through
+ * iface — the link and the addresses localdns serves on, through
  * rtnetlink (libnl-route-3).
  *
  * Owns: creating the link `interface.name` (kind dummy) and bringing it up,
@@ -18,8 +18,8 @@
  * serialises with a mutex, then teardown on the main thread after the
  * monitor has stopped).
  */
-#ifndef LOCALDNS_NETLINK_IFACE_H
-#define LOCALDNS_NETLINK_IFACE_H
+#ifndef LOCALDNS_IFACE_H
+#define LOCALDNS_IFACE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * netlink/iface.c — see iface.h.
+ * iface/iface.c — see iface.h.
  *
  * Every operation re-reads the kernel's state instead of trusting a copy:
  * "ensure" (used for start-up and for repairs alike) looks the link up by
@@ -8,7 +8,7 @@
  * place, and our own additions (which come back to us as events) cost one
  * look-up that changes nothing.
  */
-#include "netlink/iface.h"
+#include "iface/iface.h"
 
 #include <errno.h>
 #include <linux/if.h>
