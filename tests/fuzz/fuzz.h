@@ -30,16 +30,16 @@
 		} \
 	} while (0)
 
-/* Whether fd turns readable within ms: for the targets that talk to a
+/* Whether fd reports events within ms: for the targets that talk to a
  * server of ours over a socket (libFuzzer's -timeout alarm interrupts
  * poll every few seconds, so an EINTR waits on). */
-static inline bool fuzz_readable_in_time(int fd, long ms)
+static inline bool fuzz_ready_in_time(int fd, short events, long ms)
 {
 	struct timespec start, now;
 
 	clock_gettime(CLOCK_MONOTONIC, &start);
 	for (;;) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
+		struct pollfd p = {.fd = fd, .events = events};
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		long spent = (now.tv_sec - start.tv_sec) * 1000 +
 			     (now.tv_nsec - start.tv_nsec) / 1000000;
@@ -51,6 +51,16 @@ static inline bool fuzz_readable_in_time(int fd, long ms)
 		if (rc < 0 && errno != EINTR)
 			return false;
 	}
+}
+
+static inline bool fuzz_readable_in_time(int fd, long ms)
+{
+	return fuzz_ready_in_time(fd, POLLIN, ms);
+}
+
+static inline bool fuzz_writable_in_time(int fd, long ms)
+{
+	return fuzz_ready_in_time(fd, POLLOUT, ms);
 }
 
 static inline uint16_t fuzz_get16(const uint8_t *p)
