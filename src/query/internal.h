@@ -16,7 +16,7 @@ void query_cache_result(enum cache_result r, struct query_ctx *ctx);
 /*
  * A CNAME chain leaving local data (an ExternalName): the joined answer
  * from the cache, else from the resolver; without an upstream path, or
- * when the names do not fit the request, the CNAMEs in w are the answer.
+ * when the names do not fit the ask, the CNAMEs in w are the answer.
  * first, when not NULL, is a CNAME target before the chain's own
  * (autopath's candidate).
  */
@@ -36,8 +36,8 @@ enum query_mesh_ask {
 bool query_answer_mesh(const struct dns_query *q, const struct query_sources *s,
 		       struct dns_writer *w, struct query_ctx *ctx, enum query_mesh_ask ask);
 
-/* Append a name to the request's chain; false when it does not fit. */
-bool query_chain_append(struct upstream_request *r, const uint8_t *name);
+/* Append a name to the ask's chain; false when it does not fit. */
+bool query_chain_append(struct query_ask *r, const uint8_t *name);
 
 /*
  * w holds q's NXDOMAIN from the cluster table. When q is the first search

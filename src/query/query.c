@@ -241,7 +241,7 @@ void query_cache_result(enum cache_result r, struct query_ctx *ctx)
 	}
 }
 
-bool query_chain_append(struct upstream_request *r, const uint8_t *name)
+bool query_chain_append(struct query_ask *r, const uint8_t *name)
 {
 	size_t n = dns_name_len(name);
 
@@ -252,8 +252,8 @@ bool query_chain_append(struct upstream_request *r, const uint8_t *name)
 	return true;
 }
 
-/* The chain's targets (after first, if any) into the request; false when they do not fit. */
-static bool copy_chain(struct upstream_request *r, const uint8_t *first,
+/* The chain's targets (after first, if any) into the ask; false when they do not fit. */
+static bool copy_chain(struct query_ask *r, const uint8_t *first,
 		       const struct cluster_chase *chase)
 {
 	r->chain_len = 0;
@@ -275,7 +275,7 @@ void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
 			struct query_ctx *ctx, const uint8_t *first,
 			const struct cluster_chase *chase)
 {
-	if (!s->cache || !copy_chain(ctx->request, first, chase)) {
+	if (!s->cache || !copy_chain(ctx->ask, first, chase)) {
 		ctx->source = QUERY_SOURCE_CLUSTER;
 		return;
 	}
@@ -358,10 +358,10 @@ static void answer_in(const struct query_prepared *p, const struct query_sources
 	const struct dns_query *q = &p->q;
 	struct cluster_chase chase;
 
-	if (ctx->request) { /* the worker's request is reused: nothing carries over */
-		ctx->request->chain_len = 0;
-		ctx->request->search = false;
-		ctx->request->nxdomain_len = 0;
+	if (ctx->ask) { /* the worker's ask is reused: nothing carries over */
+		ctx->ask->chain_len = 0;
+		ctx->ask->search = false;
+		ctx->ask->nxdomain_len = 0;
 	}
 	if (s->dns64.len && query_dns64_ptr(s, q, w, ctx)) /* dns64.c */
 		return;
@@ -427,9 +427,9 @@ static bool make_cookie(uint8_t cookie[DNS_SERVER_COOKIE_LEN], const struct dns_
 }
 
 /* Everything the resolver needs to write this client's reply later. */
-static void fill_request(struct upstream_request *r, const struct dns_query *q,
-			 const struct query_sources *s, const struct sockaddr_storage *peer,
-			 size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
+static void fill_ask(struct query_ask *r, const struct dns_query *q,
+		     const struct query_sources *s, const struct sockaddr_storage *peer,
+		     size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
 {
 	static const struct dns64_prefix off;
 
@@ -481,7 +481,7 @@ static size_t answer(const struct query_prepared *p, bool bad_version,
 		}
 	}
 	if (ctx->upstream != QUERY_UPSTREAM_NONE)
-		fill_request(ctx->request, q, s, ctx->peer, limit, has_cookie, cookie);
+		fill_ask(ctx->ask, q, s, ctx->peer, limit, has_cookie, cookie);
 	return ctx->upstream == QUERY_UPSTREAM_ASK ? 0 : len;
 }
 

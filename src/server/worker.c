@@ -103,7 +103,7 @@ void worker_query_ctx(struct worker *w, struct query_ctx *ctx, enum query_transp
 		.stats = &w->stats,
 		.now = w->now_ms / 1000,
 		.serve_stale = upstream_failing(w->server->upstream),
-		.request = &w->request,
+		.ask = &w->request.ask,
 	};
 }
 
@@ -175,7 +175,7 @@ void worker_note_top(struct worker *w, const struct query_ctx *ctx,
 	if (!top_sample(&w->top_sampler))
 		return;
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) /* its rcode comes with the resolver's reply */
-		top_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
+		top_note(w->id, peer, w->request.ask.q.qname, w->request.ask.q.qname_len, -1);
 	else
 		top_note_reply(w->id, peer, reply, len);
 }

@@ -190,15 +190,15 @@ static struct flight *new_flight(struct flights *t, const struct upstream_reques
 	struct flight_table *table = &t->table;
 	struct flight *f;
 
-	if (table->count >= MAX_FLIGHTS || !(f = calloc(1, sizeof *f + r->chain_len)))
+	if (table->count >= MAX_FLIGHTS || !(f = calloc(1, sizeof *f + r->ask.chain_len)))
 		return NULL;
 	f->table = t;
 	f->hash = h;
-	f->q = r->q;
-	memcpy(f->chain, r->chain, r->chain_len);
-	f->chain_len = r->chain_len;
-	f->chain_ttl = r->chain_ttl;
-	f->search = r->search;
+	f->q = r->ask.q;
+	memcpy(f->chain, r->ask.chain, r->ask.chain_len);
+	f->chain_len = r->ask.chain_len;
+	f->chain_ttl = r->ask.chain_ttl;
+	f->search = r->ask.search;
 	f->owner = owner;
 	if (owner != NO_CLIENT)
 		t->clients[owner].flights++;
@@ -448,7 +448,8 @@ static bool stale_soon(struct flights *t, const struct upstream_request *r, uint
 {
 	uint32_t timer = cache_stale_answer_ms(t->cache);
 
-	if (timer == 0 || timer >= t->set.timeout_ms || cache_probe(t, &r->q, true) != CACHE_STALE)
+	if (timer == 0 || timer >= t->set.timeout_ms ||
+	    cache_probe(t, &r->ask.q, true) != CACHE_STALE)
 		return false;
 	*ms = timer;
 	return true;
@@ -537,7 +538,7 @@ static void answer_or_follow(struct flights *t, struct flight *f, const struct f
 		uint64_t deadline_ms = w->deadline_ms;
 
 		upstream_request_unpack(w->req, &t->waiting);
-		if (!wanted || !t->waiting.dns64.len || t->waiting.dns64_a) {
+		if (!wanted || !t->waiting.ask.dns64.len || t->waiting.ask.dns64_a) {
 			t->io.reply(t->io.reply_env, worker, &t->waiting, a, t->now_ms);
 			remove_waiter(t, w);
 			continue;
@@ -811,12 +812,12 @@ static unsigned refresh_limit(const struct flights *t)
 
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms)
 {
-	uint64_t h = flight_table_hash(&t->table, &r->q);
+	uint64_t h = flight_table_hash(&t->table, &r->ask.q);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
 	t->now_ms = now_ms;
-	f = find_flight(t, &r->q, h);
+	f = find_flight(t, &r->ask.q, h);
 	if (f && (f->asked || f->queued || f->failed_until_ms > t->now_ms))
 		return;
 	if (client_full(t, client, true)) {
@@ -866,7 +867,7 @@ static bool make_room(struct flights *t, uint16_t client)
 static void join_or_ask(struct flights *t, unsigned worker, const struct upstream_request *key,
 			const struct upstream_request *r, uint64_t deadline_ms)
 {
-	uint64_t h = flight_table_hash(&t->table, &key->q);
+	uint64_t h = flight_table_hash(&t->table, &key->ask.q);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
@@ -875,7 +876,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 		limit_client(t, worker, r);
 		return;
 	}
-	f = find_flight(t, &key->q, h);
+	f = find_flight(t, &key->ask.q, h);
 	if (f && (f->asked || f->queued)) {
 		if (client_full(t, client, false)) {
 			limit_client(t, worker, r);
@@ -888,8 +889,8 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 	}
 	/* Answered since the worker looked? (For DNS64, a live AAAA answer
 	 * without AAAA records means the A question.) */
-	if (cache_probe(t, &key->q, false) != CACHE_MISS) {
-		if (r->dns64_a || !r->dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
+	if (cache_probe(t, &key->ask.q, false) != CACHE_MISS) {
+		if (r->ask.dns64_a || !r->ask.dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
 		    !follow_to_a(t, worker, r, t->probe, t->probe_len, deadline_ms))
 			reply(t, worker, r, FLIGHT_REPLY_CACHED);
 		return;
@@ -936,21 +937,21 @@ static bool follow_to_a(struct flights *t, unsigned worker, const struct upstrea
 {
 	struct upstream_request *wait = &t->dns64_wait, *key = &t->dns64_key;
 	uint8_t end[DNS_MAX_NAME];
-	size_t n = dns64_chain_end(aaaa, len, r->q.qname, end);
+	size_t n = dns64_chain_end(aaaa, len, r->ask.q.qname, end);
 
 	if (n == 0)
 		return false;
 	*wait = *r;
-	memcpy(wait->chain, end, n);
-	wait->chain_len = (uint16_t)n;
-	wait->search = false;
-	wait->dns64_a = true;
+	memcpy(wait->ask.chain, end, n);
+	wait->ask.chain_len = (uint16_t)n;
+	wait->ask.search = false;
+	wait->ask.dns64_a = true;
 	*key = *wait;
-	dns_query_set_name(&key->q, end);
-	key->q.qtype = DNS_T_A;
-	key->chain_len = 0;
-	key->dns64.len = 0;
-	key->dns64_a = false;
+	dns_query_set_name(&key->ask.q, end);
+	key->ask.q.qtype = DNS_T_A;
+	key->ask.chain_len = 0;
+	key->ask.dns64.len = 0;
+	key->ask.dns64_a = false;
 	join_or_ask(t, worker, key, wait, deadline_ms);
 	return true;
 }

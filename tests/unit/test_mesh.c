@@ -279,7 +279,7 @@ struct outcome {
 	enum query_source source;
 };
 
-static struct upstream_request request;
+static struct query_ask request;
 
 static void ask(const char *name, uint16_t qtype, const char *ip, struct outcome *o)
 {
@@ -287,7 +287,7 @@ static void ask(const char *name, uint16_t qtype, const char *ip, struct outcome
 	size_t inlen = query_packet(in, name, qtype);
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? peer(ip) : NULL,
-				.stats = &st, .now = NOW, .request = &request};
+				.stats = &st, .now = NOW, .ask = &request};
 
 	urcu_memb_read_lock();
 	o->r.len = query_handle(in, inlen, o->r.buf, sizeof o->r.buf, &ctx);
@@ -713,10 +713,10 @@ static enum query_source reader_ask(const char *name, const char *ip, char *text
 	uint8_t in[512], out[1232];
 	struct sockaddr_storage ss = {0};
 	struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-	struct upstream_request req;
+	struct query_ask req;
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &ss, .stats = &st, .now = NOW,
-				.request = &req};
+				.ask = &req};
 	size_t inlen = query_packet(in, name, DNS_T_A), len, pos, used = 0;
 
 	v4->sin_family = AF_INET;

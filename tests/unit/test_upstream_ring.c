@@ -27,37 +27,37 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 			 size_t chain_len, size_t nxdomain_len, size_t cookie_len, bool v6)
 {
 	memset(r, 0, sizeof *r);
-	r->q.id = (uint16_t)seq;
-	r->q.flags = 0x0100;
-	r->q.question_ok = true;
-	r->q.qtype = (uint16_t)(1 + seq % 50);
-	r->q.qclass = 1;
-	r->q.qname_len = (uint16_t)qname_len;
-	r->q.qname_labels = (uint8_t)(seq % 100);
+	r->ask.q.id = (uint16_t)seq;
+	r->ask.q.flags = 0x0100;
+	r->ask.q.question_ok = true;
+	r->ask.q.qtype = (uint16_t)(1 + seq % 50);
+	r->ask.q.qclass = 1;
+	r->ask.q.qname_len = (uint16_t)qname_len;
+	r->ask.q.qname_labels = (uint8_t)(seq % 100);
 	for (size_t i = 0; i < qname_len; i++) {
-		r->q.qname[i] = (uint8_t)('a' + (seq + i) % 26);
-		r->q.qname_orig[i] = (uint8_t)('A' + (seq + i) % 26);
+		r->ask.q.qname[i] = (uint8_t)('a' + (seq + i) % 26);
+		r->ask.q.qname_orig[i] = (uint8_t)('A' + (seq + i) % 26);
 	}
-	r->q.has_edns = seq & 1;
-	r->q.edns_version = 0;
-	r->q.edns_do = seq & 2;
-	r->q.edns_udp_size = (uint16_t)(512 + seq % 4000);
-	r->q.cookie_len = (uint8_t)cookie_len;
+	r->ask.q.has_edns = seq & 1;
+	r->ask.q.edns_version = 0;
+	r->ask.q.edns_do = seq & 2;
+	r->ask.q.edns_udp_size = (uint16_t)(512 + seq % 4000);
+	r->ask.q.cookie_len = (uint8_t)cookie_len;
 	for (size_t i = 0; i < cookie_len; i++)
-		r->q.cookie[i] = (uint8_t)(seq * 7 + i);
-	r->chain_len = (uint16_t)chain_len;
+		r->ask.q.cookie[i] = (uint8_t)(seq * 7 + i);
+	r->ask.chain_len = (uint16_t)chain_len;
 	for (size_t i = 0; i < chain_len; i++)
-		r->chain[i] = (uint8_t)(seq * 3 + i);
-	r->chain_ttl = seq * 11;
-	r->search = seq & 4;
-	r->nxdomain_len = (uint8_t)nxdomain_len;
+		r->ask.chain[i] = (uint8_t)(seq * 3 + i);
+	r->ask.chain_ttl = seq * 11;
+	r->ask.search = seq & 4;
+	r->ask.nxdomain_len = (uint8_t)nxdomain_len;
 	for (size_t i = 0; i < nxdomain_len; i++)
-		r->nxdomain[i] = (uint8_t)(seq + 5 * i);
-	r->reply_limit = 512 + seq % 65000;
-	r->udp_payload = 1232;
-	r->has_cookie = seq & 8;
-	for (size_t i = 0; i < sizeof r->cookie; i++)
-		r->cookie[i] = (uint8_t)(seq ^ i);
+		r->ask.nxdomain[i] = (uint8_t)(seq + 5 * i);
+	r->ask.reply_limit = 512 + seq % 65000;
+	r->ask.udp_payload = 1232;
+	r->ask.has_cookie = seq & 8;
+	for (size_t i = 0; i < sizeof r->ask.cookie; i++)
+		r->ask.cookie[i] = (uint8_t)(seq ^ i);
 	r->transport = (enum upstream_transport)(seq % 3);
 	r->fd = (int)(seq % 1000);
 	if (v6) {
@@ -81,34 +81,34 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 /* The same request, comparing only the bytes the lengths say are used. */
 static void assert_same(const struct upstream_request *a, const struct upstream_request *b)
 {
-	assert_int_equal(a->q.id, b->q.id);
-	assert_int_equal(a->q.flags, b->q.flags);
-	assert_int_equal(a->q.question_ok, b->q.question_ok);
-	assert_int_equal(a->q.qtype, b->q.qtype);
-	assert_int_equal(a->q.qclass, b->q.qclass);
-	assert_int_equal(a->q.qname_len, b->q.qname_len);
-	assert_int_equal(a->q.qname_labels, b->q.qname_labels);
-	assert_memory_equal(a->q.qname, b->q.qname, a->q.qname_len);
-	assert_memory_equal(a->q.qname_orig, b->q.qname_orig, a->q.qname_len);
-	assert_int_equal(a->q.has_edns, b->q.has_edns);
-	assert_int_equal(a->q.edns_version, b->q.edns_version);
-	assert_int_equal(a->q.edns_do, b->q.edns_do);
-	assert_int_equal(a->q.edns_udp_size, b->q.edns_udp_size);
-	assert_int_equal(a->q.cookie_len, b->q.cookie_len);
-	if (a->q.cookie_len)
-		assert_memory_equal(a->q.cookie, b->q.cookie, a->q.cookie_len);
-	assert_int_equal(a->chain_len, b->chain_len);
-	if (a->chain_len)
-		assert_memory_equal(a->chain, b->chain, a->chain_len);
-	assert_int_equal(a->chain_ttl, b->chain_ttl);
-	assert_int_equal(a->search, b->search);
-	assert_int_equal(a->nxdomain_len, b->nxdomain_len);
-	if (a->nxdomain_len)
-		assert_memory_equal(a->nxdomain, b->nxdomain, a->nxdomain_len);
-	assert_int_equal(a->reply_limit, b->reply_limit);
-	assert_int_equal(a->udp_payload, b->udp_payload);
-	assert_int_equal(a->has_cookie, b->has_cookie);
-	assert_memory_equal(a->cookie, b->cookie, sizeof a->cookie);
+	assert_int_equal(a->ask.q.id, b->ask.q.id);
+	assert_int_equal(a->ask.q.flags, b->ask.q.flags);
+	assert_int_equal(a->ask.q.question_ok, b->ask.q.question_ok);
+	assert_int_equal(a->ask.q.qtype, b->ask.q.qtype);
+	assert_int_equal(a->ask.q.qclass, b->ask.q.qclass);
+	assert_int_equal(a->ask.q.qname_len, b->ask.q.qname_len);
+	assert_int_equal(a->ask.q.qname_labels, b->ask.q.qname_labels);
+	assert_memory_equal(a->ask.q.qname, b->ask.q.qname, a->ask.q.qname_len);
+	assert_memory_equal(a->ask.q.qname_orig, b->ask.q.qname_orig, a->ask.q.qname_len);
+	assert_int_equal(a->ask.q.has_edns, b->ask.q.has_edns);
+	assert_int_equal(a->ask.q.edns_version, b->ask.q.edns_version);
+	assert_int_equal(a->ask.q.edns_do, b->ask.q.edns_do);
+	assert_int_equal(a->ask.q.edns_udp_size, b->ask.q.edns_udp_size);
+	assert_int_equal(a->ask.q.cookie_len, b->ask.q.cookie_len);
+	if (a->ask.q.cookie_len)
+		assert_memory_equal(a->ask.q.cookie, b->ask.q.cookie, a->ask.q.cookie_len);
+	assert_int_equal(a->ask.chain_len, b->ask.chain_len);
+	if (a->ask.chain_len)
+		assert_memory_equal(a->ask.chain, b->ask.chain, a->ask.chain_len);
+	assert_int_equal(a->ask.chain_ttl, b->ask.chain_ttl);
+	assert_int_equal(a->ask.search, b->ask.search);
+	assert_int_equal(a->ask.nxdomain_len, b->ask.nxdomain_len);
+	if (a->ask.nxdomain_len)
+		assert_memory_equal(a->ask.nxdomain, b->ask.nxdomain, a->ask.nxdomain_len);
+	assert_int_equal(a->ask.reply_limit, b->ask.reply_limit);
+	assert_int_equal(a->ask.udp_payload, b->ask.udp_payload);
+	assert_int_equal(a->ask.has_cookie, b->ask.has_cookie);
+	assert_memory_equal(a->ask.cookie, b->ask.cookie, sizeof a->ask.cookie);
 	assert_int_equal(a->transport, b->transport);
 	assert_int_equal(a->fd, b->fd);
 	assert_int_equal(a->peer_len, b->peer_len);
@@ -124,8 +124,8 @@ static void varied_request(struct upstream_request *r, uint32_t seq)
 	bool largest = seq % 97 == 0;
 
 	make_request(r, seq, largest ? DNS_MAX_NAME : 2 + seq % 60,
-		     largest ? UPSTREAM_CHAIN_MAX : (seq % 5 == 0 ? seq % 300 : 0),
-		     largest ? UPSTREAM_NXDOMAIN_MAX : (seq % 7 == 0 ? 54 : 0),
+		     largest ? QUERY_CHAIN_MAX : (seq % 5 == 0 ? seq % 300 : 0),
+		     largest ? QUERY_NXDOMAIN_MAX : (seq % 7 == 0 ? 54 : 0),
 		     largest ? DNS_COOKIE_MAX : (seq % 3 == 0 ? 24 : 0), largest || seq % 2);
 }
 
@@ -138,7 +138,7 @@ static void test_every_field_survives_the_ring(void **state)
 
 	assert_non_null(ring);
 	assert_false(request_ring_take(ring, &out));
-	make_request(&in, 42, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+	make_request(&in, 42, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 		     DNS_COOKIE_MAX, true);
 	assert_true(request_ring_put(ring, &in));
 	memset(&out, 0xee, sizeof out);
@@ -166,12 +166,12 @@ static void test_a_burst_of_misses_fits_and_a_full_ring_refuses(void **state)
 	assert_true(typical >= 1000);
 	for (uint32_t i = 0; i < typical; i++) {
 		assert_true(request_ring_take(ring, &out));
-		assert_int_equal(out.q.id, (uint16_t)i);
+		assert_int_equal(out.ask.q.id, (uint16_t)i);
 	}
 	assert_false(request_ring_take(ring, &out));
 
 	do
-		make_request(&in, largest, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+		make_request(&in, largest, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 			     DNS_COOKIE_MAX, true);
 	while (request_ring_put(ring, &in) && ++largest < 100000);
 	print_message("%u of the largest requests fit\n", largest);
@@ -179,7 +179,7 @@ static void test_a_burst_of_misses_fits_and_a_full_ring_refuses(void **state)
 	/* the one refused was not half written: the ring still holds exactly the others */
 	for (uint32_t i = 0; i < largest; i++) {
 		assert_true(request_ring_take(ring, &out));
-		make_request(&in, i, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+		make_request(&in, i, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 			     DNS_COOKIE_MAX, true);
 		assert_same(&in, &out);
 	}
