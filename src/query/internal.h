@@ -10,8 +10,6 @@
 /* Serve w->q from the cache, or mark it for the upstream (ctx->upstream). */
 void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
 			     struct query_ctx *ctx);
-/* What a cache lookup's result means for ctx (source, upstream). */
-void query_cache_result(enum cache_result r, struct query_ctx *ctx);
 
 /*
  * A CNAME chain leaving local data (an ExternalName): the joined answer

@@ -190,11 +190,6 @@ const char *query_source_name(enum query_source source)
 	return source < QUERY_SOURCE_COUNT ? query_source_names[source] : "none";
 }
 
-const char *query_qtype_name(enum query_qtype t)
-{
-	return t < QUERY_QTYPE_COUNT ? query_qtype_names[t] : "other";
-}
-
 static enum query_qtype qtype_counted(uint16_t qtype)
 {
 	switch (qtype) {
@@ -214,13 +209,8 @@ static enum query_qtype qtype_counted(uint16_t qtype)
 	}
 }
 
-void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
-			     struct query_ctx *ctx)
-{
-	query_cache_result(cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale), ctx);
-}
-
-void query_cache_result(enum cache_result r, struct query_ctx *ctx)
+/* What a cache lookup's result means for ctx (source, upstream). */
+static void note_cache_result(enum cache_result r, struct query_ctx *ctx)
 {
 	switch (r) {
 	case CACHE_HIT:
@@ -239,6 +229,12 @@ void query_cache_result(enum cache_result r, struct query_ctx *ctx)
 		ctx->upstream = QUERY_UPSTREAM_ASK;
 		break;
 	}
+}
+
+void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
+			     struct query_ctx *ctx)
+{
+	note_cache_result(cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale), ctx);
 }
 
 bool query_chain_append(struct query_ask *r, const uint8_t *name)
@@ -303,7 +299,7 @@ static void answer_from_cache(const struct query_prepared *p, const struct query
 		return;
 	}
 	r = cache_write_answer_keyed(s->cache, w, &p->cache_key, ctx->now, ctx->serve_stale);
-	query_cache_result(r, ctx);
+	note_cache_result(r, ctx);
 }
 
 /* The cluster zone's table, then the clusterset zone's. */

@@ -52,7 +52,6 @@ enum query_qtype {
 };
 
 /* "A", "AAAA", ... "SVCB", "other". */
-const char *query_qtype_name(enum query_qtype t);
 extern const char *const query_qtype_names[QUERY_QTYPE_COUNT];
 
 /* What a worker counts; one instance per worker, so no atomics are needed. */

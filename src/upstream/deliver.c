@@ -79,8 +79,8 @@ static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstrea
 	c.framed[1] = (uint8_t)len;
 	memcpy(c.framed + 2, d->buf, len);
 	count_reply(d);
-	if (!d->held[worker].head && completion_ring_has_room(ring)) {
-		completion_ring_put(ring, &c);
+	if (!d->held[worker].head && ring_completion_has_room(ring)) {
+		ring_completion_put(ring, &c);
 		d->signal_owed = true;
 	} else if (!hold(d, worker, &c)) {
 		free(c.framed);
@@ -180,12 +180,12 @@ static void put_held(struct deliver *d, unsigned worker)
 	struct held_replies *list = &d->held[worker];
 	struct completion_ring *ring = d->completions[worker];
 
-	while (list->head && completion_ring_has_room(ring)) {
+	while (list->head && ring_completion_has_room(ring)) {
 		struct held_reply *h = list->head;
 		list->head = h->next;
 		if (!list->head)
 			list->tail = NULL;
-		completion_ring_put(ring, &h->c);
+		ring_completion_put(ring, &h->c);
 		free(h);
 		d->n_held--;
 		d->signal_owed = true;
@@ -202,7 +202,7 @@ void deliver_flush(struct deliver *d)
 		return;
 	d->signal_owed = false;
 	for (unsigned i = 0; i < d->n_workers; i++)
-		completion_ring_signal(d->completions[i]);
+		ring_completion_signal(d->completions[i]);
 }
 
 bool deliver_holding(const struct deliver *d)

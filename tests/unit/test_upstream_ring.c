@@ -134,63 +134,63 @@ static struct upstream_request in, out; /* too large for cmocka's small test sta
 static void test_every_field_survives_the_ring(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 
 	assert_non_null(ring);
-	assert_false(request_ring_take(ring, &out));
+	assert_false(ring_request_take(ring, &out));
 	make_request(&in, 42, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 		     DNS_COOKIE_MAX, true);
-	assert_true(request_ring_put(ring, &in));
+	assert_true(ring_request_put(ring, &in));
 	memset(&out, 0xee, sizeof out);
-	assert_true(request_ring_take(ring, &out));
+	assert_true(ring_request_take(ring, &out));
 	assert_same(&in, &out);
 	make_request(&in, 7, 1, 0, 0, 0, false); /* the root, nothing else */
-	assert_true(request_ring_put(ring, &in));
-	assert_true(request_ring_take(ring, &out));
+	assert_true(ring_request_put(ring, &in));
+	assert_true(ring_request_take(ring, &out));
 	assert_same(&in, &out);
-	assert_false(request_ring_take(ring, &out));
-	request_ring_free(ring);
+	assert_false(ring_request_take(ring, &out));
+	ring_request_free(ring);
 }
 
 static void test_a_burst_of_misses_fits_and_a_full_ring_refuses(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 	uint32_t typical = 0, largest = 0;
 
 	/* "www.site.example" A from an IPv4 client with a cookie, as the coalescing test sends */
 	do
 		make_request(&in, typical, 18, 0, 0, 24, false);
-	while (request_ring_put(ring, &in) && ++typical < 100000);
+	while (ring_request_put(ring, &in) && ++typical < 100000);
 	print_message("%u typical requests fit\n", typical);
 	assert_true(typical >= 1000);
 	for (uint32_t i = 0; i < typical; i++) {
-		assert_true(request_ring_take(ring, &out));
+		assert_true(ring_request_take(ring, &out));
 		assert_int_equal(out.ask.q.id, (uint16_t)i);
 	}
-	assert_false(request_ring_take(ring, &out));
+	assert_false(ring_request_take(ring, &out));
 
 	do
 		make_request(&in, largest, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 			     DNS_COOKIE_MAX, true);
-	while (request_ring_put(ring, &in) && ++largest < 100000);
+	while (ring_request_put(ring, &in) && ++largest < 100000);
 	print_message("%u of the largest requests fit\n", largest);
 	assert_true(largest >= 150);
 	/* the one refused was not half written: the ring still holds exactly the others */
 	for (uint32_t i = 0; i < largest; i++) {
-		assert_true(request_ring_take(ring, &out));
+		assert_true(ring_request_take(ring, &out));
 		make_request(&in, i, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 			     DNS_COOKIE_MAX, true);
 		assert_same(&in, &out);
 	}
-	assert_false(request_ring_take(ring, &out));
-	request_ring_free(ring);
+	assert_false(ring_request_take(ring, &out));
+	ring_request_free(ring);
 }
 
 static void test_order_and_bytes_hold_across_many_wraps(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 	uint32_t put = 0, taken = 0;
 
 	/* 200,000 requests through 256 KiB, the ring between empty and nearly full */
@@ -198,22 +198,22 @@ static void test_order_and_bytes_hold_across_many_wraps(void **state)
 		uint32_t burst = 1 + (put * 2654435761u) % 800;
 		for (uint32_t i = 0; i < burst; i++) {
 			varied_request(&in, put);
-			if (!request_ring_put(ring, &in))
+			if (!ring_request_put(ring, &in))
 				break;
 			put++;
 		}
 		uint32_t drain = 1 + (taken * 40503u) % 900;
-		for (uint32_t i = 0; i < drain && request_ring_take(ring, &out); i++) {
+		for (uint32_t i = 0; i < drain && ring_request_take(ring, &out); i++) {
 			varied_request(&in, taken++);
 			assert_same(&in, &out);
 		}
 	}
-	while (request_ring_take(ring, &out)) {
+	while (ring_request_take(ring, &out)) {
 		varied_request(&in, taken++);
 		assert_same(&in, &out);
 	}
 	assert_int_equal(taken, put);
-	request_ring_free(ring);
+	ring_request_free(ring);
 }
 
 #define THREADED_REQUESTS 300000
@@ -225,7 +225,7 @@ static void *producer_main(void *arg)
 
 	for (uint32_t seq = 0; seq < THREADED_REQUESTS;) {
 		varied_request(&r, seq);
-		if (request_ring_put(ring, &r))
+		if (ring_request_put(ring, &r))
 			seq++;
 	}
 	return NULL;
@@ -234,42 +234,42 @@ static void *producer_main(void *arg)
 static void test_a_worker_and_the_resolver_at_once(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 	pthread_t producer;
 	uint32_t seq = 0;
 
 	assert_int_equal(pthread_create(&producer, NULL, producer_main, ring), 0);
 	while (seq < THREADED_REQUESTS) {
-		if (!request_ring_take(ring, &out))
+		if (!ring_request_take(ring, &out))
 			continue;
 		varied_request(&in, seq++);
 		assert_same(&in, &out);
 	}
 	pthread_join(producer, NULL);
-	assert_false(request_ring_take(ring, &out));
-	request_ring_free(ring);
+	assert_false(ring_request_take(ring, &out));
+	ring_request_free(ring);
 }
 
 /* The sockets a worker hands over: in order, a full ring refuses, and room comes back. */
 static void test_sockets_handed_over_in_order_and_a_full_ring_refuses(void **state)
 {
 	(void)state;
-	struct socket_ring *ring = socket_ring_new();
+	struct socket_ring *ring = ring_socket_new();
 	int fd, put = 0, taken = 0;
 
 	assert_non_null(ring);
-	assert_false(socket_ring_take(ring, &fd));
-	while (socket_ring_put(ring, 100 + put))
+	assert_false(ring_socket_take(ring, &fd));
+	while (ring_socket_put(ring, 100 + put))
 		put++;
 	assert_int_equal(put, 64);
-	assert_true(socket_ring_take(ring, &fd));
+	assert_true(ring_socket_take(ring, &fd));
 	assert_int_equal(fd, 100 + taken++);
-	assert_true(socket_ring_put(ring, 100 + put++));
-	assert_false(socket_ring_put(ring, 0));
-	while (socket_ring_take(ring, &fd))
+	assert_true(ring_socket_put(ring, 100 + put++));
+	assert_false(ring_socket_put(ring, 0));
+	while (ring_socket_take(ring, &fd))
 		assert_int_equal(fd, 100 + taken++);
 	assert_int_equal(taken, put);
-	socket_ring_free(ring);
+	ring_socket_free(ring);
 }
 
 /*
@@ -286,7 +286,7 @@ static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
 	static struct upstream_counters n;
 	struct cache_config cc = {.max_bytes = 1 << 20};
 	struct cache *cache = cache_new(&cc);
-	struct completion_ring *rings[1] = {completion_ring_new()};
+	struct completion_ring *rings[1] = {ring_completion_new()};
 	const struct flight_reply servfail = {.kind = FLIGHT_REPLY_SERVFAIL};
 	struct upstream_completion c;
 	uint32_t taken = 0;
@@ -303,7 +303,7 @@ static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
 	deliver_flush(&d);
 	/* the worker takes what is there; the resolver's next turns bring the rest */
 	for (int turn = 0; turn < 10 && taken < REPLIES; turn++) {
-		while (completion_ring_take(rings[0], &c)) {
+		while (ring_completion_take(rings[0], &c)) {
 			assert_int_equal(c.conn, taken);
 			assert_true(c.len > 2 + DNS_HEADER_LEN);
 			free(c.framed);
@@ -315,7 +315,7 @@ static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
 	assert_int_equal(atomic_load(&n.dropped), 0);
 	assert_false(deliver_holding(&d));
 	deliver_free(&d);
-	completion_ring_free(rings[0]);
+	ring_completion_free(rings[0]);
 	cache_free(cache);
 }
 
