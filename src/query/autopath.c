@@ -147,7 +147,7 @@ static void ask_elsewhere(const struct query_sources *s, const struct original *
 	memcpy(r->nxdomain, o->authority, o->len);
 	r->nxdomain_len = (uint8_t)o->len;
 	dns_response_rewind(w);
-	query_answer_from_cache(s, w, ctx);
+	query_answer_from_cache(s, w, ctx, NULL);
 	ctx->stats->autopath++;
 }
 

@@ -1,15 +1,23 @@
 /*
- * query/internal.h — shared by query.c (the pipeline) and autopath.c (the
- * search-list walk). Nothing outside src/query/ includes this.
+ * query/internal.h — shared by the files of src/query/: query.c (the
+ * pipeline) calls down to autopath.c (the search-list walk), dns64.c and
+ * allow.c, and all of them to answer.c (the cache, the mesh, a chase).
+ * Nothing outside src/query/ includes this.
  */
 #ifndef LOCALDNS_QUERY_INTERNAL_H
 #define LOCALDNS_QUERY_INTERNAL_H
 
 #include "query/query.h"
 
-/* Serve w->q from the cache, or mark it for the upstream (ctx->upstream). */
+/*
+ * answer.c: the steps query.c, autopath.c and dns64.c share.
+ *
+ * Serve w->q from the cache (under key when not NULL: the one computed
+ * while prefetching, else w->q's), or mark it for the upstream
+ * (ctx->upstream).
+ */
 void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
-			     struct query_ctx *ctx);
+			     struct query_ctx *ctx, const struct cache_key *key);
 
 /*
  * A CNAME chain leaving local data (an ExternalName): the joined answer
