@@ -16,6 +16,7 @@
 #include "dns/dns.h"
 #include "query/query.h"
 #include "talkers/talkers.h"
+#include "upstream/request.h"
 
 /* A command, "--json" and five arguments (top's). */
 #define CONTROL_MAX_ARGS 7

@@ -76,7 +76,7 @@ static size_t answer_here(struct control_thread *t, const uint8_t *query, size_t
 		.stats = &t->lookup_stats,
 		.now = cache_clock_seconds(),
 		.serve_stale = upstream_failing(t->ctl->d->upstream),
-		.request = &t->request,
+		.ask = &t->request.ask,
 	};
 	atomic_fetch_add_explicit(&t->lookups, 1, memory_order_relaxed);
 	urcu_memb_read_lock();

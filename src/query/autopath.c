@@ -18,7 +18,7 @@
  * Each candidate is first asked of local data (static records, the cluster
  * table, the mesh's hosts). One that local data does not hold is external: a live NXDOMAIN in
  * the cache skips it; otherwise it and the external candidates after it go
- * to the resolver in one request (upstream_request.search), which asks them
+ * to the resolver in one request (query_ask.search), which asks them
  * in turn, caches each NXDOMAIN under the candidate's own name and the
  * joined answer under the asked one, so the next identical query is a cache
  * hit. A candidate local data answers after unresolved external ones ends
@@ -109,7 +109,7 @@ static enum candidate_result answer_locally(const struct dns_query *cand,
 
 /* The authority section of q's own NXDOMAIN, to give back when no candidate exists. */
 struct original {
-	uint8_t authority[UPSTREAM_NXDOMAIN_MAX];
+	uint8_t authority[QUERY_NXDOMAIN_MAX];
 	size_t len;
 };
 
@@ -140,14 +140,14 @@ static void answer_original(const struct original *o, struct dns_writer *w,
 static void ask_elsewhere(const struct query_sources *s, const struct original *o,
 			  struct dns_writer *w, struct query_ctx *ctx)
 {
-	struct upstream_request *r = ctx->request;
+	struct query_ask *r = ctx->ask;
 
 	r->search = true;
 	r->chain_ttl = s->autopath_ttl;
 	memcpy(r->nxdomain, o->authority, o->len);
 	r->nxdomain_len = (uint8_t)o->len;
 	dns_response_rewind(w);
-	query_answer_from_cache(s, w, ctx);
+	query_answer_from_cache(s, w, ctx, NULL);
 	ctx->stats->autopath++;
 }
 
@@ -155,7 +155,7 @@ void query_autopath(const struct dns_query *q, const struct query_sources *s,
 		    struct dns_writer *w, struct query_ctx *ctx)
 {
 	/* external candidates need the upstream path; their list is built in r */
-	struct upstream_request *r = s->cache ? ctx->request : NULL;
+	struct query_ask *r = s->cache ? ctx->ask : NULL;
 	struct original original;
 	size_t base_len, node_pos = 0;
 	const uint8_t *svc_zone;

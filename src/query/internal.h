@@ -1,22 +1,28 @@
 /*
- * query/internal.h — shared by query.c (the pipeline) and autopath.c (the
- * search-list walk). Nothing outside src/query/ includes this.
+ * query/internal.h — shared by the files of src/query/: query.c (the
+ * pipeline) calls down to autopath.c (the search-list walk), dns64.c and
+ * allow.c, and all of them to answer.c (the cache, the mesh, a chase).
+ * Nothing outside src/query/ includes this.
  */
 #ifndef LOCALDNS_QUERY_INTERNAL_H
 #define LOCALDNS_QUERY_INTERNAL_H
 
 #include "query/query.h"
 
-/* Serve w->q from the cache, or mark it for the upstream (ctx->upstream). */
+/*
+ * answer.c: the steps query.c, autopath.c and dns64.c share.
+ *
+ * Serve w->q from the cache (under key when not NULL: the one computed
+ * while prefetching, else w->q's), or mark it for the upstream
+ * (ctx->upstream).
+ */
 void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
-			     struct query_ctx *ctx);
-/* What a cache lookup's result means for ctx (source, upstream). */
-void query_cache_result(enum cache_result r, struct query_ctx *ctx);
+			     struct query_ctx *ctx, const struct cache_key *key);
 
 /*
  * A CNAME chain leaving local data (an ExternalName): the joined answer
  * from the cache, else from the resolver; without an upstream path, or
- * when the names do not fit the request, the CNAMEs in w are the answer.
+ * when the names do not fit the ask, the CNAMEs in w are the answer.
  * first, when not NULL, is a CNAME target before the chain's own
  * (autopath's candidate).
  */
@@ -36,8 +42,8 @@ enum query_mesh_ask {
 bool query_answer_mesh(const struct dns_query *q, const struct query_sources *s,
 		       struct dns_writer *w, struct query_ctx *ctx, enum query_mesh_ask ask);
 
-/* Append a name to the request's chain; false when it does not fit. */
-bool query_chain_append(struct upstream_request *r, const uint8_t *name);
+/* Append a name to the ask's chain; false when it does not fit. */
+bool query_chain_append(struct query_ask *r, const uint8_t *name);
 
 /*
  * w holds q's NXDOMAIN from the cluster table. When q is the first search

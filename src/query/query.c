@@ -14,7 +14,6 @@
 
 #include "dns/dns.h"
 #include "log/log.h"
-#include "mesh/mesh.h"
 #include "resolvconf/resolvconf.h"
 #include "static/static.h"
 #include "util/tsan.h"
@@ -190,11 +189,6 @@ const char *query_source_name(enum query_source source)
 	return source < QUERY_SOURCE_COUNT ? query_source_names[source] : "none";
 }
 
-const char *query_qtype_name(enum query_qtype t)
-{
-	return t < QUERY_QTYPE_COUNT ? query_qtype_names[t] : "other";
-}
-
 static enum query_qtype qtype_counted(uint16_t qtype)
 {
 	switch (qtype) {
@@ -214,75 +208,6 @@ static enum query_qtype qtype_counted(uint16_t qtype)
 	}
 }
 
-void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w,
-			     struct query_ctx *ctx)
-{
-	query_cache_result(cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale), ctx);
-}
-
-void query_cache_result(enum cache_result r, struct query_ctx *ctx)
-{
-	switch (r) {
-	case CACHE_HIT:
-		ctx->source = QUERY_SOURCE_CACHE;
-		break;
-	case CACHE_HIT_REFRESH:
-		ctx->source = QUERY_SOURCE_CACHE;
-		ctx->upstream = QUERY_UPSTREAM_REFRESH;
-		break;
-	case CACHE_STALE:
-		ctx->source = QUERY_SOURCE_STALE;
-		ctx->upstream = QUERY_UPSTREAM_REFRESH;
-		break;
-	case CACHE_MISS:
-		ctx->source = QUERY_SOURCE_UPSTREAM;
-		ctx->upstream = QUERY_UPSTREAM_ASK;
-		break;
-	}
-}
-
-bool query_chain_append(struct upstream_request *r, const uint8_t *name)
-{
-	size_t n = dns_name_len(name);
-
-	if (r->chain_len + n > sizeof r->chain)
-		return false;
-	memcpy(r->chain + r->chain_len, name, n);
-	r->chain_len = (uint16_t)(r->chain_len + n);
-	return true;
-}
-
-/* The chain's targets (after first, if any) into the request; false when they do not fit. */
-static bool copy_chain(struct upstream_request *r, const uint8_t *first,
-		       const struct cluster_chase *chase)
-{
-	r->chain_len = 0;
-	r->chain_ttl = chase->ttl;
-	if (first && !query_chain_append(r, first))
-		return false;
-	for (unsigned i = 0; i < chase->n; i++)
-		if (!query_chain_append(r, chase->targets[i]))
-			return false;
-	return true;
-}
-
-/*
- * An ExternalName: the chain and the target's records come from the cache
- * (where the resolver keeps them under this question), else from the
- * resolver. Without an upstream path the CNAMEs alone are the answer.
- */
-void query_answer_chase(const struct query_sources *s, struct dns_writer *w,
-			struct query_ctx *ctx, const uint8_t *first,
-			const struct cluster_chase *chase)
-{
-	if (!s->cache || !copy_chain(ctx->request, first, chase)) {
-		ctx->source = QUERY_SOURCE_CLUSTER;
-		return;
-	}
-	dns_response_rewind(w);
-	query_answer_from_cache(s, w, ctx);
-}
-
 static enum zone_result answer_from_zone(const struct query_prepared *p,
 					 const struct query_sources *s, struct dns_writer *w)
 {
@@ -291,19 +216,6 @@ static enum zone_result answer_from_zone(const struct query_prepared *p,
 	if (p->zone_hashed)
 		return zone_answer_hashed(s->zone, &p->q, p->zone_hash, w);
 	return zone_answer(s->zone, &p->q, w);
-}
-
-static void answer_from_cache(const struct query_prepared *p, const struct query_sources *s,
-			      struct dns_writer *w, struct query_ctx *ctx)
-{
-	enum cache_result r;
-
-	if (!p->cache_keyed) {
-		query_answer_from_cache(s, w, ctx);
-		return;
-	}
-	r = cache_write_answer_keyed(s->cache, w, &p->cache_key, ctx->now, ctx->serve_stale);
-	query_cache_result(r, ctx);
 }
 
 /* The cluster zone's table, then the clusterset zone's. */
@@ -319,49 +231,16 @@ static enum cluster_result answer_from_clusters(const struct query_sources *s,
 	return r;
 }
 
-struct client_of {
-	const struct query_sources *s;
-	const struct query_ctx *ctx;
-};
-
-static const uint8_t *client_namespace(const void *arg)
-{
-	const struct client_of *c = arg;
-
-	return cluster_client_namespace(c->s->cluster, c->ctx->peer);
-}
-
-/*
- * A name no cluster table holds may be a mesh host (after a cluster zone's
- * NXDOMAIN: a ServiceEntry for a name no Service has), or Istio's
- * search-path alias of one.
- */
-bool query_answer_mesh(const struct dns_query *q, const struct query_sources *s,
-		       struct dns_writer *w, struct query_ctx *ctx, enum query_mesh_ask ask)
-{
-	struct client_of who = {s, ctx};
-	struct mesh_client client = {.namespace_of = client_namespace, .ctx = &who};
-	size_t base;
-
-	if (mesh_answer(s->mesh, q, &client, ask != MESH_ASK_CANDIDATE, w) == MESH_ANSWERED ||
-	    (ask == MESH_ASK_NXDOMAIN && (base = cluster_autopath_base(s->cluster, q, ctx->peer)) &&
-	     mesh_answer_alias(s->mesh, q, base, &client, w) == MESH_ANSWERED)) {
-		ctx->source = QUERY_SOURCE_MESH;
-		return true;
-	}
-	return false;
-}
-
 static void answer_in(const struct query_prepared *p, const struct query_sources *s,
 		      struct dns_writer *w, struct query_ctx *ctx)
 {
 	const struct dns_query *q = &p->q;
 	struct cluster_chase chase;
 
-	if (ctx->request) { /* the worker's request is reused: nothing carries over */
-		ctx->request->chain_len = 0;
-		ctx->request->search = false;
-		ctx->request->nxdomain_len = 0;
+	if (ctx->ask) { /* the worker's ask is reused: nothing carries over */
+		ctx->ask->chain_len = 0;
+		ctx->ask->search = false;
+		ctx->ask->nxdomain_len = 0;
 	}
 	if (s->dns64.len && query_dns64_ptr(s, q, w, ctx)) /* dns64.c */
 		return;
@@ -396,7 +275,7 @@ static void answer_in(const struct query_prepared *p, const struct query_sources
 		dns_response_set_rcode(w, DNS_R_REFUSED); /* no upstream path */
 		return;
 	}
-	answer_from_cache(p, s, w, ctx);
+	query_answer_from_cache(s, w, ctx, p->cache_keyed ? &p->cache_key : NULL);
 }
 
 /*
@@ -427,9 +306,9 @@ static bool make_cookie(uint8_t cookie[DNS_SERVER_COOKIE_LEN], const struct dns_
 }
 
 /* Everything the resolver needs to write this client's reply later. */
-static void fill_request(struct upstream_request *r, const struct dns_query *q,
-			 const struct query_sources *s, const struct sockaddr_storage *peer,
-			 size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
+static void fill_ask(struct query_ask *r, const struct dns_query *q,
+		     const struct query_sources *s, const struct sockaddr_storage *peer,
+		     size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
 {
 	static const struct dns64_prefix off;
 
@@ -481,7 +360,7 @@ static size_t answer(const struct query_prepared *p, bool bad_version,
 		}
 	}
 	if (ctx->upstream != QUERY_UPSTREAM_NONE)
-		fill_request(ctx->request, q, s, ctx->peer, limit, has_cookie, cookie);
+		fill_ask(ctx->ask, q, s, ctx->peer, limit, has_cookie, cookie);
 	return ctx->upstream == QUERY_UPSTREAM_ASK ? 0 : len;
 }
 

@@ -13,8 +13,8 @@
  * Order of sources: static records, then the cluster table (Kubernetes),
  * then the clusterset table (Multi-Cluster Services), then the mesh
  * (Istio's ServiceEntry hosts), then the answer cache, then the upstream: a
- * miss is not answered here but handed back to the caller as an
- * upstream_request, which the resolver answers later. A name the cluster
+ * miss is not answered here but handed back to the caller as a query_ask
+ * (ask.h), which the resolver answers later. A name the cluster
  * tables answer NXDOMAIN may still be a mesh host (a ServiceEntry for a
  * name no Service has: a Service wins), or Istio's search-path alias of
  * one (<host>.<ns>.svc.<zone> from a pod of <ns>). With cluster.autopath,
@@ -39,8 +39,8 @@
 #include "config/config.h"
 #include "dns/dns.h"
 #include "dns64/dns64.h"
+#include "query/ask.h"
 #include "query/kinds.h"
-#include "upstream/request.h"
 #include "zone/zone.h"
 
 /* The query types counted one by one; everything else is OTHER. */
@@ -52,7 +52,6 @@ enum query_qtype {
 };
 
 /* "A", "AAAA", ... "SVCB", "other". */
-const char *query_qtype_name(enum query_qtype t);
 extern const char *const query_qtype_names[QUERY_QTYPE_COUNT];
 
 /* What a worker counts; one instance per worker, so no atomics are needed. */
@@ -161,11 +160,11 @@ struct query_ctx {
 	uint64_t now;          /* monotonic seconds: the cache's clock */
 	bool serve_stale;      /* the upstream is failing: serve expired entries now */
 
-	/* Out: when upstream is not NONE, the question part of *request
-	 * (q, reply_limit, udp_payload, cookie) is filled in; the caller adds
+	/* Out: when upstream is not NONE, *ask (what to answer: q,
+	 * reply_limit, udp_payload, cookie ...) is filled in; the caller adds
 	 * where the reply goes and submits it. */
 	enum query_upstream upstream;
-	struct upstream_request *request;
+	struct query_ask *ask;
 	enum query_source source;
 };
 

@@ -104,7 +104,7 @@ void server_worker_query_ctx(struct worker *w, struct query_ctx *ctx,
 		.stats = &w->stats,
 		.now = w->now_ms / 1000,
 		.serve_stale = upstream_failing(w->server->upstream),
-		.request = &w->request,
+		.ask = &w->request.ask,
 	};
 }
 
@@ -177,7 +177,7 @@ void server_worker_note_talkers(struct worker *w, const struct query_ctx *ctx,
 	if (!talkers_sample(&w->talkers_sampler))
 		return;
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) /* its rcode comes with the resolver's reply */
-		talkers_note(w->id, peer, w->request.q.qname, w->request.q.qname_len, -1);
+		talkers_note(w->id, peer, w->request.ask.q.qname, w->request.ask.q.qname_len, -1);
 	else
 		talkers_note_reply(w->id, peer, reply, len);
 }

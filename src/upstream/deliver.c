@@ -79,8 +79,8 @@ static void deliver_tcp(struct deliver *d, unsigned worker, const struct upstrea
 	c.framed[1] = (uint8_t)len;
 	memcpy(c.framed + 2, d->buf, len);
 	count_reply(d);
-	if (!d->held[worker].head && completion_ring_has_room(ring)) {
-		completion_ring_put(ring, &c);
+	if (!d->held[worker].head && ring_completion_has_room(ring)) {
+		ring_completion_put(ring, &c);
 		d->signal_owed = true;
 	} else if (!hold(d, worker, &c)) {
 		free(c.framed);
@@ -180,12 +180,12 @@ static void put_held(struct deliver *d, unsigned worker)
 	struct held_replies *list = &d->held[worker];
 	struct completion_ring *ring = d->completions[worker];
 
-	while (list->head && completion_ring_has_room(ring)) {
+	while (list->head && ring_completion_has_room(ring)) {
 		struct held_reply *h = list->head;
 		list->head = h->next;
 		if (!list->head)
 			list->tail = NULL;
-		completion_ring_put(ring, &h->c);
+		ring_completion_put(ring, &h->c);
 		free(h);
 		d->n_held--;
 		d->signal_owed = true;
@@ -202,7 +202,7 @@ void deliver_flush(struct deliver *d)
 		return;
 	d->signal_owed = false;
 	for (unsigned i = 0; i < d->n_workers; i++)
-		completion_ring_signal(d->completions[i]);
+		ring_completion_signal(d->completions[i]);
 }
 
 bool deliver_holding(const struct deliver *d)
@@ -212,9 +212,9 @@ bool deliver_holding(const struct deliver *d)
 
 static void begin_reply(struct dns_writer *w, struct deliver *d, const struct upstream_request *r)
 {
-	dns_response_begin(w, d->buf, r->reply_limit, &r->q, DNS_R_NOERROR);
-	if (r->has_cookie)
-		dns_response_set_server_cookie(w, r->cookie);
+	dns_response_begin(w, d->buf, r->ask.reply_limit, &r->ask.q, DNS_R_NOERROR);
+	if (r->ask.has_cookie)
+		dns_response_set_server_cookie(w, r->ask.cookie);
 }
 
 /* r answered from the cache: the length, 0 when the cache has nothing usable. */
@@ -227,7 +227,7 @@ static size_t reply_from_cache(struct deliver *d, const struct upstream_request 
 	*how = cache_replay(d->cache, &w, now_ms / 1000, allow_stale);
 	if (*how == CACHE_MISS)
 		return 0;
-	return dns_response_finish(&w, r->udp_payload);
+	return dns_response_finish(&w, r->ask.udp_payload);
 }
 
 static size_t reply_servfail(struct deliver *d, const struct upstream_request *r)
@@ -236,21 +236,21 @@ static size_t reply_servfail(struct deliver *d, const struct upstream_request *r
 
 	begin_reply(&w, d, r);
 	dns_response_set_rcode(&w, DNS_R_SERVFAIL);
-	return dns_response_finish(&w, r->udp_payload);
+	return dns_response_finish(&w, r->ask.udp_payload);
 }
 
 /* Autopath found no candidate: q's own local answer, NXDOMAIN with the zone's SOA. */
 static size_t reply_nxdomain(struct deliver *d, const struct upstream_request *r)
 {
-	const uint16_t counts[3] = {0, r->nxdomain_len ? 1 : 0, 0};
+	const uint16_t counts[3] = {0, r->ask.nxdomain_len ? 1 : 0, 0};
 	struct dns_writer w;
 
 	begin_reply(&w, d, r);
-	if (r->nxdomain_len)
-		dns_response_append_raw(&w, r->nxdomain, r->nxdomain_len, counts);
+	if (r->ask.nxdomain_len)
+		dns_response_append_raw(&w, r->ask.nxdomain, r->ask.nxdomain_len, counts);
 	dns_response_set_rcode(&w, DNS_R_NXDOMAIN);
 	dns_response_set_aa(&w, true);
-	return dns_response_finish(&w, r->udp_payload);
+	return dns_response_finish(&w, r->ask.udp_payload);
 }
 
 /* The upstream could not help: a stale answer (RFC 8767) or SERVFAIL. */
@@ -279,7 +279,7 @@ static size_t reply_answer(struct deliver *d, const struct upstream_request *r,
 		begin_reply(&w, d, r);
 		if (!cache_write_message(&w, a->msg, a->len))
 			dns_response_set_rcode(&w, DNS_R_SERVFAIL);
-		len = dns_response_finish(&w, r->udp_payload);
+		len = dns_response_finish(&w, r->ask.udp_payload);
 	}
 	return len;
 }
@@ -306,26 +306,26 @@ static size_t cached_message(struct deliver *d, const struct dns_query *q, uint8
 static size_t reply_dns64(struct deliver *d, const struct upstream_request *r,
 			  const uint8_t *a, size_t a_len, uint64_t now_ms)
 {
-	size_t aaaa_len = cached_message(d, &r->q, d->aaaa, now_ms);
+	size_t aaaa_len = cached_message(d, &r->ask.q, d->aaaa, now_ms);
 	struct dns_writer w;
 
 	if (aaaa_len == 0)
 		return reply_failed(d, r, now_ms);
 	begin_reply(&w, d, r);
-	if (!dns64_synthesize_chain(&r->dns64, d->aaaa, aaaa_len, a, a_len, &w))
+	if (!dns64_synthesize_chain(&r->ask.dns64, d->aaaa, aaaa_len, a, a_len, &w))
 		return reply_failed(d, r, now_ms); /* the AAAA answer, from the cache */
 	upstream_bump(&d->n->dns64_synthesized);
-	return dns_response_finish(&w, r->udp_payload);
+	return dns_response_finish(&w, r->ask.udp_payload);
 }
 
-/* DNS64: r->chain is the name whose A answer r waited for (a, or the cache's). */
+/* DNS64: r->ask.chain is the name whose A answer r waited for (a, or the cache's). */
 static size_t build_dns64_reply(struct deliver *d, const struct upstream_request *r,
 				const struct flight_reply *a, uint64_t now_ms)
 {
-	struct dns_query qa = r->q;
+	struct dns_query qa = r->ask.q;
 	size_t len;
 
-	dns_query_set_name(&qa, r->chain);
+	dns_query_set_name(&qa, r->ask.chain);
 	qa.qtype = DNS_T_A;
 	switch (a->kind) {
 	case FLIGHT_REPLY_ANSWER:
@@ -351,7 +351,7 @@ static size_t build_reply(struct deliver *d, const struct upstream_request *r,
 	enum cache_result how;
 	size_t len;
 
-	if (r->dns64_a)
+	if (r->ask.dns64_a)
 		return build_dns64_reply(d, r, a, now_ms);
 
 	switch (a->kind) {

@@ -84,16 +84,45 @@
 
 /* A client waiting for a flight's answer, until its deadline. */
 struct waiter {
-	struct waiter *prev, *next;           /* the flight's waiters */
-	struct waiter *fifo_prev, *fifo_next; /* its list, by deadline */
-	struct waiter *cprev, *cnext;         /* its client slot's, oldest first */
-	struct waiter_list *list;
+	struct cds_list_head of_flight;       /* in its flight's waiters */
+	struct cds_list_head by_deadline;     /* in flights.by_timeout or stale_soon */
+	struct cds_list_head of_client;       /* in its client slot's */
 	struct flight *flight;
 	uint64_t deadline_ms;
 	unsigned worker;
 	uint16_t client;                      /* its slot in flights.clients */
 	uint8_t req[];                        /* the client's request, packed (request.c) */
 };
+
+/* ---- the lists (liburcu's urcu/list.h) ------------------------------------------ */
+
+/* cds_list_empty, for a list only read (it takes no const). */
+static bool list_none(const struct cds_list_head *list)
+{
+	return cds_list_empty((struct cds_list_head *)list);
+}
+
+/* The first and last waiter of a list by deadline; NULL when it is empty. */
+static struct waiter *first_due(const struct cds_list_head *list)
+{
+	return list_none(list) ? NULL : cds_list_entry(list->next, struct waiter, by_deadline);
+}
+
+static struct waiter *last_due(const struct cds_list_head *list)
+{
+	return list_none(list) ? NULL : cds_list_entry(list->prev, struct waiter, by_deadline);
+}
+
+/* The oldest and newest question in the queue; NULL when it is empty. */
+static struct flight *oldest_queued(const struct flights *t)
+{
+	return list_none(&t->queue) ? NULL : cds_list_entry(t->queue.next, struct flight, in_queue);
+}
+
+static struct flight *newest_queued(const struct flights *t)
+{
+	return list_none(&t->queue) ? NULL : cds_list_entry(t->queue.prev, struct flight, in_queue);
+}
 
 /* ---- the table -------------------------------------------------------------- */
 
@@ -190,15 +219,16 @@ static struct flight *new_flight(struct flights *t, const struct upstream_reques
 	struct flight_table *table = &t->table;
 	struct flight *f;
 
-	if (table->count >= MAX_FLIGHTS || !(f = calloc(1, sizeof *f + r->chain_len)))
+	if (table->count >= MAX_FLIGHTS || !(f = calloc(1, sizeof *f + r->ask.chain_len)))
 		return NULL;
 	f->table = t;
 	f->hash = h;
-	f->q = r->q;
-	memcpy(f->chain, r->chain, r->chain_len);
-	f->chain_len = r->chain_len;
-	f->chain_ttl = r->chain_ttl;
-	f->search = r->search;
+	CDS_INIT_LIST_HEAD(&f->waiters);
+	f->q = r->ask.q;
+	memcpy(f->chain, r->ask.chain, r->ask.chain_len);
+	f->chain_len = r->ask.chain_len;
+	f->chain_ttl = r->ask.chain_ttl;
+	f->search = r->ask.search;
 	f->owner = owner;
 	if (owner != NO_CLIENT)
 		t->clients[owner].flights++;
@@ -230,7 +260,7 @@ static void free_flight(struct flights *t, struct flight *f)
 /* Nobody waiting, nothing asked or queued, no cool-down: it goes. */
 static void maybe_free_flight(struct flights *t, struct flight *f)
 {
-	if (!f->waiters && !f->asked && !f->queued && f->failed_until_ms <= t->now_ms)
+	if (list_none(&f->waiters) && !f->asked && !f->queued && f->failed_until_ms <= t->now_ms)
 		free_flight(t, f);
 }
 
@@ -302,7 +332,7 @@ static uint16_t client_of(const struct flights *t, const struct upstream_request
 /* Are the upstream's places getting scarce (half taken, or questions waiting)? */
 static bool contended(const struct flights *t)
 {
-	return t->queue_head || t->asked >= t->set.max_asked / 2;
+	return !list_none(&t->queue) || t->asked >= t->set.max_asked / 2;
 }
 
 /*
@@ -354,13 +384,7 @@ static void slot_add(struct flights *t, struct waiter *w)
 {
 	struct client_slot *c = &t->clients[w->client];
 
-	w->cnext = NULL;
-	w->cprev = c->newest;
-	if (c->newest)
-		c->newest->cnext = w;
-	else
-		c->oldest = w;
-	c->newest = w;
+	cds_list_add_tail(&w->of_client, &c->waiting);
 	if (c->waiters)
 		bucket_unlink(t, w->client);
 	c->waiters++;
@@ -373,14 +397,7 @@ static void slot_remove(struct flights *t, struct waiter *w)
 {
 	struct client_slot *c = &t->clients[w->client];
 
-	if (w->cprev)
-		w->cprev->cnext = w->cnext;
-	else
-		c->oldest = w->cnext;
-	if (w->cnext)
-		w->cnext->cprev = w->cprev;
-	else
-		c->newest = w->cprev;
+	cds_list_del(&w->of_client);
 	bucket_unlink(t, w->client);
 	c->waiters--;
 	if (c->waiters)
@@ -406,37 +423,14 @@ static void limit_client(struct flights *t, unsigned worker, const struct upstre
 }
 
 /* Into list, after the last waiter whose deadline is no later than w's. */
-static void list_insert(struct waiter_list *list, struct waiter *w)
+static void list_insert(struct cds_list_head *list, struct waiter *w)
 {
-	struct waiter *before = list->tail;
+	struct cds_list_head *before = list->prev;
 
-	while (before && before->deadline_ms > w->deadline_ms)
-		before = before->fifo_prev;
-	w->list = list;
-	w->fifo_prev = before;
-	w->fifo_next = before ? before->fifo_next : list->head;
-	if (w->fifo_next)
-		w->fifo_next->fifo_prev = w;
-	else
-		list->tail = w;
-	if (before)
-		before->fifo_next = w;
-	else
-		list->head = w;
-}
-
-static void list_remove(struct waiter *w)
-{
-	struct waiter_list *list = w->list;
-
-	if (w->fifo_prev)
-		w->fifo_prev->fifo_next = w->fifo_next;
-	else
-		list->head = w->fifo_next;
-	if (w->fifo_next)
-		w->fifo_next->fifo_prev = w->fifo_prev;
-	else
-		list->tail = w->fifo_prev;
+	while (before != list &&
+	       cds_list_entry(before, struct waiter, by_deadline)->deadline_ms > w->deadline_ms)
+		before = before->prev;
+	cds_list_add(&w->by_deadline, before);
 }
 
 /*
@@ -448,7 +442,8 @@ static bool stale_soon(struct flights *t, const struct upstream_request *r, uint
 {
 	uint32_t timer = cache_stale_answer_ms(t->cache);
 
-	if (timer == 0 || timer >= t->set.timeout_ms || cache_probe(t, &r->q, true) != CACHE_STALE)
+	if (timer == 0 || timer >= t->set.timeout_ms ||
+	    cache_probe(t, &r->ask.q, true) != CACHE_STALE)
 		return false;
 	*ms = timer;
 	return true;
@@ -475,11 +470,7 @@ static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
 	w->worker = worker;
 	w->flight = f;
 	w->deadline_ms = deadline_ms ? deadline_ms : t->now_ms + wait;
-	w->prev = NULL;
-	w->next = f->waiters;
-	if (f->waiters)
-		f->waiters->prev = w;
-	f->waiters = w;
+	cds_list_add(&w->of_flight, &f->waiters);
 	list_insert(soon ? &t->stale_soon : &t->by_timeout, w);
 	t->n_waiters++;
 	return true;
@@ -487,13 +478,8 @@ static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
 
 static void remove_waiter(struct flights *t, struct waiter *w)
 {
-	if (w->prev)
-		w->prev->next = w->next;
-	else
-		w->flight->waiters = w->next;
-	if (w->next)
-		w->next->prev = w->prev;
-	list_remove(w);
+	cds_list_del(&w->of_flight);
+	cds_list_del(&w->by_deadline);
 	if (w->client != NO_CLIENT)
 		slot_remove(t, w);
 	t->n_waiters--;
@@ -510,8 +496,8 @@ static void reply_waiter(struct flights *t, const struct waiter *w, const struct
 /* Every waiter of f answered as a says, and gone. */
 static void answer_waiters(struct flights *t, struct flight *f, const struct flight_reply *a)
 {
-	while (f->waiters) {
-		struct waiter *w = f->waiters;
+	while (!list_none(&f->waiters)) {
+		struct waiter *w = cds_list_first_entry(&f->waiters, struct waiter, of_flight);
 		reply_waiter(t, w, a);
 		remove_waiter(t, w);
 	}
@@ -531,13 +517,13 @@ static void answer_or_follow(struct flights *t, struct flight *f, const struct f
 {
 	bool wanted = f->q.qtype == DNS_T_AAAA && dns64_wanted(a->msg, a->len);
 
-	while (f->waiters) {
-		struct waiter *w = f->waiters;
+	while (!list_none(&f->waiters)) {
+		struct waiter *w = cds_list_first_entry(&f->waiters, struct waiter, of_flight);
 		unsigned worker = w->worker;
 		uint64_t deadline_ms = w->deadline_ms;
 
 		upstream_request_unpack(w->req, &t->waiting);
-		if (!wanted || !t->waiting.dns64.len || t->waiting.dns64_a) {
+		if (!wanted || !t->waiting.ask.dns64.len || t->waiting.ask.dns64_a) {
 			t->io.reply(t->io.reply_env, worker, &t->waiting, a, t->now_ms);
 			remove_waiter(t, w);
 			continue;
@@ -555,29 +541,15 @@ static void enqueue(struct flights *t, struct flight *f)
 {
 	f->queued = true;
 	f->queued_until_ms = t->now_ms + t->set.timeout_ms;
-	f->qnext = NULL;
-	f->qprev = t->queue_tail;
-	if (t->queue_tail)
-		t->queue_tail->qnext = f;
-	else
-		t->queue_head = f;
-	t->queue_tail = f;
+	cds_list_add_tail(&f->in_queue, &t->queue);
 	t->n_queued++;
 	upstream_gauge(&t->n->queued, t->n_queued);
 }
 
 static void dequeue(struct flights *t, struct flight *f)
 {
-	if (f->qprev)
-		f->qprev->qnext = f->qnext;
-	else
-		t->queue_head = f->qnext;
-	if (f->qnext)
-		f->qnext->qprev = f->qprev;
-	else
-		t->queue_tail = f->qprev;
+	cds_list_del(&f->in_queue);
 	f->queued = false;
-	f->qprev = f->qnext = NULL;
 	t->n_queued--;
 	upstream_gauge(&t->n->queued, t->n_queued);
 }
@@ -585,7 +557,7 @@ static void dequeue(struct flights *t, struct flight *f)
 /* Anyone still waiting for it, or a refresh still within its time? */
 static bool worth_asking(const struct flights *t, const struct flight *f)
 {
-	return f->waiters || f->queued_until_ms > t->now_ms;
+	return !list_none(&f->waiters) || f->queued_until_ms > t->now_ms;
 }
 
 /* Given up without asking: its clients get stale data or SERVFAIL now. */
@@ -637,7 +609,7 @@ static bool start_asking(struct flights *t, struct flight *f)
 /* Ask f now, or queue it; false when the upstream refused it. */
 static bool ask_or_queue(struct flights *t, struct flight *f)
 {
-	if (!t->queue_head) {
+	if (list_none(&t->queue)) {
 		bool room = room_to_ask(t);
 		if (room && pace_take(&t->pace, t->now_ms))
 			return start_asking(t, f);
@@ -648,7 +620,7 @@ static bool ask_or_queue(struct flights *t, struct flight *f)
 		upstream_bump(&t->n->paced);
 	}
 	if (t->n_queued >= MAX_QUEUED) {
-		struct flight *oldest = t->queue_head;
+		struct flight *oldest = oldest_queued(t);
 		dequeue(t, oldest);
 		shed(t, oldest, UPSTREAM_SHED_QUEUE_FULL);
 		maybe_free_flight(t, oldest);
@@ -697,7 +669,7 @@ static void start_flight(struct flights *t, struct flight *f)
  */
 static bool retried_once(struct flights *t, struct flight *f, bool current)
 {
-	if (!current || f->retried || !f->waiters || t->retry_tokens < RETRY_COST)
+	if (!current || f->retried || list_none(&f->waiters) || t->retry_tokens < RETRY_COST)
 		return false;
 	t->retry_tokens -= RETRY_COST;
 	f->retried = true;
@@ -811,12 +783,12 @@ static unsigned refresh_limit(const struct flights *t)
 
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms)
 {
-	uint64_t h = flight_table_hash(&t->table, &r->q);
+	uint64_t h = flight_table_hash(&t->table, &r->ask.q);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
 	t->now_ms = now_ms;
-	f = find_flight(t, &r->q, h);
+	f = find_flight(t, &r->ask.q, h);
 	if (f && (f->asked || f->queued || f->failed_until_ms > t->now_ms))
 		return;
 	if (client_full(t, client, true)) {
@@ -851,7 +823,8 @@ static bool make_room(struct flights *t, uint16_t client)
 
 	if (t->heaviest == 0 || mine >= t->heaviest)
 		return false;
-	w = t->clients[t->by_waiters[t->heaviest]].oldest;
+	w = cds_list_first_entry(&t->clients[t->by_waiters[t->heaviest]].waiting, struct waiter,
+				 of_client);
 	upstream_bump(&t->n->evicted);
 	reply_waiter(t, w, &failed_reply);
 	waiter_done(t, w);
@@ -866,7 +839,7 @@ static bool make_room(struct flights *t, uint16_t client)
 static void join_or_ask(struct flights *t, unsigned worker, const struct upstream_request *key,
 			const struct upstream_request *r, uint64_t deadline_ms)
 {
-	uint64_t h = flight_table_hash(&t->table, &key->q);
+	uint64_t h = flight_table_hash(&t->table, &key->ask.q);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
@@ -875,7 +848,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 		limit_client(t, worker, r);
 		return;
 	}
-	f = find_flight(t, &key->q, h);
+	f = find_flight(t, &key->ask.q, h);
 	if (f && (f->asked || f->queued)) {
 		if (client_full(t, client, false)) {
 			limit_client(t, worker, r);
@@ -888,8 +861,8 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 	}
 	/* Answered since the worker looked? (For DNS64, a live AAAA answer
 	 * without AAAA records means the A question.) */
-	if (cache_probe(t, &key->q, false) != CACHE_MISS) {
-		if (r->dns64_a || !r->dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
+	if (cache_probe(t, &key->ask.q, false) != CACHE_MISS) {
+		if (r->ask.dns64_a || !r->ask.dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
 		    !follow_to_a(t, worker, r, t->probe, t->probe_len, deadline_ms))
 			reply(t, worker, r, FLIGHT_REPLY_CACHED);
 		return;
@@ -936,21 +909,21 @@ static bool follow_to_a(struct flights *t, unsigned worker, const struct upstrea
 {
 	struct upstream_request *wait = &t->dns64_wait, *key = &t->dns64_key;
 	uint8_t end[DNS_MAX_NAME];
-	size_t n = dns64_chain_end(aaaa, len, r->q.qname, end);
+	size_t n = dns64_chain_end(aaaa, len, r->ask.q.qname, end);
 
 	if (n == 0)
 		return false;
 	*wait = *r;
-	memcpy(wait->chain, end, n);
-	wait->chain_len = (uint16_t)n;
-	wait->search = false;
-	wait->dns64_a = true;
+	memcpy(wait->ask.chain, end, n);
+	wait->ask.chain_len = (uint16_t)n;
+	wait->ask.search = false;
+	wait->ask.dns64_a = true;
 	*key = *wait;
-	dns_query_set_name(&key->q, end);
-	key->q.qtype = DNS_T_A;
-	key->chain_len = 0;
-	key->dns64.len = 0;
-	key->dns64_a = false;
+	dns_query_set_name(&key->ask.q, end);
+	key->ask.q.qtype = DNS_T_A;
+	key->ask.chain_len = 0;
+	key->ask.dns64.len = 0;
+	key->ask.dns64_a = false;
 	join_or_ask(t, worker, key, wait, deadline_ms);
 	return true;
 }
@@ -971,15 +944,15 @@ static void waiter_done(struct flights *t, struct waiter *w)
 
 static void expire_waiters(struct flights *t)
 {
+	struct waiter *w;
+
 	/* RFC 8767's client response timer: the stale answer now, the refresh goes on.
 	 * (A slow refresh says nothing of a failing upstream: no mark.) */
-	while (t->stale_soon.head && t->stale_soon.head->deadline_ms <= t->now_ms) {
-		struct waiter *w = t->stale_soon.head;
+	while ((w = first_due(&t->stale_soon)) && w->deadline_ms <= t->now_ms) {
 		reply_waiter(t, w, &failed_reply);
 		waiter_done(t, w);
 	}
-	while (t->by_timeout.head && t->by_timeout.head->deadline_ms <= t->now_ms) {
-		struct waiter *w = t->by_timeout.head;
+	while ((w = first_due(&t->by_timeout)) && w->deadline_ms <= t->now_ms) {
 		upstream_bump(&t->n->timeouts);
 		/* Only a question running on the current upstream says it is
 		 * slow; one still queued says we are. */
@@ -1002,14 +975,14 @@ void flights_expire(struct flights *t, uint64_t now_ms)
 
 void flights_start_queued(struct flights *t, uint64_t now_ms)
 {
+	struct flight *f;
+
 	t->now_ms = now_ms;
-	while (t->queue_head && !worth_asking(t, t->queue_head)) {
-		struct flight *f = t->queue_head;
+	while ((f = oldest_queued(t)) && !worth_asking(t, f)) {
 		dequeue(t, f);
 		maybe_free_flight(t, f);
 	}
-	while (t->queue_tail) {
-		struct flight *f = t->queue_tail;
+	while ((f = newest_queued(t))) {
 		if (!worth_asking(t, f)) {
 			dequeue(t, f);
 			maybe_free_flight(t, f);
@@ -1026,7 +999,7 @@ void flights_start_queued(struct flights *t, uint64_t now_ms)
 
 static bool first_deadline_ms(const struct flights *t, uint64_t *out)
 {
-	const struct waiter *a = t->by_timeout.head, *b = t->stale_soon.head;
+	const struct waiter *a = first_due(&t->by_timeout), *b = first_due(&t->stale_soon);
 
 	if (!a && !b)
 		return false;
@@ -1040,7 +1013,7 @@ uint64_t flights_wait_ms(const struct flights *t, uint64_t now_ms, uint64_t cap)
 	uint64_t wait = cap, first;
 
 	/* a queued question waits for pace; with no room, for a result (which wakes the caller) */
-	if (t->queue_head && room_to_ask(t)) {
+	if (!list_none(&t->queue) && room_to_ask(t)) {
 		uint64_t pace = pace_wait_ms(&t->pace, now_ms);
 		wait = pace < wait ? pace : wait;
 	}
@@ -1053,12 +1026,13 @@ uint64_t flights_wait_ms(const struct flights *t, uint64_t now_ms, uint64_t cap)
 
 uint64_t flights_last_deadline_ms(const struct flights *t, uint64_t now_ms)
 {
+	const struct waiter *a = last_due(&t->by_timeout), *b = last_due(&t->stale_soon);
 	uint64_t last = now_ms;
 
-	if (t->by_timeout.tail && t->by_timeout.tail->deadline_ms > last)
-		last = t->by_timeout.tail->deadline_ms;
-	if (t->stale_soon.tail && t->stale_soon.tail->deadline_ms > last)
-		last = t->stale_soon.tail->deadline_ms;
+	if (a && a->deadline_ms > last)
+		last = a->deadline_ms;
+	if (b && b->deadline_ms > last)
+		last = b->deadline_ms;
 	return last;
 }
 
@@ -1103,7 +1077,8 @@ uint32_t flights_upstream(const struct flights *t)
 
 bool flights_stalled(const struct flights *t, uint64_t now_ms)
 {
-	return t->queue_head && !room_to_ask(t) && now_ms >= t->last_result_ms + t->set.timeout_ms;
+	return !list_none(&t->queue) && !room_to_ask(t) &&
+	       now_ms >= t->last_result_ms + t->set.timeout_ms;
 }
 
 void flights_drop_upstream(struct flights *t, uint32_t upstream)
@@ -1128,6 +1103,11 @@ int flights_init(struct flights *t, const struct flight_io *io, struct cache *ca
 {
 	memset(t, 0, offsetof(struct flights, probe));
 	memset(t->by_waiters, 0xff, sizeof t->by_waiters); /* NO_CLIENT: no slot */
+	CDS_INIT_LIST_HEAD(&t->queue);
+	CDS_INIT_LIST_HEAD(&t->by_timeout);
+	CDS_INIT_LIST_HEAD(&t->stale_soon);
+	for (size_t i = 0; i < CLIENT_SLOTS; i++)
+		CDS_INIT_LIST_HEAD(&t->clients[i].waiting);
 	t->io = *io;
 	t->cache = cache;
 	t->n = n;
@@ -1147,12 +1127,17 @@ int flights_init(struct flights *t, const struct flight_io *io, struct cache *ca
 
 void flights_free(struct flights *t)
 {
-	while (t->by_timeout.head)
-		remove_waiter(t, t->by_timeout.head);
-	while (t->stale_soon.head)
-		remove_waiter(t, t->stale_soon.head);
-	while (t->queue_head)
-		dequeue(t, t->queue_head);
+	struct waiter *w;
+	struct flight *f;
+
+	if (!t->table.buckets)
+		return; /* never set up, or freed already: no flight, so no waiter */
+	while ((w = first_due(&t->by_timeout)))
+		remove_waiter(t, w);
+	while ((w = first_due(&t->stale_soon)))
+		remove_waiter(t, w);
+	while ((f = oldest_queued(t)))
+		dequeue(t, f);
 	for (size_t i = 0; t->table.buckets && i <= t->table.mask; i++)
 		while (t->table.buckets[i])
 			free_flight(t, t->table.buckets[i]);

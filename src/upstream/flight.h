@@ -21,7 +21,9 @@
  * Must never: call ask or reply for a flight or waiter it has freed; leave
  * a waiter past its deadline once flights_expire has run at that time; be
  * used from two threads (the resolver thread owns it; only the failing
- * mark and the counters are read elsewhere).
+ * mark and the counters are read elsewhere); be copied or moved once
+ * flights_init ran: its lists (liburcu's urcu/list.h, circular, each head
+ * its own empty list) point at the heads inside it.
  */
 #ifndef LOCALDNS_UPSTREAM_FLIGHT_H
 #define LOCALDNS_UPSTREAM_FLIGHT_H
@@ -30,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <urcu/list.h>
 
 #include "cache/cache.h"
 #include "dns/dns.h"
@@ -66,11 +69,11 @@ struct flight {
 	uint32_t chain_ttl;
 	bool search;                 /* chain holds autopath's candidates ... */
 	uint16_t candidate;          /* ... and the one asked now starts here */
-	struct waiter *waiters;
+	struct cds_list_head waiters; /* its clients' (struct waiter), newest first */
 	bool asked;                  /* the upstream has it and owes a result ... */
 	uint32_t upstream;           /* ... the upstream it was asked on (flights_new_upstream) */
 	bool queued;                 /* waiting for room on the upstream or for pace ... */
-	struct flight *qprev, *qnext; /* ... in the queue, oldest first ... */
+	struct cds_list_head in_queue; /* ... in flights.queue ... */
 	uint64_t queued_until_ms;    /* ... and worth asking until then even unwaited */
 	uint64_t failed_until_ms;    /* cool-down after a failure */
 	bool retried;                /* a failure was asked again once already */
@@ -120,11 +123,6 @@ struct flight_settings {
 	unsigned client_ipv6_bits; /* listen.ipv6_client_prefix_length: who a client is */
 };
 
-/* Waiters by deadline (see flight.c). */
-struct waiter_list {
-	struct waiter *head, *tail;
-};
-
 /*
  * What one client (an IPv4 address, an IPv6 address cut to listen.ipv6_client_prefix_length) has pending upstream: the
  * clients waiting and the questions it started (or its hits' refreshes
@@ -138,7 +136,7 @@ struct client_slot {
 	uint16_t waiters;
 	uint16_t flights;
 	uint16_t bprev, bnext;       /* the slots with as many waiters (NO_CLIENT: none) */
-	struct waiter *oldest, *newest;
+	struct cds_list_head waiting; /* its waiters, oldest first */
 };
 
 /* The flights by question: keyed hash (SipHash, a random key per table), growing buckets. */
@@ -161,13 +159,14 @@ struct flights {
 	atomic_bool failing;         /* any thread may read it (flights_failing) */
 	/* the questions */
 	struct flight_table table;
-	struct flight *queue_head, *queue_tail; /* oldest, newest */
+	struct cds_list_head queue;  /* the queued flights, oldest first */
 	unsigned n_queued;
 	struct pace pace;
 	unsigned retry_tokens;       /* the retry budget (RETRY_COST) */
 	/* the clients */
-	struct waiter_list by_timeout; /* until upstream.timeout */
-	struct waiter_list stale_soon; /* with a stale entry: until cache.stale_answer_timeout */
+	/* the waiters by deadline, earliest first (see flight.c) */
+	struct cds_list_head by_timeout; /* until upstream.timeout */
+	struct cds_list_head stale_soon; /* with a stale entry: until cache.stale_answer_timeout */
 	unsigned n_waiters;
 	struct client_slot clients[CLIENT_SLOTS];
 	uint16_t by_waiters[MAX_WAITERS + 1]; /* the first slot with that many waiters */

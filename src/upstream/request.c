@@ -18,9 +18,9 @@
 /*
  * Move one request between r and the packed bytes at p: into p when pack,
  * out of it otherwise; with p NULL (pack only) just count. Every field of
- * struct upstream_request is listed here once, lengths before the parts
- * they measure, so packing and unpacking cannot disagree. Returns the
- * packed size.
+ * struct upstream_request and of its struct query_ask is listed here once,
+ * lengths before the parts they measure, so packing and unpacking cannot
+ * disagree. Returns the packed size.
  */
 static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 {
@@ -35,26 +35,26 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 		n += len;                                                 \
 	} while (0)
 #define FIELD(field) MOVE(field, sizeof r->field)
-	FIELD(q.id);
-	FIELD(q.flags);
-	FIELD(q.question_ok);
-	FIELD(q.qtype);
-	FIELD(q.qclass);
-	FIELD(q.qname_len);
-	FIELD(q.qname_labels);
-	FIELD(q.has_edns);
-	FIELD(q.edns_version);
-	FIELD(q.edns_do);
-	FIELD(q.edns_udp_size);
-	FIELD(q.cookie_len);
-	FIELD(chain_len);
-	FIELD(chain_ttl);
-	FIELD(search);
-	FIELD(nxdomain_len);
-	FIELD(reply_limit);
-	FIELD(udp_payload);
-	FIELD(has_cookie);
-	FIELD(cookie);
+	FIELD(ask.q.id);
+	FIELD(ask.q.flags);
+	FIELD(ask.q.question_ok);
+	FIELD(ask.q.qtype);
+	FIELD(ask.q.qclass);
+	FIELD(ask.q.qname_len);
+	FIELD(ask.q.qname_labels);
+	FIELD(ask.q.has_edns);
+	FIELD(ask.q.edns_version);
+	FIELD(ask.q.edns_do);
+	FIELD(ask.q.edns_udp_size);
+	FIELD(ask.q.cookie_len);
+	FIELD(ask.chain_len);
+	FIELD(ask.chain_ttl);
+	FIELD(ask.search);
+	FIELD(ask.nxdomain_len);
+	FIELD(ask.reply_limit);
+	FIELD(ask.udp_payload);
+	FIELD(ask.has_cookie);
+	FIELD(ask.cookie);
 	FIELD(transport);
 	FIELD(fd);
 	FIELD(peer_len);
@@ -62,16 +62,16 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	FIELD(conn_gen);
 	FIELD(log_reply);
 	FIELD(tap_reply);
-	FIELD(dns64.len);
-	FIELD(dns64_a);
-	MOVE(q.qname, r->q.qname_len);
-	MOVE(q.qname_orig, r->q.qname_len);
-	MOVE(q.cookie, r->q.cookie_len);
-	MOVE(chain, r->chain_len);
-	MOVE(nxdomain, r->nxdomain_len);
+	FIELD(ask.dns64.len);
+	FIELD(ask.dns64_a);
+	MOVE(ask.q.qname, r->ask.q.qname_len);
+	MOVE(ask.q.qname_orig, r->ask.q.qname_len);
+	MOVE(ask.q.cookie, r->ask.q.cookie_len);
+	MOVE(ask.chain, r->ask.chain_len);
+	MOVE(ask.nxdomain, r->ask.nxdomain_len);
 	MOVE(peer, r->peer_len);
 	MOVE(local, r->tap_reply ? sizeof r->local : 0);
-	MOVE(dns64.addr, r->dns64.len ? sizeof r->dns64.addr : 0);
+	MOVE(ask.dns64.addr, r->ask.dns64.len ? sizeof r->ask.dns64.addr : 0);
 #undef FIELD
 #undef MOVE
 	return n;
@@ -94,7 +94,9 @@ void upstream_request_unpack(const uint8_t *in, struct upstream_request *r)
 
 bool upstream_request_fits(const struct upstream_request *r)
 {
-	return r->q.qname_len <= sizeof r->q.qname && r->q.cookie_len <= sizeof r->q.cookie &&
-	       r->chain_len <= sizeof r->chain && r->nxdomain_len <= sizeof r->nxdomain &&
-	       r->peer_len <= sizeof r->peer && r->dns64.len <= 128;
+	const struct query_ask *a = &r->ask;
+
+	return a->q.qname_len <= sizeof a->q.qname && a->q.cookie_len <= sizeof a->q.cookie &&
+	       a->chain_len <= sizeof a->chain && a->nxdomain_len <= sizeof a->nxdomain &&
+	       r->peer_len <= sizeof r->peer && a->dns64.len <= 128;
 }

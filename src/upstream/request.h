@@ -1,10 +1,12 @@
 /*
  * upstream/request.h — a question for the resolver, as a worker (or a
- * control thread) hands it over: the parsed question, what the reply may
- * hold, and where it goes; packed (request.c) for the rings and for the
- * clients that wait; and the TCP reply that comes back. A header of its
- * own so that the query pipeline, which fills it, need not include the
- * resolver's interface.
+ * control thread) hands it over: what to answer (struct query_ask, which
+ * the query pipeline fills: query/ask.h) and where the reply goes (which
+ * the worker adds: its UDP socket and the client's address, or its TCP
+ * connection); packed (request.c) for the rings and for the clients that
+ * wait; and the TCP reply that comes back. The two halves are apart as
+ * Unbound keeps a query's comm_reply apart from its question: the pipeline
+ * never sees a socket, and includes nothing of the resolver.
  */
 #ifndef LOCALDNS_UPSTREAM_REQUEST_H
 #define LOCALDNS_UPSTREAM_REQUEST_H
@@ -14,8 +16,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "dns/dns.h"
-#include "dns64/dns64.h"
+#include "query/ask.h"
 
 /* Where a deferred reply goes. */
 enum upstream_transport {
@@ -24,34 +25,12 @@ enum upstream_transport {
 	UPSTREAM_TCP,
 };
 
-/* A local CNAME chain leaving local data, or autopath's candidates: concatenated wire names. */
-#define UPSTREAM_CHAIN_MAX 512
-/* q's local NXDOMAIN answer for autopath: one SOA record, compressed (54 bytes). */
-#define UPSTREAM_NXDOMAIN_MAX 64
-
-/* A new field here must also be listed in transfer() in request.c, which packs requests. */
+/* A new field here (or in struct query_ask) must also be listed in transfer() in request.c,
+ * which packs requests. */
 struct upstream_request {
-	struct dns_query q;
-	/* When chain_len > 0, q was answered locally with CNAMEs (each with
-	 * chain_ttl) ending at the last name in chain: the resolver asks for
-	 * that name and answers q with the chain followed by its records.
-	 * With search (autopath), q is NXDOMAIN here and chain holds the
-	 * candidates still to try, in order: the resolver asks for each in
-	 * turn (an NXDOMAIN is cached under the candidate's own question) and
-	 * answers q with a CNAME (chain_ttl) to the first that exists plus its
-	 * records; when none does, q gets its local NXDOMAIN: the authority
-	 * section in nxdomain, as written after q's question. */
-	uint8_t chain[UPSTREAM_CHAIN_MAX];
-	uint16_t chain_len;
-	uint32_t chain_ttl;
-	bool search;
-	uint8_t nxdomain_len;
-	uint8_t nxdomain[UPSTREAM_NXDOMAIN_MAX];
-	uint32_t reply_limit;  /* largest reply this client may get */
-	uint16_t udp_payload;  /* what our OPT record advertises */
-	bool has_cookie;       /* answer the client's cookie with `cookie` */
-	uint8_t cookie[DNS_SERVER_COOKIE_LEN];
+	struct query_ask ask;  /* what to answer: query_handle fills it (ctx->ask) */
 
+	/* where the reply goes: the worker's */
 	enum upstream_transport transport;
 	int fd;                /* UDP: the socket the query came in on */
 	struct sockaddr_storage peer;
@@ -62,14 +41,6 @@ struct upstream_request {
 	bool log_reply;        /* sampled for the query log (peer set for TCP too):
 				  the resolver logs the reply it sends */
 	bool tap_reply;        /* the same for dnstap's client_response */
-	/* DNS64 (dns64.prefix): set (len > 0) when the client's AAAA question
-	 * may be synthesized (dns64_applies). When its AAAA answer has no AAAA
-	 * records (and is not NXDOMAIN), the resolver asks the A question of
-	 * the last name of its CNAME chain and answers with AAAA records made
-	 * from it; dns64_a then marks the request as waiting for that A answer,
-	 * with the name in chain (search false). */
-	struct dns64_prefix dns64;
-	bool dns64_a;
 };
 
 /*

@@ -49,7 +49,7 @@ static uint32_t record_size(size_t body)
 	return (uint32_t)((sizeof(uint32_t) + body + RECORD_ALIGN - 1) & ~(size_t)(RECORD_ALIGN - 1));
 }
 
-struct request_ring *request_ring_new(void)
+struct request_ring *ring_request_new(void)
 {
 	/* not cleared: a page of bytes[] costs memory only once a record reaches it */
 	struct request_ring *ring = aligned_alloc(64, sizeof *ring);
@@ -61,12 +61,12 @@ struct request_ring *request_ring_new(void)
 	return ring;
 }
 
-void request_ring_free(struct request_ring *ring)
+void ring_request_free(struct request_ring *ring)
 {
 	free(ring);
 }
 
-bool request_ring_put(struct request_ring *ring, const struct upstream_request *r)
+bool ring_request_put(struct request_ring *ring, const struct upstream_request *r)
 {
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
@@ -87,7 +87,7 @@ bool request_ring_put(struct request_ring *ring, const struct upstream_request *
 	return true;
 }
 
-bool request_ring_take(struct request_ring *ring, struct upstream_request *out)
+bool ring_request_take(struct request_ring *ring, struct upstream_request *out)
 {
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
@@ -106,7 +106,7 @@ bool request_ring_take(struct request_ring *ring, struct upstream_request *out)
 	return true;
 }
 
-bool request_ring_empty(struct request_ring *ring)
+bool ring_request_empty(struct request_ring *ring)
 {
 	return atomic_load_explicit(&ring->head, memory_order_relaxed) ==
 	       atomic_load_explicit(&ring->tail, memory_order_acquire);
@@ -130,7 +130,7 @@ struct completion_ring {
 	struct upstream_completion slots[COMPLETION_SLOTS];
 };
 
-struct completion_ring *completion_ring_new(void)
+struct completion_ring *ring_completion_new(void)
 {
 	struct completion_ring *ring = aligned_alloc(64, sizeof *ring);
 
@@ -149,7 +149,7 @@ struct completion_ring *completion_ring_new(void)
 	return ring;
 }
 
-void completion_ring_free(struct completion_ring *ring)
+void ring_completion_free(struct completion_ring *ring)
 {
 	if (!ring)
 		return;
@@ -161,12 +161,12 @@ void completion_ring_free(struct completion_ring *ring)
 	free(ring);
 }
 
-int completion_ring_fd(const struct completion_ring *ring)
+int ring_completion_fd(const struct completion_ring *ring)
 {
 	return ring->efd;
 }
 
-bool completion_ring_has_room(const struct completion_ring *ring)
+bool ring_completion_has_room(const struct completion_ring *ring)
 {
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
@@ -174,7 +174,7 @@ bool completion_ring_has_room(const struct completion_ring *ring)
 	return tail - head < COMPLETION_SLOTS;
 }
 
-void completion_ring_put(struct completion_ring *ring, const struct upstream_completion *c)
+void ring_completion_put(struct completion_ring *ring, const struct upstream_completion *c)
 {
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
 
@@ -183,7 +183,7 @@ void completion_ring_put(struct completion_ring *ring, const struct upstream_com
 	ring->signal_pending = true;
 }
 
-void completion_ring_signal(struct completion_ring *ring)
+void ring_completion_signal(struct completion_ring *ring)
 {
 	uint64_t one = 1;
 
@@ -194,7 +194,7 @@ void completion_ring_signal(struct completion_ring *ring)
 	(void)ignored; /* EAGAIN: the counter is already non-zero */
 }
 
-bool completion_ring_take(struct completion_ring *ring, struct upstream_completion *out)
+bool ring_completion_take(struct completion_ring *ring, struct upstream_completion *out)
 {
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
@@ -228,7 +228,7 @@ struct socket_ring {
 	int fds[SOCKET_SLOTS];
 };
 
-struct socket_ring *socket_ring_new(void)
+struct socket_ring *ring_socket_new(void)
 {
 	struct socket_ring *ring = aligned_alloc(64, sizeof *ring);
 
@@ -239,12 +239,12 @@ struct socket_ring *socket_ring_new(void)
 	return ring;
 }
 
-void socket_ring_free(struct socket_ring *ring)
+void ring_socket_free(struct socket_ring *ring)
 {
 	free(ring);
 }
 
-bool socket_ring_put(struct socket_ring *ring, int fd)
+bool ring_socket_put(struct socket_ring *ring, int fd)
 {
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
@@ -256,7 +256,7 @@ bool socket_ring_put(struct socket_ring *ring, int fd)
 	return true;
 }
 
-bool socket_ring_take(struct socket_ring *ring, int *fd)
+bool ring_socket_take(struct socket_ring *ring, int *fd)
 {
 	uint32_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
 	uint32_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);

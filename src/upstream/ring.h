@@ -18,12 +18,12 @@
  * allocates, locks or makes a syscall.
  */
 struct request_ring;
-struct request_ring *request_ring_new(void);
-void request_ring_free(struct request_ring *ring);
-bool request_ring_put(struct request_ring *ring, const struct upstream_request *r);
-bool request_ring_take(struct request_ring *ring, struct upstream_request *out);
+struct request_ring *ring_request_new(void);
+void ring_request_free(struct request_ring *ring);
+bool ring_request_put(struct request_ring *ring, const struct upstream_request *r);
+bool ring_request_take(struct request_ring *ring, struct upstream_request *out);
 /* Resolver side: nothing to take (the worker may be putting a record right now). */
-bool request_ring_empty(struct request_ring *ring);
+bool ring_request_empty(struct request_ring *ring);
 
 /*
  * A worker's completion ring: TCP replies from the resolver
@@ -35,13 +35,13 @@ bool request_ring_empty(struct request_ring *ring);
  * false when the ring is empty (having read the eventfd clean).
  */
 struct completion_ring;
-struct completion_ring *completion_ring_new(void);
-void completion_ring_free(struct completion_ring *ring);
-int completion_ring_fd(const struct completion_ring *ring);
-bool completion_ring_has_room(const struct completion_ring *ring);
-void completion_ring_put(struct completion_ring *ring, const struct upstream_completion *c);
-void completion_ring_signal(struct completion_ring *ring);
-bool completion_ring_take(struct completion_ring *ring, struct upstream_completion *out);
+struct completion_ring *ring_completion_new(void);
+void ring_completion_free(struct completion_ring *ring);
+int ring_completion_fd(const struct completion_ring *ring);
+bool ring_completion_has_room(const struct completion_ring *ring);
+void ring_completion_put(struct completion_ring *ring, const struct upstream_completion *c);
+void ring_completion_signal(struct completion_ring *ring);
+bool ring_completion_take(struct completion_ring *ring, struct upstream_completion *out);
 
 /*
  * A worker's socket ring: the UDP sockets it no longer reads,
@@ -52,9 +52,9 @@ bool completion_ring_take(struct completion_ring *ring, struct upstream_completi
  * sockets first, then drains the requests.
  */
 struct socket_ring;
-struct socket_ring *socket_ring_new(void);
-void socket_ring_free(struct socket_ring *ring);
-bool socket_ring_put(struct socket_ring *ring, int fd);
-bool socket_ring_take(struct socket_ring *ring, int *fd);
+struct socket_ring *ring_socket_new(void);
+void ring_socket_free(struct socket_ring *ring);
+bool ring_socket_put(struct socket_ring *ring, int fd);
+bool ring_socket_take(struct socket_ring *ring, int *fd);
 
 #endif

@@ -187,7 +187,7 @@ static void drain_fd(int fd)
 
 bool upstream_submit(struct upstream *u, unsigned worker, const struct upstream_request *r)
 {
-	if (request_ring_put(u->requests[worker], r))
+	if (ring_request_put(u->requests[worker], r))
 		return true;
 	upstream_bump(&u->n.dropped);
 	return false;
@@ -215,14 +215,14 @@ static bool requests_waiting(struct upstream *u)
 	if (atomic_load_explicit(&u->sockets_handed, memory_order_acquire) != u->sockets_seen)
 		return true;
 	for (unsigned i = 0; i < u->n_workers; i++)
-		if (!request_ring_empty(u->requests[i]))
+		if (!ring_request_empty(u->requests[i]))
 			return true;
 	return false;
 }
 
 bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
 {
-	if (!socket_ring_put(u->sockets[worker], fd))
+	if (!ring_socket_put(u->sockets[worker], fd))
 		return false;
 	atomic_fetch_add_explicit(&u->sockets_handed, 1, memory_order_release);
 	upstream_wake(u);
@@ -231,13 +231,13 @@ bool upstream_retire_socket(struct upstream *u, unsigned worker, int fd)
 
 int upstream_completion_fd(struct upstream *u, unsigned worker)
 {
-	return completion_ring_fd(u->completions[worker]);
+	return ring_completion_fd(u->completions[worker]);
 }
 
 bool upstream_take_completion(struct upstream *u, unsigned worker,
 			      struct upstream_completion *out)
 {
-	return completion_ring_take(u->completions[worker], out);
+	return ring_completion_take(u->completions[worker], out);
 }
 
 bool upstream_failing(const struct upstream *u)
@@ -271,7 +271,7 @@ static struct retired_socket *take_sockets(struct upstream *u)
 		return NULL;
 	u->sockets_seen = handed;
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		while (socket_ring_take(u->sockets[i], &fd)) {
+		while (ring_socket_take(u->sockets[i], &fd)) {
 			struct retired_socket *rs = malloc(sizeof *rs);
 			if (!rs) {
 				/* Waiting on is then impossible: better a reply lost than the descriptor leaked. */
@@ -318,7 +318,7 @@ static void take_requests(struct upstream *u)
 	struct retired_socket *sockets = take_sockets(u);
 
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		while (request_ring_take(u->requests[i], r)) {
+		while (ring_request_take(u->requests[i], r)) {
 			/* read after the request arrived: TTLs aged by an older
 			 * clock could go up between two replies (see worker_read_clock) */
 			u->now_ms = (uint64_t)coarse_ms();
@@ -790,9 +790,9 @@ static int make_rings(struct upstream *u)
 	if (!u->requests || !u->completions || !u->sockets)
 		return -1;
 	for (unsigned i = 0; i < u->n_workers; i++) {
-		u->requests[i] = request_ring_new();
-		u->completions[i] = completion_ring_new();
-		u->sockets[i] = socket_ring_new();
+		u->requests[i] = ring_request_new();
+		u->completions[i] = ring_completion_new();
+		u->sockets[i] = ring_socket_new();
 		if (!u->requests[i] || !u->completions[i] || !u->sockets[i])
 			return -1;
 	}
@@ -1092,9 +1092,9 @@ static void free_sockets(struct socket_ring *ring)
 {
 	int fd;
 
-	while (socket_ring_take(ring, &fd))
+	while (ring_socket_take(ring, &fd))
 		close(fd);
-	socket_ring_free(ring);
+	ring_socket_free(ring);
 }
 
 void upstream_free(struct upstream *u)
@@ -1104,12 +1104,12 @@ void upstream_free(struct upstream *u)
 	upstream_stop(u);
 	upstream_discard(u->ctx);
 	for (unsigned i = 0; u->requests && i < u->n_workers; i++)
-		request_ring_free(u->requests[i]);
+		ring_request_free(u->requests[i]);
 	for (unsigned i = 0; u->sockets && i < u->n_workers; i++)
 		if (u->sockets[i])
 			free_sockets(u->sockets[i]);
 	for (unsigned i = 0; u->completions && i < u->n_workers; i++)
-		completion_ring_free(u->completions[i]);
+		ring_completion_free(u->completions[i]);
 	free(u->requests);
 	free(u->completions);
 	free(u->sockets);

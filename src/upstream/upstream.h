@@ -27,6 +27,15 @@
  * upstream_switch and upstream_discard by the reloading thread (one at a
  * time; not while upstream_stop runs); everything else by the thread that
  * owns the upstream (main).
+ *
+ * Names: what the rest of the daemon calls starts with upstream_ (this
+ * header, request.h, stats.h; context.c's too). The other files below
+ * upstream.c (docs/ARCHITECTURE.md, "The upstream folder") are the
+ * folder's own, and each names its global functions after itself, as
+ * Unbound's mesh_ and outnet_ do: flight_/flights_ (flight.c), loop_,
+ * deliver_, result_/results_, pace_, ring_ (ring_request_,
+ * ring_completion_, ring_socket_); the rest is static. So `nm` on a
+ * file's object shows whose each name is.
  */
 #ifndef LOCALDNS_UPSTREAM_H
 #define LOCALDNS_UPSTREAM_H

@@ -130,7 +130,7 @@ static struct cache *cache;
 static struct cluster *cluster, *clusterset;
 static struct mesh *mesh;
 static uint8_t *udp_out, *tcp_out; /* exactly the size query_handle may fill */
-static struct upstream_request request;
+static struct query_ask request;
 
 static void apply_object(struct cluster *c, const char *kind, const char *json)
 {
@@ -299,12 +299,12 @@ static size_t udp_limit(const uint8_t *data, size_t size)
 }
 
 /* What the resolver gets is a question it can ask and a chain of names. */
-static void check_request(const struct upstream_request *r, size_t limit)
+static void check_request(const struct query_ask *r, size_t limit)
 {
 	CHECK(r->q.question_ok && r->q.qname_len > 0 && r->q.qname_len <= DNS_MAX_NAME);
 	CHECK(dns_name_len(r->q.qname) == r->q.qname_len);
 	CHECK(r->reply_limit >= DNS_HEADER_LEN && r->reply_limit <= limit);
-	CHECK(r->chain_len <= UPSTREAM_CHAIN_MAX && r->nxdomain_len <= UPSTREAM_NXDOMAIN_MAX);
+	CHECK(r->chain_len <= QUERY_CHAIN_MAX && r->nxdomain_len <= QUERY_NXDOMAIN_MAX);
 	for (size_t pos = 0; pos < r->chain_len;) {
 		size_t n = 0;
 		while (pos + n < r->chain_len && r->chain[pos + n] != 0)
@@ -320,7 +320,7 @@ static void handle(const uint8_t *data, size_t size, enum query_transport transp
 {
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = transport, .peer = peer, .stats = &st, .now = now,
-				.serve_stale = serve_stale, .request = &request};
+				.serve_stale = serve_stale, .ask = &request};
 	uint8_t *out = transport == QUERY_TCP ? tcp_out : udp_out;
 	size_t cap = transport == QUERY_TCP ? DNS_MAX_MESSAGE : UDP_MAX;
 	size_t limit = transport == QUERY_TCP ? DNS_MAX_MESSAGE : udp_limit(data, size);

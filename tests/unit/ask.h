@@ -55,7 +55,7 @@ static inline void ask_query(struct pkt *p, const char *name, uint16_t qtype)
  * *request. o->r is read when there is a reply now.
  */
 static inline void ask_path(const char *name, uint16_t qtype, const char *ip, uint64_t now,
-			    struct upstream_request *request, struct asked *o)
+			    struct query_ask *request, struct asked *o)
 {
 	struct pkt in;
 	struct sockaddr_storage peer;
@@ -65,7 +65,7 @@ static inline void ask_path(const char *name, uint16_t qtype, const char *ip, ui
 		peer = address_of(ip);
 	ask_query(&in, name, qtype);
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = ip ? &peer : NULL,
-				.stats = &o->stats, .now = now, .request = request};
+				.stats = &o->stats, .now = now, .ask = request};
 
 	urcu_memb_read_lock();
 	o->r.len = query_handle(in.b, in.len, o->r.buf, sizeof o->r.buf, &ctx);

@@ -3,7 +3,7 @@
  * first search-list query walks the rest of its list here. Local
  * candidates (cluster table, static records) are answered at once with a
  * CNAME; external ones become one upstream request listing them
- * (upstream_request.search), skipping those the cache knows are NXDOMAIN;
+ * (query_ask.search), skipping those the cache knows are NXDOMAIN;
  * a local candidate after unresolved external ones ends the list; when
  * every candidate is NXDOMAIN the original NXDOMAIN stands. Unknown
  * clients, other namespaces, existing names and autopath off are left
@@ -143,7 +143,7 @@ static int teardown(void **state)
 
 /* ---- asking ----------------------------------------------------------------- */
 
-static struct upstream_request request;
+static struct query_ask request;
 
 /* Ask name/qtype from a client at ip (NULL: no address) over UDP. */
 static void ask(const char *name, uint16_t qtype, const char *ip, struct asked *o)
@@ -337,7 +337,7 @@ static void test_external_candidates_go_to_the_resolver_in_one_request(void **st
 	struct dns_writer w;
 	struct reply r;
 	static const uint16_t counts[3] = {0, 1, 0};
-	assert_true(request.nxdomain_len > 0 && request.nxdomain_len <= UPSTREAM_NXDOMAIN_MAX);
+	assert_true(request.nxdomain_len > 0 && request.nxdomain_len <= QUERY_NXDOMAIN_MAX);
 	dns_response_begin(&w, r.buf, sizeof r.buf, &request.q, DNS_R_NOERROR);
 	assert_true(dns_response_append_raw(&w, request.nxdomain, request.nxdomain_len, counts));
 	dns_response_set_rcode(&w, DNS_R_NXDOMAIN);

@@ -234,7 +234,7 @@ static int teardown(void **state)
 
 /* ---- asking ----------------------------------------------------------------- */
 
-static struct upstream_request request;
+static struct query_ask request;
 
 /* Ask name/qtype from a client at ip (NULL: no address) over UDP. */
 static void ask(const char *name, uint16_t qtype, const char *ip, struct asked *o)
@@ -656,10 +656,10 @@ static enum query_source reader_ask(const char *name, const char *ip, char *text
 	struct pkt in;
 	uint8_t out[1232];
 	struct sockaddr_storage ss = address_of(ip);
-	struct upstream_request req;
+	struct query_ask req;
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &ss, .stats = &st, .now = NOW,
-				.request = &req};
+				.ask = &req};
 	size_t len, pos, used = 0;
 
 	ask_query(&in, name, DNS_T_A);

@@ -146,7 +146,7 @@ static const struct sockaddr_storage *test_peer(void)
 
 #define NOW 1000 /* the cache's clock, in seconds */
 
-static struct upstream_request last_request;
+static struct query_ask last_request;
 
 /* Answer m; returns what query_handle asked of the upstream. */
 static enum query_upstream handle(const struct msg *m, enum query_transport tr,
@@ -154,7 +154,7 @@ static enum query_upstream handle(const struct msg *m, enum query_transport tr,
 {
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = tr, .peer = test_peer(), .stats = &st,
-				.now = NOW, .request = &last_request};
+				.now = NOW, .ask = &last_request};
 
 	urcu_memb_read_lock();
 	a->len = query_handle(m->buf, m->len, a->buf, sizeof a->buf, &ctx);
@@ -272,7 +272,7 @@ static int rcode_from(const char *addr)
 	struct sockaddr_storage peer = address_of(addr);
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_UDP, .peer = &peer, .stats = &st, .now = NOW,
-				.request = &last_request};
+				.ask = &last_request};
 	struct msg m;
 	struct answer a;
 
@@ -421,7 +421,7 @@ static void count(const struct msg *m, struct query_stats *st)
 {
 	struct answer a;
 	struct query_ctx ctx = {.transport = QUERY_UDP, .stats = st, .now = NOW,
-				.request = &last_request};
+				.ask = &last_request};
 
 	urcu_memb_read_lock();
 	query_handle(m->buf, m->len, a.buf, sizeof a.buf, &ctx);
@@ -544,7 +544,7 @@ static void test_dns64_on_local_data_allocates_nothing(void **state)
 	static struct sockaddr_storage v6;
 	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&v6;
 	struct query_stats st = {0};
-	struct query_ctx ctx = {.peer = &v6, .stats = &st, .now = NOW, .request = &last_request};
+	struct query_ctx ctx = {.peer = &v6, .stats = &st, .now = NOW, .ask = &last_request};
 	struct msg m;
 	struct answer a;
 	(void)state;

@@ -195,7 +195,7 @@ static void ask(struct worker *w, unsigned j, uint8_t *out)
 	size_t len = make_query(pkt, j);
 	struct query_stats st = {0};
 	struct query_ctx ctx = {.transport = QUERY_TCP, .stats = &st,
-				.now = cache_clock_seconds(), .request = &w->request};
+				.now = cache_clock_seconds(), .ask = &w->request.ask};
 
 	urcu_memb_read_lock();
 	size_t n = query_handle(pkt, len, out, DNS_MAX_MESSAGE, &ctx);

@@ -46,7 +46,7 @@ struct seen {
 	bool cached;
 	uint64_t at_ms;
 	bool dns64_a;                  /* DNS64: it waited for the A answer of ... */
-	char a_name[64];               /* ... this name (r->chain) */
+	char a_name[64];               /* ... this name (r->ask.chain) */
 };
 
 /* The world the table sees (static: far too large for cmocka's stacks). */
@@ -87,10 +87,10 @@ static void fake_reply(void *env, unsigned worker, const struct upstream_request
 	assert_int_equal(now_ms, fk.now);
 	assert_true(fk.n_replies < REPLIES_MAX);
 	fk.replies[fk.n_replies] = (struct seen){
-		.worker = worker, .id = r->q.id, .client = ntohl(in->sin_addr.s_addr),
-		.kind = a->kind, .cached = a->cached, .at_ms = now_ms, .dns64_a = r->dns64_a};
-	if (r->dns64_a)
-		assert_true(dns_name_to_text(r->chain, fk.replies[fk.n_replies].a_name, 64) > 0);
+		.worker = worker, .id = r->ask.q.id, .client = ntohl(in->sin_addr.s_addr),
+		.kind = a->kind, .cached = a->cached, .at_ms = now_ms, .dns64_a = r->ask.dns64_a};
+	if (r->ask.dns64_a)
+		assert_true(dns_name_to_text(r->ask.chain, fk.replies[fk.n_replies].a_name, 64) > 0);
 	fk.n_replies++;
 }
 
@@ -143,10 +143,10 @@ static const struct upstream_request *request(uint32_t client, const char *name,
 	struct sockaddr_in *in = (struct sockaddr_in *)&r->peer;
 
 	memset(r, 0, sizeof *r);
-	make_query(&r->q, name, qtype);
-	r->q.id = id;
-	r->reply_limit = 1232;
-	r->udp_payload = 1232;
+	make_query(&r->ask.q, name, qtype);
+	r->ask.q.id = id;
+	r->ask.reply_limit = 1232;
+	r->ask.udp_payload = 1232;
 	r->transport = UPSTREAM_UDP;
 	r->fd = -1;
 	in->sin_family = AF_INET;
@@ -264,7 +264,7 @@ static void ask_aaaa64(uint32_t client, const char *name, uint16_t id)
 {
 	struct upstream_request *r = (struct upstream_request *)request(client, name, DNS_T_AAAA,
 								      id);
-	r->dns64 = nat64;
+	r->ask.dns64 = nat64;
 	flights_client(&fk.t, client % 4, r, fk.now);
 }
 
@@ -896,12 +896,13 @@ static void test_autopath_asks_each_candidate_in_turn(void **state)
 	(void)state;
 	struct upstream_request *r = (struct upstream_request *)request(1, "db", DNS_T_A, 1);
 	const char *candidates[] = {"db.ns.svc.cluster.local", "db.corp.example", "db.example"};
+	struct query_ask *a = &r->ask;
 
-	r->search = true;
+	a->search = true;
 	for (size_t i = 0; i < 3; i++)
-		r->chain_len = (uint16_t)(r->chain_len +
-					  dns_name_from_text(candidates[i], r->chain + r->chain_len));
-	r->chain_ttl = 5;
+		a->chain_len = (uint16_t)(a->chain_len +
+					  dns_name_from_text(candidates[i], a->chain + a->chain_len));
+	a->chain_ttl = 5;
 	flights_client(&fk.t, 0, r, fk.now);
 	assert_string_equal(fk.asked_name[0], "db.ns.svc.cluster.local.");
 	upstream_answers(0, DNS_R_NXDOMAIN);
@@ -912,8 +913,8 @@ static void test_autopath_asks_each_candidate_in_turn(void **state)
 
 	/* none exists: the question's own NXDOMAIN, after the last */
 	r = (struct upstream_request *)request(2, "nothing", DNS_T_A, 2);
-	r->search = true;
-	r->chain_len = (uint16_t)dns_name_from_text("nothing.example", r->chain);
+	r->ask.search = true;
+	r->ask.chain_len = (uint16_t)dns_name_from_text("nothing.example", r->ask.chain);
 	flights_client(&fk.t, 0, r, fk.now);
 	upstream_answers(2, DNS_R_NXDOMAIN);
 	assert_int_equal(fk.n_replies, 2);

@@ -27,37 +27,37 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 			 size_t chain_len, size_t nxdomain_len, size_t cookie_len, bool v6)
 {
 	memset(r, 0, sizeof *r);
-	r->q.id = (uint16_t)seq;
-	r->q.flags = 0x0100;
-	r->q.question_ok = true;
-	r->q.qtype = (uint16_t)(1 + seq % 50);
-	r->q.qclass = 1;
-	r->q.qname_len = (uint16_t)qname_len;
-	r->q.qname_labels = (uint8_t)(seq % 100);
+	r->ask.q.id = (uint16_t)seq;
+	r->ask.q.flags = 0x0100;
+	r->ask.q.question_ok = true;
+	r->ask.q.qtype = (uint16_t)(1 + seq % 50);
+	r->ask.q.qclass = 1;
+	r->ask.q.qname_len = (uint16_t)qname_len;
+	r->ask.q.qname_labels = (uint8_t)(seq % 100);
 	for (size_t i = 0; i < qname_len; i++) {
-		r->q.qname[i] = (uint8_t)('a' + (seq + i) % 26);
-		r->q.qname_orig[i] = (uint8_t)('A' + (seq + i) % 26);
+		r->ask.q.qname[i] = (uint8_t)('a' + (seq + i) % 26);
+		r->ask.q.qname_orig[i] = (uint8_t)('A' + (seq + i) % 26);
 	}
-	r->q.has_edns = seq & 1;
-	r->q.edns_version = 0;
-	r->q.edns_do = seq & 2;
-	r->q.edns_udp_size = (uint16_t)(512 + seq % 4000);
-	r->q.cookie_len = (uint8_t)cookie_len;
+	r->ask.q.has_edns = seq & 1;
+	r->ask.q.edns_version = 0;
+	r->ask.q.edns_do = seq & 2;
+	r->ask.q.edns_udp_size = (uint16_t)(512 + seq % 4000);
+	r->ask.q.cookie_len = (uint8_t)cookie_len;
 	for (size_t i = 0; i < cookie_len; i++)
-		r->q.cookie[i] = (uint8_t)(seq * 7 + i);
-	r->chain_len = (uint16_t)chain_len;
+		r->ask.q.cookie[i] = (uint8_t)(seq * 7 + i);
+	r->ask.chain_len = (uint16_t)chain_len;
 	for (size_t i = 0; i < chain_len; i++)
-		r->chain[i] = (uint8_t)(seq * 3 + i);
-	r->chain_ttl = seq * 11;
-	r->search = seq & 4;
-	r->nxdomain_len = (uint8_t)nxdomain_len;
+		r->ask.chain[i] = (uint8_t)(seq * 3 + i);
+	r->ask.chain_ttl = seq * 11;
+	r->ask.search = seq & 4;
+	r->ask.nxdomain_len = (uint8_t)nxdomain_len;
 	for (size_t i = 0; i < nxdomain_len; i++)
-		r->nxdomain[i] = (uint8_t)(seq + 5 * i);
-	r->reply_limit = 512 + seq % 65000;
-	r->udp_payload = 1232;
-	r->has_cookie = seq & 8;
-	for (size_t i = 0; i < sizeof r->cookie; i++)
-		r->cookie[i] = (uint8_t)(seq ^ i);
+		r->ask.nxdomain[i] = (uint8_t)(seq + 5 * i);
+	r->ask.reply_limit = 512 + seq % 65000;
+	r->ask.udp_payload = 1232;
+	r->ask.has_cookie = seq & 8;
+	for (size_t i = 0; i < sizeof r->ask.cookie; i++)
+		r->ask.cookie[i] = (uint8_t)(seq ^ i);
 	r->transport = (enum upstream_transport)(seq % 3);
 	r->fd = (int)(seq % 1000);
 	if (v6) {
@@ -81,34 +81,34 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 /* The same request, comparing only the bytes the lengths say are used. */
 static void assert_same(const struct upstream_request *a, const struct upstream_request *b)
 {
-	assert_int_equal(a->q.id, b->q.id);
-	assert_int_equal(a->q.flags, b->q.flags);
-	assert_int_equal(a->q.question_ok, b->q.question_ok);
-	assert_int_equal(a->q.qtype, b->q.qtype);
-	assert_int_equal(a->q.qclass, b->q.qclass);
-	assert_int_equal(a->q.qname_len, b->q.qname_len);
-	assert_int_equal(a->q.qname_labels, b->q.qname_labels);
-	assert_memory_equal(a->q.qname, b->q.qname, a->q.qname_len);
-	assert_memory_equal(a->q.qname_orig, b->q.qname_orig, a->q.qname_len);
-	assert_int_equal(a->q.has_edns, b->q.has_edns);
-	assert_int_equal(a->q.edns_version, b->q.edns_version);
-	assert_int_equal(a->q.edns_do, b->q.edns_do);
-	assert_int_equal(a->q.edns_udp_size, b->q.edns_udp_size);
-	assert_int_equal(a->q.cookie_len, b->q.cookie_len);
-	if (a->q.cookie_len)
-		assert_memory_equal(a->q.cookie, b->q.cookie, a->q.cookie_len);
-	assert_int_equal(a->chain_len, b->chain_len);
-	if (a->chain_len)
-		assert_memory_equal(a->chain, b->chain, a->chain_len);
-	assert_int_equal(a->chain_ttl, b->chain_ttl);
-	assert_int_equal(a->search, b->search);
-	assert_int_equal(a->nxdomain_len, b->nxdomain_len);
-	if (a->nxdomain_len)
-		assert_memory_equal(a->nxdomain, b->nxdomain, a->nxdomain_len);
-	assert_int_equal(a->reply_limit, b->reply_limit);
-	assert_int_equal(a->udp_payload, b->udp_payload);
-	assert_int_equal(a->has_cookie, b->has_cookie);
-	assert_memory_equal(a->cookie, b->cookie, sizeof a->cookie);
+	assert_int_equal(a->ask.q.id, b->ask.q.id);
+	assert_int_equal(a->ask.q.flags, b->ask.q.flags);
+	assert_int_equal(a->ask.q.question_ok, b->ask.q.question_ok);
+	assert_int_equal(a->ask.q.qtype, b->ask.q.qtype);
+	assert_int_equal(a->ask.q.qclass, b->ask.q.qclass);
+	assert_int_equal(a->ask.q.qname_len, b->ask.q.qname_len);
+	assert_int_equal(a->ask.q.qname_labels, b->ask.q.qname_labels);
+	assert_memory_equal(a->ask.q.qname, b->ask.q.qname, a->ask.q.qname_len);
+	assert_memory_equal(a->ask.q.qname_orig, b->ask.q.qname_orig, a->ask.q.qname_len);
+	assert_int_equal(a->ask.q.has_edns, b->ask.q.has_edns);
+	assert_int_equal(a->ask.q.edns_version, b->ask.q.edns_version);
+	assert_int_equal(a->ask.q.edns_do, b->ask.q.edns_do);
+	assert_int_equal(a->ask.q.edns_udp_size, b->ask.q.edns_udp_size);
+	assert_int_equal(a->ask.q.cookie_len, b->ask.q.cookie_len);
+	if (a->ask.q.cookie_len)
+		assert_memory_equal(a->ask.q.cookie, b->ask.q.cookie, a->ask.q.cookie_len);
+	assert_int_equal(a->ask.chain_len, b->ask.chain_len);
+	if (a->ask.chain_len)
+		assert_memory_equal(a->ask.chain, b->ask.chain, a->ask.chain_len);
+	assert_int_equal(a->ask.chain_ttl, b->ask.chain_ttl);
+	assert_int_equal(a->ask.search, b->ask.search);
+	assert_int_equal(a->ask.nxdomain_len, b->ask.nxdomain_len);
+	if (a->ask.nxdomain_len)
+		assert_memory_equal(a->ask.nxdomain, b->ask.nxdomain, a->ask.nxdomain_len);
+	assert_int_equal(a->ask.reply_limit, b->ask.reply_limit);
+	assert_int_equal(a->ask.udp_payload, b->ask.udp_payload);
+	assert_int_equal(a->ask.has_cookie, b->ask.has_cookie);
+	assert_memory_equal(a->ask.cookie, b->ask.cookie, sizeof a->ask.cookie);
 	assert_int_equal(a->transport, b->transport);
 	assert_int_equal(a->fd, b->fd);
 	assert_int_equal(a->peer_len, b->peer_len);
@@ -124,8 +124,8 @@ static void varied_request(struct upstream_request *r, uint32_t seq)
 	bool largest = seq % 97 == 0;
 
 	make_request(r, seq, largest ? DNS_MAX_NAME : 2 + seq % 60,
-		     largest ? UPSTREAM_CHAIN_MAX : (seq % 5 == 0 ? seq % 300 : 0),
-		     largest ? UPSTREAM_NXDOMAIN_MAX : (seq % 7 == 0 ? 54 : 0),
+		     largest ? QUERY_CHAIN_MAX : (seq % 5 == 0 ? seq % 300 : 0),
+		     largest ? QUERY_NXDOMAIN_MAX : (seq % 7 == 0 ? 54 : 0),
 		     largest ? DNS_COOKIE_MAX : (seq % 3 == 0 ? 24 : 0), largest || seq % 2);
 }
 
@@ -134,63 +134,63 @@ static struct upstream_request in, out; /* too large for cmocka's small test sta
 static void test_every_field_survives_the_ring(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 
 	assert_non_null(ring);
-	assert_false(request_ring_take(ring, &out));
-	make_request(&in, 42, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+	assert_false(ring_request_take(ring, &out));
+	make_request(&in, 42, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 		     DNS_COOKIE_MAX, true);
-	assert_true(request_ring_put(ring, &in));
+	assert_true(ring_request_put(ring, &in));
 	memset(&out, 0xee, sizeof out);
-	assert_true(request_ring_take(ring, &out));
+	assert_true(ring_request_take(ring, &out));
 	assert_same(&in, &out);
 	make_request(&in, 7, 1, 0, 0, 0, false); /* the root, nothing else */
-	assert_true(request_ring_put(ring, &in));
-	assert_true(request_ring_take(ring, &out));
+	assert_true(ring_request_put(ring, &in));
+	assert_true(ring_request_take(ring, &out));
 	assert_same(&in, &out);
-	assert_false(request_ring_take(ring, &out));
-	request_ring_free(ring);
+	assert_false(ring_request_take(ring, &out));
+	ring_request_free(ring);
 }
 
 static void test_a_burst_of_misses_fits_and_a_full_ring_refuses(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 	uint32_t typical = 0, largest = 0;
 
 	/* "www.site.example" A from an IPv4 client with a cookie, as the coalescing test sends */
 	do
 		make_request(&in, typical, 18, 0, 0, 24, false);
-	while (request_ring_put(ring, &in) && ++typical < 100000);
+	while (ring_request_put(ring, &in) && ++typical < 100000);
 	print_message("%u typical requests fit\n", typical);
 	assert_true(typical >= 1000);
 	for (uint32_t i = 0; i < typical; i++) {
-		assert_true(request_ring_take(ring, &out));
-		assert_int_equal(out.q.id, (uint16_t)i);
+		assert_true(ring_request_take(ring, &out));
+		assert_int_equal(out.ask.q.id, (uint16_t)i);
 	}
-	assert_false(request_ring_take(ring, &out));
+	assert_false(ring_request_take(ring, &out));
 
 	do
-		make_request(&in, largest, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+		make_request(&in, largest, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 			     DNS_COOKIE_MAX, true);
-	while (request_ring_put(ring, &in) && ++largest < 100000);
+	while (ring_request_put(ring, &in) && ++largest < 100000);
 	print_message("%u of the largest requests fit\n", largest);
 	assert_true(largest >= 150);
 	/* the one refused was not half written: the ring still holds exactly the others */
 	for (uint32_t i = 0; i < largest; i++) {
-		assert_true(request_ring_take(ring, &out));
-		make_request(&in, i, DNS_MAX_NAME, UPSTREAM_CHAIN_MAX, UPSTREAM_NXDOMAIN_MAX,
+		assert_true(ring_request_take(ring, &out));
+		make_request(&in, i, DNS_MAX_NAME, QUERY_CHAIN_MAX, QUERY_NXDOMAIN_MAX,
 			     DNS_COOKIE_MAX, true);
 		assert_same(&in, &out);
 	}
-	assert_false(request_ring_take(ring, &out));
-	request_ring_free(ring);
+	assert_false(ring_request_take(ring, &out));
+	ring_request_free(ring);
 }
 
 static void test_order_and_bytes_hold_across_many_wraps(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 	uint32_t put = 0, taken = 0;
 
 	/* 200,000 requests through 256 KiB, the ring between empty and nearly full */
@@ -198,22 +198,22 @@ static void test_order_and_bytes_hold_across_many_wraps(void **state)
 		uint32_t burst = 1 + (put * 2654435761u) % 800;
 		for (uint32_t i = 0; i < burst; i++) {
 			varied_request(&in, put);
-			if (!request_ring_put(ring, &in))
+			if (!ring_request_put(ring, &in))
 				break;
 			put++;
 		}
 		uint32_t drain = 1 + (taken * 40503u) % 900;
-		for (uint32_t i = 0; i < drain && request_ring_take(ring, &out); i++) {
+		for (uint32_t i = 0; i < drain && ring_request_take(ring, &out); i++) {
 			varied_request(&in, taken++);
 			assert_same(&in, &out);
 		}
 	}
-	while (request_ring_take(ring, &out)) {
+	while (ring_request_take(ring, &out)) {
 		varied_request(&in, taken++);
 		assert_same(&in, &out);
 	}
 	assert_int_equal(taken, put);
-	request_ring_free(ring);
+	ring_request_free(ring);
 }
 
 #define THREADED_REQUESTS 300000
@@ -225,7 +225,7 @@ static void *producer_main(void *arg)
 
 	for (uint32_t seq = 0; seq < THREADED_REQUESTS;) {
 		varied_request(&r, seq);
-		if (request_ring_put(ring, &r))
+		if (ring_request_put(ring, &r))
 			seq++;
 	}
 	return NULL;
@@ -234,42 +234,42 @@ static void *producer_main(void *arg)
 static void test_a_worker_and_the_resolver_at_once(void **state)
 {
 	(void)state;
-	struct request_ring *ring = request_ring_new();
+	struct request_ring *ring = ring_request_new();
 	pthread_t producer;
 	uint32_t seq = 0;
 
 	assert_int_equal(pthread_create(&producer, NULL, producer_main, ring), 0);
 	while (seq < THREADED_REQUESTS) {
-		if (!request_ring_take(ring, &out))
+		if (!ring_request_take(ring, &out))
 			continue;
 		varied_request(&in, seq++);
 		assert_same(&in, &out);
 	}
 	pthread_join(producer, NULL);
-	assert_false(request_ring_take(ring, &out));
-	request_ring_free(ring);
+	assert_false(ring_request_take(ring, &out));
+	ring_request_free(ring);
 }
 
 /* The sockets a worker hands over: in order, a full ring refuses, and room comes back. */
 static void test_sockets_handed_over_in_order_and_a_full_ring_refuses(void **state)
 {
 	(void)state;
-	struct socket_ring *ring = socket_ring_new();
+	struct socket_ring *ring = ring_socket_new();
 	int fd, put = 0, taken = 0;
 
 	assert_non_null(ring);
-	assert_false(socket_ring_take(ring, &fd));
-	while (socket_ring_put(ring, 100 + put))
+	assert_false(ring_socket_take(ring, &fd));
+	while (ring_socket_put(ring, 100 + put))
 		put++;
 	assert_int_equal(put, 64);
-	assert_true(socket_ring_take(ring, &fd));
+	assert_true(ring_socket_take(ring, &fd));
 	assert_int_equal(fd, 100 + taken++);
-	assert_true(socket_ring_put(ring, 100 + put++));
-	assert_false(socket_ring_put(ring, 0));
-	while (socket_ring_take(ring, &fd))
+	assert_true(ring_socket_put(ring, 100 + put++));
+	assert_false(ring_socket_put(ring, 0));
+	while (ring_socket_take(ring, &fd))
 		assert_int_equal(fd, 100 + taken++);
 	assert_int_equal(taken, put);
-	socket_ring_free(ring);
+	ring_socket_free(ring);
 }
 
 /*
@@ -286,7 +286,7 @@ static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
 	static struct upstream_counters n;
 	struct cache_config cc = {.max_bytes = 1 << 20};
 	struct cache *cache = cache_new(&cc);
-	struct completion_ring *rings[1] = {completion_ring_new()};
+	struct completion_ring *rings[1] = {ring_completion_new()};
 	const struct flight_reply servfail = {.kind = FLIGHT_REPLY_SERVFAIL};
 	struct upstream_completion c;
 	uint32_t taken = 0;
@@ -303,7 +303,7 @@ static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
 	deliver_flush(&d);
 	/* the worker takes what is there; the resolver's next turns bring the rest */
 	for (int turn = 0; turn < 10 && taken < REPLIES; turn++) {
-		while (completion_ring_take(rings[0], &c)) {
+		while (ring_completion_take(rings[0], &c)) {
 			assert_int_equal(c.conn, taken);
 			assert_true(c.len > 2 + DNS_HEADER_LEN);
 			free(c.framed);
@@ -315,7 +315,7 @@ static void test_no_tcp_reply_is_lost_to_a_full_completion_ring(void **state)
 	assert_int_equal(atomic_load(&n.dropped), 0);
 	assert_false(deliver_holding(&d));
 	deliver_free(&d);
-	completion_ring_free(rings[0]);
+	ring_completion_free(rings[0]);
 	cache_free(cache);
 }
 
