@@ -20,7 +20,8 @@
 # under load), every reply checked, and the counters are dumped. Printed
 # per query: the worker thread's instructions (server_worker_main, inclusive:
 # epoll, the recvmmsg and sendmmsg wrappers, everything around the
-# queries), those of server_udp_drain and of query_handle, and the functions
+# queries), those of its UDP drain (server_udp_drain, _polled) and of the
+# query path (query_prepare, query_handle_prepared, query_handle), and the functions
 # with the most instructions of their own. The kernel's work (most of a
 # query's CPU: performance.md, "Where a UDP query's CPU goes") is not
 # counted; perf shows it.
@@ -77,10 +78,15 @@ incl = {}
 for n, fn in rows("incl"):
     incl[fn] = max(n, incl.get(fn, 0))
 per = lambda n: n / queries
+# A worker drains its sockets in or out of its epoll set, and answers a
+# batch's queries through query_prepare and query_handle_prepared (a lone
+# query through query_handle): each figure is the sum of its ways.
+sum_of = lambda *fns: sum(incl.get(fn, 0) for fn in fns)
 print("%s: %d queries; per query: worker %.0f instructions (server_worker_main), "
-      "server_udp_drain %.0f, query_handle %.0f"
+      "UDP drain %.0f, query path %.0f"
       % (mix, queries, per(incl.get("server_worker_main", 0)),
-         per(incl.get("server_udp_drain", 0)), per(incl.get("query_handle", 0))))
+         per(sum_of("server_udp_drain", "server_udp_drain_polled")),
+         per(sum_of("query_prepare", "query_handle_prepared", "query_handle"))))
 if mix == "miss":
     total = 0
     for line in open(path + ".self"):
