@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from harness import free_port  # noqa: E402  (the integration tests' own)
+from harness import free_port, make_tls_ca  # noqa: E402  (the integration tests' own)
 from benchlib import (a_query, dnsgen, git_rev, localdns_conf, stop, wait_answer,  # noqa: E402
                       write_doc_block)
 ZONE = "miss.example"
@@ -63,20 +63,6 @@ def ask(sock, port, name, timeout):
             return None
         if len(data) >= 12 and struct.unpack(">H", data[:2])[0] == qid:
             return time.perf_counter() - t0, data[3] & 0xF
-
-
-def make_ca(tmp):
-    def run(*a):
-        subprocess.run(a, cwd=tmp, check=True, capture_output=True, timeout=60)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns bench CA")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
-        "srv.csr", "-subj", "/CN=" + TLS_NAME)
-    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
-        f.write("subjectAltName=DNS:%s\n" % TLS_NAME)
-    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
-    return os.path.join(tmp, "ca.pem")
 
 
 def start_unbound(tmp, port, procs):
@@ -256,7 +242,7 @@ def main():
     procs = []
     tmp = tempfile.mkdtemp(prefix="tls-miss-")
     try:
-        ca = make_ca(tmp)
+        ca = make_tls_ca(tmp, TLS_NAME)
         up_port = free_port()
         up = start_unbound(tmp, up_port, procs)
         time.sleep(0.5)

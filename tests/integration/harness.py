@@ -385,6 +385,25 @@ def dnsgen(env, port, queries, *args):
     return r, p.stderr
 
 
+# ------------------------------------------------------ TLS certificates
+
+def make_tls_ca(tmp, name):
+    """A CA (tmp/ca.pem) and a server key and certificate for name and
+    127.0.0.1 signed by it (tmp/srv.key, tmp/srv.pem), made with openssl;
+    returns the CA's path."""
+    def run(*argv):
+        subprocess.run(argv, cwd=tmp, check=True, capture_output=True, timeout=60)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns test CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
+        "srv.csr", "-subj", "/CN=" + name)
+    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:%s,IP:127.0.0.1\n" % name)
+    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
+    return os.path.join(tmp, "ca.pem")
+
+
 # ---------------------------------------- cgroups, stopping a thread
 
 class Cgroup:

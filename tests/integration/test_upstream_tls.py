@@ -167,21 +167,6 @@ def test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing(env):
 
 # ------------------------------------------------------ with a libunbound that has TLS
 
-def make_ca(tmp):
-    """A CA and a server certificate for TLS_NAME (and 127.0.0.1), signed by it."""
-    run = lambda *a: subprocess.run(a, cwd=tmp, check=True, capture_output=True,  # noqa: E731
-                                    timeout=30)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns test CA")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
-        "srv.csr", "-subj", "/CN=" + TLS_NAME)
-    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
-        f.write("subjectAltName=DNS:%s,IP:127.0.0.1\n" % TLS_NAME)
-    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
-    return os.path.join(tmp, "ca.pem")
-
-
 class TlsUnbound:
     """Unbound serving one static zone over TLS only, on 127.0.0.1:port."""
 
@@ -242,7 +227,7 @@ class TlsUnbound:
 
 
 def test_tls_upstream_against_unbound(env):
-    ca = make_ca(env.tmp)
+    ca = harness.make_tls_ca(env.tmp, TLS_NAME)
     up = TlsUnbound(env.tmp)
     try:
         good = env.start(upstream={"servers": ["127.0.0.1:%d#%s" % (up.port, TLS_NAME)],
