@@ -33,6 +33,7 @@
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "cluster_fixture.h"
 #include "config_text.h"
 #include "mesh/mesh.h"
 #include "mesh/objects.h"
@@ -58,14 +59,6 @@ static struct kube_json_doc *parse(const char *json)
 
 	assert_non_null(doc);
 	return doc;
-}
-
-static void apply_cluster(void (*fn)(struct cluster *, const struct kube_json *), const char *json)
-{
-	struct kube_json_doc *doc = parse(json);
-
-	fn(cluster, kube_json_root(doc));
-	kube_json_doc_free(doc);
 }
 
 static void apply_mesh(void (*fn)(struct mesh *, const struct kube_json *), const char *json)
@@ -95,17 +88,6 @@ static void entry(const char *ns, const char *name, const char *created, const c
 		 created, labels, *labels ? "," : "", name, ns, spec, *status ? ",\"status\":{" : "",
 		 status, *status ? "}" : "");
 	apply_mesh(mesh_entry_upsert, json);
-}
-
-static void add_pod(const char *ns, const char *name, const char *ip)
-{
-	char json[512];
-
-	snprintf(json, sizeof json,
-		 "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\"},"
-		 "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Running\","
-		 "\"podIP\":\"%s\",\"podIPs\":[{\"ip\":\"%s\"}]}}", name, ns, ip, ip);
-	apply_cluster(cluster_pod_upsert, json);
 }
 
 /* ---- the selector watches the mesh asks for (a stand-in for the client) ------------ */
@@ -203,13 +185,13 @@ static int setup(void **state)
 	for (const char *const *ns = (const char *const[]){"prod", "team", "shop", NULL}; *ns; ns++) {
 		char json[128];
 		snprintf(json, sizeof json, "{\"metadata\":{\"name\":\"%s\"}}", *ns);
-		apply_cluster(cluster_namespace_upsert, json);
+		UPSERT(cluster_namespace_upsert, cluster, json);
 	}
-	apply_cluster(cluster_service_upsert,
-		      "{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"shop\"},"
-		      "\"spec\":{\"clusterIP\":\"10.96.0.5\",\"clusterIPs\":[\"10.96.0.5\"]}}");
-	add_pod("prod", "client", prod_client);
-	add_pod("team", "client", team_client);
+	UPSERT(cluster_service_upsert, cluster,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"shop\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.5\",\"clusterIPs\":[\"10.96.0.5\"]}}");
+	add_node_pod(cluster, "prod", "client", prod_client);
+	add_node_pod(cluster, "team", "client", team_client);
 	cluster_set_synced(cluster);
 	cache = cache_new(&cc);
 	assert_non_null(cache);
