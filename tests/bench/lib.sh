@@ -104,12 +104,7 @@ bench_cleanup() {
 		kill -TERM "$p" 2>/dev/null || true
 	done
 	for p in "${PIDS[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-			kill -0 "$p" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
+		bench_reap "$p"
 	done
 	rm -rf "$TMP"
 }
@@ -151,8 +146,13 @@ bench_server() {
 # TERM one process we started and wait (at most 2 s, then KILL) until it
 # has gone, so the next server does not share its CPU with a shutdown.
 bench_stop() {
+	kill -TERM "$1" 2>/dev/null || true
+	bench_reap "$1"
+}
+
+# Wait (at most 2 s, then KILL) until a process sent TERM has gone.
+bench_reap() { # pid
 	local p=$1
-	kill -TERM "$p" 2>/dev/null || true
 	for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
 		kill -0 "$p" 2>/dev/null || break
 		sleep 0.1
