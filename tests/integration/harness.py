@@ -651,6 +651,17 @@ class Daemon:
         lines = self.stderr().rstrip("\n").split("\n")
         return "\n".join(lines[-n:])
 
+    def reload(self, config):
+        """Write config (a dict) to the daemon's config file and send SIGHUP,
+        as an operator editing the ConfigMap would (self.config stays the
+        config it started with). Returns how long its log was before, so a
+        test reads what this reload logged as stderr()[mark:]."""
+        mark = len(self.stderr())
+        with open(self.config_path, "w") as f:
+            f.write(to_yaml(config) + "\n")
+        self.proc.send_signal(signal.SIGHUP)
+        return mark
+
     def wait_ready(self, timeout=5.0):
         """Poll with a UDP query until any reply comes, then check TCP."""
         if self.netns:

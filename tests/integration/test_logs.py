@@ -10,7 +10,6 @@ import base64
 import json
 import os
 import re
-import signal
 import socket
 import sys
 import time
@@ -198,9 +197,7 @@ def test_query_log_turned_on_by_a_reload(env):
     d = env.start(listen={"workers": 1})
     d.udp("before.prod.svc.cluster.local", "A")
     cfg = harness.deep_merge(d.config, {"log": {"queries": 1, "format": "json"}})
-    with open(d.config_path, "w") as f:
-        f.write(harness.to_yaml(cfg) + "\n")
-    d.proc.send_signal(signal.SIGHUP)
+    d.reload(cfg)
     wait_until(lambda: "reloaded" in d.stderr(), "the reload")
     d.udp("after.prod.svc.cluster.local", "A")
     wait_until(lambda: '"qname":"after.prod.svc.cluster.local."' in d.stderr(),

@@ -14,7 +14,6 @@ the test's own on the upstream's port).
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -146,9 +145,7 @@ def test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing(env):
                                                    "timeout": "1s"}))
         cfg = harness.deep_merge(d.config, {"upstream": {
             "servers": ["127.0.0.1:%d#%s" % (trap.port, TLS_NAME)], "tls": True}})
-        with open(d.config_path, "w") as f:
-            f.write(harness.to_yaml(cfg) + "\n")
-        d.proc.send_signal(signal.SIGHUP)
+        d.reload(cfg)
         deadline = time.monotonic() + 5
         while "reload failed" not in d.stderr() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -245,9 +242,7 @@ def test_tls_upstream_against_unbound(env):
         asked = len(up.queries())
         cfg = harness.deep_merge(good.config, {"upstream": {
             "servers": ["127.0.0.1:%d#wrong.example" % up.port], "timeout": "1s"}})
-        with open(good.config_path, "w") as f:
-            f.write(harness.to_yaml(cfg) + "\n")
-        good.proc.send_signal(signal.SIGHUP)
+        good.reload(cfg)
         deadline = time.monotonic() + 5
         while "reloaded" not in good.stderr() and time.monotonic() < deadline:
             time.sleep(0.05)
