@@ -157,23 +157,25 @@ class Dump:
         return took
 
 
-def upserts(lines, res=None):
-    """[(resource, key, rv)] of the upsert lines."""
+def events(lines, pattern, res=None):
+    """The groups of each line pattern matches whose resource (the first
+    group) is res (any, without one)."""
     out = []
     for l in lines:
-        m = re.match(r"upsert (\S+) (\S+) rv=(\d+)$", l)
+        m = re.match(pattern, l)
         if m and (res is None or m.group(1) == res):
-            out.append((m.group(1), m.group(2), int(m.group(3))))
+            out.append(m.groups())
     return out
+
+
+def upserts(lines, res=None):
+    """[(resource, key, rv)] of the upsert lines."""
+    return [(r, k, int(rv)) for r, k, rv in events(lines, r"upsert (\S+) (\S+) rv=(\d+)$", res)]
 
 
 def removes(lines, res=None):
-    out = []
-    for l in lines:
-        m = re.match(r"remove (\S+) (\S+)$", l)
-        if m and (res is None or m.group(1) == res):
-            out.append((m.group(1), m.group(2)))
-    return out
+    """[(resource, key)] of the remove lines."""
+    return events(lines, r"remove (\S+) (\S+)$", res)
 
 
 def standard_objects(n_services=3):
