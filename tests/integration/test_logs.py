@@ -255,17 +255,8 @@ def test_no_token_or_client_key_in_the_log_at_debug_level(env):
     key_lines = [l for l in key_pem.split("\n") if l and not l.startswith("-----")]
     with F.FakeAPI(tokens=[token], tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(F.namespace("shop"), F.service("shop", "db", cluster_ips=["10.96.0.5"]))
-        kc = os.path.join(env.tmp, "kubeconfig")
-        with open(kc, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                    "clusters:\n- name: k\n  cluster:\n    server: %s\n"
-                    "    certificate-authority-data: %s\n"
-                    "users:\n- name: u\n  user:\n    token: %s\n"
-                    "    client-certificate-data: %s\n    client-key-data: %s\n"
-                    "contexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                    % (api.url, base64.b64encode(open(tls.ca, "rb").read()).decode(),
-                       token, base64.b64encode(open(tls.client_cert, "rb").read()).decode(),
-                       key_b64))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), token=token, ca=tls.ca,
+                            client_cert=tls.client_cert, client_key=tls.client_key, embed=True)
         api.fail_next(2, 401)   # the refusal is logged, with the Status body
         d = _kube_daemon(env, api, kc)
         wait_until(lambda: d.udp("db.shop.svc.cluster.local", "A").rcode_name == "NOERROR",
