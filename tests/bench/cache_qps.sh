@@ -40,7 +40,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: cache_qps.sh BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 NAMES=${BENCH_CACHE_NAMES:-10000}
 WARM_RATE=${BENCH_WARM_RATE:-5000}
@@ -68,14 +67,7 @@ L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$R
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-U=()
-U_WARM=()
-measure_unbound() { # port pid
-	run_server "$1" "$2" unbound "$NAMES"
-	read -r -a U < <(figures)
-	U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
-}
-run_unbound measure_unbound <<EOF
+run_unbound measure_unbound_warm "$NAMES" <<EOF
   do-not-query-localhost: no
   prefetch: yes
 forward-zone:

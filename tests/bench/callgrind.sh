@@ -41,7 +41,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: callgrind.sh BIN [static|cache|search|srv|miss ...]}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 shift
 MIXES=("$@")
 [ "${#MIXES[@]}" -gt 0 ] || MIXES=(static cache search srv)

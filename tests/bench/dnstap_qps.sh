@@ -30,7 +30,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: dnstap_qps.sh BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 NAMES=${BENCH_CACHE_NAMES:-10000}
 WARM_RATE=${BENCH_WARM_RATE:-5000}

@@ -4,7 +4,7 @@
 # sets `set -euo pipefail` and BIN first, then calls bench_init NAME.
 #
 # What it provides:
-#   bench_init NAME   checks the tools (dnsgen and bare_responder, built next
+#   bench_init NAME   makes BIN an absolute path, checks the tools (dnsgen and bare_responder, built next
 #                     to BIN in bench/), makes $TMP, installs the exit trap
 #                     (kills every process in PIDS, removes $TMP), sets the
 #                     CPU placement (SRV_PIN, GEN_PIN, PINNING), CLK_TCK, and
@@ -49,6 +49,7 @@ GEN_OUTSTANDING=500
 
 bench_init() {
 	BENCH_NAME=$1
+	BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 	[ -x "$BIN" ] || { echo "$BENCH_NAME: $BIN is not executable" >&2; exit 1; }
 	DNSGEN=$(dirname "$BIN")/bench/dnsgen
 	BARE=$(dirname "$BIN")/bench/bare_responder
@@ -103,12 +104,7 @@ bench_cleanup() {
 		kill -TERM "$p" 2>/dev/null || true
 	done
 	for p in "${PIDS[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-			kill -0 "$p" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
+		bench_reap "$p"
 	done
 	rm -rf "$TMP"
 }
@@ -150,8 +146,13 @@ bench_server() {
 # TERM one process we started and wait (at most 2 s, then KILL) until it
 # has gone, so the next server does not share its CPU with a shutdown.
 bench_stop() {
+	kill -TERM "$1" 2>/dev/null || true
+	bench_reap "$1"
+}
+
+# Wait (at most 2 s, then KILL) until a process sent TERM has gone.
+bench_reap() { # pid
 	local p=$1
-	kill -TERM "$p" 2>/dev/null || true
 	for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
 		kill -0 "$p" 2>/dev/null || break
 		sleep 0.1
@@ -346,9 +347,9 @@ start_localdns() {
 
 # The peer: Unbound, when installed, with unbound_server_clause, the lines
 # on stdin and remote control off; once it answers $PROBE the function
-# named by the argument measures it (called with its port and pid), then it
-# stops. Sets UVER ("" without Unbound).
-run_unbound() { # measure_function
+# named by the argument measures it (called with its port and pid, then the
+# arguments after its name), then it stops. Sets UVER ("" without Unbound).
+run_unbound() { # measure_function [argument...]
 	local unbound port pid
 	unbound=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 	UVER=""
@@ -366,9 +367,20 @@ run_unbound() { # measure_function
 	pid=$SPID
 	UVER=$("$unbound" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
 	if wait_answer "$port" "$pid" unbound; then
-		"$1" "$port" "$pid"
+		"$1" "$port" "$pid" "${@:2}"
 	fi
 	bench_stop "$pid"
+}
+
+# run_unbound's measure function for the scripts that serve their own data
+# (static_qps.sh, srv_qps.sh): sets U (see figures) and U_ANSWERS
+# (check_answers' text); both empty without Unbound.
+U=()
+U_ANSWERS=""
+measure_unbound_answers() { # port pid
+	measure_and_report "$1" unbound "$2"
+	U_ANSWERS=$ANSWERS_TEXT
+	read -r -a U < <(figures)
 }
 
 # The brief's 100% line: bare_responder on the server CPU, the same runs
@@ -658,4 +670,15 @@ run_server() { # port pid tag count
 	n1=$(nsd_queries)
 	RUN_UPSTREAM=$(nsd_delta "$n0" "$n1")
 	echo "          warm-up $WARM_TEXT; NSD answered $RUN_UPSTREAM during the runs; RSS $RSS_START KiB at start, $RSS_WARM KiB after it"
+}
+
+# run_unbound's measure function for the scripts whose answers come from
+# NSD (cache_qps.sh, search_qps.sh): run_server with count warm-up queries;
+# sets U (see figures) and U_WARM (WARM_OK WARM_TEXT RUN_UPSTREAM
+# ANSWERS_TEXT RSS_START RSS_WARM); both empty without Unbound.
+U_WARM=()
+measure_unbound_warm() { # port pid count
+	run_server "$1" "$2" unbound "$3"
+	read -r -a U < <(figures)
+	U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$RSS_START" "$RSS_WARM")
 }

@@ -23,7 +23,6 @@ import argparse
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,9 +33,10 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tests", "integration"))
 import rss_breakdown  # noqa: E402
 from harness import free_port  # noqa: E402  (the integration tests' own)
-from benchlib import stop  # noqa: E402
+from benchlib import localdns_conf, nsd_conf, stop, wait_answer  # noqa: E402
 
 ZONE = "bench.example"
+PROBE = "h00000." + ZONE  # the first name of the zone: answered once serving
 
 
 def write_zone(tmp, n):
@@ -48,75 +48,6 @@ def write_zone(tmp, n):
             f.write("h%05d IN A 10.%d.%d.%d\n" % (i, i // 65536, (i // 256) % 256, i % 256))
     with open(os.path.join(tmp, "queries.txt"), "w") as f:
         f.write("".join("h%05d.%s A\n" % (i, ZONE) for i in range(n)))
-
-
-def nsd_conf(tmp, port):
-    return """server:
-  ip-address: 127.0.0.1@%d
-  do-ip6: no
-  rrl-ratelimit: 0
-  server-count: 1
-  username: ""
-  database: ""
-  chroot: ""
-  zonesdir: "%s"
-  zonelistfile: "%s/nsd.zonelist"
-  xfrdfile: "%s/nsd.xfrd"
-  xfrdir: "%s"
-  pidfile: ""
-  logfile: "%s/nsd.log"
-  verbosity: 0
-remote-control:
-  control-enable: no
-zone:
-  name: "%s."
-  zonefile: "zone.txt"
-""" % (port, tmp, tmp, tmp, tmp, tmp, ZONE)
-
-
-def localdns_conf(port, nsd_port, overrides):
-    keys = {
-        "listen": "{addresses: [127.0.0.1], port: %d, workers: 1}" % port,
-        "interface": "{manage: false}",
-        "nftables": "{enabled: false}",
-        "kubernetes": "{enabled: false}",
-        "health": '{listen: ""}',
-        "metrics": '{listen: ""}',
-        "control": '{socket: ""}',
-        "log": "{level: warn}",
-        "upstream": '{servers: ["127.0.0.1:%d"], timeout: 2s}' % nsd_port,
-        "cache": "{size: 64MiB, max_ttl: 1d, prefetch: true}",
-    }
-    for item in overrides:
-        key, _, value = item.partition(":")
-        keys[key.strip()] = value.strip()
-    return "".join("%s: %s\n" % kv for kv in keys.items())
-
-
-def answers(port, name):
-    """One A query over UDP; True when a reply with NOERROR comes back."""
-    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
-    msg = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + qname + b"\x00\x01\x00\x01"
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(0.3)
-    try:
-        s.sendto(msg, ("127.0.0.1", port))
-        reply = s.recv(4096)
-        return len(reply) > 3 and reply[3] & 0xF == 0
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def wait_answer(port, proc, what):
-    for _ in range(50):
-        if proc.poll() is not None:
-            sys.exit("memory: %s exited at start" % what)
-        if answers(port, "h00000." + ZONE):
-            return
-        time.sleep(0.1)
-    sys.exit("memory: %s did not answer within 5 s" % what)
 
 
 def show(title, pid, log, malloc_stats):
@@ -161,12 +92,14 @@ def main():
         write_zone(tmp, args.names)
         nsd_port, port = free_port(), free_port()
         with open(os.path.join(tmp, "nsd.conf"), "w") as f:
-            f.write(nsd_conf(tmp, nsd_port))
+            f.write(nsd_conf(tmp, nsd_port, ZONE, rrl=False))
         with open(os.path.join(tmp, "localdns.yaml"), "w") as f:
-            f.write(localdns_conf(port, nsd_port, args.set))
+            f.write(localdns_conf(port, args.set,
+                                  upstream='{servers: ["127.0.0.1:%d"], timeout: 2s}' % nsd_port,
+                                  cache="{size: 64MiB, max_ttl: 1d, prefetch: true}"))
         procs.append(subprocess.Popen([nsd, "-d", "-c", os.path.join(tmp, "nsd.conf")],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_answer(nsd_port, procs[0], "nsd")
+        wait_answer(nsd_port, procs[0], "nsd", PROBE, "memory", noerror=True)
         env = dict(os.environ)
         env.update(kv.split("=", 1) for kv in args.env)
         log_path = os.path.join(tmp, "localdns.log")
@@ -175,7 +108,7 @@ def main():
                                    os.path.join(tmp, "localdns.yaml")],
                                   stdout=log, stderr=log, env=env)
         procs.append(daemon)
-        wait_answer(port, daemon, "localdns")
+        wait_answer(port, daemon, "localdns", PROBE, "memory", noerror=True)
         time.sleep(0.5)
         show("just after start (one name cached)", daemon.pid, log_path, args.malloc_stats)
         warm = subprocess.run(["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-d",

@@ -40,7 +40,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: miss_qps.sh BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 MISS_ROUNDS=${BENCH_MISS_ROUNDS:-3}
 MISS_SECS=${BENCH_MISS_SECS:-10}

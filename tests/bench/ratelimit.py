@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,8 +40,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from harness import free_port  # noqa: E402  (the integration tests' own)
-from benchlib import git_rev, proc_status, stop, write_doc_block  # noqa: E402
+from benchlib import (dnsgen, git_rev, localdns_conf, nsd_conf, proc_status, stop,  # noqa: E402
+                      wait_answer, write_doc_block)
 ZONE = "rl.example"
+PROBE = "warmup." + ZONE
 BEGIN, END = "<!-- ratelimit:begin -->", "<!-- ratelimit:end -->"
 
 # The localdns counters worth reading next to the client's view.
@@ -56,73 +57,6 @@ METRICS = ("localdns_upstream_queries_total", "localdns_upstream_coalesced_total
            'localdns_upstream_results_total{result="error"}',
            'localdns_upstream_fallback_replies_total{reply="servfail"}',
            "localdns_upstream_duration_seconds_sum", "localdns_upstream_duration_seconds_count")
-
-
-def answers(port, name):
-    """One A query over UDP; True when any reply comes back."""
-    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
-    msg = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + qname + b"\x00\x01\x00\x01"
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(0.3)
-    try:
-        s.sendto(msg, ("127.0.0.1", port))
-        return len(s.recv(4096)) > 3
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def wait_answer(port, proc, what, name):
-    for _ in range(100):
-        if proc.poll() is not None:
-            sys.exit("ratelimit: %s exited at start" % what)
-        if answers(port, name):
-            return
-        time.sleep(0.1)
-    sys.exit("ratelimit: %s did not answer within 10 s" % what)
-
-
-def nsd_conf(tmp, port):
-    # NSD's rate limiting is left at its defaults: that is the point.
-    return """server:
-  ip-address: 127.0.0.1@%d
-  do-ip6: no
-  server-count: 1
-  username: ""
-  database: ""
-  chroot: ""
-  zonesdir: "%s"
-  zonelistfile: "%s/nsd.zonelist"
-  xfrdfile: "%s/nsd.xfrd"
-  xfrdir: "%s"
-  pidfile: ""
-  logfile: "%s/nsd.log"
-  verbosity: 0
-remote-control:
-  control-enable: no
-zone:
-  name: "%s."
-  zonefile: "zone.txt"
-""" % (port, tmp, tmp, tmp, tmp, tmp, ZONE)
-
-
-def localdns_conf(port, nsd_port, mport, overrides):
-    keys = {
-        "listen": "{addresses: [127.0.0.1], port: %d, workers: 1}" % port,
-        "interface": "{manage: false}",
-        "nftables": "{enabled: false}",
-        "kubernetes": "{enabled: false}",
-        "health": '{listen: ""}',
-        "metrics": '{listen: "127.0.0.1:%d"}' % mport,
-        "control": '{socket: ""}',
-        "log": "{level: warn}",
-        "upstream": '{servers: ["127.0.0.1:%d"]}' % nsd_port,
-    }
-    for item in overrides:
-        key, _, value = item.partition(":")
-        keys[key.strip()] = value.strip()
-    return "".join("%s: %s\n" % kv for kv in keys.items())
 
 
 def unbound_conf(tmp, port, nsd_port):
@@ -172,25 +106,6 @@ class Run:
         return p
 
 
-def dnsgen(binary, port, qfile, args):
-    gen = os.path.join(os.path.dirname(os.path.abspath(binary)), "bench", "dnsgen")
-    argv = [gen, "-s", "127.0.0.1", "-p", str(port), "-d", qfile, "-c", "8",
-            "-Q", str(args.rate), "-l", str(args.seconds), "-q", str(args.outstanding),
-            "-t", str(args.client_timeout)]
-    p = subprocess.run(argv, capture_output=True, text=True,
-                       timeout=args.seconds + args.client_timeout + 60)
-    if p.returncode != 0:
-        sys.exit("ratelimit: dnsgen failed: " + p.stderr)
-    r = {}
-    for kv in p.stdout.split():
-        k, v = kv.split("=", 1)
-        try:
-            r[k] = float(v)
-        except ValueError:
-            r[k] = v
-    return r
-
-
 def write_queries(tmp, label, n):
     path = os.path.join(tmp, label + "-queries.txt")
     with open(path, "w") as f:
@@ -205,7 +120,8 @@ def measure(label, binary, tmp, procs, nsd_port, args):
         mport = free_port()
         conf = os.path.join(tmp, "localdns.yaml")
         with open(conf, "w") as f:
-            f.write(localdns_conf(port, nsd_port, mport, args.set))
+            f.write(localdns_conf(port, args.set, metrics='{listen: "127.0.0.1:%d"}' % mport,
+                                  upstream='{servers: ["127.0.0.1:%d"]}' % nsd_port))
         argv = [os.path.abspath(binary), "--config", conf]
     else:
         conf = os.path.join(tmp, "unbound.conf")
@@ -213,9 +129,10 @@ def measure(label, binary, tmp, procs, nsd_port, args):
             f.write(unbound_conf(tmp, port, nsd_port))
         argv = [shutil.which("unbound") or "/usr/sbin/unbound", "-d", "-c", conf]
     p = Run(tmp, procs).start(label, argv)
-    wait_answer(port, p, label, "warmup." + ZONE)
+    wait_answer(port, p, label, PROBE, "ratelimit", seconds=10)
     qfile = write_queries(tmp, label, int(args.rate * args.seconds) + 1000)
-    r = dnsgen(binary, port, qfile, args)
+    r = dnsgen(binary, port, qfile, args.rate, args.seconds, args.outstanding,
+               args.client_timeout, "ratelimit")
     r["peak_rss_kib"] = proc_status(p.pid, "VmHWM")
     if mport:
         r["metrics"] = scrape(mport)
@@ -295,9 +212,9 @@ def main():
         for label in labels:
             nsd_port = free_port()
             with open(os.path.join(tmp, "nsd.conf"), "w") as f:
-                f.write(nsd_conf(tmp, nsd_port))
+                f.write(nsd_conf(tmp, nsd_port, ZONE))
             up = Run(tmp, procs).start("nsd", [nsd, "-d", "-c", os.path.join(tmp, "nsd.conf")])
-            wait_answer(nsd_port, up, "nsd", "warmup." + ZONE)
+            wait_answer(nsd_port, up, "nsd", PROBE, "ratelimit", seconds=10)
             time.sleep(1.5)  # NSD's rate-limit buckets forget the warm-up
             results.append((label, measure(label, args.binary, tmp, procs, nsd_port, args)))
             stop(up)

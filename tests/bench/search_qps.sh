@@ -44,7 +44,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: search_qps.sh BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 NAMES=${BENCH_SEARCH_NAMES:-1000}
 WARM_RATE=${BENCH_WARM_RATE:-5000}
@@ -75,14 +74,7 @@ L_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT" "$REPLY_BYTES")
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-U=()
-U_WARM=()
-measure_unbound() { # port pid
-	run_server "$1" "$2" unbound "$QUERY_COUNT"
-	read -r -a U < <(figures)
-	U_WARM=("$WARM_OK" "$WARM_TEXT" "$RUN_UPSTREAM" "$ANSWERS_TEXT")
-}
-run_unbound measure_unbound <<EOF
+run_unbound measure_unbound_warm "$QUERY_COUNT" <<EOF
   do-not-query-localhost: no
   prefetch: yes
   local-zone: "cluster.local." static

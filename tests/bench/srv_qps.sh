@@ -35,7 +35,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: srv_qps.sh BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 SERVICES=${BENCH_SRV_SERVICES:-2500}
 EXPECTATIONS=1
@@ -63,14 +62,7 @@ read -r -a L < <(figures)
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-U=()
-U_ANSWERS=""
-measure_unbound() { # port pid
-	measure_and_report "$1" unbound "$2"
-	U_ANSWERS=$ANSWERS_TEXT
-	read -r -a U < <(figures)
-}
-run_unbound measure_unbound <"$TMP/unbound-data.conf"
+run_unbound measure_unbound_answers <"$TMP/unbound-data.conf"
 
 # ------------------------------------------------------------------ bare responder
 PAD=$(bare_pad "$L_BYTES")

@@ -41,7 +41,6 @@
 set -euo pipefail
 
 BIN=${1:?usage: static_qps.sh BIN}
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 HERE=$(cd "$(dirname "$0")" && pwd)
 NAMES=${BENCH_NAMES:-1000}
 # shellcheck source=tests/bench/lib.sh
@@ -65,14 +64,7 @@ read -r -a L < <(figures)
 # localdns stays up (idle) for the alternating rounds with the bare responder
 
 # ------------------------------------------------------------------ unbound
-U=()
-U_ANSWERS=""
-measure_unbound() { # port pid
-	measure_and_report "$1" unbound "$2"
-	U_ANSWERS=$ANSWERS_TEXT
-	read -r -a U < <(figures)
-}
-run_unbound measure_unbound <"$TMP/unbound-data.conf"
+run_unbound measure_unbound_answers <"$TMP/unbound-data.conf"
 
 # ------------------------------------------------------------------ bare responder
 bare_rounds_and_ratio

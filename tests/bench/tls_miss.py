@@ -41,17 +41,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from harness import free_port  # noqa: E402  (the integration tests' own)
-from benchlib import git_rev, stop, write_doc_block  # noqa: E402
+from harness import free_port, make_tls_ca  # noqa: E402  (the integration tests' own)
+from benchlib import (a_query, dnsgen, git_rev, localdns_conf, stop, wait_answer,  # noqa: E402
+                      write_doc_block)
 ZONE = "miss.example"
 TLS_NAME = "dot.test"
 BEGIN, END = "<!-- tls_miss:begin -->", "<!-- tls_miss:end -->"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def query(name, qid):
-    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
-    return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + b"\x00\x01\x00\x01"
 
 
 def ask(sock, port, name, timeout):
@@ -59,7 +55,7 @@ def ask(sock, port, name, timeout):
     qid = random.randrange(65536)
     sock.settimeout(timeout)
     t0 = time.perf_counter()
-    sock.sendto(query(name, qid), ("127.0.0.1", port))
+    sock.sendto(a_query(name, qid), ("127.0.0.1", port))
     while True:
         try:
             data = sock.recv(4096)
@@ -67,20 +63,6 @@ def ask(sock, port, name, timeout):
             return None
         if len(data) >= 12 and struct.unpack(">H", data[:2])[0] == qid:
             return time.perf_counter() - t0, data[3] & 0xF
-
-
-def make_ca(tmp):
-    def run(*a):
-        subprocess.run(a, cwd=tmp, check=True, capture_output=True, timeout=60)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns bench CA")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
-        "srv.csr", "-subj", "/CN=" + TLS_NAME)
-    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
-        f.write("subjectAltName=DNS:%s\n" % TLS_NAME)
-    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
-    return os.path.join(tmp, "ca.pem")
 
 
 def start_unbound(tmp, port, procs):
@@ -124,28 +106,11 @@ def start_localdns(binary, tmp, mode, label, up_port, ca, procs):
             server, TLS_NAME, ca)
     conf = os.path.join(tmp, "localdns-%s.yaml" % label)
     with open(conf, "w") as f:
-        f.write("listen: {addresses: [127.0.0.1], port: %d, workers: 1}\n"
-                "interface: {manage: false}\nnftables: {enabled: false}\n"
-                "kubernetes: {enabled: false}\nhealth: {listen: \"\"}\nmetrics: {listen: \"\"}\n"
-                "control: {socket: \"\"}\nlog: {level: warn}\nupstream: %s\n" % (port, upstream))
+        f.write(localdns_conf(port, upstream=upstream))
     log = open(os.path.join(tmp, "localdns-%s.log" % label), "w")
     p = subprocess.Popen([os.path.abspath(binary), "--config", conf], stdout=log, stderr=log)
     procs.append(p)
     return p, port
-
-
-def wait_answer(proc, port, what):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        for i in range(100):
-            if proc.poll() is not None:
-                sys.exit("tls_miss: %s exited at start" % what)
-            if ask(s, port, "warmup%d.%s" % (i, ZONE), 0.3):
-                return
-            time.sleep(0.1)
-    finally:
-        s.close()
-    sys.exit("tls_miss: %s did not answer within 10 s" % what)
 
 
 def cpu_seconds(pid):
@@ -170,37 +135,23 @@ def sequential(port, prefix, n):
     return times, lost
 
 
-def dnsgen(binary, port, tmp, prefix, args):
+def load(binary, port, tmp, prefix, args):
     path = os.path.join(tmp, prefix + "-queries.txt")
     with open(path, "w") as f:
         f.write("".join("%s%07d.%s A\n" % (prefix, i, ZONE)
                         for i in range(args.rate * args.seconds + 1000)))
-    gen = os.path.join(os.path.dirname(os.path.abspath(binary)), "bench", "dnsgen")
-    argv = [gen, "-s", "127.0.0.1", "-p", str(port), "-d", path, "-c", "8",
-            "-Q", str(args.rate), "-l", str(args.seconds), "-q", str(args.outstanding),
-            "-t", "5"]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=args.seconds + 70)
-    if p.returncode != 0:
-        sys.exit("tls_miss: dnsgen failed: " + p.stderr)
-    r = {}
-    for kv in p.stdout.split():
-        k, v = kv.split("=", 1)
-        try:
-            r[k] = float(v)
-        except ValueError:
-            r[k] = v
-    return r
+    return dnsgen(binary, port, path, args.rate, args.seconds, args.outstanding, 5, "tls_miss")
 
 
 def one_round(binary, tmp, label, up_port, ca, procs, rnd, args):
     p, port = start_localdns(binary, tmp, label, label, up_port, ca, procs)
     try:
-        wait_answer(p, port, "localdns (%s)" % label)
+        wait_answer(port, p, "localdns (%s)" % label, "warmup." + ZONE, "tls_miss", seconds=10)
         # The warm-up opened the connection, so these misses reuse it; what opening
         # one costs is measured below, by a daemon that has asked the upstream nothing.
         times, lost = sequential(port, "%s%ds" % (label[0], rnd), args.names)
         cpu0 = cpu_seconds(p.pid)
-        g = dnsgen(binary, port, tmp, "%s%dg" % (label[0], rnd), args)
+        g = load(binary, port, tmp, "%s%dg" % (label[0], rnd), args)
         cpu = cpu_seconds(p.pid) - cpu0
     finally:
         stop(p)
@@ -215,7 +166,7 @@ def one_round(binary, tmp, label, up_port, ca, procs, rnd, args):
             try:
                 # libunbound answers localhost itself: serving, and nothing asked upstream yet
                 s.settimeout(0.2)
-                s.sendto(query("localhost", 1), ("127.0.0.1", port))
+                s.sendto(a_query("localhost", 1), ("127.0.0.1", port))
                 s.recv(4096)
                 break
             except OSError:
@@ -291,7 +242,7 @@ def main():
     procs = []
     tmp = tempfile.mkdtemp(prefix="tls-miss-")
     try:
-        ca = make_ca(tmp)
+        ca = make_tls_ca(tmp, TLS_NAME)
         up_port = free_port()
         up = start_unbound(tmp, up_port, procs)
         time.sleep(0.5)

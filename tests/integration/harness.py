@@ -385,16 +385,63 @@ def dnsgen(env, port, queries, *args):
     return r, p.stderr
 
 
-# ------------------------------------------------------- stopping a thread
+# ------------------------------------------------------ TLS certificates
 
-class MemoryCgroup:
+def make_tls_ca(tmp, name):
+    """A CA (tmp/ca.pem) and a server key and certificate for name and
+    127.0.0.1 signed by it (tmp/srv.key, tmp/srv.pem), made with openssl;
+    returns the CA's path."""
+    def run(*argv):
+        subprocess.run(argv, cwd=tmp, check=True, capture_output=True, timeout=60)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns test CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
+        "srv.csr", "-subj", "/CN=" + name)
+    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
+        f.write("subjectAltName=DNS:%s,IP:127.0.0.1\n" % name)
+    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
+    return os.path.join(tmp, "ca.pem")
+
+
+# ---------------------------------------- cgroups, stopping a thread
+
+class Cgroup:
+    """A cgroup of our own under parent (set by the subclass's __enter__,
+    which makes self.path): add(pid) moves a process into it; leaving moves
+    them back to parent and removes it."""
+
+    def __init__(self):
+        self.path, self.parent, self.pids = None, None, []
+
+    def add(self, pid):
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+        self.pids.append(pid)
+
+    def __exit__(self, *exc):
+        if not self.path or not os.path.isdir(self.path):
+            return
+        for pid in self.pids:
+            try:
+                with open(os.path.join(self.parent, "cgroup.procs"), "w") as f:
+                    f.write(str(pid))
+            except OSError:
+                pass  # it has ended
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+class MemoryCgroup(Cgroup):
     """A memory cgroup of our own, a child of this process's, with a limit
-    (cgroup v2 memory.max, or v1 memory.limit_in_bytes): add(pid) moves a
-    process into it, leaving moves it back and removes the cgroup. Skip when
-    the cgroup file system is not ours to write."""
+    (cgroup v2 memory.max, or v1 memory.limit_in_bytes). Skip when the
+    cgroup file system is not ours to write."""
 
     def __init__(self, limit):
-        self.limit, self.path, self.parent, self.pids = limit, None, None, []
+        super().__init__()
+        self.limit = limit
 
     @staticmethod
     def _own():
@@ -424,22 +471,44 @@ class MemoryCgroup:
             raise Skip("cannot make a memory cgroup: %s" % e)
         return self
 
-    def add(self, pid):
-        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-        self.pids.append(pid)
 
-    def __exit__(self, *exc):
-        for pid in self.pids:
-            try:
-                with open(os.path.join(self.parent, "cgroup.procs"), "w") as f:
-                    f.write(str(pid))
-            except OSError:
-                pass  # it has ended
+class CpuCgroup(Cgroup):
+    """A CPU cgroup of our own with a bandwidth limit (quota_us of CPU time
+    per period_us, as a container's CPU limit is): cgroup v2 cpu.max, or v1
+    cpu.cfs_quota_us. Skip when not ours to make."""
+
+    def __init__(self, quota_us, period_us):
+        super().__init__()
+        self.quota, self.period = quota_us, period_us
+
+    def __enter__(self):
+        v2 = "/sys/fs/cgroup/cgroup.controllers"
+        if os.path.exists(v2) and "cpu" in open(v2).read().split():
+            self.parent = "/sys/fs/cgroup"
+            limits = {"cpu.max": "%d %d" % (self.quota, self.period)}
+        elif os.path.isdir("/sys/fs/cgroup/cpu"):
+            self.parent = "/sys/fs/cgroup/cpu"
+            limits = {"cpu.cfs_period_us": str(self.period), "cpu.cfs_quota_us": str(self.quota)}
+        else:
+            raise Skip("no CPU cgroup controller")
+        self.path = os.path.join(self.parent, "localdns-starved-%d" % os.getpid())
         try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+            os.mkdir(self.path)
+            for name, value in limits.items():
+                with open(os.path.join(self.path, name), "w") as f:
+                    f.write(value)
+        except OSError as e:
+            self.__exit__()
+            raise Skip("cannot make a CPU cgroup: %s" % e)
+        return self
+
+    def throttled(self):
+        """(periods the limit stopped the group, seconds it was stopped)"""
+        with open(os.path.join(self.path, "cpu.stat")) as f:
+            st = dict(line.split() for line in f)
+        if "nr_throttled" in st and "throttled_usec" in st:
+            return int(st["nr_throttled"]), int(st["throttled_usec"]) / 1e6
+        return int(st.get("nr_throttled", 0)), int(st.get("throttled_time", 0)) / 1e9
 
 
 class StoppedThread:
@@ -581,6 +650,17 @@ class Daemon:
     def tail(self, n=15):
         lines = self.stderr().rstrip("\n").split("\n")
         return "\n".join(lines[-n:])
+
+    def reload(self, config):
+        """Write config (a dict) to the daemon's config file and send SIGHUP,
+        as an operator editing the ConfigMap would (self.config stays the
+        config it started with). Returns how long its log was before, so a
+        test reads what this reload logged as stderr()[mark:]."""
+        mark = len(self.stderr())
+        with open(self.config_path, "w") as f:
+            f.write(to_yaml(config) + "\n")
+        self.proc.send_signal(signal.SIGHUP)
+        return mark
 
     def wait_ready(self, timeout=5.0):
         """Poll with a UDP query until any reply comes, then check TCP."""

@@ -844,64 +844,6 @@ test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages.t
 HOG = "while True: pass"
 
 
-class CpuCgroup:
-    """A CPU cgroup of our own with a bandwidth limit (quota_us of CPU time
-    per period_us, as a container's CPU limit is): cgroup v2 cpu.max, or v1
-    cpu.cfs_quota_us. add(pid) moves a process (every thread) into it;
-    leaving moves them back and removes it. Skip when not ours to make."""
-
-    def __init__(self, quota_us, period_us):
-        self.quota, self.period, self.path, self.pids = quota_us, period_us, None, []
-
-    def __enter__(self):
-        v2 = "/sys/fs/cgroup/cgroup.controllers"
-        if os.path.exists(v2) and "cpu" in open(v2).read().split():
-            self.root = "/sys/fs/cgroup"
-            limits = {"cpu.max": "%d %d" % (self.quota, self.period)}
-        elif os.path.isdir("/sys/fs/cgroup/cpu"):
-            self.root = "/sys/fs/cgroup/cpu"
-            limits = {"cpu.cfs_period_us": str(self.period), "cpu.cfs_quota_us": str(self.quota)}
-        else:
-            raise harness.Skip("no CPU cgroup controller")
-        self.path = os.path.join(self.root, "localdns-starved-%d" % os.getpid())
-        try:
-            os.mkdir(self.path)
-            for name, value in limits.items():
-                with open(os.path.join(self.path, name), "w") as f:
-                    f.write(value)
-        except OSError as e:
-            self.__exit__()
-            raise harness.Skip("cannot make a CPU cgroup: %s" % e)
-        return self
-
-    def add(self, pid):
-        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
-            f.write(str(pid))
-        self.pids.append(pid)
-
-    def throttled(self):
-        """(periods the limit stopped the group, seconds it was stopped)"""
-        with open(os.path.join(self.path, "cpu.stat")) as f:
-            st = dict(line.split() for line in f)
-        if "nr_throttled" in st and "throttled_usec" in st:
-            return int(st["nr_throttled"]), int(st["throttled_usec"]) / 1e6
-        return int(st.get("nr_throttled", 0)), int(st.get("throttled_time", 0)) / 1e9
-
-    def __exit__(self, *exc):
-        if not self.path or not os.path.isdir(self.path):
-            return
-        for pid in self.pids:
-            try:
-                with open(os.path.join(self.root, "cgroup.procs"), "w") as f:
-                    f.write(str(pid))
-            except OSError:
-                pass  # it has ended
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
-
-
 STARVED_S = 6.0
 QUOTA_US, PERIOD_US, HOGS = 10000, 100000, 3
 
@@ -921,7 +863,7 @@ def test_no_failover_while_localdns_is_starved_of_cpu(env):
         n.render()
         pod = n.localdns()
         n.wait_capturing(pod)
-        with CpuCgroup(QUOTA_US, PERIOD_US) as cg:
+        with harness.CpuCgroup(QUOTA_US, PERIOD_US) as cg:
             cg.add(pod.server.proc.pid)
             for _ in range(HOGS):
                 hogs.append(harness.track_process(subprocess.Popen(

@@ -6,7 +6,6 @@ address under the prefix (a CNAME to in-addr.arpa, answered locally or by
 the upstream), the prefix changed by a reload, the counter.
 """
 import os
-import signal
 import sys
 import time
 
@@ -92,9 +91,7 @@ def test_dns64_other_prefix_lengths_and_a_reload(env):
     r = aaaa(d, "web.prod.svc.cluster.local")
     assert r.rdatas("AAAA") == ["2001:db8:122:344:a:0:600:0"], r.text  # RFC 6052, /64
     cfg = harness.deep_merge(d.config, {"dns64": {"prefix": ""}})
-    with open(d.config_path, "w") as f:
-        f.write(harness.to_yaml(cfg) + "\n")
-    d.proc.send_signal(signal.SIGHUP)
+    d.reload(cfg)
     deadline = time.monotonic() + 5
     while "reloaded" not in d.stderr() and time.monotonic() < deadline:
         time.sleep(0.05)

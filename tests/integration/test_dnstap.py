@@ -368,9 +368,7 @@ def test_dnstap_turned_on_by_a_reload(env):
     assert d.udp("before.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
     c = Collector(out, path=sock)
     cfg = harness.deep_merge(d.config, {"dnstap": {"socket": sock}})
-    with open(d.config_path, "w") as f:
-        f.write(harness.to_yaml(cfg) + "\n")
-    d.proc.send_signal(signal.SIGHUP)
+    d.reload(cfg)
     wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_connected") == 1, "the collector")
     assert d.udp("after.prod.svc.cluster.local", "A").rcode_name == "NXDOMAIN"
     wait_until(lambda: metric(d.metrics_port, "localdns_dnstap_sent_total") >= 2, "two messages")

@@ -17,7 +17,6 @@ one line per handler call: "upsert RES NS/NAME rv=N", "remove RES NS/NAME",
 "commit", "synced", and on SIGUSR1 a "status ..." line with its counters.
 """
 
-import base64
 import os
 import re
 import signal
@@ -157,23 +156,25 @@ class Dump:
         return took
 
 
-def upserts(lines, res=None):
-    """[(resource, key, rv)] of the upsert lines."""
+def events(lines, pattern, res=None):
+    """The groups of each line pattern matches whose resource (the first
+    group) is res (any, without one)."""
     out = []
     for l in lines:
-        m = re.match(r"upsert (\S+) (\S+) rv=(\d+)$", l)
+        m = re.match(pattern, l)
         if m and (res is None or m.group(1) == res):
-            out.append((m.group(1), m.group(2), int(m.group(3))))
+            out.append(m.groups())
     return out
+
+
+def upserts(lines, res=None):
+    """[(resource, key, rv)] of the upsert lines."""
+    return [(r, k, int(rv)) for r, k, rv in events(lines, r"upsert (\S+) (\S+) rv=(\d+)$", res)]
 
 
 def removes(lines, res=None):
-    out = []
-    for l in lines:
-        m = re.match(r"remove (\S+) (\S+)$", l)
-        if m and (res is None or m.group(1) == res):
-            out.append((m.group(1), m.group(2)))
-    return out
+    """[(resource, key)] of the remove lines."""
+    return events(lines, r"remove (\S+) (\S+)$", res)
 
 
 def standard_objects(n_services=3):
@@ -698,11 +699,6 @@ def users(api):
     return {r.user for r in api.requests() if r.code is not None}
 
 
-def b64file(path):
-    with open(path, "rb") as f:
-        return base64.b64encode(f.read()).decode()
-
-
 def test_kube_tls_from_kubeconfig_data_and_files(env):
     tls = F.make_tls(os.path.join(env.tmp, "tls"))
     tokens = os.path.join(env.tmp, "tokens")
@@ -711,16 +707,8 @@ def test_kube_tls_from_kubeconfig_data_and_files(env):
                    client_ca=tls.ca, token_file=tokens) as api:
         api.apply(standard_objects())
         # Inline data: CA, client certificate and key (mTLS).
-        kc = os.path.join(env.tmp, "kc-data")
-        with open(kc, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                    "clusters:\n- name: k\n  cluster:\n    server: %s\n"
-                    "    certificate-authority-data: %s\n"
-                    "users:\n- name: u\n  user:\n"
-                    "    client-certificate-data: %s\n    client-key-data: %s\n"
-                    "contexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                    % (api.url, b64file(tls.ca), b64file(tls.client_cert),
-                       b64file(tls.client_key)))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kc-data"), ca=tls.ca,
+                            client_cert=tls.client_cert, client_key=tls.client_key, embed=True)
         d = Dump(env, {"kubeconfig": kc, "node_name": NODE})
         d.wait("synced", timeout=10)
         assert users(api) == {"system:serviceaccount:kube-system:localdns"}, users(api)

@@ -10,7 +10,6 @@ import base64
 import json
 import os
 import re
-import signal
 import socket
 import sys
 import time
@@ -198,9 +197,7 @@ def test_query_log_turned_on_by_a_reload(env):
     d = env.start(listen={"workers": 1})
     d.udp("before.prod.svc.cluster.local", "A")
     cfg = harness.deep_merge(d.config, {"log": {"queries": 1, "format": "json"}})
-    with open(d.config_path, "w") as f:
-        f.write(harness.to_yaml(cfg) + "\n")
-    d.proc.send_signal(signal.SIGHUP)
+    d.reload(cfg)
     wait_until(lambda: "reloaded" in d.stderr(), "the reload")
     d.udp("after.prod.svc.cluster.local", "A")
     wait_until(lambda: '"qname":"after.prod.svc.cluster.local."' in d.stderr(),
@@ -258,17 +255,8 @@ def test_no_token_or_client_key_in_the_log_at_debug_level(env):
     key_lines = [l for l in key_pem.split("\n") if l and not l.startswith("-----")]
     with F.FakeAPI(tokens=[token], tls_cert=tls.server_cert, tls_key=tls.server_key) as api:
         api.apply(F.namespace("shop"), F.service("shop", "db", cluster_ips=["10.96.0.5"]))
-        kc = os.path.join(env.tmp, "kubeconfig")
-        with open(kc, "w") as f:
-            f.write("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                    "clusters:\n- name: k\n  cluster:\n    server: %s\n"
-                    "    certificate-authority-data: %s\n"
-                    "users:\n- name: u\n  user:\n    token: %s\n"
-                    "    client-certificate-data: %s\n    client-key-data: %s\n"
-                    "contexts:\n- name: c\n  context: {cluster: k, user: u}\n"
-                    % (api.url, base64.b64encode(open(tls.ca, "rb").read()).decode(),
-                       token, base64.b64encode(open(tls.client_cert, "rb").read()).decode(),
-                       key_b64))
+        kc = api.kubeconfig(os.path.join(env.tmp, "kubeconfig"), token=token, ca=tls.ca,
+                            client_cert=tls.client_cert, client_key=tls.client_key, embed=True)
         api.fail_next(2, 401)   # the refusal is logged, with the Status body
         d = _kube_daemon(env, api, kc)
         wait_until(lambda: d.udp("db.shop.svc.cluster.local", "A").rcode_name == "NOERROR",

@@ -19,7 +19,6 @@ daemon runs with interface.kind: loopback through the same netlink code.
 import itertools
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -734,10 +733,7 @@ def test_node_a_table_swapped_in_under_our_name_is_never_replaced(env):
     n.until(lambda: NOT_OURS in d.stderr(), True, 3.0)
     cfg = n.config()
     cfg["listen"]["addresses"] = [LINK, "169.254.20.11"]
-    with open(d.config_path, "w") as f:
-        f.write(harness.to_yaml(cfg) + "\n")
-    mark = len(d.stderr())
-    d.proc.send_signal(signal.SIGHUP)
+    mark = d.reload(cfg)
     n.until(lambda: "reload failed" in d.stderr()[mark:], True, 3.0)
     assert NOT_OURS in d.stderr()[mark:], d.tail()
     assert 'comment "mdns"' in n.run(n.node, "nft", "list", "table", "inet", "localdns").stdout

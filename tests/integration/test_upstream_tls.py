@@ -14,7 +14,6 @@ the test's own on the upstream's port).
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -146,9 +145,7 @@ def test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing(env):
                                                    "timeout": "1s"}))
         cfg = harness.deep_merge(d.config, {"upstream": {
             "servers": ["127.0.0.1:%d#%s" % (trap.port, TLS_NAME)], "tls": True}})
-        with open(d.config_path, "w") as f:
-            f.write(harness.to_yaml(cfg) + "\n")
-        d.proc.send_signal(signal.SIGHUP)
+        d.reload(cfg)
         deadline = time.monotonic() + 5
         while "reload failed" not in d.stderr() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -166,21 +163,6 @@ def test_tls_without_tls_in_libunbound_is_refused_and_sends_nothing(env):
 
 
 # ------------------------------------------------------ with a libunbound that has TLS
-
-def make_ca(tmp):
-    """A CA and a server certificate for TLS_NAME (and 127.0.0.1), signed by it."""
-    run = lambda *a: subprocess.run(a, cwd=tmp, check=True, capture_output=True,  # noqa: E731
-                                    timeout=30)
-    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-        "-out", "ca.pem", "-days", "2", "-subj", "/CN=localdns test CA")
-    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out",
-        "srv.csr", "-subj", "/CN=" + TLS_NAME)
-    with open(os.path.join(tmp, "ext.cnf"), "w") as f:
-        f.write("subjectAltName=DNS:%s,IP:127.0.0.1\n" % TLS_NAME)
-    run("openssl", "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf")
-    return os.path.join(tmp, "ca.pem")
-
 
 class TlsUnbound:
     """Unbound serving one static zone over TLS only, on 127.0.0.1:port."""
@@ -242,7 +224,7 @@ class TlsUnbound:
 
 
 def test_tls_upstream_against_unbound(env):
-    ca = make_ca(env.tmp)
+    ca = harness.make_tls_ca(env.tmp, TLS_NAME)
     up = TlsUnbound(env.tmp)
     try:
         good = env.start(upstream={"servers": ["127.0.0.1:%d#%s" % (up.port, TLS_NAME)],
@@ -260,9 +242,7 @@ def test_tls_upstream_against_unbound(env):
         asked = len(up.queries())
         cfg = harness.deep_merge(good.config, {"upstream": {
             "servers": ["127.0.0.1:%d#wrong.example" % up.port], "timeout": "1s"}})
-        with open(good.config_path, "w") as f:
-            f.write(harness.to_yaml(cfg) + "\n")
-        good.proc.send_signal(signal.SIGHUP)
+        good.reload(cfg)
         deadline = time.monotonic() + 5
         while "reloaded" not in good.stderr() and time.monotonic() < deadline:
             time.sleep(0.05)

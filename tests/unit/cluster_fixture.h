@@ -1,7 +1,8 @@
 /*
  * cluster_fixture.h — the set-up the tests of cluster/ share
- * (test_cluster.c, test_cluster_coredns.c): a table made from a config's
- * YAML, Kubernetes objects upserted from JSON text, the RCU registration
+ * (test_cluster.c, test_cluster_coredns.c, and the query path's tests that
+ * hold a table: test_autopath.c, test_mesh.c): a table made from a config's
+ * YAML, Kubernetes objects upserted from JSON text (a pod of this node), the RCU registration
  * a test's thread needs, and questions answered as the query path answers
  * them. Include after <cmocka.h> and reply.h.
  *
@@ -13,11 +14,13 @@
 #define LOCALDNS_TEST_CLUSTER_FIXTURE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <urcu/urcu-memb.h>
 
 #include "cluster/cluster.h"
+#include "cluster/objects.h"
 #include "config/config.h"
 #include "config_text.h"
 #include "dns/dns.h"
@@ -42,6 +45,19 @@ static inline struct cluster *make_cluster_from(const char *yaml)
 		fn(c, kube_json_root(d_));                                  \
 		kube_json_doc_free(d_);                                     \
 	} while (0)
+
+/* A Running Pod name in ns with address ip, on this node (n1). */
+static inline void add_node_pod(struct cluster *c, const char *ns, const char *name,
+				const char *ip)
+{
+	char json[512];
+
+	snprintf(json, sizeof json,
+		 "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\"},"
+		 "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Running\","
+		 "\"podIP\":\"%s\",\"podIPs\":[{\"ip\":\"%s\"}]}}", name, ns, ip, ip);
+	UPSERT(cluster_pod_upsert, c, json);
+}
 
 /* A test's teardown for a setup that registered the thread with RCU and
  * left its table in *state. */

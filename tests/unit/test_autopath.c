@@ -30,6 +30,7 @@
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "cluster_fixture.h"
 #include "config_text.h"
 #include "query/query.h"
 
@@ -41,26 +42,6 @@ static char resolv_conf[ASK_PATH_MAX]; /* the node's resolv.conf, made by setup 
 
 static const char *prod_client = "10.1.0.50"; /* a pod of this node in prod */
 static const char *team_client = "10.1.0.51"; /* ... in team */
-
-static void apply(void (*fn)(struct cluster *, const struct kube_json *), const char *json)
-{
-	struct kube_json_doc *doc = kube_json_parse(json, strlen(json));
-
-	assert_non_null(doc);
-	fn(cluster, kube_json_root(doc));
-	kube_json_doc_free(doc);
-}
-
-static void add_pod(const char *ns, const char *name, const char *ip)
-{
-	char json[512];
-
-	snprintf(json, sizeof json,
-		 "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\"},"
-		 "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Running\","
-		 "\"podIP\":\"%s\",\"podIPs\":[{\"ip\":\"%s\"}]}}", name, ns, ip, ip);
-	apply(cluster_pod_upsert, json);
-}
 
 static struct config *load_config(bool autopath)
 {
@@ -110,19 +91,21 @@ static int setup(void **state)
 	cluster = cluster_new(cfg, err, sizeof err);
 	config_free(cfg);
 	assert_non_null(cluster);
-	apply(cluster_namespace_upsert, "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"prod\"}}");
-	apply(cluster_namespace_upsert, "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"team\"}}");
-	apply(cluster_service_upsert,
-	      "{\"kind\":\"Service\",\"metadata\":{\"name\":\"api\",\"namespace\":\"team\"},"
-	      "\"spec\":{\"clusterIP\":\"10.96.0.9\",\"clusterIPs\":[\"10.96.0.9\"]}}");
-	apply(cluster_service_upsert,
-	      "{\"kind\":\"Service\",\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\"},"
-	      "\"spec\":{\"clusterIP\":\"10.96.0.8\",\"clusterIPs\":[\"10.96.0.8\"]}}");
-	apply(cluster_service_upsert,
-	      "{\"kind\":\"Service\",\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\"},"
-	      "\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"www.example.org\"}}");
-	add_pod("prod", "client", prod_client);
-	add_pod("team", "client", team_client);
+	UPSERT(cluster_namespace_upsert, cluster,
+	       "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"prod\"}}");
+	UPSERT(cluster_namespace_upsert, cluster,
+	       "{\"kind\":\"Namespace\",\"metadata\":{\"name\":\"team\"}}");
+	UPSERT(cluster_service_upsert, cluster,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"api\",\"namespace\":\"team\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.9\",\"clusterIPs\":[\"10.96.0.9\"]}}");
+	UPSERT(cluster_service_upsert, cluster,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"web\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.8\",\"clusterIPs\":[\"10.96.0.8\"]}}");
+	UPSERT(cluster_service_upsert, cluster,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"ext\",\"namespace\":\"prod\"},"
+	       "\"spec\":{\"type\":\"ExternalName\",\"externalName\":\"www.example.org\"}}");
+	add_node_pod(cluster, "prod", "client", prod_client);
+	add_node_pod(cluster, "team", "client", team_client);
 	cluster_set_synced(cluster);
 	cache = cache_new(&cc);
 	assert_non_null(cache);

@@ -30,6 +30,7 @@
 #include "config/config.h"
 #include "reply.h"
 #include "cluster_fixture.h"
+#include "readers.h"
 #include "stderr_capture.h"
 
 static struct cluster *make_cluster(const char *pods_mode)
@@ -1190,16 +1191,7 @@ static void test_each_port_of_a_wide_headless_service_names_every_endpoint(void 
 /* The hot-path promise: answering from the table allocates nothing and locks nothing. */
 /* ---- readers beside the writer ------------------------------------------------ */
 
-#define READERS 2
 #define WRITER_ROUNDS 1000
-
-struct reader {
-	pthread_t thread;
-	struct cluster *c;
-	atomic_bool *stop;
-	atomic_ulong reads; /* rounds of questions asked */
-	unsigned long bad;  /* answers no state of the table gives */
-};
 
 /* The addresses of type `type` in the answer section of buf[0..len), or -1
  * when the reply does not read (no cmocka asserts off the main thread). */
@@ -1304,19 +1296,10 @@ static bool read_client(struct cluster *c)
 	return base == 0 || base == 4; /* "\3api" */
 }
 
-static void *reader_main(void *arg)
+/* A reader's round (readers.h): the answers of the table c that are wrong. */
+static unsigned read_round(void *c)
 {
-	struct reader *rd = arg;
-
-	urcu_memb_register_thread();
-	while (!atomic_load(rd->stop)) {
-		rd->bad += !read_db_and_web(rd->c);
-		rd->bad += !read_client(rd->c);
-		rd->bad += !read_derived(rd->c);
-		atomic_fetch_add(&rd->reads, 1);
-	}
-	urcu_memb_unregister_thread();
-	return NULL;
+	return !read_db_and_web(c) + !read_client(c) + !read_derived(c);
 }
 
 /*
@@ -1337,19 +1320,13 @@ static void test_readers_beside_the_writer_see_whole_states(void **state)
 		"\"labels\":{\"kubernetes.io/service-name\":\"web\"}},"
 		"\"endpoints\":[{\"addresses\":[\"10.1.0.9\"],\"conditions\":{\"ready\":true}}]}";
 	struct cluster *c = *state;
-	struct reader readers[READERS];
-	atomic_bool stop = false;
+	struct readers readers;
 	char json[512];
 
 	add_namespace(c, "team");
 	upsert_pod(c, "prod", "client", "10.1.0.50", "", "Running", false);
-	for (int i = 0; i < READERS; i++) {
-		readers[i] = (struct reader){.c = c, .stop = &stop};
-		assert_int_equal(pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]), 0);
-	}
-	for (int i = 0; i < READERS; i++) /* every reader is reading before anything changes */
-		while (atomic_load(&readers[i].reads) == 0)
-			sched_yield();
+	readers_start(&readers, read_round, c);
+	readers_wait_reading(&readers);
 	for (int round = 0; round < WRITER_ROUNDS; round++) {
 		const char *ip = round % 2 ? "10.96.0.6" : "10.96.0.5";
 		snprintf(json, sizeof json, svc_fmt, ip, ip);
@@ -1361,12 +1338,7 @@ static void test_readers_beside_the_writer_see_whole_states(void **state)
 		upsert_pod(c, round % 3 ? "prod" : "team", "client", "10.1.0.50", "", "Running",
 			   false);
 	}
-	atomic_store(&stop, true);
-	for (int i = 0; i < READERS; i++) {
-		pthread_join(readers[i].thread, NULL);
-		assert_true(atomic_load(&readers[i].reads) > 0);
-		assert_int_equal(readers[i].bad, 0);
-	}
+	readers_stop(&readers);
 }
 
 /* Services (with a ClusterIP) and slices (4 endpoints) to fill the tables
@@ -1402,14 +1374,10 @@ static void upsert_filler(struct cluster *c, int i)
 static void test_tables_grow_and_shrink_beside_readers(void **state)
 {
 	struct cluster *c = *state;
-	struct reader readers[READERS];
-	atomic_bool stop = false;
+	struct readers readers;
 	struct reply r;
 
-	for (int i = 0; i < READERS; i++) {
-		readers[i] = (struct reader){.c = c, .stop = &stop};
-		assert_int_equal(pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]), 0);
-	}
+	readers_start(&readers, read_round, c);
 	for (int i = 0; i < FILLERS; i++)
 		upsert_filler(c, i);
 	for (int i = 0; i < FILLERS; i += 997) {
@@ -1435,12 +1403,7 @@ static void test_tables_grow_and_shrink_beside_readers(void **state)
 	assert_nxdomain(c, "fill5999.prod.svc.cluster.local");
 	ask(c, "3.0.200.10.in-addr.arpa", DNS_T_PTR, &r);
 	assert_int_equal(r.v->an, 0);
-	atomic_store(&stop, true);
-	for (int i = 0; i < READERS; i++) {
-		pthread_join(readers[i].thread, NULL);
-		assert_true(atomic_load(&readers[i].reads) > 0);
-		assert_int_equal(readers[i].bad, 0);
-	}
+	readers_stop(&readers);
 }
 
 static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)

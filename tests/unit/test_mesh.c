@@ -33,10 +33,12 @@
 #include "cluster/cluster.h"
 #include "cluster/objects.h"
 #include "config/config.h"
+#include "cluster_fixture.h"
 #include "config_text.h"
 #include "mesh/mesh.h"
 #include "mesh/objects.h"
 #include "query/query.h"
+#include "readers.h"
 
 #define NOW 1000
 
@@ -57,14 +59,6 @@ static struct kube_json_doc *parse(const char *json)
 
 	assert_non_null(doc);
 	return doc;
-}
-
-static void apply_cluster(void (*fn)(struct cluster *, const struct kube_json *), const char *json)
-{
-	struct kube_json_doc *doc = parse(json);
-
-	fn(cluster, kube_json_root(doc));
-	kube_json_doc_free(doc);
 }
 
 static void apply_mesh(void (*fn)(struct mesh *, const struct kube_json *), const char *json)
@@ -94,17 +88,6 @@ static void entry(const char *ns, const char *name, const char *created, const c
 		 created, labels, *labels ? "," : "", name, ns, spec, *status ? ",\"status\":{" : "",
 		 status, *status ? "}" : "");
 	apply_mesh(mesh_entry_upsert, json);
-}
-
-static void add_pod(const char *ns, const char *name, const char *ip)
-{
-	char json[512];
-
-	snprintf(json, sizeof json,
-		 "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"namespace\":\"%s\"},"
-		 "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Running\","
-		 "\"podIP\":\"%s\",\"podIPs\":[{\"ip\":\"%s\"}]}}", name, ns, ip, ip);
-	apply_cluster(cluster_pod_upsert, json);
 }
 
 /* ---- the selector watches the mesh asks for (a stand-in for the client) ------------ */
@@ -202,13 +185,13 @@ static int setup(void **state)
 	for (const char *const *ns = (const char *const[]){"prod", "team", "shop", NULL}; *ns; ns++) {
 		char json[128];
 		snprintf(json, sizeof json, "{\"metadata\":{\"name\":\"%s\"}}", *ns);
-		apply_cluster(cluster_namespace_upsert, json);
+		UPSERT(cluster_namespace_upsert, cluster, json);
 	}
-	apply_cluster(cluster_service_upsert,
-		      "{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"shop\"},"
-		      "\"spec\":{\"clusterIP\":\"10.96.0.5\",\"clusterIPs\":[\"10.96.0.5\"]}}");
-	add_pod("prod", "client", prod_client);
-	add_pod("team", "client", team_client);
+	UPSERT(cluster_service_upsert, cluster,
+	       "{\"kind\":\"Service\",\"metadata\":{\"name\":\"db\",\"namespace\":\"shop\"},"
+	       "\"spec\":{\"clusterIP\":\"10.96.0.5\",\"clusterIPs\":[\"10.96.0.5\"]}}");
+	add_node_pod(cluster, "prod", "client", prod_client);
+	add_node_pod(cluster, "team", "client", team_client);
 	cluster_set_synced(cluster);
 	cache = cache_new(&cc);
 	assert_non_null(cache);
@@ -623,15 +606,7 @@ static void test_changes_and_removals_are_served_at_once(void **state)
 
 /* ---- readers beside the writer ------------------------------------------------------------ */
 
-#define READERS 2
 #define WRITER_ROUNDS 300
-
-struct reader {
-	pthread_t thread;
-	atomic_bool *stop;
-	_Atomic unsigned long reads;
-	unsigned long bad;
-};
 
 /* One of the states the writer goes through: {1}, {2}, {1 3}, {2 3}. */
 static bool whole_state(const char *got)
@@ -681,25 +656,21 @@ static enum query_source reader_ask(const char *name, const char *ip, char *text
 	return ctx.source;
 }
 
-static void *reader_main(void *arg)
+/* A reader's round (readers.h): the answers that are wrong. */
+static unsigned read_round(void *unused)
 {
-	struct reader *rd = arg;
 	char got[256];
+	unsigned bad = 0;
 
-	urcu_memb_register_thread();
-	while (!atomic_load(rd->stop)) {
-		rd->bad += reader_ask("flip.example.com", prod_client, got, sizeof got) !=
-				   QUERY_SOURCE_MESH || !whole_state(got);
-		/* there, or not local */
-		rd->bad += reader_ask("x.wild.example.com", team_client, got, sizeof got) ==
-				   QUERY_SOURCE_MESH && strcmp(got, "192.0.2.9") != 0;
-		rd->bad += reader_ask("db.vms.internal", prod_client, got, sizeof got) ==
-				   QUERY_SOURCE_MESH && strcmp(got, "10.1.2.3") != 0 &&
-			   strcmp(got, "10.1.2.3 10.1.2.4") != 0;
-		atomic_fetch_add(&rd->reads, 1);
-	}
-	urcu_memb_unregister_thread();
-	return NULL;
+	(void)unused;
+	bad += reader_ask("flip.example.com", prod_client, got, sizeof got) != QUERY_SOURCE_MESH ||
+	       !whole_state(got);
+	/* there, or not local */
+	bad += reader_ask("x.wild.example.com", team_client, got, sizeof got) ==
+		       QUERY_SOURCE_MESH && strcmp(got, "192.0.2.9") != 0;
+	bad += reader_ask("db.vms.internal", prod_client, got, sizeof got) == QUERY_SOURCE_MESH &&
+	       strcmp(got, "10.1.2.3") != 0 && strcmp(got, "10.1.2.3 10.1.2.4") != 0;
+	return bad;
 }
 
 /*
@@ -712,8 +683,7 @@ static void *reader_main(void *arg)
  */
 static void test_readers_beside_the_writer_see_whole_states(void **state)
 {
-	struct reader readers[READERS];
-	atomic_bool stop = false;
+	struct readers readers;
 
 	(void)state;
 	entry("prod", "flip", T0, "", SE_HOSTS("\"flip.example.com\"") ",\"addresses\":[\"192.0.2.1\"]",
@@ -722,13 +692,8 @@ static void test_readers_beside_the_writer_see_whole_states(void **state)
 	      SE_HOSTS("\"db.vms.internal\"") ",\"resolution\":\"NONE\","
 	      "\"workloadSelector\":{\"labels\":{\"app\":\"pg\"}}", "");
 	selected_pod(0, "pg-0", "10.1.2.3", true, false);
-	for (int i = 0; i < READERS; i++) {
-		readers[i] = (struct reader){.stop = &stop};
-		assert_int_equal(pthread_create(&readers[i].thread, NULL, reader_main, &readers[i]), 0);
-	}
-	for (int i = 0; i < READERS; i++)
-		while (atomic_load(&readers[i].reads) == 0)
-			sched_yield();
+	readers_start(&readers, read_round, NULL);
+	readers_wait_reading(&readers);
 	for (int round = 0; round < WRITER_ROUNDS; round++) {
 		char spec[256], name[32];
 		snprintf(spec, sizeof spec, SE_HOSTS("\"flip.example.com\"") ",\"addresses\":[\"%s\"]",
@@ -750,12 +715,7 @@ static void test_readers_beside_the_writer_see_whole_states(void **state)
 			 ",\"addresses\":[\"198.51.100.%d\"]", name, name, round % 250);
 		entry("shop", name, T0, "", spec, "");
 	}
-	atomic_store(&stop, true);
-	for (int i = 0; i < READERS; i++) {
-		pthread_join(readers[i].thread, NULL);
-		assert_true(atomic_load(&readers[i].reads) > 0);
-		assert_int_equal(readers[i].bad, 0);
-	}
+	readers_stop(&readers);
 }
 
 /* ---- the hot-path promise -------------------------------------------------------------- */
