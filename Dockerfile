@@ -16,7 +16,7 @@
 # what localdns loads (deploy/image/rootfs.sh); the runtime stage is an empty
 # image holding only those files: the binary, its shared libraries, CA
 # certificates, the DNSSEC root trust anchor, the localdns user, and the
-# Debian package list. No shell, no package manager: 25 MB instead of
+# Debian package list. No shell, no package manager: 24 MB instead of
 # the 151 MB of a Debian base with the same libraries.
 #
 # No config is baked in: a node's config comes from the ConfigMap mounted at
@@ -51,8 +51,12 @@ COPY . .
 
 # .git is not in the build context (.dockerignore): the revision comes in
 # as a build argument and overrides the Makefile's `git rev-parse`.
+# The image's binary keeps its symbol table (perf and a crash's backtrace
+# name every function) but not the DWARF debug sections, 5 MB of the 6.8
+# since libunbound is linked in with its own: every node pulls the image.
 ARG VCS_REF=unknown
 RUN make -j"$(nproc)" build/localdns GIT_REV="${VCS_REF}" \
+ && objcopy --strip-debug build/localdns \
  && ./build/localdns --version
 
 # ---------------------------------------------------------------- rootfs
