@@ -25,7 +25,7 @@
  * collector that comes back gets what the rings still hold and loses what
  * fell in the gap. A failed write drops that batch (counted) and the
  * connection. Every message of a batch is encoded into one buffer and
- * written with one writev of up to FRAMES frames.
+ * written with one writev of up to TAP_FRAMES frames.
  */
 #include "dnstap/internal.h"
 
@@ -58,8 +58,6 @@ static uint64_t now_ms(void)
 #define IDLE_POLL_MS 100
 #define BACKOFF_MIN_MS 500
 #define BACKOFF_MAX_MS 30000
-#define FRAMES 64 /* per write (libfstrm's writev would take 128: measured no different) */
-#define OUT_BYTES (FRAMES * 1024 + 2 * 70000) /* room for 64 typical frames, or two of the largest */
 #define EXTRA_MAX 300                   /* "pod=" + namespace/name */
 
 _Alignas(64) _Atomic uint32_t dnstap_messages;
@@ -101,7 +99,7 @@ static struct {
 	/* the writer thread's */
 	struct tap_output *out;
 	uint64_t connected_generation;
-	uint8_t *buf;             /* OUT_BYTES: the encoded frames of one write */
+	uint8_t *buf;             /* TAP_WRITE_BYTES: the encoded frames of one write */
 	char version[64];
 	_Atomic uint64_t unsent;  /* records lost after they left a ring (a failed write) */
 	_Atomic uint64_t sent;
@@ -295,7 +293,7 @@ void dnstap_resolver_response(const uint8_t *answer, size_t answer_len)
 
 /* A batch being encoded: frames in tap.buf, and how many records they came from. */
 struct batch {
-	struct iovec frames[FRAMES];
+	struct iovec frames[TAP_FRAMES];
 	int n;
 	size_t used;
 	uint64_t records;
@@ -376,13 +374,13 @@ static bool encode_record(struct batch *b, const struct tap_entry *e, uint32_t m
 		size_t start, len;
 		if (!(messages & kinds[i]))
 			continue;
-		if (b->n == FRAMES || OUT_BYTES - b->used < TAP_ENVELOPE_MAX + 4 + tap_encoded_max(e)) {
+		if (b->n == TAP_FRAMES || TAP_WRITE_BYTES - b->used < TAP_ENVELOPE_MAX + 4 + tap_encoded_max(e)) {
 			b->n = n_before; /* the record's messages go in the next batch, all together */
 			b->used = used_before;
 			return false;
 		}
 		len = dnstap_encode_after(e, kinds[i], meta, env->bytes, env->len,
-					  tap.buf + b->used, OUT_BYTES - b->used, &start);
+					  tap.buf + b->used, TAP_WRITE_BYTES - b->used, &start);
 		if (len == 0)
 			continue;
 		b->frames[b->n++] =
@@ -658,7 +656,7 @@ int dnstap_start(const struct config *cfg, unsigned n_workers, dnstap_pod_fn pod
 
 	tap.n_rings = n_workers + 1;
 	tap.rings = calloc(tap.n_rings, sizeof *tap.rings);
-	tap.buf = malloc(OUT_BYTES);
+	tap.buf = malloc(TAP_WRITE_BYTES);
 	tap.wake_fd = wake_open();
 	tap.stop_fd = wake_open();
 	tap.pods = pods;
