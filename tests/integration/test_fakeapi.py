@@ -346,6 +346,28 @@ def test_fakeapi_list_errors(env):
                 == "ResourceVersionTooLarge", body
 
 
+def test_fakeapi_before_next_runs_once_before_the_matching_request(env):
+    """before_next(fn, resource, verb, paged) calls fn just before the next
+    request it matches is served, once: a compaction before a LIST's second
+    page makes that page's continue token expire (410), the next first
+    page and its second page are served as usual."""
+    with start() as api:
+        api.apply([fakeapi.namespace("ns%d" % i) for i in range(5)])
+        calls = []
+        api.before_next(lambda: calls.append(api.compact()),
+                        resource="namespaces", verb="list", paged=True)
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2")
+        assert code == 200 and calls == [], (code, calls)
+        api.apply(fakeapi.namespace("later"))   # the snapshot becomes old ...
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2&continue="
+                             + body["metadata"]["continue"])
+        assert code == 410 and len(calls) == 1, (code, calls)  # ... and compacted
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2")
+        code, body, _ = call(api, "/api/v1/namespaces?limit=2&continue="
+                             + body["metadata"]["continue"])
+        assert code == 200 and len(calls) == 1, (code, calls)
+
+
 def served(api, path):
     """GET path; (status, body, where the server read it from)."""
     code, body, _ = call(api, path)

@@ -1316,6 +1316,7 @@ class FakeAPI:
         self._requests = []
         self._written = {}                     # rv -> when its event first left
         self._fail = []                        # [n, status, res, verb, close]
+        self._before = []                      # [fn, res, verb, paged]
         self._forbidden = {}                   # resource -> set of verbs
         self._server = None
         self._thread = None
@@ -1569,6 +1570,28 @@ class FakeAPI:
         with self._lock:
             self._fail.append([n, status, resource, verb, close])
 
+    def before_next(self, fn, resource=None, verb=None, paged=None):
+        """Call fn() once, on the server's thread, just before it serves
+        the next request of resource and verb (when given; paged=True: a
+        LIST page after the first, False: a first page): a change of state
+        timed against the client's requests, not against the test's clock
+        (e.g. a compaction between two pages)."""
+        with self._lock:
+            self._before.append([fn, resource, verb, paged])
+
+    def _run_before(self, res, verb, q):
+        with self._lock:
+            for b in self._before:
+                fn, bres, bverb, paged = b
+                if (bres is None or bres == res.name) and \
+                        (bverb is None or bverb == verb) and \
+                        (paged is None or paged == bool(q.get("continue"))):
+                    self._before.remove(b)
+                    break
+            else:
+                return
+        fn()
+
     def forbid(self, resource, verbs=("list", "watch", "get")):
         """Requests for resource with these verbs get 403 Forbidden."""
         with self._lock:
@@ -1793,6 +1816,7 @@ class FakeAPI:
                            "resource", details={})
         if method != "GET":
             raise ApiError(405, "fakeapi serves only GET on %s" % path)
+        self._run_before(res, verb, q)
         gone = self._inject_failure(h, res, verb) == "gone"
         if verb in self._forbidden.get(res.name, ()):
             scope = ('in the namespace "%s"' % ns if ns
