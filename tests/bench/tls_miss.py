@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
-from harness import free_port, make_tls_ca  # noqa: E402  (the integration tests' own)
+from harness import free_port, make_tls_ca, write_unbound_tls_conf  # noqa: E402  (the integration tests' own)
 from benchlib import (a_query, dnsgen, git_rev, localdns_conf, stop, wait_answer,  # noqa: E402
                       write_doc_block)
 ZONE = "miss.example"
@@ -66,29 +66,10 @@ def ask(sock, port, name, timeout):
 
 
 def start_unbound(tmp, port, procs):
-    conf = os.path.join(tmp, "unbound.conf")
-    with open(conf, "w") as f:
-        f.write("""server:
-  interface: 127.0.0.1@%(port)d
-  tls-port: %(port)d
-  tls-service-key: "%(tmp)s/srv.key"
-  tls-service-pem: "%(tmp)s/srv.pem"
-  num-threads: 1
-  do-daemonize: no
-  username: ""
-  chroot: ""
-  directory: "%(tmp)s"
-  pidfile: ""
-  use-syslog: no
-  logfile: ""
-  verbosity: 0
-  do-ip6: no
-  access-control: 127.0.0.0/8 allow
-  module-config: "iterator"
-  incoming-num-tcp: 100
-  local-zone: "%(zone)s." redirect
-  local-data: "%(zone)s. 300 IN A 192.0.2.53"
-""" % {"port": port, "tmp": tmp, "zone": ZONE})
+    conf = write_unbound_tls_conf(tmp, port, [
+        "incoming-num-tcp: 100",
+        'local-zone: "%s." redirect' % ZONE,
+        'local-data: "%s. 300 IN A 192.0.2.53"' % ZONE])
     p = subprocess.Popen([shutil.which("unbound") or "/usr/sbin/unbound", "-d", "-c", conf],
                          stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "unbound.log"),
                                                                  "w"))

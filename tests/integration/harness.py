@@ -404,6 +404,36 @@ def make_tls_ca(tmp, name):
     return os.path.join(tmp, "ca.pem")
 
 
+def write_unbound_tls_conf(tmp, port, zone_lines, verbosity=0):
+    """tmp/unbound.conf for an Unbound (`unbound -d -c`) answering on
+    127.0.0.1:port over UDP, and over TLS on TCP, with make_tls_ca's server key and
+    certificate, iterator only, logging to stdout at verbosity; zone_lines
+    (its local-zone and local-data, and any other server: lines) decide what
+    it answers. Returns the path."""
+    conf = os.path.join(tmp, "unbound.conf")
+    with open(conf, "w") as f:
+        f.write("""server:
+  interface: 127.0.0.1@%(port)d
+  tls-port: %(port)d
+  tls-service-key: "%(tmp)s/srv.key"
+  tls-service-pem: "%(tmp)s/srv.pem"
+  num-threads: 1
+  do-daemonize: no
+  username: ""
+  chroot: ""
+  directory: "%(tmp)s"
+  pidfile: ""
+  use-syslog: no
+  logfile: ""
+  verbosity: %(verbosity)d
+  do-ip6: no
+  access-control: 127.0.0.0/8 allow
+  module-config: "iterator"
+""" % {"port": port, "tmp": tmp, "verbosity": verbosity})
+        f.writelines("  %s\n" % line for line in zone_lines)
+    return conf
+
+
 # ---------------------------------------- cgroups, stopping a thread
 
 class Cgroup:

@@ -169,27 +169,10 @@ class TlsUnbound:
 
     def __init__(self, tmp):
         self.port = harness.free_port()
-        conf = os.path.join(tmp, "unbound.conf")
-        with open(conf, "w") as f:
-            f.write("""server:
-  interface: 127.0.0.1@%(port)d
-  tls-port: %(port)d
-  tls-service-key: "%(tmp)s/srv.key"
-  tls-service-pem: "%(tmp)s/srv.pem"
-  do-daemonize: no
-  username: ""
-  chroot: ""
-  directory: "%(tmp)s"
-  pidfile: ""
-  use-syslog: no
-  logfile: ""
-  verbosity: 4
-  log-queries: yes
-  access-control: 127.0.0.0/8 allow
-  module-config: "iterator"
-  local-zone: "tls.example." static
-  local-data: "www.tls.example. 300 IN A 192.0.2.53"
-""" % {"port": self.port, "tmp": tmp})
+        conf = harness.write_unbound_tls_conf(tmp, self.port, [
+            "log-queries: yes",
+            'local-zone: "tls.example." static',
+            'local-data: "www.tls.example. 300 IN A 192.0.2.53"'], verbosity=4)
         self.proc = subprocess.Popen([shutil.which("unbound") or "/usr/sbin/unbound", "-d",
                                       "-c", conf], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
