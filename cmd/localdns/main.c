@@ -474,7 +474,8 @@ static int start_serving(struct serving *run, struct config *cfg, char *err, siz
 		return -1;
 	}
 	/* request rings for the workers, then the control threads' (ctl lookup) */
-	d->upstream = upstream_start(cfg, d->cache, workers + CONTROL_THREADS, err, errlen);
+	d->upstream = upstream_start(cfg, d->cache, workers + CONTROL_THREADS,
+				     upstream_on_worker(cfg, workers), err, errlen);
 	if (!d->upstream)
 		return -1;
 	if (needs_node(cfg) && !(d->node = node_start(cfg, err, errlen)))

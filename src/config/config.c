@@ -152,6 +152,7 @@ static int dnstap_check(struct loader *, const yaml_node_t *, const char *, void
 static int dns64_check(struct loader *, const yaml_node_t *, const char *, void *);
 
 static const char *const interface_kinds[] = {"dummy", "loopback", NULL};
+static const char *const resolver_places[] = {"auto", "own_thread", "first_worker", NULL};
 static const char *const pods_modes[] = {"disabled", "insecure", "verified", NULL};
 static const char *const log_levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const log_formats[] = {"logfmt", "json", NULL};
@@ -330,6 +331,8 @@ static const struct key upstream_keys[] = {
 	{"tls", V_BOOL, CFG(upstream.tls), .def = "false", .reload = CONFIG_APPLY_UPSTREAM},
 	{"tls_ca_file", V_PATH, CFG(upstream.tls_ca_file), .def = "",
 	 .reload = CONFIG_APPLY_UPSTREAM},
+	{"resolver", V_ENUM, CFG(upstream.resolver), .names = resolver_places, .def = "auto",
+	 .reload = CONFIG_RESTART_ONLY},
 };
 
 static const struct key cache_keys[] = {

@@ -89,6 +89,12 @@ struct config_forward_zone {
 };
 
 enum config_interface_kind { CONFIG_IF_DUMMY, CONFIG_IF_LOOPBACK };
+/* Where the resolver (libunbound and the flight table) runs: upstream.resolver. */
+enum config_resolver_on {
+	CONFIG_RESOLVER_AUTO,        /* on the worker when there is one, else its own thread */
+	CONFIG_RESOLVER_OWN_THREAD,
+	CONFIG_RESOLVER_FIRST_WORKER,
+};
 enum config_pods_mode { CONFIG_PODS_DISABLED, CONFIG_PODS_INSECURE, CONFIG_PODS_VERIFIED };
 enum config_log_level { CONFIG_LOG_DEBUG, CONFIG_LOG_INFO, CONFIG_LOG_WARN, CONFIG_LOG_ERROR };
 enum config_log_format { CONFIG_LOG_LOGFMT, CONFIG_LOG_JSON };
@@ -195,6 +201,7 @@ struct config {
 		 * cluster.fallback_servers); every server then has a TLS name. */
 		bool tls;                      /* false */
 		char *tls_ca_file;             /* "" = the system's CA bundle */
+		enum config_resolver_on resolver; /* auto */
 	} upstream;
 
 	struct {

@@ -69,6 +69,8 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  *                                TCP to the cluster DNS (IPv4/IPv6 sockets)
  *                                (the keeper process's working thread)
  *   dnstap       none            + unix and IPv4/IPv6 sockets to its collector
+ *   worker that  none            the worker's and the resolver's together
+ *   hosts the resolver
  *
  * Anything outside the list kills the process (SECCOMP_RET_KILL_PROCESS).
  * No list allows execve, a new process, netlink or packet sockets, opening
@@ -86,6 +88,9 @@ enum privs_thread {
 	PRIVS_NODE,
 	PRIVS_KEEPER,      /* the keeper process's working thread (src/keeper/) */
 	PRIVS_DNSTAP,
+	/* A worker that also runs the resolver (upstream.resolver: the first
+	 * worker): both lists, the resolver's files. */
+	PRIVS_WORKER_RESOLVER,
 };
 
 /*

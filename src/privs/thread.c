@@ -106,6 +106,12 @@ out:
  * runs on the resolver thread's own loop and starts none (upstream/loop.c). */
 #define SPAWNS (HTTP | KUBE)
 
+/* The lists a thread of kind gets: its own, or the worker's and the resolver's together. */
+static unsigned kinds_of(enum privs_thread kind)
+{
+	return kind == PRIVS_WORKER_RESOLVER ? WORKER | RESOLVER : K(kind);
+}
+
 #define WRITE_FLAGS (O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND)
 #define INT_ARG 0xffffffffull  /* an int argument: the register's upper half is not its */
 
@@ -260,10 +266,35 @@ static int add_rule(scmp_filter_ctx f, const struct rule *r)
 	return seccomp_rule_add_array(f, action, r->nr, r->mask ? 1 : 0, &cmp);
 }
 
+#define N_RULES (sizeof rules / sizeof rules[0])
+
+/*
+ * A kind that has two lists (a worker hosting the resolver) gets what
+ * either allows: a rule another of its rules allows more widely (the same
+ * call allowed outright, or allowed where this one fails it) is left out,
+ * which also keeps libseccomp from refusing two actions for one call.
+ */
+static bool covered(const struct rule *r, unsigned kinds)
+{
+	for (size_t i = 0; i < N_RULES; i++) {
+		const struct rule *o = &rules[i];
+		if (o == r || !(o->kinds & kinds) || o->nr != r->nr || o->fail)
+			continue;
+		if (!o->mask && (r->mask || r->fail))
+			return true;
+		if (r->fail && o->arg == r->arg && o->mask == r->mask && o->value == r->value)
+			return true;
+	}
+	return false;
+}
+
 static int add_rules(scmp_filter_ctx f, enum privs_thread kind)
 {
-	for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
-		if ((rules[i].kinds & K(kind)) && add_rule(f, &rules[i]) < 0)
+	unsigned kinds = kinds_of(kind);
+
+	for (size_t i = 0; i < N_RULES; i++)
+		if ((rules[i].kinds & kinds) && !covered(&rules[i], kinds) &&
+		    add_rule(f, &rules[i]) < 0)
 			return -1;
 	return 0;
 }
@@ -370,6 +401,7 @@ static const char *const *read_roots(enum privs_thread kind)
 	case PRIVS_DNSTAP:
 		return nothing;
 	case PRIVS_RESOLVER:
+	case PRIVS_WORKER_RESOLVER:
 		return resolver;
 	case PRIVS_CONTROL:
 	case PRIVS_HTTP:
@@ -420,7 +452,7 @@ static int restrict_files(enum privs_thread kind, char *err, size_t errlen)
 		return errno == ENOSYS || errno == EOPNOTSUPP ? 0 : -1;
 	for (; roots[n] && n < MAX_ROOTS; n++)
 		all[n] = roots[n];
-	for (int i = 0; kind == PRIVS_RESOLVER && i < atomic_load(&n_config_roots) && n < MAX_ROOTS;
+	for (int i = 0; (kinds_of(kind) & RESOLVER) && i < atomic_load(&n_config_roots) && n < MAX_ROOTS;
 	     i++)
 		all[n++] = config_roots[i];
 	int rc = 0;

@@ -36,7 +36,8 @@
  * socket (EV_UDP, EV_LISTEN: listeners come and go at reloads, so events
  * name the descriptor, not a slot) or the connection slot (EV_CONN).
  */
-enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE, EV_SHED };
+enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE, EV_SHED,
+		  EV_RESOLVER };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -156,6 +157,9 @@ struct worker {
 	uint64_t tcp_events[TCP_EVENTS];
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
+	/* The resolver runs on this worker (upstream.resolver): its loop's
+	 * descriptor is in epfd (EV_RESOLVER), its turns follow ours. */
+	bool hosts_resolver;
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
 	struct talkers_sampler talkers_sampler; /* the top talkers' (talkers_sample) */
 	struct upstream_request request; /* filled by query_handle, copied on submit */

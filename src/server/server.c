@@ -218,6 +218,14 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
 	}
+	int resolver_fd = upstream_host_fd(s->upstream);
+	if (id == 0 && resolver_fd >= 0) {
+		if (watch(w->epfd, resolver_fd, EV_DATA(EV_RESOLVER, 0)) < 0) {
+			snprintf(err, errlen, "epoll: %s", strerror(errno));
+			goto fail;
+		}
+		w->hosts_resolver = true;
+	}
 	return w;
 fail:
 	free_worker(w);
@@ -459,8 +467,9 @@ struct server *server_start(const struct config *cfg, struct upstream *upstream,
 		/* "worker/N" in ps, top -H and /proc/PID/task/TID/comm. */
 		char name[24];
 		snprintf(name, sizeof name, "worker/%u", started);
-		if (privs_thread_create(&s->workers[started]->thread, PRIVS_WORKER, name,
-					server_worker_main, s->workers[started], err, errlen) < 0)
+		enum privs_thread kind = w->hosts_resolver ? PRIVS_WORKER_RESOLVER : PRIVS_WORKER;
+		if (privs_thread_create(&w->thread, kind, name, server_worker_main, w, err,
+					errlen) < 0)
 			goto fail;
 	}
 	return s;

@@ -186,7 +186,8 @@ void server_worker_wake_upstream(struct worker *w)
 {
 	if (w->wake_upstream) {
 		w->wake_upstream = false;
-		upstream_wake(w->server->upstream);
+		if (!w->hosts_resolver) /* else the resolver's turn follows this one (serve) */
+			upstream_wake(w->server->upstream);
 	}
 }
 
@@ -221,6 +222,7 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 		break;
 	case EV_STOP:
 	case EV_RETIRE:
+	case EV_RESOLVER:
 		break; /* handled after the batch */
 	}
 }
@@ -329,6 +331,27 @@ static void retire_listeners(struct worker *w)
 	pthread_mutex_unlock(&s->reconf_lock);
 }
 
+/* The longest sleep, the resolver's turns included when it runs here. */
+static int sleep_ms(struct worker *w)
+{
+	int ms = wait_ms(w);
+
+	return w->hosts_resolver ? upstream_host_wait_ms(w->server->upstream, ms) : ms;
+}
+
+/*
+ * The resolver's turn after ours (upstream.resolver), outside the RCU read
+ * lock: the requests of this turn leave now, without a wake-up. Once the
+ * resolver has stopped, its descriptor goes.
+ */
+static void turn_resolver(struct worker *w, bool ready)
+{
+	if (!w->hosts_resolver || upstream_host_turn(w->server->upstream, ready))
+		return;
+	epoll_ctl(w->epfd, EPOLL_CTL_DEL, upstream_host_fd(w->server->upstream), NULL);
+	w->hosts_resolver = false;
+}
+
 /* Returns when the stop eventfd fires. */
 static void serve(struct worker *w)
 {
@@ -337,9 +360,9 @@ static void serve(struct worker *w)
 	bool stopping = false;
 
 	while (!stopping) {
-		bool retire = false;
+		bool retire = false, resolver = false;
 		urcu_memb_thread_offline();
-		int n = epoll_wait(w->epfd, events, MAX_EVENTS, wait_ms(w));
+		int n = epoll_wait(w->epfd, events, MAX_EVENTS, sleep_ms(w));
 		urcu_memb_thread_online();
 		w->now_ms = server_now_ms();
 		atomic_store_explicit(&w->beat->ms, w->now_ms, memory_order_relaxed);
@@ -354,12 +377,14 @@ static void serve(struct worker *w)
 			enum event_kind kind = EV_KIND(events[i].data.u64);
 			stopping = stopping || kind == EV_STOP;
 			retire = retire || kind == EV_RETIRE;
+			resolver = resolver || kind == EV_RESOLVER;
 			handle_event(w, &events[i]);
 		}
 		if (retire)
 			retire_listeners(w);
 		if (w->n_unhanded)
 			hand_over_unhanded(w);
+		turn_resolver(w, resolver);
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
 			server_tcp_sweep_idle(w);
 			last_sweep = w->now_ms;
@@ -402,6 +427,8 @@ void *server_worker_main(void *arg)
 	w->now_ms = server_now_ms();
 	atomic_store(&w->beat->tid, (int32_t)gettid());
 	serve(w);
+	if (w->hosts_resolver)
+		upstream_host_leave(w->server->upstream);
 	shut_down(w);
 	urcu_memb_unregister_thread();
 	return NULL;

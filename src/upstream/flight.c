@@ -831,13 +831,16 @@ static bool make_room(struct flights *t, uint16_t client)
 	return true;
 }
 
+/* Whether the cache is looked at before a question is asked (flights_client_missed). */
+enum look { LOOK_AGAIN, LOOKED };
+
 /*
  * r waits for the flight of key's question (r's own, or for DNS64 the A
  * question of its chain's end), asked now unless it is asked already or
  * the cache answers it; deadline_ms as add_waiter's.
  */
 static void join_or_ask(struct flights *t, unsigned worker, const struct upstream_request *key,
-			const struct upstream_request *r, uint64_t deadline_ms)
+			const struct upstream_request *r, uint64_t deadline_ms, enum look look)
 {
 	uint64_t h = flight_table_hash(&t->table, &key->ask.q);
 	uint16_t client = client_of(t, r);
@@ -861,7 +864,8 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 	}
 	/* Answered since the worker looked? (For DNS64, a live AAAA answer
 	 * without AAAA records means the A question.) */
-	if (cache_probe(t, &key->ask.q, false) != CACHE_MISS) {
+	if ((look == LOOK_AGAIN || r->ask.dns64.len) &&
+	    cache_probe(t, &key->ask.q, false) != CACHE_MISS) {
 		if (r->ask.dns64_a || !r->ask.dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
 		    !follow_to_a(t, worker, r, t->probe, t->probe_len, deadline_ms))
 			reply(t, worker, r, FLIGHT_REPLY_CACHED);
@@ -893,7 +897,14 @@ void flights_client(struct flights *t, unsigned worker, const struct upstream_re
 		    uint64_t now_ms)
 {
 	t->now_ms = now_ms;
-	join_or_ask(t, worker, r, r, 0);
+	join_or_ask(t, worker, r, r, 0, LOOK_AGAIN);
+}
+
+void flights_client_missed(struct flights *t, unsigned worker, const struct upstream_request *r,
+			   uint64_t now_ms)
+{
+	t->now_ms = now_ms;
+	join_or_ask(t, worker, r, r, 0, LOOKED);
 }
 
 /*
@@ -924,7 +935,7 @@ static bool follow_to_a(struct flights *t, unsigned worker, const struct upstrea
 	key->ask.chain_len = 0;
 	key->ask.dns64.len = 0;
 	key->ask.dns64_a = false;
-	join_or_ask(t, worker, key, wait, deadline_ms);
+	join_or_ask(t, worker, key, wait, deadline_ms, LOOK_AGAIN);
 	return true;
 }
 

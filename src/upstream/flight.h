@@ -223,6 +223,15 @@ void flights_drop_upstream(struct flights *t, uint32_t upstream);
  */
 void flights_client(struct flights *t, unsigned worker, const struct upstream_request *r,
 		    uint64_t now_ms);
+/*
+ * The same for a request whose worker looked at the cache after the last
+ * answer went in (a worker hosting the resolver: its batches and the
+ * resolver's turns take turns on one thread, and only a turn inserts), so
+ * the cache is not looked at again (about 1,100 instructions a miss),
+ * except for DNS64, where a live AAAA answer means the A question.
+ */
+void flights_client_missed(struct flights *t, unsigned worker, const struct upstream_request *r,
+			   uint64_t now_ms);
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms);
 
 /* What came of asking f (flights_result). */

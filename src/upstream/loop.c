@@ -576,21 +576,12 @@ static int wait_timeout(const struct loop *l, int timeout_ms, uint64_t now_ns)
 	return timeout_ms >= 0 && ms > (uint64_t)timeout_ms ? timeout_ms : (int)ms;
 }
 
-int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max)
+/* What one epoll_wait found: libunbound's events to run, the caller's tags (at most max). */
+static int collect(struct loop *l, const struct epoll_event *events, int n, unsigned *tags,
+		   int max)
 {
-	struct epoll_event events[EVENTS_PER_WAIT];
-	uint64_t now_ns = monotonic_ns();
-	int n = 0, ours = 0;
+	int ours = 0;
 
-	if (l->n_timers && l->timers[0]->deadline_ns <= now_ns && !l->skipped_poll) {
-		l->skipped_poll = true; /* the next turn polls, whatever is due then */
-	} else {
-		l->skipped_poll = false;
-		n = epoll_wait(l->epfd, events, EVENTS_PER_WAIT, wait_timeout(l, timeout_ms, now_ns));
-		if (n < 0)
-			return -1;
-		now_ns = monotonic_ns();
-	}
 	for (int i = 0; i < n; i++) {
 		if (events[i].data.u64 < LOOP_MAX_TAG) {
 			if (ours < max)
@@ -602,11 +593,61 @@ int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max)
 		if (bits)
 			to_run(l, ev, bits);
 	}
+	return ours;
+}
+
+/* The timers due by now, then everything collected, run. */
+static void run_due(struct loop *l, uint64_t now_ns)
+{
 	while (l->n_timers && l->timers[0]->deadline_ns <= now_ns) {
 		struct loop_event *ev = l->timers[0];
 		timer_stop(l, ev);
 		to_run(l, ev, UB_EV_TIMEOUT);
 	}
 	dispatch(l, now_ns);
+}
+
+int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max)
+{
+	struct epoll_event events[EVENTS_PER_WAIT];
+	uint64_t now_ns = monotonic_ns();
+	int n = 0;
+
+	if (l->n_timers && l->timers[0]->deadline_ns <= now_ns && !l->skipped_poll) {
+		l->skipped_poll = true; /* the next turn polls, whatever is due then */
+	} else {
+		l->skipped_poll = false;
+		n = epoll_wait(l->epfd, events, EVENTS_PER_WAIT, wait_timeout(l, timeout_ms, now_ns));
+		if (n < 0)
+			return -1;
+		now_ns = monotonic_ns();
+	}
+	int ours = collect(l, events, n, tags, max);
+	run_due(l, now_ns);
 	return ours;
+}
+
+int loop_poll(struct loop *l, bool ready, unsigned *tags, int max)
+{
+	struct epoll_event events[EVENTS_PER_WAIT];
+	int n = 0;
+
+	if (ready) {
+		n = epoll_wait(l->epfd, events, EVENTS_PER_WAIT, 0);
+		if (n < 0)
+			return -1;
+	}
+	int ours = collect(l, events, n, tags, max);
+	run_due(l, monotonic_ns());
+	return ours;
+}
+
+bool loop_timer_due(const struct loop *l, uint64_t now_ns)
+{
+	return l->n_timers && l->timers[0]->deadline_ns <= now_ns;
+}
+
+int loop_timeout_ms(const struct loop *l, int timeout_ms)
+{
+	return wait_timeout(l, timeout_ms, monotonic_ns());
 }

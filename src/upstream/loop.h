@@ -80,6 +80,20 @@ int loop_watch(struct loop *l, int fd, unsigned tag, bool edge);
  */
 int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max);
 
+/*
+ * The same turn without sleeping, for a loop whose epoll descriptor
+ * (loop_fd) sits in another thread's epoll set (the worker that hosts the
+ * resolver, upstream.h): ask epoll only when ready (that set said the
+ * descriptor is readable), run the timers due and what is ready, give back
+ * the caller's tags. The count, or -1 with errno.
+ */
+int loop_poll(struct loop *l, bool ready, unsigned *tags, int max);
+static inline int loop_fd(const struct loop *l) { return l->epfd; }
+/* A timer of libunbound's is due by now_ns (monotonic): a loop_poll runs it. */
+bool loop_timer_due(const struct loop *l, uint64_t now_ns);
+/* timeout_ms, or less when a timer is due sooner (0: due now). */
+int loop_timeout_ms(const struct loop *l, int timeout_ms);
+
 /* A base for a context that is not attached to a loop yet. */
 void loop_base_init(struct loop_base *b);
 /* From now on the context of b makes its events in l. */

@@ -95,6 +95,9 @@
 #define HELD_TURN_MS 1           /* the longest while TCP replies wait for a completion ring */
 #define RENEWAL_LOG_MS 60000
 
+/* The worker that runs the resolver's turns when upstream.resolver puts it on one. */
+#define HOST_WORKER 0
+
 /* Our own descriptors in the loop (loop.c's tags); libunbound's are its own. */
 enum source { SRC_REQUESTS = 1, SRC_STOP, SRC_CONTROL };
 
@@ -133,6 +136,7 @@ struct upstream {
 	int control_efd;             /* upstream_switch has a context waiting */
 	struct loop loop;            /* our descriptors and libunbound's sockets and timers */
 	bool loop_made;
+	bool hosted;                 /* a worker runs the turns (upstream_host_turn), no thread */
 	pthread_t thread;
 	bool running;
 
@@ -141,6 +145,7 @@ struct upstream {
 	pthread_cond_t control_done;
 	struct upstream_context *incoming; /* control_lock */
 	bool accepting;              /* control_lock: the resolver thread takes them */
+	bool host_left;              /* control_lock: the hosting worker turns no more */
 	atomic_bool settle_asked;    /* upstream_settle waits for settled */
 	bool settled;                /* control_lock: no client was waiting after that */
 	bool settle_taken;           /* resolver thread: requests taken since settle_asked */
@@ -149,6 +154,7 @@ struct upstream {
 	struct upstream_context *retired; /* contexts whose queries are finishing */
 	struct retired_socket *retired_sockets;
 	uint64_t now_ms;
+	uint64_t next_turn_ms;       /* hosted: a turn is owed by then even with nothing ready */
 	uint64_t renewal_logged_ms;
 	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
@@ -324,6 +330,8 @@ static void take_requests(struct upstream *u)
 			u->now_ms = (uint64_t)coarse_ms();
 			if (r->transport == UPSTREAM_NO_REPLY)
 				flights_refresh(&u->flights, r, u->now_ms);
+			else if (u->hosted && i == HOST_WORKER)
+				flights_client_missed(&u->flights, i, r, u->now_ms);
 			else
 				flights_client(&u->flights, i, r, u->now_ms);
 		}
@@ -703,55 +711,159 @@ static void stop_accepting(struct upstream *u)
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
+/*
+ * One turn, once the loop has run libunbound's events and timers: our own
+ * descriptors that were ready (tags), then the workers' requests, the
+ * flights' deadlines and queue, the replies out. true: stop.
+ */
+static bool turn(struct upstream *u, const unsigned *ready, int n)
+{
+	run_deferred(u);
+	u->now_ms = (uint64_t)coarse_ms();
+	atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
+	for (int i = 0; i < n; i++) {
+		switch ((enum source)ready[i]) {
+		case SRC_REQUESTS: /* taken below, at every turn */
+			break;
+		case SRC_CONTROL:
+			take_incoming(u);
+			break;
+		case SRC_STOP:
+			return true;
+		}
+	}
+	bool settle_asked = atomic_load_explicit(&u->settle_asked, memory_order_acquire);
+	take_requests(u);
+	u->now_ms = (uint64_t)coarse_ms();
+	flights_expire(&u->flights, u->now_ms);
+	if (flights_stalled(&u->flights, u->now_ms))
+		renew_context(u);
+	flights_start_queued(&u->flights, u->now_ms);
+	run_deferred(u);
+	deliver_flush(&u->deliver); /* the UDP replies out before a socket of theirs is closed */
+	close_retired_sockets(u, false);
+	delete_finished_contexts(u);
+	deliver_flush(&u->deliver);
+	report_settled(u, settle_asked);
+	return false;
+}
+
+/* After the last turn: its replies out, then nobody waits for a turn any more. */
+static void finish(struct upstream *u)
+{
+	deliver_flush(&u->deliver);
+	stop_accepting(u);
+}
+
 static void *resolver_main(void *arg)
 {
 	struct upstream *u = arg;
 	unsigned ready[4];
-	bool stop = false;
 
 	urcu_memb_register_thread();
-	while (!stop) {
+	for (;;) {
 		/* asleep as far as the workers know (upstream_wake), unless they left work */
 		atomic_store_explicit(&u->idle, true, memory_order_relaxed);
 		int timeout = requests_waiting(u) ? 0 : wait_ms(u);
 		/* libunbound's sockets and timers are served inside */
 		int n = loop_wait(&u->loop, timeout, ready, 4);
 		atomic_store_explicit(&u->idle, false, memory_order_relaxed);
-		run_deferred(u);
-		u->now_ms = (uint64_t)coarse_ms();
-		atomic_store_explicit(&u->heartbeat_ms, u->now_ms, memory_order_relaxed);
-		for (int i = 0; i < n; i++) {
-			switch ((enum source)ready[i]) {
-			case SRC_REQUESTS: /* taken below, at every turn */
-				break;
-			case SRC_CONTROL:
-				take_incoming(u);
-				break;
-			case SRC_STOP:
-				stop = true;
-				break;
-			}
-		}
-		if (stop)
+		if (turn(u, ready, n))
 			break;
-		bool settle_asked = atomic_load_explicit(&u->settle_asked, memory_order_acquire);
-		take_requests(u);
-		u->now_ms = (uint64_t)coarse_ms();
-		flights_expire(&u->flights, u->now_ms);
-		if (flights_stalled(&u->flights, u->now_ms))
-			renew_context(u);
-		flights_start_queued(&u->flights, u->now_ms);
-		run_deferred(u);
-		deliver_flush(&u->deliver); /* the UDP replies out before a socket of theirs is closed */
-		close_retired_sockets(u, false);
-		delete_finished_contexts(u);
-		deliver_flush(&u->deliver);
-		report_settled(u, settle_asked);
 	}
-	deliver_flush(&u->deliver); /* the replies built in the last turn */
-	stop_accepting(u);
+	finish(u);
 	urcu_memb_unregister_thread();
 	return NULL;
+}
+
+/* ---- on a worker ------------------------------------------------------------------------- */
+
+bool upstream_on_worker(const struct config *cfg, unsigned workers)
+{
+	switch (cfg->upstream.resolver) {
+	case CONFIG_RESOLVER_OWN_THREAD:
+		return false;
+	case CONFIG_RESOLVER_FIRST_WORKER:
+		return true;
+	case CONFIG_RESOLVER_AUTO:
+		break;
+	}
+	return workers == 1;
+}
+
+int upstream_host_fd(const struct upstream *u)
+{
+	return u->hosted ? loop_fd(&u->loop) : -1;
+}
+
+int upstream_host_wait_ms(struct upstream *u, int timeout_ms)
+{
+	atomic_store_explicit(&u->idle, true, memory_order_relaxed);
+	if (requests_waiting(u))
+		return 0;
+	uint64_t now = (uint64_t)coarse_ms();
+	uint64_t owed = u->next_turn_ms > now ? u->next_turn_ms - now : 0;
+	if (owed < (uint64_t)timeout_ms)
+		timeout_ms = (int)owed;
+	return loop_timeout_ms(&u->loop, timeout_ms);
+}
+
+/*
+ * A turn is owed when the loop's descriptor was ready, a worker left a
+ * request (the host's own included), a timer of libunbound's is due, or
+ * the resolver's own wait (a deadline, the pace, the half-second turn) is
+ * over; otherwise the host's turn costs a look at the rings and the clock.
+ * A question asked in a turn starts from a timer of no delay: it is run
+ * at once, so the question leaves before the worker sleeps.
+ */
+bool upstream_host_turn(struct upstream *u, bool ready)
+{
+	unsigned tags[4];
+
+	atomic_store_explicit(&u->idle, false, memory_order_relaxed);
+	if (!ready && !requests_waiting(u) && !loop_timer_due(&u->loop, monotonic_ns()) &&
+	    (uint64_t)coarse_ms() < u->next_turn_ms)
+		return true;
+	for (int turns = 0; turns < 2; turns++) {
+		int n = loop_poll(&u->loop, ready && turns == 0, tags, 4);
+		if (turn(u, tags, n < 0 ? 0 : n)) {
+			finish(u);
+			return false;
+		}
+		if (!loop_timer_due(&u->loop, monotonic_ns()))
+			break;
+	}
+	u->next_turn_ms = u->now_ms + (uint64_t)wait_ms(u);
+	return true;
+}
+
+void upstream_host_leave(struct upstream *u)
+{
+	pthread_mutex_lock(&u->control_lock);
+	u->host_left = true;
+	pthread_cond_broadcast(&u->control_done);
+	pthread_mutex_unlock(&u->control_lock);
+}
+
+/*
+ * Stop the turns: the thread's, joined; the hosting worker's, once it has
+ * seen the stop eventfd and finished, or has left (then, or when it never
+ * came, the last replies go out here: nobody else turns any more).
+ */
+static void stop_turning(struct upstream *u)
+{
+	signal_fd(u->stop_efd);
+	if (!u->hosted) {
+		pthread_join(u->thread, NULL);
+		return;
+	}
+	pthread_mutex_lock(&u->control_lock);
+	while (u->accepting && !u->host_left)
+		pthread_cond_wait(&u->control_done, &u->control_lock);
+	bool unfinished = u->accepting;
+	pthread_mutex_unlock(&u->control_lock);
+	if (unfinished)
+		finish(u);
 }
 
 /* ---- life cycle ----------------------------------------------------------------------- */
@@ -986,7 +1098,7 @@ void upstream_switch(struct upstream *u, struct upstream_context *c, const struc
 }
 
 struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
-				unsigned n_workers, char *err, size_t errlen)
+				unsigned n_workers, bool on_worker, char *err, size_t errlen)
 {
 	struct upstream *u = calloc(1, sizeof *u);
 
@@ -1025,9 +1137,10 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 	atomic_init(&u->heartbeat_ms, (uint64_t)coarse_ms()); /* alive before it is scheduled */
 	atomic_init(&u->idle, true);
 	u->accepting = true;
-	/* libunbound runs on this thread (loop.c): it starts none of its own */
-	if (privs_thread_create(&u->thread, PRIVS_RESOLVER, "resolver", resolver_main, u, err,
-				errlen) < 0) {
+	u->hosted = on_worker;
+	/* libunbound runs on this thread, or on the worker (loop.c): it starts none of its own */
+	if (!u->hosted && privs_thread_create(&u->thread, PRIVS_RESOLVER, "resolver", resolver_main,
+					      u, err, errlen) < 0) {
 		u->accepting = false;
 		goto fail;
 	}
@@ -1066,8 +1179,7 @@ void upstream_stop(struct upstream *u)
 {
 	if (!u || !u->running)
 		return;
-	signal_fd(u->stop_efd);
-	pthread_join(u->thread, NULL);
+	stop_turning(u);
 	u->running = false;
 	upstream_discard(u->ctx); /* cancels what is outstanding; no result follows */
 	u->ctx = NULL;

@@ -4,8 +4,9 @@
  *
  * Owns: the libunbound context (forwarding to upstream.servers or the
  * node's resolv.conf nameservers, or full recursion; forward_zones; DNSSEC
- * validation); the resolver thread and its event loop, on which libunbound
- * runs (its sockets and timers, loop.c); the
+ * validation); the resolver thread (or, with upstream.resolver, the turns
+ * the first worker runs) and its event loop, on which libunbound runs (its
+ * sockets and timers, loop.c); the
  * questions in flight, so identical misses share one libunbound query;
  * each waiting client's deadline (upstream.timeout), after which it gets a
  * stale answer or SERVFAIL; storing answers in the cache; sending the
@@ -22,7 +23,9 @@
  *
  * Threads: upstream_submit, upstream_wake, upstream_retire_socket and
  * upstream_take_completion are called by worker `worker` only (one
- * producer and one consumer per ring); upstream_failing, upstream_stats
+ * producer and one consumer per ring); upstream_host_* by the worker that
+ * runs the resolver (upstream.resolver), which is then "the resolver
+ * thread" wherever this folder says so; upstream_failing, upstream_stats
  * and upstream_heartbeat_ms by any thread; upstream_prepare,
  * upstream_switch and upstream_discard by the reloading thread (one at a
  * time; not while upstream_stop runs); everything else by the thread that
@@ -87,11 +90,39 @@ int upstream_check(const struct config *cfg, char *err, size_t errlen);
 /*
  * Build the libunbound context from cfg (resolving resolv.conf when
  * upstream.servers is empty; every choice is logged) and start the
- * resolver thread with a request ring for each of n_workers. The cache is
+ * resolver thread with a request ring for each of n_workers; on_worker:
+ * no thread, a worker turns it (upstream_host_turn). The cache is
  * borrowed and must outlive the upstream. NULL with a message in err.
  */
 struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
-				unsigned n_workers, char *err, size_t errlen);
+				unsigned n_workers, bool on_worker, char *err, size_t errlen);
+
+/*
+ * upstream.resolver: does the resolver run on the first worker rather than
+ * a thread of its own, for a server with `workers` workers? (auto: when
+ * there is one worker.) On a worker a miss costs no wake-up and no switch
+ * between threads (the two share a core anyway when there is one worker),
+ * Unbound's shape; its own thread keeps every miss's work off the workers,
+ * so misses never delay a worker's cache hits.
+ */
+bool upstream_on_worker(const struct config *cfg, unsigned workers);
+
+/*
+ * The hosting worker's side (upstream_start with on_worker), its thread
+ * only. upstream_host_fd: the descriptor to watch (readable: the loop has
+ * something), -1 when the resolver has its own thread.
+ * upstream_host_wait_ms: just before the worker sleeps, at most timeout_ms:
+ * the longest it may (0 when a request is waiting). upstream_host_turn:
+ * after every wake-up and batch of the worker's own, outside the RCU read
+ * lock, ready when the descriptor was reported readable; it runs a turn
+ * when one is owed and costs a look otherwise. false once the resolver
+ * has stopped (upstream_stop): take the descriptor out and turn no more.
+ * upstream_host_leave: the worker is leaving and will turn no more.
+ */
+int upstream_host_fd(const struct upstream *u);
+int upstream_host_wait_ms(struct upstream *u, int timeout_ms);
+bool upstream_host_turn(struct upstream *u, bool ready);
+void upstream_host_leave(struct upstream *u);
 
 /*
  * Live reload of upstream.* and cluster.fallback_servers. upstream_prepare

@@ -363,6 +363,10 @@ def test_the_resolver_cannot_read_the_service_account_token(env):
     assert _resolver_reads(env, token).endswith("returned -1 (Permission denied)")
     # What it needs stays readable: /etc (resolv.conf, hosts, openssl.cnf)...
     assert _resolver_reads(env, "/etc/hosts").endswith("(ok)")
+    # The same where the resolver runs on the only worker (upstream.resolver):
+    one = {"listen": {"workers": 1}}
+    assert _resolver_reads(env, token, **one).endswith("returned -1 (Permission denied)")
+    assert _resolver_reads(env, "/etc/hosts", **one).endswith("(ok)")
     # ... and the cue works: without the limits the same open succeeds.
     assert _resolver_reads(env, token, security={"seccomp": False}).endswith("(ok)")
 

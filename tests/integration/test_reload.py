@@ -259,9 +259,19 @@ def test_cache_resize_evicts_down_to_the_new_size(env):
 
 
 def test_upstream_switch_sends_new_names_to_the_new_servers(env):
+    _switch_upstream(env, workers=2)
+
+
+def test_upstream_switch_where_the_resolver_runs_on_the_worker(env):
+    # upstream.resolver auto, one worker: the hand-over reaches worker/0's turn
+    _switch_upstream(env, workers=1)
+
+
+def _switch_upstream(env, workers):
     with authority.Authority({"swap.example.": swap_zone("192.0.2.1")}) as a, \
             authority.Authority({"swap.example.": swap_zone("192.0.2.2")}) as b:
-        cfg = env.config(upstream={"servers": [a.addr], "timeout": "2s"})
+        cfg = env.config(upstream={"servers": [a.addr], "timeout": "2s"},
+                         listen={"workers": workers})
         d = env.start(config=cfg)
         assert a_records(d.udp("old.swap.example")) == ["192.0.2.1"]
         assert a_records(d.udp("kept.swap.example")) == ["192.0.2.1"]

@@ -343,6 +343,78 @@ def test_identical_misses_share_one_upstream_query(env):
 test_identical_misses_share_one_upstream_query.timeout = 30
 
 
+def _thread_names(pid):
+    names = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+            names.append(f.read().strip())
+    return names
+
+
+def test_the_resolver_runs_on_the_only_worker(env):
+    """upstream.resolver auto with one worker: libunbound runs on worker/0,
+    there is no resolver thread (issue 27). Misses over UDP and TCP, a
+    thousand identical ones sharing one upstream question, and a miss
+    still waiting on a slow upstream at SIGTERM, answered before exit."""
+    with authority.Authority({"site.example.": SITE}) as up:
+        proxy = SlowProxy(up.port, 0.25)
+        try:
+            d = env.start(listen={"workers": 1},
+                          upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "3s"})
+            names = _thread_names(d.proc.pid)
+            assert "worker/0" in names and "resolver" not in names, names
+            assert a_records(d.udp("www.site.example")) == ["192.0.2.1"]
+            m = d.tcp("mail.site.example", "MX")
+            assert m.rcode_name == "NOERROR" and len(m.rrs("answer", "MX")) == 1, m.describe()
+            asked = up.queries()
+            replies = burst(d.port, "noaaaa.site.example", 1000)
+            assert len(replies) == 1000, "%d replies" % len(replies)
+            bad = [m.describe() for m in replies.values() if a_records(m) != ["192.0.2.8"]]
+            assert not bad, bad[:3]
+            assert up.queries() - asked == 1, "%d upstream queries" % (up.queries() - asked)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.settimeout(2)
+                s.sendto(dnsmsg.build_query("mx1.site.example", "A", qid=77),
+                         ("127.0.0.1", d.port))
+                time.sleep(0.1)  # read, and waiting on the proxy's 0.25 s
+                rc, _ = d.stop(timeout=3)
+                m = dnsmsg.parse(s.recv(65535))
+            assert rc == 0, d.tail()
+            assert m.id == 77 and a_records(m) == ["192.0.2.25"], m.describe()
+        finally:
+            proxy.close()
+
+
+test_the_resolver_runs_on_the_only_worker.timeout = 30
+
+
+def test_the_resolver_on_the_first_of_two_workers_answers_both(env):
+    """upstream.resolver: first_worker with two workers: worker/1's misses
+    reach it through its ring and the loop's descriptor in worker/0's epoll
+    set; own_thread with one worker keeps the resolver thread."""
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up, upstream={"resolver": "first_worker"}, listen={"workers": 2})
+        names = _thread_names(d.proc.pid)
+        assert "worker/1" in names and "resolver" not in names, names
+        # 32 source ports: SO_REUSEPORT spreads them over both workers
+        socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(32)]
+        try:
+            for i, s in enumerate(socks):
+                s.settimeout(3)
+                s.sendto(dnsmsg.build_query("n%d.site.example" % i, "A", qid=i),
+                         ("127.0.0.1", d.port))
+            rcodes = [dnsmsg.parse(s.recv(65535)).rcode_name for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+        assert rcodes == ["NXDOMAIN"] * 32, rcodes
+        assert up.queries() == 32, up.queries()
+        d.stop()
+        d = forwarding(env, up, upstream={"resolver": "own_thread"}, listen={"workers": 1})
+        assert "resolver" in _thread_names(d.proc.pid)
+        assert a_records(d.udp("www.site.example")) == ["192.0.2.1"]
+
+
 def _rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:

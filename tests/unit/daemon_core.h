@@ -151,8 +151,8 @@ static inline int daemon_core_start(struct daemon_core *k, char *err, size_t err
 		return -1;
 	query_sources_publish(sources);
 	if (talkers_start(1) < 0 ||
-	    !(k->d.upstream = upstream_start(k->cfg, k->d.cache, 1 + CONTROL_THREADS, err,
-					     errlen)) ||
+	    !(k->d.upstream = upstream_start(k->cfg, k->d.cache, 1 + CONTROL_THREADS,
+					     upstream_on_worker(k->cfg, 1), err, errlen)) ||
 	    !(k->d.server = server_start(k->cfg, k->d.upstream, false, NULL, err, errlen)) ||
 	    control_open(k->cfg, &k->ctl, err, errlen) < 0 ||
 	    control_start(k->ctl, &k->d, 1, err, errlen) < 0)

@@ -292,7 +292,7 @@ static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
 	struct query_sources *sources = query_sources_build(cfg, NULL, cache, err, sizeof err);
 	assert_non_null(sources);
 	query_sources_publish(sources);
-	struct upstream *u = upstream_start(cfg, cache, WORKERS, err, sizeof err);
+	struct upstream *u = upstream_start(cfg, cache, WORKERS, false, err, sizeof err);
 	if (!u)
 		print_error("%s\n", err);
 	assert_non_null(u);

@@ -376,6 +376,14 @@ static void test_dns64_asks_a_after_an_aaaa_answer_without_aaaa(void **state)
 	assert_int_equal(fk.n_asked, 2);
 	assert_int_equal(fk.replies[3].kind, FLIGHT_REPLY_CACHED);
 	assert_true(fk.replies[3].dns64_a);
+	/* from the worker hosting the resolver, which looked already: DNS64 still looks */
+	struct upstream_request *r = (struct upstream_request *)request(5, "v4only.example.com",
+								      DNS_T_AAAA, 5);
+	r->ask.dns64 = nat64;
+	flights_client_missed(&fk.t, 0, r, fk.now);
+	assert_int_equal(fk.n_asked, 2);
+	assert_int_equal(fk.replies[4].kind, FLIGHT_REPLY_CACHED);
+	assert_true(fk.replies[4].dns64_a);
 }
 
 static void test_dns64_asks_a_for_the_end_of_the_cname_chain(void **state)
@@ -530,6 +538,27 @@ static void test_a_client_with_a_stale_entry_gets_it_at_the_client_response_time
 	pass(TIMEOUT_MS - 400);
 	assert_int_equal(fk.replies[2].client, 0x0a000002);
 	assert_int_equal(count(&fk.n.timeouts), 1);
+}
+
+/*
+ * The worker hosting the resolver looked after the last insert: no second
+ * look (the answer cached here stands for one that cannot have come in
+ * between), except for DNS64's AAAA, whose live answer means the A question.
+ */
+static void test_a_request_missed_after_the_last_insert_is_not_looked_up_again(void **state)
+{
+	(void)state;
+	cached("here.example.com", 300);
+	flights_client_missed(&fk.t, 0, request(1, "here.example.com", DNS_T_A, 1), fk.now);
+	assert_int_equal(fk.n_asked, 1);
+	assert_int_equal(fk.n_replies, 0);
+	upstream_answers(0, DNS_R_NOERROR);
+	assert_int_equal(fk.n_replies, 1);
+	assert_int_equal(fk.replies[0].kind, FLIGHT_REPLY_ANSWER);
+	/* the same request from a thread that does not take turns with the resolver */
+	flights_client(&fk.t, 1, request(2, "here.example.com", DNS_T_A, 2), fk.now);
+	assert_int_equal(fk.n_asked, 1);
+	assert_int_equal(fk.replies[1].kind, FLIGHT_REPLY_CACHED);
 }
 
 /* ---- retries and the cool-down ---------------------------------------------------------- */
@@ -1092,6 +1121,7 @@ int main(void)
 		T(test_identical_requests_share_one_question),
 		T(test_a_waiter_gets_its_failure_at_its_deadline_and_the_question_goes_on),
 		T(test_a_client_with_a_stale_entry_gets_it_at_the_client_response_timer),
+		T(test_a_request_missed_after_the_last_insert_is_not_looked_up_again),
 		T(test_a_failure_is_asked_once_more_then_remembered_as_servfail),
 		T(test_a_failure_with_a_stale_entry_cools_down_for_five_seconds),
 		T(test_retries_stay_within_their_budget),
