@@ -31,10 +31,11 @@
 # BENCH_CG_MISS_RATE (200) a second so that every request wakes the
 # resolver on its own, as a trickle of new names does: each query is a
 # miss that goes through the request ring, the flight table, libunbound
-# and NSD, into the cache and back. Printed besides: the resolver
-# thread's instructions (resolver_main, inclusive: libunbound's work on
-# that thread included) and the whole process's (every thread, the
-# libunbound thread's too).
+# and NSD, into the cache and back. Printed besides: the resolver's
+# instructions (inclusive, libunbound's work included: resolver_main on
+# its own thread, or upstream_host_turn where it runs on the worker,
+# upstream.resolver, which the worker's figure then includes) and the
+# whole process's (every thread).
 #
 # BENCH_CG_KEEP=DIR keeps each mix's callgrind output there (for
 # callgrind_annotate or kcachegrind). Nothing is written to the doc.
@@ -92,8 +93,11 @@ if mix == "miss":
         m = re.match(r"^\s*([\d,]+)\s+(?:\([^)]*\)\s+)?PROGRAM TOTALS", line)
         if m:
             total = int(m.group(1).replace(",", ""))
-    print("  resolver %.0f instructions (resolver_main), the whole process %.0f"
-          % (per(incl.get("resolver_main", 0)), per(total)))
+    # the resolver's turns: its own thread's (resolver_main), or on the
+    # worker that hosts it (upstream_host_turn, inside server_worker_main)
+    print("  resolver %.0f instructions (resolver_main + upstream_host_turn), "
+          "the whole process %.0f"
+          % (per(sum_of("resolver_main", "upstream_host_turn")), per(total)))
 # A dump taken while threads run charges the functions on their stacks
 # (thread entry points, main) with their callees' costs: not their own.
 roots = {"clone", "start_thread", "trampoline", "server_worker_main", "main", "(below main)"}
