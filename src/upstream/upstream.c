@@ -155,6 +155,7 @@ struct upstream {
 	struct retired_socket *retired_sockets;
 	uint64_t now_ms;
 	uint64_t next_turn_ms;       /* hosted: a turn is owed by then even with nothing ready */
+	bool turn_owed;              /* hosted: requests found waiting before the host slept */
 	uint64_t renewal_logged_ms;
 	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
@@ -799,8 +800,10 @@ int upstream_host_fd(const struct upstream *u)
 int upstream_host_wait_ms(struct upstream *u, int timeout_ms)
 {
 	atomic_store_explicit(&u->idle, true, memory_order_relaxed);
-	if (requests_waiting(u))
+	if (requests_waiting(u)) {
+		u->turn_owed = true; /* left while it was awake: no wake-up came for them */
 		return 0;
+	}
 	uint64_t now = (uint64_t)coarse_ms();
 	uint64_t owed = u->next_turn_ms > now ? u->next_turn_ms - now : 0;
 	if (owed < (uint64_t)timeout_ms)
@@ -809,10 +812,12 @@ int upstream_host_wait_ms(struct upstream *u, int timeout_ms)
 }
 
 /*
- * A turn is owed when the loop's descriptor was ready, a worker left a
- * request (the host's own included), a timer of libunbound's is due, or
- * the resolver's own wait (a deadline, the pace, the half-second turn) is
- * over; otherwise the host's turn costs a look at the rings and the clock.
+ * A turn is owed when the loop's descriptor was ready (another worker's
+ * wake-up among others), the host left a request, upstream_host_wait_ms
+ * found requests another worker left while the host was awake (they wrote
+ * no wake-up), a timer of libunbound's is due, or the resolver's own wait
+ * (a deadline, the pace, the half-second turn) is over; otherwise the
+ * host's turn costs a look at its own ring and the clock, no fence.
  * A question asked in a turn starts from a timer of no delay: it is run
  * at once, so the question leaves before the worker sleeps.
  */
@@ -821,9 +826,10 @@ bool upstream_host_turn(struct upstream *u, bool ready)
 	unsigned tags[4];
 
 	atomic_store_explicit(&u->idle, false, memory_order_relaxed);
-	if (!ready && !requests_waiting(u) && !loop_timer_due(&u->loop, monotonic_ns()) &&
-	    (uint64_t)coarse_ms() < u->next_turn_ms)
+	if (!ready && !u->turn_owed && ring_request_empty(u->requests[HOST_WORKER]) &&
+	    !loop_timer_due(&u->loop, monotonic_ns()) && (uint64_t)coarse_ms() < u->next_turn_ms)
 		return true;
+	u->turn_owed = false;
 	for (int turns = 0; turns < 2; turns++) {
 		int n = loop_poll(&u->loop, ready && turns == 0, tags, 4);
 		if (turn(u, tags, n < 0 ? 0 : n)) {
