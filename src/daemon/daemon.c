@@ -199,7 +199,7 @@ bool daemon_alive(const struct daemon *d, char *why, size_t whylen)
 		if (stuck(name, server_heartbeat_ms(d->server, i), LOOP_STUCK_MS, why, whylen))
 			return false;
 	}
-	if (stuck("the resolver thread", upstream_heartbeat_ms(d->upstream), LOOP_STUCK_MS, why,
+	if (stuck("the resolver", upstream_heartbeat_ms(d->upstream), LOOP_STUCK_MS, why,
 		  whylen))
 		return false;
 	uint64_t node_beat = node_heartbeat_ms(d->node);

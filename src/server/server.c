@@ -140,6 +140,8 @@ static void free_worker(struct worker *w)
 {
 	if (!w)
 		return;
+	if (w->hosts_resolver) /* it never ran, or left without seeing the stop */
+		upstream_host_leave(w->server->upstream);
 	close_listeners(w->listeners, w->n_listeners);
 	close_listeners(w->retiring, w->n_retiring);
 	for (size_t i = 0; i < w->n_unhanded; i++)
@@ -218,13 +220,13 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
 	}
-	int resolver_fd = upstream_host_fd(s->upstream);
-	if (id == 0 && resolver_fd >= 0) {
+	int resolver_fd = id == 0 ? upstream_host_attach(s->upstream) : -1;
+	if (resolver_fd >= 0) {
+		w->hosts_resolver = true; /* from here on it must leave (free_worker) */
 		if (watch(w->epfd, resolver_fd, EV_DATA(EV_RESOLVER, 0)) < 0) {
 			snprintf(err, errlen, "epoll: %s", strerror(errno));
 			goto fail;
 		}
-		w->hosts_resolver = true;
 	}
 	return w;
 fail:

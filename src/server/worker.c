@@ -427,8 +427,10 @@ void *server_worker_main(void *arg)
 	w->now_ms = server_now_ms();
 	atomic_store(&w->beat->tid, (int32_t)gettid());
 	serve(w);
-	if (w->hosts_resolver)
+	if (w->hosts_resolver) {
 		upstream_host_leave(w->server->upstream);
+		w->hosts_resolver = false;
+	}
 	shut_down(w);
 	urcu_memb_unregister_thread();
 	return NULL;

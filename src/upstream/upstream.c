@@ -145,7 +145,7 @@ struct upstream {
 	pthread_cond_t control_done;
 	struct upstream_context *incoming; /* control_lock */
 	bool accepting;              /* control_lock: the resolver thread takes them */
-	bool host_left;              /* control_lock: the hosting worker turns no more */
+	bool host_present;           /* control_lock: a worker turns it (attached, not left) */
 	atomic_bool settle_asked;    /* upstream_settle waits for settled */
 	bool settled;                /* control_lock: no client was waiting after that */
 	bool settle_taken;           /* resolver thread: requests taken since settle_asked */
@@ -797,6 +797,22 @@ int upstream_host_fd(const struct upstream *u)
 	return u->hosted ? loop_fd(&u->loop) : -1;
 }
 
+int upstream_host_attach(struct upstream *u)
+{
+	if (!u->hosted)
+		return -1;
+	pthread_mutex_lock(&u->control_lock);
+	u->host_present = true;
+	pthread_mutex_unlock(&u->control_lock);
+	return loop_fd(&u->loop);
+}
+
+/* Does anyone turn the resolver (control_lock held)? Otherwise nobody waits for a turn. */
+static bool turning(const struct upstream *u)
+{
+	return u->accepting && (!u->hosted || u->host_present);
+}
+
 int upstream_host_wait_ms(struct upstream *u, int timeout_ms)
 {
 	atomic_store_explicit(&u->idle, true, memory_order_relaxed);
@@ -846,7 +862,7 @@ bool upstream_host_turn(struct upstream *u, bool ready)
 void upstream_host_leave(struct upstream *u)
 {
 	pthread_mutex_lock(&u->control_lock);
-	u->host_left = true;
+	u->host_present = false;
 	pthread_cond_broadcast(&u->control_done);
 	pthread_mutex_unlock(&u->control_lock);
 }
@@ -864,7 +880,7 @@ static void stop_turning(struct upstream *u)
 		return;
 	}
 	pthread_mutex_lock(&u->control_lock);
-	while (u->accepting && !u->host_left)
+	while (turning(u))
 		pthread_cond_wait(&u->control_done, &u->control_lock);
 	bool unfinished = u->accepting;
 	pthread_mutex_unlock(&u->control_lock);
@@ -1083,7 +1099,7 @@ static void log_resolving(const struct config *cfg)
 void upstream_switch(struct upstream *u, struct upstream_context *c, const struct config *cfg)
 {
 	pthread_mutex_lock(&u->control_lock);
-	if (!u->accepting) {
+	if (!turning(u)) {
 		pthread_mutex_unlock(&u->control_lock);
 		log_error("the resolver is stopping: the new upstream settings are not used");
 		upstream_discard(c);
@@ -1091,7 +1107,7 @@ void upstream_switch(struct upstream *u, struct upstream_context *c, const struc
 	}
 	u->incoming = c;
 	signal_fd(u->control_efd);
-	while (u->incoming == c && u->accepting)
+	while (u->incoming == c && turning(u))
 		pthread_cond_wait(&u->control_done, &u->control_lock);
 	bool taken = u->incoming != c;
 	u->incoming = NULL;
@@ -1174,7 +1190,7 @@ void upstream_settle(struct upstream *u, uint64_t max_ms)
 	pthread_mutex_lock(&u->control_lock);
 	atomic_store_explicit(&u->settle_asked, true, memory_order_release);
 	signal_fd(u->request_efd);
-	while (!u->settled && u->accepting &&
+	while (!u->settled && turning(u) &&
 	       pthread_cond_clockwait(&u->control_done, &u->control_lock, CLOCK_MONOTONIC,
 				      &until) == 0)
 		;

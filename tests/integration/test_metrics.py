@@ -191,7 +191,7 @@ def test_health_fails_while_a_loop_is_stuck_and_recovers(env):
                        "503 naming worker 0 with it and the resolver stopped", timeout=10)
             assert status_body(port, "/ready") == (200, "ready\n")
         # worker 0 turns again: /health no longer names it
-        wait_until(lambda: health_says("the resolver thread has not gone round its loop"),
+        wait_until(lambda: health_says("the resolver has not gone round its loop"),
                    "503 naming the resolver once worker 0 runs again", timeout=5)
         assert status_body(port, "/ready") == (200, "ready\n")
         m = d.udp("db.prod.svc.cluster.local", "A")  # the workers still answer local names
