@@ -31,6 +31,8 @@
 #     machine was before and the load average after.
 #   - Every reply must be NOERROR with an answer and none lost (a warning,
 #     and "NOT all right" in the block, otherwise).
+# localdns runs with upstream.resolver $BENCH_MISS_RESOLVER (auto: on its
+# one worker; own_thread measures the resolver thread's hand-over).
 # Then the "Cold misses" block of docs/performance.md is rewritten
 # (BENCH_NO_DOC=1 leaves it alone).
 #
@@ -44,6 +46,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 MISS_ROUNDS=${BENCH_MISS_ROUNDS:-3}
 MISS_SECS=${BENCH_MISS_SECS:-10}
 MISS_OUTSTANDING=${BENCH_MISS_OUTSTANDING:-200}
+MISS_RESOLVER=${BENCH_MISS_RESOLVER:-auto}
 # names per max-rate query file: far more than a run gets through
 MISS_NAMES=${BENCH_MISS_NAMES:-$((MISS_SECS * 40000))}
 ZONE=miss.example
@@ -75,7 +78,7 @@ EOF
 # ------------------------------------------------------------------ servers
 nsd_start "$ZONE" zone.txt
 start_localdns <<EOF
-upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s, max_rate: 0}
+upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s, max_rate: 0, resolver: $MISS_RESOLVER}
 cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
 EOF
 L_PORT=$PORT
@@ -178,7 +181,7 @@ U_RSS=$(rss_kib "$UPID")
 
 # ------------------------------------------------------------------ figures
 SUMMARY=$(MS_TMP=$TMP MS_HZ=$CLK_TCK MS_HALF=$HALF MS_LRSS=$L_RSS MS_URSS=$U_RSS \
-	MS_LLABEL="localdns ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown), workers 1)" \
+	MS_LLABEL="localdns ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown), workers 1, resolver $MISS_RESOLVER)" \
 	MS_ULABEL="unbound $UVER (num-threads 1, iterator)" python3 - <<'EOF'
 import os
 env = os.environ
