@@ -9,7 +9,10 @@
  * once, to its own worker, for its own connection, with its own question
  * and the address the server gave for that name. `make tsan` runs this for
  * the request and completion rings and the cache between the resolver and
- * the workers (test_upstream_ring has the ring alone).
+ * the workers (test_upstream_ring has the ring alone). The second test runs
+ * the resolver on worker 0 (upstream.resolver: first_worker): its turns
+ * follow that worker's own work, as server/worker.c's loop takes them,
+ * while worker 1 hands its misses over through its ring and the wake-up.
  */
 #include <poll.h>
 #include <pthread.h>
@@ -127,7 +130,33 @@ struct worker {
 	bool answered[QUERIES];
 	/* what went wrong, counted (cmocka asserts only on the main thread) */
 	unsigned hits, via_resolver, wrong, twice, ring_full, missing;
+	bool hosts;              /* the resolver's turns are this worker's */
 };
+
+/* What a worker does once its misses are in its ring: the hosting one takes
+ * the resolver's turn, the others wake it. */
+static void hand_over(struct worker *w)
+{
+	if (w->hosts)
+		w->hosts = upstream_host_turn(w->u, false);
+	else
+		upstream_wake(w->u);
+}
+
+/* Wait up to ms for this worker's completions, or (hosting) for the
+ * resolver's descriptor, and take the turn it owes. */
+static void wait_a_little(struct worker *w, int ms)
+{
+	struct pollfd p[2] = {{.fd = upstream_completion_fd(w->u, w->id), .events = POLLIN},
+			      {.fd = upstream_host_fd(w->u), .events = POLLIN}};
+
+	if (!w->hosts) {
+		poll(p, 1, ms);
+		return;
+	}
+	poll(p, 2, upstream_host_wait_ms(w->u, ms));
+	w->hosts = upstream_host_turn(w->u, p[1].revents != 0);
+}
 
 static uint16_t get16(const uint8_t *p)
 {
@@ -211,7 +240,7 @@ static void ask(struct worker *w, unsigned j, uint8_t *out)
 	w->request.conn = j;
 	w->request.conn_gen = w->id;
 	while (!upstream_submit(w->u, w->id, &w->request)) { /* ring full: let it drain */
-		upstream_wake(w->u);
+		hand_over(w);
 		take_completions(w);
 		w->ring_full++;
 	}
@@ -225,23 +254,21 @@ static bool answered_below(const struct worker *w, unsigned end)
 	return true;
 }
 
-/* Queries [from, to), one wake-up per 16 as the UDP loop does per batch;
- * then wait until every query below `to` has its answer. */
+/* Queries [from, to), one hand-over per 16 as the UDP loop does per batch;
+ * then wait until every query below `to` has its answer, or until give_up_ms. */
 static void ask_and_wait(struct worker *w, unsigned from, unsigned to, uint8_t *out,
-			 int *waited_ms)
+			 uint64_t give_up_ms)
 {
 	for (unsigned j = from; j < to; j++) {
 		ask(w, j, out);
 		if (j % 16 == 15) {
-			upstream_wake(w->u);
+			hand_over(w);
 			take_completions(w);
 		}
 	}
-	upstream_wake(w->u);
-	while (!answered_below(w, to) && *waited_ms < WAIT_LIMIT_MS) {
-		struct pollfd p = {.fd = upstream_completion_fd(w->u, w->id), .events = POLLIN};
-		poll(&p, 1, 100);
-		*waited_ms += 100;
+	hand_over(w);
+	while (!answered_below(w, to) && (uint64_t)coarse_ms() < give_up_ms) {
+		wait_a_little(w, 100);
 		take_completions(w);
 	}
 }
@@ -254,14 +281,16 @@ static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	uint8_t *out = malloc(DNS_MAX_MESSAGE);
-	int waited_ms = 0;
+	uint64_t give_up_ms = (uint64_t)coarse_ms() + WAIT_LIMIT_MS;
 
 	urcu_memb_register_thread();
 	for (unsigned from = 0; from < QUERIES; from += BATCH)
 		ask_and_wait(w, from, from + BATCH < QUERIES ? from + BATCH : QUERIES, out,
-			     &waited_ms);
+			     give_up_ms);
 	for (unsigned j = 0; j < QUERIES; j++)
 		w->missing += !w->answered[j];
+	while (w->hosts) /* the others' misses, until upstream_stop */
+		wait_a_little(w, 100);
 	urcu_memb_unregister_thread();
 	free(out);
 	return NULL;
@@ -269,14 +298,13 @@ static void *worker_main(void *arg)
 
 /* ---- the test ------------------------------------------------------------------ */
 
-static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
+static void every_miss_comes_back_once_to_its_own_worker(bool on_worker)
 {
 	static struct worker workers[WORKERS]; /* too large for cmocka's test stack */
 	struct server srv;
 	struct config *cfg;
 	struct cache_config cc;
 	char yaml[256], err[CONFIG_ERR_MAX];
-	(void)state;
 
 	server_start(&srv);
 	/* a timeout no slow machine reaches: answers, never deadlines, end every wait */
@@ -292,7 +320,7 @@ static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
 	struct query_sources *sources = query_sources_build(cfg, NULL, cache, err, sizeof err);
 	assert_non_null(sources);
 	query_sources_publish(sources);
-	struct upstream *u = upstream_start(cfg, cache, WORKERS, false, err, sizeof err);
+	struct upstream *u = upstream_start(cfg, cache, WORKERS, on_worker, err, sizeof err);
 	if (!u)
 		print_error("%s\n", err);
 	assert_non_null(u);
@@ -301,13 +329,20 @@ static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
 		memset(&workers[i], 0, sizeof workers[i]);
 		workers[i].id = i;
 		workers[i].u = u;
+		workers[i].hosts = i == 0 && upstream_host_attach(u) >= 0;
+		assert_int_equal(workers[i].hosts, i == 0 && on_worker);
 		assert_int_equal(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]),
 				 0);
 	}
+	/* the others first: a hosting worker 0 turns until upstream_stop */
+	for (unsigned i = WORKERS; i-- > 1;)
+		pthread_join(workers[i].thread, NULL);
+	upstream_stop(u);
+	pthread_join(workers[0].thread, NULL);
+	assert_false(workers[0].hosts);
 	unsigned via_resolver = 0;
 	for (unsigned i = 0; i < WORKERS; i++) {
 		struct worker *w = &workers[i];
-		pthread_join(w->thread, NULL);
 		print_message("worker %u: %u hits, %u via the resolver, %u waits for a full ring\n",
 			      i, w->hits, w->via_resolver, w->ring_full);
 		assert_int_equal(w->missing, 0);
@@ -321,7 +356,6 @@ static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
 	 * back through a completion ring */
 	assert_true(via_resolver >= NAMES);
 
-	upstream_stop(u);
 	upstream_free(u);
 	query_sources_retire();
 	cache_free(cache);
@@ -330,10 +364,23 @@ static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
 	server_stop(&srv);
 }
 
+static void test_every_miss_comes_back_once_to_its_own_worker(void **state)
+{
+	(void)state;
+	every_miss_comes_back_once_to_its_own_worker(false);
+}
+
+static void test_the_same_with_the_resolver_on_worker_0(void **state)
+{
+	(void)state;
+	every_miss_comes_back_once_to_its_own_worker(true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_miss_comes_back_once_to_its_own_worker),
+		cmocka_unit_test(test_the_same_with_the_resolver_on_worker_0),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
