@@ -374,9 +374,14 @@ def test_the_resolver_runs_on_the_only_worker(env):
             assert up.queries() - asked == 1, "%d upstream queries" % (up.queries() - asked)
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
                 s.settimeout(2)
+                relayed = proxy.relayed
                 s.sendto(dnsmsg.build_query("mx1.site.example", "A", qid=77),
                          ("127.0.0.1", d.port))
-                time.sleep(0.1)  # read, and waiting on the proxy's 0.25 s
+                # SIGTERM once it waits on the proxy's 0.25 s: the settle's 0.5 s covers it
+                deadline = time.monotonic() + 5
+                while proxy.relayed == relayed and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert proxy.relayed == relayed + 1, "the miss never reached the upstream"
                 rc, _ = d.stop(timeout=3)
                 m = dnsmsg.parse(s.recv(65535))
             assert rc == 0, d.tail()
