@@ -376,11 +376,38 @@ static void test_the_same_with_the_resolver_on_worker_0(void **state)
 	every_miss_comes_back_once_to_its_own_worker(true);
 }
 
+/* upstream.resolver: auto is the worker only when there is one worker to run it on. */
+static void test_auto_puts_the_resolver_on_the_worker_only_when_there_is_one(void **state)
+{
+	static const struct {
+		const char *value;
+		unsigned workers;
+		bool on_worker;
+	} cases[] = {
+		{"auto", 1, true},           {"auto", 2, false},         {"auto", 64, false},
+		{"own_thread", 1, false},    {"first_worker", 1, true},  {"first_worker", 8, true},
+	};
+	char yaml[128], err[CONFIG_ERR_MAX];
+	struct config *cfg;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(yaml, sizeof yaml, "upstream: {resolver: %s}\n", cases[i].value);
+		assert_int_equal(config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err,
+						    sizeof err), 0);
+		assert_int_equal(upstream_on_worker(cfg, cases[i].workers), cases[i].on_worker);
+		config_free(cfg);
+	}
+	snprintf(yaml, sizeof yaml, "upstream: {resolver: second_worker}\n");
+	assert_int_equal(config_load_string("t.yaml", yaml, strlen(yaml), &cfg, err, sizeof err), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_miss_comes_back_once_to_its_own_worker),
 		cmocka_unit_test(test_the_same_with_the_resolver_on_worker_0),
+		cmocka_unit_test(test_auto_puts_the_resolver_on_the_worker_only_when_there_is_one),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
