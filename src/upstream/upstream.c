@@ -1089,11 +1089,13 @@ void upstream_discard(struct upstream_context *c)
 	free(c);
 }
 
-static void log_resolving(const struct config *cfg)
+/* How, and on which thread (its name in /proc/PID/task/TID/comm): upstream.resolver. */
+static void log_resolving(const struct config *cfg, bool hosted)
 {
 	log_info(cfg->upstream.recursive ? "resolving external names by recursion"
 					 : "resolving external names by forwarding",
-		 "dnssec", cfg->upstream.dnssec ? "validate" : "off");
+		 "dnssec", cfg->upstream.dnssec ? "validate" : "off",
+		 "runs_on", hosted ? "worker/0" : "resolver");
 }
 
 void upstream_switch(struct upstream *u, struct upstream_context *c, const struct config *cfg)
@@ -1116,7 +1118,7 @@ void upstream_switch(struct upstream *u, struct upstream_context *c, const struc
 		upstream_discard(c);
 		return;
 	}
-	log_resolving(cfg);
+	log_resolving(cfg, u->hosted);
 }
 
 struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
@@ -1167,7 +1169,7 @@ struct upstream *upstream_start(const struct config *cfg, struct cache *cache,
 		goto fail;
 	}
 	u->running = true;
-	log_resolving(cfg);
+	log_resolving(cfg, u->hosted);
 	return u;
 fail:
 	upstream_free(u);

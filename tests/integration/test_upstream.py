@@ -363,6 +363,7 @@ def test_the_resolver_runs_on_the_only_worker(env):
                           upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "3s"})
             names = _thread_names(d.proc.pid)
             assert "worker/0" in names and "resolver" not in names, names
+            assert "runs_on=worker/0" in d.stderr(), d.tail()  # the start-up log says where
             assert a_records(d.udp("www.site.example")) == ["192.0.2.1"]
             m = d.tcp("mail.site.example", "MX")
             assert m.rcode_name == "NOERROR" and len(m.rrs("answer", "MX")) == 1, m.describe()
@@ -417,6 +418,7 @@ def test_the_resolver_on_the_first_of_two_workers_answers_both(env):
         d.stop()
         d = forwarding(env, up, upstream={"resolver": "own_thread"}, listen={"workers": 1})
         assert "resolver" in _thread_names(d.proc.pid)
+        assert "runs_on=resolver" in d.stderr(), d.tail()
         assert a_records(d.udp("www.site.example")) == ["192.0.2.1"]
 
 
