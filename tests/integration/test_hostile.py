@@ -832,6 +832,29 @@ def test_one_client_flooding_slow_misses(env):
 test_one_client_flooding_slow_misses.timeout = 60
 
 
+def test_new_names_flooding_the_worker_that_runs_the_resolver(env):
+    # One worker (a one-CPU node): the resolver's turns are that worker's
+    # (upstream.resolver auto), so the attacker's misses are taken, asked and
+    # answered between the victim's hits. The victim's p99 stays within the
+    # same promise as with a resolver thread of its own.
+    st = Setting(env, listen={"workers": 1})
+    try:
+        assert "runs_on=worker/0" in st.d.stderr(), st.d.tail()
+
+        def attack():
+            names = ["w%05d.fresh.example" % i for i in range(9000)]
+            r, summary = flood(env, st.d.port, names, 3000, 3)
+            assert r["received"] > 0 and r["noerror"] > 0, summary
+
+        _, text = st.under_attack(attack, rss_bound_mib=48)
+        assert metric(text, "localdns_upstream_queries_total") >= 1000, text
+    finally:
+        st.close()
+
+
+test_new_names_flooding_the_worker_that_runs_the_resolver.timeout = 60
+
+
 def _tcp_replies(sock, n, within):
     """Read n framed replies from sock within `within` seconds: {id: message}."""
     sock.settimeout(within)
