@@ -220,7 +220,8 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 		snprintf(err, errlen, "epoll: %s", strerror(errno));
 		goto fail;
 	}
-	int resolver_fd = id == 0 ? upstream_host_attach(s->upstream) : -1;
+	/* the first worker: upstream.resolver's first_worker, worker/0 in the logs */
+	int resolver_fd = id == 0 ? upstream_host_attach(s->upstream, id) : -1;
 	if (resolver_fd >= 0) {
 		w->hosts_resolver = true; /* from here on it must leave (free_worker) */
 		if (watch(w->epfd, resolver_fd, EV_DATA(EV_RESOLVER, 0)) < 0) {

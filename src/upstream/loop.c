@@ -576,6 +576,11 @@ static int wait_timeout(const struct loop *l, int timeout_ms, uint64_t now_ns)
 	return timeout_ms >= 0 && ms > (uint64_t)timeout_ms ? timeout_ms : (int)ms;
 }
 
+bool loop_timer_due(const struct loop *l, uint64_t now_ns)
+{
+	return l->n_timers && l->timers[0]->deadline_ns <= now_ns;
+}
+
 /* What one epoll_wait found: libunbound's events to run, the caller's tags (at most max). */
 static int collect(struct loop *l, const struct epoll_event *events, int n, unsigned *tags,
 		   int max)
@@ -599,7 +604,7 @@ static int collect(struct loop *l, const struct epoll_event *events, int n, unsi
 /* The timers due by now, then everything collected, run. */
 static void run_due(struct loop *l, uint64_t now_ns)
 {
-	while (l->n_timers && l->timers[0]->deadline_ns <= now_ns) {
+	while (loop_timer_due(l, now_ns)) {
 		struct loop_event *ev = l->timers[0];
 		timer_stop(l, ev);
 		to_run(l, ev, UB_EV_TIMEOUT);
@@ -613,7 +618,7 @@ int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max)
 	uint64_t now_ns = monotonic_ns();
 	int n = 0;
 
-	if (l->n_timers && l->timers[0]->deadline_ns <= now_ns && !l->skipped_poll) {
+	if (loop_timer_due(l, now_ns) && !l->skipped_poll) {
 		l->skipped_poll = true; /* the next turn polls, whatever is due then */
 	} else {
 		l->skipped_poll = false;
@@ -640,11 +645,6 @@ int loop_poll(struct loop *l, bool ready, unsigned *tags, int max)
 	int ours = collect(l, events, n, tags, max);
 	run_due(l, monotonic_ns());
 	return ours;
-}
-
-bool loop_timer_due(const struct loop *l, uint64_t now_ns)
-{
-	return l->n_timers && l->timers[0]->deadline_ns <= now_ns;
 }
 
 int loop_timeout_ms(const struct loop *l, int timeout_ms)

@@ -95,9 +95,6 @@
 #define HELD_TURN_MS 1           /* the longest while TCP replies wait for a completion ring */
 #define RENEWAL_LOG_MS 60000
 
-/* The worker that runs the resolver's turns when upstream.resolver puts it on one. */
-#define HOST_WORKER 0
-
 /* Our own descriptors in the loop (loop.c's tags); libunbound's are its own. */
 enum source { SRC_REQUESTS = 1, SRC_STOP, SRC_CONTROL };
 
@@ -137,6 +134,7 @@ struct upstream {
 	struct loop loop;            /* our descriptors and libunbound's sockets and timers */
 	bool loop_made;
 	bool hosted;                 /* a worker runs the turns (upstream_host_turn), no thread */
+	unsigned host_worker;        /* hosted: which (upstream_host_attach), its ring's index */
 	pthread_t thread;
 	bool running;
 
@@ -331,7 +329,7 @@ static void take_requests(struct upstream *u)
 			u->now_ms = (uint64_t)coarse_ms();
 			if (r->transport == UPSTREAM_NO_REPLY)
 				flights_refresh(&u->flights, r, u->now_ms);
-			else if (u->hosted && i == HOST_WORKER)
+			else if (u->hosted && i == u->host_worker)
 				flights_client_missed(&u->flights, i, r, u->now_ms);
 			else
 				flights_client(&u->flights, i, r, u->now_ms);
@@ -797,11 +795,12 @@ int upstream_host_fd(const struct upstream *u)
 	return u->hosted ? loop_fd(&u->loop) : -1;
 }
 
-int upstream_host_attach(struct upstream *u)
+int upstream_host_attach(struct upstream *u, unsigned worker)
 {
 	if (!u->hosted)
 		return -1;
 	pthread_mutex_lock(&u->control_lock);
+	u->host_worker = worker;
 	u->host_present = true;
 	pthread_mutex_unlock(&u->control_lock);
 	return loop_fd(&u->loop);
@@ -842,7 +841,7 @@ bool upstream_host_turn(struct upstream *u, bool ready)
 	unsigned tags[4];
 
 	atomic_store_explicit(&u->idle, false, memory_order_relaxed);
-	if (!ready && !u->turn_owed && ring_request_empty(u->requests[HOST_WORKER]) &&
+	if (!ready && !u->turn_owed && ring_request_empty(u->requests[u->host_worker]) &&
 	    !loop_timer_due(&u->loop, monotonic_ns()) && (uint64_t)coarse_ms() < u->next_turn_ms)
 		return true;
 	u->turn_owed = false;

@@ -122,14 +122,14 @@ bool upstream_on_worker(const struct config *cfg, unsigned workers);
 int upstream_host_fd(const struct upstream *u);
 int upstream_host_wait_ms(struct upstream *u, int timeout_ms);
 /*
- * The worker that will turn it says so before its thread starts: until
- * then, and once it has left (upstream_host_leave, also for a worker whose
- * thread never started), nobody waits for a turn (upstream_stop,
- * upstream_switch, upstream_settle) and upstream_stop sends the last
- * replies itself. The descriptor, or -1 when the resolver has its own
- * thread.
+ * The worker that will turn it (its number, as for upstream_submit) says
+ * so before its thread starts: until then, and once it has left
+ * (upstream_host_leave, also for a worker whose thread never started),
+ * nobody waits for a turn (upstream_stop, upstream_switch,
+ * upstream_settle) and upstream_stop sends the last replies itself. The
+ * descriptor, or -1 when the resolver has its own thread.
  */
-int upstream_host_attach(struct upstream *u);
+int upstream_host_attach(struct upstream *u, unsigned worker);
 bool upstream_host_turn(struct upstream *u, bool ready);
 void upstream_host_leave(struct upstream *u);
 

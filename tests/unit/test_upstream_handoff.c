@@ -329,7 +329,7 @@ static void every_miss_comes_back_once_to_its_own_worker(bool on_worker)
 		memset(&workers[i], 0, sizeof workers[i]);
 		workers[i].id = i;
 		workers[i].u = u;
-		workers[i].hosts = i == 0 && upstream_host_attach(u) >= 0;
+		workers[i].hosts = i == 0 && upstream_host_attach(u, i) >= 0;
 		assert_int_equal(workers[i].hosts, i == 0 && on_worker);
 		assert_int_equal(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]),
 				 0);
