@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 
+import dnsmsg
 import harness
 
 TLS_NAME = "dot.test"
@@ -172,12 +173,14 @@ class TlsUnbound:
         conf = harness.write_unbound_tls_conf(tmp, self.port, [
             "log-queries: yes",
             'local-zone: "tls.example." static',
+            'local-zone: "marks.example." static',
             'local-data: "www.tls.example. 300 IN A 192.0.2.53"'], verbosity=4)
         self.proc = subprocess.Popen([shutil.which("unbound") or "/usr/sbin/unbound", "-d",
                                       "-c", conf], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         harness.track_process(self.proc)
         self.lines = []
+        self.marks = 0
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + 5
         while not any("start of service" in x for x in self.lines):
@@ -188,16 +191,30 @@ class TlsUnbound:
         for line in self.proc.stdout:
             self.lines.append(line)
 
+    def logged_so_far(self):
+        """Waits until everything Unbound logged before now has reached self.lines.
+        The reader thread lags Unbound's log, and an answer can reach the test before
+        the line for its question does; so ask a marker over UDP (neither a TLS read
+        nor a handshake) and wait for its line: Unbound logs in order."""
+        self.marks += 1
+        mark = "mark%d.marks.example." % self.marks
+        dnsmsg.udp_query("127.0.0.1", self.port, mark, "A", timeout=2)
+        harness.wait_until(lambda: any(mark in x for x in self.lines), "log line for " + mark)
+
     def queries(self):
-        """The questions it logged (log-queries: "info: 127.0.0.1 www.tls.example. A IN")."""
+        """The questions it logged (log-queries: "info: 127.0.0.1 www.tls.example. A IN"),
+        up to now (logged_so_far)."""
+        self.logged_so_far()
         return [x for x in self.lines if re.search(r"tls\.example\. \w+ IN$", x.strip())]
 
     def handshakes(self):
         """TLS handshakes it completed (verbosity 4: "SSL connection ip4 127.0.0.1 port N")."""
+        self.logged_so_far()
         return sum(1 for x in self.lines if re.search(r"debug: SSL connection ip4 127\.0\.0\.1 ", x))
 
     def tls_reads(self):
         """Queries it read over TLS (verbosity 4: "Reading ssl tcp query of length N")."""
+        self.logged_so_far()
         return sum(1 for x in self.lines if "debug: Reading ssl tcp query" in x)
 
     def close(self):
