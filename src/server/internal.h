@@ -30,6 +30,9 @@
 #define TCP_RCVBUF 8192       /* SO_RCVBUF of one: a few queries (the kernel doubles it) */
 #define TCP_TURN_QUERIES 128  /* TCP queries a worker answers per loop turn, all connections */
 #define TCP_CONN_QUERIES 16   /* of those, from one connection before the others' turn */
+/* The hosting worker's request slots: a whole UDP batch of misses (more than a
+ * TCP connection's share), and the one being filled. */
+#define OWN_REQUESTS (UDP_BATCH + 1)
 
 /*
  * What an epoll event is about: kind in the high half, in the low half the
@@ -162,7 +165,13 @@ struct worker {
 	bool hosts_resolver;
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
 	struct talkers_sampler talkers_sampler; /* the top talkers' (talkers_sample) */
-	struct upstream_request request; /* filled by query_handle, copied on submit */
+	/* The request query_handle fills: a slot of own. The worker that runs
+	 * the resolver keeps a batch's requests there, in own[0..n_own), and
+	 * hands them over after the batch (upstream_host_ask: no ring, no copy);
+	 * the others, and the host when own is full, copy it into their ring. */
+	struct upstream_request *request;
+	struct upstream_request *own; /* own_cap slots: OWN_REQUESTS for the host, else 1 */
+	size_t n_own, own_cap;
 
 	struct tcp_conn *conns;  /* max_conns slots; untouched pages cost nothing */
 	uint32_t *free_slots;    /* stack of free conn indexes, lowest on top */

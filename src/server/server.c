@@ -160,7 +160,22 @@ static void free_worker(struct worker *w)
 	free(w->free_slots);
 	free(w->active);
 	free(w->ready);
+	free(w->own);
 	free(w);
+}
+
+/* The request slots query_handle fills (w->own): n, the first ready to fill. */
+static int alloc_requests(struct worker *w, size_t n)
+{
+	struct upstream_request *own = calloc(n, sizeof *own);
+
+	if (!own)
+		return -1;
+	free(w->own);
+	w->own = w->request = own;
+	w->own_cap = n;
+	w->n_own = 0;
+	return 0;
 }
 
 static int alloc_connections(struct worker *w, uint32_t max_conns)
@@ -204,6 +219,10 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	w->detached_udp = -1;
 	pthread_mutex_init(&w->epoll_lock, NULL);
 	server_udp_batch_init(&w->udp);
+	if (alloc_requests(w, 1) < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	/* Any one worker may hold every connection: the cap is shared (server.c). */
 	if (alloc_connections(w, s->tcp_max_conns) < 0) {
 		snprintf(err, errlen, "out of memory");
@@ -224,6 +243,10 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 	int resolver_fd = id == 0 ? upstream_host_attach(s->upstream, id) : -1;
 	if (resolver_fd >= 0) {
 		w->hosts_resolver = true; /* from here on it must leave (free_worker) */
+		if (alloc_requests(w, OWN_REQUESTS) < 0) {
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
 		if (watch(w->epfd, resolver_fd, EV_DATA(EV_RESOLVER, 0)) < 0) {
 			snprintf(err, errlen, "epoll: %s", strerror(errno));
 			goto fail;

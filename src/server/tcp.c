@@ -397,11 +397,11 @@ static void defer(struct worker *w, const struct query_ctx *ctx, uint32_t index)
 {
 	if (ctx->upstream == QUERY_UPSTREAM_NONE)
 		return;
-	w->request.transport = UPSTREAM_TCP;
-	w->request.conn = index;
-	w->request.conn_gen = w->conns[index].gen;
-	w->request.peer = w->conns[index].peer;
-	w->request.peer_len = w->conns[index].peer.ss_family == AF_INET6
+	w->request->transport = UPSTREAM_TCP;
+	w->request->conn = index;
+	w->request->conn_gen = w->conns[index].gen;
+	w->request->peer = w->conns[index].peer;
+	w->request->peer_len = w->conns[index].peer.ss_family == AF_INET6
 		? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 	if (server_worker_submit(w, ctx->upstream) && ctx->upstream == QUERY_UPSTREAM_ASK)
 		w->conns[index].waiting++;

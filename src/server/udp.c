@@ -50,7 +50,7 @@ static void reset_used_slots(struct udp_batch *b, int n)
 /* Queue a query the resolver answers later, straight from its own thread. */
 static void defer(struct worker *w, const struct query_ctx *ctx, int fd, int i)
 {
-	struct upstream_request *r = &w->request;
+	struct upstream_request *r = w->request;
 
 	if (ctx->upstream == QUERY_UPSTREAM_NONE)
 		return;

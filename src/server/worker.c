@@ -104,8 +104,16 @@ void server_worker_query_ctx(struct worker *w, struct query_ctx *ctx,
 		.stats = &w->stats,
 		.now = w->now_ms / 1000,
 		.serve_stale = upstream_failing(w->server->upstream),
-		.ask = &w->request.ask,
+		.ask = &w->request->ask,
 	};
+}
+
+/* The next query's request goes into slot i of w->own, fresh (nothing sampled yet). */
+static void fill_slot(struct worker *w, size_t i)
+{
+	w->request = &w->own[i];
+	w->request->log_reply = false;
+	w->request->tap_reply = false;
 }
 
 bool server_worker_submit(struct worker *w, enum query_upstream what)
@@ -115,14 +123,18 @@ bool server_worker_submit(struct worker *w, enum query_upstream what)
 	if (what == QUERY_UPSTREAM_NONE)
 		return false;
 	if (what == QUERY_UPSTREAM_REFRESH)
-		w->request.transport = UPSTREAM_NO_REPLY;
-	queued = upstream_submit(w->server->upstream, w->id, &w->request);
+		w->request->transport = UPSTREAM_NO_REPLY;
+	if (w->hosts_resolver && w->n_own + 1 < w->own_cap) {
+		/* kept where it is, for upstream_host_ask after the batch */
+		fill_slot(w, ++w->n_own);
+		return true;
+	}
+	queued = upstream_submit(w->server->upstream, w->id, w->request);
 	if (queued)
 		w->wake_upstream = true;
 	else
 		w->stats.dropped++; /* the resolver is too far behind */
-	w->request.log_reply = false;
-	w->request.tap_reply = false;
+	fill_slot(w, w->n_own);
 	return queued;
 }
 
@@ -131,8 +143,8 @@ void server_worker_log_query(struct worker *w, const struct query_ctx *ctx,
 {
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) {
 		/* the resolver writes this reply later: it logs it, with its rcode */
-		w->request.log_reply = true;
-		w->request.peer = *peer;
+		w->request->log_reply = true;
+		w->request->peer = *peer;
 	} else if (len > 0) {
 		querylog_add(w->id, peer, ctx->transport, ctx->source, reply, len);
 	}
@@ -146,12 +158,12 @@ void server_worker_tap(struct worker *w, const struct query_ctx *ctx,
 
 	if (deferred) {
 		/* the resolver writes this reply later: it records it */
-		w->request.tap_reply = true;
-		w->request.peer = *peer;
+		w->request->tap_reply = true;
+		w->request->peer = *peer;
 		if (local)
-			w->request.local = *local;
+			w->request->local = *local;
 		else
-			w->request.local.ss_family = AF_UNSPEC;
+			w->request->local.ss_family = AF_UNSPEC;
 		len = 0;
 	}
 	dnstap_client(w->id, peer, local, ctx->transport, query, query_len, reply, len);
@@ -177,13 +189,24 @@ void server_worker_note_talkers(struct worker *w, const struct query_ctx *ctx,
 	if (!talkers_sample(&w->talkers_sampler))
 		return;
 	if (ctx->upstream == QUERY_UPSTREAM_ASK) /* its rcode comes with the resolver's reply */
-		talkers_note(w->id, peer, w->request.ask.q.qname, w->request.ask.q.qname_len, -1);
+		talkers_note(w->id, peer, w->request->ask.q.qname, w->request->ask.q.qname_len, -1);
 	else
 		talkers_note_reply(w->id, peer, reply, len);
 }
 
+/* The requests kept in w->own (server_worker_submit) to the resolver this worker runs. */
+static void hand_over_own(struct worker *w)
+{
+	if (w->n_own == 0)
+		return;
+	upstream_host_ask(w->server->upstream, w->own, w->n_own);
+	w->n_own = 0;
+	fill_slot(w, 0);
+}
+
 void server_worker_wake_upstream(struct worker *w)
 {
+	hand_over_own(w);
 	if (w->wake_upstream) {
 		w->wake_upstream = false;
 		if (!w->hosts_resolver) /* else the resolver's turn follows this one (serve) */
@@ -346,6 +369,7 @@ static int sleep_ms(struct worker *w)
  */
 static void turn_resolver(struct worker *w, bool ready)
 {
+	hand_over_own(w); /* any a batch left behind (a TCP connection closed mid-way) */
 	if (!w->hosts_resolver || upstream_host_turn(w->server->upstream, ready))
 		return;
 	epoll_ctl(w->epfd, EPOLL_CTL_DEL, upstream_host_fd(w->server->upstream), NULL);

@@ -317,24 +317,28 @@ static void close_retired_sockets(struct upstream *u, bool all)
 	}
 }
 
+/* Worker `worker`'s request r into the flight table (the host's own misses: not looked up again). */
+static void take_request(struct upstream *u, unsigned worker, const struct upstream_request *r)
+{
+	/* read after the request arrived: TTLs aged by an older clock
+	 * could go up between two replies (see worker_read_clock) */
+	u->now_ms = (uint64_t)coarse_ms();
+	if (r->transport == UPSTREAM_NO_REPLY)
+		flights_refresh(&u->flights, r, u->now_ms);
+	else if (u->hosted && worker == u->host_worker)
+		flights_client_missed(&u->flights, worker, r, u->now_ms);
+	else
+		flights_client(&u->flights, worker, r, u->now_ms);
+}
+
 static void take_requests(struct upstream *u)
 {
 	struct upstream_request *r = &u->taken;
 	struct retired_socket *sockets = take_sockets(u);
 
-	for (unsigned i = 0; i < u->n_workers; i++) {
-		while (ring_request_take(u->requests[i], r)) {
-			/* read after the request arrived: TTLs aged by an older
-			 * clock could go up between two replies (see worker_read_clock) */
-			u->now_ms = (uint64_t)coarse_ms();
-			if (r->transport == UPSTREAM_NO_REPLY)
-				flights_refresh(&u->flights, r, u->now_ms);
-			else if (u->hosted && i == u->host_worker)
-				flights_client_missed(&u->flights, i, r, u->now_ms);
-			else
-				flights_client(&u->flights, i, r, u->now_ms);
-		}
-	}
+	for (unsigned i = 0; i < u->n_workers; i++)
+		while (ring_request_take(u->requests[i], r))
+			take_request(u, i, r);
 	retire_sockets(u, sockets);
 }
 
@@ -856,6 +860,20 @@ bool upstream_host_turn(struct upstream *u, bool ready)
 	}
 	u->next_turn_ms = u->now_ms + (uint64_t)wait_ms(u);
 	return true;
+}
+
+/*
+ * The host's own requests need no ring: they are taken here, on the thread
+ * that turns the resolver, as they are (no packing). Not inside the batch
+ * that made them: that holds the RCU read lock, and taking a request can
+ * reach the cache's insert path (a question libunbound refuses is a
+ * SERVFAIL stored). The questions leave at the turn that follows.
+ */
+void upstream_host_ask(struct upstream *u, const struct upstream_request *rs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		take_request(u, u->host_worker, &rs[i]);
+	u->turn_owed = true;
 }
 
 void upstream_host_leave(struct upstream *u)

@@ -16,10 +16,11 @@
  *
  * Must never: block or lock a worker (workers only copy a request into
  * their own single-producer ring; the wake-up is one eventfd write per
- * batch); call into the cache's insert path under the RCU read lock; leave a
- * client without an answer past its deadline while running (shutdown waits
- * a moment for them, upstream_settle, then drops the rest, so their
- * retries reach the next instance).
+ * batch; the worker that runs the resolver hands its own over directly,
+ * upstream_host_ask); call into the cache's insert path under the RCU
+ * read lock; leave a client without an answer past its deadline while
+ * running (shutdown waits a moment for them, upstream_settle, then drops
+ * the rest, so their retries reach the next instance).
  *
  * Threads: upstream_submit, upstream_wake, upstream_retire_socket and
  * upstream_take_completion are called by worker `worker` only (one
@@ -131,6 +132,13 @@ int upstream_host_wait_ms(struct upstream *u, int timeout_ms);
  */
 int upstream_host_attach(struct upstream *u, unsigned worker);
 bool upstream_host_turn(struct upstream *u, bool ready);
+/*
+ * The hosting worker's own requests (n of them, read only), outside the
+ * RCU read lock, instead of upstream_submit: into the flight table now,
+ * without the ring's copy in and out; its next upstream_host_turn sends
+ * them.
+ */
+void upstream_host_ask(struct upstream *u, const struct upstream_request *rs, size_t n);
 void upstream_host_leave(struct upstream *u);
 
 /*

@@ -33,8 +33,9 @@
 # miss that goes through the request ring, the flight table, libunbound
 # and NSD, into the cache and back. Printed besides: the resolver's
 # instructions (inclusive, libunbound's work included: resolver_main on
-# its own thread, or upstream_host_turn where it runs on the worker,
-# upstream.resolver, which the worker's figure then includes) and the
+# its own thread, or upstream_host_turn and upstream_host_ask where it
+# runs on the worker, upstream.resolver, which the worker's figure then
+# includes, and the UDP drain's does not) and the
 # whole process's (every thread).
 #
 # BENCH_CG_KEEP=DIR keeps each mix's callgrind output there (for
@@ -85,7 +86,9 @@ sum_of = lambda *fns: sum(incl.get(fn, 0) for fn in fns)
 print("%s: %d queries; per query: worker %.0f instructions (server_worker_main), "
       "UDP drain %.0f, query path %.0f"
       % (mix, queries, per(incl.get("server_worker_main", 0)),
-         per(sum_of("server_udp_drain", "server_udp_drain_polled")),
+         # less the hosting worker's hand-over (upstream_host_ask): the resolver's
+         per(sum_of("server_udp_drain", "server_udp_drain_polled") -
+             sum_of("upstream_host_ask")),
          per(sum_of("query_prepare", "query_handle_prepared", "query_handle"))))
 if mix == "miss":
     total = 0
@@ -94,10 +97,12 @@ if mix == "miss":
         if m:
             total = int(m.group(1).replace(",", ""))
     # the resolver's turns: its own thread's (resolver_main), or on the
-    # worker that hosts it (upstream_host_turn, inside server_worker_main)
-    print("  resolver %.0f instructions (resolver_main + upstream_host_turn), "
-          "the whole process %.0f"
-          % (per(sum_of("resolver_main", "upstream_host_turn")), per(total)))
+    # worker that hosts it (upstream_host_turn, and upstream_host_ask taking
+    # that worker's own misses, both inside server_worker_main)
+    print("  resolver %.0f instructions (resolver_main + upstream_host_turn + "
+          "upstream_host_ask), the whole process %.0f"
+          % (per(sum_of("resolver_main", "upstream_host_turn", "upstream_host_ask")),
+             per(total)))
 # A dump taken while threads run charges the functions on their stacks
 # (thread entry points, main) with their callees' costs: not their own.
 roots = {"clone", "start_thread", "trampoline", "server_worker_main", "main", "(below main)"}

@@ -11,7 +11,9 @@
  * the request and completion rings and the cache between the resolver and
  * the workers (test_upstream_ring has the ring alone). The second test runs
  * the resolver on worker 0 (upstream.resolver: first_worker): its turns
- * follow that worker's own work, as server/worker.c's loop takes them,
+ * follow that worker's own work, as server/worker.c's loop takes them, and
+ * it hands its own misses over after each batch with upstream_host_ask
+ * (every fourth through its ring instead, as when its slots are full),
  * while worker 1 hands its misses over through its ring and the wake-up.
  */
 #include <poll.h>
@@ -122,25 +124,33 @@ static void server_stop(struct server *s)
 
 /* ---- the workers --------------------------------------------------------------- */
 
+#define HAND_OVER 16      /* queries per batch: one hand-over each */
+
 struct worker {
 	pthread_t thread;
 	unsigned id;
 	struct upstream *u;
 	struct upstream_request request;
+	/* the hosting worker's misses of this batch, for upstream_host_ask */
+	struct upstream_request own[HAND_OVER];
+	unsigned n_own, n_asked;
 	bool answered[QUERIES];
 	/* what went wrong, counted (cmocka asserts only on the main thread) */
 	unsigned hits, via_resolver, wrong, twice, ring_full, missing;
 	bool hosts;              /* the resolver's turns are this worker's */
 };
 
-/* What a worker does once its misses are in its ring: the hosting one takes
- * the resolver's turn, the others wake it. */
+/* What a worker does after a batch: the hosting one hands its own misses
+ * over and takes the resolver's turn, the others wake it. */
 static void hand_over(struct worker *w)
 {
-	if (w->hosts)
-		w->hosts = upstream_host_turn(w->u, false);
-	else
+	if (!w->hosts) {
 		upstream_wake(w->u);
+		return;
+	}
+	upstream_host_ask(w->u, w->own, w->n_own);
+	w->n_own = 0;
+	w->hosts = upstream_host_turn(w->u, false);
 }
 
 /* Wait up to ms for this worker's completions, or (hosting) for the
@@ -239,6 +249,10 @@ static void ask(struct worker *w, unsigned j, uint8_t *out)
 	w->request.transport = UPSTREAM_TCP;
 	w->request.conn = j;
 	w->request.conn_gen = w->id;
+	if (w->hosts && w->n_asked++ % 4 != 3) {
+		w->own[w->n_own++] = w->request; /* ask() is called HAND_OVER times at most */
+		return;
+	}
 	while (!upstream_submit(w->u, w->id, &w->request)) { /* ring full: let it drain */
 		hand_over(w);
 		take_completions(w);
@@ -254,14 +268,14 @@ static bool answered_below(const struct worker *w, unsigned end)
 	return true;
 }
 
-/* Queries [from, to), one hand-over per 16 as the UDP loop does per batch;
+/* Queries [from, to), one hand-over per HAND_OVER as the UDP loop does per batch;
  * then wait until every query below `to` has its answer, or until give_up_ms. */
 static void ask_and_wait(struct worker *w, unsigned from, unsigned to, uint8_t *out,
 			 uint64_t give_up_ms)
 {
 	for (unsigned j = from; j < to; j++) {
 		ask(w, j, out);
-		if (j % 16 == 15) {
+		if (j % HAND_OVER == HAND_OVER - 1) {
 			hand_over(w);
 			take_completions(w);
 		}
