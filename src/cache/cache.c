@@ -143,11 +143,15 @@ enum entry_kind { KIND_POSITIVE, KIND_NEGATIVE, KIND_SERVFAIL };
 
 struct entry {
 	_Atomic(struct entry *) next;  /* bucket chain; read by RCU readers */
+	/* What points at this entry: its bucket head or the next field of the
+	 * entry before it (writers only). Unlinking then reads nothing of the
+	 * chain: an evicted entry is the oldest, at the end of its chain, and
+	 * walking there from the head was a cache miss per entry passed. */
+	_Atomic(struct entry *) *pprev;
 	struct entry *clock_prev;      /* CLOCK ring; writers only */
 	struct entry *clock_next;
 	uint64_t hash;                 /* full key hash */
-	uint64_t inserted;             /* now at insert */
-	uint64_t expire;               /* inserted + ttl */
+	uint64_t inserted;             /* now at insert; it expires at inserted + ttl */
 	uint32_t ttl;
 	uint32_t charge;               /* bytes counted against the shard */
 	uint16_t flags;                /* the upstream header's flags word */
@@ -267,6 +271,11 @@ static uint8_t query_keyflags(const struct dns_query *q)
 {
 	return (uint8_t)((q->edns_do ? KEY_DO : 0) |
 			 ((q->flags & DNS_F_CD) ? KEY_CD : 0));
+}
+
+static uint64_t entry_expire(const struct entry *e)
+{
+	return e->inserted + e->ttl;
 }
 
 static uint8_t *entry_qname(struct entry *e)
@@ -467,18 +476,27 @@ static void maybe_reclaim(struct cache *c)
 		reclaim(c);
 }
 
+/* e at the front of the chain at head (s locked), not yet visible there:
+ * the caller's store of head publishes it. */
+static void chain_push(_Atomic(struct entry *) *head, struct entry *e, memory_order next_order)
+{
+	struct entry *first = atomic_load_explicit(head, memory_order_relaxed);
+
+	atomic_store_explicit(&e->next, first, next_order);
+	e->pprev = head;
+	if (first)
+		first->pprev = &e->next;
+}
+
 /* Unlink e from its bucket chain and the CLOCK ring and put it in limbo,
  * to be freed after a grace period. Caller holds s->lock. */
 static void remove_entry(struct shard *s, struct entry *e)
 {
-	struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
-	_Atomic(struct entry *) *pp = &b->head[e->hash & b->mask];
-	struct entry *cur;
+	struct entry *next = atomic_load_explicit(&e->next, memory_order_relaxed);
 
-	while ((cur = atomic_load_explicit(pp, memory_order_relaxed)) != e)
-		pp = &cur->next;
-	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
-			      memory_order_release);
+	atomic_store_explicit(e->pprev, next, memory_order_release);
+	if (next)
+		next->pprev = e->pprev;
 
 	if (e->clock_next == e) {
 		s->hand = NULL;
@@ -791,7 +809,7 @@ static bool live(const struct cache *c, const struct entry *e, uint64_t now)
 {
 	uint64_t upto = atomic_load_explicit(&c->stale_upto, memory_order_relaxed);
 
-	return now < e->expire &&
+	return now < entry_expire(e) &&
 	       (e->inserted > upto ||
 		(e->inserted == upto && e->gen == atomic_load_explicit(&c->gen, memory_order_relaxed)));
 }
@@ -799,7 +817,7 @@ static bool live(const struct cache *c, const struct entry *e, uint64_t now)
 /* Seconds since e stopped being live (0 when made stale before its TTL ran out). */
 static uint64_t expired_for(const struct entry *e, uint64_t now)
 {
-	return now > e->expire ? now - e->expire : 0;
+	return now > entry_expire(e) ? now - entry_expire(e) : 0;
 }
 
 static void make_room(struct shard *s, uint64_t need, uint64_t now)
@@ -857,9 +875,7 @@ static struct buckets *relink(struct shard *s, struct buckets *b)
 	if (e) {
 		do {
 			_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
-			atomic_store_explicit(&e->next,
-					      atomic_load_explicit(head, memory_order_relaxed),
-					      memory_order_release);
+			chain_push(head, e, memory_order_release);
 			atomic_store_explicit(head, e, memory_order_relaxed);
 			e = e->clock_next;
 		} while (e != s->hand);
@@ -923,7 +939,6 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	e->hash = key_hash(nh, q->qtype, q->qclass, e->keyflags);
 	e->inserted = now;
 	e->gen = atomic_load_explicit(&c->gen, memory_order_relaxed);
-	e->expire = now + ttl;
 	e->ttl = ttl;
 	e->charge = (uint32_t)charge;
 	e->flags = dns_get16(msg + 2);
@@ -963,8 +978,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	make_room(s, charge, now);
 	struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
 	_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
-	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
-			      memory_order_relaxed);
+	chain_push(head, e, memory_order_relaxed);
 	clock_link(s, e);
 	atomic_fetch_add_explicit(&s->bytes, charge, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->entries, 1, memory_order_relaxed);
@@ -1117,7 +1131,7 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
 		if (client && atomic_load_explicit(&c->cfg.prefetch, memory_order_relaxed) &&
 		    e->kind != KIND_SERVFAIL &&
-		    (e->expire - now) * 10 <= e->ttl &&
+		    (entry_expire(e) - now) * 10 <= e->ttl &&
 		    !atomic_load_explicit(&e->refresh_claimed, memory_order_relaxed) &&
 		    !atomic_exchange_explicit(&e->refresh_claimed, 1, memory_order_relaxed))
 			result = CACHE_HIT_REFRESH;
@@ -1335,7 +1349,7 @@ static void entry_state(const struct cache *c, const struct entry *e, uint64_t n
 {
 	if (live(c, e, now)) {
 		info->state = CACHE_ENTRY_LIVE;
-		info->seconds = (uint32_t)min64(e->expire - now, UINT32_MAX);
+		info->seconds = (uint32_t)min64(entry_expire(e) - now, UINT32_MAX);
 		return;
 	}
 	info->state = stale_servable(c, e, now) ? CACHE_ENTRY_STALE : CACHE_ENTRY_EXPIRED;

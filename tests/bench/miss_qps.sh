@@ -48,7 +48,7 @@ MISS_SECS=${BENCH_MISS_SECS:-10}
 MISS_OUTSTANDING=${BENCH_MISS_OUTSTANDING:-200}
 MISS_RESOLVER=${BENCH_MISS_RESOLVER:-auto}
 # names per max-rate query file: far more than a run gets through
-MISS_NAMES=${BENCH_MISS_NAMES:-$((MISS_SECS * 40000))}
+MISS_NAMES=${BENCH_MISS_NAMES:-$((MISS_SECS * 80000))}
 ZONE=miss.example
 # shellcheck source=tests/bench/lib.sh
 . "$HERE/lib.sh"
