@@ -269,19 +269,28 @@ static void change_end(struct mesh *m)
 	mesh_fit_tables(m);
 }
 
+/*
+ * "namespace/name" of a Pod or WorkloadEntry into key: false when either
+ * is missing or empty (mesh_parse_entry refuses such a ServiceEntry too:
+ * no removal could name it) or the key does not fit.
+ */
+static bool object_key(const struct kube_json *meta, char *key, size_t cap)
+{
+	const char *ns = kube_json_get_text(meta, "namespace");
+	const char *name = kube_json_get_text(meta, "name");
+
+	return ns && *ns && name && *name && snprintf(key, cap, "%s/%s", ns, name) < (int)cap;
+}
+
 void mesh_pod_upsert(struct mesh *m, void *tag, const struct kube_json *pod)
 {
 	struct mesh_selector *sel = tag;
-	const struct kube_json *meta = kube_json_get(pod, "metadata");
-	const char *ns = kube_json_get_text(meta, "namespace");
-	const char *name = kube_json_get_text(meta, "name");
 	struct mesh_ip ips[2];
 	uint8_t n;
 	char key[512];
 	struct mesh_pod *p = NULL;
 
-	if (!is_selector(m, sel) || !ns || !name ||
-	    snprintf(key, sizeof key, "%s/%s", ns, name) >= (int)sizeof key)
+	if (!is_selector(m, sel) || !object_key(kube_json_get(pod, "metadata"), key, sizeof key))
 		return;
 	n = pod_ready(pod) ? pod_ips(kube_json_get(pod, "status"), ips) : 0;
 	if (!lh_table_lookup_ex(sel->pods, key, (void **)&p)) {
@@ -360,16 +369,12 @@ void mesh_workload_upsert(struct mesh *m, const struct kube_json *we)
 {
 	const struct kube_json *meta = kube_json_get(we, "metadata");
 	const struct kube_json *spec = kube_json_get(we, "spec");
-	const char *ns = kube_json_get_text(meta, "namespace");
-	const char *name = kube_json_get_text(meta, "name");
-	struct mesh_workload *w = calloc(1, sizeof *w), *old = NULL;
+	struct mesh_workload *w = NULL, *old = NULL;
 	char key[512];
 
-	if (!w || !ns || !name || snprintf(key, sizeof key, "%s/%s", ns, name) >= (int)sizeof key) {
-		free(w);
+	if (!object_key(meta, key, sizeof key) || !(w = calloc(1, sizeof *w)))
 		return;
-	}
-	w->ns_len = strlen(ns);
+	w->ns_len = strlen(kube_json_get_text(meta, "namespace"));
 	w->healthy = workload_healthy(we);
 	mesh_parse_ip(kube_json_get_text(spec, "address") ?: "", &w->ip);
 	if (!(w->key = strdup(key)) ||

@@ -410,6 +410,29 @@ static void test_selected_pods_and_workload_entries(void **state)
 	assert_int_equal(st.hosts, 0);
 }
 
+/*
+ * A WorkloadEntry or Pod without a name or a namespace (the API server never
+ * sends one; a broken stream might) is not taken: nothing could remove it
+ * again, and a ServiceEntry without them is refused the same way.
+ */
+static void test_objects_without_a_name_or_namespace_are_not_taken(void **state)
+{
+	struct mesh_stats st;
+	(void)state;
+
+	entry("prod", "vms", T0, "",
+	      SE_HOSTS("\"db.vms.internal\"") ",\"resolution\":\"NONE\","
+	      "\"workloadSelector\":{\"labels\":{\"app\":\"pg\"}}", "");
+	workload("prod", "", "10.20.0.1", "\"app\":\"pg\"", "", NULL);
+	workload("", "vm-2", "10.20.0.2", "\"app\":\"pg\"", "", NULL);
+	selected_pod(0, "", "10.1.2.3", true, false);
+	mesh_stats(mesh, &st);
+	assert_int_equal(st.workloads, 0);
+	assert_int_equal(st.pods, 0);
+	assert_upstream("db.vms.internal", DNS_T_A, prod_client);
+	mesh_entry_remove(mesh, "prod", "vms");
+}
+
 /* ---- one host in several entries ---------------------------------------------------- */
 
 static void test_entries_of_one_namespace_merge(void **state)
@@ -773,6 +796,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_istiod_allocation_unless_none_or_opted_out, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resolution_none_is_headless, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_selected_pods_and_workload_entries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_objects_without_a_name_or_namespace_are_not_taken,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_entries_of_one_namespace_merge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_own_namespace_wins_then_the_oldest, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_service_wins_over_entries, setup, teardown),
