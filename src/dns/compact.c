@@ -101,6 +101,61 @@ bool dns_rr_read(const uint8_t *msg, size_t len, size_t *pos, struct dns_rr *rr)
 	return true;
 }
 
+/* Is msg[pos..] the name (lower case, as the cache keys it) written out in full, in any case? */
+static bool spelled_out(const uint8_t *msg, size_t len, size_t pos, const uint8_t *name,
+			size_t name_len)
+{
+	if (len - pos < name_len)
+		return false;
+	if (memcmp(msg + pos, name, name_len) == 0) /* libunbound writes what it was asked */
+		return true;
+	for (size_t i = 0; i < name_len; i++) {
+		uint8_t c = msg[pos + i]; /* a length byte (< 64) is not a letter */
+		if ((c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c) != name[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Does msg[pos..] start with qname, the question's name, written out or as
+ * a pointer to the question (offset 12)? The length of that owner, or 0.
+ */
+static size_t owner_is_question(const uint8_t *msg, size_t len, size_t pos, const uint8_t *qname,
+				size_t qname_len)
+{
+	if (len - pos >= 2 && msg[pos] == 0xc0 && msg[pos + 1] == DNS_HEADER_LEN)
+		return 2;
+	return spelled_out(msg, len, pos, qname, qname_len) ? qname_len : 0;
+}
+
+/*
+ * Most answers a miss brings are A or AAAA records of the question's own
+ * name: written as a pointer to the question, their data copied, without
+ * reading the owner name out or looking for it among the names written.
+ * The output is the same as rewrite_rr's. false (nothing done) for any
+ * other record; qname NULL when the message's question is not the one
+ * written (a chased chain's end).
+ */
+static bool add_simple_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_section sec,
+			  const uint8_t *qname, size_t qname_len, struct dns_writer *w)
+{
+	size_t owner = qname ? owner_is_question(msg, len, *pos, qname, qname_len) : 0;
+
+	if (owner == 0 || len - *pos - owner < RR_FIXED)
+		return false;
+	const uint8_t *fixed = msg + *pos + owner;
+	uint16_t type = dns_get16(fixed), rdlen = dns_get16(fixed + 8);
+	if (!((type == DNS_T_A && rdlen == 4) || (type == DNS_T_AAAA && rdlen == 16)) ||
+	    len - *pos - owner - RR_FIXED < rdlen)
+		return false;
+	uint32_t ttl = (uint32_t)dns_get16(fixed + 4) << 16 | dns_get16(fixed + 6);
+	size_t before = w->count[sec];
+	dns_response_add_rr(w, sec, NULL, type, dns_get16(fixed + 2), ttl, fixed + RR_FIXED, rdlen);
+	*pos += owner + RR_FIXED + rdlen;
+	return w->count[sec] == before + 1;
+}
+
 /* Read one record at msg[*pos] and add it to w unless it is dropped. */
 static bool rewrite_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_section sec,
 		       bool drop_dnssec, uint16_t qtype, struct dns_writer *w)
@@ -138,9 +193,14 @@ static bool question_is(const uint8_t *msg, size_t len, const uint8_t *name,
 	size_t name_len = dns_name_len(name);
 
 	*pos = DNS_HEADER_LEN;
-	if (len < DNS_HEADER_LEN || dns_get16(msg + 4) != 1 ||
-	    dns_name_read(msg, len, pos, qname, true) != (int)name_len ||
-	    memcmp(qname, name, name_len) != 0 || len - *pos < 4 ||
+	if (len < DNS_HEADER_LEN || dns_get16(msg + 4) != 1)
+		return false;
+	if (spelled_out(msg, len, *pos, name, name_len)) /* as every upstream writes it */
+		*pos += name_len;
+	else if (dns_name_read(msg, len, pos, qname, true) != (int)name_len ||
+		 memcmp(qname, name, name_len) != 0)
+		return false;
+	if (len - *pos < 4 ||
 	    dns_get16(msg + *pos) != q->qtype || dns_get16(msg + *pos + 2) != q->qclass)
 		return false;
 	*pos += 4;
@@ -161,11 +221,20 @@ static size_t rewrite(const uint8_t *msg, size_t len, size_t pos, const struct d
 	dns_response_begin(&w, out, cap < DNS_MAX_MESSAGE ? cap : DNS_MAX_MESSAGE, &plain,
 			   (enum dns_rcode)(msg[3] & 0xf));
 	add_chain(&w, chain, chain_len, chain_ttl);
+	/* without a chain, msg's question is q's: its own name's records take the short way */
+	const uint8_t *qname = chain_len ? NULL : q->qname;
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
-		for (uint16_t i = dns_get16(msg + 6 + 2 * sec); i > 0; i--)
+		for (uint16_t i = dns_get16(msg + 6 + 2 * sec); i > 0; i--) {
+			size_t at = pos;
+			if (add_simple_rr(msg, len, &pos, (enum dns_section)sec, qname, q->qname_len,
+					  &w))
+				continue;
+			if (pos != at || w.truncated) /* taken but not added: no room */
+				return 0;
 			if (!rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
 					q->qtype, &w))
 				return 0;
+		}
 	if (w.truncated)
 		return 0;
 	size_t n = dns_response_finish(&w, 0);

@@ -1436,6 +1436,50 @@ static void test_compact_keeps_dnssec_records_when_asked(void **state)
 	assert_int_equal(out[9], 2);
 }
 
+/*
+ * The short way (add_simple_rr) and the long one (rewrite_rr) give the
+ * same bytes: the question's own A and AAAA records, owner written out in
+ * any case or as a pointer, become pointers to the question; another
+ * name's record in between is compressed against the question as before.
+ */
+static void test_compact_writes_the_question_s_own_addresses_with_a_pointer(void **state)
+{
+	static const uint8_t in[] = {
+		0, 0, 0x81, 0x80, 0, 1, 0, 3, 0, 0, 0, 1,
+		3, 'w', 'w', 'w', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
+		/* A, the owner written out in upper case */
+		3, 'W', 'W', 'W', 7, 'E', 'X', 'A', 'M', 'P', 'L', 'E', 3, 'C', 'O', 'M', 0,
+		0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1,
+		/* A of another name: mail.<example.com at 16> */
+		4, 'm', 'a', 'i', 'l', 0xc0, 16, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 2,
+		/* AAAA, the owner a pointer to the question */
+		0xc0, 12, 0, 28, 0, 1, 0, 0, 0, 30, 0, 16,
+		0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+		/* OPT */
+		0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 0,
+	};
+	static const uint8_t want[] = {
+		0, 0, 0x81, 0x80, 0, 1, 0, 3, 0, 0, 0, 0,
+		3, 'w', 'w', 'w', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1,
+		0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1,
+		4, 'm', 'a', 'i', 'l', 0xc0, 16, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 2,
+		0xc0, 12, 0, 28, 0, 1, 0, 0, 0, 30, 0, 16,
+		0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+	};
+	uint8_t out[512];
+	struct dns_query q;
+	(void)state;
+
+	question_of(in, 33, &q);
+	size_t n = dns_message_compact(in, sizeof in, &q, true, out, sizeof out);
+	assert_int_equal(n, sizeof want);
+	assert_memory_equal(out, want, sizeof want);
+	/* a message cut inside the short way's record, or no room for it, is refused */
+	for (size_t cut = 33; cut < 33 + 31; cut++)
+		assert_int_equal(dns_message_compact(in, cut, &q, true, out, sizeof out), 0);
+	assert_int_equal(dns_message_compact(in, sizeof in, &q, true, out, 40), 0);
+}
+
 static void test_compact_refuses_bad_input(void **state)
 {
 	uint8_t in[512], out[512];
@@ -1657,6 +1701,7 @@ int main(void)
 		cmocka_unit_test(test_parse_every_cut_of_a_query),
 		cmocka_unit_test(test_compact_drops_dnssec_records_and_compresses_names),
 		cmocka_unit_test(test_compact_keeps_dnssec_records_when_asked),
+		cmocka_unit_test(test_compact_writes_the_question_s_own_addresses_with_a_pointer),
 		cmocka_unit_test(test_compact_refuses_bad_input),
 		cmocka_unit_test(test_name_read_follows_pointer_and_lowers),
 		cmocka_unit_test(test_name_read_pointer_chain_limit),
