@@ -188,6 +188,7 @@ struct shard {
 	_Atomic uint64_t nbuckets;     /* the array's size, for cache_stats; under lock */
 	uint64_t max_buckets;          /* the array's cap; under lock */
 	struct entry *hand;            /* CLOCK hand; NULL when the shard is empty */
+	struct entry *removed;         /* unlinked under this lock, for limbo once it is let go */
 	_Atomic uint64_t budget;       /* written under lock; insert peeks before locking */
 	/* written under lock, read by cache_stats */
 	_Atomic uint64_t bytes, entries, inserts, evictions;
@@ -220,7 +221,8 @@ struct cache {
 	_Atomic uint64_t fixed_bytes;  /* bucket arrays */
 	_Atomic uint64_t rejected;
 	/* Unlinked entries waiting for a grace period, chained by clock_next;
-	 * charged in `bytes` until freed. Lock order: shard, then limbo. */
+	 * charged in `limbo_bytes` until freed. Taken with no shard lock held
+	 * (unlock_shard moves a shard's removed entries in). */
 	pthread_mutex_t limbo_lock;
 	struct entry *limbo;
 	_Atomic uint64_t limbo_bytes;
@@ -476,6 +478,20 @@ static void maybe_reclaim(struct cache *c)
 		reclaim(c);
 }
 
+/*
+ * A shard's counter moved by delta, s locked: its one writer at a time, so
+ * a plain read and store (readers of the counters only read them). Not a
+ * locked read-modify-write: that waits until every store before it is in
+ * memory, and an eviction has just stored into entries nobody touched for
+ * a while (their cache lines still on their way).
+ */
+static void shard_count(_Atomic uint64_t *counter, int64_t delta)
+{
+	atomic_store_explicit(counter,
+			      atomic_load_explicit(counter, memory_order_relaxed) + (uint64_t)delta,
+			      memory_order_relaxed);
+}
+
 /* e at the front of the chain at head (s locked), not yet visible there:
  * the caller's store of head publishes it. */
 static void chain_push(_Atomic(struct entry *) *head, struct entry *e, memory_order next_order)
@@ -488,8 +504,9 @@ static void chain_push(_Atomic(struct entry *) *head, struct entry *e, memory_or
 		first->pprev = &e->next;
 }
 
-/* Unlink e from its bucket chain and the CLOCK ring and put it in limbo,
- * to be freed after a grace period. Caller holds s->lock. */
+/* Unlink e from its bucket chain and the CLOCK ring; it goes to limbo, to
+ * be freed after a grace period, when s is unlocked (unlock_shard). Caller
+ * holds s->lock. */
 static void remove_entry(struct shard *s, struct entry *e)
 {
 	struct entry *next = atomic_load_explicit(&e->next, memory_order_relaxed);
@@ -506,13 +523,37 @@ static void remove_entry(struct shard *s, struct entry *e)
 		if (s->hand == e)
 			s->hand = e->clock_next;
 	}
-	atomic_fetch_sub_explicit(&s->bytes, e->charge, memory_order_relaxed);
-	atomic_fetch_sub_explicit(&s->entries, 1, memory_order_relaxed);
+	shard_count(&s->bytes, -(int64_t)e->charge);
+	shard_count(&s->entries, -1);
+	e->clock_next = s->removed;
+	s->removed = e;
+}
+
+/*
+ * Let s go, then put what it removed meanwhile in limbo, under the limbo
+ * lock once for them all (taken inside the shard lock, right after an
+ * eviction, it waited for the evicted entry's stores to reach memory).
+ */
+static void unlock_shard(struct shard *s)
+{
+	struct entry *removed = s->removed, *last = removed;
+	uint64_t bytes = 0;
+
+	s->removed = NULL;
+	pthread_mutex_unlock(&s->lock);
+	if (!removed)
+		return;
+	for (struct entry *e = removed;; e = e->clock_next) {
+		bytes += e->charge;
+		last = e;
+		if (!e->clock_next)
+			break;
+	}
 	struct cache *c = s->cache;
 	pthread_mutex_lock(&c->limbo_lock);
-	e->clock_next = c->limbo;
-	c->limbo = e;
-	atomic_fetch_add_explicit(&c->limbo_bytes, e->charge, memory_order_relaxed);
+	last->clock_next = c->limbo;
+	c->limbo = removed;
+	atomic_fetch_add_explicit(&c->limbo_bytes, bytes, memory_order_relaxed);
 	pthread_mutex_unlock(&c->limbo_lock);
 }
 
@@ -533,7 +574,7 @@ static void flush_shard(struct shard *s, const uint8_t *name, size_t name_len)
 			e = next;
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	unlock_shard(s);
 }
 
 void cache_make_all_stale(struct cache *c, uint64_t now)
@@ -836,7 +877,7 @@ static void make_room(struct shard *s, uint64_t need, uint64_t now)
 			continue;
 		}
 		remove_entry(s, e);
-		atomic_fetch_add_explicit(&s->evictions, 1, memory_order_relaxed);
+		shard_count(&s->evictions, 1);
 	}
 }
 
@@ -980,12 +1021,12 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	_Atomic(struct entry *) *head = &b->head[e->hash & b->mask];
 	chain_push(head, e, memory_order_relaxed);
 	clock_link(s, e);
-	atomic_fetch_add_explicit(&s->bytes, charge, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->entries, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->inserts, 1, memory_order_relaxed);
+	shard_count(&s->bytes, (int64_t)charge);
+	shard_count(&s->entries, 1);
+	shard_count(&s->inserts, 1);
 	atomic_store_explicit(head, e, memory_order_release); /* publish */
 	struct buckets *outgrown = grow_if_crowded(s);
-	pthread_mutex_unlock(&s->lock);
+	unlock_shard(s);
 	if (outgrown) {
 		urcu_memb_synchronize_rcu(); /* no reader holds the old array any more */
 		TSAN_GRACE_ACQUIRE();
@@ -1015,7 +1056,7 @@ static struct buckets *resize_shard(struct shard *s, uint64_t budget, uint64_t m
 	if (atomic_load_explicit(&s->nbuckets, memory_order_relaxed) > max_buckets &&
 	    (smaller = new_buckets(max_buckets)))
 		old = relink(s, smaller);
-	pthread_mutex_unlock(&s->lock);
+	unlock_shard(s);
 	return old;
 }
 
