@@ -577,6 +577,12 @@ static void on_result(void *arg, int rcode, void *packet, int len, int sec, char
 	u->in_result = true;
 	take_result(u, f, &a, true);
 	u->in_result = false;
+	/* The last result of this dispatch: its replies (and those of the results
+	 * before it) leave now, not after libunbound has cleaned up behind the
+	 * question (its socket closed, its state freed) and the turn has ended:
+	 * Unbound's daemon too answers its client first. */
+	if (loop_running_last(&u->loop))
+		deliver_flush(&u->deliver);
 }
 
 /* Early results for f kept after `after` (NULL: all) go: f was not asked after all. */
