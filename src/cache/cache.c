@@ -39,8 +39,9 @@
  * and copy the entry out while it cannot be freed. Writers (the resolver
  * thread inserting, the control thread flushing) take the shard's mutex,
  * publish a new entry with a release store of the bucket head, unlink old
- * ones with a release store of their predecessor's next pointer, and put
- * them on the cache's limbo list. When limbo holds 1/64 of cache.size (or
+ * ones with a release store of their predecessor's next pointer (each
+ * entry keeps where that pointer is: pprev), and, once the shard's mutex
+ * is let go, put them on the cache's limbo list. When limbo holds 1/64 of cache.size (or
  * at the end of a flush) the writer, outside every lock, waits for one
  * grace period (urcu_memb_synchronize_rcu) and frees the whole batch: no
  * reader that could have seen those entries is still inside its read-side
