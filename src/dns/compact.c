@@ -135,12 +135,14 @@ static size_t owner_is_question(const uint8_t *msg, size_t len, size_t pos, cons
  * reading the owner name out or looking for it among the names written.
  * The output is the same as rewrite_rr's. false (nothing done) for any
  * other record; qname NULL when the message's question is not the one
- * written (a chased chain's end).
+ * written (a chased chain's end). Not for the root: one byte written out,
+ * shorter than a pointer, so rewrite_rr never points to it.
  */
 static bool add_simple_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_section sec,
 			  const uint8_t *qname, size_t qname_len, struct dns_writer *w)
 {
-	size_t owner = qname ? owner_is_question(msg, len, *pos, qname, qname_len) : 0;
+	size_t owner = qname && qname_len > 1 ? owner_is_question(msg, len, *pos, qname, qname_len)
+					       : 0;
 
 	if (owner == 0 || len - *pos - owner < RR_FIXED)
 		return false;

@@ -1480,6 +1480,36 @@ static void test_compact_writes_the_question_s_own_addresses_with_a_pointer(void
 	assert_int_equal(dns_message_compact(in, sizeof in, &q, true, out, 40), 0);
 }
 
+/* A question for the root: its records' owner, the root too, stays one byte
+ * (never a pointer, which would be longer), and compacting again changes
+ * nothing (fuzz_query found the short way writing a pointer). */
+static void test_compact_writes_the_root_as_one_byte(void **state)
+{
+	static const uint8_t in[] = {
+		0, 0, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0,
+		0, 0, 1, 0, 1,
+		/* A, the owner the root written out, then a pointer to the question's */
+		0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1,
+		0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 2,
+	};
+	static const uint8_t want[] = {
+		0, 0, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0,
+		0, 0, 1, 0, 1,
+		0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1,
+		0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 2,
+	};
+	uint8_t out[512], again[512];
+	struct dns_query q;
+	(void)state;
+
+	question_of(in, 17, &q);
+	size_t n = dns_message_compact(in, sizeof in, &q, true, out, sizeof out);
+	assert_int_equal(n, sizeof want);
+	assert_memory_equal(out, want, sizeof want);
+	assert_int_equal(dns_message_compact(out, n, &q, true, again, sizeof again), n);
+	assert_memory_equal(again, want, sizeof want);
+}
+
 static void test_compact_refuses_bad_input(void **state)
 {
 	uint8_t in[512], out[512];
@@ -1702,6 +1732,7 @@ int main(void)
 		cmocka_unit_test(test_compact_drops_dnssec_records_and_compresses_names),
 		cmocka_unit_test(test_compact_keeps_dnssec_records_when_asked),
 		cmocka_unit_test(test_compact_writes_the_question_s_own_addresses_with_a_pointer),
+		cmocka_unit_test(test_compact_writes_the_root_as_one_byte),
 		cmocka_unit_test(test_compact_refuses_bad_input),
 		cmocka_unit_test(test_name_read_follows_pointer_and_lowers),
 		cmocka_unit_test(test_name_read_pointer_chain_limit),
