@@ -109,11 +109,9 @@ static bool spelled_out(const uint8_t *msg, size_t len, size_t pos, const uint8_
 		return false;
 	if (memcmp(msg + pos, name, name_len) == 0) /* libunbound writes what it was asked */
 		return true;
-	for (size_t i = 0; i < name_len; i++) {
-		uint8_t c = msg[pos + i]; /* a length byte (< 64) is not a letter */
-		if ((c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c) != name[i])
+	for (size_t i = 0; i < name_len; i++) /* a length byte (< 64) is not a letter */
+		if (dns_ascii_lower(msg[pos + i]) != name[i])
 			return false;
-	}
 	return true;
 }
 
@@ -231,7 +229,7 @@ static size_t rewrite(const uint8_t *msg, size_t len, size_t pos, const struct d
 			if (add_simple_rr(msg, len, &pos, (enum dns_section)sec, qname, q->qname_len,
 					  &w))
 				continue;
-			if (pos != at || w.truncated) /* taken but not added: no room */
+			if (pos != at) /* taken but not added: no room */
 				return 0;
 			if (!rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
 					q->qtype, &w))
