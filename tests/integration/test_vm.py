@@ -30,6 +30,7 @@ import yaml
 
 import authority
 import harness
+import test_node
 
 sys.path.insert(0, os.path.join(harness.REPO, "tests", "kube"))
 import fakeapi as F  # noqa: E402
@@ -179,6 +180,13 @@ def start_with_keeper(env, vm, path):
     keeper.until("keeper: waiting for localdns")
     d = env.start_file(path, port=53, host=LINK, netns=vm)
     keeper.until("keeper: holding the serving process's sockets")
+    # The keeper holds the sockets one step before localdns takes DNS (the
+    # heartbeat's transaction): until then DNS fails open to the fallback,
+    # which would answer the tests' questions in localdns's place.
+    deadline = time.monotonic() + 10
+    while test_node.CAPTURING not in d.stderr():
+        assert d.alive() and time.monotonic() < deadline, d.stderr()
+        time.sleep(0.02)
     return keeper, d
 
 
