@@ -931,33 +931,43 @@ def test_one_client_triggering_refreshes_of_many_names(env):
     # (each takes the upstream 0.3 s, below libunbound's first retransmit,
     # and the 300 hits come within 0.1 s), the others are counted as
     # client_limited, and the other client is not disturbed.
-    proxy = SlowAuthority(0.3, ttl=20)
+    proxy = SlowAuthority(0, ttl=20)
     st = Setting(env, forward_zones={"slow.example": ["127.0.0.1:%d" % proxy.port]},
                  upstream={"max_pending_per_client": 10})
     names = [("p%03d.slow.example" % i, "A") for i in range(300)]
     try:
-        # cached from 30 sources, 10 names each, 5 at a time: the client
-        # slots are picked by a keyed hash, so two of the 30 share one about
-        # one start in ten, and together they must stay within its share
-        # of 10 questions (three sharing one: one start in 4,000)
+        # cached at once (the upstream answers at once meanwhile), from 3
+        # sources asking 2 at a time: within a client's share even while
+        # the resolver counts as busy (a quarter of 10)
         warm = {}
 
         def cache_names(k):
-            warm[k] = harness.dnsgen(env, st.d.port, names[10 * k:10 * k + 10],
-                                     "-S", "127.0.0.%d" % (100 + k), "-n", "10", "-q", "5",
+            warm[k] = harness.dnsgen(env, st.d.port, names[100 * k:100 * k + 100],
+                                     "-S", "127.0.0.%d" % (100 + k), "-n", "100", "-q", "2",
                                      "-t", "3")
-        threads = [threading.Thread(target=cache_names, args=(k,)) for k in range(30)]
+        threads = [threading.Thread(target=cache_names, args=(k,)) for k in range(3)]
+        first = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        last = time.monotonic()
         for r, summary in warm.values():
-            assert r["noerror"] == 10, summary
-        cached_at = time.monotonic()
+            assert r["noerror"] == 100, summary
+        proxy.delay = 0.3
+        # The cache counts whole seconds of CLOCK_MONOTONIC (time.monotonic's
+        # clock): an entry stored in second S hands out a refresh from
+        # second S+18 and expires at S+20. Stored within two seconds
+        # (floor(first)..floor(last)), every entry is in its last two in
+        # second floor(last)+18, when the attack starts (0.1 s in, past the
+        # coarse clock's lag) and ends (0.1 s at 3,000 a second).
+        assert int(last) - int(first) <= 1, \
+            "caching took %.1f s: no one second is in every entry's last two" % (last - first)
+        aim = int(last) + 18.1
         counts = {}
 
         def attack():
-            time.sleep(max(0.0, cached_at + 18.4 - time.monotonic()))
+            time.sleep(max(0.0, aim - time.monotonic()))
             counts["before"] = metrics(st.mport)
             r, summary = harness.dnsgen(env, st.d.port, names, "-n", "300", "-Q", "3000",
                                         "-q", "300", "-t", "2")
