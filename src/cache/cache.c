@@ -1154,7 +1154,7 @@ static void count(_Atomic uint64_t *counter)
  */
 static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 					  const struct cache_key *k, uint64_t now,
-					  bool allow_stale, bool client)
+					  bool allow_stale, bool client, bool *absent)
 {
 	const struct dns_query *q = w->q;
 
@@ -1168,6 +1168,8 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 
 	struct entry *e = find_locked(s, k->hash, q->qname, q->qname_len, q->qtype,
 				      q->qclass, query_keyflags(q));
+	if (!e && absent)
+		*absent = true;
 	if (e && live(c, e, now)) {
 		result = CACHE_HIT;
 		write_entry(w, e, false, now > e->inserted ? now - e->inserted : 0);
@@ -1194,7 +1196,7 @@ static enum cache_result lookup_and_write_alone(struct cache *c, struct dns_writ
 						bool allow_stale, bool client)
 {
 	urcu_memb_read_lock();
-	enum cache_result result = lookup_and_write(c, w, k, now, allow_stale, client);
+	enum cache_result result = lookup_and_write(c, w, k, now, allow_stale, client, NULL);
 	urcu_memb_read_unlock();
 	return result;
 }
@@ -1280,9 +1282,9 @@ static enum cache_result counted(struct cache *c, enum cache_result result)
 /* The batch's read-side section covers this one: no nested lock (a TLS call in liburcu). */
 enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w,
 					   const struct cache_key *k, uint64_t now,
-					   bool allow_stale)
+					   bool allow_stale, bool *absent)
 {
-	return counted(c, lookup_and_write(c, w, k, now, allow_stale, true));
+	return counted(c, lookup_and_write(c, w, k, now, allow_stale, true, absent));
 }
 
 enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,

@@ -156,9 +156,11 @@ struct cache_key {
 void cache_key_of(const struct cache *c, const struct dns_query *q, struct cache_key *k);
 void cache_prefetch_bucket(const struct cache *c, struct cache_key *k);
 void cache_prefetch_entry(const struct cache_key *k);
+/* absent (may be NULL): set to true when no entry at all was found, live or
+ * expired (so none could be served stale either); left as it was otherwise. */
 enum cache_result cache_write_answer_keyed(struct cache *c, struct dns_writer *w,
 					   const struct cache_key *k, uint64_t now,
-					   bool allow_stale);
+					   bool allow_stale, bool *absent);
 
 /*
  * As cache_write_answer, for a client that waited while the resolver asked

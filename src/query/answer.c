@@ -14,8 +14,8 @@
 
 #include "mesh/mesh.h"
 
-/* What a cache lookup's result means for ctx (source, upstream). */
-static void note_cache_result(enum cache_result r, struct query_ctx *ctx)
+/* What a cache lookup's result means for ctx (source, upstream, cache_absent). */
+static void note_cache_result(enum cache_result r, bool absent, struct query_ctx *ctx)
 {
 	switch (r) {
 	case CACHE_HIT:
@@ -32,6 +32,7 @@ static void note_cache_result(enum cache_result r, struct query_ctx *ctx)
 	case CACHE_MISS:
 		ctx->source = QUERY_SOURCE_UPSTREAM;
 		ctx->upstream = QUERY_UPSTREAM_ASK;
+		ctx->cache_absent = absent;
 		break;
 	}
 }
@@ -40,12 +41,13 @@ void query_answer_from_cache(const struct query_sources *s, struct dns_writer *w
 			     struct query_ctx *ctx, const struct cache_key *key)
 {
 	enum cache_result r;
+	bool absent = false;
 
 	if (key)
-		r = cache_write_answer_keyed(s->cache, w, key, ctx->now, ctx->serve_stale);
+		r = cache_write_answer_keyed(s->cache, w, key, ctx->now, ctx->serve_stale, &absent);
 	else
 		r = cache_write_answer(s->cache, w, ctx->now, ctx->serve_stale);
-	note_cache_result(r, ctx);
+	note_cache_result(r, absent, ctx);
 }
 
 bool query_chain_append(struct query_ask *r, const uint8_t *name)

@@ -58,6 +58,10 @@ struct query_ask {
 	 * with the name in chain (search false). */
 	struct dns64_prefix dns64;
 	bool dns64_a;
+	/* The worker's cache look-up for q found no entry at all, live or
+	 * expired: the resolver need not look for a stale answer to give q's
+	 * client at RFC 8767's timer (false: not known). */
+	bool cache_absent;
 };
 
 #endif

@@ -307,12 +307,14 @@ static bool make_cookie(uint8_t cookie[DNS_SERVER_COOKIE_LEN], const struct dns_
 
 /* Everything the resolver needs to write this client's reply later. */
 static void fill_ask(struct query_ask *r, const struct dns_query *q,
-		     const struct query_sources *s, const struct sockaddr_storage *peer,
+		     const struct query_sources *s, const struct query_ctx *ctx,
 		     size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
 {
 	static const struct dns64_prefix off;
+	const struct sockaddr_storage *peer = ctx->peer;
 
 	r->q = *q;
+	r->cache_absent = ctx->cache_absent;
 	/* the resolver synthesizes for this client too (dns64.c, upstream/flight.c) */
 	r->dns64 = dns64_applies(&s->dns64, q, peer) ? s->dns64 : off;
 	r->dns64_a = false;
@@ -360,7 +362,7 @@ static size_t answer(const struct query_prepared *p, bool bad_version,
 		}
 	}
 	if (ctx->upstream != QUERY_UPSTREAM_NONE)
-		fill_ask(ctx->ask, q, s, ctx->peer, limit, has_cookie, cookie);
+		fill_ask(ctx->ask, q, s, ctx, limit, has_cookie, cookie);
 	return ctx->upstream == QUERY_UPSTREAM_ASK ? 0 : len;
 }
 

@@ -166,6 +166,7 @@ struct query_ctx {
 	enum query_upstream upstream;
 	struct query_ask *ask;
 	enum query_source source;
+	bool cache_absent;     /* the cache had no entry for q at all (ask->cache_absent) */
 };
 
 /*

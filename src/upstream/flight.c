@@ -433,19 +433,32 @@ static void list_insert(struct cds_list_head *list, struct waiter *w)
 	cds_list_add(&w->by_deadline, before);
 }
 
+/* Whether the client response timer applies: serve-stale on, the timer set and shorter. */
+static bool stale_timer_on(struct flights *t)
+{
+	uint32_t timer = cache_stale_answer_ms(t->cache);
+
+	return timer != 0 && timer < t->set.timeout_ms;
+}
+
+/* What a look at the cache already said of a stale answer for r's question. */
+enum stale { STALE_UNKNOWN, STALE_NONE, STALE_HELD };
+
 /*
  * How long r's client waits: upstream.timeout, or, when the cache holds a
  * stale answer for it, RFC 8767's client response timer (the refresh goes
  * on; the stale answer goes out at the timer).
  */
-static bool stale_soon(struct flights *t, const struct upstream_request *r, uint64_t *ms)
+static bool stale_soon(struct flights *t, const struct upstream_request *r, enum stale known,
+		       uint64_t *ms)
 {
-	uint32_t timer = cache_stale_answer_ms(t->cache);
-
-	if (timer == 0 || timer >= t->set.timeout_ms ||
-	    cache_probe(t, &r->ask.q, true) != CACHE_STALE)
+	if (!stale_timer_on(t))
 		return false;
-	*ms = timer;
+	if (known == STALE_UNKNOWN)
+		known = cache_probe(t, &r->ask.q, true) == CACHE_STALE ? STALE_HELD : STALE_NONE;
+	if (known != STALE_HELD)
+		return false;
+	*ms = cache_stale_answer_ms(t->cache);
 	return true;
 }
 
@@ -454,11 +467,12 @@ static bool stale_soon(struct flights *t, const struct upstream_request *r, uint
  * once). deadline_ms: a wait that began on another flight (DNS64), or 0.
  */
 static bool add_waiter(struct flights *t, struct flight *f, unsigned worker,
-		       const struct upstream_request *r, uint16_t client, uint64_t deadline_ms)
+		       const struct upstream_request *r, uint16_t client, uint64_t deadline_ms,
+		       enum stale stale)
 {
 	struct waiter *w;
 	uint64_t wait = t->set.timeout_ms;
-	bool soon = !deadline_ms && stale_soon(t, r, &wait);
+	bool soon = !deadline_ms && stale_soon(t, r, stale, &wait);
 
 	if (t->n_waiters >= MAX_WAITERS ||
 	    !(w = malloc(sizeof *w + upstream_request_packed_size(r))))
@@ -858,18 +872,28 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 			return;
 		}
 		upstream_bump(&t->n->coalesced);
-		if (!add_waiter(t, f, worker, r, client, deadline_ms))
+		if (!add_waiter(t, f, worker, r, client, deadline_ms, STALE_UNKNOWN))
 			reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
 	/* Answered since the worker looked? (For DNS64, a live AAAA answer
-	 * without AAAA records means the A question.) */
-	if ((look == LOOK_AGAIN || r->ask.dns64.len) &&
-	    cache_probe(t, &key->ask.q, false) != CACHE_MISS) {
-		if (r->ask.dns64_a || !r->ask.dns64.len || !dns64_wanted(t->probe, t->probe_len) ||
-		    !follow_to_a(t, worker, r, t->probe, t->probe_len, deadline_ms))
-			reply(t, worker, r, FLIGHT_REPLY_CACHED);
-		return;
+	 * without AAAA records means the A question.) The same look says, for
+	 * r's own question, whether a stale answer waits (add_waiter). */
+	enum stale stale = STALE_UNKNOWN;
+	if (look == LOOK_AGAIN || r->ask.dns64.len) {
+		bool own = key == r;
+		enum cache_result seen = cache_probe(t, &key->ask.q, own && stale_timer_on(t));
+		if (seen != CACHE_MISS && seen != CACHE_STALE) {
+			if (r->ask.dns64_a || !r->ask.dns64.len ||
+			    !dns64_wanted(t->probe, t->probe_len) ||
+			    !follow_to_a(t, worker, r, t->probe, t->probe_len, deadline_ms))
+				reply(t, worker, r, FLIGHT_REPLY_CACHED);
+			return;
+		}
+		if (own)
+			stale = seen == CACHE_STALE ? STALE_HELD : STALE_NONE;
+	} else if (key == r && r->ask.cache_absent) {
+		stale = STALE_NONE; /* the worker's own look, just now, found nothing */
 	}
 	if (f && f->failed_until_ms > t->now_ms) {
 		reply(t, worker, r, FLIGHT_REPLY_FAILED);
@@ -884,7 +908,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;
 	}
-	if (!add_waiter(t, f, worker, r, client, deadline_ms)) {
+	if (!add_waiter(t, f, worker, r, client, deadline_ms, stale)) {
 		maybe_free_flight(t, f);
 		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;

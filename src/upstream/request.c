@@ -55,6 +55,7 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	FIELD(ask.udp_payload);
 	FIELD(ask.has_cookie);
 	FIELD(ask.cookie);
+	FIELD(ask.cache_absent);
 	FIELD(transport);
 	FIELD(fd);
 	FIELD(peer_len);

@@ -260,16 +260,20 @@ class SlowProxy:
         self.sock.close()
 
 
-def test_a_slow_refresh_gets_the_stale_answer_at_the_client_response_timer(env):
+def stale_at_the_client_response_timer(env, resolver):
     # RFC 8767: an expired answer whose refresh takes seconds goes out stale
     # at cache.stale_answer_timeout (400 ms), not at upstream.timeout (3 s),
     # and the refresh still lands in the cache. The upstream is slow (each
-    # answer 1 s late), not failing: nothing marks it so.
+    # answer 1 s late), not failing: nothing marks it so. resolver: where
+    # it runs (upstream.resolver): on its own thread, each miss comes
+    # through a ring and is looked up again; on the only worker, the
+    # worker's own look-up is all there is.
     with authority.Authority({"site.example.": SITE}) as up:
         proxy = SlowProxy(up.port, 0)
         try:
-            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "3s"},
-                          cache={"max_ttl": "1s"})
+            d = env.start(upstream={"servers": ["127.0.0.1:%d" % proxy.port], "timeout": "3s",
+                                    "resolver": resolver},
+                          cache={"max_ttl": "1s"}, listen={"workers": 1})
             assert a_records(d.udp("www.site.example", "A")) == ["192.0.2.1"]
             d.udp("mail.site.example", "MX")  # libunbound's one kept message
             proxy.delay = 1.0
@@ -294,7 +298,18 @@ def test_a_slow_refresh_gets_the_stale_answer_at_the_client_response_timer(env):
             proxy.close()
 
 
+def test_a_slow_refresh_gets_the_stale_answer_at_the_client_response_timer(env):
+    stale_at_the_client_response_timer(env, "own_thread")
+
+
 test_a_slow_refresh_gets_the_stale_answer_at_the_client_response_timer.timeout = 40
+
+
+def test_a_slow_refresh_gets_the_stale_answer_where_the_resolver_runs_on_the_worker(env):
+    stale_at_the_client_response_timer(env, "first_worker")
+
+
+test_a_slow_refresh_gets_the_stale_answer_where_the_resolver_runs_on_the_worker.timeout = 40
 
 
 def burst(port, name, n, sockets=10):
