@@ -76,6 +76,7 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 	r->conn = seq;
 	r->conn_gen = ~seq;
 	r->log_reply = seq & 16;
+	r->ask.cache_absent = seq & 32;
 }
 
 /* The same request, comparing only the bytes the lengths say are used. */
@@ -116,6 +117,7 @@ static void assert_same(const struct upstream_request *a, const struct upstream_
 	assert_int_equal(a->conn, b->conn);
 	assert_int_equal(a->conn_gen, b->conn_gen);
 	assert_int_equal(a->log_reply, b->log_reply);
+	assert_int_equal(a->ask.cache_absent, b->ask.cache_absent);
 }
 
 /* Sizes that vary from request to request, sometimes the largest there are. */
