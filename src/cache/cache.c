@@ -34,26 +34,26 @@
  * way, so no name we store reads bytes we rewrite (header, TTLs) or drop
  * (OPT and after).
  *
- * Concurrency: readers (workers) never lock. They walk a bucket chain
- * under the liburcu memb read lock (a thread-local counter), compare keys,
- * and copy the entry out while it cannot be freed. Writers (the resolver
- * thread inserting, the control thread flushing) take the shard's mutex,
- * publish a new entry with a release store of the bucket head, unlink old
- * ones with a release store of their predecessor's next pointer (each
- * entry keeps where that pointer is: pprev), and, once the shard's mutex
- * is let go, put them on the cache's limbo list. When limbo holds 1/64 of cache.size (or
- * at the end of a flush) the writer, outside every lock, waits for one
- * grace period (urcu_memb_synchronize_rcu) and frees the whole batch: no
- * reader that could have seen those entries is still inside its read-side
- * section. A reader therefore never waits, and a copy never sees freed
- * memory. We chose RCU over per-shard spinlocks or mutexes because the
- * hot path already runs under the memb read lock once per batch, so a hit
- * costs no atomic read-modify-write on a shared line (except the rarely
- * taken prefetch claim, and a plain store of the referenced bit only when
- * it was clear; hit/miss counters are per-thread stripes); a seqlock
- * would have needed deferred frees anyway. We
- * free in batches on the writer rather than with call_rcu so there is no
- * extra thread, and so memory waiting for a grace period is counted.
+ * Concurrency: readers (workers) never lock. They walk a bucket chain under
+ * the liburcu memb read lock (a thread-local counter), compare keys, and copy
+ * the entry out while it cannot be freed. Writers (the resolver thread
+ * inserting, the control thread flushing) take the shard's mutex, publish a
+ * new entry with a release store of the bucket head, unlink old ones with a
+ * release store of their predecessor's next pointer (each entry keeps where
+ * that pointer is: pprev), and, once the shard's mutex is let go, put them on
+ * the cache's limbo list. When limbo holds 1/64 of cache.size (or at the end
+ * of a flush) the writer, outside every lock, waits for one grace period
+ * (urcu_memb_synchronize_rcu) and frees the whole batch: no reader that could
+ * have seen those entries is still inside its read-side section. A reader
+ * therefore never waits, and a copy never sees freed memory. We chose RCU
+ * over per-shard spinlocks or mutexes because the hot path already runs under
+ * the memb read lock once per batch, so a hit costs no atomic
+ * read-modify-write on a shared line (except the rarely taken prefetch claim,
+ * and a plain store of the referenced bit only when it was clear; hit/miss
+ * counters are per-thread stripes); a seqlock would have needed deferred
+ * frees anyway. We free in batches on the writer rather than with call_rcu so
+ * there is no extra thread, and so memory waiting for a grace period is
+ * counted.
  *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
  * sections, 16) + 16 bytes of malloc overhead. cache.size is split into the

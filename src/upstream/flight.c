@@ -433,12 +433,13 @@ static void list_insert(struct cds_list_head *list, struct waiter *w)
 	cds_list_add(&w->by_deadline, before);
 }
 
-/* Whether the client response timer applies: serve-stale on, the timer set and shorter. */
-static bool stale_timer_on(struct flights *t)
+/* The client response timer in ms, 0 when it does not apply (serve-stale or the
+ * timer off, or the timer no shorter than upstream.timeout). */
+static uint32_t stale_timer_ms(struct flights *t)
 {
 	uint32_t timer = cache_stale_answer_ms(t->cache);
 
-	return timer != 0 && timer < t->set.timeout_ms;
+	return timer < t->set.timeout_ms ? timer : 0;
 }
 
 /* What a look at the cache already said of a stale answer for r's question. */
@@ -452,13 +453,15 @@ enum stale { STALE_UNKNOWN, STALE_NONE, STALE_HELD };
 static bool stale_soon(struct flights *t, const struct upstream_request *r, enum stale known,
 		       uint64_t *ms)
 {
-	if (!stale_timer_on(t))
+	uint32_t timer = stale_timer_ms(t);
+
+	if (timer == 0)
 		return false;
 	if (known == STALE_UNKNOWN)
 		known = cache_probe(t, &r->ask.q, true) == CACHE_STALE ? STALE_HELD : STALE_NONE;
 	if (known != STALE_HELD)
 		return false;
-	*ms = cache_stale_answer_ms(t->cache);
+	*ms = timer;
 	return true;
 }
 
@@ -882,7 +885,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 	enum stale stale = STALE_UNKNOWN;
 	if (look == LOOK_AGAIN || r->ask.dns64.len) {
 		bool own = key == r;
-		enum cache_result seen = cache_probe(t, &key->ask.q, own && stale_timer_on(t));
+		enum cache_result seen = cache_probe(t, &key->ask.q, own && stale_timer_ms(t));
 		if (seen != CACHE_MISS && seen != CACHE_STALE) {
 			if (r->ask.dns64_a || !r->ask.dns64.len ||
 			    !dns64_wanted(t->probe, t->probe_len) ||
