@@ -17,22 +17,22 @@
  * for one grace period before freeing the old array: amortised O(1) per
  * insert, and the resolver thread that inserts pays it, never a reader.
  *
- * Entries. One malloc per entry holds the key (lower-cased qname, qtype,
- * qclass, DO/CD bits), the cached reply's header flags and section counts,
- * the answer/authority/additional bytes exactly as the upstream sent them
- * (minus OPT and anything after it), and the offset of every record's TTL
- * field. Entries are immutable once published, apart from two one-byte
- * flags readers set atomically: the CLOCK referenced bit and the prefetch
- * claim. Compression pointers in the stored bytes point into the upstream
- * message; the question sits at offset 12 and the client's qname has the
- * same wire length as the key's, so a reply rebuilt as header + client's
- * question + stored bytes keeps every pointer valid. cache_insert checks
- * that the upstream question matches, that every owner name's pointers
- * point backwards and past the header, and that what they lead to lies
- * before the name's first pointer and outside every TTL field, and walks
- * the names inside NS, CNAME, PTR, DNAME, MX, SRV and SOA rdata the same
- * way, so no name we store reads bytes we rewrite (header, TTLs) or drop
- * (OPT and after).
+ * Entries. One allocation per entry (malloc's, or a spare: see Recycling)
+ * holds the key (lower-cased qname, qtype, qclass, DO/CD bits), the cached
+ * reply's header flags and section counts, the answer/authority/additional
+ * bytes exactly as the upstream sent them (minus OPT and anything after
+ * it), and the offset of every record's TTL field. Entries are immutable
+ * once published, apart from two one-byte flags readers set atomically:
+ * the CLOCK referenced bit and the prefetch claim. Compression pointers in
+ * the stored bytes point into the upstream message; the question sits at
+ * offset 12 and the client's qname has the same wire length as the key's,
+ * so a reply rebuilt as header + client's question + stored bytes keeps
+ * every pointer valid. cache_insert checks that the upstream question
+ * matches, that every owner name's pointers point backwards and past the
+ * header, and that what they lead to lies before the name's first pointer
+ * and outside every TTL field, and walks the names inside NS, CNAME, PTR,
+ * DNAME, MX, SRV and SOA rdata the same way, so no name we store reads
+ * bytes we rewrite (header, TTLs) or drop (OPT and after).
  *
  * Concurrency: readers (workers) never lock. They walk a bucket chain under
  * the liburcu memb read lock (a thread-local counter), compare keys, and copy
@@ -55,11 +55,25 @@
  * there is no extra thread, and so memory waiting for a grace period is
  * counted.
  *
+ * Recycling. An entry back from limbo is not given back to malloc when it
+ * is small (at most SPARE_MAX_BYTES): it waits on a spare list for its
+ * size (16-byte classes) and the next insert of that size takes it. A
+ * full cache in a flood of new names evicts one entry per insert, and
+ * glibc's malloc and free of those chunks (the bins, the neighbours'
+ * headers read to coalesce them, the arena's lock) cost more than taking
+ * one from a list. Each reclaim keeps what
+ * it frees as the new spares (up to the limbo trigger's worth) and gives
+ * the spares left from the batch before back to malloc: a size nobody
+ * asked for within one batch is not the flood's, so memory never waits
+ * for a size that stopped coming.
+ *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
  * sections, 16) + 16 bytes of malloc overhead. cache.size is split into the
  * bucket arrays at their cap (1/32), a limbo reserve (1/32) and the shards'
  * budgets (the rest, evenly). Dead, expired and stale entries count like live ones;
- * entries in limbo count until they are freed. The header is 80 bytes, so
+ * entries in limbo count until they are freed. The reserve holds limbo,
+ * which an insert that fills it to half reclaims before it returns, and
+ * the spares, kept to the other half. The header is 80 bytes, so
  * a one-record A answer for a 27-byte name is charged 160 bytes (plus about
  * 6 bytes of bucket share): 8 MiB holds about 49,000 of them, and glibc's
  * heap then really uses 7.5 MB for the 8.25 MB we count.
@@ -119,9 +133,11 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sanitizer/asan_interface.h> /* spares are poisoned; no-ops without ASan */
 #include <urcu/urcu-memb.h>
 
 #include "util/tsan.h" /* readers release, frees after a grace period acquire */
@@ -132,6 +148,8 @@
 #define MIN_BUCKETS 8          /* a new shard's array, and the smallest cap */
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
 #define MALLOC_OVERHEAD 16
+#define SPARE_MAX_BYTES 2048   /* larger entries go back to malloc */
+#define SPARE_CLASSES (SPARE_MAX_BYTES / 16 + 1)
 #define RR_FIXED_LEN 10
 #define MAX_RRS (DNS_MAX_MESSAGE / (1 + RR_FIXED_LEN) + 1)
 #define FLAGS_OPCODE_MASK 0x7800
@@ -228,6 +246,11 @@ struct cache {
 	struct entry *limbo;
 	_Atomic uint64_t limbo_bytes;
 	_Atomic uint64_t limbo_trigger; /* reclaim once limbo holds this much */
+	/* Entries back from limbo for reuse, by allocated size / 16, chained
+	 * by clock_next and poisoned for ASan but for that field; charged in
+	 * `spare_bytes`, at most limbo_trigger. Under limbo_lock. */
+	struct entry *spare[SPARE_CLASSES];
+	_Atomic uint64_t spare_bytes;
 	/* cache_make_all_stale: an entry inserted before the second stale_upto,
 	 * or in it under another generation, counts as expired. */
 	_Atomic uint64_t stale_upto;
@@ -446,30 +469,120 @@ struct cache *cache_new(const struct cache_config *cfg)
 	return c;
 }
 
+/* ---- entry memory: malloc, limbo, spares ------------------------------- */
+
+/* What an entry's allocation holds: a multiple of 16, its charge less malloc's overhead. */
+static size_t entry_alloc_bytes(const struct entry *e)
+{
+	return e->charge - MALLOC_OVERHEAD;
+}
+
+/* The spare list for allocations of that many bytes, or 0 when none is kept. */
+static size_t spare_class(size_t alloc_bytes)
+{
+	return alloc_bytes <= SPARE_MAX_BYTES ? alloc_bytes / 16 : 0;
+}
+
+/* A spare is nobody's until an insert takes it: ASan reports any access
+ * to it but to the link that chains it. */
+static void poison_spare(struct entry *e)
+{
+	size_t link = offsetof(struct entry, clock_next), after = link + sizeof e->clock_next;
+
+	ASAN_POISON_MEMORY_REGION(e, link);
+	ASAN_POISON_MEMORY_REGION((uint8_t *)e + after, entry_alloc_bytes(e) - after);
+}
+
+static void free_spares(struct entry *spare[SPARE_CLASSES])
+{
+	for (size_t k = 0; k < SPARE_CLASSES; k++) {
+		for (struct entry *e = spare[k], *next; e; e = next) {
+			next = e->clock_next;
+			ASAN_UNPOISON_MEMORY_REGION(e, k * 16);
+			free(e);
+		}
+	}
+}
+
 /*
- * Free what is in limbo once no reader can still see it. Writers call this
- * after dropping their shard lock, never inside an RCU read-side section.
- * One grace period (urcu_memb_synchronize_rcu: a membarrier, microseconds)
- * covers the whole batch.
+ * Install `spare` (holding `kept` bytes) as the cache's spares, and take
+ * back the `freed` bytes of limbo it came from, at once, so the accounted
+ * total never counts an entry twice. `spare` gets the spares it replaced.
+ */
+static void swap_spares(struct cache *c, struct entry *spare[SPARE_CLASSES], uint64_t kept,
+			uint64_t freed)
+{
+	pthread_mutex_lock(&c->limbo_lock);
+	for (size_t k = 0; k < SPARE_CLASSES; k++) {
+		struct entry *old = c->spare[k];
+		c->spare[k] = spare[k];
+		spare[k] = old;
+	}
+	atomic_store_explicit(&c->spare_bytes, kept, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&c->limbo_bytes, freed, memory_order_relaxed);
+	pthread_mutex_unlock(&c->limbo_lock);
+}
+
+/* An entry's memory: a spare of its size when there is one, else malloc's. */
+static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
+{
+	size_t k = spare_class(alloc_bytes);
+	struct entry *e = NULL;
+
+	if (k) {
+		pthread_mutex_lock(&c->limbo_lock);
+		e = c->spare[k];
+		if (e) {
+			c->spare[k] = e->clock_next;
+			atomic_fetch_sub_explicit(&c->spare_bytes, alloc_bytes + MALLOC_OVERHEAD,
+						  memory_order_relaxed);
+		}
+		pthread_mutex_unlock(&c->limbo_lock);
+	}
+	if (!e)
+		return malloc(alloc_bytes);
+	ASAN_UNPOISON_MEMORY_REGION(e, alloc_bytes);
+	return e;
+}
+
+/*
+ * Take what is in limbo once no reader can still see it: small entries,
+ * up to the limbo trigger's worth, become the spares, the rest and the
+ * spares they replace go back to malloc. Writers call this after dropping
+ * their shard lock, never inside an RCU read-side section. One grace
+ * period (urcu_memb_synchronize_rcu: a membarrier, microseconds) covers
+ * the whole batch.
  */
 static void reclaim(struct cache *c)
 {
+	struct entry *spare[SPARE_CLASSES] = {0};
+	uint64_t kept = 0, freed = 0;
+	uint64_t cap = atomic_load_explicit(&c->limbo_trigger, memory_order_relaxed);
+
 	pthread_mutex_lock(&c->limbo_lock);
 	struct entry *list = c->limbo;
 	c->limbo = NULL;
 	pthread_mutex_unlock(&c->limbo_lock);
-	if (!list)
-		return;
-
-	urcu_memb_synchronize_rcu();
-	TSAN_GRACE_ACQUIRE();
+	if (list) {
+		urcu_memb_synchronize_rcu();
+		TSAN_GRACE_ACQUIRE();
+	}
 	while (list) {
 		struct entry *next = list->clock_next;
-		atomic_fetch_sub_explicit(&c->limbo_bytes, list->charge,
-					  memory_order_relaxed);
-		free(list);
+		size_t k = spare_class(entry_alloc_bytes(list));
+		freed += list->charge;
+		if (k && kept + list->charge <= cap) {
+			kept += list->charge;
+			list->clock_next = spare[k];
+			spare[k] = list;
+			poison_spare(list);
+		} else {
+			free(list);
+		}
 		list = next;
 	}
+	swap_spares(c, spare, kept, freed);
+	free_spares(spare);
 }
 
 static void maybe_reclaim(struct cache *c)
@@ -614,7 +727,11 @@ void cache_free(struct cache *c)
 {
 	if (!c)
 		return;
-	cache_flush(c, NULL); /* frees every entry, after a grace period */
+	struct entry *spare[SPARE_CLASSES] = {0};
+
+	cache_flush(c, NULL); /* every entry to the spares or freed, after a grace period */
+	swap_spares(c, spare, 0, 0);
+	free_spares(spare);
 	pthread_mutex_destroy(&c->limbo_lock);
 	free_shards(c, c->nshards);
 	free(c);
@@ -967,13 +1084,14 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	size_t sec_len = r.sec_end - r.sec_start;
 	size_t size = sizeof(struct entry) + r.nttl * sizeof(uint16_t) +
 		      q->qname_len + sec_len;
-	uint64_t charge = ((size + 15) & ~(size_t)15) + MALLOC_OVERHEAD;
+	size_t alloc_bytes = (size + 15) & ~(size_t)15;
+	uint64_t charge = alloc_bytes + MALLOC_OVERHEAD;
 	uint64_t nh = name_hash(c, q->qname, q->qname_len);
 	struct shard *s = shard_of(c, nh);
 	if (charge > atomic_load_explicit(&s->budget, memory_order_relaxed))
 		return reject(c);
 
-	struct entry *e = malloc(size);
+	struct entry *e = entry_alloc(c, alloc_bytes);
 	if (!e)
 		return reject(c);
 	memset(e, 0, sizeof(*e));
@@ -1531,7 +1649,8 @@ void cache_stats(const struct cache *c, struct cache_stats *out)
 	memset(out, 0, sizeof(*out));
 	out->max_bytes = atomic_load_explicit(&c->cfg.max_bytes, memory_order_relaxed);
 	out->bytes = atomic_load_explicit(&c->fixed_bytes, memory_order_relaxed) +
-		     atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed);
+		     atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed) +
+		     atomic_load_explicit(&c->spare_bytes, memory_order_relaxed);
 	out->rejected = atomic_load_explicit(&c->rejected, memory_order_relaxed);
 	for (unsigned i = 0; i < c->nshards; i++) {
 		struct shard *s = &c->shards[i];

@@ -22,20 +22,26 @@
  * test (cache writers, walkers) allocate while the main thread counts */
 static volatile _Atomic bool counting;
 static volatile _Atomic unsigned long forbidden_calls;
+/* Of those, the heap's (malloc, calloc, realloc and free), apart: for a
+ * test of where memory comes from off the hot path. */
+static volatile _Atomic unsigned long heap_calls;
 
 /* With count_one_thread set, only calls made by count_thread count (a test
  * whose code under test has a thread of its own that may run meanwhile). */
 static volatile _Atomic bool count_one_thread;
 static pthread_t count_thread;
 
-/* One more forbidden call, if we are counting. */
-static void count_call(void)
+/* One more forbidden call, if we are counting; `heap` for the heap's. */
+static void count_call(bool heap)
 {
 	if (atomic_load_explicit(&count_one_thread, memory_order_relaxed) &&
 	    !pthread_equal(pthread_self(), count_thread))
 		return;
-	if (atomic_load_explicit(&counting, memory_order_relaxed))
-		atomic_fetch_add_explicit(&forbidden_calls, 1, memory_order_relaxed);
+	if (!atomic_load_explicit(&counting, memory_order_relaxed))
+		return;
+	atomic_fetch_add_explicit(&forbidden_calls, 1, memory_order_relaxed);
+	if (heap)
+		atomic_fetch_add_explicit(&heap_calls, 1, memory_order_relaxed);
 }
 
 #define WEAK __attribute__((weak))
@@ -48,32 +54,32 @@ WEAK int __real_pthread_mutex_lock(pthread_mutex_t *m);
 
 void *__wrap_malloc(size_t size)
 {
-	count_call();
+	count_call(true);
 	return __real_malloc(size);
 }
 
 void *__wrap_calloc(size_t n, size_t size)
 {
-	count_call();
+	count_call(true);
 	return __real_calloc(n, size);
 }
 
 void *__wrap_realloc(void *p, size_t size)
 {
-	count_call();
+	count_call(true);
 	return __real_realloc(p, size);
 }
 
 void __wrap_free(void *p)
 {
 	if (p)
-		count_call();
+		count_call(true);
 	__real_free(p);
 }
 
 int __wrap_pthread_mutex_lock(pthread_mutex_t *m)
 {
-	count_call();
+	count_call(false);
 	return __real_pthread_mutex_lock(m);
 }
 

@@ -1642,6 +1642,82 @@ static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
 	cache_free(c);
 }
 
+/* The heap calls made by inserting prefix-NNNNNN.recycle.example for i in
+ * [from, to), each answered with last octet i. */
+static unsigned long heap_calls_inserting(struct cache *c, const char *prefix, int from, int to)
+{
+	struct dns_query q;
+	struct pkt p;
+	char name[64];
+
+	heap_calls = 0;
+	for (int i = from; i < to; i++) {
+		snprintf(name, sizeof name, "%s-%06d.recycle.example", prefix, i);
+		query_a(&q, name);
+		simple_reply(&p, name, 300, (uint8_t)i);
+		counting = true;
+		assert_int_equal(cache_insert(c, &q, p.b, p.len, 1), 0);
+		counting = false;
+	}
+	return heap_calls;
+}
+
+/* Whether prefix-NNNNNN.recycle.example answers with its own address. */
+static void assert_answers_own(struct cache *c, const char *prefix, int from, int to)
+{
+	struct dns_query q;
+	char name[64];
+	size_t len;
+
+	for (int i = from; i < to; i++) {
+		snprintf(name, sizeof name, "%s-%06d.recycle.example", prefix, i);
+		query_a(&q, name);
+		assert_int_equal(answer(c, &q, 2, false, &len), CACHE_HIT);
+		struct msg_view *v = read_answer(len);
+		assert_int_equal(v->an, 1);
+		assert_int_equal(v->rr[0].rdlen, 4);
+		assert_int_equal(out[v->rr[0].rdoff + 3], (uint8_t)i);
+	}
+}
+
+/*
+ * A full cache in a flood of new names takes each new entry's memory from
+ * the entries its evictions freed (after their grace period), not from
+ * malloc, which would be a malloc and a free an insert. When the names
+ * change size, the spares of the old size go back to malloc within a batch
+ * and the new size is recycled in its turn. Every answer is its own, and
+ * the accounting holds.
+ */
+static void test_full_cache_recycles_evicted_entries(void **state)
+{
+	(void)state;
+	if (!alloc_counting_works()) {
+		print_message("not linked with -Wl,--wrap=malloc,...: see the top "
+			      "of tests/unit/test_cache.c\n");
+		skip();
+	}
+	struct cache_config cfg = default_config(); /* 1 MiB: about 6,000 names */
+	struct cache *c = new_cache(cfg);
+	struct cache_stats st;
+
+	heap_calls_inserting(c, "short", 0, 20000);
+	unsigned long heap = heap_calls_inserting(c, "short", 20000, 30000);
+	print_message("%lu heap calls for 10,000 inserts into a full cache\n", heap);
+	assert_true(heap < 10000 / 20);
+	assert_answers_own(c, "short", 29000, 30000);
+
+	heap_calls_inserting(c, "a-longer-name", 0, 20000);
+	heap = heap_calls_inserting(c, "a-longer-name", 20000, 30000);
+	print_message("%lu heap calls for 10,000 inserts of the next size\n", heap);
+	assert_true(heap < 10000 / 20);
+	assert_answers_own(c, "a-longer-name", 29000, 30000);
+
+	cache_stats(c, &st);
+	assert_true(st.bytes <= cfg.max_bytes);
+	assert_true(st.evictions > 50000);
+	cache_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1677,6 +1753,7 @@ int main(void)
 		cmocka_unit_test(test_bucket_arrays_grow_with_the_entries_up_to_their_cap),
 		cmocka_unit_test(test_walk_sees_each_entry_once_while_the_arrays_grow),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
+		cmocka_unit_test(test_full_cache_recycles_evicted_entries),
 	};
 #if defined(__SANITIZE_THREAD__)
 	/* make tsan: the tests with more than one thread. The others give
