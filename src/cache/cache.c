@@ -6,14 +6,17 @@
  * hash of its name alone, so every type of one name lives in one shard and
  * cache_flush(name) visits one shard. Each shard has an array of bucket
  * heads that doubles whenever its entries outnumber its buckets, up to a
- * cap of one bucket per 256 budget bytes (so a chain averages about one
- * entry at typical entry sizes); the arrays at their cap are charged
- * against cache.size up front. Growing, not allocating the cap at once,
- * is about resident memory: a 64 MiB cache has 2 MiB of bucket heads at
- * its cap, written all over by the first few thousand inserts, while
- * 10,000 names need 128 KiB. A doubling relinks one shard's entries
- * (O(entries in the shard), at most 9 times per shard from the initial 8
- * buckets to the cap of a 64 MiB cache) under the shard lock, then waits
+ * cap of one bucket per 128 budget bytes: a one-record answer is charged
+ * about 160, so a full cache's chains average under one entry, and a
+ * name not in the cache (every name of a flood) passes about 0.7 cold
+ * entries where a cap of one per 256 bytes passed 1.4 (docs/performance.md,
+ * "Cold misses"). The arrays at their cap are charged against cache.size
+ * up front. Growing, not allocating the cap at once, is about resident
+ * memory: a 64 MiB cache has 4 MiB of bucket heads at its cap, written
+ * all over by the first few thousand inserts, while 10,000 names need
+ * 128 KiB. A doubling relinks one shard's entries (O(entries in the
+ * shard), at most 10 times per shard from the initial 8 buckets to the
+ * cap of a 64 MiB cache) under the shard lock, then waits
  * for one grace period before freeing the old array: amortised O(1) per
  * insert, and the resolver thread that inserts pays it, never a reader.
  *
@@ -68,15 +71,16 @@
  * for a size that stopped coming.
  *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
- * sections, 16) + 16 bytes of malloc overhead. cache.size is split into the
- * bucket arrays at their cap (1/32), a limbo reserve (1/32) and the shards'
- * budgets (the rest, evenly). Dead, expired and stale entries count like live ones;
- * entries in limbo count until they are freed. The reserve holds limbo,
- * which an insert that fills it to half reclaims before it returns, and
- * the spares, kept to the other half. The header is 80 bytes, so
- * a one-record A answer for a 27-byte name is charged 160 bytes (plus about
- * 6 bytes of bucket share): 8 MiB holds about 49,000 of them, and glibc's
- * heap then really uses 7.5 MB for the 8.25 MB we count.
+ * sections, 16) + 16 bytes of malloc overhead. cache.size is split into
+ * the bucket arrays at their cap (1/16), a limbo reserve (1/32) and the
+ * shards' budgets (the rest, evenly). Dead, expired and stale entries
+ * count like live ones; entries in limbo count until they are freed. The
+ * reserve holds limbo, which an insert that fills it to half reclaims
+ * before it returns, and the spares, kept to the other half. The header is
+ * 80 bytes, so a one-record A answer for a 27-byte name is charged 160
+ * bytes (plus about 11 bytes of bucket share): 8 MiB holds about 47,500 of
+ * them. A charge is what glibc's chunk for the entry takes (16-byte
+ * rounding, an 8-byte header), fragmentation apart.
  *
  * Eviction: CLOCK per shard. Entries sit on a circular list; new ones go
  * just behind the hand (so they get one full revolution), a hit sets the
@@ -144,7 +148,7 @@
 
 #define MAX_SHARDS 64
 #define SHARD_MIN_BYTES (64 * 1024)
-#define BUDGET_BYTES_PER_BUCKET 256
+#define BUDGET_BYTES_PER_BUCKET 128
 #define MIN_BUCKETS 8          /* a new shard's array, and the smallest cap */
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
 #define MALLOC_OVERHEAD 16

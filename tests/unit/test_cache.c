@@ -1507,11 +1507,11 @@ static void test_bucket_arrays_grow_with_the_entries_up_to_their_cap(void **stat
 	struct cache *c = new_cache(cfg);
 	struct cache_stats st;
 
-	/* 64 shards of 8 buckets; what the arrays may grow to (4,096 heads a
-	 * shard, 2 MiB) is charged from the start. */
+	/* 64 shards of 8 buckets; what the arrays may grow to (8,192 heads a
+	 * shard, 4 MiB) is charged from the start. */
 	cache_stats(c, &st);
 	assert_int_equal(st.buckets, 64 * 8);
-	assert_int_equal(st.bytes, 64 * 4096 * sizeof(void *));
+	assert_int_equal(st.bytes, 64 * 8192 * sizeof(void *));
 	insert_names(c, "n%d.grow.example", 0, 10000, 0);
 	cache_stats(c, &st);
 	/* Every shard has at least a bucket per entry and fewer than two. */
@@ -1520,12 +1520,12 @@ static void test_bucket_arrays_grow_with_the_entries_up_to_their_cap(void **stat
 	print_message("10,000 entries: %llu buckets\n", (unsigned long long)st.buckets);
 	cache_free(c);
 
-	/* A small cache fills to its cap: 4 shards of 64 KiB, 256 buckets each. */
+	/* A small cache fills to its cap: 4 shards of 64 KiB, 512 buckets each. */
 	cfg.max_bytes = 256u << 10;
 	c = new_cache(cfg);
 	insert_names(c, "m%d.grow.example", 0, 20000, 0);
 	cache_stats(c, &st);
-	assert_int_equal(st.buckets, 4 * 256);
+	assert_int_equal(st.buckets, 4 * 512);
 	assert_true(st.bytes <= cfg.max_bytes);
 	assert_int_equal(hits_among(c, "m%d.grow.example", 0, 20000, 1), st.entries);
 	cache_free(c);
