@@ -533,7 +533,8 @@ static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
 	size_t k = spare_class(alloc_bytes);
 	struct entry *e = NULL;
 
-	if (k) {
+	/* a cache not yet full has no spares: no lock then */
+	if (k && atomic_load_explicit(&c->spare_bytes, memory_order_relaxed) > 0) {
 		pthread_mutex_lock(&c->limbo_lock);
 		e = c->spare[k];
 		if (e) {
