@@ -23,6 +23,11 @@
 #   - Then runs at a fixed rate of half Unbound's max (the median of its
 #     max-rate runs above): p50 and p99 latency of a miss, and CPU per miss
 #     at that rate.
+#   - Side by side: then $BENCH_MISS_ROUNDS rounds with both servers asked
+#     at once, each by a dnsgen of its own at half that fixed rate, over the
+#     same seconds: CPU per miss, p50 and p99 of each. The machine's drift,
+#     which moves the alternating runs by a quarter, falls on both alike
+#     here, so these ratios hold to a few percent from round to round.
 #   - Alternating: $BENCH_MISS_ROUNDS (3) rounds of each kind, localdns and
 #     Unbound taking turns (the idle one sleeps on the same CPU), the order
 #     swapped every round, so each round's ratio compares two runs seconds
@@ -130,6 +135,19 @@ machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat;
 # nsd_ticks machine_ticks gen_cpu_pct" to $TMP/TAG-KIND.runs and checks
 # the answers.
 PROBLEMS=""
+# Every reply NOERROR with an answer, none lost, no name asked twice; else a PROBLEMS entry.
+check_run() { # tag kind round dnsgen-output
+	local tag=$1 kind=$2 round=$3 out=$4 k
+	[ -n "$(gen_value "$out" received)" ] || { echo "miss_qps: dnsgen gave no result:" >&2; tail -5 "$out.err" >&2; exit 1; }
+	for k in lost no_answer truncated mismatched unexpected errors; do
+		[ "$(gen_value "$out" "$k")" = 0 ] || PROBLEMS="$PROBLEMS; $tag $kind run $round: $k $(gen_value "$out" "$k")"
+	done
+	[ "$(gen_value "$out" noerror)" = "$(gen_value "$out" received)" ] ||
+		PROBLEMS="$PROBLEMS; $tag $kind run $round: $(gen_value "$out" received) answered, $(gen_value "$out" noerror) NOERROR"
+	[ "$(gen_value "$out" sent)" -lt "$MISS_NAMES" ] ||
+		PROBLEMS="$PROBLEMS; $tag $kind run $round: the query file ran out (names asked twice)"
+}
+
 miss_run() { # tag kind round dnsgen-args...
 	local tag=$1 kind=$2 round=$3 port pid out c0 c1 x0 x1 n0 n1 m0 m1 k
 	shift 3
@@ -146,14 +164,7 @@ miss_run() { # tag kind round dnsgen-args...
 	x1=$(ctxt_switches "$pid")
 	n1=$(nsd_ticks)
 	m1=$(machine_ticks)
-	[ -n "$(gen_value "$out" received)" ] || { echo "miss_qps: dnsgen gave no result:" >&2; tail -5 "$out.err" >&2; exit 1; }
-	for k in lost no_answer truncated mismatched unexpected errors; do
-		[ "$(gen_value "$out" "$k")" = 0 ] || PROBLEMS="$PROBLEMS; $tag $kind run $round: $k $(gen_value "$out" "$k")"
-	done
-	[ "$(gen_value "$out" noerror)" = "$(gen_value "$out" received)" ] ||
-		PROBLEMS="$PROBLEMS; $tag $kind run $round: $(gen_value "$out" received) answered, $(gen_value "$out" noerror) NOERROR"
-	[ "$(gen_value "$out" sent)" -lt "$MISS_NAMES" ] ||
-		PROBLEMS="$PROBLEMS; $tag $kind run $round: the query file ran out (names asked twice)"
+	check_run "$tag" "$kind" "$round" "$out"
 	echo "$(gen_value "$out" received) $(gen_value "$out" qps) $(gen_value "$out" noerror) $(gen_value "$out" lost) $((c1 - c0)) $((x1 - x0)) $(gen_value "$out" p50_us) $(gen_value "$out" p99_us) $(gen_value "$out" elapsed_s) $((n1 - n0)) $((m1 - m0)) $(gen_value "$out" gen_cpu_pct)" >>"$TMP/$tag-$kind.runs"
 	printf '%-8s %-5s round %s: %s answered (%s/s), %s lost, CPU %s ticks, %s context switches, p50 %s us, p99 %s us; NSD %s ticks, dnsgen %s%%, machine %s ticks\n' \
 		"$tag" "$kind" "$round" "$(gen_value "$out" received)" "$(gen_value "$out" qps)" \
@@ -180,12 +191,41 @@ alternate max -l "$MISS_SECS" -q "$MISS_OUTSTANDING"
 HALF=$(awk '{print $2}' "$TMP/unbound-max.runs" | sort -n | awk '{v[NR] = $1} END {printf "%d", v[int((NR + 1) / 2)] / 2}')
 echo "fixed rate: $HALF new names a second (half Unbound's median max)"
 alternate half -l "$MISS_SECS" -Q "$HALF" -q "$MISS_OUTSTANDING"
+
+# Side by side: both servers at once, each asked by a dnsgen of its own at
+# half the fixed rate above (together, half Unbound's max), over the same
+# seconds, so whatever else the machine does then falls on both alike.
+# Appends "received ticks p50 p99" of localdns, then of Unbound, to
+# $TMP/side.runs.
+SIDE=$((HALF / 2))
+side_run() { # round
+	local round=$1 lq uq lout uout lc0 lc1 uc0 uc1 lg ug
+	lq=$TMP/localdns-side$round-queries.txt uq=$TMP/unbound-side$round-queries.txt
+	lout=$TMP/localdns-side$round.txt uout=$TMP/unbound-side$round.txt
+	fresh_names "$lq" "lside$round" "$MISS_NAMES"
+	fresh_names "$uq" "uside$round" "$MISS_NAMES"
+	lc0=$(cpu_ticks "$LPID") uc0=$(cpu_ticks "$UPID")
+	QUERIES=$lq gen "$lout" -p "$L_PORT" -c "$GEN_SOCKETS" -t 2 -l "$MISS_SECS" -Q "$SIDE" -q "$MISS_OUTSTANDING" &
+	lg=$!
+	QUERIES=$uq gen "$uout" -p "$U_PORT" -c "$GEN_SOCKETS" -t 2 -l "$MISS_SECS" -Q "$SIDE" -q "$MISS_OUTSTANDING" &
+	ug=$!
+	wait "$lg" "$ug"
+	lc1=$(cpu_ticks "$LPID") uc1=$(cpu_ticks "$UPID")
+	check_run localdns side "$round" "$lout"
+	check_run unbound side "$round" "$uout"
+	echo "$(gen_value "$lout" received) $((lc1 - lc0)) $(gen_value "$lout" p50_us) $(gen_value "$lout" p99_us) $(gen_value "$uout" received) $((uc1 - uc0)) $(gen_value "$uout" p50_us) $(gen_value "$uout" p99_us)" >>"$TMP/side.runs"
+	printf 'side by side round %s: localdns %s answered, CPU %s ticks, p50 %s us; unbound %s answered, CPU %s ticks, p50 %s us\n' \
+		"$round" "$(gen_value "$lout" received)" "$((lc1 - lc0))" "$(gen_value "$lout" p50_us)" \
+		"$(gen_value "$uout" received)" "$((uc1 - uc0))" "$(gen_value "$uout" p50_us)"
+}
+echo "side by side: $SIDE new names a second each"
+for r in $(seq 1 "$MISS_ROUNDS"); do side_run "$r"; done
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 L_RSS=$(rss_kib "$LPID")
 U_RSS=$(rss_kib "$UPID")
 
 # ------------------------------------------------------------------ figures
-SUMMARY=$(MS_TMP=$TMP MS_HZ=$CLK_TCK MS_HALF=$HALF MS_LRSS=$L_RSS MS_URSS=$U_RSS \
+SUMMARY=$(MS_TMP=$TMP MS_HZ=$CLK_TCK MS_HALF=$HALF MS_SIDE=$SIDE MS_LRSS=$L_RSS MS_URSS=$U_RSS \
 	MS_LLABEL="localdns ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown), workers 1, resolver $MISS_RESOLVER, cache $MISS_CACHE)" \
 	MS_ULABEL="unbound $UVER (num-threads 1, iterator)" python3 - <<'EOF'
 import os
@@ -243,6 +283,21 @@ print("localdns / Unbound, round by round (each pair of runs seconds apart): ans
       "CPU per answered miss %s (at most 1.00 is the target); at half Unbound's rate, CPU per miss %s, "
       "p50 %s, p99 %s." % (ratios("max", "qps"), ratios("max", "us"), ratios("half", "us"),
                            ratios("half", "p50"), ratios("half", "p99")))
+side = []
+for line in open("%s/side.runs" % tmp):
+    v = line.split()
+    side.append([{"us": int(v[i + 1]) / hz * 1e6 / (int(v[i]) or 1), "p50": float(v[i + 2]),
+                  "p99": float(v[i + 3])} for i in (0, 4)])
+print()
+print("Side by side, both at once at %s new names a second each over the same seconds: CPU us per "
+      "miss %s against %s; p50 %s against %s us; localdns / Unbound round by round: CPU per miss %s, "
+      "p50 %s, p99 %s." % (
+          env["MS_SIDE"], span([l["us"] for l, u in side], "%.1f"),
+          span([u["us"] for l, u in side], "%.1f"), span([l["p50"] for l, u in side], "%.0f"),
+          span([u["p50"] for l, u in side], "%.0f"),
+          ", ".join("%.2f" % (l["us"] / u["us"]) for l, u in side),
+          ", ".join("%.2f" % (l["p50"] / u["p50"]) for l, u in side),
+          ", ".join("%.2f" % (l["p99"] / u["p99"]) for l, u in side)))
 EOF
 )
 echo "$SUMMARY"
@@ -254,7 +309,7 @@ bench_doc_meta
 NOTE="- Every reply NOERROR with an answer, none lost, no name asked twice."
 [ -z "$PROBLEMS" ] || NOTE="- NOT all right$PROBLEMS."
 MS_BEGIN="<!-- cold-misses:begin (written by tests/bench/miss_qps.sh; do not edit by hand) -->" \
-MS_HEAD="Measured $DATE on $NCPU CPUs ($CPU), Linux $KERNEL, commit $COMMIT; $PINNING, NSD (wildcard zone, no rate limit) on CPU 1 too; dnsgen -c $GEN_SOCKETS, $MISS_ROUNDS alternating rounds of $MISS_SECS s max-rate runs (-q $MISS_OUTSTANDING) and $MISS_ROUNDS of $MISS_SECS s at $HALF new names a second, every name new; $BUSY_NOTE, load average $LOAD after." \
+MS_HEAD="Measured $DATE on $NCPU CPUs ($CPU), Linux $KERNEL, commit $COMMIT; $PINNING, NSD (wildcard zone, no rate limit) on CPU 1 too; dnsgen -c $GEN_SOCKETS, $MISS_ROUNDS alternating rounds of $MISS_SECS s max-rate runs (-q $MISS_OUTSTANDING) and $MISS_ROUNDS of $MISS_SECS s at $HALF new names a second, then $MISS_ROUNDS of $MISS_SECS s side by side at $SIDE each, every name new; $BUSY_NOTE, load average $LOAD after." \
 MS_BODY="$SUMMARY" MS_NOTE="$NOTE" python3 - "$DOC" <<'EOF'
 import os, sys
 doc, env = sys.argv[1], os.environ
