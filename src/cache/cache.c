@@ -502,6 +502,7 @@ static void free_spares(struct entry *spare[SPARE_CLASSES])
 	for (size_t k = 0; k < SPARE_CLASSES; k++) {
 		for (struct entry *e = spare[k], *next; e; e = next) {
 			next = e->clock_next;
+			/* the class gives the size: the charge is poisoned */
 			ASAN_UNPOISON_MEMORY_REGION(e, k * 16);
 			free(e);
 		}
