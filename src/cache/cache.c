@@ -150,6 +150,7 @@
 #define SHARD_MIN_BYTES (64 * 1024)
 #define BUDGET_BYTES_PER_BUCKET 128
 #define MIN_BUCKETS 8          /* a new shard's array, and the smallest cap */
+#define BUCKETS_ALIGN 64       /* a directory word's low bits hold log2 of the size */
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
 #define MALLOC_OVERHEAD 16
 #define SPARE_MAX_BYTES 2048   /* larger entries go back to malloc */
@@ -264,6 +265,13 @@ struct cache {
 	 * clients choose the names, and must not be able to choose ones that
 	 * share a chain. */
 	uint8_t hash_key[16];
+	/* The readers' copy of each shard's bucket array: its address, with
+	 * log2 of its size in the low bits (arrays are BUCKETS_ALIGN-aligned).
+	 * A look-up reads this one word, not the shard (whose line every
+	 * insert writes) and then the array's header for its mask: two misses
+	 * in a row less when a flood leaves both cold. Published with the
+	 * shard's own pointer (publish_table). */
+	_Atomic uintptr_t directory[MAX_SHARDS];
 	struct stripe stripes[STRIPES];
 };
 
@@ -290,11 +298,14 @@ static uint64_t key_hash(uint64_t nh, uint16_t qtype, uint16_t qclass,
 	return mix64(nh ^ ((uint64_t)qtype << 24 | (uint64_t)qclass << 8 | keyflags));
 }
 
+static unsigned shard_index(const struct cache *c, uint64_t nh)
+{
+	return c->shard_shift >= 64 ? 0 : (unsigned)(mix64(nh) >> c->shard_shift);
+}
+
 static struct shard *shard_of(const struct cache *c, uint64_t nh)
 {
-	if (c->shard_shift >= 64)
-		return &c->shards[0];
-	return &c->shards[mix64(nh) >> c->shard_shift];
+	return &c->shards[shard_index(c, nh)];
 }
 
 static uint8_t query_keyflags(const struct dns_query *q)
@@ -372,11 +383,26 @@ static struct layout plan_layout(uint64_t max_bytes, unsigned nshards)
 
 static struct buckets *new_buckets(uint64_t n)
 {
-	struct buckets *b = calloc(1, sizeof *b + n * sizeof b->head[0]);
+	size_t bytes = (sizeof(struct buckets) + n * sizeof(_Atomic(struct entry *)) +
+			BUCKETS_ALIGN - 1) & ~(size_t)(BUCKETS_ALIGN - 1);
+	struct buckets *b = aligned_alloc(BUCKETS_ALIGN, bytes);
 
-	if (b)
+	if (b) {
+		memset(b, 0, bytes);
 		b->mask = n - 1;
+	}
 	return b;
+}
+
+/* Make b s's array, for writers (s->table) and readers (the directory);
+ * s locked, or not yet shared. */
+static void publish_table(struct shard *s, struct buckets *b)
+{
+	struct cache *c = s->cache;
+	uintptr_t word = (uintptr_t)b | (uintptr_t)__builtin_ctzll(b->mask + 1);
+
+	atomic_store_explicit(&s->table, b, memory_order_release);
+	atomic_store_explicit(&c->directory[s - c->shards], word, memory_order_release);
 }
 
 static void store_config(struct live_config *to, const struct cache_config *cfg)
@@ -464,10 +490,10 @@ struct cache *cache_new(const struct cache_config *cfg)
 			free(c);
 			return NULL;
 		}
-		atomic_init(&s->table, b);
+		s->cache = c;
+		publish_table(s, b);
 		atomic_init(&s->nbuckets, MIN_BUCKETS);
 		s->max_buckets = l.nbuckets;
-		s->cache = c;
 		atomic_init(&s->budget, l.budget);
 	}
 	return c;
@@ -1005,12 +1031,12 @@ static void make_room(struct shard *s, uint64_t need, uint64_t now)
 	}
 }
 
-static struct entry *find_locked(struct shard *s, uint64_t h,
-				 const uint8_t *qname, size_t qname_len,
-				 uint16_t qtype, uint16_t qclass, uint8_t keyflags)
+/* The entry of this key on the chain at head, or NULL. */
+static struct entry *find_in_chain(_Atomic(struct entry *) const *head, uint64_t h,
+				   const uint8_t *qname, size_t qname_len,
+				   uint16_t qtype, uint16_t qclass, uint8_t keyflags)
 {
-	struct buckets *b = atomic_load_explicit(&s->table, memory_order_acquire);
-	struct entry *e = atomic_load_explicit(&b->head[h & b->mask], memory_order_acquire);
+	struct entry *e = atomic_load_explicit(head, memory_order_acquire);
 
 	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
 		if (e->hash == h && e->qtype == qtype && e->qclass == qclass &&
@@ -1018,6 +1044,17 @@ static struct entry *find_locked(struct shard *s, uint64_t h,
 		    memcmp(entry_qname(e), qname, qname_len) == 0)
 			return e;
 	return NULL;
+}
+
+/* A writer's find: s locked, so its array is s->table. */
+static struct entry *find_locked(struct shard *s, uint64_t h,
+				 const uint8_t *qname, size_t qname_len,
+				 uint16_t qtype, uint16_t qclass, uint8_t keyflags)
+{
+	struct buckets *b = atomic_load_explicit(&s->table, memory_order_relaxed);
+
+	return find_in_chain(&b->head[h & b->mask], h, qname, qname_len, qtype, qclass,
+			     keyflags);
 }
 
 /*
@@ -1045,7 +1082,7 @@ static struct buckets *relink(struct shard *s, struct buckets *b)
 			e = e->clock_next;
 		} while (e != s->hand);
 	}
-	atomic_store_explicit(&s->table, b, memory_order_release);
+	publish_table(s, b);
 	atomic_store_explicit(&s->nbuckets, b->mask + 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->relinking, 1, memory_order_release);
 	return old;
@@ -1268,6 +1305,17 @@ static void count(_Atomic uint64_t *counter)
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
+/* A reader's bucket for k: through the directory, never the shard. */
+static _Atomic(struct entry *) *bucket_of(const struct cache *c, const struct cache_key *k)
+{
+	uintptr_t word = atomic_load_explicit(&c->directory[shard_index(c, k->name_hash)],
+					      memory_order_acquire);
+	struct buckets *b = (struct buckets *)(word & ~(uintptr_t)(BUCKETS_ALIGN - 1));
+	uint64_t mask = ((uint64_t)1 << (word & (BUCKETS_ALIGN - 1))) - 1;
+
+	return &b->head[k->hash & mask];
+}
+
 /*
  * The lookup behind cache_write_answer and cache_replay, the caller in an
  * RCU read-side section. client: a worker
@@ -1287,11 +1335,13 @@ static enum cache_result lookup_and_write(struct cache *c, struct dns_writer *w,
 	    w->count[2] || !q || q->qname_len == 0 || q->qname_len > DNS_MAX_NAME)
 		return CACHE_MISS;
 
-	struct shard *s = shard_of(c, k->name_hash);
 	enum cache_result result = CACHE_MISS;
-
-	struct entry *e = find_locked(s, k->hash, q->qname, q->qname_len, q->qtype,
-				      q->qclass, query_keyflags(q));
+	/* a batch's prefetch found the bucket already, in this read-side
+	 * section: an array replaced since is still there, and its chains end
+	 * at NULL like any a reader races (a miss at worst) */
+	_Atomic(struct entry *) const *head = k->bucket ? k->bucket : bucket_of(c, k);
+	struct entry *e = find_in_chain(head, k->hash, q->qname, q->qname_len, q->qtype,
+					q->qclass, query_keyflags(q));
 	if (!e && absent)
 		*absent = true;
 	if (e && live(c, e, now)) {
@@ -1330,14 +1380,6 @@ void cache_key_of(const struct cache *c, const struct dns_query *q, struct cache
 	k->name_hash = name_hash(c, q->qname, q->qname_len);
 	k->hash = key_hash(k->name_hash, q->qtype, q->qclass, query_keyflags(q));
 	k->bucket = NULL;
-}
-
-static _Atomic(struct entry *) *bucket_of(const struct cache *c, const struct cache_key *k)
-{
-	struct buckets *b = atomic_load_explicit(&shard_of(c, k->name_hash)->table,
-						 memory_order_acquire);
-
-	return &b->head[k->hash & b->mask];
 }
 
 void cache_prefetch_bucket(const struct cache *c, struct cache_key *k)
@@ -1430,14 +1472,14 @@ uint32_t cache_stale_answer_ms(const struct cache *c)
 
 bool cache_has_nxdomain(struct cache *c, const struct dns_query *q, uint64_t now)
 {
-	uint64_t nh = name_hash(c, q->qname, q->qname_len);
-	uint8_t keyflags = query_keyflags(q);
+	struct cache_key k;
 	struct entry *e;
 	bool nxdomain;
 
+	cache_key_of(c, q, &k);
 	urcu_memb_read_lock();
-	e = find_locked(shard_of(c, nh), key_hash(nh, q->qtype, q->qclass, keyflags), q->qname,
-			q->qname_len, q->qtype, q->qclass, keyflags);
+	e = find_in_chain(bucket_of(c, &k), k.hash, q->qname, q->qname_len, q->qtype, q->qclass,
+			  query_keyflags(q));
 	nxdomain = e && live(c, e, now) && (e->flags & FLAGS_RCODE_MASK) == DNS_R_NXDOMAIN;
 	TSAN_GRACE_RELEASE();
 	urcu_memb_read_unlock();

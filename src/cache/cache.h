@@ -151,7 +151,7 @@ enum cache_result cache_write_answer(struct cache *c, struct dns_writer *w,
 struct cache_key {
 	uint64_t name_hash; /* the name's, under the cache's secret key */
 	uint64_t hash;      /* name, type, class, DO and CD */
-	const void *bucket; /* cache_prefetch_bucket's, for cache_prefetch_entry only */
+	const void *bucket; /* cache_prefetch_bucket's: prefetched, then walked (NULL: not yet) */
 };
 void cache_key_of(const struct cache *c, const struct dns_query *q, struct cache_key *k);
 void cache_prefetch_bucket(const struct cache *c, struct cache_key *k);
