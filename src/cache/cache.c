@@ -37,9 +37,11 @@
  * DNAME, MX, SRV and SOA rdata the same way, so no name we store reads
  * bytes we rewrite (header, TTLs) or drop (OPT and after).
  *
- * Concurrency: readers (workers) never lock. They walk a bucket chain under
- * the liburcu memb read lock (a thread-local counter), compare keys, and copy
- * the entry out while it cannot be freed. Writers (the resolver thread
+ * Concurrency: readers (workers) never lock. They find a shard's array
+ * through the cache's directory (one word: address and size), never the
+ * shard itself, whose line writers keep writing; walk a bucket chain under
+ * the liburcu memb read lock (a thread-local counter), compare keys, and
+ * copy the entry out while it cannot be freed. Writers (the resolver thread
  * inserting, the control thread flushing) take the shard's mutex, publish a
  * new entry with a release store of the bucket head, unlink old ones with a
  * release store of their predecessor's next pointer (each entry keeps where
