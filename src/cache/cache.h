@@ -57,8 +57,8 @@ struct cache;
 /*
  * Make an empty cache. Its bucket arrays start small and grow with the
  * entries; what they may grow to is charged against max_bytes from the
- * start, as is a 1/32 reserve for entries waiting to be freed or reused. Returns
- * NULL on ENOMEM (or a NULL cfg).
+ * start, as is a 1/32 reserve for entries waiting to be freed or reused.
+ * Returns NULL on ENOMEM (or a NULL cfg).
  */
 struct cache *cache_new(const struct cache_config *cfg);
 

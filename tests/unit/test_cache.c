@@ -1585,14 +1585,20 @@ static void test_walk_sees_each_entry_once_while_the_arrays_grow(void **state)
 
 /* ---- the hot-path promise ----------------------------------------------- */
 
-static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
+/* The tests below count calls: skipped in a binary without the wrappers. */
+static void skip_unless_counting(void)
 {
-	(void)state;
 	if (!alloc_counting_works()) {
 		print_message("not linked with -Wl,--wrap=malloc,...: see the top "
 			      "of tests/unit/test_cache.c\n");
 		skip();
 	}
+}
+
+static void test_answering_allocates_nothing_and_takes_no_mutex(void **state)
+{
+	(void)state;
+	skip_unless_counting();
 
 	struct cache_config cfg = default_config();
 	cfg.stale_max_age = 1000;
@@ -1691,11 +1697,7 @@ static void assert_answers_own(struct cache *c, const char *prefix, int from, in
 static void test_full_cache_recycles_evicted_entries(void **state)
 {
 	(void)state;
-	if (!alloc_counting_works()) {
-		print_message("not linked with -Wl,--wrap=malloc,...: see the top "
-			      "of tests/unit/test_cache.c\n");
-		skip();
-	}
+	skip_unless_counting();
 	struct cache_config cfg = default_config(); /* 1 MiB: about 6,000 names */
 	struct cache *c = new_cache(cfg);
 	struct cache_stats st;
