@@ -77,6 +77,9 @@ int privs_drop(const struct config *cfg, char *err, size_t errlen);
  * a file for writing, or making memory executable. Threads a library starts
  * inherit the list and capabilities of the thread that starts them. Beneath
  * each list, every thread also has the main thread's deny-list (privs_drop).
+ * And no thread started here can be cancelled (pthread_cancel is never
+ * called): cancellation is disabled, which lets glibc's wrapper around each
+ * blocking call skip its two atomic operations (thread.c, never_cancelled).
  */
 enum privs_thread {
 	PRIVS_WORKER,

@@ -518,6 +518,20 @@ static int restrict_self(enum privs_thread kind, char *err, size_t errlen)
 
 /* ---- starting threads ----------------------------------------------------------------- */
 
+/*
+ * Nothing here calls pthread_cancel, yet glibc wraps every blocking call
+ * (recvmmsg, sendmmsg, epoll_wait; libunbound's send, recv and close) in
+ * two atomic read-modify-writes that switch the thread to asynchronous
+ * cancellation and back, unless it is asynchronous already. So it is,
+ * with cancellation disabled: the wrapper is then a load and a compare.
+ * Measured on this machine: 70 ns less per call, about ten calls a miss.
+ */
+static void never_cancelled(void)
+{
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
+	pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, NULL);
+}
+
 struct start {
 	enum privs_thread kind;
 	char name[16];
@@ -536,6 +550,7 @@ static void *trampoline(void *p)
 	void *arg = s->arg;
 
 	prctl(PR_SET_NAME, s->name);
+	never_cancelled();
 	int rc = restrict_self(s->kind, s->err, sizeof s->err);
 	pthread_mutex_lock(&s->lock);
 	s->state = rc < 0 ? -1 : 1;
