@@ -40,6 +40,7 @@ struct loop {
 	bool dispatching;
 	bool skipped_poll;           /* the last turn ran a due timer without epoll_wait */
 	size_t live;                 /* events made and not freed */
+	uint64_t now_ns;             /* the turn's clock (CLOCK_MONOTONIC), see loop_read_clock */
 };
 
 /*
@@ -84,7 +85,8 @@ int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max);
  * The same turn without sleeping, for a loop whose epoll descriptor
  * (loop_fd) sits in another thread's epoll set (the worker that hosts the
  * resolver, upstream.h): ask epoll only when ready (that set said the
- * descriptor is readable), run the timers due and what is ready, give back
+ * descriptor is readable), run the timers due by the turn's clock (the
+ * caller reads it first: loop_read_clock) and what is ready, give back
  * the caller's tags. The count, or -1 with errno.
  */
 int loop_poll(struct loop *l, bool ready, unsigned *tags, int max);
@@ -96,8 +98,18 @@ static inline bool loop_running_last(const struct loop *l)
 }
 /* A timer of libunbound's is due by now_ns (monotonic): a loop_poll runs it. */
 bool loop_timer_due(const struct loop *l, uint64_t now_ns);
-/* timeout_ms, or less when a timer is due sooner (0: due now). */
-int loop_timeout_ms(const struct loop *l, int timeout_ms);
+/* timeout_ms, or less when a timer is due sooner (0: due now); reads the clock. */
+int loop_timeout_ms(struct loop *l, int timeout_ms);
+
+/*
+ * The turn's clock: every timeout libunbound adds counts from it, and
+ * loop_poll runs the timers due by it. loop_wait reads it when it wakes;
+ * the caller of loop_poll reads it when its turn starts, and before it
+ * asks libunbound anything outside a turn (a timeout added by a clock
+ * read long ago would fire early). loop_clock_ns is the last reading.
+ */
+uint64_t loop_read_clock(struct loop *l);
+static inline uint64_t loop_clock_ns(const struct loop *l) { return l->now_ns; }
 
 /* A base for a context that is not attached to a loop yet. */
 void loop_base_init(struct loop_base *b);

@@ -509,7 +509,8 @@ static void take_result(struct upstream *u, struct flight *f, struct upstream_an
 {
 	struct upstream_context *c = context_numbered(u, f->upstream);
 
-	upstream_observe_latency(&u->n, monotonic_ns() - f->asked_ns);
+	/* from the turn that asked to the turn that took the answer */
+	upstream_observe_latency(&u->n, loop_clock_ns(&u->loop) - f->asked_ns);
 	upstream_bump(&u->n.results[a->kind]);
 	u->now_ms = (uint64_t)coarse_ms();
 	if (c && counted)
@@ -613,7 +614,7 @@ static bool ask_now(struct upstream *u, struct flight *f)
 
 	if (dns_name_to_text(flight_name(f), name, sizeof name) < 0)
 		return false;
-	f->asked_ns = monotonic_ns();
+	f->asked_ns = loop_clock_ns(&u->loop);
 	u->asking = true;
 	rc = ub_resolve_event(u->ctx->ub, name, f->q.qtype, f->q.qclass, f, on_result, &id);
 	u->asking = false;
@@ -851,8 +852,9 @@ bool upstream_host_turn(struct upstream *u, bool ready)
 	unsigned tags[4];
 
 	atomic_store_explicit(&u->idle, false, memory_order_relaxed);
+	uint64_t now_ns = loop_read_clock(&u->loop);
 	if (!ready && !u->turn_owed && ring_request_empty(u->requests[u->host_worker]) &&
-	    !loop_timer_due(&u->loop, monotonic_ns()) && (uint64_t)coarse_ms() < u->next_turn_ms)
+	    !loop_timer_due(&u->loop, now_ns) && (uint64_t)coarse_ms() < u->next_turn_ms)
 		return true;
 	u->turn_owed = false;
 	for (int turns = 0; turns < 2; turns++) {
@@ -861,7 +863,8 @@ bool upstream_host_turn(struct upstream *u, bool ready)
 			finish(u);
 			return false;
 		}
-		if (!loop_timer_due(&u->loop, monotonic_ns()))
+		/* a question asked in this turn starts from a timer of no delay */
+		if (!loop_timer_due(&u->loop, loop_clock_ns(&u->loop)))
 			break;
 	}
 	u->next_turn_ms = u->now_ms + (uint64_t)wait_ms(u);
@@ -877,6 +880,7 @@ bool upstream_host_turn(struct upstream *u, bool ready)
  */
 void upstream_host_ask(struct upstream *u, const struct upstream_request *rs, size_t n)
 {
+	loop_read_clock(&u->loop); /* outside the resolver's turn: what it asks counts from now */
 	for (size_t i = 0; i < n; i++)
 		take_request(u, u->host_worker, &rs[i]);
 	u->turn_owed = true;

@@ -11,8 +11,9 @@
  * descriptor closed without its event being deleted, then reused, serves
  * the new event; the caller's own descriptors come back as tags (an edge-
  * triggered one once per write); a timer that is due at every turn never
- * keeps a ready descriptor waiting more than one turn; every
- * event made is freed; a base not attached to a loop makes none.
+ * keeps a ready descriptor waiting more than one turn; a timeout counts
+ * from the turn's clock, read once for the turn, not from a read of its
+ * own; every event made is freed; a base not attached to a loop makes none.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -377,6 +378,23 @@ static void test_due_timers_never_keep_a_ready_descriptor_waiting(void **state)
 	close(fd);
 }
 
+static void test_a_timeout_counts_from_the_turns_clock(void **state)
+{
+	struct fixture *f = *state;
+	struct seen s = {0};
+	struct ub_event *t = new_event(f, -1, 0, &s);
+	struct timeval t100 = ms(100);
+	uint64_t turn_ns = loop_read_clock(&f->loop);
+
+	assert_int_equal(loop_clock_ns(&f->loop), turn_ns);
+	assert_int_equal(t->vmt->add_timer(t, &f->base.super, note, &s, &t100), 0);
+	/* due exactly 100 ms after the reading: a clock read of the timer's own
+	 * would put it a little later */
+	assert_false(loop_timer_due(&f->loop, turn_ns + 99999999));
+	assert_true(loop_timer_due(&f->loop, turn_ns + 100000000));
+	t->vmt->free(t);
+}
+
 static void test_an_unattached_base_makes_no_event(void **state)
 {
 	struct loop_base b;
@@ -409,6 +427,8 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_due_timers_never_keep_a_ready_descriptor_waiting,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_timeout_counts_from_the_turns_clock, setup,
+						teardown),
 		cmocka_unit_test(test_an_unattached_base_makes_no_event),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
