@@ -1112,8 +1112,8 @@ static int reject(struct cache *c)
 	return -1;
 }
 
-int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
-		 size_t len, uint64_t now)
+int cache_insert_keyed(struct cache *c, const struct dns_query *q, const struct cache_key *k,
+		       const uint8_t *msg, size_t len, uint64_t now)
 {
 	uint16_t ttl_off[MAX_RRS];
 	struct cache_config cfg;
@@ -1131,8 +1131,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 		      q->qname_len + sec_len;
 	size_t alloc_bytes = (size + 15) & ~(size_t)15;
 	uint64_t charge = alloc_bytes + MALLOC_OVERHEAD;
-	uint64_t nh = name_hash(c, q->qname, q->qname_len);
-	struct shard *s = shard_of(c, nh);
+	struct shard *s = shard_of(c, k->name_hash);
 	if (charge > atomic_load_explicit(&s->budget, memory_order_relaxed))
 		return reject(c);
 
@@ -1141,7 +1140,7 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 		return reject(c);
 	memset(e, 0, sizeof(*e));
 	e->keyflags = query_keyflags(q);
-	e->hash = key_hash(nh, q->qtype, q->qclass, e->keyflags);
+	e->hash = k->hash;
 	e->inserted = now;
 	e->gen = atomic_load_explicit(&c->gen, memory_order_relaxed);
 	e->ttl = ttl;
@@ -1198,6 +1197,15 @@ int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
 	}
 	maybe_reclaim(c);
 	return 0;
+}
+
+int cache_insert(struct cache *c, const struct dns_query *q, const uint8_t *msg,
+		 size_t len, uint64_t now)
+{
+	struct cache_key k;
+
+	cache_key_of(c, q, &k);
+	return cache_insert_keyed(c, q, &k, msg, len, now);
 }
 
 /* ---- reconfiguring ------------------------------------------------------- */
@@ -1421,6 +1429,15 @@ enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t n
 	if (w->q)
 		cache_key_of(c, w->q, &k);
 	return lookup_and_write_alone(c, w, &k, now, allow_stale, false);
+}
+
+enum cache_result cache_replay_keyed(struct cache *c, struct dns_writer *w,
+				     const struct cache_key *k, uint64_t now, bool allow_stale)
+{
+	/* the bucket was found in another read-side section, if at all */
+	struct cache_key unbucketed = {k->name_hash, k->hash, NULL};
+
+	return lookup_and_write_alone(c, w, &unbucketed, now, allow_stale, false);
 }
 
 /* A client's lookup, counted in this thread's stripe. */

@@ -173,6 +173,19 @@ enum cache_result cache_replay(struct cache *c, struct dns_writer *w, uint64_t n
 			       bool allow_stale);
 
 /*
+ * cache_insert and cache_replay with the question's key already made
+ * (cache_key_of for q in this cache: the worker's look-up, carried with
+ * the request to the resolver), so that a miss hashes its name once. The
+ * key's bucket is not used. A key that is not q's never gives a wrong
+ * answer (every look-up compares the whole question), but an entry
+ * inserted under it would be filed where no look-up finds it.
+ */
+int cache_insert_keyed(struct cache *c, const struct dns_query *q, const struct cache_key *k,
+		       const uint8_t *msg, size_t len, uint64_t now);
+enum cache_result cache_replay_keyed(struct cache *c, struct dns_writer *w,
+				     const struct cache_key *k, uint64_t now, bool allow_stale);
+
+/*
  * How long a client that has a stale entry waits for its refresh before it
  * gets the stale entry (RFC 8767's client response timer), in ms; 0 when
  * serve-stale is off or the timer is. Any thread.

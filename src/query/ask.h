@@ -62,6 +62,12 @@ struct query_ask {
 	 * expired: the resolver need not look for a stale answer to give q's
 	 * client at RFC 8767's timer (false: not known). */
 	bool cache_absent;
+	/* The cache's key for q (cache/cache.h, struct cache_key: the name's
+	 * hash and the whole key's) when the worker's look-up made it
+	 * (cache_keyed): the resolver stores and replays q's answer with it
+	 * instead of hashing the name again. Whoever changes q clears it. */
+	bool cache_keyed;
+	uint64_t cache_name_hash, cache_hash;
 };
 
 #endif

@@ -305,8 +305,8 @@ static bool make_cookie(uint8_t cookie[DNS_SERVER_COOKIE_LEN], const struct dns_
 	return true;
 }
 
-/* Everything the resolver needs to write this client's reply later. */
-static void fill_ask(struct query_ask *r, const struct dns_query *q,
+/* Everything the resolver needs to write this client's reply later; key: q's, or NULL. */
+static void fill_ask(struct query_ask *r, const struct dns_query *q, const struct cache_key *key,
 		     const struct query_sources *s, const struct query_ctx *ctx,
 		     size_t limit, bool has_cookie, const uint8_t cookie[DNS_SERVER_COOKIE_LEN])
 {
@@ -315,6 +315,11 @@ static void fill_ask(struct query_ask *r, const struct dns_query *q,
 
 	r->q = *q;
 	r->cache_absent = ctx->cache_absent;
+	r->cache_keyed = key != NULL;
+	if (key) {
+		r->cache_name_hash = key->name_hash;
+		r->cache_hash = key->hash;
+	}
 	/* the resolver synthesizes for this client too (dns64.c, upstream/flight.c) */
 	r->dns64 = dns64_applies(&s->dns64, q, peer) ? s->dns64 : off;
 	r->dns64_a = false;
@@ -362,7 +367,8 @@ static size_t answer(const struct query_prepared *p, bool bad_version,
 		}
 	}
 	if (ctx->upstream != QUERY_UPSTREAM_NONE)
-		fill_ask(ctx->ask, q, s, ctx, limit, has_cookie, cookie);
+		fill_ask(ctx->ask, q, p->cache_keyed ? &p->cache_key : NULL, s, ctx, limit,
+			 has_cookie, cookie);
 	return ctx->upstream == QUERY_UPSTREAM_ASK ? 0 : len;
 }
 

@@ -222,9 +222,12 @@ static size_t reply_from_cache(struct deliver *d, const struct upstream_request 
 			       uint64_t now_ms, bool allow_stale, enum cache_result *how)
 {
 	struct dns_writer w;
+	struct cache_key k;
 
 	begin_reply(&w, d, r);
-	*how = cache_replay(d->cache, &w, now_ms / 1000, allow_stale);
+	*how = flight_ask_key(&r->ask, &k)
+		       ? cache_replay_keyed(d->cache, &w, &k, now_ms / 1000, allow_stale)
+		       : cache_replay(d->cache, &w, now_ms / 1000, allow_stale);
 	if (*how == CACHE_MISS)
 		return 0;
 	return dns_response_finish(&w, r->ask.udp_payload);

@@ -228,6 +228,7 @@ static struct flight *new_flight(struct flights *t, const struct upstream_reques
 			     .owner = owner};
 	CDS_INIT_LIST_HEAD(&f->waiters);
 	f->q = r->ask.q;
+	f->cache_keyed = flight_ask_key(&r->ask, &f->cache_key);
 	memcpy(f->chain, r->ask.chain, r->ask.chain_len);
 	if (owner != NO_CLIENT)
 		t->clients[owner].flights++;
@@ -958,6 +959,7 @@ static bool follow_to_a(struct flights *t, unsigned worker, const struct upstrea
 	*key = *wait;
 	dns_query_set_name(&key->ask.q, end);
 	key->ask.q.qtype = DNS_T_A;
+	key->ask.cache_keyed = false; /* the worker's key was for r's question */
 	key->ask.chain_len = 0;
 	key->ask.dns64.len = 0;
 	key->ask.dns64_a = false;

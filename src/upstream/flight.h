@@ -59,12 +59,21 @@
 struct waiter;
 struct flights;
 
+/* The cache's key for a's question, as the worker's look-up made it: false when it did not. */
+static inline bool flight_ask_key(const struct query_ask *a, struct cache_key *k)
+{
+	*k = (struct cache_key){a->cache_name_hash, a->cache_hash, NULL};
+	return a->cache_keyed;
+}
+
 /* One question on its way upstream: queued, being asked, or cooling down after a failure. */
 struct flight {
 	struct flights *table;       /* the table it is in */
 	struct flight *hnext;
 	uint64_t hash;
 	struct dns_query q;          /* the question (key: name, type, class, DO, CD) */
+	bool cache_keyed;            /* cache_key is q's, from the worker that asked first */
+	struct cache_key cache_key;
 	uint16_t chain_len;
 	uint32_t chain_ttl;
 	bool search;                 /* chain holds autopath's candidates ... */

@@ -56,6 +56,7 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	FIELD(ask.has_cookie);
 	FIELD(ask.cookie);
 	FIELD(ask.cache_absent);
+	FIELD(ask.cache_keyed);
 	FIELD(transport);
 	FIELD(fd);
 	FIELD(peer_len);
@@ -73,6 +74,8 @@ static size_t transfer(struct upstream_request *r, uint8_t *p, bool pack)
 	MOVE(peer, r->peer_len);
 	MOVE(local, r->tap_reply ? sizeof r->local : 0);
 	MOVE(ask.dns64.addr, r->ask.dns64.len ? sizeof r->ask.dns64.addr : 0);
+	MOVE(ask.cache_name_hash, r->ask.cache_keyed ? sizeof r->ask.cache_name_hash : 0);
+	MOVE(ask.cache_hash, r->ask.cache_keyed ? sizeof r->ask.cache_hash : 0);
 #undef FIELD
 #undef MOVE
 	return n;

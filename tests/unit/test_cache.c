@@ -879,6 +879,39 @@ static void test_resolver_replay_does_not_make_a_flood_hot(void **state)
 	cache_free(c);
 }
 
+/* The resolver stores and replays with the key the worker's look-up made. */
+static void test_the_lookups_key_stores_and_replays(void **state)
+{
+	struct fixture *f = *state;
+	struct cache_key k, other;
+	struct dns_query q2;
+	struct dns_writer w;
+	struct cache_stats st;
+
+	make_query(&f->q, "KeYed.Example.com", DNS_T_A, DNS_C_IN, false, false, false);
+	simple_reply(&f->p, "KeYed.Example.com", 300, 9);
+	cache_key_of(f->c, &f->q, &k);
+	assert_int_equal(cache_insert_keyed(f->c, &f->q, &k, f->p.b, f->p.len, 100), 0);
+	/* filed where a plain look-up of any case finds it */
+	make_query(&f->q, "keyed.example.COM", DNS_T_A, DNS_C_IN, false, false, false);
+	assert_int_equal(ask(f, 100, false), CACHE_HIT);
+	assert_int_equal(out[read_answer(f->len)->rr[0].rdoff + 3], 9);
+
+	dns_response_begin(&w, out, sizeof(out), &f->q, DNS_R_NOERROR);
+	assert_int_equal(cache_replay_keyed(f->c, &w, &k, 100, false), CACHE_HIT);
+	f->len = dns_response_finish(&w, 1232);
+	assert_int_equal(out[read_answer(f->len)->rr[0].rdoff + 3], 9);
+
+	/* another question's key finds nothing for this one, never its answer */
+	query_a(&q2, "other.example.com");
+	cache_key_of(f->c, &q2, &other);
+	dns_response_begin(&w, out, sizeof(out), &f->q, DNS_R_NOERROR);
+	assert_int_equal(cache_replay_keyed(f->c, &w, &other, 100, false), CACHE_MISS);
+
+	cache_stats(f->c, &st);
+	assert_int_equal(st.hits, 1); /* replays are not a client's hits */
+}
+
 static void test_flush_all_and_one_name(void **state)
 {
 	struct fixture *f = *state;
@@ -1743,6 +1776,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_replace_existing_entry, cache_setup, cache_teardown),
 		cmocka_unit_test(test_byte_bound_and_hot_entry_survives_flood),
 		cmocka_unit_test(test_resolver_replay_does_not_make_a_flood_hot),
+		cmocka_unit_test_setup_teardown(test_the_lookups_key_stores_and_replays, cache_setup,
+						cache_teardown),
 		cmocka_unit_test_setup_teardown(test_flush_all_and_one_name, cache_setup, cache_teardown),
 		cmocka_unit_test(test_walk_shows_each_entry_with_its_state),
 		cmocka_unit_test(test_walk_covers_many_and_large_entries),

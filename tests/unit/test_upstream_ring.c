@@ -77,6 +77,9 @@ static void make_request(struct upstream_request *r, uint32_t seq, size_t qname_
 	r->conn_gen = ~seq;
 	r->log_reply = seq & 16;
 	r->ask.cache_absent = seq & 32;
+	r->ask.cache_keyed = seq & 64;
+	r->ask.cache_name_hash = r->ask.cache_keyed ? seq * 0x9e3779b97f4a7c15ull : 0;
+	r->ask.cache_hash = r->ask.cache_keyed ? ~r->ask.cache_name_hash : 0;
 }
 
 /* The same request, comparing only the bytes the lengths say are used. */
@@ -118,6 +121,11 @@ static void assert_same(const struct upstream_request *a, const struct upstream_
 	assert_int_equal(a->conn_gen, b->conn_gen);
 	assert_int_equal(a->log_reply, b->log_reply);
 	assert_int_equal(a->ask.cache_absent, b->ask.cache_absent);
+	assert_int_equal(a->ask.cache_keyed, b->ask.cache_keyed);
+	if (a->ask.cache_keyed) {
+		assert_int_equal(a->ask.cache_name_hash, b->ask.cache_name_hash);
+		assert_int_equal(a->ask.cache_hash, b->ask.cache_hash);
+	}
 }
 
 /* Sizes that vary from request to request, sometimes the largest there are. */
@@ -146,7 +154,7 @@ static void test_every_field_survives_the_ring(void **state)
 	memset(&out, 0xee, sizeof out);
 	assert_true(ring_request_take(ring, &out));
 	assert_same(&in, &out);
-	make_request(&in, 7, 1, 0, 0, 0, false); /* the root, nothing else */
+	make_request(&in, 64 + 7, 1, 0, 0, 0, false); /* the root, keyed, nothing else */
 	assert_true(ring_request_put(ring, &in));
 	assert_true(ring_request_take(ring, &out));
 	assert_same(&in, &out);
