@@ -82,6 +82,7 @@ DEPS := gcc make pkg-config git \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 
 .PHONY: all deps run test unit integration sanitize fuzz tsan bench image image-test clean distclean \
+        unbound-daemon \
         chart deploy \
         test-build unit-build integration-build sanitize-build fuzz-build tsan-build
 
@@ -110,6 +111,14 @@ deps:
 $(UNBOUND_PC):
 	@[ -n "$(UNBOUND_VERSION)" ] || { echo "libunbound-dev is not installed: make deps" >&2; exit 1; }
 	deploy/libunbound/build.sh build $(UNBOUND_PREFIX)
+
+# The unbound daemon of the same source with its symbols, for comparing it
+# function by function (tests/bench/callgrind.sh, BENCH_CG_PEER). Never shipped.
+UNBOUND_DAEMON := $(CURDIR)/build/unbound-daemon-$(or $(UNBOUND_VERSION),missing)
+unbound-daemon: $(UNBOUND_DAEMON)
+$(UNBOUND_DAEMON):
+	@[ -n "$(UNBOUND_VERSION)" ] || { echo "libunbound-dev is not installed: make deps" >&2; exit 1; }
+	deploy/libunbound/build.sh daemon $@
 
 $(BUILD)/obj/%.o: %.c | $(UNBOUND_PC)
 	@mkdir -p $(dir $@)

@@ -5,6 +5,9 @@
 #                            the Dockerfile's build stage), then apt-get update once
 #   build.sh build PREFIX    build and install the library into PREFIX (the Makefile's
 #                            $(UNBOUND_PC) rule; the Dockerfile through make)
+#   build.sh daemon FILE     the unbound daemon of the same source, with its symbols, as
+#                            FILE: for the benchmarks only (make unbound-daemon; callgrind.sh's
+#                            BENCH_CG_PEER), never shipped
 #
 # Why: Debian 12 builds libunbound8 with nettle (--with-nettle), which has no
 # TLS, so that library cannot forward over DNS-over-TLS (upstream.tls). The
@@ -87,19 +90,26 @@ only_public_symbols() {
 		fail "libunbound.a lacks the event API (ub_ctx_create_ub_event)"
 }
 
-build() {
-	local prefix=$1 version work src flags
+# Debian's unbound source of the installed libunbound-dev's version, patched, into $1/src.
+fetch_source() {
+	local work=$1 version
 	version=$(dpkg-query -W -f '${Version}' libunbound-dev 2>/dev/null) ||
 		fail "libunbound-dev is not installed (make deps): its version picks the source"
 	[ -n "$version" ] || fail "libunbound-dev has no version"
-	work=$prefix.work
 	rm -rf "$work"
 	mkdir -p "$work"
-	echo "libunbound: Debian's unbound $version source, built with OpenSSL into $prefix"
+	echo "libunbound: Debian's unbound $version source into $work"
 	(cd "$work" && apt-get source -q --download-only "unbound=$version") >"$work/fetch.log" 2>&1 ||
 		{ cat "$work/fetch.log" >&2; fail "cannot fetch the unbound $version source (make deps adds deb-src entries)"; }
 	dpkg-source -x "$work"/unbound_*.dsc "$work/src" >"$work/extract.log" 2>&1 ||
 		{ cat "$work/extract.log" >&2; fail "dpkg-source -x failed"; }
+}
+
+build() {
+	local prefix=$1 work src flags
+	work=$prefix.work
+	fetch_source "$work"
+	echo "libunbound: building the library with OpenSSL into $prefix"
 	src=$work/src
 	mkdir -p "$src/b"
 	export DEB_BUILD_MAINT_OPTIONS=hardening=+all
@@ -130,8 +140,30 @@ build() {
 	rm -rf "$work"
 }
 
+# The daemon, configured as debian/rules configures it as far as the
+# benchmarks' unbound.conf reaches (libevent, OpenSSL, the iterator), with
+# Debian's flags and its symbols kept, so that callgrind and perf can name
+# its functions beside ours (Debian's own binary is stripped).
+daemon() {
+	local out=$1 work src
+	work=$out.work
+	fetch_source "$work"
+	src=$work/src
+	export DEB_BUILD_MAINT_OPTIONS=hardening=+all
+	(cd "$src" && ./configure --with-libevent --with-ssl --disable-rpath --enable-subnet \
+		--enable-tfo-client --enable-tfo-server \
+		CFLAGS="$(dpkg-buildflags --get CFLAGS)" CPPFLAGS="$(dpkg-buildflags --get CPPFLAGS)" \
+		LDFLAGS="$(dpkg-buildflags --get LDFLAGS)") >"$work/configure.log" 2>&1 ||
+		{ tail -30 "$work/configure.log" >&2; fail "configure failed ($work/configure.log)"; }
+	env -u MAKEFLAGS -u MFLAGS make -C "$src" -j"$(nproc)" unbound >"$work/make.log" 2>&1 ||
+		{ tail -30 "$work/make.log" >&2; fail "make unbound failed ($work/make.log)"; }
+	install -m 0755 "$src/unbound" "$out"
+	rm -rf "$work"
+}
+
 case ${1:-} in
 sources) add_sources ;;
 build) build "${2:?usage: build.sh build PREFIX}" ;;
-*) fail "usage: build.sh sources | build PREFIX" ;;
+daemon) daemon "${2:?usage: build.sh daemon FILE}" ;;
+*) fail "usage: build.sh sources | build PREFIX | daemon FILE" ;;
 esac

@@ -38,6 +38,14 @@
 # includes, and the UDP drain's does not) and the
 # whole process's (every thread).
 #
+# BENCH_CG_PEER=UNBOUND (make unbound-daemon: the daemon of libunbound's
+# own source, with its symbols) runs the miss mix through that Unbound too,
+# num-threads 1 and the iterator, forwarding to the same NSD, as miss_qps.sh
+# configures it, and prints its instructions per miss, then the functions
+# whose own instructions per miss differ most between the two (by name:
+# libunbound's code is the daemon's, so what is left is what each does
+# around it).
+#
 # BENCH_CG_KEEP=DIR keeps each mix's callgrind output there (for
 # callgrind_annotate or kcachegrind). Nothing is written to the doc.
 set -euo pipefail
@@ -111,6 +119,84 @@ own = [(n, fn) for n, fn in rows("self")
 print("  most instructions of their own, per query:")
 for n, fn in own[:top]:
     print("  %8.1f  %s" % (per(n), fn))
+EOF
+}
+
+# The functions' own instructions per query in a dump, by name: "name count" lines,
+# the first "TOTAL count". A dump taken while a thread runs charges each
+# function on its stack (main, the loop, thread entry points) with the whole
+# program: those rows are left out.
+own_by_name() { # dump queries
+	callgrind_annotate --auto=no --inclusive=no --threshold=100 "$1" 2>/dev/null |
+		python3 -c '
+import re, sys
+queries = int(sys.argv[1])
+row = re.compile(r"^\s*([\d,]+)\s+\([^)]*\)\s+(\S.*?)(?:\s+\[[^\]]*\])?$")
+total = 0
+for line in sys.stdin:
+    m = row.match(line)
+    if not m:
+        continue
+    n = int(m.group(1).replace(",", ""))
+    if "PROGRAM TOTALS" in m.group(2):
+        total = n
+        print("TOTAL", total / queries)
+    elif ":" in m.group(2) and n < 0.99 * total:
+        print(m.group(2).rsplit(":", 1)[1], n / queries)
+' "$2"
+}
+
+# The miss mix again through Unbound (BENCH_CG_PEER), then the two side by side.
+peer_miss() { # mix_dir localdns_dump
+	local d=$1 ldump=$2 uconf upid udump uport
+	nsd_start bench.example miss/data/zone.txt
+	uport=$(free_port)
+	uconf=$d/unbound.conf
+	{
+		unbound_server_clause "$uport"
+		cat <<EOF
+  do-not-query-localhost: no
+forward-zone:
+  name: "."
+  forward-addr: 127.0.0.1@$NPORT
+remote-control:
+  control-enable: no
+EOF
+	} >"$uconf"
+	bench_spawn unbound-miss valgrind --tool=callgrind --callgrind-out-file="$d/unbound.out" \
+		"$BENCH_CG_PEER" -d -c "$uconf"
+	upid=$SPID
+	for _ in $(seq 1 60); do
+		dig @127.0.0.1 -p "$uport" $PROBE +time=1 +tries=1 +short 2>/dev/null | grep -q . && break
+		kill -0 "$upid" 2>/dev/null || { echo "callgrind: unbound exited" >&2; exit 1; }
+		sleep 1
+	done
+	callgrind_control --zero "$upid" >/dev/null
+	gen "$d/peer.txt" -p "$uport" -n "$COUNT" -Q "$MISS_RATE" -q 64 -c 8 -t 10 -l 600
+	callgrind_control --dump=peer "$upid" >/dev/null
+	bench_stop "$upid"
+	bench_stop "$NPID"
+	NPID=""
+	udump=$(ls "$d/unbound.out".* 2>/dev/null | head -1 || true)
+	[ -n "$udump" ] || { echo "callgrind: no dump for unbound" >&2; exit 1; }
+	[ -z "${BENCH_CG_KEEP:-}" ] || cp "$udump" "$BENCH_CG_KEEP/callgrind.unbound-miss"
+	own_by_name "$ldump" "$RECEIVED" >"$d/own.localdns"
+	own_by_name "$udump" "$(gen_value "$d/peer.txt" received)" >"$d/own.unbound"
+	python3 - "$d/own.localdns" "$d/own.unbound" "$TOP" "$(gen_value "$d/peer.txt" received)" <<'EOF'
+import sys
+def load(path):
+    d = {}
+    for line in open(path):
+        name, n = line.rsplit(" ", 1)
+        d[name] = d.get(name, 0) + float(n)
+    return d
+l, u, top, answered = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print("  unbound (BENCH_CG_PEER), the same %s misses: %.0f instructions a miss against "
+      "localdns's %.0f" % (answered, u.pop("TOTAL"), l.pop("TOTAL")))
+print("  own instructions per miss that differ most (localdns, unbound, difference):")
+names = sorted(set(l) | set(u), key=lambda n: -abs(l.get(n, 0) - u.get(n, 0)))
+for n in names[:2 * top]:
+    print("  %8.0f %8.0f %+8.0f  %s" % (l.get(n, 0), u.get(n, 0), l.get(n, 0) - u.get(n, 0), n))
 EOF
 }
 
@@ -205,4 +291,5 @@ EOF
 		mkdir -p "$BENCH_CG_KEEP"
 		cp "$DUMP" "$BENCH_CG_KEEP/callgrind.$MIX"
 	fi
+	[ "$MIX" != miss ] || [ -z "${BENCH_CG_PEER:-}" ] || peer_miss "$D" "$DUMP"
 done
