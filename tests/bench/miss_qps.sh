@@ -24,7 +24,8 @@
 #     max-rate runs above): p50 and p99 latency of a miss, and CPU per miss
 #     at that rate.
 #   - Side by side: then $BENCH_MISS_ROUNDS rounds with both servers asked
-#     at once, each by a dnsgen of its own at half that fixed rate, over the
+#     at once, each by a dnsgen of its own at $BENCH_MISS_SIDE_RATE (5,000)
+#     new names a second (half that fixed rate when it is less), over the
 #     same seconds: CPU per miss, p50 and p99 of each. The machine's drift,
 #     which moves the alternating runs by a quarter, falls on both alike
 #     here, so these ratios hold to a few percent from round to round.
@@ -57,6 +58,7 @@ MISS_OUTSTANDING=${BENCH_MISS_OUTSTANDING:-200}
 # localdns's cache.size: its default; Unbound keeps its own (msg 4m + rrset 4m)
 MISS_CACHE=${BENCH_MISS_CACHE:-64MiB}
 MISS_RESOLVER=${BENCH_MISS_RESOLVER:-auto}
+MISS_SIDE_RATE=${BENCH_MISS_SIDE_RATE:-5000}
 # names per max-rate query file: far more than a run gets through
 MISS_NAMES=${BENCH_MISS_NAMES:-$((MISS_SECS * 80000))}
 ZONE=miss.example
@@ -193,11 +195,15 @@ echo "fixed rate: $HALF new names a second (half Unbound's median max)"
 alternate half -l "$MISS_SECS" -Q "$HALF" -q "$MISS_OUTSTANDING"
 
 # Side by side: both servers at once, each asked by a dnsgen of its own at
-# half the fixed rate above (together, half Unbound's max), over the same
-# seconds, so whatever else the machine does then falls on both alike.
-# Appends "received ticks p50 p99" of localdns, then of Unbound, to
-# $TMP/side.runs.
+# $BENCH_MISS_SIDE_RATE (5,000) new names a second, or half the fixed
+# rate above when that is less (together, at most half Unbound's max), over
+# the same seconds, so whatever else the machine does then falls on both
+# alike. A fixed rate keeps blocks of different runs comparable: the ratio
+# moves with the rate (batches amortize more at a higher one), and a rate
+# taken from the max-rate runs moves with the machine. Appends "received
+# ticks p50 p99" of localdns, then of Unbound, to $TMP/side.runs.
 SIDE=$((HALF / 2))
+[ "$MISS_SIDE_RATE" -ge "$SIDE" ] || SIDE=$MISS_SIDE_RATE
 side_run() { # round
 	local round=$1 lq uq lout uout lc0 lc1 uc0 uc1 lg ug
 	lq=$TMP/localdns-side$round-queries.txt uq=$TMP/unbound-side$round-queries.txt
