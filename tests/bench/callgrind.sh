@@ -152,17 +152,7 @@ peer_miss() { # mix_dir localdns_dump
 	nsd_start bench.example miss/data/zone.txt
 	uport=$(free_port)
 	uconf=$d/unbound.conf
-	{
-		unbound_server_clause "$uport"
-		cat <<EOF
-  do-not-query-localhost: no
-forward-zone:
-  name: "."
-  forward-addr: 127.0.0.1@$NPORT
-remote-control:
-  control-enable: no
-EOF
-	} >"$uconf"
+	unbound_miss_conf "$uport" >"$uconf"
 	bench_spawn unbound-miss valgrind --tool=callgrind --callgrind-out-file="$d/unbound.out" \
 		"$BENCH_CG_PEER" -d -c "$uconf"
 	upid=$SPID

@@ -331,6 +331,21 @@ server:
 EOF
 }
 
+# The cold-miss peer's whole unbound.conf (miss_qps.sh, callgrind.sh's
+# BENCH_CG_PEER): the server clause, "." forwarded to the NSD on $NPORT,
+# no remote control.
+unbound_miss_conf() { # port
+	unbound_server_clause "$1"
+	cat <<EOF
+  do-not-query-localhost: no
+forward-zone:
+  name: "."
+  forward-addr: 127.0.0.1@$NPORT
+remote-control:
+  control-enable: no
+EOF
+}
+
 # localdns on a free PORT, pinned to the server CPU, with the config lines
 # on stdin after localdns_config_head; returns once it answers $PROBE.
 # Sets PORT and LPID.

@@ -97,17 +97,7 @@ L_PORT=$PORT
 U_BIN=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 [ -n "$U_BIN" ] || { echo "miss_qps: unbound not installed (make bench installs it)" >&2; exit 1; }
 U_PORT=$(free_port)
-{
-	unbound_server_clause "$U_PORT"
-	cat <<EOF
-  do-not-query-localhost: no
-forward-zone:
-  name: "."
-  forward-addr: 127.0.0.1@$NPORT
-remote-control:
-  control-enable: no
-EOF
-} >"$TMP/unbound.conf"
+unbound_miss_conf "$U_PORT" >"$TMP/unbound.conf"
 bench_server unbound "$U_BIN" -d -c "$TMP/unbound.conf"
 UPID=$SPID
 UVER=$("$U_BIN" -V 2>/dev/null | awk '/^Version/ {print $2; exit}')
