@@ -131,9 +131,7 @@ int flight_table_init(struct flight_table *t)
 	t->buckets = calloc(FIRST_BUCKETS, sizeof *t->buckets);
 	t->mask = FIRST_BUCKETS - 1;
 	t->count = 0;
-	if (!t->buckets || getrandom(t->key, sizeof t->key, 0) != (ssize_t)sizeof t->key)
-		return -1;
-	return 0;
+	return t->buckets ? 0 : -1;
 }
 
 void flight_table_free(struct flight_table *t)
@@ -155,19 +153,19 @@ size_t flight_table_longest_chain(const struct flight_table *t)
 	return longest;
 }
 
-uint64_t flight_table_hash(const struct flight_table *t, const struct dns_query *q)
+/*
+ * The cache's key for a's question: the worker's, carried in the ask, or
+ * made now (TCP, control lookups, refreshes, DNS64's A question). Its
+ * hash is the flight table's too, so a miss hashes its name once: it is
+ * SipHash under the cache's secret key, no easier to aim at one chain.
+ */
+static struct cache_key question_key(const struct flights *t, const struct query_ask *a)
 {
-	uint8_t key[DNS_MAX_NAME + 6];
-	size_t n = q->qname_len;
+	struct cache_key k;
 
-	memcpy(key, q->qname, n);
-	key[n++] = (uint8_t)(q->qtype >> 8);
-	key[n++] = (uint8_t)q->qtype;
-	key[n++] = (uint8_t)(q->qclass >> 8);
-	key[n++] = (uint8_t)q->qclass;
-	key[n++] = q->edns_do;
-	key[n++] = (q->flags & DNS_F_CD) != 0;
-	return dns_siphash13(t->key, key, n);
+	if (!flight_ask_key(a, &k))
+		cache_key_of(t->cache, &a->q, &k);
+	return k;
 }
 
 static bool same_question(const struct dns_query *a, const struct dns_query *b)
@@ -186,7 +184,7 @@ bool flight_current(const struct flights *t, const struct flight *f)
 static struct flight *find_flight(struct flights *t, const struct dns_query *q, uint64_t h)
 {
 	for (struct flight *f = t->table.buckets[h & t->table.mask]; f; f = f->hnext)
-		if (f->hash == h && same_question(&f->q, q) && (!f->asked || flight_current(t, f)))
+		if (f->cache_key.hash == h && same_question(&f->q, q) && (!f->asked || flight_current(t, f)))
 			return f;
 	return NULL;
 }
@@ -203,8 +201,8 @@ static void grow_if_crowded(struct flight_table *t)
 		while (t->buckets[i]) {
 			struct flight *f = t->buckets[i];
 			t->buckets[i] = f->hnext;
-			f->hnext = bigger[f->hash & (2 * n - 1)];
-			bigger[f->hash & (2 * n - 1)] = f;
+			f->hnext = bigger[f->cache_key.hash & (2 * n - 1)];
+			bigger[f->cache_key.hash & (2 * n - 1)] = f;
 		}
 	}
 	free(t->buckets);
@@ -213,8 +211,8 @@ static void grow_if_crowded(struct flight_table *t)
 }
 
 /* NULL when the table is full or memory is short. owner: the client it counts against. */
-static struct flight *new_flight(struct flights *t, const struct upstream_request *r, uint64_t h,
-				 uint16_t owner)
+static struct flight *new_flight(struct flights *t, const struct upstream_request *r,
+				 const struct cache_key *k, uint16_t owner)
 {
 	struct flight_table *table = &t->table;
 	struct flight *f;
@@ -223,17 +221,17 @@ static struct flight *new_flight(struct flights *t, const struct upstream_reques
 	 * takes the arena's lock, one more atomic a miss */
 	if (table->count >= MAX_FLIGHTS || !(f = malloc(sizeof *f + r->ask.chain_len)))
 		return NULL;
-	*f = (struct flight){.table = t, .hash = h, .chain_len = r->ask.chain_len,
+	*f = (struct flight){.table = t, .cache_key = *k,
+			     .chain_len = r->ask.chain_len,
 			     .chain_ttl = r->ask.chain_ttl, .search = r->ask.search,
 			     .owner = owner};
 	CDS_INIT_LIST_HEAD(&f->waiters);
 	f->q = r->ask.q;
-	f->cache_keyed = flight_ask_key(&r->ask, &f->cache_key);
 	memcpy(f->chain, r->ask.chain, r->ask.chain_len);
 	if (owner != NO_CLIENT)
 		t->clients[owner].flights++;
-	f->hnext = table->buckets[h & table->mask];
-	table->buckets[h & table->mask] = f;
+	f->hnext = table->buckets[k->hash & table->mask];
+	table->buckets[k->hash & table->mask] = f;
 	table->count++;
 	upstream_gauge(&t->n->flights, table->count);
 	grow_if_crowded(table);
@@ -243,7 +241,7 @@ static struct flight *new_flight(struct flights *t, const struct upstream_reques
 static void free_flight(struct flights *t, struct flight *f)
 {
 	struct flight_table *table = &t->table;
-	struct flight **p = &table->buckets[f->hash & table->mask];
+	struct flight **p = &table->buckets[f->cache_key.hash & table->mask];
 
 	while (*p != f)
 		p = &(*p)->hnext;
@@ -310,8 +308,8 @@ static bool cache_servfail(struct flights *t, const struct flight *f)
 {
 	uint8_t msg[DNS_HEADER_LEN + DNS_MAX_NAME + 4];
 
-	return cache_insert(t->cache, &f->q, msg, servfail_message(f, msg, sizeof msg),
-			    t->now_ms / 1000) == 0;
+	return cache_insert_keyed(t->cache, &f->q, &f->cache_key, msg,
+				  servfail_message(f, msg, sizeof msg), t->now_ms / 1000) == 0;
 }
 
 /* ---- waiters ------------------------------------------------------------------ */
@@ -800,12 +798,12 @@ static unsigned refresh_limit(const struct flights *t)
 
 void flights_refresh(struct flights *t, const struct upstream_request *r, uint64_t now_ms)
 {
-	uint64_t h = flight_table_hash(&t->table, &r->ask.q);
+	struct cache_key k = question_key(t, &r->ask);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
 	t->now_ms = now_ms;
-	f = find_flight(t, &r->ask.q, h);
+	f = find_flight(t, &r->ask.q, k.hash);
 	if (f && (f->asked || f->queued || f->failed_until_ms > t->now_ms))
 		return;
 	if (client_full(t, client, true)) {
@@ -816,7 +814,7 @@ void flights_refresh(struct flights *t, const struct upstream_request *r, uint64
 		upstream_bump(&t->n->shed[UPSTREAM_SHED_REFRESH_LIMIT]);
 		return;
 	}
-	if (!f && !(f = new_flight(t, r, h, client))) {
+	if (!f && !(f = new_flight(t, r, &k, client))) {
 		upstream_bump(&t->n->shed[UPSTREAM_SHED_TABLE_FULL]);
 		return;
 	}
@@ -859,7 +857,7 @@ enum look { LOOK_AGAIN, LOOKED };
 static void join_or_ask(struct flights *t, unsigned worker, const struct upstream_request *key,
 			const struct upstream_request *r, uint64_t deadline_ms, enum look look)
 {
-	uint64_t h = flight_table_hash(&t->table, &key->ask.q);
+	struct cache_key k = question_key(t, &key->ask);
 	uint16_t client = client_of(t, r);
 	struct flight *f;
 
@@ -868,7 +866,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 		limit_client(t, worker, r);
 		return;
 	}
-	f = find_flight(t, &key->ask.q, h);
+	f = find_flight(t, &key->ask.q, k.hash);
 	if (f && (f->asked || f->queued)) {
 		if (client_full(t, client, false)) {
 			limit_client(t, worker, r);
@@ -906,7 +904,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 		limit_client(t, worker, r);
 		return;
 	}
-	if (!f && !(f = new_flight(t, key, h, client))) {
+	if (!f && !(f = new_flight(t, key, &k, client))) {
 		upstream_bump(&t->n->shed[UPSTREAM_SHED_TABLE_FULL]);
 		reply(t, worker, r, FLIGHT_REPLY_FAILED);
 		return;

@@ -70,10 +70,8 @@ static inline bool flight_ask_key(const struct query_ask *a, struct cache_key *k
 struct flight {
 	struct flights *table;       /* the table it is in */
 	struct flight *hnext;
-	uint64_t hash;
 	struct dns_query q;          /* the question (key: name, type, class, DO, CD) */
-	bool cache_keyed;            /* cache_key is q's, from the worker that asked first */
-	struct cache_key cache_key;
+	struct cache_key cache_key;  /* q's in the cache; its hash places f in the table */
 	uint16_t chain_len;
 	uint32_t chain_ttl;
 	bool search;                 /* chain holds autopath's candidates ... */
@@ -153,7 +151,6 @@ struct flight_table {
 	struct flight **buckets;
 	size_t mask;                 /* buckets - 1 */
 	size_t count;
-	uint8_t key[16];
 };
 
 struct flights {
@@ -286,13 +283,12 @@ bool flights_failing(const struct flights *t);
 const uint8_t *flight_name(const struct flight *f);
 
 /*
- * The table by question alone (flights_init sets one up): init draws its
- * key (-1 without memory or randomness), hash is q's bucket hash under
- * it, longest_chain the longest bucket (tests and hash-flooding checks).
+ * The table by question alone (flights_init sets one up), its buckets
+ * chosen by the cache key's hash: init is -1 without memory,
+ * longest_chain the longest bucket (tests and hash-flooding checks).
  */
 int flight_table_init(struct flight_table *t);
 void flight_table_free(struct flight_table *t);
-uint64_t flight_table_hash(const struct flight_table *t, const struct dns_query *q);
 size_t flight_table_longest_chain(const struct flight_table *t);
 
 #endif

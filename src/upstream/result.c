@@ -87,10 +87,8 @@ static void answered(struct results *rs, const struct flight *f, struct upstream
 	res->outcome = FLIGHT_ANSWERED;
 	res->msg = msg;
 	res->len = len;
-	res->cached = remember &&
-		      (f->cache_keyed ? cache_insert_keyed(rs->cache, &f->q, &f->cache_key, msg, len,
-							   now_ms / 1000)
-				      : cache_insert(rs->cache, &f->q, msg, len, now_ms / 1000)) == 0;
+	res->cached = remember && cache_insert_keyed(rs->cache, &f->q, &f->cache_key, msg, len,
+						     now_ms / 1000) == 0;
 }
 
 static void log_bogus(const struct flight *f, const char *why)

@@ -474,6 +474,42 @@ static void test_identical_requests_share_one_question(void **state)
 	assert_int_equal(flights_waiting(&fk.t), 0);
 }
 
+/*
+ * The flight table finds a question by its cache key's hash: a request
+ * carrying the key its worker's look-up made and one without (a TCP
+ * request, a control lookup: the table makes the key itself) must land
+ * on the same flight.
+ */
+static void test_requests_with_and_without_the_workers_key_share_one_question(void **state)
+{
+	(void)state;
+	struct upstream_request *r = (struct upstream_request *)request(1, "www.example.com",
+									DNS_T_A, 21);
+	struct cache_key k;
+
+	cache_key_of(fk.cache, &r->ask.q, &k);
+	r->ask.cache_keyed = true;
+	r->ask.cache_name_hash = k.name_hash;
+	r->ask.cache_hash = k.hash;
+	flights_client(&fk.t, 0, r, fk.now);
+	ask(2, "WWW.example.com", 22);
+	r = (struct upstream_request *)request(3, "www.example.com", DNS_T_A, 23);
+	r->transport = UPSTREAM_TCP;
+	flights_client(&fk.t, 1, r, fk.now);
+	assert_int_equal(fk.n_asked, 1);
+	assert_int_equal(count(&fk.n.coalesced), 2);
+
+	pass(30);
+	upstream_answers(0, DNS_R_NOERROR);
+	assert_int_equal(fk.n_replies, 3);
+	for (unsigned i = 0; i < 3; i++)
+		assert_true(fk.replies[i].kind == FLIGHT_REPLY_ANSWER && fk.replies[i].cached);
+	/* stored under the same key the worker's look-up will use */
+	ask(4, "www.example.com", 24);
+	assert_int_equal(fk.n_asked, 1);
+	assert_int_equal(fk.replies[3].kind, FLIGHT_REPLY_CACHED);
+}
+
 /* ---- deadlines ------------------------------------------------------------------- */
 
 static void test_a_waiter_gets_its_failure_at_its_deadline_and_the_question_goes_on(void **state)
@@ -1119,6 +1155,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 		T(test_identical_requests_share_one_question),
+		T(test_requests_with_and_without_the_workers_key_share_one_question),
 		T(test_a_waiter_gets_its_failure_at_its_deadline_and_the_question_goes_on),
 		T(test_a_client_with_a_stale_entry_gets_it_at_the_client_response_timer),
 		T(test_a_request_missed_after_the_last_insert_is_not_looked_up_again),
