@@ -88,12 +88,47 @@ int dns_name_from_text(const char *text, uint8_t out[DNS_MAX_NAME])
 	return (int)out_len;
 }
 
-static bool is_plain_text_byte(uint8_t c)
+/* Bytes a name's text shows as themselves; every other one is written \DDD. */
+static const bool plain_text_byte[256] = {
+	['a' ... 'z'] = true, ['A' ... 'Z'] = true, ['0' ... '9'] = true,
+	['-'] = true, ['_'] = true, ['*'] = true,
+};
+
+static bool label_is_plain(const uint8_t *label, size_t len)
 {
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-	       (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '*';
+	for (size_t i = 0; i < len; i++)
+		if (!plain_text_byte[label[i]])
+			return false;
+	return true;
 }
 
+/* The label's bytes at out + n, escaped; the new n, or 0 when out (outlen) has no room. */
+static size_t escape_label(const uint8_t *label, size_t len, char *out, size_t n, size_t outlen)
+{
+	for (size_t i = 0; i < len; i++) {
+		uint8_t c = label[i];
+		size_t width = plain_text_byte[c] ? 1 : 4;
+		/* every label byte is still followed by a dot and the NUL,
+		 * so passing this check also makes room for those */
+		if (n + width + 2 > outlen)
+			return 0;
+		if (width == 1) {
+			out[n++] = (char)c;
+		} else {
+			out[n++] = '\\';
+			out[n++] = (char)('0' + c / 100);
+			out[n++] = (char)('0' + c / 10 % 10);
+			out[n++] = (char)('0' + c % 10);
+		}
+	}
+	return n;
+}
+
+/*
+ * A label of letters, digits, '-', '_' and '*' (nearly every one) is
+ * copied whole: this runs for every question the resolver asks
+ * (libunbound's API takes text), so it is on a miss's path.
+ */
 int dns_name_to_text(const uint8_t *name, char *out, size_t outlen)
 {
 	size_t n = 0;
@@ -107,23 +142,16 @@ int dns_name_to_text(const uint8_t *name, char *out, size_t outlen)
 	}
 	while (name[pos] != 0) {
 		uint8_t label = name[pos];
+		const uint8_t *bytes = name + pos + 1;
 		if (label > DNS_MAX_LABEL || pos + 1 + label >= DNS_MAX_NAME)
 			return -1;
-		for (size_t i = 1; i <= label; i++) {
-			uint8_t c = name[pos + i];
-			size_t width = is_plain_text_byte(c) ? 1 : 4;
-			/* every label byte is still followed by a dot and the NUL,
-			 * so passing this check also makes room for those */
-			if (n + width + 2 > outlen)
+		if (label_is_plain(bytes, label)) {
+			if (n + label + 2 > outlen) /* the label, its dot, the NUL */
 				return -1;
-			if (width == 1) {
-				out[n++] = (char)c;
-			} else {
-				out[n++] = '\\';
-				out[n++] = (char)('0' + c / 100);
-				out[n++] = (char)('0' + c / 10 % 10);
-				out[n++] = (char)('0' + c % 10);
-			}
+			memcpy(out + n, bytes, label);
+			n += label;
+		} else if (!(n = escape_label(bytes, label, out, n, outlen))) {
+			return -1;
 		}
 		out[n++] = '.';
 		pos += 1 + label;

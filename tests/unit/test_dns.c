@@ -401,6 +401,16 @@ static void test_name_to_text_escapes_and_limits(void **state)
 	assert_int_equal(dns_name_to_text(odd, text, 17), 16);
 	assert_int_equal(dns_name_to_text((const uint8_t *)"", text, 1), -1);
 	assert_int_equal(dns_name_to_text((const uint8_t *)"\101a", text, sizeof(text)), -1);
+	/* a plain label is copied whole, within the same room: itself, a dot, the NUL */
+	static const uint8_t plain[] = {3, 'w', 'w', 'w', 2, 'n', 'L', 0};
+	assert_int_equal(dns_name_to_text(plain, text, 7), -1);
+	assert_int_equal(dns_name_to_text(plain, text, 8), 7);
+	assert_string_equal(text, "www.nL.");
+	assert_int_equal(dns_name_to_text(plain, text, 4), -1);
+	/* plain and escaped labels in one name */
+	static const uint8_t mixed[] = {2, 'a', '@', 3, 'b', '-', 'c', 0};
+	assert_int_equal(dns_name_to_text(mixed, text, sizeof(text)), 10);
+	assert_string_equal(text, "a\\064.b-c.");
 }
 
 static void test_name_subdomain(void **state)
