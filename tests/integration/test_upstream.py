@@ -89,6 +89,26 @@ def test_tcp_misses_are_answered_through_the_worker(env):
         assert replies[104].rcode_name == "NXDOMAIN", replies[104].describe()
 
 
+def test_a_cname_chains_links_are_asked_once_not_for_every_type(env):
+    # libunbound restarts a question at each CNAME of an answer and takes
+    # the chain's next names from its RRset cache once it holds them, so
+    # the first question about c1 -> c2 -> c3 -> www asks the upstream for
+    # each link, and the next type asks for www alone. With forward-no-cache
+    # (libunbound caching nothing a forwarder answers) every question asked
+    # for every link again (docs/ARCHITECTURE.md).
+    with authority.Authority({"site.example.": SITE}) as up:
+        d = forwarding(env, up)
+        asked = 0
+        for qtype, more in (("A", None), ("AAAA", 1), ("MX", 1)):
+            m = d.udp("c1.site.example", qtype)
+            assert m.rcode_name == "NOERROR" and len(m.rrs("answer", "CNAME")) == 3, \
+                m.describe()
+            now = up.queries()
+            if more is not None:
+                assert now - asked == more, "%s asked the upstream %d times" % (qtype, now - asked)
+            asked = now
+
+
 def test_zero_ttl_answers_are_passed_on_but_not_cached(env):
     with authority.Authority({"site.example.": SITE}) as up:
         d = forwarding(env, up)
