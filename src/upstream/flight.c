@@ -279,14 +279,13 @@ static void each_flight(struct flights *t, void (*fn)(struct flights *t, struct 
 
 /* What the cache holds for q now: a miss, a live entry, or a stale one (when allow_stale). */
 static enum cache_result cache_probe(struct flights *t, const struct dns_query *q,
-				     bool allow_stale)
+				     const struct cache_key *k, bool allow_stale)
 {
 	struct dns_writer w;
-
 	enum cache_result r;
 
 	dns_response_begin(&w, t->probe, sizeof t->probe, q, DNS_R_NOERROR);
-	r = cache_replay(t->cache, &w, t->now_ms / 1000, allow_stale);
+	r = cache_replay_keyed(t->cache, &w, k, t->now_ms / 1000, allow_stale);
 	t->probe_len = r == CACHE_MISS ? 0 : dns_response_finish(&w, 0);
 	return r;
 }
@@ -455,8 +454,11 @@ static bool stale_soon(struct flights *t, const struct upstream_request *r, enum
 
 	if (timer == 0)
 		return false;
-	if (known == STALE_UNKNOWN)
-		known = cache_probe(t, &r->ask.q, true) == CACHE_STALE ? STALE_HELD : STALE_NONE;
+	if (known == STALE_UNKNOWN) {
+		struct cache_key k = question_key(t, &r->ask);
+		known = cache_probe(t, &r->ask.q, &k, true) == CACHE_STALE ? STALE_HELD
+									  : STALE_NONE;
+	}
 	if (known != STALE_HELD)
 		return false;
 	*ms = timer;
@@ -656,7 +658,8 @@ static void resolution_failed(struct flights *t, struct flight *f, bool remember
 	upstream_bump(&t->n->failures);
 	if (remember) {
 		atomic_store_explicit(&t->failing, true, memory_order_relaxed);
-		if (cache_probe(t, &f->q, true) != CACHE_MISS || !cache_servfail(t, f))
+		if (cache_probe(t, &f->q, &f->cache_key, true) != CACHE_MISS ||
+		    !cache_servfail(t, f))
 			f->failed_until_ms = t->now_ms + FAILURE_HOLD_MS;
 	}
 	answer_waiters(t, f, &failed_reply);
@@ -883,7 +886,7 @@ static void join_or_ask(struct flights *t, unsigned worker, const struct upstrea
 	enum stale stale = STALE_UNKNOWN;
 	if (look == LOOK_AGAIN || r->ask.dns64.len) {
 		bool own = key == r;
-		enum cache_result seen = cache_probe(t, &key->ask.q, own && stale_timer_ms(t));
+		enum cache_result seen = cache_probe(t, &key->ask.q, &k, own && stale_timer_ms(t));
 		if (seen != CACHE_MISS && seen != CACHE_STALE) {
 			if (r->ask.dns64_a || !r->ask.dns64.len ||
 			    !dns64_wanted(t->probe, t->probe_len) ||
