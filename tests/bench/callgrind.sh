@@ -156,11 +156,7 @@ peer_miss() { # mix_dir localdns_dump
 	bench_spawn unbound-miss valgrind --tool=callgrind --callgrind-out-file="$d/unbound.out" \
 		"$BENCH_CG_PEER" -d -c "$uconf"
 	upid=$SPID
-	for _ in $(seq 1 60); do
-		dig @127.0.0.1 -p "$uport" $PROBE +time=1 +tries=1 +short 2>/dev/null | grep -q . && break
-		kill -0 "$upid" 2>/dev/null || { echo "callgrind: unbound exited" >&2; exit 1; }
-		sleep 1
-	done
+	wait_answer "$uport" "$upid" unbound-miss 60 || exit 1
 	callgrind_control --zero "$upid" >/dev/null
 	gen "$d/peer.txt" -p "$uport" -n "$COUNT" -Q "$MISS_RATE" -q 64 -c 8 -t 10 -l 600
 	callgrind_control --dump=peer "$upid" >/dev/null
@@ -244,11 +240,7 @@ EOF
 	bench_spawn "localdns-$MIX" valgrind --tool=callgrind --callgrind-out-file="$OUT" \
 		"$BIN" --config "$D/data/localdns.yaml"
 	LPID=$SPID
-	for _ in $(seq 1 30); do
-		dig @127.0.0.1 -p "$PORT" $PROBE +time=1 +tries=1 +short 2>/dev/null | grep -q . && break
-		kill -0 "$LPID" 2>/dev/null || { echo "callgrind: localdns exited:" >&2; tail -5 "$TMP/localdns-$MIX.log" >&2; exit 1; }
-		sleep 1
-	done
+	wait_answer "$PORT" "$LPID" "localdns-$MIX" 30 || exit 1
 	# every name cached before counting: a pass that lost some (valgrind
 	# is slow, the machine shared) is followed by another, at most three
 	for _ in 1 2 3; do

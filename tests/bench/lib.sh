@@ -9,7 +9,7 @@
 #                     (kills every process in PIDS, removes $TMP), sets the
 #                     CPU placement (SRV_PIN, GEN_PIN, PINNING), CLK_TCK, and
 #                     how busy the machine was (BUSY, BUSY_NOTE).
-#   free_port, wait_answer PORT PID NAME (asks for $PROBE), start_localdns
+#   free_port, wait_answer PORT PID NAME [SECONDS] (asks for $PROBE), start_localdns
 #   (config on stdin) and run_unbound MEASURE_FUNCTION (the peer, config on
 #   stdin), bare_rounds_and_ratio (the bare responder, the rounds, the ratios),
 #   bench_spawn NAME CMD... (unpinned) and bench_server NAME CMD... (pinned
@@ -162,9 +162,9 @@ bench_reap() { # pid
 }
 
 # Wait (5 s at most) until the server on port answers $PROBE ("name type").
-wait_answer() { # port pid name
-	local port=$1 pid=$2 name=$3
-	for _ in $(seq 1 50); do
+wait_answer() { # port pid name [seconds: 5; more for a server under valgrind]
+	local port=$1 pid=$2 name=$3 seconds=${4:-5}
+	for _ in $(seq 1 $((seconds * 10))); do
 		kill -0 "$pid" 2>/dev/null || { echo "$BENCH_NAME: $name exited at start:" >&2; tail -5 "$TMP/$name.log" >&2; return 1; }
 		# shellcheck disable=SC2086 # PROBE is "name type"
 		if dig @127.0.0.1 -p "$port" $PROBE +time=1 +tries=1 +short 2>/dev/null | grep -q .; then
@@ -172,7 +172,7 @@ wait_answer() { # port pid name
 		fi
 		sleep 0.1
 	done
-	echo "$BENCH_NAME: $name did not answer within 5s" >&2
+	echo "$BENCH_NAME: $name did not answer within ${seconds}s" >&2
 	tail -5 "$TMP/$name.log" >&2
 	return 1
 }
