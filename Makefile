@@ -11,9 +11,11 @@ GIT_REV  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # from Debian's own source of the installed libunbound-dev's version with
 # OpenSSL, once, into $(UNBOUND_PREFIX) (deploy/libunbound/build.sh;
 # docs/ARCHITECTURE.md, "libunbound"). Its path does not depend on BUILD: the
-# sanitize, tsan and fuzz builds share it, and `make clean` keeps it.
+# sanitize, tsan and fuzz builds share it, and `make clean` keeps it. Its name
+# also carries a checksum of build.sh, so a changed recipe builds it again.
 UNBOUND_VERSION := $(shell dpkg-query -W -f='$${Version}' libunbound-dev 2>/dev/null)
-UNBOUND_PREFIX  := $(CURDIR)/build/libunbound-$(or $(UNBOUND_VERSION),missing)
+UNBOUND_RECIPE  := $(shell cksum < deploy/libunbound/build.sh | cut -d' ' -f1)
+UNBOUND_PREFIX  := $(CURDIR)/build/libunbound-$(or $(UNBOUND_VERSION),missing)-$(UNBOUND_RECIPE)
 UNBOUND_PC      := $(UNBOUND_PREFIX)/lib/pkgconfig/libunbound.pc
 
 # Every library comes through pkg-config; libunbound's .pc is ours (found
@@ -24,7 +26,11 @@ PKGS     := yaml-0.1 json-c yajl zlib liburcu-memb liburcu-cds libcurl libnl-3.0
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell $(PKG_CONFIG_CMD) --cflags libunbound $(PKGS))
-PKG_LIBS   = $(shell $(PKG_CONFIG_CMD) --static --libs libunbound) $(shell $(PKG_CONFIG_CMD) --libs $(PKGS))
+# Our libunbound calls liblocaldns.a's upstream_arc4random{,_uniform} (build.sh,
+# src/upstream/random.h): -u pulls them in, wherever the archive comes on the line.
+UNBOUND_NEEDS := -Wl,-u,upstream_arc4random,-u,upstream_arc4random_uniform
+PKG_LIBS   = $(UNBOUND_NEEDS) $(shell $(PKG_CONFIG_CMD) --static --libs libunbound) \
+             $(shell $(PKG_CONFIG_CMD) --libs $(PKGS))
 
 # OPTFLAGS and SANITIZE may be set on the command line; CFLAGS is built here.
 OPTFLAGS ?= -O2 -g
@@ -178,6 +184,9 @@ $(BUILD)/tests/test_cluster_coredns $(BUILD)/tests/test_autopath \
 $(BUILD)/tests/test_querylog $(BUILD)/tests/test_kube $(BUILD)/tests/test_mesh \
 $(BUILD)/tests/test_multicluster $(BUILD)/tests/test_dnstap: LDFLAGS += \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc -Wl,--wrap=free,--wrap=pthread_mutex_lock
+
+# test_upstream_random counts and scripts the pool's fills.
+$(BUILD)/tests/test_upstream_random: LDFLAGS += -Wl,--wrap=getrandom
 
 # The Helm chart, rendered without Helm: tests/chart/ is Helm's engine (Go
 # text/template + sprig) from Debian's Go packages, in GOPATH mode.

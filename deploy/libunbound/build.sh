@@ -88,6 +88,10 @@ only_public_symbols() {
 	[ -z "$extra" ] || fail "libunbound.a still exports non-API symbols: $extra"
 	grep -qx ub_ctx_create_ub_event <(nm --defined-only --extern-only "$archive" | awk '{print $3}') ||
 		fail "libunbound.a lacks the event API (ub_ctx_create_ub_event)"
+	grep -qx upstream_arc4random_uniform <(nm --undefined-only "$archive" | awk '{print $2}') ||
+		fail "libunbound.a does not draw its random numbers from upstream_arc4random_uniform"
+	! grep -qx 'arc4random\(_uniform\)\?' <(nm --undefined-only "$archive" | awk '{print $2}') ||
+		fail "libunbound.a still calls libc's arc4random"
 }
 
 # Debian's unbound source of the installed libunbound-dev's version, patched, into $1/src.
@@ -127,6 +131,16 @@ build() {
 		{ tail -30 "$work/configure.log" >&2; fail "configure failed ($work/configure.log)"; }
 	grep -q '^#define HAVE_SSL ' "$src/b/config.h" || fail "configure found no OpenSSL (libssl-dev)"
 	grep -q '^#define USE_LIBEVENT 1' "$src/b/config.h" || fail "configure found no libevent (libevent-dev)"
+	grep -q '^#define HAVE_ARC4RANDOM 1' "$src/b/config.h" || fail "configure found no arc4random in libc"
+	# Its random numbers (query IDs, source ports) from localdns's pool per
+	# thread, not glibc's arc4random, a getrandom system call each
+	# (src/upstream/random.h). After configure, which must still find libc's.
+	cat >>"$src/b/config.h" <<'EOF'
+
+/* localdns: arc4random from src/upstream/random.c (deploy/libunbound/build.sh) */
+#define arc4random upstream_arc4random
+#define arc4random_uniform upstream_arc4random_uniform
+EOF
 	# MAKEFLAGS: not the calling make's jobserver, which this script cannot join.
 	env -u MAKEFLAGS -u MFLAGS make -C "$src/b" -j"$(nproc)" lib >"$work/make.log" 2>&1 ||
 		{ tail -30 "$work/make.log" >&2; fail "make lib failed ($work/make.log)"; }
