@@ -214,7 +214,9 @@ struct shard {
 	_Atomic uint64_t nbuckets;     /* the array's size, for cache_stats; under lock */
 	uint64_t max_buckets;          /* the array's cap; under lock */
 	struct entry *hand;            /* CLOCK hand; NULL when the shard is empty */
-	struct entry *removed;         /* unlinked under this lock, for limbo once it is let go */
+	struct entry *removed;         /* unlinked under this lock, for limbo once it is let go, */
+	struct entry *removed_last;    /* ... the last of them (the first removed) ... */
+	uint64_t removed_bytes;        /* ... and their charge */
 	_Atomic uint64_t budget;       /* written under lock; insert peeks before locking */
 	/* written under lock, read by cache_stats */
 	_Atomic uint64_t bytes, entries, inserts, evictions;
@@ -673,6 +675,9 @@ static void remove_entry(struct shard *s, struct entry *e)
 	}
 	shard_count(&s->bytes, -(int64_t)e->charge);
 	shard_count(&s->entries, -1);
+	if (!s->removed)
+		s->removed_last = e;
+	s->removed_bytes += e->charge;
 	e->clock_next = s->removed;
 	s->removed = e;
 }
@@ -684,19 +689,14 @@ static void remove_entry(struct shard *s, struct entry *e)
  */
 static void unlock_shard(struct shard *s)
 {
-	struct entry *removed = s->removed, *last = removed;
-	uint64_t bytes = 0;
+	struct entry *removed = s->removed, *last = s->removed_last;
+	uint64_t bytes = s->removed_bytes;
 
-	s->removed = NULL;
+	s->removed = s->removed_last = NULL;
+	s->removed_bytes = 0;
 	pthread_mutex_unlock(&s->lock);
 	if (!removed)
 		return;
-	for (struct entry *e = removed;; e = e->clock_next) {
-		bytes += e->charge;
-		last = e;
-		if (!e->clock_next)
-			break;
-	}
 	struct cache *c = s->cache;
 	pthread_mutex_lock(&c->limbo_lock);
 	last->clock_next = c->limbo;
