@@ -376,6 +376,7 @@ static void hand_over(struct keeper_link *keeper, struct node *node, struct serv
 	keeper_link_leave(keeper); /* we hand over ourselves: the keeper rescues nothing */
 	node_release(node);
 	server_release(server);
+	log_info("handed the sockets over: steered away, what they had queued answered");
 	upstream_settle(upstream, SETTLE_MS);
 }
 
