@@ -366,17 +366,21 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 
 /*
  * Leave without losing a query: the heartbeat out first (new flows fail
- * open, or go to another localdns on the node), then the sockets steered
- * away and what they had queued answered, then the answers that wait for
- * the upstream, for a moment.
+ * open, or go to another localdns on the node), then the listeners
+ * released: the UDP sockets steered away only when another localdns may
+ * take their traffic (alone, a steered socket would refuse a datagram the
+ * heartbeat sent here just before it went; it is answered instead), then
+ * the answers that wait for the upstream, for a moment.
  */
 static void hand_over(struct keeper_link *keeper, struct node *node, struct server *server,
 		      struct upstream *upstream)
 {
 	keeper_link_leave(keeper); /* we hand over ourselves: the keeper rescues nothing */
-	node_release(node);
-	server_release(server);
-	log_info("handed the sockets over: steered away, what they had queued answered");
+	bool others = node_release(node);
+	server_release(server, others);
+	log_info("handed the sockets over", "udp",
+		 others ? "steered away to another localdns"
+			: "kept open until exit for what is already on its way");
 	upstream_settle(upstream, SETTLE_MS);
 }
 

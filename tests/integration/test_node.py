@@ -879,6 +879,53 @@ while True:
 HANDED_OVER = "handed the sockets over"
 
 
+def with_a_silent_upstream(n):
+    """n.config() falling back to the stand-in CoreDNS, with external names
+    forwarded to an upstream in the coredns namespace that never answers
+    (SILENT, which says "asked" for each query), and that upstream."""
+    silent = "10.200.2.9"
+    n.ip(n.coredns, "addr", "add", silent + "/24", "dev", "eth0")
+    upstream = n.helper(n.coredns, SILENT, silent)
+    cfg = n.config(fallback_endpoints=[COREDNS])
+    cfg["upstream"] = {"servers": ["%s:53" % silent], "timeout": "5s"}
+    return cfg, upstream
+
+
+def one_socket_each(n, server, count, name, wait=3):
+    """ONE_SOCKET_EACH from the pod, once it has sent its queries."""
+    p = harness.track_process(subprocess.Popen(
+        harness.netns_argv(n.pod, [sys.executable, "-c", ONE_SOCKET_EACH, server, str(count),
+                                   str(wait), name]), stdout=subprocess.PIPE, text=True))
+    assert p.stdout.readline().strip() == "sent"
+    return p
+
+
+def keep_in_settle(n, upstream):
+    """A pod asks an external name, which the silent upstream is asked for:
+    the localdns that took it, stopped, waits in upstream_settle (500 ms)
+    for its answer, its sockets open."""
+    one_socket_each(n, CLUSTER_IP, 1, "ext.example")
+    assert upstream.stdout.readline().strip() == "asked"
+
+
+def udp_peers(n, pid):
+    """Each UDP socket of process pid on port 53 in the node namespace: its
+    address and the one it is connected to ("*": none)."""
+    out = n.run(n.node, "ss", "-Huanp").stdout
+    return {f[3]: "*" if f[4].endswith(":*") else f[4]
+            for f in (line.split() for line in out.splitlines())
+            if ",pid=%d," % pid in f[-1] and f[3].endswith(":53")}
+
+
+def until_handed_over(d):
+    """Until d logs that it has handed its sockets over (polled closely: it
+    closes them about 500 ms later)."""
+    t0 = time.monotonic()
+    while HANDED_OVER not in d.stderr():
+        assert time.monotonic() - t0 < 5, d.tail()
+        time.sleep(0.005)
+
+
 def test_node_sigterm_refuses_no_query_the_heartbeat_let_in(env):
     # A datagram the ruleset sent to localdns's socket (untracked, by the
     # heartbeat) just before SIGTERM took the heartbeat out may meet that
@@ -889,41 +936,53 @@ def test_node_sigterm_refuses_no_query_the_heartbeat_let_in(env):
     # the raw prerouting hook (where notrack sent them to localdns) and the
     # socket lookup, and lets them go once localdns has handed over.
     n = Node(env)
-    silent = "10.200.2.9"
-    n.ip(n.coredns, "addr", "add", silent + "/24", "dev", "eth0")
-    upstream = n.helper(n.coredns, SILENT, silent)
-    cfg = n.config(fallback_endpoints=[COREDNS])
-    cfg["upstream"] = {"servers": ["%s:53" % silent], "timeout": "5s"}
+    cfg, upstream = with_a_silent_upstream(n)
     d = n.start(cfg)
     # Every refusal counted: no rate limit on the node's ICMP errors.
-    n.run(n.node, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0", "net.ipv4.icmp_msgs_per_sec=100000",
-          "net.ipv4.icmp_msgs_burst=10000")
+    n.run(n.node, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0",
+          "net.ipv4.icmp_msgs_per_sec=100000", "net.ipv4.icmp_msgs_burst=10000")
     holder = n.helper(n.node, QUEUE_HOLDER, "7")
     n.run(n.node, "iptables", "-w", "-A", "INPUT", "-p", "udp", "-s", IPV4.pod, "-d", LINK,
           "--dport", "53", "-j", "NFQUEUE", "--queue-num", "7")
     late = 20
-    client = harness.track_process(subprocess.Popen(
-        harness.netns_argv(n.pod, [sys.executable, "-c", ONE_SOCKET_EACH, LINK, str(late), "3",
-                                   NAME]), stdout=subprocess.PIPE, text=True))
-    assert client.stdout.readline().strip() == "sent"
+    client = one_socket_each(n, LINK, late, NAME)
     for i in range(late):
         assert holder.stdout.readline().strip() == "held %d" % (i + 1)
-    # A client waiting for the silent upstream keeps localdns in its
-    # shutdown for a while (upstream_settle, 500 ms), its sockets open.
-    waiting = harness.track_process(subprocess.Popen(
-        harness.netns_argv(n.pod, [sys.executable, "-c", ONE_SOCKET_EACH, CLUSTER_IP, "1", "3",
-                                   "ext.example"]), stdout=subprocess.PIPE, text=True))
-    assert waiting.stdout.readline().strip() == "sent"
-    assert upstream.stdout.readline().strip() == "asked"
+    keep_in_settle(n, upstream)
     d.proc.send_signal(signal.SIGTERM)
-    t0 = time.monotonic()
-    while HANDED_OVER not in d.stderr() and time.monotonic() - t0 < 5:
-        time.sleep(0.005)
+    until_handed_over(d)
     holder.stdin.write("go\n")
     holder.stdin.flush()
     assert holder.stdout.readline().strip() == "released %d" % late
     ended = json.loads(client.stdout.readline())
     assert d.proc.wait(5) == 0, d.tail()
-    assert HANDED_OVER in d.stderr(), d.tail()
+    assert "kept open until exit" in d.stderr(), d.tail()
     assert ended == {"answered": late, "refused": 0, "other": 0, "unanswered": 0}, (
         "%r\n%s" % (ended, d.tail(8)))
+
+
+def test_node_sigterm_beside_another_localdns_steers_its_udp_sockets_away_at_once(env):
+    # In a surge upgrade both processes bind the link address with
+    # SO_REUSEPORT. At SIGTERM the old one leaves the heartbeat to the new
+    # one's token and connects its UDP sockets to their own address, which
+    # the kernel's choice then skips: every new datagram goes to the new
+    # process. Held stopped right after its hand-over, the old one answers
+    # nothing, so a query the kernel still gave it would go unanswered.
+    n = Node(env)
+    cfg, upstream = with_a_silent_upstream(n)
+    old = n.start(cfg)
+    keep_in_settle(n, upstream)           # before the new one binds: the old one has it
+    new = n.start(cfg)
+    old.proc.send_signal(signal.SIGTERM)
+    until_handed_over(old)
+    os.kill(old.proc.pid, signal.SIGSTOP)
+    try:
+        peers = udp_peers(n, old.proc.pid)
+        ended = json.loads(one_socket_each(n, LINK, 20, NAME, wait=1).stdout.readline())
+    finally:
+        os.kill(old.proc.pid, signal.SIGCONT)
+    assert old.proc.wait(5) == 0, old.tail()
+    assert "steered away to another localdns" in old.stderr(), old.tail()
+    assert peers == {LINK + ":53": LINK + ":53", CLUSTER_IP + ":53": CLUSTER_IP + ":53"}, peers
+    assert ended == {"answered": 20, "refused": 0, "other": 0, "unanswered": 0}, (
+        "%r\n%s" % (ended, new.tail(5)))
