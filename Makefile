@@ -83,7 +83,7 @@ DEPS := gcc make pkg-config git \
         clang libclang-rt-14-dev \
         python3 dnsutils knot-dnsutils dnsperf iproute2 procps nsd ldnsutils unbound \
         fstrm-bin dnstap-ldns golang-github-dnstap-golang-dnstap-cli \
-        nftables conntrack prometheus \
+        nftables conntrack iptables prometheus \
         golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
         golang-github-xeipuuv-gojsonschema-dev python3-yaml systemd
 

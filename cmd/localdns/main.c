@@ -365,18 +365,47 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 #define SETTLE_MS 500 /* covers cache.stale_answer_timeout's stale answers (400 ms) */
 
 /*
+ * How late a datagram the heartbeat let in just before the leave may still
+ * reach its socket: its socket lookup waits for a softirq, which a busy
+ * node may run in ksoftirqd, a thread like any other, milliseconds later.
+ */
+#define LATE_DATAGRAM_MS 200
+
+static void wait_until_ms(int64_t when)
+{
+	int64_t left = when - monotonic_ms();
+
+	if (left <= 0)
+		return;
+	struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/*
  * Leave without losing a query: the heartbeat out first (new flows fail
- * open, or go to another localdns on the node), then the sockets steered
- * away and what they had queued answered, then the answers that wait for
- * the upstream, for a moment.
+ * open, or go to another localdns on the node), then the listeners
+ * released, then the answers that wait for the upstream, for a moment.
+ * The UDP sockets are steered away at the release only when another
+ * localdns may take their traffic. Alone, a socket connected to itself
+ * would make the kernel refuse ("port unreachable") a datagram the
+ * heartbeat sent here just before it went but that reaches the socket
+ * only now, and so would a closed one: they stay open and served for
+ * LATE_DATAGRAM_MS after the leave at least.
  */
 static void hand_over(struct keeper_link *keeper, struct node *node, struct server *server,
 		      struct upstream *upstream)
 {
 	keeper_link_leave(keeper); /* we hand over ourselves: the keeper rescues nothing */
-	node_release(node);
-	server_release(server);
+	bool others = node_release(node);
+	int64_t left_ms = monotonic_ms();
+	server_release(server, others);
+	log_info("handed the sockets over", "udp",
+		 others ? "steered away to another localdns"
+			: "kept open a while for what is already on its way");
 	upstream_settle(upstream, SETTLE_MS);
+	if (!others)
+		wait_until_ms(left_ms + LATE_DATAGRAM_MS);
 }
 
 static bool needs_node(const struct config *cfg)

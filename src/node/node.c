@@ -599,12 +599,12 @@ void node_capture(struct node *node, node_capture_fn *fn, void *arg)
 	pthread_mutex_unlock(&node->lock);
 }
 
-void node_release(struct node *node)
+bool node_release(struct node *node)
 {
 	char err[CONFIG_ERR_MAX];
 
 	if (!node)
-		return;
+		return true;
 	pthread_mutex_lock(&node->lock);
 	node->capture = NULL;
 	node->capturing = false;
@@ -617,6 +617,7 @@ void node_release(struct node *node)
 		log_info("took out our nftables heartbeat; another localdns on the node keeps taking DNS");
 	else if (node->nft)
 		log_info("took out the nftables heartbeat: DNS fails open from now on");
+	return rc != 0 || !node->nft;
 }
 
 uint64_t node_heartbeat_ms(struct node *node)

@@ -145,8 +145,13 @@ void node_keep(struct node *node, struct keeper_link *link);
  * process's heartbeat taken out in one transaction (nft_leave), so new DNS
  * flows fail open at once unless another localdns on the node keeps taking
  * them. Logged. NULL is fine.
+ *
+ * Returns whether another localdns may take new DNS flows on this node from
+ * now on: its token keeps the heartbeat, or nothing tells (no nftables
+ * table, or the leave failed). false: the heartbeat is gone, new flows fail
+ * open, and only datagrams already on their way still reach our sockets.
  */
-void node_release(struct node *node);
+bool node_release(struct node *node);
 
 /* The monotonic ms of the monitor loop's last turn (it turns at least once a
  * second); 0 when there is no monitor thread. Any thread. */
