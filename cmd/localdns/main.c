@@ -365,47 +365,45 @@ static int serve_until_stopped(int sigfd, struct daemon *d)
 #define SETTLE_MS 500 /* covers cache.stale_answer_timeout's stale answers (400 ms) */
 
 /*
- * How late a datagram the heartbeat let in just before the leave may still
+ * How late a query the heartbeat let in just before the leave may still
  * reach its socket: its socket lookup waits for a softirq, which a busy
  * node may run in ksoftirqd, a thread like any other, milliseconds later.
  */
-#define LATE_DATAGRAM_MS 200
+#define LATE_QUERY_MS 200
 
-static void wait_until_ms(int64_t when)
+static void sleep_ms(int64_t ms)
 {
-	int64_t left = when - monotonic_ms();
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
 
-	if (left <= 0)
-		return;
-	struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000};
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
 }
 
 /*
  * Leave without losing a query: the heartbeat out first (new flows fail
- * open, or go to another localdns on the node), then the listeners
- * released, then the answers that wait for the upstream, for a moment.
- * The UDP sockets are steered away at the release only when another
- * localdns may take their traffic. Alone, a socket connected to itself
- * would make the kernel refuse ("port unreachable") a datagram the
- * heartbeat sent here just before it went but that reaches the socket
- * only now, and so would a closed one: they stay open and served for
- * LATE_DATAGRAM_MS after the leave at least.
+ * open, or go to another localdns on the node), then the sockets steered
+ * away and what they had queued answered, then the answers that wait for
+ * the upstream, for a moment. Alone on the node, the listeners are left
+ * as they are for LATE_QUERY_MS first: a query the heartbeat sent here
+ * just before it went may reach its socket only now, and a UDP socket
+ * steered away (connected to itself) or a closed TCP listener would make
+ * the kernel refuse it ("port unreachable", a reset), which a stub
+ * resolver gives up on. Beside another localdns they are steered at once:
+ * what comes then is the other one's.
  */
 static void hand_over(struct keeper_link *keeper, struct node *node, struct server *server,
 		      struct upstream *upstream)
 {
 	keeper_link_leave(keeper); /* we hand over ourselves: the keeper rescues nothing */
-	bool others = node_release(node);
-	int64_t left_ms = monotonic_ms();
-	server_release(server, others);
-	log_info("handed the sockets over", "udp",
-		 others ? "steered away to another localdns"
-			: "kept open a while for what is already on its way");
+	if (!node_release(node)) {
+		char ms[16];
+		snprintf(ms, sizeof ms, "%d", LATE_QUERY_MS);
+		log_info("keeping the listeners open for queries already on their way", "ms", ms);
+		sleep_ms(LATE_QUERY_MS);
+	}
+	server_release(server);
+	log_info("handed the sockets over");
 	upstream_settle(upstream, SETTLE_MS);
-	if (!others)
-		wait_until_ms(left_ms + LATE_DATAGRAM_MS);
 }
 
 static bool needs_node(const struct config *cfg)

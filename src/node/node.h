@@ -149,7 +149,7 @@ void node_keep(struct node *node, struct keeper_link *link);
  * Returns whether another localdns may take new DNS flows on this node from
  * now on: its token keeps the heartbeat, or nothing tells (no nftables
  * table, or the leave failed). false: the heartbeat is gone, new flows fail
- * open, and only datagrams already on their way still reach our sockets.
+ * open, and only queries already on their way still reach our sockets.
  */
 bool node_release(struct node *node);
 

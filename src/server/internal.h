@@ -138,8 +138,7 @@ struct worker {
 	_Atomic uint64_t heaviest;
 	atomic_bool shed_asked;
 	int shed_fd;
-	bool release_pending;    /* server_release: release every listener */
-	bool release_steers;     /* and steer the UDP sockets away (server_release's steer) */
+	bool release_pending;    /* server_release: steer every listener away */
 	int *unhanded;           /* retired UDP sockets the resolver had no room for yet */
 	size_t n_unhanded;
 	/*
@@ -209,8 +208,8 @@ struct server {
 	uint8_t source_key[16];      /* keys every per-client table of the server */
 	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	pthread_mutex_t reconf_lock;  /* the listener lists (see struct worker), held */
-	bool held;                    /* bound, taking no new traffic: not yet
-					 * (server_open), or no more (server_release) */
+	bool held;                    /* bound, taking no traffic: not yet (server_open),
+					 * or no more (server_release) */
 	atomic_uint_fast64_t sockets_generation; /* the listening sockets changed (keeper) */
 	pthread_cond_t retired;       /* a worker emptied its retiring list */
 };

@@ -575,18 +575,17 @@ bool server_is_open(struct server *s)
 	return open;
 }
 
-void server_release(struct server *s, bool steer)
+void server_release(struct server *s)
 {
 	pthread_mutex_lock(&s->reconf_lock);
 	for (unsigned i = 0; i < s->n_workers; i++) {
 		s->workers[i]->release_pending = true;
-		s->workers[i]->release_steers = steer;
 		wake_send(s->workers[i]->retire_fd);
 	}
 	for (unsigned i = 0; i < s->n_workers; i++)
 		while (s->workers[i]->release_pending)
 			pthread_cond_wait(&s->retired, &s->reconf_lock);
-	s->held = true; /* released: no new flow comes to these sockets */
+	s->held = true; /* steered away: no socket takes traffic any more */
 	atomic_fetch_add(&s->sockets_generation, 1);
 	pthread_mutex_unlock(&s->reconf_lock);
 }

@@ -69,20 +69,15 @@ bool server_is_open(struct server *s);
 
 /*
  * Hand the traffic over (SIGTERM; the main thread, no reload running):
- * every worker closes its TCP listeners after the connections already
- * queued are accepted. With steer (another localdns may take the node's
- * DNS), each UDP socket is drained, connected to its own address (from
- * then on the kernel gives its datagrams to another localdns's socket) and
- * drained again, as a reload does with a removed address. Without (the
- * heartbeat is gone: new flows fail open), the UDP sockets are left as
- * they are and answered until server_stop: alone on its address, a
- * connected socket would make the kernel refuse ("port unreachable") a
- * datagram the heartbeat sent here just before it went but that reaches
- * the socket only now. Returns when every worker has; open connections
- * stay until server_stop, and the UDP sockets stay open for the resolver's
- * replies.
+ * every worker steers each listener away, as a reload does with a removed
+ * address: TCP listeners are closed after the connections already queued
+ * are accepted, each UDP socket is drained, connected to its own address
+ * (from then on the kernel gives its datagrams to another localdns's
+ * socket, or, without one, the node's fallback applies) and drained again.
+ * Returns when every worker has; open connections stay until server_stop,
+ * and the UDP sockets stay open for the resolver's replies.
  */
-void server_release(struct server *s, bool steer);
+void server_release(struct server *s);
 
 /*
  * Stop accepting, answer what has already arrived, flush replies (at most

@@ -302,23 +302,19 @@ static void close_listener(struct worker *w, int fd)
 }
 
 /*
- * server_release: every TCP listener of this worker closed, and with steer
- * every UDP socket steered away, what was queued answered (misses go to
- * the resolver). The UDP sockets stay in the epoll set and the list: a
- * datagram the kernel was delivering as we connected is still answered,
- * and shut_down drains them once more. Without steer nothing else will
- * take what still comes (the heartbeat is gone: only datagrams it sent
- * here just before, late), so the sockets stay open to them.
+ * server_release: every listener of this worker steered away, what was
+ * queued answered (misses go to the resolver). The UDP sockets stay in the
+ * epoll set and the list: a datagram the kernel was delivering as we
+ * connected is still answered, and shut_down drains them once more.
  */
-static void release_listeners(struct worker *w, bool steer)
+static void release_listeners(struct worker *w)
 {
 	for (size_t i = 0; i < w->n_listeners; i++) {
 		struct listener *l = &w->listeners[i];
 		if (l->tcp_fd >= 0)
 			close_listener(w, l->tcp_fd);
 		l->tcp_fd = -1;
-		if (steer)
-			steer_udp_away(w, l);
+		steer_udp_away(w, l);
 	}
 }
 
@@ -340,7 +336,7 @@ static void retire_listeners(struct worker *w)
 	pthread_mutex_lock(&s->reconf_lock);
 	const struct listener *list = w->retiring;
 	size_t n = w->n_retiring;
-	bool release = w->release_pending, steer = w->release_steers;
+	bool release = w->release_pending;
 	pthread_mutex_unlock(&s->reconf_lock);
 	for (size_t i = 0; i < n; i++) {
 		close_listener(w, list[i].tcp_fd);
@@ -348,7 +344,7 @@ static void retire_listeners(struct worker *w)
 	}
 	w->tap_local_fd = -1; /* a socket number may come back with another address */
 	if (release)
-		release_listeners(w, steer);
+		release_listeners(w);
 	server_worker_wake_upstream(w);
 	hand_over_unhanded(w);
 	pthread_mutex_lock(&s->reconf_lock);
@@ -422,9 +418,7 @@ static void serve(struct worker *w)
 
 /*
  * Stop accepting, answer the datagrams the kernel already queued for us,
- * steering each UDP socket away first (a localdns started since the
- * release takes what comes next, instead of a socket about to close), then
- * give pending TCP replies a bounded time to drain.
+ * then give pending TCP replies a bounded time to drain.
  */
 static void shut_down(struct worker *w)
 {
@@ -436,7 +430,7 @@ static void shut_down(struct worker *w)
 		if (w->listeners[i].tcp_fd >= 0)
 			epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->listeners[i].tcp_fd, NULL);
 	for (size_t i = 0; i < w->n_listeners; i++)
-		steer_udp_away(w, &w->listeners[i]);
+		server_udp_drain(w, w->listeners[i].udp_fd);
 	while (!server_tcp_flush_all(w) && (w->now_ms = server_now_ms()) < deadline) {
 		urcu_memb_thread_offline();
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, 50);

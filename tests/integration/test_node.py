@@ -877,6 +877,53 @@ while True:
 '''
 
 HANDED_OVER = "handed the sockets over"
+KEEPING_OPEN = "keeping the listeners open for queries already on their way"
+
+# Opens argv[2] TCP connections to argv[1]:53 at once (their SYNs leave
+# together), prints "sent", then on each that connects asks NAME (argv[4])
+# as glibc does after a truncated answer, and once each is answered, refused
+# (a reset) or argv[3] seconds have passed, prints how they ended.
+ONE_CONNECTION_EACH = r'''
+import errno, json, select, socket, struct, sys, time
+server, n, wait = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+name = b"".join(bytes([len(l)]) + l.encode() for l in sys.argv[4].split(".")) + b"\0"
+connecting, asked = [], {}
+for i in range(n):
+    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    c.setblocking(False)
+    assert c.connect_ex((server, 53)) == errno.EINPROGRESS
+    connecting.append(c)
+print("sent", flush=True)
+ended = {"answered": 0, "refused": 0, "other": 0}
+deadline = time.monotonic() + wait
+while (connecting or asked) and time.monotonic() < deadline:
+    readable, writable, _ = select.select(list(asked), connecting, [], 0.1)
+    for c in writable:
+        connecting.remove(c)
+        err = c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            ended["refused" if err == errno.ECONNREFUSED else "other"] += 1
+            continue
+        q = struct.pack("!HHHHHH", len(asked), 0x0100, 1, 0, 0, 0) + name + b"\0\1\0\1"
+        c.send(struct.pack("!H", len(q)) + q)
+        asked[c] = b""
+    for c in readable:
+        try:
+            data = c.recv(4096)
+        except OSError as e:
+            data = None
+            ended["refused" if e.errno == errno.ECONNRESET else "other"] += 1
+        if data:
+            asked[c] += data
+            if len(asked[c]) < 2 or len(asked[c]) < 2 + struct.unpack("!H", asked[c][:2])[0]:
+                continue
+            ended["answered"] += 1
+        elif data is not None:
+            ended["other"] += 1  # closed without an answer
+        del asked[c]
+ended["unanswered"] = len(connecting) + len(asked)
+print(json.dumps(ended), flush=True)
+'''
 
 
 def with_a_silent_upstream(n):
@@ -917,14 +964,44 @@ def udp_peers(n, pid):
             if ",pid=%d," % pid in f[-1] and f[3].endswith(":53")}
 
 
-def until_handed_over(d):
-    """Until d logs that it has handed its sockets over (polled closely: it
-    closes them soon after: 200 ms after the leave when alone, once
-    upstream_settle is done beside another localdns)."""
+def one_connection_each(n, server, count, name, wait=3):
+    """ONE_CONNECTION_EACH from the pod, once its SYNs have left."""
+    p = harness.track_process(subprocess.Popen(
+        harness.netns_argv(n.pod, [sys.executable, "-c", ONE_CONNECTION_EACH, server,
+                                   str(count), str(wait), name]),
+        stdout=subprocess.PIPE, text=True))
+    assert p.stdout.readline().strip() == "sent"
+    return p
+
+
+def until_logged(d, line):
+    """Until d logs line (polled closely: what follows it comes soon)."""
     t0 = time.monotonic()
-    while HANDED_OVER not in d.stderr():
+    while line not in d.stderr():
         assert time.monotonic() - t0 < 5, d.tail()
         time.sleep(0.005)
+
+
+def hold_then_stop(n, d, rule, late, client):
+    """Hold late packets the rule (iptables INPUT, the pod's to the link
+    address) sends to NFQUEUE 7: between the raw prerouting hook, where the
+    heartbeat sent them to localdns, and the socket lookup. Then SIGTERM d,
+    let them go once it has taken the heartbeat out, and return how the
+    client's queries ended."""
+    holder = n.helper(n.node, QUEUE_HOLDER, "7")
+    n.run(n.node, "iptables", "-w", "-A", "INPUT", "-s", IPV4.pod, "-d", LINK, *rule,
+          "-j", "NFQUEUE", "--queue-num", "7")
+    p = client()
+    for i in range(late):
+        assert holder.stdout.readline().strip() == "held %d" % (i + 1)
+    d.proc.send_signal(signal.SIGTERM)
+    until_logged(d, KEEPING_OPEN)
+    holder.stdin.write("go\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "released %d" % late
+    ended = json.loads(p.stdout.readline())
+    assert d.proc.wait(5) == 0, d.tail()
+    return ended
 
 
 def test_node_sigterm_refuses_no_query_the_heartbeat_let_in(env):
@@ -935,29 +1012,31 @@ def test_node_sigterm_refuses_no_query_the_heartbeat_let_in(env):
     # up on "port unreachable", which a socket connected to its own
     # address, or a closed one, gets it. Here that moment lasts as long as
     # the test wants: NFQUEUE holds the pod's datagrams to the link address
-    # between the raw prerouting hook (where notrack sent them to localdns)
-    # and the socket lookup, and lets them go once localdns has handed
-    # over, well inside the 200 ms it keeps its sockets open after the leave.
+    # and lets them go once localdns has taken the heartbeat out, well
+    # inside the 200 ms it leaves its sockets as they are after the leave.
     n = Node(env)
     d = n.start(fallback_endpoints=[COREDNS])
     # Every refusal counted: no rate limit on the node's ICMP errors.
     n.run(n.node, "sysctl", "-qw", "net.ipv4.icmp_ratelimit=0",
           "net.ipv4.icmp_msgs_per_sec=100000", "net.ipv4.icmp_msgs_burst=10000")
-    holder = n.helper(n.node, QUEUE_HOLDER, "7")
-    n.run(n.node, "iptables", "-w", "-A", "INPUT", "-p", "udp", "-s", IPV4.pod, "-d", LINK,
-          "--dport", "53", "-j", "NFQUEUE", "--queue-num", "7")
     late = 20
-    client = one_socket_each(n, LINK, late, NAME)
-    for i in range(late):
-        assert holder.stdout.readline().strip() == "held %d" % (i + 1)
-    d.proc.send_signal(signal.SIGTERM)
-    until_handed_over(d)
-    holder.stdin.write("go\n")
-    holder.stdin.flush()
-    assert holder.stdout.readline().strip() == "released %d" % late
-    ended = json.loads(client.stdout.readline())
-    assert d.proc.wait(5) == 0, d.tail()
-    assert "kept open a while" in d.stderr(), d.tail()
+    ended = hold_then_stop(n, d, ["-p", "udp", "--dport", "53"], late,
+                           lambda: one_socket_each(n, LINK, late, NAME))
+    assert HANDED_OVER in d.stderr(), d.tail()
+    assert ended == {"answered": late, "refused": 0, "other": 0, "unanswered": 0}, (
+        "%r\n%s" % (ended, d.tail(8)))
+
+
+def test_node_sigterm_resets_no_connection_the_heartbeat_let_in(env):
+    # The same for TCP, which glibc asks over after a truncated answer: a
+    # SYN the heartbeat sent to localdns just before it went (the ruleset
+    # notes the connection then, so the rest of it follows the SYN) must
+    # find the listener still there, not closed (a reset), and be answered.
+    n = Node(env)
+    d = n.start(fallback_endpoints=[COREDNS])
+    late = 10
+    ended = hold_then_stop(n, d, ["-p", "tcp", "--dport", "53", "--syn"], late,
+                           lambda: one_connection_each(n, LINK, late, NAME))
     assert ended == {"answered": late, "refused": 0, "other": 0, "unanswered": 0}, (
         "%r\n%s" % (ended, d.tail(8)))
 
@@ -975,7 +1054,7 @@ def test_node_sigterm_beside_another_localdns_steers_its_udp_sockets_away_at_onc
     keep_in_settle(n, upstream)           # before the new one binds: the old one has it
     new = n.start(cfg)
     old.proc.send_signal(signal.SIGTERM)
-    until_handed_over(old)
+    until_logged(old, HANDED_OVER)
     os.kill(old.proc.pid, signal.SIGSTOP)
     try:
         peers = udp_peers(n, old.proc.pid)
@@ -983,7 +1062,7 @@ def test_node_sigterm_beside_another_localdns_steers_its_udp_sockets_away_at_onc
     finally:
         os.kill(old.proc.pid, signal.SIGCONT)
     assert old.proc.wait(5) == 0, old.tail()
-    assert "steered away to another localdns" in old.stderr(), old.tail()
+    assert KEEPING_OPEN not in old.stderr(), old.tail()
     assert peers == {LINK + ":53": LINK + ":53", CLUSTER_IP + ":53": CLUSTER_IP + ":53"}, peers
     assert ended == {"answered": 20, "refused": 0, "other": 0, "unanswered": 0}, (
         "%r\n%s" % (ended, new.tail(5)))
