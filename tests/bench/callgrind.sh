@@ -38,6 +38,16 @@
 # includes, and the UDP drain's does not) and the
 # whole process's (every thread).
 #
+# BENCH_CG_MISS_FILL=N asks N other new names first (at
+# BENCH_CG_MISS_FILL_RATE, 1000 a second), before the counters are zeroed,
+# so that the caches are counted as a flood leaves them: full, each insert
+# evicting an entry (from a cold start Unbound's 4 MiB caches evict
+# nothing in 3,000 names, while libunbound inside localdns, whose message
+# cache is kept empty, evicts at every store); BENCH_CG_MISS_CACHE sets
+# localdns's cache.size for the mix (64MiB; 8MiB is what Unbound's two
+# caches hold together: with BENCH_CG_MISS_FILL=60000 both evict once an
+# insert, as callgrind's remove_entry and reclaim_space counts show).
+#
 # BENCH_CG_PEER=UNBOUND (make unbound-daemon: the daemon of libunbound's
 # own source, with its symbols) runs the miss mix through that Unbound too,
 # num-threads 1 and the iterator, forwarding to the same NSD, as miss_qps.sh
@@ -59,6 +69,9 @@ PASSES=${BENCH_CG_PASSES:-1}
 WARM_RATE=${BENCH_WARM_RATE:-500} # localdns under valgrind is slow
 MISS_NAMES=${BENCH_CG_MISS_NAMES:-3000}
 MISS_RATE=${BENCH_CG_MISS_RATE:-200}
+MISS_FILL=${BENCH_CG_MISS_FILL:-0}
+MISS_FILL_RATE=${BENCH_CG_MISS_FILL_RATE:-1000}
+MISS_CACHE=${BENCH_CG_MISS_CACHE:-64MiB}
 TOP=${BENCH_CG_TOP:-15}
 # shellcheck source=tests/bench/lib.sh
 . "$HERE/lib.sh"
@@ -146,6 +159,15 @@ for line in sys.stdin:
 ' "$2"
 }
 
+# Before the miss mix is counted: BENCH_CG_MISS_FILL other new names, so
+# that the caches are as a flood leaves them, full, each insert evicting.
+fill_caches() { # port server
+	[ "$MISS_FILL" -gt 0 ] || return 0
+	QUERIES=$D/data/fill.txt gen "$D/fill-$2.txt" -p "$1" -n "$MISS_FILL" -Q "$MISS_FILL_RATE" \
+		-q 64 -c 8 -t 10 -l 600
+	echo "  $2: $(gen_value "$D/fill-$2.txt" received) of $MISS_FILL names asked before counting"
+}
+
 # The miss mix again through Unbound (BENCH_CG_PEER), then the two side by side.
 peer_miss() { # mix_dir localdns_dump
 	local d=$1 ldump=$2 uconf upid udump uport
@@ -157,6 +179,7 @@ peer_miss() { # mix_dir localdns_dump
 		"$BENCH_CG_PEER" -d -c "$uconf"
 	upid=$SPID
 	wait_answer "$uport" "$upid" unbound-miss 60 || exit 1
+	fill_caches "$uport" unbound
 	callgrind_control --zero "$upid" >/dev/null
 	gen "$d/peer.txt" -p "$uport" -n "$COUNT" -Q "$MISS_RATE" -q 64 -c 8 -t 10 -l 600
 	callgrind_control --dump=peer "$upid" >/dev/null
@@ -192,7 +215,11 @@ for MIX in "${MIXES[@]}"; do
 	D=$TMP/$MIX
 	mkdir -p "$D/data"
 	if [ "$MIX" = miss ]; then
-		python3 "$HERE/mixes.py" cache "$D/data" "$MISS_NAMES"
+		python3 "$HERE/mixes.py" cache "$D/data" $((MISS_NAMES + MISS_FILL))
+		# the first MISS_FILL names fill the caches, the rest are counted
+		head -n "$MISS_FILL" "$D/data/queries.txt" >"$D/data/fill.txt"
+		tail -n +$((MISS_FILL + 1)) "$D/data/queries.txt" >"$D/data/counted.txt"
+		mv "$D/data/counted.txt" "$D/data/queries.txt"
 	else
 		python3 "$HERE/mixes.py" "$MIX" "$D/data"
 	fi
@@ -227,11 +254,13 @@ for MIX in "${MIXES[@]}"; do
 	[ "$MIX" = cache ] || [ "$MIX" = miss ] || EXPECTATIONS=1
 	[ "$MIX" = cache ] || [ "$MIX" = search ] || [ "$MIX" = miss ] || PROBE=$(head -1 "$QUERIES" | awk '{print $1, $2}')
 	PORT=$(free_port)
+	CACHE_SIZE=64MiB
+	[ "$MIX" != miss ] || CACHE_SIZE=$MISS_CACHE
 	{
 		localdns_config_head "$PORT"
 		cat <<EOF
 cluster: {domain: cluster.local, ttl: 5s}
-cache: {size: 64MiB, max_ttl: 1d, prefetch: true}
+cache: {size: $CACHE_SIZE, max_ttl: 1d, prefetch: true}
 security: {seccomp: false}
 $UPSTREAM
 EOF
@@ -248,6 +277,7 @@ EOF
 		warm_up "$PORT" "$MIX" "$COUNT"
 		[ "$WARM_OK" = 0 ] || break
 	done
+	[ "$MIX" != miss ] || fill_caches "$PORT" localdns
 	callgrind_control --zero "$LPID" >/dev/null
 	N=$((COUNT * PASSES))
 	if [ "$MIX" = miss ]; then
