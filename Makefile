@@ -26,9 +26,10 @@ PKGS     := yaml-0.1 json-c yajl zlib liburcu-memb liburcu-cds libcurl libnl-3.0
 TEST_PKGS := cmocka
 
 PKG_CFLAGS = $(shell $(PKG_CONFIG_CMD) --cflags libunbound $(PKGS))
-# Our libunbound calls liblocaldns.a's upstream_arc4random{,_uniform} (build.sh,
-# src/upstream/random.h): -u pulls them in, wherever the archive comes on the line.
-UNBOUND_NEEDS := -Wl,-u,upstream_arc4random,-u,upstream_arc4random_uniform
+# Our libunbound calls liblocaldns.a's upstream_arc4random{,_uniform} and
+# upstream_calloc (build.sh, src/upstream/random.h, alloc.h): -u pulls them in,
+# wherever the archive comes on the line.
+UNBOUND_NEEDS := -Wl,-u,upstream_arc4random,-u,upstream_arc4random_uniform,-u,upstream_calloc
 PKG_LIBS   = $(UNBOUND_NEEDS) $(shell $(PKG_CONFIG_CMD) --static --libs libunbound) \
              $(shell $(PKG_CONFIG_CMD) --libs $(PKGS))
 
@@ -187,6 +188,7 @@ $(BUILD)/tests/test_multicluster $(BUILD)/tests/test_dnstap: LDFLAGS += \
 
 # test_upstream_random counts and scripts the pool's fills.
 $(BUILD)/tests/test_upstream_random: LDFLAGS += -Wl,--wrap=getrandom
+$(BUILD)/tests/test_upstream_alloc: LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=upstream_calloc
 
 # The Helm chart, rendered without Helm: tests/chart/ is Helm's engine (Go
 # text/template + sprig) from Debian's Go packages, in GOPATH mode.

@@ -92,6 +92,10 @@ only_public_symbols() {
 		fail "libunbound.a does not draw its random numbers from upstream_arc4random_uniform"
 	! grep -qx 'arc4random\(_uniform\)\?' <(nm --undefined-only "$archive" | awk '{print $2}') ||
 		fail "libunbound.a still calls libc's arc4random"
+	# (Not "no calloc left": GCC itself makes a calloc of a malloc and a
+	# memset of it, in a few set-up paths.)
+	grep -qx upstream_calloc <(nm --undefined-only "$archive" | awk '{print $2}') ||
+		fail "libunbound.a does not allocate through upstream_calloc"
 }
 
 # Debian's unbound source of the installed libunbound-dev's version, patched, into $1/src.
@@ -134,16 +138,28 @@ build() {
 	grep -q '^#define HAVE_ARC4RANDOM 1' "$src/b/config.h" || fail "configure found no arc4random in libc"
 	# Its random numbers (query IDs, source ports) from localdns's pool per
 	# thread, not glibc's arc4random, a getrandom system call each
-	# (src/upstream/random.h). After configure, which must still find libc's.
+	# (src/upstream/random.h); its zeroed allocations through malloc's thread
+	# cache, which glibc's calloc skips (src/upstream/alloc.h). After
+	# configure, which must still find libc's.
 	cat >>"$src/b/config.h" <<'EOF'
 
 /* localdns: arc4random from src/upstream/random.c (deploy/libunbound/build.sh) */
 #define arc4random upstream_arc4random
 #define arc4random_uniform upstream_arc4random_uniform
+/* localdns: calloc from src/upstream/alloc.c */
+#define calloc upstream_calloc
+/* config.h included <stdlib.h> above: declared here, or they would be implicit (int) */
+#include <stddef.h>
+#include <stdint.h>
+uint32_t upstream_arc4random(void);
+uint32_t upstream_arc4random_uniform(uint32_t upper);
+void *upstream_calloc(size_t n, size_t size);
 EOF
 	# MAKEFLAGS: not the calling make's jobserver, which this script cannot join.
 	env -u MAKEFLAGS -u MFLAGS make -C "$src/b" -j"$(nproc)" lib >"$work/make.log" 2>&1 ||
 		{ tail -30 "$work/make.log" >&2; fail "make lib failed ($work/make.log)"; }
+	! grep -q "implicit declaration of function .upstream_" "$work/make.log" ||
+		fail "libunbound calls our functions undeclared: $(grep -m1 implicit "$work/make.log")"
 	env -u MAKEFLAGS -u MFLAGS make -C "$src/b" install-lib DESTDIR="$work/dest" \
 		>"$work/install.log" 2>&1 || { tail -30 "$work/install.log" >&2; fail "make install-lib failed"; }
 	only_public_symbols "$work/dest$prefix/lib/libunbound.a" "$src/libunbound/ubsyms.def" "$work"
