@@ -609,6 +609,12 @@ static int collect(struct loop *l, const struct epoll_event *events, int n, unsi
 	return ours;
 }
 
+bool loop_running_last_ready(const struct loop *l)
+{
+	/* the run list is what collect found, then the timers run_due added */
+	return l->dispatching && (!l->run_head || l->run_head->run_bits == UB_EV_TIMEOUT);
+}
+
 /* The timers due by now, then everything collected, run. */
 static void run_due(struct loop *l, uint64_t now_ns)
 {

@@ -91,11 +91,12 @@ int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max);
  */
 int loop_poll(struct loop *l, bool ready, unsigned *tags, int max);
 static inline int loop_fd(const struct loop *l) { return l->epfd; }
-/* Called from a callback the loop runs: nothing else is left to run in this turn's dispatch. */
-static inline bool loop_running_last(const struct loop *l)
-{
-	return l->dispatching && !l->run_head;
-}
+/*
+ * Called from a callback the loop runs: no event that epoll found ready is
+ * left to run in this turn's dispatch; timers due may still follow (a
+ * dispatch runs what was ready first, then the timers due).
+ */
+bool loop_running_last_ready(const struct loop *l);
 /* A timer of libunbound's is due by now_ns (monotonic): a loop_poll runs it. */
 bool loop_timer_due(const struct loop *l, uint64_t now_ns);
 /* timeout_ms, or less when a timer is due sooner (0: due now); reads the clock. */

@@ -578,11 +578,13 @@ static void on_result(void *arg, int rcode, void *packet, int len, int sec, char
 	u->in_result = true;
 	take_result(u, f, &a, true);
 	u->in_result = false;
-	/* The last result of this dispatch: its replies (and those of the results
-	 * before it) leave now, not after libunbound has cleaned up behind the
-	 * question (its socket closed, its state freed) and the turn has ended:
-	 * Unbound's daemon too answers its client first. */
-	if (loop_running_last(&u->loop))
+	/* The last answer of this dispatch: its replies (and those of the answers
+	 * before it) leave now, before the questions whose timers run after the
+	 * answers in the same dispatch go out (a socket, bind, connect and send
+	 * each: a batch of them held every reply of the turn back), and before
+	 * libunbound cleans up behind the question (its socket closed, its
+	 * state freed): Unbound's daemon too answers its client first. */
+	if (loop_running_last_ready(&u->loop))
 		deliver_flush(&u->deliver);
 }
 

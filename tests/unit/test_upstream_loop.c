@@ -11,7 +11,9 @@
  * descriptor closed without its event being deleted, then reused, serves
  * the new event; the caller's own descriptors come back as tags (an edge-
  * triggered one once per write); a timer that is due at every turn never
- * keeps a ready descriptor waiting more than one turn; a timeout counts
+ * keeps a ready descriptor waiting more than one turn; a callback knows
+ * when no ready descriptor's event follows it in the dispatch, only timers
+ * (the resolver sends its replies then); a timeout counts
  * from the turn's clock, read once for the turn, not from a read of its
  * own; every event made is freed; a base not attached to a loop makes none.
  */
@@ -35,9 +37,11 @@ struct seen {
 	int order;
 	struct ub_event *victim;      /* freed by this callback when set */
 	bool victim_del_only;         /* ... or only deleted */
+	bool last_ready;              /* loop_running_last_ready when it ran */
 };
 
 static int order_counter;
+static const struct loop *running; /* the fixture's loop */
 
 static void note(int fd, short bits, void *arg)
 {
@@ -47,6 +51,7 @@ static void note(int fd, short bits, void *arg)
 	s->runs++;
 	s->bits = bits;
 	s->order = ++order_counter;
+	s->last_ready = loop_running_last_ready(running);
 	if (s->victim) {
 		if (s->victim_del_only)
 			s->victim->vmt->del(s->victim);
@@ -70,6 +75,7 @@ static int setup(void **state)
 	loop_base_init(&f->base);
 	loop_base_attach(&f->base, &f->loop);
 	order_counter = 0;
+	running = &f->loop;
 	*state = f;
 	return 0;
 }
@@ -378,6 +384,39 @@ static void test_due_timers_never_keep_a_ready_descriptor_waiting(void **state)
 	close(fd);
 }
 
+static void test_the_last_ready_event_is_known_before_the_timers_run(void **state)
+{
+	struct fixture *f = *state;
+	struct seen first = {0}, second = {0}, timer = {0};
+	int a = ready_fd(), b = ready_fd();
+	struct ub_event *ea = new_event(f, a, UB_EV_READ, &first);
+	struct ub_event *eb = new_event(f, b, UB_EV_READ, &second);
+	struct ub_event *t = new_event(f, -1, 0, &timer);
+	struct timeval zero = {0, 0};
+	unsigned tags[4];
+
+	assert_int_equal(ea->vmt->add(ea, NULL), 0);
+	assert_int_equal(eb->vmt->add(eb, NULL), 0);
+	loop_read_clock(&f->loop);
+	assert_int_equal(t->vmt->add_timer(t, &f->base.super, note, &timer, &zero), 0);
+	/* as the hosting worker turns it: both descriptors ready, a question's timer due */
+	assert_int_equal(loop_poll(&f->loop, true, tags, 4), 0);
+	assert_int_equal(first.runs + second.runs + timer.runs, 3);
+	struct seen *ran_first = first.order == 1 ? &first : &second;
+	struct seen *ran_second = first.order == 1 ? &second : &first;
+	assert_int_equal(ran_second->order, 2);
+	assert_false(ran_first->last_ready); /* another answer follows it */
+	assert_true(ran_second->last_ready); /* only the timer follows: the replies may leave */
+	assert_int_equal(timer.order, 3);
+	assert_true(timer.last_ready);
+	assert_false(loop_running_last_ready(&f->loop)); /* outside a dispatch */
+	ea->vmt->free(ea);
+	eb->vmt->free(eb);
+	t->vmt->free(t);
+	close(a);
+	close(b);
+}
+
 static void test_a_timeout_counts_from_the_turns_clock(void **state)
 {
 	struct fixture *f = *state;
@@ -426,6 +465,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_the_callers_descriptors_come_back_as_tags,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_due_timers_never_keep_a_ready_descriptor_waiting,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_last_ready_event_is_known_before_the_timers_run,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_timeout_counts_from_the_turns_clock, setup,
 						teardown),
