@@ -131,29 +131,32 @@ static size_t owner_is_question(const uint8_t *msg, size_t len, size_t pos, cons
  * Most answers a miss brings are A or AAAA records of the question's own
  * name: written as a pointer to the question, their data copied, without
  * reading the owner name out or looking for it among the names written.
- * The output is the same as rewrite_rr's. false (nothing done) for any
- * other record; qname NULL when the message's question is not the one
- * written (a chased chain's end). Not for the root: one byte written out,
- * shorter than a pointer, so rewrite_rr never points to it.
+ * The output is the same as rewrite_rr's. NOT_SIMPLE (nothing done, *pos
+ * unmoved) for any other record; qname NULL when the message's question is
+ * not the one written (a chased chain's end). Not for the root: one byte
+ * written out, shorter than a pointer, so rewrite_rr never points to it.
  */
-static bool add_simple_rr(const uint8_t *msg, size_t len, size_t *pos, enum dns_section sec,
-			  const uint8_t *qname, size_t qname_len, struct dns_writer *w)
+enum simple_rr { NOT_SIMPLE, SIMPLE_ADDED, SIMPLE_NO_ROOM };
+
+static enum simple_rr add_simple_rr(const uint8_t *msg, size_t len, size_t *pos,
+				    enum dns_section sec, const uint8_t *qname, size_t qname_len,
+				    struct dns_writer *w)
 {
 	size_t owner = qname && qname_len > 1 ? owner_is_question(msg, len, *pos, qname, qname_len)
 					       : 0;
 
 	if (owner == 0 || len - *pos - owner < RR_FIXED)
-		return false;
+		return NOT_SIMPLE;
 	const uint8_t *fixed = msg + *pos + owner;
 	uint16_t type = dns_get16(fixed), rdlen = dns_get16(fixed + 8);
 	if (!((type == DNS_T_A && rdlen == 4) || (type == DNS_T_AAAA && rdlen == 16)) ||
 	    len - *pos - owner - RR_FIXED < rdlen)
-		return false;
+		return NOT_SIMPLE;
 	uint32_t ttl = (uint32_t)dns_get16(fixed + 4) << 16 | dns_get16(fixed + 6);
 	size_t before = w->count[sec];
 	dns_response_add_rr(w, sec, NULL, type, dns_get16(fixed + 2), ttl, fixed + RR_FIXED, rdlen);
 	*pos += owner + RR_FIXED + rdlen;
-	return w->count[sec] == before + 1;
+	return w->count[sec] == before + 1 ? SIMPLE_ADDED : SIMPLE_NO_ROOM;
 }
 
 /* Read one record at msg[*pos] and add it to w unless it is dropped. */
@@ -225,13 +228,12 @@ static size_t rewrite(const uint8_t *msg, size_t len, size_t pos, const struct d
 	const uint8_t *qname = chain_len ? NULL : q->qname;
 	for (int sec = DNS_SEC_ANSWER; sec <= DNS_SEC_ADDITIONAL; sec++)
 		for (uint16_t i = dns_get16(msg + 6 + 2 * sec); i > 0; i--) {
-			size_t at = pos;
-			if (add_simple_rr(msg, len, &pos, (enum dns_section)sec, qname, q->qname_len,
-					  &w))
-				continue;
-			if (pos != at) /* taken but not added: no room */
+			enum simple_rr simple = add_simple_rr(msg, len, &pos, (enum dns_section)sec,
+							      qname, q->qname_len, &w);
+			if (simple == SIMPLE_NO_ROOM)
 				return 0;
-			if (!rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
+			if (simple == NOT_SIMPLE &&
+			    !rewrite_rr(msg, len, &pos, (enum dns_section)sec, drop_dnssec,
 					q->qtype, &w))
 				return 0;
 		}

@@ -374,7 +374,7 @@ void mesh_workload_upsert(struct mesh *m, const struct kube_json *we)
 
 	if (!object_key(meta, key, sizeof key) || !(w = calloc(1, sizeof *w)))
 		return;
-	w->ns_len = strlen(kube_json_get_text(meta, "namespace"));
+	w->ns_len = strcspn(key, "/"); /* object_key wrote "namespace/name" */
 	w->healthy = workload_healthy(we);
 	mesh_parse_ip(kube_json_get_text(spec, "address") ?: "", &w->ip);
 	if (!(w->key = strdup(key)) ||
