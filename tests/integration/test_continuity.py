@@ -818,6 +818,31 @@ def failure_report(windows, rows):
     return lines
 
 
+# What a TCP query that got no answer may have met: a SYN dropped by a full
+# accept queue (the stand-in CoreDNS's or localdns's), or by conntrack (the
+# fallback's DNAT is the node namespace's).
+DROP_COUNTERS = ("TcpExtListenOverflows", "TcpExtListenDrops", "TcpExtTCPReqQFullDrop",
+                 "TcpExtTCPBacklogDrop")
+
+
+def dropped_connections(n):
+    """The kernel's TCP drop counters in the node and CoreDNS namespaces, for a failure's story."""
+    lines = []
+    for label, ns in (("node", n.node), ("coredns", n.coredns)):
+        p = n.run(ns, "nstat", "-asz", *DROP_COUNTERS, check=False)
+        counts = [" ".join(line.split()[:2]) for line in p.stdout.splitlines()
+                  if line.startswith("Tcp")]
+        lines.append("--- TCP drops in the %s namespace: %s" % (label, ", ".join(counts) or p.stderr))
+    p = n.run(n.node, "conntrack", "-S", check=False)
+    totals = {}
+    for field in p.stdout.split():
+        key, _, value = field.partition("=")
+        if key in ("invalid", "insert_failed", "drop", "early_drop") and value.isdigit():
+            totals[key] = totals.get(key, 0) + int(value)
+    lines.append("--- conntrack in the node namespace: %s" % (totals or p.stderr))
+    return "\n".join(lines)
+
+
 def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outages(env):
     n = Node(env)
     pods = []
@@ -871,6 +896,7 @@ def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outag
             print("--- pod %s: localdns\n%s\n--- its keeper\n%s" % (
                 p.dir, p.server.stderr(), p.keeper.stderr()))
         print("windows began at (monotonic): %s" % windows)
+        print(dropped_connections(n))
     assert not report, "failed queries (one send, 1 s deadline):\n%s\n%s\n%s" % (
         "\n".join(report), env.daemon_logs(), "\n".join(p.logs() for p in pods))
     # In a worker's hands at a signal: a batch of a query or two, not a
