@@ -113,9 +113,17 @@ static void test_a_size_that_wraps_around_is_refused(void **state)
 static void test_nothing_asked_for_is_still_a_block_free_takes(void **state)
 {
 	(void)state;
+	/* as glibc's calloc(0, ...): a minimal block of malloc's, not NULL (which a
+	 * caller would take for no memory) */
+	reset_counts();
 	void *p = upstream_calloc(0, 8);
-	free(p); /* glibc: a minimal block, or NULL; either is free()'s */
+	assert_non_null(p);
+	assert_int_equal(mallocs, 1);
+	free(p);
 	p = upstream_calloc(8, 0);
+	assert_non_null(p);
+	assert_int_equal(mallocs, 2);
+	assert_int_equal(callocs, 0);
 	free(p);
 }
 
