@@ -70,7 +70,9 @@
  * it frees as the new spares (up to the limbo trigger's worth) and gives
  * the spares left from the batch before back to malloc: a size nobody
  * asked for within one batch is not the flood's, so memory never waits
- * for a size that stopped coming.
+ * for a size that stopped coming. Limbo is kept in the same classes
+ * (each entry sorted as it is removed, still in the CPU's cache), so a
+ * reclaim passes whole lists on and reads only the entries it frees.
  *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
  * sections, 16) + 16 bytes of malloc overhead. cache.size is split into
@@ -215,7 +217,6 @@ struct shard {
 	uint64_t max_buckets;          /* the array's cap; under lock */
 	struct entry *hand;            /* CLOCK hand; NULL when the shard is empty */
 	struct entry *removed;         /* unlinked under this lock, for limbo once it is let go, */
-	struct entry *removed_last;    /* ... the last of them (the first removed) ... */
 	uint64_t removed_bytes;        /* ... and their charge */
 	_Atomic uint64_t budget;       /* written under lock; insert peeks before locking */
 	/* written under lock, read by cache_stats */
@@ -248,11 +249,18 @@ struct cache {
 	unsigned shard_shift;          /* 64 - log2(nshards); 64 means one shard */
 	_Atomic uint64_t fixed_bytes;  /* bucket arrays */
 	_Atomic uint64_t rejected;
-	/* Unlinked entries waiting for a grace period, chained by clock_next;
-	 * charged in `limbo_bytes` until freed. Taken with no shard lock held
-	 * (unlock_shard moves a shard's removed entries in). */
+	/* Unlinked entries waiting for a grace period, chained by clock_next
+	 * in one list per spare class (limbo[0]: too large to be a spare),
+	 * counted per class (for limbo[0], their charge in limbo_large_bytes:
+	 * a batch knows its own bytes without reading an entry, whatever a
+	 * concurrent reclaim takes); charged in `limbo_bytes` until freed. Taken with
+	 * no shard lock held (unlock_shard moves a shard's removed entries in,
+	 * sorted while they are still in the CPU's cache, so that reclaim
+	 * hands whole lists over to the spares without reading an entry). */
 	pthread_mutex_t limbo_lock;
-	struct entry *limbo;
+	struct entry *limbo[SPARE_CLASSES];
+	uint64_t limbo_count[SPARE_CLASSES];
+	uint64_t limbo_large_bytes;
 	_Atomic uint64_t limbo_bytes;
 	_Atomic uint64_t limbo_trigger; /* reclaim once limbo holds this much */
 	/* Entries back from limbo for reuse, by allocated size / 16, chained
@@ -518,13 +526,29 @@ static size_t spare_class(size_t alloc_bytes)
 }
 
 /* A spare is nobody's until an insert takes it: ASan reports any access
- * to it but to the link that chains it. */
-static void poison_spare(struct entry *e)
+ * to it but to the link that chains it. Only a sanitized build walks the
+ * list to say so: not reading the entries is what reclaim is for. */
+static void poison_spares(struct entry *list, size_t alloc_bytes)
 {
-	size_t link = offsetof(struct entry, clock_next), after = link + sizeof e->clock_next;
+#if defined(__SANITIZE_ADDRESS__)
+	size_t link = offsetof(struct entry, clock_next), after = link + sizeof list->clock_next;
 
-	ASAN_POISON_MEMORY_REGION(e, link);
-	ASAN_POISON_MEMORY_REGION((uint8_t *)e + after, entry_alloc_bytes(e) - after);
+	for (; list; list = list->clock_next) {
+		ASAN_POISON_MEMORY_REGION(list, link);
+		ASAN_POISON_MEMORY_REGION((uint8_t *)list + after, alloc_bytes - after);
+	}
+#else
+	(void)list;
+	(void)alloc_bytes;
+#endif
+}
+
+static void free_list(struct entry *list)
+{
+	for (struct entry *next; list; list = next) {
+		next = list->clock_next;
+		free(list);
+	}
 }
 
 static void free_spares(struct entry *spare[SPARE_CLASSES])
@@ -582,40 +606,53 @@ static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
 }
 
 /*
- * Take what is in limbo once no reader can still see it: small entries,
- * up to the limbo trigger's worth, become the spares, the rest and the
- * spares they replace go back to malloc. Writers call this after dropping
- * their shard lock, never inside an RCU read-side section. One grace
- * period (urcu_memb_synchronize_rcu: a membarrier, microseconds) covers
- * the whole batch.
+ * Take what is in limbo once no reader can still see it: each class's
+ * list, up to the limbo trigger's worth in all, becomes that class's
+ * spares; the rest, the entries too large to be spares, and the spares
+ * these replace go back to malloc. Whole lists change hands, so the only
+ * entries read are the ones freed: in a flood, a batch is thousands of
+ * entries evicted long ago, out of the CPU's caches, and reading each
+ * (one cache miss apiece) stalled the inserting thread for about a
+ * millisecond a batch of a 64 MiB cache (docs/performance.md, "Cold
+ * misses"). Writers call this after dropping their shard lock, never
+ * inside an RCU read-side section. One grace period
+ * (urcu_memb_synchronize_rcu: a membarrier, microseconds) covers the
+ * whole batch.
  */
 static void reclaim(struct cache *c)
 {
-	struct entry *spare[SPARE_CLASSES] = {0};
-	uint64_t kept = 0, freed = 0;
+	struct entry *batch[SPARE_CLASSES], *spare[SPARE_CLASSES] = {0};
+	uint64_t count[SPARE_CLASSES], kept = 0, freed;
 	uint64_t cap = atomic_load_explicit(&c->limbo_trigger, memory_order_relaxed);
 
 	pthread_mutex_lock(&c->limbo_lock);
-	struct entry *list = c->limbo;
-	c->limbo = NULL;
+	memcpy(batch, c->limbo, sizeof batch);
+	memcpy(count, c->limbo_count, sizeof count);
+	freed = c->limbo_large_bytes;
+	memset(c->limbo, 0, sizeof c->limbo);
+	memset(c->limbo_count, 0, sizeof c->limbo_count);
+	c->limbo_large_bytes = 0;
 	pthread_mutex_unlock(&c->limbo_lock);
-	if (list) {
+	for (size_t k = 1; k < SPARE_CLASSES; k++)
+		freed += count[k] * (k * 16 + MALLOC_OVERHEAD);
+	if (freed) {
 		urcu_memb_synchronize_rcu();
 		TSAN_GRACE_ACQUIRE();
 	}
-	while (list) {
-		struct entry *next = list->clock_next;
-		size_t k = spare_class(entry_alloc_bytes(list));
-		freed += list->charge;
-		if (k && kept + list->charge <= cap) {
-			kept += list->charge;
-			list->clock_next = spare[k];
-			spare[k] = list;
-			poison_spare(list);
-		} else {
-			free(list);
+	free_list(batch[0]);
+	for (size_t k = 1; k < SPARE_CLASSES; k++) {
+		uint64_t charge = k * 16 + MALLOC_OVERHEAD;
+		uint64_t room = (cap - kept) / charge;
+
+		/* over the cap: the most recently removed go, still in the CPU's cache */
+		for (; count[k] > room; count[k]--) {
+			struct entry *e = batch[k];
+			batch[k] = e->clock_next;
+			free(e);
 		}
-		list = next;
+		kept += count[k] * charge;
+		poison_spares(batch[k], k * 16);
+		spare[k] = batch[k];
 	}
 	swap_spares(c, spare, kept, freed);
 	free_spares(spare);
@@ -675,32 +712,40 @@ static void remove_entry(struct shard *s, struct entry *e)
 	}
 	shard_count(&s->bytes, -(int64_t)e->charge);
 	shard_count(&s->entries, -1);
-	if (!s->removed)
-		s->removed_last = e;
 	s->removed_bytes += e->charge;
 	e->clock_next = s->removed;
 	s->removed = e;
 }
 
 /*
- * Let s go, then put what it removed meanwhile in limbo, under the limbo
- * lock once for them all (taken inside the shard lock, right after an
- * eviction, it waited for the evicted entry's stores to reach memory).
+ * Let s go, then put what it removed meanwhile in limbo, each entry on its
+ * class's list while removing it has left it in the CPU's cache, under
+ * the limbo lock once for them all (taken inside the shard lock, right
+ * after an eviction, it waited for the evicted entry's stores to reach
+ * memory).
  */
 static void unlock_shard(struct shard *s)
 {
-	struct entry *removed = s->removed, *last = s->removed_last;
+	struct entry *removed = s->removed;
 	uint64_t bytes = s->removed_bytes;
 
-	s->removed = s->removed_last = NULL;
+	s->removed = NULL;
 	s->removed_bytes = 0;
 	pthread_mutex_unlock(&s->lock);
 	if (!removed)
 		return;
 	struct cache *c = s->cache;
 	pthread_mutex_lock(&c->limbo_lock);
-	last->clock_next = c->limbo;
-	c->limbo = removed;
+	for (struct entry *next; removed; removed = next) {
+		size_t k = spare_class(entry_alloc_bytes(removed));
+
+		next = removed->clock_next;
+		removed->clock_next = c->limbo[k];
+		c->limbo[k] = removed;
+		c->limbo_count[k]++;
+		if (k == 0)
+			c->limbo_large_bytes += removed->charge;
+	}
 	atomic_fetch_add_explicit(&c->limbo_bytes, bytes, memory_order_relaxed);
 	pthread_mutex_unlock(&c->limbo_lock);
 }

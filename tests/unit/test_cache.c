@@ -1228,6 +1228,71 @@ static void test_walk_alongside_inserts_and_flushes(void **state)
 	cache_free(c);
 }
 
+/* 300 rounds of 64 inserts (a full cache: each evicts) and a flush of one name. */
+static void *reclaiming_writer_main(void *argp)
+{
+	struct churn_arg *arg = argp;
+	struct pkt p;
+	struct dns_query q;
+	char name[64];
+	uint8_t wire[DNS_MAX_NAME];
+	unsigned seed = (unsigned)arg->rounds;
+
+	for (int round = 0; round < 300; round++) {
+		for (int k = 0; k < 64; k++) {
+			snprintf(name, sizeof name, "r%u.reclaim.example", (unsigned)rand_r(&seed) % 50000);
+			simple_reply(&p, name, 300, 1);
+			query_a(&q, name);
+			if (cache_insert(arg->c, &q, p.b, p.len, 0) != 0)
+				arg->failed++;
+		}
+		snprintf(name, sizeof name, "r%u.reclaim.example", (unsigned)rand_r(&seed) % 50000);
+		text_to_wire(name, wire);
+		cache_flush(arg->c, wire);
+	}
+	return NULL;
+}
+
+/*
+ * Two writers reclaim at once (an insert's batch, a flush's): each takes
+ * back the bytes of the batch it took, no more, so the total read while
+ * they run stays under the cap, and once both are done and the cache is
+ * flushed, what it still accounts for is the bucket arrays and at most
+ * the trigger's worth of spares.
+ */
+static void test_concurrent_reclaims_account_exactly(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config(); /* 1 MiB */
+	struct cache *c = new_cache(cfg);
+	struct churn_arg arg[2] = {{.c = c, .rounds = 1}, {.c = c, .rounds = 2}};
+	pthread_t writer[2];
+	struct cache_stats empty, st;
+
+	cache_stats(c, &empty);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&writer[i], NULL, reclaiming_writer_main, &arg[i]), 0);
+	/* meanwhile, as /metrics would: never above the cap (a batch's bytes
+	 * taken back twice wrap the count), but for what moves between two
+	 * of the counters cache_stats reads */
+	for (int i = 0; i < 2000; i++) {
+		cache_stats(c, &st);
+		assert_true(st.bytes <= cfg.max_bytes + 64 * 1024);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(writer[i], NULL);
+		assert_int_equal(arg[i].failed, 0);
+	}
+	cache_stats(c, &st);
+	assert_true(st.evictions > 0);
+	cache_flush(c, NULL);
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 0);
+	assert_true(st.bytes >= empty.bytes);
+	assert_true(st.bytes - empty.bytes <= cfg.max_bytes / 64);
+	cache_free(c);
+}
+
 /* ---- concurrency -------------------------------------------------------- */
 
 #define THREAD_NAMES 512
@@ -1753,6 +1818,45 @@ static void test_full_cache_recycles_evicted_entries(void **state)
 	cache_free(c);
 }
 
+/*
+ * A flush hands a whole cache to limbo at once, far more than the spares
+ * may keep: reclaim keeps at most the limbo trigger's worth (1/64 of
+ * cache.size), whole class lists first and the rest of the last one
+ * trimmed, frees the rest, and counts both exactly. The next inserts of a
+ * kept size take spares, not malloc's memory.
+ */
+static void test_flush_keeps_at_most_the_trigger_as_spares(void **state)
+{
+	(void)state;
+	skip_unless_counting();
+	struct cache_config cfg = default_config(); /* 1 MiB: a trigger of 16 KiB */
+	struct cache *c = new_cache(cfg);
+	struct cache_stats empty, st;
+
+	cache_stats(c, &empty);
+	heap_calls_inserting(c, "short", 0, 4000);
+	heap_calls_inserting(c, "a-longer-name", 0, 4000);
+	cache_stats(c, &st);
+	assert_true(st.evictions > 0);
+
+	cache_flush(c, NULL);
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 0);
+	uint64_t spares = st.bytes - empty.bytes;
+	print_message("%llu bytes of spares kept after the flush\n", (unsigned long long)spares);
+	assert_true(spares <= cfg.max_bytes / 64);
+	assert_true(spares > cfg.max_bytes / 64 - 256); /* the cap, less under an entry's charge */
+
+	/* the smallest class is kept first: "short" names reuse its spares */
+	unsigned long heap = heap_calls_inserting(c, "short", 10000, 10050);
+	assert_int_equal(heap, 0);
+	assert_answers_own(c, "short", 10000, 10050);
+	cache_stats(c, &st);
+	assert_int_equal(st.entries, 50);
+	assert_true(st.bytes <= cfg.max_bytes);
+	cache_free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1791,6 +1895,8 @@ int main(void)
 		cmocka_unit_test(test_walk_sees_each_entry_once_while_the_arrays_grow),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 		cmocka_unit_test(test_full_cache_recycles_evicted_entries),
+		cmocka_unit_test(test_flush_keeps_at_most_the_trigger_as_spares),
+		cmocka_unit_test(test_concurrent_reclaims_account_exactly),
 	};
 #if defined(__SANITIZE_THREAD__)
 	/* make tsan: the tests with more than one thread. The others give
@@ -1801,6 +1907,7 @@ int main(void)
 		cmocka_unit_test(test_resize_under_concurrent_readers),
 		cmocka_unit_test(test_walk_beside_a_resize),
 		cmocka_unit_test(test_walk_sees_each_entry_once_while_the_arrays_grow),
+		cmocka_unit_test(test_concurrent_reclaims_account_exactly),
 	};
 	(void)tests;
 	return cmocka_run_group_tests(threaded, group_setup, group_teardown);
