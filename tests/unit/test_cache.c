@@ -1159,11 +1159,14 @@ static void test_walk_covers_many_and_large_entries(void **state)
 
 struct churn_arg {
 	struct cache *c;
-	atomic_bool *stop;
+	atomic_bool *stop;            /* until it is set; or, when NULL, ... */
+	unsigned long max_rounds;     /* ... this many rounds */
+	unsigned names, seed;         /* cN.churn.example for N below names */
 	unsigned long rounds, failed; /* counted here, asserted on the main thread */
 };
 
-/* Inserts and flushes names of its own, as the resolver and `ctl flush` would. */
+/* Inserts and flushes names of its own, as the resolver and `ctl flush` would:
+ * rounds of 64 inserts and one flush of a name. */
 static void *churn_main(void *argp)
 {
 	struct churn_arg *arg = argp;
@@ -1171,17 +1174,17 @@ static void *churn_main(void *argp)
 	struct dns_query q;
 	char name[64];
 	uint8_t wire[DNS_MAX_NAME];
-	unsigned seed = 5;
+	unsigned seed = arg->seed;
 
-	while (!atomic_load(arg->stop)) {
+	while (arg->stop ? !atomic_load(arg->stop) : arg->rounds < arg->max_rounds) {
 		for (int k = 0; k < 64; k++) {
-			snprintf(name, sizeof name, "c%u.churn.example", (unsigned)rand_r(&seed) % 4096);
+			snprintf(name, sizeof name, "c%u.churn.example", (unsigned)rand_r(&seed) % arg->names);
 			simple_reply(&p, name, 300, 1);
 			query_a(&q, name);
 			if (cache_insert(arg->c, &q, p.b, p.len, 0) != 0)
 				arg->failed++;
 		}
-		snprintf(name, sizeof name, "c%u.churn.example", (unsigned)rand_r(&seed) % 4096);
+		snprintf(name, sizeof name, "c%u.churn.example", (unsigned)rand_r(&seed) % arg->names);
 		text_to_wire(name, wire);
 		cache_flush(arg->c, wire);
 		arg->rounds++;
@@ -1197,7 +1200,7 @@ static void test_walk_alongside_inserts_and_flushes(void **state)
 	struct cache *c = new_cache(cfg);
 	struct walk_log *log = new_walk_log();
 	atomic_bool stop = false;
-	struct churn_arg arg = {.c = c, .stop = &stop};
+	struct churn_arg arg = {.c = c, .stop = &stop, .names = 4096, .seed = 5};
 	pthread_t writer;
 	struct pkt p;
 	struct dns_query q;
@@ -1228,31 +1231,6 @@ static void test_walk_alongside_inserts_and_flushes(void **state)
 	cache_free(c);
 }
 
-/* 300 rounds of 64 inserts (a full cache: each evicts) and a flush of one name. */
-static void *reclaiming_writer_main(void *argp)
-{
-	struct churn_arg *arg = argp;
-	struct pkt p;
-	struct dns_query q;
-	char name[64];
-	uint8_t wire[DNS_MAX_NAME];
-	unsigned seed = (unsigned)arg->rounds;
-
-	for (int round = 0; round < 300; round++) {
-		for (int k = 0; k < 64; k++) {
-			snprintf(name, sizeof name, "r%u.reclaim.example", (unsigned)rand_r(&seed) % 50000);
-			simple_reply(&p, name, 300, 1);
-			query_a(&q, name);
-			if (cache_insert(arg->c, &q, p.b, p.len, 0) != 0)
-				arg->failed++;
-		}
-		snprintf(name, sizeof name, "r%u.reclaim.example", (unsigned)rand_r(&seed) % 50000);
-		text_to_wire(name, wire);
-		cache_flush(arg->c, wire);
-	}
-	return NULL;
-}
-
 /*
  * Two writers reclaim at once (an insert's batch, a flush's): each takes
  * back the bytes of the batch it took, no more, so the total read while
@@ -1265,13 +1243,15 @@ static void test_concurrent_reclaims_account_exactly(void **state)
 	(void)state;
 	struct cache_config cfg = default_config(); /* 1 MiB */
 	struct cache *c = new_cache(cfg);
-	struct churn_arg arg[2] = {{.c = c, .rounds = 1}, {.c = c, .rounds = 2}};
+	/* 50,000 names, 300 rounds: the cache is full, and inserts evict */
+	struct churn_arg arg[2] = {{.c = c, .max_rounds = 300, .names = 50000, .seed = 1},
+				   {.c = c, .max_rounds = 300, .names = 50000, .seed = 2}};
 	pthread_t writer[2];
 	struct cache_stats empty, st;
 
 	cache_stats(c, &empty);
 	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&writer[i], NULL, reclaiming_writer_main, &arg[i]), 0);
+		assert_int_equal(pthread_create(&writer[i], NULL, churn_main, &arg[i]), 0);
 	/* meanwhile, as /metrics would: never above the cap (a batch's bytes
 	 * taken back twice wrap the count), but for what moves between two
 	 * of the counters cache_stats reads */
