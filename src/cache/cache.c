@@ -1116,10 +1116,10 @@ static struct entry *find_locked(struct shard *s, uint64_t h,
  *
  * The entries are taken bucket by bucket from the old array, whose heads
  * lie side by side: the first entry of the bucket RELINK_AHEAD places on
- * is fetched while this one's move, so the cache misses of a shard's
- * entries (thousands, evicted from the CPU's caches long ago) overlap
- * instead of following each other as a walk of the CLOCK ring's links
- * made them, holding the inserting worker for a millisecond.
+ * is fetched while this bucket's entries move, so the cache misses of a
+ * shard's entries (thousands, evicted from the CPU's caches long ago)
+ * overlap instead of following each other as a walk of the CLOCK ring's
+ * links made them, holding the inserting worker for a millisecond.
  */
 #define RELINK_AHEAD 8
 
