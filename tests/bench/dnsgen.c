@@ -77,8 +77,10 @@
  * over the time from the first send to the last reply.
  *
  * Output: one line of key=value pairs on stdout (for tests/bench/lib.sh and
- * the integration test), a readable summary on stderr. Exit status 0 when
- * the run happened (whatever was lost), 1 on a set-up error, 2 on usage.
+ * the integration test; p50, p90, p95, p99 and p99.9 among them), a
+ * readable summary on stderr, and with -H the histogram itself. Exit
+ * status 0 when the run happened (whatever was lost), 1 on a set-up error,
+ * 2 on usage.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -126,6 +128,7 @@ struct options {
 	struct sockaddr_storage source; /* AF_UNSPEC: the kernel picks */
 	socklen_t source_len;
 	const char *file;
+	const char *hist_file;  /* -H: the latency histogram, for pooling runs */
 	uint64_t duration_ns;
 	uint64_t timeout_ns;
 	uint64_t rate;          /* 0: max rate */
@@ -267,6 +270,29 @@ static double percentile_us(const struct tally *t, double p)
 			return hist_value(i) / 1000;
 	}
 	return 0;
+}
+
+/*
+ * The latency histogram as "ns count" lines (the middle of each bucket
+ * that holds a reply), so that a script can pool the runs of several
+ * rounds: a percentile of the pooled replies, not a median of percentiles.
+ */
+static bool write_histogram(const struct tally *t, const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		fprintf(stderr, "dnsgen: %s: %s\n", path, strerror(errno));
+		return false;
+	}
+	for (unsigned i = 0; i < HIST_BUCKETS; i++)
+		if (t->hist[i])
+			fprintf(f, "%.0f %" PRIu64 "\n", hist_value(i), t->hist[i]);
+	if (fclose(f) != 0) {
+		fprintf(stderr, "dnsgen: %s: %s\n", path, strerror(errno));
+		return false;
+	}
+	return true;
 }
 
 /* ------------------------------------------------------------ the query file */
@@ -817,7 +843,8 @@ static void report(const struct gen *g, double wall_s, double cpu_s)
 	double avg_size = t->received ? (double)t->bytes / (double)t->received : 0;
 	double lost_pct = t->sent ? 100.0 * (double)t->lost / (double)t->sent : 0;
 	double cpu_pct = wall_s > 0 ? 100 * cpu_s / wall_s : 0;
-	double p50 = percentile_us(t, 0.50), p99 = percentile_us(t, 0.99);
+	double p50 = percentile_us(t, 0.50), p90 = percentile_us(t, 0.90);
+	double p95 = percentile_us(t, 0.95), p99 = percentile_us(t, 0.99);
 	double p999 = percentile_us(t, 0.999), pmax = percentile_us(t, 1.0);
 
 	printf("mode=%s rate=%" PRIu64 " server=%s sockets=%u outstanding=%u queries=%zu "
@@ -826,13 +853,13 @@ static void report(const struct gen *g, double wall_s, double cpu_s)
 	       " truncated=%" PRIu64 " no_answer=%" PRIu64 " expect_ok=%" PRIu64
 	       " expect_failed=%" PRIu64 " mismatched=%" PRIu64
 	       " unexpected=%" PRIu64 " errors=%" PRIu64 " size_min=%" PRIu64 " size_avg=%.1f"
-	       " size_max=%" PRIu64 " p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f"
+	       " size_max=%" PRIu64 " p50_us=%.1f p90_us=%.1f p95_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f"
 	       " gen_cpu_pct=%.0f gso=%d\n",
 	       o->rate ? "fixed" : "max", o->rate, o->server_text, o->sockets, o->outstanding,
 	       g->q.n, elapsed, t->sent, t->received, t->lost, qps, t->rcode[RC_NOERROR],
 	       t->rcode[RC_NXDOMAIN], t->rcode[RC_SERVFAIL], t->rcode[RC_OTHER], t->truncated,
 	       t->no_answer, t->expect_ok, t->expect_failed, t->mismatched, t->unexpected, t->errors,
-	       t->size_min, avg_size, t->size_max, p50, p99, p999, pmax, cpu_pct, o->gso);
+	       t->size_min, avg_size, t->size_max, p50, p90, p95, p99, p999, pmax, cpu_pct, o->gso);
 	fflush(stdout);
 
 	if (o->rate)
@@ -865,7 +892,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: dnsgen -d FILE [-s ADDR] [-p PORT] [-l SECONDS] [-Q QPS] [-q N] [-c N]\n"
-		"              [-t SECONDS] [-b N] [-n N] [-G] [-S ADDR]\n"
+		"              [-t SECONDS] [-b N] [-n N] [-G] [-S ADDR] [-H FILE]\n"
 		"  -d FILE     queries, \"name TYPE\" per line (dnsperf's format), optionally\n"
 		"              followed by the reply expected: NOERROR, NODATA or NXDOMAIN\n"
 		"  -s ADDR     server IPv4 or IPv6 address (default 127.0.0.1)\n"
@@ -878,7 +905,8 @@ static void usage(FILE *f)
 		"  -b N        datagrams per sendmmsg/recvmmsg at most (default %d)\n"
 		"  -n N        stop after N queries (e.g. one pass over the file)\n"
 		"  -G          no UDP GSO: one datagram per message\n"
-		"  -S ADDR     send from this address (a client of its own to the server)\n",
+		"  -S ADDR     send from this address (a client of its own to the server)\n"
+		"  -H FILE     write the latency histogram there, \"ns count\" per line\n",
 		MAX_SOCKETS, MAX_BATCH);
 }
 
@@ -941,7 +969,7 @@ static bool parse_options(struct options *o, int argc, char **argv)
 	int c;
 
 	*o = (struct options){.duration_ns = 10 * NS, .timeout_ns = 2 * NS, .gso = true};
-	while ((c = getopt(argc, argv, "d:s:p:l:Q:q:c:t:b:n:GS:h")) != -1) {
+	while ((c = getopt(argc, argv, "d:s:p:l:Q:q:c:t:b:n:GS:H:h")) != -1) {
 		bool ok = true;
 
 		switch (c) {
@@ -957,6 +985,7 @@ static bool parse_options(struct options *o, int argc, char **argv)
 		case 'n': ok = parse_count(optarg, 1, UINT64_MAX, &o->limit); break;
 		case 'G': o->gso = false; break;
 		case 'S': source = optarg; break;
+		case 'H': o->hist_file = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: ok = false;
 		}
@@ -1008,5 +1037,7 @@ int main(int argc, char **argv)
 	double cpu0 = cpu_seconds();
 	run(&g);
 	report(&g, (double)(now_ns() - wall0) / NS, cpu_seconds() - cpu0);
+	if (g.opt.hist_file && !write_histogram(&g.t, g.opt.hist_file))
+		return 1;
 	return 0;
 }
