@@ -22,7 +22,10 @@
 #     threads, /proc/PID/task/*/status).
 #   - Then runs at a fixed rate of half Unbound's max (the median of its
 #     max-rate runs above): p50 and p99 latency of a miss, and CPU per miss
-#     at that rate.
+#     at that rate. Each dnsgen writes its latency histogram (-H), and the
+#     block also gives p50/p90/p99/p99.9 of every reply of a server's
+#     rounds pooled (here and side by side): a round's p99 moves by twice
+#     with the machine's millisecond stalls, a pooled one much less.
 #   - Side by side: then $BENCH_MISS_ROUNDS rounds with both servers asked
 #     at once, each by a dnsgen of its own at $BENCH_MISS_SIDE_RATE (5,000)
 #     new names a second (half that fixed rate when it is less), over the
@@ -151,7 +154,7 @@ miss_run() { # tag kind round dnsgen-args...
 	x0=$(ctxt_switches "$pid")
 	n0=$(nsd_ticks)
 	m0=$(machine_ticks)
-	gen "$out" -p "$port" -c "$GEN_SOCKETS" -t 2 "$@"
+	gen "$out" -p "$port" -c "$GEN_SOCKETS" -t 2 -H "$out.hist" "$@"
 	c1=$(cpu_ticks "$pid")
 	x1=$(ctxt_switches "$pid")
 	n1=$(nsd_ticks)
@@ -201,9 +204,11 @@ side_run() { # round
 	fresh_names "$lq" "lside$round" "$MISS_NAMES"
 	fresh_names "$uq" "uside$round" "$MISS_NAMES"
 	lc0=$(cpu_ticks "$LPID") uc0=$(cpu_ticks "$UPID")
-	QUERIES=$lq gen "$lout" -p "$L_PORT" -c "$GEN_SOCKETS" -t 2 -l "$MISS_SECS" -Q "$SIDE" -q "$MISS_OUTSTANDING" &
+	QUERIES=$lq gen "$lout" -p "$L_PORT" -c "$GEN_SOCKETS" -t 2 -l "$MISS_SECS" -Q "$SIDE" -q "$MISS_OUTSTANDING" \
+		-H "$lout.hist" &
 	lg=$!
-	QUERIES=$uq gen "$uout" -p "$U_PORT" -c "$GEN_SOCKETS" -t 2 -l "$MISS_SECS" -Q "$SIDE" -q "$MISS_OUTSTANDING" &
+	QUERIES=$uq gen "$uout" -p "$U_PORT" -c "$GEN_SOCKETS" -t 2 -l "$MISS_SECS" -Q "$SIDE" -q "$MISS_OUTSTANDING" \
+		-H "$uout.hist" &
 	ug=$!
 	wait "$lg" "$ug"
 	lc1=$(cpu_ticks "$LPID") uc1=$(cpu_ticks "$UPID")
@@ -217,6 +222,10 @@ side_run() { # round
 echo "side by side: $SIDE new names a second each"
 for r in $(seq 1 "$MISS_ROUNDS"); do side_run "$r"; done
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+# The kernel's DAMON monitor (kdamond), where a machine runs it, takes a CPU
+# for a millisecond or more at a time: enough to set a p99 (docs/performance.md).
+DAMON_NOTE=""
+grep -qsx on /sys/kernel/mm/damon/admin/kdamonds/*/state && DAMON_NOTE="; the kernel's DAMON monitor (kdamond) running"
 L_RSS=$(rss_kib "$LPID")
 U_RSS=$(rss_kib "$UPID")
 
@@ -224,7 +233,7 @@ U_RSS=$(rss_kib "$UPID")
 SUMMARY=$(MS_TMP=$TMP MS_HZ=$CLK_TCK MS_HALF=$HALF MS_SIDE=$SIDE MS_LRSS=$L_RSS MS_URSS=$U_RSS \
 	MS_LLABEL="localdns ($(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown), workers 1, resolver $MISS_RESOLVER, cache $MISS_CACHE)" \
 	MS_ULABEL="unbound $UVER (num-threads 1, iterator)" python3 - <<'EOF'
-import os
+import glob, os
 env = os.environ
 tmp, hz = env["MS_TMP"], float(env["MS_HZ"])
 
@@ -284,6 +293,35 @@ for line in open("%s/side.runs" % tmp):
     v = line.split()
     side.append([{"us": int(v[i + 1]) / hz * 1e6 / (int(v[i]) or 1), "p50": float(v[i + 2]),
                   "p99": float(v[i + 3])} for i in (0, 4)])
+
+def pooled(tag, kind):
+    """Every reply of tag's rounds of kind in one histogram (dnsgen -H)."""
+    hist = {}
+    for path in glob.glob("%s/%s-%s[0-9]*.txt.hist" % (tmp, tag, kind)):
+        for line in open(path):
+            ns, n = (int(x) for x in line.split())
+            hist[ns] = hist.get(ns, 0) + n
+    return sorted(hist.items())
+
+def percentile_us(hist, p):
+    total = sum(n for _, n in hist)
+    want, seen = min(int(p * total), total - 1), 0
+    for ns, n in hist:
+        seen += n
+        if seen > want:
+            return ns / 1000
+    return 0.0
+
+TAIL = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999))
+
+def tail_line(kind):
+    l, u = pooled("localdns", kind), pooled("unbound", kind)
+    lv, uv = [percentile_us(l, p) for _, p in TAIL], [percentile_us(u, p) for _, p in TAIL]
+    return ("%s: localdns %s us against Unbound's %s (ratios %s)" % (
+        " / ".join(k for k, _ in TAIL), " / ".join("%.0f" % v for v in lv),
+        " / ".join("%.0f" % v for v in uv),
+        ", ".join("%.2f" % (a / b if b else 0) for a, b in zip(lv, uv))))
+
 print()
 print("Side by side, both at once at %s new names a second each over the same seconds: CPU us per "
       "miss %s against %s; p50 %s against %s us; localdns / Unbound round by round: CPU per miss %s, "
@@ -294,6 +332,10 @@ print("Side by side, both at once at %s new names a second each over the same se
           ", ".join("%.2f" % (l["us"] / u["us"]) for l, u in side),
           ", ".join("%.2f" % (l["p50"] / u["p50"]) for l, u in side),
           ", ".join("%.2f" % (l["p99"] / u["p99"]) for l, u in side)))
+print()
+print("Every reply of a kind's rounds pooled into one histogram per server (a percentile of all "
+      "of them, steadier than a median of each round's): at half Unbound's rate %s; side by side "
+      "%s." % (tail_line("half"), tail_line("side")))
 EOF
 )
 echo "$SUMMARY"
@@ -305,7 +347,7 @@ bench_doc_meta
 NOTE="- Every reply NOERROR with an answer, none lost, no name asked twice."
 [ -z "$PROBLEMS" ] || NOTE="- NOT all right$PROBLEMS."
 MS_BEGIN="<!-- cold-misses:begin (written by tests/bench/miss_qps.sh; do not edit by hand) -->" \
-MS_HEAD="Measured $DATE on $NCPU CPUs ($CPU), Linux $KERNEL, commit $COMMIT; $PINNING, NSD (wildcard zone, no rate limit) on CPU 1 too; dnsgen -c $GEN_SOCKETS, $MISS_ROUNDS alternating rounds of $MISS_SECS s max-rate runs (-q $MISS_OUTSTANDING) and $MISS_ROUNDS of $MISS_SECS s at $HALF new names a second, then $MISS_ROUNDS of $MISS_SECS s side by side at $SIDE each, every name new; $BUSY_NOTE, load average $LOAD after." \
+MS_HEAD="Measured $DATE on $NCPU CPUs ($CPU), Linux $KERNEL, commit $COMMIT; $PINNING, NSD (wildcard zone, no rate limit) on CPU 1 too; dnsgen -c $GEN_SOCKETS, $MISS_ROUNDS alternating rounds of $MISS_SECS s max-rate runs (-q $MISS_OUTSTANDING) and $MISS_ROUNDS of $MISS_SECS s at $HALF new names a second, then $MISS_ROUNDS of $MISS_SECS s side by side at $SIDE each, every name new; $BUSY_NOTE, load average $LOAD after$DAMON_NOTE." \
 MS_BODY="$SUMMARY" MS_NOTE="$NOTE" python3 - "$DOC" <<'EOF'
 import os, sys
 doc, env = sys.argv[1], os.environ
