@@ -397,18 +397,24 @@ static void serve(struct worker *w)
 			w->rewatch_failed = false;
 			log_info("the UDP socket is back in the worker's epoll set");
 		}
+		for (int i = 0; i < n; i++)
+			resolver = resolver || EV_KIND(events[i].data.u64) == EV_RESOLVER;
+		/* The resolver's replies first: they finish queries that already
+		 * waited a round trip, which after the batch would wait for its
+		 * look-ups, answers and hand-over too. */
+		if (resolver)
+			turn_resolver(w, true);
 		for (int i = 0; i < n; i++) {
 			enum event_kind kind = EV_KIND(events[i].data.u64);
 			stopping = stopping || kind == EV_STOP;
 			retire = retire || kind == EV_RETIRE;
-			resolver = resolver || kind == EV_RESOLVER;
 			handle_event(w, &events[i]);
 		}
 		if (retire)
 			retire_listeners(w);
 		if (w->n_unhanded)
 			hand_over_unhanded(w);
-		turn_resolver(w, resolver);
+		turn_resolver(w, false); /* this batch's questions leave */
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
 			server_tcp_sweep_idle(w);
 			last_sweep = w->now_ms;

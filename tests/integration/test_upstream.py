@@ -456,6 +456,100 @@ def test_the_resolver_on_the_first_of_two_workers_answers_both(env):
         assert a_records(d.udp("www.site.example")) == ["192.0.2.1"]
 
 
+def _question(msg):
+    """(lower-case name, the question's bytes) of a one-question message"""
+    i, labels = 12, []
+    while msg[i]:
+        labels.append(msg[i + 1:i + 1 + msg[i]].decode().lower())
+        i += msg[i] + 1
+    return ".".join(labels), msg[12:i + 5]
+
+
+def _a_reply(query, addr="192.0.2.77"):
+    """An authoritative answer to query's question: one A record, TTL 300."""
+    qid = struct.unpack("!H", query[:2])[0]
+    _, question = _question(query)
+    return (dnsmsg.header(qid, dnsmsg.F_QR | dnsmsg.F_AA, qd=1, an=1) + question +
+            struct.pack("!HHHIH", 0xC00C, 1, 1, 300, 4) + socket.inet_aton(addr))
+
+
+def _udp_socket():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(3)
+    return s
+
+
+def test_the_resolvers_replies_go_before_the_client_queries_of_the_same_turn(env):
+    """With the resolver on the worker, one wake-up that finds an upstream's
+    reply and new client queries answers the waiting client first: its
+    query already waited a round trip, and the batch's queries (looked up,
+    answered, their misses asked) would make it wait longer (issue 27: p50
+    at half Unbound's rate). The worker is held stopped while the reply and
+    ten queries the cache answers arrive, so its next epoll_wait finds
+    both; the client's socket receives in the order the answers left.
+    libunbound asks again after 50 ms at the least (its shortest
+    retransmission timeout): an attempt where it did, before the stop, has
+    the reply land on a socket already closed and is taken again."""
+    upstream, client = _udp_socket(), _udp_socket()
+
+    def answer_upstream(until_name):
+        """Answer the resolver's questions until it asks until_name; returns that one."""
+        while True:
+            data, addr = upstream.recvfrom(65535)
+            if _question(data)[0] == until_name:
+                return data, addr
+            upstream.sendto(_a_reply(data), addr)
+
+    def attempt(d, server, n):
+        """The ids in the order the client got them, and how often the held name was asked again."""
+        name = "held%d.order.example" % n
+        client.sendto(dnsmsg.build_query(name, "A", qid=n), server)
+        held, resolver_addr = answer_upstream(name)
+        with harness.StoppedThread(harness.thread_id(d.proc.pid, "worker/0")):
+            upstream.sendto(_a_reply(held), resolver_addr)
+            for i in range(10):
+                client.sendto(dnsmsg.build_query("hit%d.order.example" % i, "A", qid=200 + i),
+                              server)
+            time.sleep(0.005)  # all of it queued before the worker runs again
+        order, asked_again = [], 0
+        while len(order) < 11:
+            ready, _, _ = select.select([client, upstream], [], [], 3)
+            assert ready, "got %s, the held name asked again %d times" % (order, asked_again)
+            if upstream in ready:
+                data, addr = upstream.recvfrom(65535)
+                asked_again += _question(data)[0] == name
+                upstream.sendto(_a_reply(data), addr)
+            if client in ready:
+                m = dnsmsg.parse(client.recv(65535))
+                assert a_records(m) == ["192.0.2.77"], m.describe()
+                order.append(m.id)
+        return order, asked_again
+
+    try:
+        d = env.start(listen={"workers": 1},
+                      upstream={"servers": ["127.0.0.1:%d" % upstream.getsockname()[1]],
+                                "timeout": "3s"})
+        assert "runs_on=worker/0" in d.stderr(), d.tail()
+        server = ("127.0.0.1", d.port)
+        for i in range(10):  # cached: the batch's queries are answered in the batch
+            client.sendto(dnsmsg.build_query("hit%d.order.example" % i, "A", qid=100 + i), server)
+            q, addr = answer_upstream("hit%d.order.example" % i)
+            upstream.sendto(_a_reply(q), addr)
+            assert dnsmsg.parse(client.recv(65535)).id == 100 + i
+        tries = []
+        for n in range(1, 4):
+            order, asked_again = attempt(d, server, n)
+            tries.append((order, asked_again))
+            if not asked_again:
+                assert order == [n] + list(range(200, 210)), order
+                return
+        raise AssertionError("the resolver asked again in every attempt: %s" % tries)
+    finally:
+        upstream.close()
+        client.close()
+
+
 def _rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
