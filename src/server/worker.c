@@ -414,7 +414,8 @@ static void serve(struct worker *w)
 			retire_listeners(w);
 		if (w->n_unhanded)
 			hand_over_unhanded(w);
-		turn_resolver(w, false); /* this batch's questions leave */
+		if (!resolver || n > 1) /* else its turn above was all of this one */
+			turn_resolver(w, false); /* this batch's questions leave */
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
 			server_tcp_sweep_idle(w);
 			last_sweep = w->now_ms;
