@@ -928,6 +928,8 @@ def test_continuity_no_failed_query_through_crash_wedge_upgrade_reload_and_outag
             print("--- pod %s: localdns\n%s\n--- its keeper\n%s" % (
                 p.dir, p.server.stderr(), p.keeper.stderr()))
         print("windows began at (monotonic): %s" % windows)
+        print("signals sent and done at: %s; kube-proxy forgot flows from, to: %s" % (
+            SIGNALLED, FORGOTTEN))
         print(dropped_connections(n))
     assert not report, "failed queries (one send, 1 s deadline):\n%s\n%s\n%s" % (
         "\n".join(report), env.daemon_logs(), "\n".join(p.logs() for p in pods))
