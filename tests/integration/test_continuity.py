@@ -475,7 +475,7 @@ class Node(test_node.Node):
                 ip daddr %(ip)s meta l4proto { udp, tcp } th dport 53 dnat to %(to)s
               }
             }""" % {"ip": CLUSTER_IP, "to": endpoint})
-        with forgetting_flows():
+        with timed(FORGOTTEN):
             self.run(self.node, "conntrack", "-D", "-p", "udp", "--orig-dst", CLUSTER_IP,
                      "--dst-nat", removed, check=False)  # 1 when there was none
 
@@ -619,13 +619,6 @@ FORGOTTEN = []
 FLOW_S = 0.05       # how long before the flush a query may still await its reply
 
 
-@contextlib.contextmanager
-def forgetting_flows():
-    before = time.monotonic()
-    yield
-    FORGOTTEN.append((before, time.monotonic()))
-
-
 def flow_forgotten(q):
     """Whether a failed query was a UDP query to the cluster IP still
     awaiting its reply when kube-proxy forgot the flows to its endpoint."""
@@ -634,14 +627,16 @@ def flow_forgotten(q):
 
 
 @contextlib.contextmanager
-def signalled():
+def timed(windows):
+    """The block's (monotonic time before, after), appended to windows
+    (SIGNALLED, FORGOTTEN)."""
     before = time.monotonic()
     yield
-    SIGNALLED.append((before, time.monotonic()))
+    windows.append((before, time.monotonic()))
 
 
 def kill_localdns(pod):
-    with signalled():
+    with timed(SIGNALLED):
         pod.server.proc.kill()
         pod.server.proc.wait(5)
 
@@ -702,7 +697,7 @@ def upstream_silent_while_a_name_expires(n, pod):
 
 
 def wedged_3s(n, pod):
-    with signalled():
+    with timed(SIGNALLED):
         stop_and_wait(pod.server.proc.pid)
     time.sleep(3)
     os.kill(pod.server.proc.pid, signal.SIGCONT)   # capture comes back at the next heartbeat
