@@ -742,9 +742,10 @@ static void unlock_shard(struct shard *s)
 		next = removed->clock_next;
 		removed->clock_next = c->limbo[k];
 		c->limbo[k] = removed;
-		c->limbo_count[k]++;
 		if (k == 0)
 			c->limbo_large_bytes += removed->charge;
+		else
+			c->limbo_count[k]++;
 	}
 	atomic_fetch_add_explicit(&c->limbo_bytes, bytes, memory_order_relaxed);
 	pthread_mutex_unlock(&c->limbo_lock);
