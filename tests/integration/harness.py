@@ -568,6 +568,25 @@ class StoppedThread:
         self._ptrace(self.PTRACE_DETACH)
 
 
+def stop_process(pid):
+    """SIGSTOP to pid, and until every thread of it is stopped (state T): a
+    thread on another CPU may still take a query the moment after kill()."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while True:
+        states = []
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                pass  # a thread that has just ended
+        if states and all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, "not stopped: %s" % states
+        time.sleep(0.001)
+
+
 def thread_id(pid, name):
     for tid in os.listdir("/proc/%d/task" % pid):
         with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:

@@ -698,7 +698,7 @@ def upstream_silent_while_a_name_expires(n, pod):
 
 def wedged_3s(n, pod):
     with timed(SIGNALLED):
-        stop_and_wait(pod.server.proc.pid)
+        harness.stop_process(pod.server.proc.pid)
     time.sleep(3)
     os.kill(pod.server.proc.pid, signal.SIGCONT)   # capture comes back at the next heartbeat
     return pod
@@ -1091,25 +1091,6 @@ print(json.dumps({"rcode": flags & 0xF, "tc": bool(flags & 0x200), "a": addrs}),
 '''
 
 
-def stop_and_wait(pid):
-    """SIGSTOP to pid, and until every thread of it is stopped (state T): a
-    thread on another CPU may still take a query the moment after kill()."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 5
-    while True:
-        states = []
-        for tid in os.listdir("/proc/%d/task" % pid):
-            try:
-                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
-            except OSError:
-                pass  # a thread that has just ended
-        if states and all(st in ("T", "t") for st in states):
-            return
-        assert time.monotonic() < deadline, "not stopped: %s" % states
-        time.sleep(0.001)
-
-
 class Asker:
     """ASKER in netns ns, ready to send: go() sends, reply() waits for it."""
 
@@ -1150,7 +1131,7 @@ def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
         # keeper judges its worker stuck.
         pid = pod.server.proc.pid
         asked = [Asker(ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
-        stop_and_wait(pid)
+        harness.stop_process(pid)
         for a in asked:
             a.go()
         replies = [a.reply() for a in asked]
@@ -1165,7 +1146,7 @@ def test_localdns_reports_what_its_keeper_did_through_a_hang_and_a_crash(env):
         # killed go to CoreDNS through the keeper, and the localdns that the
         # kubelet starts next reports them.
         asked = [Asker(ns, LINK, NAMES[1][0]) for ns in (n.pod, n.node)]
-        stop_and_wait(pid)
+        harness.stop_process(pid)
         for a in asked:
             a.go()
         time.sleep(0.1)             # sent: they wait in the stopped process's socket
@@ -1216,7 +1197,7 @@ def test_the_keeper_relays_a_tcp_query_over_tcp_whole(env):
         for event in ("hang", "death"):
             pid = pod.server.proc.pid
             asked = [Asker(ns, LINK, test_node.BIG_NAME, "tcp") for ns in (n.pod, n.node)]
-            stop_and_wait(pid)
+            harness.stop_process(pid)
             # Connected and sent while localdns is stopped: the connections
             # wait in its listeners' queues, where only the keeper reaches them.
             for a in asked:

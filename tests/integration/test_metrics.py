@@ -263,15 +263,6 @@ def test_metrics_count_queries_by_protocol_qtype_rcode_and_source(env):
 test_metrics_count_queries_by_protocol_qtype_rcode_and_source.timeout = 40
 
 
-def all_threads_stopped(pid):
-    """SIGSTOP is delivered a moment after kill(): every thread in state T."""
-    states = []
-    for tid in os.listdir("/proc/%d/task" % pid):
-        with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-            states.append(f.read().rsplit(")", 1)[1].split()[0])
-    return all(s == "T" for s in states)
-
-
 def test_a_backlog_is_counted_and_the_socket_is_watched_again_after_it(env):
     # A stopped daemon piles up 200 queries in its UDP socket, so the
     # worker's first read on waking fills a whole batch (64): counted, and
@@ -286,9 +277,8 @@ def test_a_backlog_is_counted_and_the_socket_is_watched_again_after_it(env):
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         client.bind(("127.0.0.1", 0))
         client.settimeout(5)
-        os.kill(d.proc.pid, signal.SIGSTOP)
         try:
-            wait_until(lambda: all_threads_stopped(d.proc.pid), "stop of every thread")
+            harness.stop_process(d.proc.pid)
             for q in queries:
                 client.sendto(q, ("127.0.0.1", d.port))
         finally:
