@@ -40,7 +40,7 @@
  * name the descriptor, not a slot) or the connection slot (EV_CONN).
  */
 enum event_kind { EV_STOP = 1, EV_UDP, EV_LISTEN, EV_CONN, EV_UPSTREAM, EV_RETIRE, EV_SHED,
-		  EV_RESOLVER };
+		  EV_RESOLVER, EV_UNBOUND };
 #define EV_DATA(kind, index) (((uint64_t)(kind) << 32) | (uint32_t)(index))
 #define EV_KIND(data) ((enum event_kind)((data) >> 32))
 #define EV_INDEX(data) ((uint32_t)(data))
@@ -161,7 +161,8 @@ struct worker {
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
 	/* The resolver runs on this worker (upstream.resolver): its loop's
-	 * descriptor is in epfd (EV_RESOLVER), its turns follow ours. */
+	 * descriptor (EV_RESOLVER) and libunbound's sockets (EV_UNBOUND) are
+	 * in epfd; its turns come before and after our batch (serve). */
 	bool hosts_resolver;
 	uint32_t querylog_count; /* the query log's sampler (querylog_sample) */
 	struct talkers_sampler talkers_sampler; /* the top talkers' (talkers_sample) */

@@ -240,7 +240,12 @@ static struct worker *new_worker(struct server *s, unsigned id, char *err, size_
 		goto fail;
 	}
 	/* the first worker: upstream.resolver's first_worker, worker/0 in the logs */
-	int resolver_fd = id == 0 ? upstream_host_attach(s->upstream, id) : -1;
+	int resolver_fd = id == 0 ? upstream_host_attach(s->upstream, id, w->epfd,
+							 EV_DATA(EV_UNBOUND, 0)) : -1;
+	if (resolver_fd == -2) {
+		snprintf(err, errlen, "epoll: %s", strerror(errno));
+		goto fail;
+	}
 	if (resolver_fd >= 0) {
 		w->hosts_resolver = true; /* from here on it must leave (free_worker) */
 		if (alloc_requests(w, OWN_REQUESTS) < 0) {

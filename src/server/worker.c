@@ -246,7 +246,8 @@ static void handle_event(struct worker *w, const struct epoll_event *ev)
 	case EV_STOP:
 	case EV_RETIRE:
 	case EV_RESOLVER:
-		break; /* handled after the batch */
+	case EV_UNBOUND:
+		break; /* handled before or after the batch (serve) */
 	}
 }
 
@@ -376,6 +377,27 @@ static void turn_resolver(struct worker *w, bool ready)
 	w->hosts_resolver = false;
 }
 
+/*
+ * The events of the resolver this worker hosts: libunbound's sockets are
+ * passed on to its loop (their callbacks run at its next turn). How many
+ * there were, negative when the loop's own descriptor was among them.
+ */
+static int pass_resolver_events(struct worker *w, const struct epoll_event *events, int n)
+{
+	int count = 0;
+	bool own = false;
+
+	for (int i = 0; i < n; i++) {
+		enum event_kind kind = EV_KIND(events[i].data.u64);
+		if (kind == EV_UNBOUND && w->hosts_resolver)
+			upstream_host_ready(w->server->upstream, (int)EV_INDEX(events[i].data.u64),
+					    events[i].events);
+		own = own || kind == EV_RESOLVER;
+		count += kind == EV_RESOLVER || kind == EV_UNBOUND;
+	}
+	return own ? -count : count;
+}
+
 /* Returns when the stop eventfd fires. */
 static void serve(struct worker *w)
 {
@@ -384,7 +406,7 @@ static void serve(struct worker *w)
 	bool stopping = false;
 
 	while (!stopping) {
-		bool retire = false, resolver = false;
+		bool retire = false;
 		urcu_memb_thread_offline();
 		int n = epoll_wait(w->epfd, events, MAX_EVENTS, sleep_ms(w));
 		urcu_memb_thread_online();
@@ -397,13 +419,14 @@ static void serve(struct worker *w)
 			w->rewatch_failed = false;
 			log_info("the UDP socket is back in the worker's epoll set");
 		}
-		for (int i = 0; i < n; i++)
-			resolver = resolver || EV_KIND(events[i].data.u64) == EV_RESOLVER;
+		int resolvers = pass_resolver_events(w, events, n);
+		bool resolver_ready = resolvers < 0;
+		resolvers = abs(resolvers);
 		/* The resolver's replies first: they finish queries that already
 		 * waited a round trip, which after the batch would wait for its
 		 * look-ups, answers and hand-over too. */
-		if (resolver)
-			turn_resolver(w, true);
+		if (resolvers)
+			turn_resolver(w, resolver_ready);
 		for (int i = 0; i < n; i++) {
 			enum event_kind kind = EV_KIND(events[i].data.u64);
 			stopping = stopping || kind == EV_STOP;
@@ -414,7 +437,7 @@ static void serve(struct worker *w)
 			retire_listeners(w);
 		if (w->n_unhanded)
 			hand_over_unhanded(w);
-		if (!resolver || n > 1) /* else its turn above was all of this one */
+		if (!resolvers || n > resolvers) /* else its turn above was all of this one */
 			turn_resolver(w, false); /* this batch's questions leave */
 		if (w->now_ms - last_sweep >= (uint64_t)sweep_interval_ms(w)) {
 			server_tcp_sweep_idle(w);

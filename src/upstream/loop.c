@@ -214,6 +214,19 @@ static int track_fd(struct loop *l, int fd)
 	return 0;
 }
 
+/* What epoll reports ev's descriptor with: the event, or in the host's set the host's tag. */
+static struct epoll_event watched_as(const struct loop *l, const struct loop_event *ev,
+				     uint32_t want)
+{
+	struct epoll_event ee = {.events = want};
+
+	if (l->host_tag)
+		ee.data.u64 = l->host_tag | (uint32_t)ev->fd;
+	else
+		ee.data.ptr = (void *)ev;
+	return ee;
+}
+
 static void unregister(struct loop *l, struct loop_event *ev)
 {
 	if (!ev->registered)
@@ -221,7 +234,7 @@ static void unregister(struct loop *l, struct loop_event *ev)
 	ev->registered = 0;
 	if ((size_t)ev->fd < l->by_fd_len && l->by_fd[ev->fd] == ev) {
 		l->by_fd[ev->fd] = NULL;
-		epoll_ctl(l->epfd, EPOLL_CTL_DEL, ev->fd, NULL);
+		epoll_ctl(l->sock_epfd, EPOLL_CTL_DEL, ev->fd, NULL);
 	}
 }
 
@@ -229,7 +242,7 @@ static void unregister(struct loop *l, struct loop_event *ev)
 static int reregister(struct loop *l, struct loop_event *ev)
 {
 	uint32_t want = wanted(ev);
-	struct epoll_event ee = {.events = want, .data.ptr = ev};
+	struct epoll_event ee = watched_as(l, ev, want);
 
 	if (want == ev->registered)
 		return 0;
@@ -238,7 +251,7 @@ static int reregister(struct loop *l, struct loop_event *ev)
 		return 0;
 	}
 	if (ev->registered) {
-		if (epoll_ctl(l->epfd, EPOLL_CTL_MOD, ev->fd, &ee) < 0)
+		if (epoll_ctl(l->sock_epfd, EPOLL_CTL_MOD, ev->fd, &ee) < 0)
 			return -1;
 		ev->registered = want;
 		return 0;
@@ -248,8 +261,8 @@ static int reregister(struct loop *l, struct loop_event *ev)
 	struct loop_event *old = l->by_fd[ev->fd];
 	if (old) /* closed without a del: the kernel dropped it with its file */
 		old->registered = 0;
-	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, ev->fd, &ee) < 0 &&
-	    (errno != EEXIST || epoll_ctl(l->epfd, EPOLL_CTL_MOD, ev->fd, &ee) < 0))
+	if (epoll_ctl(l->sock_epfd, EPOLL_CTL_ADD, ev->fd, &ee) < 0 &&
+	    (errno != EEXIST || epoll_ctl(l->sock_epfd, EPOLL_CTL_MOD, ev->fd, &ee) < 0))
 		return -1;
 	l->by_fd[ev->fd] = ev;
 	ev->registered = want;
@@ -484,6 +497,7 @@ int loop_init(struct loop *l)
 	memset(l, 0, sizeof *l);
 	l->now_ns = monotonic_ns();
 	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	l->sock_epfd = l->epfd;
 	return l->epfd < 0 ? -1 : 0;
 }
 
@@ -543,6 +557,62 @@ static short ready_bits(const struct loop_event *ev, uint32_t what)
 	if (what & EPOLLOUT)
 		bits |= UB_EV_WRITE;
 	return bits & ev->bits;
+}
+
+/*
+ * Every registered descriptor from the set it is in to epfd, reported as
+ * tag says (0: by its event). One the old set no longer holds was closed
+ * without a del (its number may be another file's now): it is forgotten,
+ * never added. 0, or the errno of one that could not be added for want of
+ * memory: it is left unregistered (libunbound's next add of it tries again).
+ */
+static int move_registrations(struct loop *l, int epfd, uint64_t tag)
+{
+	int from = l->sock_epfd, err = 0;
+
+	l->sock_epfd = epfd;
+	l->host_tag = tag;
+	for (size_t fd = 0; fd < l->by_fd_len; fd++) {
+		struct loop_event *ev = l->by_fd[fd];
+		if (!ev)
+			continue;
+		struct epoll_event ee = watched_as(l, ev, ev->registered);
+		if (epoll_ctl(from, EPOLL_CTL_DEL, (int)fd, NULL) < 0 ||
+		    epoll_ctl(epfd, EPOLL_CTL_ADD, (int)fd, &ee) < 0) {
+			if (errno == ENOMEM || errno == ENOSPC)
+				err = errno;
+			ev->registered = 0;
+			l->by_fd[fd] = NULL;
+		}
+	}
+	return err;
+}
+
+int loop_host(struct loop *l, int epfd, uint64_t tag)
+{
+	int from = l->sock_epfd;
+	uint64_t from_tag = l->host_tag;
+	int err = move_registrations(l, epfd, tag);
+
+	if (!err)
+		return 0;
+	move_registrations(l, from, from_tag);
+	errno = err;
+	return -1;
+}
+
+void loop_unhost(struct loop *l)
+{
+	move_registrations(l, l->epfd, 0);
+}
+
+void loop_ready(struct loop *l, int fd, uint32_t events)
+{
+	struct loop_event *ev = fd >= 0 && (size_t)fd < l->by_fd_len ? l->by_fd[fd] : NULL;
+	short bits = ev ? ready_bits(ev, events) : 0;
+
+	if (bits)
+		to_run(l, ev, bits);
 }
 
 /* Run what this turn found, oldest first; callbacks may add, delete and free events. */

@@ -29,6 +29,8 @@ struct loop_event;
 
 struct loop {
 	int epfd;
+	int sock_epfd;               /* where libunbound's descriptors are watched: epfd, or the host's */
+	uint64_t host_tag;           /* hosted: the host's data word for them (| the descriptor) */
 	struct loop_event **timers;  /* a binary heap by deadline */
 	size_t n_timers, timers_cap;
 	struct loop_event **by_fd;   /* the event registered in epoll for each descriptor */
@@ -86,11 +88,27 @@ int loop_wait(struct loop *l, int timeout_ms, unsigned *tags, int max);
  * (loop_fd) sits in another thread's epoll set (the worker that hosts the
  * resolver, upstream.h): ask epoll only when ready (that set said the
  * descriptor is readable), run the timers due by the turn's clock (the
- * caller reads it first: loop_read_clock) and what is ready, give back
- * the caller's tags. The count, or -1 with errno.
+ * caller reads it first: loop_read_clock), what is ready and what
+ * loop_ready passed on, give back the caller's tags. The count, or -1
+ * with errno.
  */
 int loop_poll(struct loop *l, bool ready, unsigned *tags, int max);
 static inline int loop_fd(const struct loop *l) { return l->epfd; }
+/*
+ * Hosted: libunbound's descriptors go into the host's own epoll set epfd
+ * from now on (those watched already move there), reported with the data
+ * word tag | descriptor (tag's low half 0), which the host hands back with
+ * loop_ready. Only the caller's descriptors stay in loop_fd's set. Why:
+ * a set nested in another costs every reply a second wake-up callback and
+ * a second epoll_wait, and every new socket's registration the kernel's
+ * check for nested sets (docs/performance.md, "Cold misses"). 0, or -1
+ * with errno (nothing moved then).
+ */
+int loop_host(struct loop *l, int epfd, uint64_t tag);
+/* Back into the loop's own set, before the host's set is closed (the host leaves). */
+void loop_unhost(struct loop *l);
+/* The host's epoll_wait found descriptor fd ready (events): its event runs at the next loop_poll. */
+void loop_ready(struct loop *l, int fd, uint32_t events);
 /*
  * Called from a callback the loop runs: no event that epoll found ready is
  * left to run in this turn's dispatch; timers due may still follow (a

@@ -153,7 +153,7 @@ struct upstream {
 	struct retired_socket *retired_sockets;
 	uint64_t now_ms;
 	uint64_t next_turn_ms;       /* hosted: a turn is owed by then even with nothing ready */
-	bool turn_owed;              /* hosted: requests found waiting before the host slept */
+	bool turn_owed;              /* hosted: requests waiting, or a socket found ready by the host */
 	uint64_t renewal_logged_ms;
 	unsigned client_ipv6_bits;   /* listen.ipv6_client_prefix_length (restart-only) */
 	_Atomic uint64_t heartbeat_ms; /* now_ms once per loop turn, for /health */
@@ -808,15 +808,24 @@ int upstream_host_fd(const struct upstream *u)
 	return u->hosted ? loop_fd(&u->loop) : -1;
 }
 
-int upstream_host_attach(struct upstream *u, unsigned worker)
+int upstream_host_attach(struct upstream *u, unsigned worker, int epfd, uint64_t tag)
 {
 	if (!u->hosted)
 		return -1;
+	/* before the host's thread starts, and no other turns the loop yet */
+	if (loop_host(&u->loop, epfd, tag) < 0)
+		return -2;
 	pthread_mutex_lock(&u->control_lock);
 	u->host_worker = worker;
 	u->host_present = true;
 	pthread_mutex_unlock(&u->control_lock);
 	return loop_fd(&u->loop);
+}
+
+void upstream_host_ready(struct upstream *u, int fd, uint32_t events)
+{
+	loop_ready(&u->loop, fd, events);
+	u->turn_owed = true;
 }
 
 /* Does anyone turn the resolver (control_lock held)? Otherwise nobody waits for a turn. */
@@ -841,7 +850,8 @@ int upstream_host_wait_ms(struct upstream *u, int timeout_ms)
 
 /*
  * A turn is owed when the loop's descriptor was ready (another worker's
- * wake-up among others), the host left a request, upstream_host_wait_ms
+ * wake-up among others), the host found one of libunbound's sockets ready
+ * (upstream_host_ready), the host left a request, upstream_host_wait_ms
  * found requests another worker left while the host was awake (they wrote
  * no wake-up), a timer of libunbound's is due, or the resolver's own wait
  * (a deadline, the pace, the half-second turn) is over; otherwise the
@@ -890,6 +900,8 @@ void upstream_host_ask(struct upstream *u, const struct upstream_request *rs, si
 
 void upstream_host_leave(struct upstream *u)
 {
+	/* whoever turns the loop next (upstream_stop) waits on its own set */
+	loop_unhost(&u->loop);
 	pthread_mutex_lock(&u->control_lock);
 	u->host_present = false;
 	pthread_cond_broadcast(&u->control_done);

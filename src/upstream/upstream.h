@@ -127,10 +127,16 @@ int upstream_host_wait_ms(struct upstream *u, int timeout_ms);
  * so before its thread starts: until then, and once it has left
  * (upstream_host_leave, also for a worker whose thread never started),
  * nobody waits for a turn (upstream_stop, upstream_switch,
- * upstream_settle) and upstream_stop sends the last replies itself. The
- * descriptor, or -1 when the resolver has its own thread.
+ * upstream_settle) and upstream_stop sends the last replies itself.
+ * libunbound's sockets are watched in the worker's own epoll set epfd
+ * from then until it leaves, reported with the data word tag | the
+ * descriptor (tag's low half 0): the worker passes each such event to
+ * upstream_host_ready before the turn that follows. The descriptor to
+ * watch as well (the resolver's own wake-ups), -1 when the resolver has
+ * its own thread, -2 with errno when the sockets could not move.
  */
-int upstream_host_attach(struct upstream *u, unsigned worker);
+int upstream_host_attach(struct upstream *u, unsigned worker, int epfd, uint64_t tag);
+void upstream_host_ready(struct upstream *u, int fd, uint32_t events);
 bool upstream_host_turn(struct upstream *u, bool ready);
 /*
  * The hosting worker's own requests (n of them, read only), outside the

@@ -11,7 +11,8 @@
  * the request and completion rings and the cache between the resolver and
  * the workers (test_upstream_ring has the ring alone). The second test runs
  * the resolver on worker 0 (upstream.resolver: first_worker): its turns
- * follow that worker's own work, as server/worker.c's loop takes them, and
+ * follow that worker's own work, as server/worker.c's loop takes them,
+ * libunbound's sockets in that worker's epoll set (upstream_host_ready), and
  * it hands its own misses over after each batch with upstream_host_ask
  * (every fourth through its ring instead, as when its slots are full),
  * while worker 1 hands its misses over through its ring and the wake-up.
@@ -31,6 +32,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <urcu/urcu-memb.h>
 
@@ -138,7 +140,30 @@ struct worker {
 	/* what went wrong, counted (cmocka asserts only on the main thread) */
 	unsigned hits, via_resolver, wrong, twice, ring_full, missing;
 	bool hosts;              /* the resolver's turns are this worker's */
+	int epfd;                /* hosting: its epoll set, as server/worker.c's */
 };
+
+/* The hosting worker's epoll set: what each event is about (data word's high half). */
+enum { EV_COMPLETION = 1, EV_RESOLVER, EV_SOCKET };
+#define EV_TAG(kind) ((uint64_t)(kind) << 32)
+
+/* The hosting worker's set: its completions, the resolver's descriptor and libunbound's sockets. */
+static bool host(struct worker *w)
+{
+	struct epoll_event completion = {.events = EPOLLIN, .data.u64 = EV_TAG(EV_COMPLETION)};
+	struct epoll_event resolver = {.events = EPOLLIN, .data.u64 = EV_TAG(EV_RESOLVER)};
+	int fd;
+
+	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	assert_true(w->epfd >= 0);
+	assert_int_equal(epoll_ctl(w->epfd, EPOLL_CTL_ADD, upstream_completion_fd(w->u, w->id),
+				   &completion), 0);
+	fd = upstream_host_attach(w->u, w->id, w->epfd, EV_TAG(EV_SOCKET));
+	if (fd < 0)
+		return false;
+	assert_int_equal(epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &resolver), 0);
+	return true;
+}
 
 /* What a worker does after a batch: the hosting one hands its own misses
  * over and takes the resolver's turn, the others wake it. */
@@ -154,18 +179,26 @@ static void hand_over(struct worker *w)
 }
 
 /* Wait up to ms for this worker's completions, or (hosting) for the
- * resolver's descriptor, and take the turn it owes. */
+ * resolver's descriptor or libunbound's sockets, and take the turn it owes. */
 static void wait_a_little(struct worker *w, int ms)
 {
-	struct pollfd p[2] = {{.fd = upstream_completion_fd(w->u, w->id), .events = POLLIN},
-			      {.fd = upstream_host_fd(w->u), .events = POLLIN}};
+	struct pollfd p = {.fd = upstream_completion_fd(w->u, w->id), .events = POLLIN};
+	struct epoll_event events[16];
+	bool ready = false;
 
 	if (!w->hosts) {
-		poll(p, 1, ms);
+		poll(&p, 1, ms);
 		return;
 	}
-	poll(p, 2, upstream_host_wait_ms(w->u, ms));
-	w->hosts = upstream_host_turn(w->u, p[1].revents != 0);
+	int n = epoll_wait(w->epfd, events, 16, upstream_host_wait_ms(w->u, ms));
+	for (int i = 0; i < n; i++) {
+		uint64_t kind = events[i].data.u64 >> 32;
+		if (kind == EV_SOCKET)
+			upstream_host_ready(w->u, (int)(uint32_t)events[i].data.u64,
+					    events[i].events);
+		ready = ready || kind == EV_RESOLVER;
+	}
+	w->hosts = upstream_host_turn(w->u, ready);
 }
 
 static uint16_t get16(const uint8_t *p)
@@ -343,7 +376,8 @@ static void every_miss_comes_back_once_to_its_own_worker(bool on_worker)
 		memset(&workers[i], 0, sizeof workers[i]);
 		workers[i].id = i;
 		workers[i].u = u;
-		workers[i].hosts = i == 0 && upstream_host_attach(u, i) >= 0;
+		workers[i].epfd = -1;
+		workers[i].hosts = i == 0 && host(&workers[i]);
 		assert_int_equal(workers[i].hosts, i == 0 && on_worker);
 		assert_int_equal(pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]),
 				 0);
@@ -354,6 +388,8 @@ static void every_miss_comes_back_once_to_its_own_worker(bool on_worker)
 	upstream_stop(u);
 	pthread_join(workers[0].thread, NULL);
 	assert_false(workers[0].hosts);
+	if (workers[0].epfd >= 0)
+		close(workers[0].epfd);
 	unsigned via_resolver = 0;
 	for (unsigned i = 0; i < WORKERS; i++) {
 		struct worker *w = &workers[i];

@@ -9,7 +9,10 @@
  * callback of another event reported in the same epoll_wait is not run, and
  * one made in a freed one's place does not cut the turn short; a
  * descriptor closed without its event being deleted, then reused, serves
- * the new event; the caller's own descriptors come back as tags (an edge-
+ * the new event; hosted, libunbound's descriptors are in the host's epoll
+ * set with its tag and run when the host passes them on, and back in the
+ * loop's own set when it leaves (one closed meanwhile, its number reused,
+ * left out); the caller's own descriptors come back as tags (an edge-
  * triggered one once per write); a timer that is due at every turn never
  * keeps a ready descriptor waiting more than one turn; a callback knows
  * when no ready descriptor's event follows it in the dispatch, only timers
@@ -23,6 +26,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -324,6 +328,62 @@ static void test_a_descriptor_closed_before_its_event_serves_the_next(void **sta
 	close(again);
 }
 
+/* The host's set: what it reports for fd, or 0 when it reports nothing. */
+static uint64_t reported(int epfd)
+{
+	struct epoll_event e[4];
+	int n = epoll_wait(epfd, e, 4, 0);
+
+	assert_true(n <= 1);
+	return n == 1 ? e[0].data.u64 : 0;
+}
+
+#define HOST_TAG ((uint64_t)9 << 32)
+
+static void test_a_hosted_loops_descriptors_are_in_the_hosts_set_until_it_leaves(void **state)
+{
+	struct fixture *f = *state;
+	struct seen before = {0}, during = {0};
+	int fd1 = ready_fd(), fd2 = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	int host_ep = epoll_create1(EPOLL_CLOEXEC);
+	unsigned tags[4];
+	struct ub_event *e1 = new_event(f, fd1, UB_EV_READ | UB_EV_PERSIST, &before);
+	struct ub_event *e2 = new_event(f, fd2, UB_EV_READ | UB_EV_PERSIST, &during);
+
+	assert_true(fd2 >= 0 && host_ep >= 0);
+	assert_int_equal(e1->vmt->add(e1, NULL), 0);
+	assert_int_equal(loop_host(&f->loop, host_ep, HOST_TAG), 0);
+	/* moved: the host reports it with its tag, the loop's own set no more */
+	assert_true(reported(host_ep) == (HOST_TAG | (uint32_t)fd1));
+	assert_true(reported(loop_fd(&f->loop)) == 0);
+	assert_int_equal(e2->vmt->add(e2, NULL), 0); /* added while hosted: the host's too */
+	assert_int_equal(eventfd_write(fd2, 1), 0);
+	loop_read_clock(&f->loop);
+	assert_int_equal(loop_poll(&f->loop, true, tags, 4), 0);
+	assert_int_equal(before.runs + during.runs, 0); /* nothing until the host passes it on */
+	loop_ready(&f->loop, fd1, EPOLLIN);
+	loop_ready(&f->loop, fd2, EPOLLOUT); /* not what it waits for */
+	loop_poll(&f->loop, false, tags, 4);
+	assert_int_equal(before.runs, 1);
+	assert_int_equal(during.runs, 0);
+	/* fd2 closed without a del, its number taken by a file not libunbound's:
+	 * leaving must not put that file in the loop's set */
+	close(fd2);
+	int other = ready_fd();
+	assert_int_equal(other, fd2);
+	loop_unhost(&f->loop);
+	assert_true(reported(host_ep) == 0);
+	turn(f, 100);
+	assert_int_equal(before.runs, 2); /* back in the loop's own set */
+	assert_int_equal(during.runs, 0);
+	e1->vmt->free(e1);
+	e2->vmt->free(e2);
+	assert_true(reported(loop_fd(&f->loop)) == 0);
+	close(other);
+	close(fd1);
+	close(host_ep);
+}
+
 static void test_the_callers_descriptors_come_back_as_tags(void **state)
 {
 	struct fixture *f = *state;
@@ -462,6 +522,9 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_descriptor_closed_before_its_event_serves_the_next,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_a_hosted_loops_descriptors_are_in_the_hosts_set_until_it_leaves, setup,
+			teardown),
 		cmocka_unit_test_setup_teardown(test_the_callers_descriptors_come_back_as_tags,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_due_timers_never_keep_a_ready_descriptor_waiting,
