@@ -14,7 +14,12 @@
  * resolver thread, which gets each answer as the wire message libunbound
  * built (ub_resolve_event). So the resolver thread's one epoll set holds
  * the caller's descriptors (tagged with small numbers) and libunbound's
- * (an event's own address), and one heap holds libunbound's timers.
+ * (an event's own address), and one heap holds libunbound's timers. A
+ * loop a worker hosts (loop_host) puts libunbound's descriptors in the
+ * worker's own set instead, tagged with the worker's tag and the
+ * descriptor, and the worker hands their readiness back (loop_ready): no
+ * set nested in another, whose every reply costs a second wake-up
+ * callback and a second epoll_wait.
  *
  * The events keep libevent's meaning, which is what libunbound was written
  * against: an event has a descriptor (or -1 for a timer), the bits it
