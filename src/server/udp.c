@@ -1,8 +1,9 @@
 /*
  * server/udp.c — UDP in batches: one recvmmsg fills up to UDP_BATCH slots,
  * each query is answered into the output buffer right after the previous
- * reply, and one sendmmsg sends every reply. Replies leave from the bound address (we never bind a
- * wildcard), so no per-packet source address handling is needed.
+ * reply, and one sendmmsg sends every reply (sendto for a batch of one: util/datagram.h).
+ * Replies leave from the bound address (we never bind a wildcard), so no per-packet source
+ * address handling is needed.
  */
 #include "server/internal.h"
 
@@ -12,6 +13,7 @@
 
 #include "log/log.h"
 #include "rrl/rrl.h"
+#include "util/datagram.h"
 
 void server_udp_batch_init(struct udp_batch *b)
 {
@@ -132,22 +134,6 @@ static int answer_batch(struct worker *w, int fd, int n)
 	return out;
 }
 
-/* A full socket buffer drops the rest, as the network would. */
-static void send_batch(struct udp_batch *b, int fd, int n)
-{
-	for (int sent = 0; sent < n;) {
-		int rc = sendmmsg(fd, b->tx + sent, (unsigned)(n - sent), MSG_DONTWAIT);
-		if (rc > 0)
-			sent += rc;
-		else if (rc < 0 && errno == EINTR)
-			continue;
-		else if (rc < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-			sent++; /* this datagram's peer is unreachable: skip it */
-		else
-			return;
-	}
-}
-
 static int receive(struct worker *w, int fd)
 {
 	return recvmmsg(fd, w->udp.rx, UDP_BATCH, MSG_DONTWAIT, NULL);
@@ -157,7 +143,7 @@ static int receive(struct worker *w, int fd)
 static bool answer_received(struct worker *w, int fd, int n)
 {
 	server_worker_read_clock(w);
-	send_batch(&w->udp, fd, answer_batch(w, fd, n));
+	datagram_send_all(fd, w->udp.tx, (unsigned)answer_batch(w, fd, n), 0);
 	server_worker_wake_upstream(w);
 	reset_used_slots(&w->udp, n);
 	return n == UDP_BATCH;

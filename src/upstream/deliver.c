@@ -4,7 +4,8 @@
  * UDP replies go out on the socket the query came in on, from this thread
  * (the worker keeps reading it), within rrl.* as the workers' own
  * (src/rrl/), a turn's replies for one socket together: one sendmmsg at
- * the end of the loop's turn (deliver_flush) or when 32 are waiting. A
+ * the end of the loop's turn (deliver_flush) or when 32 are waiting
+ * (sendto when there is one: util/datagram.h). A
  * sendto per reply cost a syscall each, and woke the client once per
  * reply: a load generator (or a busy stub) that answers each reply with
  * its next query then woke the worker, which shares the resolver's core,
@@ -36,6 +37,7 @@
 #include "dnstap/dnstap.h"
 #include "querylog/querylog.h"
 #include "rrl/rrl.h"
+#include "util/datagram.h"
 
 /* The workers count the replies they send; these are the resolver's,
  * counted before the client can see the reply (a scrape after it includes it). */
@@ -111,17 +113,7 @@ static void send_udp(struct deliver *d)
 {
 	struct udp_out *o = &d->udp;
 
-	for (unsigned sent = 0; sent < o->n;) {
-		int rc = sendmmsg(o->fd, o->msgs + sent, o->n - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (rc > 0)
-			sent += (unsigned)rc;
-		else if (rc < 0 && errno == EINTR)
-			continue;
-		else if (rc < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-			sent++; /* this one's peer is unreachable: the next */
-		else
-			break;
-	}
+	datagram_send_all(o->fd, o->msgs, o->n, MSG_NOSIGNAL);
 	o->n = 0;
 	o->used = 0;
 }
