@@ -192,7 +192,8 @@ static const struct rule rules[] = {
 	/* Sockets: traffic on those the thread has or accepts. */
 	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE | DNSTAP, recvfrom),
 	ALLOW(WORKER | RESOLVER | CONTROL | HTTP | KUBE | KEEPER | NODE, sendto),
-	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE, recvmsg),
+	/* workers: a lone query's read (server/udp.c) */
+	ALLOW(WORKER | RESOLVER | HTTP | KUBE | KEEPER | NODE, recvmsg),
 	ALLOW(RESOLVER | HTTP | KUBE | KEEPER | NODE | DNSTAP, sendmsg),
 	/* The node monitor: a netlink socket to forget conntrack flows (src/nft/conntrack.c,
 	 * bound to read its port id), the link to the keeper (src/keeper/link.c), and a

@@ -160,6 +160,7 @@ struct worker {
 	uint64_t tcp_events[TCP_EVENTS];
 	uint32_t next_gen;       /* for tcp_conn.gen */
 	bool wake_upstream;      /* requests were queued this batch */
+	uint32_t udp_alone;      /* polled UDP reads in a row that found one datagram (udp.c) */
 	/* The resolver runs on this worker (upstream.resolver): its loop's
 	 * descriptor (EV_RESOLVER) and libunbound's sockets (EV_UNBOUND) are
 	 * in epfd; its turns come before and after our batch (serve). */

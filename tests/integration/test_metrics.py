@@ -264,14 +264,20 @@ test_metrics_count_queries_by_protocol_qtype_rcode_and_source.timeout = 40
 
 
 def test_a_backlog_is_counted_and_the_socket_is_watched_again_after_it(env):
-    # A stopped daemon piles up 200 queries in its UDP socket, so the
-    # worker's first read on waking fills a whole batch (64): counted, and
-    # the socket is out of the epoll set while the backlog drains. Every
+    # A stopped daemon piles up 200 queries in its UDP socket, so a read
+    # on waking fills a whole batch (64): counted, and the socket is out of
+    # the epoll set while the backlog drains. Before each backlog, 20
+    # queries come alone, so the worker has gone over to reading one
+    # datagram at a time (server/udp.c: after 8 reads in a row that found
+    # one), and it must still see the backlog and read it in batches. Every
     # query is answered, and queries sent after each backlog are answered
     # too: they need the socket back in the set to wake the worker.
     d, port, _ = with_http(env, listen={"workers": 1})
     queries = [dnsmsg.build_query("db.prod.svc.cluster.local", "A", qid=i) for i in range(200)]
     for round_ in (1, 2):
+        for _ in range(20):
+            m = d.udp("db.prod.svc.cluster.local", "A", timeout=2)
+            assert m.rcode_name == "NOERROR", "round %d, alone: %s" % (round_, m.describe())
         before = scrape(port)
         client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
