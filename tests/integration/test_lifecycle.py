@@ -119,14 +119,16 @@ def test_ipv6_and_ipv4(env):
 def test_ipv6_only(env):
     if not harness.have_ipv6_loopback():
         raise harness.Skip("::1 is not configured on lo")
-    port = harness.free_port(("::1",))
+    # free on 127.0.0.1 too: a daemon of a test running beside this one
+    # could otherwise hold that port there and answer the check below
+    port = harness.free_port(("::1", "127.0.0.1"))
     cfg = env.config(port=port, addresses=("::1",))
     env.start(config=cfg)
     m = dnsmsg.udp_query("::1", port, DB, "A")
     assert m.answer, m.describe()
     # Nothing on 127.0.0.1 at that port.
-    assert dnsmsg.udp_exchange("127.0.0.1", port, build_query(DB, "A"),
-                               timeout=0.3) is None
+    got = dnsmsg.udp_exchange("127.0.0.1", port, build_query(DB, "A"), timeout=0.3)
+    assert got is None, "an answer on 127.0.0.1:%d" % port
 
 
 def test_two_ipv4_addresses(env):
