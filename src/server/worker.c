@@ -380,9 +380,10 @@ static void turn_resolver(struct worker *w, bool ready)
 /*
  * The events of the resolver this worker hosts: libunbound's sockets are
  * passed on to its loop (their callbacks run at its next turn). How many
- * there were, negative when the loop's own descriptor was among them.
+ * there were; *own_ready when the loop's own descriptor was among them.
  */
-static int pass_resolver_events(struct worker *w, const struct epoll_event *events, int n)
+static int pass_resolver_events(struct worker *w, const struct epoll_event *events, int n,
+				bool *own_ready)
 {
 	int count = 0;
 	bool own = false;
@@ -395,7 +396,8 @@ static int pass_resolver_events(struct worker *w, const struct epoll_event *even
 		own = own || kind == EV_RESOLVER;
 		count += kind == EV_RESOLVER || kind == EV_UNBOUND;
 	}
-	return own ? -count : count;
+	*own_ready = own;
+	return count;
 }
 
 /* Returns when the stop eventfd fires. */
@@ -419,9 +421,8 @@ static void serve(struct worker *w)
 			w->rewatch_failed = false;
 			log_info("the UDP socket is back in the worker's epoll set");
 		}
-		int resolvers = pass_resolver_events(w, events, n);
-		bool resolver_ready = resolvers < 0;
-		resolvers = abs(resolvers);
+		bool resolver_ready;
+		int resolvers = pass_resolver_events(w, events, n, &resolver_ready);
 		/* The resolver's replies first: they finish queries that already
 		 * waited a round trip, which after the batch would wait for its
 		 * look-ups, answers and hand-over too. */
