@@ -20,9 +20,9 @@
  * for one grace period before freeing the old array: amortised O(1) per
  * insert, and the resolver thread that inserts pays it, never a reader.
  *
- * Entries. One allocation per entry (malloc's, or a spare: see Recycling)
- * holds the key (lower-cased qname, qtype, qclass, DO/CD bits), the cached
- * reply's header flags and section counts, the answer/authority/additional
+ * Entries. One allocation per entry (a slot of the cache's own slabs, or a
+ * spare: see Recycling and Memory) holds the key (lower-cased qname,
+ * qtype, qclass, DO/CD bits), the cached reply's header flags and section counts, the answer/authority/additional
  * bytes exactly as the upstream sent them (minus OPT and anything after
  * it), and the offset of every record's TTL field. Entries are immutable
  * once published, apart from two one-byte flags readers set atomically:
@@ -60,22 +60,24 @@
  * there is no extra thread, and so memory waiting for a grace period is
  * counted.
  *
- * Recycling. An entry back from limbo is not given back to malloc when it
- * is small (at most SPARE_MAX_BYTES): it waits on a spare list for its
+ * Recycling. An entry back from limbo is not given back to its slab when
+ * it is small (at most SPARE_MAX_BYTES): it waits on a spare list for its
  * size (16-byte classes) and the next insert of that size takes it. A
  * full cache in a flood of new names evicts one entry per insert, and
- * glibc's malloc and free of those chunks (the bins, the neighbours'
- * headers read to coalesce them, the arena's lock) cost more than taking
- * one from a list. Each reclaim keeps what
+ * giving each back and taking a slot again (a write into each freed
+ * entry, long out of the CPU's caches, and the pool's lock) costs more
+ * than taking one from a list. Each reclaim keeps what
  * it frees as the new spares (up to the limbo trigger's worth) and gives
- * the spares left from the batch before back to malloc: a size nobody
+ * the spares left from the batch before back to their slabs: a size nobody
  * asked for within one batch is not the flood's, so memory never waits
  * for a size that stopped coming. Limbo is kept in the same classes
  * (each entry sorted as it is removed, still in the CPU's cache), so a
  * reclaim passes whole lists on and reads only the entries it frees.
  *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
- * sections, 16) + 16 bytes of malloc overhead. cache.size is split into
+ * sections, 16) + 16 bytes (ENTRY_OVERHEAD: its share of the slab headers,
+ * the slabs' unused ends and partly used slabs; for an entry over
+ * SPARE_MAX_BYTES, malloc's chunk header). cache.size is split into
  * the bucket arrays at their cap (1/16), a limbo reserve (1/32) and the
  * shards' budgets (the rest, evenly). Dead, expired and stale entries
  * count like live ones; entries in limbo count until they are freed. The
@@ -83,8 +85,11 @@
  * before it returns, and the spares, kept to the other half. The header is
  * 80 bytes, so a one-record A answer for a 27-byte name is charged 160
  * bytes (plus about 11 bytes of bucket share): 8 MiB holds about 47,500 of
- * them. A charge is what glibc's chunk for the entry takes (16-byte
- * rounding, an 8-byte header), fragmentation apart.
+ * them. Entries of up to SPARE_MAX_BYTES live in slots of 64 KiB slabs
+ * the cache maps for itself (cache/slab.h), not in malloc's heap, where
+ * a large cache's long-lived entries scattered the resolver's short-lived
+ * chunks over all of its memory (docs/performance.md, "Cold misses",
+ * item 20); cache_stats' slab_bytes is what those slabs hold.
  *
  * Eviction: CLOCK per shard. Entries sit on a circular list; new ones go
  * just behind the hand (so they get one full revolution), a hit sets the
@@ -148,6 +153,7 @@
 #include <sanitizer/asan_interface.h> /* spares are poisoned; no-ops without ASan */
 #include <urcu/urcu-memb.h>
 
+#include "cache/slab.h"
 #include "util/tsan.h" /* readers release, frees after a grace period acquire */
 
 #define MAX_SHARDS 64
@@ -156,8 +162,8 @@
 #define MIN_BUCKETS 8          /* a new shard's array, and the smallest cap */
 #define BUCKETS_ALIGN 64       /* a directory word's low bits hold log2 of the size */
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
-#define MALLOC_OVERHEAD 16
-#define SPARE_MAX_BYTES 2048   /* larger entries go back to malloc */
+#define ENTRY_OVERHEAD 16     /* an entry's share of its slab (see Memory) */
+#define SPARE_MAX_BYTES SLAB_MAX_SLOT /* larger entries are malloc's */
 #define SPARE_CLASSES (SPARE_MAX_BYTES / 16 + 1)
 #define RR_FIXED_LEN 10
 #define MAX_RRS (DNS_MAX_MESSAGE / (1 + RR_FIXED_LEN) + 1)
@@ -268,6 +274,7 @@ struct cache {
 	 * `spare_bytes`, at most limbo_trigger. Under limbo_lock. */
 	struct entry *spare[SPARE_CLASSES];
 	_Atomic uint64_t spare_bytes;
+	struct slab_pool *slabs;       /* entries of up to SPARE_MAX_BYTES (slab.h) */
 	/* cache_make_all_stale: an entry inserted before the second stale_upto,
 	 * or in it under another generation, counts as expired. */
 	_Atomic uint64_t stale_upto;
@@ -483,7 +490,9 @@ struct cache *cache_new(const struct cache_config *cfg)
 		return NULL;
 	}
 	memset(c->shards, 0, sizeof(struct shard) * n);
-	if (pthread_mutex_init(&c->limbo_lock, NULL) != 0) {
+	c->slabs = slab_pool_new();
+	if (!c->slabs || pthread_mutex_init(&c->limbo_lock, NULL) != 0) {
+		slab_pool_free(c->slabs);
 		free(c->shards);
 		free(c);
 		return NULL;
@@ -499,6 +508,7 @@ struct cache *cache_new(const struct cache_config *cfg)
 			free(b);
 			free_shards(c, i);
 			pthread_mutex_destroy(&c->limbo_lock);
+			slab_pool_free(c->slabs);
 			free(c);
 			return NULL;
 		}
@@ -511,12 +521,12 @@ struct cache *cache_new(const struct cache_config *cfg)
 	return c;
 }
 
-/* ---- entry memory: malloc, limbo, spares ------------------------------- */
+/* ---- entry memory: slabs, limbo, spares -------------------------------- */
 
-/* What an entry's allocation holds: a multiple of 16, its charge less malloc's overhead. */
+/* What an entry's allocation holds: a multiple of 16, its charge less the overhead allowed. */
 static size_t entry_alloc_bytes(const struct entry *e)
 {
-	return e->charge - MALLOC_OVERHEAD;
+	return e->charge - ENTRY_OVERHEAD;
 }
 
 /* The spare list for allocations of that many bytes, or 0 when none is kept. */
@@ -543,7 +553,8 @@ static void poison_spares(struct entry *list, size_t alloc_bytes)
 #endif
 }
 
-static void free_list(struct entry *list)
+/* Entries too large for a slab, chained by clock_next, back to malloc. */
+static void free_large(struct entry *list)
 {
 	for (struct entry *next; list; list = next) {
 		next = list->clock_next;
@@ -551,16 +562,16 @@ static void free_list(struct entry *list)
 	}
 }
 
-static void free_spares(struct entry *spare[SPARE_CLASSES])
+/* Entries of slab sizes, chained by clock_next, back to their slabs. */
+static void free_slotted(struct cache *c, struct entry *list)
 {
-	for (size_t k = 0; k < SPARE_CLASSES; k++) {
-		for (struct entry *e = spare[k], *next; e; e = next) {
-			next = e->clock_next;
-			/* the class gives the size: the charge is poisoned */
-			ASAN_UNPOISON_MEMORY_REGION(e, k * 16);
-			free(e);
-		}
-	}
+	slab_give_chain(c->slabs, list, offsetof(struct entry, clock_next));
+}
+
+static void free_spares(struct cache *c, struct entry *spare[SPARE_CLASSES])
+{
+	for (size_t k = 1; k < SPARE_CLASSES; k++)
+		free_slotted(c, spare[k]);
 }
 
 /*
@@ -582,7 +593,8 @@ static void swap_spares(struct cache *c, struct entry *spare[SPARE_CLASSES], uin
 	pthread_mutex_unlock(&c->limbo_lock);
 }
 
-/* An entry's memory: a spare of its size when there is one, else malloc's. */
+/* An entry's memory: a spare of its size when there is one, else a new
+ * slot; malloc's when it is too large for either. */
 static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
 {
 	size_t k = spare_class(alloc_bytes);
@@ -594,22 +606,35 @@ static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
 		e = c->spare[k];
 		if (e) {
 			c->spare[k] = e->clock_next;
-			atomic_fetch_sub_explicit(&c->spare_bytes, alloc_bytes + MALLOC_OVERHEAD,
+			atomic_fetch_sub_explicit(&c->spare_bytes, alloc_bytes + ENTRY_OVERHEAD,
 						  memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&c->limbo_lock);
 	}
 	if (!e)
-		return malloc(alloc_bytes);
+		return k ? slab_take(c->slabs, alloc_bytes) : malloc(alloc_bytes);
 	ASAN_UNPOISON_MEMORY_REGION(e, alloc_bytes);
 	return e;
+}
+
+/* The first n entries of *list (n >= 1, at most its length), as a chain of
+ * their own; *list keeps the rest. */
+static struct entry *cut_front(struct entry **list, uint64_t n)
+{
+	struct entry *first = *list, *last = first;
+
+	while (--n)
+		last = last->clock_next;
+	*list = last->clock_next;
+	last->clock_next = NULL;
+	return first;
 }
 
 /*
  * Take what is in limbo once no reader can still see it: each class's
  * list, up to the limbo trigger's worth in all, becomes that class's
- * spares; the rest, the entries too large to be spares, and the spares
- * these replace go back to malloc. Whole lists change hands, so the only
+ * spares; the rest and the spares these replace go back to their slabs,
+ * the entries too large to be spares to malloc. Whole lists change hands, so the only
  * entries read are the ones freed: in a flood, a batch is thousands of
  * entries evicted long ago, out of the CPU's caches, and reading each
  * (one cache miss apiece) stalled the inserting thread for about a
@@ -634,28 +659,26 @@ static void reclaim(struct cache *c)
 	c->limbo_large_bytes = 0;
 	pthread_mutex_unlock(&c->limbo_lock);
 	for (size_t k = 1; k < SPARE_CLASSES; k++)
-		freed += count[k] * (k * 16 + MALLOC_OVERHEAD);
+		freed += count[k] * (k * 16 + ENTRY_OVERHEAD);
 	if (freed) {
 		urcu_memb_synchronize_rcu();
 		TSAN_GRACE_ACQUIRE();
 	}
-	free_list(batch[0]);
+	free_large(batch[0]);
 	for (size_t k = 1; k < SPARE_CLASSES; k++) {
-		uint64_t charge = k * 16 + MALLOC_OVERHEAD;
+		uint64_t charge = k * 16 + ENTRY_OVERHEAD;
 		uint64_t room = (cap - kept) / charge;
 
 		/* over the cap: the most recently removed go, still in the CPU's cache */
-		for (; count[k] > room; count[k]--) {
-			struct entry *e = batch[k];
-			batch[k] = e->clock_next;
-			free(e);
-		}
+		if (count[k] > room)
+			free_slotted(c, cut_front(&batch[k], count[k] - room));
+		count[k] = count[k] < room ? count[k] : room;
 		kept += count[k] * charge;
 		poison_spares(batch[k], k * 16);
 		spare[k] = batch[k];
 	}
 	swap_spares(c, spare, kept, freed);
-	free_spares(spare);
+	free_spares(c, spare);
 }
 
 static void maybe_reclaim(struct cache *c)
@@ -811,7 +834,8 @@ void cache_free(struct cache *c)
 
 	cache_flush(c, NULL); /* every entry to the spares or freed, after a grace period */
 	swap_spares(c, spare, 0, 0);
-	free_spares(spare);
+	free_spares(c, spare);
+	slab_pool_free(c->slabs);
 	pthread_mutex_destroy(&c->limbo_lock);
 	free_shards(c, c->nshards);
 	free(c);
@@ -1190,7 +1214,7 @@ int cache_insert_keyed(struct cache *c, const struct dns_query *q, const struct 
 	size_t size = sizeof(struct entry) + r.nttl * sizeof(uint16_t) +
 		      q->qname_len + sec_len;
 	size_t alloc_bytes = (size + 15) & ~(size_t)15;
-	uint64_t charge = alloc_bytes + MALLOC_OVERHEAD;
+	uint64_t charge = alloc_bytes + ENTRY_OVERHEAD;
 	struct shard *s = shard_of(c, k->name_hash);
 	if (charge > atomic_load_explicit(&s->budget, memory_order_relaxed))
 		return reject(c);
@@ -1460,7 +1484,7 @@ void cache_prefetch_bucket(const struct cache *c, struct cache_key *k)
 
 /*
  * An entry's header, name and the start of its sections: what a hit reads
- * first. malloc aligns entries to 16 bytes, not to cache lines, so every
+ * first. Slots are aligned to 16 bytes, not to cache lines, so every
  * line the span touches is fetched.
  */
 #define ENTRY_PREFETCH_BYTES 192
@@ -1779,6 +1803,7 @@ void cache_stats(const struct cache *c, struct cache_stats *out)
 		     atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed) +
 		     atomic_load_explicit(&c->spare_bytes, memory_order_relaxed);
 	out->rejected = atomic_load_explicit(&c->rejected, memory_order_relaxed);
+	out->slab_bytes = slab_pool_bytes(c->slabs);
 	for (unsigned i = 0; i < c->nshards; i++) {
 		struct shard *s = &c->shards[i];
 		out->buckets += atomic_load_explicit(&s->nbuckets, memory_order_relaxed);

@@ -220,6 +220,7 @@ struct cache_stats {
 	uint64_t inserts;     /* entries stored (replacements included) */
 	uint64_t rejected;    /* cache_insert calls that returned -1 */
 	uint64_t evictions;   /* entries dropped to make room */
+	uint64_t slab_bytes;  /* memory of the slabs holding entries (all but those over 2 KiB) */
 };
 
 /*

@@ -33,7 +33,7 @@ STAT_NAMES = [
     "answers_stale", "answers_upstream", "answers_mesh", "control_lookups",
     "queries_not_allowed", "queries_rrl_slipped", "queries_rrl_dropped",
     "udp_busy_wakeups",
-    "cache_entries", "cache_bytes", "cache_max_bytes", "cache_hits",
+    "cache_entries", "cache_bytes", "cache_max_bytes", "cache_slab_bytes", "cache_hits",
     "cache_misses", "cache_stale_hits", "cache_prefetches", "cache_inserts",
     "cache_rejected", "cache_evictions",
     "upstream_queries", "upstream_coalesced", "upstream_answers",

@@ -239,6 +239,8 @@ def test_metrics_count_queries_by_protocol_qtype_rcode_and_source(env):
         assert delta(before, after, "localdns_upstream_queries_total") == 2
         assert after.value("localdns_cache_entries") >= 2
         assert 0 < after.value("localdns_cache_bytes") <= after.value("localdns_cache_max_bytes")
+        assert after.value("localdns_cache_slab_bytes") % (64 << 10) == 0  # whole slabs
+        assert after.value("localdns_cache_slab_bytes") >= 64 << 10  # the entries' slab
 
         # The outage: the entry expires, the first query waits for the
         # timeout and gets the stale entry from the resolver, the next is
@@ -435,6 +437,7 @@ def shared_counters():
         "cache_entries": ("localdns_cache_entries", {}),
         "cache_bytes": ("localdns_cache_bytes", {}),
         "cache_max_bytes": ("localdns_cache_max_bytes", {}),
+        "cache_slab_bytes": ("localdns_cache_slab_bytes", {}),
         "cache_hits": ("localdns_cache_hits_total", {}),
         "cache_misses": ("localdns_cache_misses_total", {}),
         "cache_stale_hits": ("localdns_cache_stale_hits_total", {}),

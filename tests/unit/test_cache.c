@@ -1764,13 +1764,23 @@ static void assert_answers_own(struct cache *c, const char *prefix, int from, in
 	}
 }
 
+/* The cache's slab memory now. */
+static uint64_t slab_bytes(struct cache *c)
+{
+	struct cache_stats st;
+
+	cache_stats(c, &st);
+	return st.slab_bytes;
+}
+
 /*
  * A full cache in a flood of new names takes each new entry's memory from
- * the entries its evictions freed (after their grace period), not from
- * malloc, which would be a malloc and a free an insert. When the names
- * change size, the spares of the old size go back to malloc within a batch
- * and the new size is recycled in its turn. Every answer is its own, and
- * the accounting holds.
+ * the entries its evictions freed (after their grace period), and never
+ * from malloc: its entries live in slabs of their own (cache/slab.h), and
+ * the slabs stop growing once the cache is full. When the names change
+ * size, the spares of the old size go back to their slabs within a batch,
+ * the emptied slabs serve the new size, and it is recycled in its turn.
+ * Every answer is its own, and the accounting holds.
  */
 static void test_full_cache_recycles_evicted_entries(void **state)
 {
@@ -1781,15 +1791,25 @@ static void test_full_cache_recycles_evicted_entries(void **state)
 	struct cache_stats st;
 
 	heap_calls_inserting(c, "short", 0, 20000);
+	uint64_t full = slab_bytes(c);
 	unsigned long heap = heap_calls_inserting(c, "short", 20000, 30000);
-	print_message("%lu heap calls for 10,000 inserts into a full cache\n", heap);
-	assert_true(heap < 10000 / 20);
+	print_message("%lu heap calls for 10,000 inserts into a full cache, slabs %llu then "
+		      "%llu bytes\n", heap, (unsigned long long)full,
+		      (unsigned long long)slab_bytes(c));
+	assert_int_equal(heap, 0);
+	assert_int_equal(slab_bytes(c), full);
+	assert_true(full <= cfg.max_bytes);
 	assert_answers_own(c, "short", 29000, 30000);
 
 	heap_calls_inserting(c, "a-longer-name", 0, 20000);
+	full = slab_bytes(c);
 	heap = heap_calls_inserting(c, "a-longer-name", 20000, 30000);
-	print_message("%lu heap calls for 10,000 inserts of the next size\n", heap);
-	assert_true(heap < 10000 / 20);
+	print_message("%lu heap calls for 10,000 inserts of the next size, slabs %llu then "
+		      "%llu bytes\n", heap, (unsigned long long)full,
+		      (unsigned long long)slab_bytes(c));
+	assert_int_equal(heap, 0);
+	assert_int_equal(slab_bytes(c), full);
+	assert_true(full <= cfg.max_bytes);
 	assert_answers_own(c, "a-longer-name", 29000, 30000);
 
 	cache_stats(c, &st);
@@ -1803,7 +1823,9 @@ static void test_full_cache_recycles_evicted_entries(void **state)
  * may keep: reclaim keeps at most the limbo trigger's worth (1/64 of
  * cache.size), whole class lists first and the rest of the last one
  * trimmed, frees the rest, and counts both exactly. The next inserts of a
- * kept size take spares, not malloc's memory.
+ * kept size take spares: the accounted bytes stay put (each spare's charge
+ * becomes its entry's; a new slot would add one), and so does the slabs'
+ * memory.
  */
 static void test_flush_keeps_at_most_the_trigger_as_spares(void **state)
 {
@@ -1828,12 +1850,14 @@ static void test_flush_keeps_at_most_the_trigger_as_spares(void **state)
 	assert_true(spares > cfg.max_bytes / 64 - 256); /* the cap, less under an entry's charge */
 
 	/* the smallest class is kept first: "short" names reuse its spares */
+	uint64_t slabs = slab_bytes(c), flushed = st.bytes;
 	unsigned long heap = heap_calls_inserting(c, "short", 10000, 10050);
 	assert_int_equal(heap, 0);
+	assert_int_equal(slab_bytes(c), slabs);
 	assert_answers_own(c, "short", 10000, 10050);
 	cache_stats(c, &st);
 	assert_int_equal(st.entries, 50);
-	assert_true(st.bytes <= cfg.max_bytes);
+	assert_int_equal(st.bytes, flushed);
 	cache_free(c);
 }
 
