@@ -8,10 +8,12 @@
  * Must never: allocate, lock, log or keep state; block (MSG_DONTWAIT is
  * always added: a full socket buffer drops the rest, as the network would).
  *
- * Why not always sendmmsg: the last datagram of a batch, and so the only
- * one of a batch of one, goes with sendto. A batch of one is what a worker
- * or the resolver sends for a query that came alone, every query of a
- * node that is not busy, and sendmmsg of one message cost 180 ns more
+ * Why not always sendmmsg: a batch of one goes with sendto, and so does
+ * the one datagram a sendmmsg left (one that stopped at an unreachable
+ * peer); a batch of more goes with sendmmsg, all of it in one call. A
+ * batch of one is what a worker or the resolver sends for a query that
+ * came alone, every query of a node that is not busy, and sendmmsg of
+ * one message cost 180 ns more
  * than sendto on loopback (2,600 against 2,420 ns; sendmsg 2,550):
  * docs/performance.md, "Cold misses", item 18.
  */
