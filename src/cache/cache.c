@@ -75,9 +75,11 @@
  * reclaim passes whole lists on and reads only the entries it frees.
  *
  * Memory. Each entry is charged round_up(header + TTL offsets + qname +
- * sections, 16) + 16 bytes (ENTRY_OVERHEAD: its share of the slab headers,
- * the slabs' unused ends and partly used slabs; for an entry over
- * SPARE_MAX_BYTES, malloc's chunk header). cache.size is split into
+ * sections, 16) + 16 bytes (ENTRY_OVERHEAD: for a typical entry of 150-400
+ * bytes, more than its share of its slab's header and unused end; a slab
+ * of 2 KiB slots leaves up to 3 % unused, and free slots of partly used
+ * slabs are not charged, as malloc's fragmentation was not; for an entry
+ * over SPARE_MAX_BYTES, malloc's chunk header). cache.size is split into
  * the bucket arrays at their cap (1/16), a limbo reserve (1/32) and the
  * shards' budgets (the rest, evenly). Dead, expired and stale entries
  * count like live ones; entries in limbo count until they are freed. The
@@ -162,7 +164,7 @@
 #define MIN_BUCKETS 8          /* a new shard's array, and the smallest cap */
 #define BUCKETS_ALIGN 64       /* a directory word's low bits hold log2 of the size */
 #define ENTRY_HEADER_BYTES 80 /* sizeof(struct entry), checked below */
-#define ENTRY_OVERHEAD 16     /* an entry's share of its slab (see Memory) */
+#define ENTRY_OVERHEAD 16     /* charged for an entry's share of its slab (see Memory) */
 #define SPARE_MAX_BYTES SLAB_MAX_SLOT /* larger entries are malloc's */
 #define SPARE_CLASSES (SPARE_MAX_BYTES / 16 + 1)
 #define RR_FIXED_LEN 10
