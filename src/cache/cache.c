@@ -22,10 +22,11 @@
  *
  * Entries. One allocation per entry (a slot of the cache's own slabs, or a
  * spare: see Recycling and Memory) holds the key (lower-cased qname,
- * qtype, qclass, DO/CD bits), the cached reply's header flags and section counts, the answer/authority/additional
- * bytes exactly as the upstream sent them (minus OPT and anything after
- * it), and the offset of every record's TTL field. Entries are immutable
- * once published, apart from two one-byte flags readers set atomically:
+ * qtype, qclass, DO/CD bits), the cached reply's header flags and
+ * section counts, the answer/authority/additional bytes exactly as the
+ * upstream sent them (minus OPT and anything after it), and the offset
+ * of every record's TTL field. Entries are immutable once published,
+ * apart from two one-byte flags readers set atomically:
  * the CLOCK referenced bit and the prefetch claim. Compression pointers in
  * the stored bytes point into the upstream message; the question sits at
  * offset 12 and the client's qname has the same wire length as the key's,
@@ -636,8 +637,8 @@ static struct entry *cut_front(struct entry **list, uint64_t n)
  * Take what is in limbo once no reader can still see it: each class's
  * list, up to the limbo trigger's worth in all, becomes that class's
  * spares; the rest and the spares these replace go back to their slabs,
- * the entries too large to be spares to malloc. Whole lists change hands, so the only
- * entries read are the ones freed: in a flood, a batch is thousands of
+ * the entries too large to be spares to malloc. Whole lists change
+ * hands, so the only entries read are the ones freed: in a flood, a batch is thousands of
  * entries evicted long ago, out of the CPU's caches, and reading each
  * (one cache miss apiece) stalled the inserting thread for about a
  * millisecond a batch of a 64 MiB cache (docs/performance.md, "Cold
