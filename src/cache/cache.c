@@ -92,7 +92,8 @@
  * the cache maps for itself (cache/slab.h), not in malloc's heap, where
  * a large cache's long-lived entries scattered the resolver's short-lived
  * chunks over all of its memory (docs/performance.md, "Cold misses",
- * item 20); cache_stats' slab_bytes is what those slabs hold.
+ * item 20); cache_stats' slab_bytes is what those slabs hold, at most
+ * slab_limit (an insert needing a new slab past it is rejected).
  *
  * Eviction: CLOCK per shard. Entries sit on a circular list; new ones go
  * just behind the hand (so they get one full revolution), a hit sets the
@@ -456,6 +457,15 @@ static void load_config(const struct live_config *from, struct cache_config *cfg
 	};
 }
 
+/* The slabs' limit for a cache of max_bytes: its entries' charge with a
+ * quarter more for partly used slabs, and a slab each for 32 sizes.
+ * Normal traffic stays far below it (the charge already counts 16 bytes
+ * an entry); what it stops is a client pinning slabs (cache/slab.h). */
+static uint64_t slab_limit(uint64_t max_bytes)
+{
+	return max_bytes + max_bytes / 4 + 32 * SLAB_BYTES;
+}
+
 static void free_shards(struct cache *c, unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
@@ -494,6 +504,8 @@ struct cache *cache_new(const struct cache_config *cfg)
 	}
 	memset(c->shards, 0, sizeof(struct shard) * n);
 	c->slabs = slab_pool_new();
+	if (c->slabs)
+		slab_pool_limit(c->slabs, slab_limit(cfg->max_bytes));
 	if (!c->slabs || pthread_mutex_init(&c->limbo_lock, NULL) != 0) {
 		slab_pool_free(c->slabs);
 		free(c->shards);
@@ -1327,6 +1339,7 @@ void cache_configure(struct cache *c, const struct cache_config *cfg, uint64_t n
 	store_config(&c->cfg, cfg);
 	if (cfg->max_bytes == was)
 		return;
+	slab_pool_limit(c->slabs, slab_limit(cfg->max_bytes));
 	struct layout l = plan_layout(cfg->max_bytes, c->nshards);
 	uint64_t fixed = 0;
 	for (unsigned i = 0; i < c->nshards; i++) {

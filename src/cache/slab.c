@@ -27,7 +27,6 @@
 #include <sys/mman.h>
 #include <sanitizer/asan_interface.h> /* free slots are poisoned; no-ops without ASan */
 
-#define SLAB_BYTES ((size_t)64 * 1024)
 #define CHUNK_SLABS 16
 #define HEADER_BYTES 64
 #define SIZES (SLAB_MAX_SLOT / 16 + 1) /* indexed by slot bytes / 16 */
@@ -53,6 +52,7 @@ struct slab_pool {
 	uint8_t **chunks;
 	size_t n_chunks;
 	size_t carve_next;             /* slabs of the newest chunk handed out */
+	uint64_t limit;                /* on `bytes` for a new slab; 0: none */
 	_Atomic uint64_t bytes;        /* slabs holding a slot, times SLAB_BYTES */
 };
 
@@ -168,8 +168,11 @@ static void unlist(struct slab_pool *p, struct slab *s)
 
 static struct slab *new_slab(struct slab_pool *p, size_t bytes)
 {
-	struct slab *s = unused_slab(p);
+	uint64_t in_use = atomic_load_explicit(&p->bytes, memory_order_relaxed);
 
+	if (p->limit && in_use + SLAB_BYTES > p->limit)
+		return NULL;
+	struct slab *s = unused_slab(p);
 	if (!s)
 		return NULL;
 	*s = (struct slab){
@@ -180,6 +183,13 @@ static struct slab *new_slab(struct slab_pool *p, size_t bytes)
 	list_first(p, s);
 	atomic_fetch_add_explicit(&p->bytes, SLAB_BYTES, memory_order_relaxed);
 	return s;
+}
+
+void slab_pool_limit(struct slab_pool *p, uint64_t max_bytes)
+{
+	pthread_mutex_lock(&p->lock);
+	p->limit = max_bytes;
+	pthread_mutex_unlock(&p->lock);
 }
 
 void *slab_take(struct slab_pool *p, size_t bytes)

@@ -18,6 +18,13 @@
  * comes back gives its pages to the kernel at once and is reused for any
  * size.
  *
+ * Bound: a slab holds one size and stays while one of its slots is taken,
+ * so a client that keeps one entry of each slab hot and moves on to names
+ * of another size would pin slab after slab (a 1 MiB cache's slabs grew to
+ * 10 MiB in test_cache's attack). The pool therefore has a limit: a slot
+ * that needs a new slab past it is refused, and the cache does not store
+ * that answer (counted as a rejection).
+ *
  * Must never: be used for a request larger than SLAB_MAX_SLOT (the cache
  * mallocs those); read a slot it hands out (a slot given back is written
  * in its second word only: its first is what a reader walking a chain
@@ -33,6 +40,7 @@
 #include <stdint.h>
 
 #define SLAB_MAX_SLOT 2048
+#define SLAB_BYTES ((uint64_t)64 * 1024)
 
 struct slab_pool;
 
@@ -41,8 +49,13 @@ struct slab_pool *slab_pool_new(void);
 /* Every slab unmapped, whatever was not given back. NULL is fine. */
 void slab_pool_free(struct slab_pool *p);
 
+/* New slabs only while the slabs in use stay within max_bytes (0: no
+ * limit, the pool's start); slabs already in use stay. */
+void slab_pool_limit(struct slab_pool *p, uint64_t max_bytes);
+
 /* A slot of `bytes` (a multiple of 16, 16..SLAB_MAX_SLOT), or NULL when
- * no memory could be mapped. Its contents are undefined. */
+ * it needs a new slab past the limit or no memory could be mapped. Its
+ * contents are undefined. */
 void *slab_take(struct slab_pool *p, size_t bytes);
 
 /* Give back every slot of a chain: the next slot's address is the pointer

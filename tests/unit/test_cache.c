@@ -31,6 +31,7 @@
 #include <urcu/urcu-memb.h>
 
 #include "cache/cache.h"
+#include "cache/slab.h"
 #include "dns/dns.h"
 
 #include "alloc_count.h"
@@ -1676,6 +1677,65 @@ static void test_walk_sees_each_entry_once_while_the_arrays_grow(void **state)
 	cache_free(c);
 }
 
+/*
+ * A hostile client against the slabs: it fills the cache with names of
+ * one size, keeps one of about every slab's worth hot (asking for it
+ * again before the CLOCK hand comes round), then moves on to names of the
+ * next size, twelve sizes in all. Each size's slabs stay pinned by their
+ * hot entry while the next size needs slabs of its own; without a limit
+ * the slabs' memory grew to about ten times cache.size. It stays within
+ * the pool's limit (cache.size and a quarter, plus 32 slabs); past it the
+ * names that need a new slab are not stored (rejections), while a size
+ * whose slabs have room is stored as before and the hot names answer.
+ */
+static void test_pinned_slabs_of_many_sizes_stay_within_the_limit(void **state)
+{
+	(void)state;
+	struct cache_config cfg = default_config(); /* 1 MiB */
+	struct cache *c = new_cache(cfg);
+	enum { SIZES = 12, NAMES = 8000, PIN_EVERY = 300 };
+	static char pinned[SIZES * (NAMES / PIN_EVERY + 1)][256];
+	size_t n_pinned = 0, len;
+	uint64_t peak = 0;
+	struct dns_query q;
+	struct pkt p;
+	char pad[256];
+
+	for (int size = 0; size < SIZES; size++) {
+		pad[0] = '\0';
+		for (int l = 0; l < size; l++)
+			strcat(pad, "pppppppppppppppp.");
+		for (int i = 0; i < NAMES; i++) {
+			char name[256];
+			snprintf(name, sizeof name, "%sn%05d.pin.example", pad, i);
+			query_a(&q, name);
+			simple_reply(&p, name, 300, (uint8_t)i);
+			cache_insert(c, &q, p.b, p.len, 1);
+			if (i % PIN_EVERY == 0)
+				snprintf(pinned[n_pinned++], 256, "%s", name);
+			for (size_t k = 0; i % 100 == 0 && k < n_pinned; k++) {
+				query_a(&q, pinned[k]);
+				answer(c, &q, 1, false, &len); /* referenced: it survives the hand */
+			}
+			uint64_t now = slab_bytes(c);
+			peak = now > peak ? now : peak;
+		}
+	}
+	print_message("slabs' memory at most %llu bytes for a cache of %llu\n",
+		      (unsigned long long)peak, (unsigned long long)cfg.max_bytes);
+	assert_true(peak <= cfg.max_bytes + cfg.max_bytes / 4 + 32 * SLAB_BYTES);
+	struct cache_stats st;
+	cache_stats(c, &st);
+	assert_true(st.rejected > 0);
+	query_a(&q, pinned[0]);
+	assert_int_equal(answer(c, &q, 1, false, &len), CACHE_HIT);
+	query_a(&q, "ordinary.pin.example");
+	simple_reply(&p, "ordinary.pin.example", 300, 1);
+	assert_int_equal(cache_insert(c, &q, p.b, p.len, 1), 0);
+	assert_int_equal(answer(c, &q, 1, false, &len), CACHE_HIT);
+	cache_free(c);
+}
+
 /* ---- the hot-path promise ----------------------------------------------- */
 
 /* The tests below count calls: skipped in a binary without the wrappers. */
@@ -1905,6 +1965,7 @@ int main(void)
 		cmocka_unit_test(test_walk_sees_each_entry_once_while_the_arrays_grow),
 		cmocka_unit_test(test_answering_allocates_nothing_and_takes_no_mutex),
 		cmocka_unit_test(test_full_cache_recycles_evicted_entries),
+		cmocka_unit_test(test_pinned_slabs_of_many_sizes_stay_within_the_limit),
 		cmocka_unit_test(test_flush_keeps_at_most_the_trigger_as_spares),
 		cmocka_unit_test(test_concurrent_reclaims_account_exactly),
 	};

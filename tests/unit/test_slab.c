@@ -3,8 +3,9 @@
  * given back is the next one taken of its size; a slab takes one size
  * until it is full; the pool's bytes follow the slabs that hold a slot; a
  * slab whose last slot comes back leaves the process's memory (mincore)
- * and is reused for another size; chains are given back through the
- * caller's own link; sizes a slab does not hold are refused.
+ * and is reused for another size; no new slab is made past the pool's
+ * limit; chains are given back through the caller's own link; sizes a
+ * slab does not hold are refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +19,7 @@
 
 #include "cache/slab.h"
 
-#define SLAB ((uintptr_t)64 * 1024)
+#define SLAB ((uintptr_t)SLAB_BYTES)
 #define SLOTS_OF(bytes) ((SLAB - 64) / (bytes))
 
 /* A chain of slots linked through their first word, as a caller keeps one. */
@@ -155,6 +156,27 @@ static void test_a_slab_keeps_its_pages_while_one_slot_is_taken(void **state)
 	slab_pool_free(p);
 }
 
+/* Past its limit the pool makes no new slab, but a slab with room still
+ * serves its size, and a slab given back makes room again. */
+static void test_no_new_slab_past_the_limit(void **state)
+{
+	(void)state;
+	struct slab_pool *p = slab_pool_new();
+	struct node *a = slab_take(p, 64);
+
+	slab_pool_limit(p, 2 * SLAB);
+	assert_non_null(slab_take(p, 128)); /* a second slab: at the limit */
+	assert_null(slab_take(p, 256));     /* a third would pass it */
+	assert_non_null(slab_take(p, 64));  /* the first slab has room */
+	assert_int_equal(slab_pool_bytes(p), 2 * SLAB);
+	a->next = NULL;
+	slab_give_chain(p, a, offsetof(struct node, next)); /* not the last of its slab */
+	assert_null(slab_take(p, 256));
+	slab_pool_limit(p, 0); /* no limit */
+	assert_non_null(slab_take(p, 256));
+	slab_pool_free(p);
+}
+
 static void test_sizes_a_slab_does_not_hold_are_refused(void **state)
 {
 	(void)state;
@@ -179,6 +201,7 @@ int main(void)
 		cmocka_unit_test(test_a_full_slab_is_followed_by_a_new_one),
 		cmocka_unit_test(test_emptied_slabs_leave_memory_and_serve_any_size),
 		cmocka_unit_test(test_a_slab_keeps_its_pages_while_one_slot_is_taken),
+		cmocka_unit_test(test_no_new_slab_past_the_limit),
 		cmocka_unit_test(test_sizes_a_slab_does_not_hold_are_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
