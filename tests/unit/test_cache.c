@@ -1699,14 +1699,14 @@ static void test_pinned_slabs_of_many_sizes_stay_within_the_limit(void **state)
 	uint64_t peak = 0;
 	struct dns_query q;
 	struct pkt p;
-	char pad[256];
+	char pad[SIZES * 17 + 1]; /* up to SIZES - 1 labels of 16 */
 
 	for (int size = 0; size < SIZES; size++) {
 		pad[0] = '\0';
 		for (int l = 0; l < size; l++)
 			strcat(pad, "pppppppppppppppp.");
 		for (int i = 0; i < NAMES; i++) {
-			char name[256];
+			char name[sizeof pad + 32];
 			snprintf(name, sizeof name, "%sn%05d.pin.example", pad, i);
 			query_a(&q, name);
 			simple_reply(&p, name, 300, (uint8_t)i);
@@ -1839,6 +1839,22 @@ static void assert_answers_own(struct cache *c, const char *prefix, int from, in
 	}
 }
 
+/* Fills c with prefix's names, then inserts 10,000 more into the full
+ * cache: no heap call, the slabs' memory unchanged, every answer its own. */
+static void assert_full_cache_recycles(struct cache *c, const char *prefix, uint64_t max_bytes)
+{
+	heap_calls_inserting(c, prefix, 0, 20000);
+	uint64_t full = slab_bytes(c);
+	unsigned long heap = heap_calls_inserting(c, prefix, 20000, 30000);
+	print_message("%s: %lu heap calls for 10,000 inserts into a full cache, slabs %llu then "
+		      "%llu bytes\n", prefix, heap, (unsigned long long)full,
+		      (unsigned long long)slab_bytes(c));
+	assert_int_equal(heap, 0);
+	assert_int_equal(slab_bytes(c), full);
+	assert_true(full <= max_bytes);
+	assert_answers_own(c, prefix, 29000, 30000);
+}
+
 /*
  * A full cache in a flood of new names takes each new entry's memory from
  * the entries its evictions freed (after their grace period), and never
@@ -1856,28 +1872,8 @@ static void test_full_cache_recycles_evicted_entries(void **state)
 	struct cache *c = new_cache(cfg);
 	struct cache_stats st;
 
-	heap_calls_inserting(c, "short", 0, 20000);
-	uint64_t full = slab_bytes(c);
-	unsigned long heap = heap_calls_inserting(c, "short", 20000, 30000);
-	print_message("%lu heap calls for 10,000 inserts into a full cache, slabs %llu then "
-		      "%llu bytes\n", heap, (unsigned long long)full,
-		      (unsigned long long)slab_bytes(c));
-	assert_int_equal(heap, 0);
-	assert_int_equal(slab_bytes(c), full);
-	assert_true(full <= cfg.max_bytes);
-	assert_answers_own(c, "short", 29000, 30000);
-
-	heap_calls_inserting(c, "a-longer-name", 0, 20000);
-	full = slab_bytes(c);
-	heap = heap_calls_inserting(c, "a-longer-name", 20000, 30000);
-	print_message("%lu heap calls for 10,000 inserts of the next size, slabs %llu then "
-		      "%llu bytes\n", heap, (unsigned long long)full,
-		      (unsigned long long)slab_bytes(c));
-	assert_int_equal(heap, 0);
-	assert_int_equal(slab_bytes(c), full);
-	assert_true(full <= cfg.max_bytes);
-	assert_answers_own(c, "a-longer-name", 29000, 30000);
-
+	assert_full_cache_recycles(c, "short", cfg.max_bytes);
+	assert_full_cache_recycles(c, "a-longer-name", cfg.max_bytes); /* the next size */
 	cache_stats(c, &st);
 	assert_true(st.bytes <= cfg.max_bytes);
 	assert_true(st.evictions > 50000);
