@@ -185,6 +185,22 @@ static struct slab *new_slab(struct slab_pool *p, size_t bytes)
 	return s;
 }
 
+/* A slot of s (which has room): one given back, else the next untouched. */
+static uint8_t *take_slot(struct slab_pool *p, struct slab *s)
+{
+	uint8_t *slot = s->free;
+
+	if (slot)
+		s->free = *link_of(slot); /* the link word is never poisoned */
+	else
+		slot = slot_at(s, s->carved++);
+	ASAN_UNPOISON_MEMORY_REGION(slot, s->slot_bytes);
+	s->live++;
+	if (!s->free && s->carved == s->capacity)
+		unlist(p, s);
+	return slot;
+}
+
 void slab_pool_limit(struct slab_pool *p, uint64_t max_bytes)
 {
 	pthread_mutex_lock(&p->lock);
@@ -200,20 +216,7 @@ void *slab_take(struct slab_pool *p, size_t bytes)
 	struct slab *s = p->with_room[bytes / 16];
 	if (!s)
 		s = new_slab(p, bytes);
-	uint8_t *slot = NULL;
-	if (s && s->free) {
-		slot = s->free;
-		ASAN_UNPOISON_MEMORY_REGION(slot, bytes);
-		s->free = *link_of(slot);
-	} else if (s) {
-		slot = slot_at(s, s->carved++);
-		ASAN_UNPOISON_MEMORY_REGION(slot, bytes);
-	}
-	if (s) {
-		s->live++;
-		if (!s->free && s->carved == s->capacity)
-			unlist(p, s);
-	}
+	uint8_t *slot = s ? take_slot(p, s) : NULL;
 	pthread_mutex_unlock(&p->lock);
 	return slot;
 }
