@@ -93,7 +93,8 @@
  * a large cache's long-lived entries scattered the resolver's short-lived
  * chunks over all of its memory (docs/performance.md, "Cold misses",
  * item 20); cache_stats' slab_bytes is what those slabs hold, at most
- * slab_limit (an insert needing a new slab past it is rejected).
+ * slab_limit (past it, an entry that finds no slot is malloc's, charged as
+ * a large one: slot_or_overflow).
  *
  * Eviction: CLOCK per shard. Entries sit on a circular list; new ones go
  * just behind the hand (so they get one full revolution), a hit sets the
@@ -259,6 +260,7 @@ struct cache {
 	unsigned shard_shift;          /* 64 - log2(nshards); 64 means one shard */
 	_Atomic uint64_t fixed_bytes;  /* bucket arrays */
 	_Atomic uint64_t rejected;
+	_Atomic uint64_t slab_overflows;
 	/* Unlinked entries waiting for a grace period, chained by clock_next
 	 * in one list per spare class (limbo[0]: too large to be a spare),
 	 * counted per class (for limbo[0], their charge in limbo_large_bytes:
@@ -608,11 +610,37 @@ static void swap_spares(struct cache *c, struct entry *spare[SPARE_CLASSES], uin
 	pthread_mutex_unlock(&c->limbo_lock);
 }
 
-/* An entry's memory: a spare of its size when there is one, else a new
- * slot; malloc's when it is too large for either. */
-static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
+/*
+ * Past the slabs' limit, an entry that finds no slot is malloc's at this
+ * size, so it is charged, kept in limbo and freed as an entry over
+ * SPARE_MAX_BYTES is. Charged more than its bytes, it counts against
+ * cache.size like any entry: the heap it takes is bounded by that, and a
+ * client that pins slabs (a hot entry in each) costs the cache room, not
+ * the node memory or the caching of the sizes without a slab.
+ */
+#define OVERFLOW_ALLOC_BYTES (SPARE_MAX_BYTES + 16)
+
+/* A slot in the slabs, or past their limit the heap at OVERFLOW_ALLOC_BYTES
+ * (*alloc_bytes raised to it). */
+static struct entry *slot_or_overflow(struct cache *c, size_t *alloc_bytes)
 {
-	size_t k = spare_class(alloc_bytes);
+	struct entry *e = slab_take(c->slabs, *alloc_bytes);
+
+	if (e)
+		return e;
+	if ((e = malloc(OVERFLOW_ALLOC_BYTES))) {
+		*alloc_bytes = OVERFLOW_ALLOC_BYTES;
+		atomic_fetch_add_explicit(&c->slab_overflows, 1, memory_order_relaxed);
+	}
+	return e;
+}
+
+/* An entry's memory: a spare of its size when there is one, else a new
+ * slot (slot_or_overflow); malloc's when it is too large for either.
+ * *alloc_bytes is what the entry holds and is charged for. */
+static struct entry *entry_alloc(struct cache *c, size_t *alloc_bytes)
+{
+	size_t k = spare_class(*alloc_bytes);
 	struct entry *e = NULL;
 
 	/* a cache not yet full has no spares: no lock then */
@@ -621,14 +649,14 @@ static struct entry *entry_alloc(struct cache *c, size_t alloc_bytes)
 		e = c->spare[k];
 		if (e) {
 			c->spare[k] = e->clock_next;
-			atomic_fetch_sub_explicit(&c->spare_bytes, alloc_bytes + ENTRY_OVERHEAD,
+			atomic_fetch_sub_explicit(&c->spare_bytes, *alloc_bytes + ENTRY_OVERHEAD,
 						  memory_order_relaxed);
 		}
 		pthread_mutex_unlock(&c->limbo_lock);
 	}
 	if (!e)
-		return k ? slab_take(c->slabs, alloc_bytes) : malloc(alloc_bytes);
-	ASAN_UNPOISON_MEMORY_REGION(e, alloc_bytes);
+		return k ? slot_or_overflow(c, alloc_bytes) : malloc(*alloc_bytes);
+	ASAN_UNPOISON_MEMORY_REGION(e, *alloc_bytes);
 	return e;
 }
 
@@ -1229,14 +1257,19 @@ int cache_insert_keyed(struct cache *c, const struct dns_query *q, const struct 
 	size_t size = sizeof(struct entry) + r.nttl * sizeof(uint16_t) +
 		      q->qname_len + sec_len;
 	size_t alloc_bytes = (size + 15) & ~(size_t)15;
-	uint64_t charge = alloc_bytes + ENTRY_OVERHEAD;
 	struct shard *s = shard_of(c, k->name_hash);
-	if (charge > atomic_load_explicit(&s->budget, memory_order_relaxed))
+	uint64_t budget = atomic_load_explicit(&s->budget, memory_order_relaxed);
+	if (alloc_bytes + ENTRY_OVERHEAD > budget)
 		return reject(c);
 
-	struct entry *e = entry_alloc(c, alloc_bytes);
+	struct entry *e = entry_alloc(c, &alloc_bytes);
 	if (!e)
 		return reject(c);
+	uint64_t charge = alloc_bytes + ENTRY_OVERHEAD;
+	if (charge > budget) { /* an overflow too large for a tiny cache's shard */
+		free(e);
+		return reject(c);
+	}
 	memset(e, 0, sizeof(*e));
 	e->keyflags = query_keyflags(q);
 	e->hash = k->hash;
@@ -1819,6 +1852,7 @@ void cache_stats(const struct cache *c, struct cache_stats *out)
 		     atomic_load_explicit(&c->limbo_bytes, memory_order_relaxed) +
 		     atomic_load_explicit(&c->spare_bytes, memory_order_relaxed);
 	out->rejected = atomic_load_explicit(&c->rejected, memory_order_relaxed);
+	out->slab_overflows = atomic_load_explicit(&c->slab_overflows, memory_order_relaxed);
 	out->slab_bytes = slab_pool_bytes(c->slabs);
 	for (unsigned i = 0; i < c->nshards; i++) {
 		struct shard *s = &c->shards[i];

@@ -221,6 +221,7 @@ struct cache_stats {
 	uint64_t rejected;    /* cache_insert calls that returned -1 */
 	uint64_t evictions;   /* entries dropped to make room */
 	uint64_t slab_bytes;  /* memory of the slabs holding entries (all but those over 2 KiB) */
+	uint64_t slab_overflows; /* entries put in the heap, the slabs being at their limit */
 };
 
 /*

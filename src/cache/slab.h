@@ -22,8 +22,8 @@
  * so a client that keeps one entry of each slab hot and moves on to names
  * of another size would pin slab after slab (a 1 MiB cache's slabs grew to
  * 10 MiB in test_cache's attack). The pool therefore has a limit: a slot
- * that needs a new slab past it is refused, and the cache does not store
- * that answer (counted as a rejection).
+ * that needs a new slab past it is refused, and the cache puts that entry
+ * in malloc's heap, charged as a large one (cache.c, slot_or_overflow).
  *
  * Must never: be used for a request larger than SLAB_MAX_SLOT (the cache
  * mallocs those); read a slot it hands out (a slot given back is written

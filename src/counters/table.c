@@ -170,6 +170,8 @@ PLAIN_GAUGE_IN(cache_max_bytes, "localdns_cache_max_bytes", "bytes",
 	"The answer cache's limit (cache.size).");
 PLAIN_GAUGE_IN(cache_slab_bytes, "localdns_cache_slab_bytes", "bytes",
 	"Memory of the slabs holding the answer cache's entries (all but those over 2 KiB).");
+PLAIN_COUNTER(cache_slab_overflows, "localdns_cache_slab_overflows_total",
+	"Answer cache entries put in the heap (charged 2 KiB) because the slabs were at their limit.");
 PLAIN_COUNTER(cache_hits, "localdns_cache_hits_total",
 	"Answer cache lookups answered from a live entry.");
 PLAIN_COUNTER(cache_misses, "localdns_cache_misses_total",
@@ -186,8 +188,9 @@ PLAIN_COUNTER(cache_evictions, "localdns_cache_evictions_total",
 	"Answer cache entries dropped to make room.");
 
 static const struct counter_family *const cache_families[] = {
-	&cache_entries, &cache_bytes, &cache_max_bytes, &cache_slab_bytes, &cache_hits, &cache_misses,
-	&cache_stale_hits, &cache_prefetches, &cache_inserts, &cache_rejected, &cache_evictions};
+	&cache_entries, &cache_bytes, &cache_max_bytes, &cache_slab_bytes, &cache_slab_overflows,
+	&cache_hits, &cache_misses, &cache_stale_hits, &cache_prefetches, &cache_inserts,
+	&cache_rejected, &cache_evictions};
 
 static const struct counter cache_rows[] = {
 	{.stat = "cache_entries", .family = &cache_entries, .at = AT(cache.entries),
@@ -195,6 +198,8 @@ static const struct counter cache_rows[] = {
 	{.stat = "cache_bytes", .family = &cache_bytes, .at = AT(cache.bytes)},
 	{.stat = "cache_max_bytes", .family = &cache_max_bytes, .at = AT(cache.max_bytes)},
 	{.stat = "cache_slab_bytes", .family = &cache_slab_bytes, .at = AT(cache.slab_bytes)},
+	{.stat = "cache_slab_overflows", .family = &cache_slab_overflows,
+	 .at = AT(cache.slab_overflows)},
 	{.stat = "cache_hits", .family = &cache_hits, .at = AT(cache.hits), .log = "cache_hits"},
 	{.stat = "cache_misses", .family = &cache_misses, .at = AT(cache.misses),
 	 .log = "cache_misses"},

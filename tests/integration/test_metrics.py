@@ -241,6 +241,7 @@ def test_metrics_count_queries_by_protocol_qtype_rcode_and_source(env):
         assert 0 < after.value("localdns_cache_bytes") <= after.value("localdns_cache_max_bytes")
         assert after.value("localdns_cache_slab_bytes") % (64 << 10) == 0  # whole slabs
         assert after.value("localdns_cache_slab_bytes") >= 64 << 10  # the entries' slab
+        assert after.value("localdns_cache_slab_overflows_total") == 0  # far below the limit
 
         # The outage: the entry expires, the first query waits for the
         # timeout and gets the stale entry from the resolver, the next is
@@ -438,6 +439,7 @@ def shared_counters():
         "cache_bytes": ("localdns_cache_bytes", {}),
         "cache_max_bytes": ("localdns_cache_max_bytes", {}),
         "cache_slab_bytes": ("localdns_cache_slab_bytes", {}),
+        "cache_slab_overflows": ("localdns_cache_slab_overflows_total", {}),
         "cache_hits": ("localdns_cache_hits_total", {}),
         "cache_misses": ("localdns_cache_misses_total", {}),
         "cache_stale_hits": ("localdns_cache_stale_hits_total", {}),
