@@ -505,9 +505,7 @@ struct cache *cache_new(const struct cache_config *cfg)
 		return NULL;
 	}
 	memset(c->shards, 0, sizeof(struct shard) * n);
-	c->slabs = slab_pool_new();
-	if (c->slabs)
-		slab_pool_limit(c->slabs, slab_limit(cfg->max_bytes));
+	c->slabs = slab_pool_new(slab_limit(cfg->max_bytes));
 	if (!c->slabs || pthread_mutex_init(&c->limbo_lock, NULL) != 0) {
 		slab_pool_free(c->slabs);
 		free(c->shards);

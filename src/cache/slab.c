@@ -71,7 +71,7 @@ static uint8_t **link_of(uint8_t *slot)
 	return (uint8_t **)(slot + LINK_OFFSET);
 }
 
-struct slab_pool *slab_pool_new(void)
+struct slab_pool *slab_pool_new(uint64_t max_bytes)
 {
 	struct slab_pool *p = calloc(1, sizeof *p);
 
@@ -79,6 +79,8 @@ struct slab_pool *slab_pool_new(void)
 		free(p);
 		return NULL;
 	}
+	if (p)
+		p->limit = max_bytes;
 	return p;
 }
 

@@ -44,13 +44,14 @@
 
 struct slab_pool;
 
-struct slab_pool *slab_pool_new(void);
+/* A pool whose slabs stay within max_bytes (see slab_pool_limit). */
+struct slab_pool *slab_pool_new(uint64_t max_bytes);
 
 /* Every slab unmapped, whatever was not given back. NULL is fine. */
 void slab_pool_free(struct slab_pool *p);
 
 /* New slabs only while the slabs in use stay within max_bytes (0: no
- * limit, the pool's start); slabs already in use stay. */
+ * limit); slabs already in use stay. */
 void slab_pool_limit(struct slab_pool *p, uint64_t max_bytes);
 
 /* A slot of `bytes` (a multiple of 16, 16..SLAB_MAX_SLOT), or NULL when

@@ -47,7 +47,7 @@ static size_t resident_pages(uintptr_t slab)
 static void test_slots_are_distinct_aligned_and_whole(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 	enum { N = 100 };
 	uint8_t *slot[N];
 
@@ -69,7 +69,7 @@ static void test_slots_are_distinct_aligned_and_whole(void **state)
 static void test_a_slot_given_back_is_the_next_taken(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 	struct node *a = slab_take(p, 64), *b = slab_take(p, 64), *c = slab_take(p, 64);
 
 	assert_non_null(c);
@@ -88,7 +88,7 @@ static void test_a_slot_given_back_is_the_next_taken(void **state)
 static void test_a_full_slab_is_followed_by_a_new_one(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 	size_t n = SLOTS_OF(2048);
 	uint8_t *first = slab_take(p, 2048), *last = first;
 
@@ -108,7 +108,7 @@ static void test_a_full_slab_is_followed_by_a_new_one(void **state)
 static void test_emptied_slabs_leave_memory_and_serve_any_size(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 	size_t per_slab = SLOTS_OF(512), slabs = 40, n = per_slab * slabs;
 	struct node *chain = NULL;
 	uintptr_t some_slab = 0;
@@ -139,7 +139,7 @@ static void test_emptied_slabs_leave_memory_and_serve_any_size(void **state)
 static void test_a_slab_keeps_its_pages_while_one_slot_is_taken(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 	struct node *kept = slab_take(p, 256), *chain = NULL;
 
 	for (int i = 0; i < 100; i++) {
@@ -161,7 +161,7 @@ static void test_a_slab_keeps_its_pages_while_one_slot_is_taken(void **state)
 static void test_no_new_slab_past_the_limit(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 	struct node *a = slab_take(p, 64);
 
 	slab_pool_limit(p, 2 * SLAB);
@@ -180,7 +180,7 @@ static void test_no_new_slab_past_the_limit(void **state)
 static void test_sizes_a_slab_does_not_hold_are_refused(void **state)
 {
 	(void)state;
-	struct slab_pool *p = slab_pool_new();
+	struct slab_pool *p = slab_pool_new(0);
 
 	assert_null(slab_take(p, 0));
 	assert_null(slab_take(p, 8));
