@@ -75,12 +75,13 @@ struct slab_pool *slab_pool_new(uint64_t max_bytes)
 {
 	struct slab_pool *p = calloc(1, sizeof *p);
 
-	if (p && pthread_mutex_init(&p->lock, NULL) != 0) {
+	if (!p)
+		return NULL;
+	if (pthread_mutex_init(&p->lock, NULL) != 0) {
 		free(p);
 		return NULL;
 	}
-	if (p)
-		p->limit = max_bytes;
+	p->limit = max_bytes;
 	return p;
 }
 

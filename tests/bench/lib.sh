@@ -23,7 +23,9 @@
 #   ROUNDS_TEXT), bench_ratio, bench_doc_meta and bench_write_doc (rewrite
 #   one marked block of docs/performance.md); for the scripts whose answers
 #   come from an upstream: nsd_start (NSD serving their zones), nsd_queries,
-#   nsd_delta, warm_up and run_server (warm-up, then measure_and_report).
+#   nsd_delta, warm_up and run_server (warm-up, then measure_and_report); for
+#   the cold-miss scripts, miss_upstream_start (NSD with the wildcard zone)
+#   and fresh_names (names nobody asked).
 #
 # Knobs: BENCH_DURATION (max-rate run, s), BENCH_FIXED (fixed-rate run, s),
 # BENCH_RATE (fixed rate, QPS), BENCH_DNSPERF (dnsperf cross-check run, s;
@@ -629,6 +631,31 @@ EOF
 	bench_spawn nsd "${NSD_PIN[@]}" "$nsd" -d -c "$TMP/nsd.conf"
 	NPID=$SPID
 	wait_answer "$NPORT" "$NPID" nsd
+}
+
+# The cold-miss upstream (miss_qps.sh, miss_arms.sh): NSD with a wildcard
+# zone, *.miss.example. A (TTL 300), pinned with the generator when it is
+# pinned, so that every name the benchmark makes up has an answer. Sets
+# ZONE and PROBE, then what nsd_start sets.
+miss_upstream_start() {
+	ZONE=miss.example
+	[ "${#GEN_PIN[@]}" -eq 0 ] || NSD_PIN=("${GEN_PIN[@]}")
+	cat >"$TMP/zone.txt" <<EOF
+\$ORIGIN $ZONE.
+\$TTL 300
+@ IN SOA ns.$ZONE. hostmaster.$ZONE. 1 3600 600 86400 300
+@ IN NS ns
+ns IN A 127.0.0.1
+* IN A 192.0.2.1
+EOF
+	PROBE="probe.$ZONE A"
+	nsd_start "$ZONE" zone.txt
+}
+
+# fresh_names FILE PREFIX COUNT: COUNT names of the cold-miss zone nobody
+# asked, one A question each (PREFIX-NNNNNNN.miss.example A).
+fresh_names() {
+	python3 -c 'import sys; open(sys.argv[1], "w").write("".join("%s-%07d.miss.example A\n" % (sys.argv[2], i) for i in range(int(sys.argv[3]))))' "$@"
 }
 
 # Queries NSD has answered so far ("?" without nsd-control).

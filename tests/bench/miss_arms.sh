@@ -48,29 +48,13 @@ ARMS_SECS=${BENCH_ARMS_SECS:-6}
 ARMS_RATE=${BENCH_ARMS_RATE:-18000}
 FILL_L=${BENCH_ARMS_FILL_L:-500000}
 FILL_U=${BENCH_ARMS_FILL_U:-150000}
-ZONE=miss.example
 # shellcheck source=tests/bench/lib.sh
 . "$HERE/lib.sh"
 bench_init miss_arms
-[ "${#GEN_PIN[@]}" -eq 0 ] || NSD_PIN=("${GEN_PIN[@]}")
 U_BIN=$(command -v unbound || ls /usr/sbin/unbound 2>/dev/null || true)
 [ -n "$U_BIN" ] || { echo "miss_arms: unbound not installed (make bench installs it)" >&2; exit 1; }
 
-cat >"$TMP/zone.txt" <<EOF
-\$ORIGIN $ZONE.
-\$TTL 300
-@ IN SOA ns.$ZONE. hostmaster.$ZONE. 1 3600 600 86400 300
-@ IN NS ns
-ns IN A 127.0.0.1
-* IN A 192.0.2.1
-EOF
-PROBE="probe.$ZONE A"
-# fresh_names FILE PREFIX COUNT: COUNT names nobody asked, one A question each
-fresh_names() {
-	python3 -c 'import sys; open(sys.argv[1], "w").write("".join("%s-%07d.miss.example A\n" % (sys.argv[2], i) for i in range(int(sys.argv[3]))))' "$@"
-}
-
-nsd_start "$ZONE" zone.txt
+miss_upstream_start
 declare -a NAMES PORTS PIDS_OF FILLS
 # Each localdns reads a config file of its own: the daemon reloads its file when it changes.
 start_arm() { # name kind [cache seccomp]

@@ -64,34 +64,12 @@ MISS_RESOLVER=${BENCH_MISS_RESOLVER:-auto}
 MISS_SIDE_RATE=${BENCH_MISS_SIDE_RATE:-5000}
 # names per max-rate query file: far more than a run gets through
 MISS_NAMES=${BENCH_MISS_NAMES:-$((MISS_SECS * 80000))}
-ZONE=miss.example
 # shellcheck source=tests/bench/lib.sh
 . "$HERE/lib.sh"
 bench_init miss_qps
-[ "${#GEN_PIN[@]}" -eq 0 ] || NSD_PIN=("${GEN_PIN[@]}")
-
-# ------------------------------------------------------------------ data
-cat >"$TMP/zone.txt" <<EOF
-\$ORIGIN $ZONE.
-\$TTL 300
-@ IN SOA ns.$ZONE. hostmaster.$ZONE. 1 3600 600 86400 300
-@ IN NS ns
-ns IN A 127.0.0.1
-* IN A 192.0.2.1
-EOF
-PROBE="probe.$ZONE A"
-# fresh_names FILE PREFIX COUNT: COUNT names nobody asked, one A question each
-fresh_names() {
-	python3 - "$@" <<'EOF'
-import sys
-path, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-with open(path, "w") as f:
-    f.write("".join("%s-%07d.miss.example A\n" % (prefix, i) for i in range(n)))
-EOF
-}
 
 # ------------------------------------------------------------------ servers
-nsd_start "$ZONE" zone.txt
+miss_upstream_start
 start_localdns <<EOF
 upstream: {servers: ["127.0.0.1:$NPORT"], timeout: 2s, max_rate: 0, resolver: $MISS_RESOLVER}
 cache: {size: $MISS_CACHE, max_ttl: 1d, prefetch: true}
